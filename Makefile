@@ -1,0 +1,69 @@
+# dlock -- the two commands of the README, and the sanitizer variants.
+#   make demo   run the flash-sale demo on a private redis-server
+#   make test   build, run every test, then again under ASan+UBSan
+# Both install what they need first (scripts/install-deps.sh).
+
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test test-plain test-asan test-tsan test-valgrind \
+        demo bench clean format tidy install
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j$(JOBS)
+
+test-plain: build
+	cd build && ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
+
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_ASAN=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-asan -j$(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
+
+test: test-plain test-asan
+
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  DLOCK_TEST_TIMEOUT_MULT=3 ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
+
+test-valgrind: deps
+	cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=Debug \
+	  "-DDLOCK_TEST_PREFIX=valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--track-fds=no;--quiet" \
+	  $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-valgrind -j$(JOBS)
+	cd build-valgrind && DLOCK_TEST_TIMEOUT_MULT=4 ctest --output-on-failure \
+	  -j$(JOBS) -L unit $(CTEST_FLAGS)
+
+demo: build
+	@if [ -x build/tools/seckill/dlock-seckill ]; then \
+	  ./build/tools/seckill/dlock-seckill --strategy all; \
+	else \
+	  ./build/examples/demo_two_procs; \
+	fi
+
+bench: build
+	./build/tools/bench/dlock-bench $(BENCH_FLAGS)
+
+install: build
+	cmake --install build
+
+format:
+	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] \
+	  $$(ls tools/*/*.c examples/*.c 2>/dev/null)
+
+tidy: deps
+	cmake -S . -B build-tidy -DDLOCK_CLANG_TIDY=ON >/dev/null
+	cmake --build build-tidy -j$(JOBS)
+
+clean:
+	rm -rf build build-asan build-tsan build-valgrind build-tidy

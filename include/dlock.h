@@ -1,0 +1,369 @@
+/*
+ * dlock.h -- distributed locks on Redis for C programs.
+ *
+ * This header is the whole public API of libdlock: anything not declared here
+ * (or in <dlock/version.h>, which it includes) is internal and may change.
+ *
+ * Conventions used by every function below
+ * -----------------------------------------
+ * - Return values: 0 (DLOCK_OK) on success, a negative DLOCK_E* code on
+ *   failure. Predicates return 1/0 or a negative code. The calling thread's
+ *   detail message for its last failure is dlock_last_error().
+ * - Objects are opaque and created by *_new, destroyed by *_free. Every *_free
+ *   accepts NULL.
+ * - Strings passed in are copied unless a comment says otherwise; the caller
+ *   may free them as soon as the call returns.
+ * - Thread-safety: a dlock_client and every lock object may be shared by any
+ *   number of threads. A held lock belongs to the thread that acquired it
+ *   (pthread semantics): only that thread may unlock it. Each function states
+ *   its own rule in a "Thread-safety:" line.
+ * - Callbacks (on_lock_lost) run on the client's background thread. They must
+ *   return quickly and must not call blocking dlock functions.
+ * - fork(): a client must not be used in a child process; every call there
+ *   returns DLOCK_EFORK. The child may create its own client.
+ *
+ * Redis layout: the mutex is Redisson's RLock (hash <name>, field
+ * "<client uuid>:<thread id>" = hold count, channel
+ * "redisson_lock__channel:{<name>}"), so C and Java processes can share one
+ * lock. See docs/design.md.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlock/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLOCK_BUILDING) && defined(__GNUC__)
+#define DLOCK_API __attribute__((visibility("default")))
+#else
+#define DLOCK_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Error codes. The numbers are pinned: never renumbered, never reused.
+ * X(name, value, message) */
+#define DLOCK_ERRNO_MAP(X)                                                     \
+  X(OK, 0, "success")                                                          \
+  X(EINVAL, -1, "invalid argument")                                            \
+  X(ENOMEM, -2, "out of memory")                                               \
+  X(EBUSY, -3, "lock is held elsewhere")                                       \
+  X(ETIMEDOUT, -4, "timed out waiting for the lock")                           \
+  X(EPERM, -5, "lock is not held by the calling thread")                       \
+  X(ELOST, -6, "lock was held but has been lost (expired, deleted or taken)")  \
+  X(ECONN, -7, "cannot reach the Redis server")                                \
+  X(EAUTH, -8, "authentication refused by the Redis server")                   \
+  X(EREDIS, -9, "the Redis server replied with an error")                      \
+  X(EPROTO, -10, "unexpected reply from the Redis server")                     \
+  X(ECLOSED, -11, "the client is shutting down")                               \
+  X(EFORK, -12, "client used in a child process after fork()")                \
+  X(ECANCELED, -13, "operation canceled")                                      \
+  X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
+  X(ENOTSUP, -15, "not supported")                                             \
+  X(EQUORUM, -16, "no majority of masters granted the lock")
+
+enum dlock_errno {
+#define DLOCK__ERR_ENUM(name, value, msg) DLOCK_##name = (value),
+  DLOCK_ERRNO_MAP(DLOCK__ERR_ENUM)
+#undef DLOCK__ERR_ENUM
+};
+
+/* Static, human-readable text for an error code; never NULL ("unknown
+ * error" for codes outside the list). Thread-safety: any thread. */
+DLOCK_API const char *dlock_strerror(int err);
+
+/* The code's symbolic name without the prefix ("EBUSY"), or "UNKNOWN".
+ * Thread-safety: any thread. */
+DLOCK_API const char *dlock_err_name(int err);
+
+/* The calling thread's detail message for its last failed dlock call: the
+ * server's error text for DLOCK_EREDIS, what is wrong for DLOCK_EINVAL, the
+ * system error for DLOCK_ECONN. Empty string if nothing failed yet. The
+ * pointer is valid until the same thread's next dlock call.
+ * Thread-safety: any thread (per-thread storage). */
+DLOCK_API const char *dlock_last_error(void);
+
+/* Version of the library actually linked, DLOCK_VERSION_NUMBER form, and as
+ * text ("0.1.0"). Thread-safety: any thread. */
+DLOCK_API int dlock_version(void);
+DLOCK_API const char *dlock_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_client dlock_client;
+
+typedef struct dlock_config {
+  /* redis://[[user]:password@]host[:port][/db] or
+   * unix:///path/to/socket[?db=N&password=...&user=...].
+   * NULL means "redis://127.0.0.1:6379". Copied by dlock_client_new. */
+  const char *url;
+  int connect_timeout_ms;  /* per connection attempt; default 10000 */
+  int command_timeout_ms;  /* per reply; default 3000 */
+  int retry_attempts;      /* retries after the first try; default 3 */
+  int retry_interval_ms;   /* pause between tries; default 1500 */
+  int watchdog_timeout_ms; /* lease of watchdog locks; renewed every third;
+                              default 30000 */
+  int pool_size;   /* command connections shared by all threads; default 16 */
+  int lazy_connect; /* 0: dlock_client_new connects and authenticates before
+                       it returns; 1: it returns at once and the first
+                       operation reports connection errors. Default 0. */
+  /* Called on the background thread when a renewal finds a held lock gone
+   * (expired, deleted or taken), or when renewals kept failing until the
+   * lease ran out. name is valid during the call only. May be NULL. */
+  void (*on_lock_lost)(const char *name, void *arg);
+  void *on_lock_lost_arg;
+  /* ---- fields below are dlock extensions; new fields go at the end ---- */
+  /* Keep a lock channel subscribed this long after its last waiter left, so
+   * a burst of contention does not SUBSCRIBE/UNSUBSCRIBE per acquisition.
+   * Default 0: dropped as soon as no thread waits. */
+  int subscription_linger_ms;
+} dlock_config;
+
+/* Fills *cfg with the documented defaults. Thread-safety: any thread. */
+DLOCK_API void dlock_config_init(dlock_config *cfg);
+
+/* Creates a client: parses cfg->url, and unless cfg->lazy_connect is set,
+ * connects and authenticates (AUTH, SELECT) before returning, applying the
+ * retry policy to unreachable servers. Starts one background thread (lock
+ * renewal and pub/sub wake-ups). The client id is a fresh random UUID v4.
+ * cfg: borrowed for the call (strings copied); NULL means all defaults.
+ * out: receives the client, freed with dlock_client_free; set to NULL on
+ * failure.
+ * Errors: DLOCK_EINVAL (NULL out, malformed URL, bad numbers),
+ * DLOCK_ECONN (unreachable after the retry policy), DLOCK_EAUTH (password or
+ * ACL user refused), DLOCK_EREDIS (SELECT refused), DLOCK_ENOMEM.
+ * Thread-safety: any thread. */
+DLOCK_API int dlock_client_new(const dlock_config *cfg, dlock_client **out);
+
+/* Stops the background thread, closes every connection and frees the
+ * client. Locks still held are not released: their renewal stops and they
+ * expire after their lease. Threads still waiting get DLOCK_ECLOSED. Lock
+ * objects created from the client must be freed before (or after, but not
+ * used after) this call. Accepts NULL.
+ * Thread-safety: any thread, but not from a callback, and not while other
+ * threads are inside calls on this client. */
+DLOCK_API void dlock_client_free(dlock_client *c);
+
+/* The client's id (36-char lowercase UUID), valid for the client's
+ * lifetime. Thread-safety: any thread. */
+DLOCK_API const char *dlock_client_id(const dlock_client *c);
+
+/* ------------------------------------------------------------------------ */
+/* Reentrant mutex (Redisson RLock layout)                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_mutex dlock_mutex;
+
+/* Creates a lock object for the Redis key `name` (not empty, copied). No
+ * Redis traffic. Errors: DLOCK_EINVAL (NULL/empty name, NULL out),
+ * DLOCK_ENOMEM, DLOCK_EFORK. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_new(dlock_client *c, const char *name,
+                              dlock_mutex **out);
+
+/* Fair variant: FIFO across all clients (Redisson RFairLock layout). */
+DLOCK_API int dlock_mutex_new_fair(dlock_client *c, const char *name,
+                                   dlock_mutex **out);
+
+/* Fenced variant: every successful acquire, reentrant ones included,
+ * increments redisson_lock_token:{name}; see dlock_mutex_token(). */
+DLOCK_API int dlock_mutex_new_fenced(dlock_client *c, const char *name,
+                                     dlock_mutex **out);
+
+/* Frees the object. Holds still recorded on it (by any thread) are
+ * abandoned, not released: their renewal stops and the key expires after
+ * its lease. Accepts NULL. Thread-safety: any thread, but no other thread
+ * may be using the object. */
+DLOCK_API void dlock_mutex_free(dlock_mutex *m);
+
+/* Acquires, waiting as long as it takes; watchdog lease (renewed while
+ * held). Reentrant: the owning thread may lock again (hold count + 1).
+ * Errors: DLOCK_ECONN (server unreachable beyond the retry policy),
+ * DLOCK_EAUTH, DLOCK_EREDIS (e.g. WRONGTYPE under the name), DLOCK_ELOST
+ * (a reentrant acquire found this thread's hold gone; the hold is dropped),
+ * DLOCK_ECLOSED, DLOCK_EFORK. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_lock(dlock_mutex *m);
+
+/* One attempt; DLOCK_EBUSY if the lock is held elsewhere. Watchdog lease.
+ * Other errors as dlock_mutex_lock. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
+
+/* wait_ms < 0: wait forever; 0: one attempt (DLOCK_EBUSY if held
+ * elsewhere); > 0: wait at most that long (DLOCK_ETIMEDOUT when it runs
+ * out). lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease.
+ * Other errors as dlock_mutex_lock. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
+                                    long long lease_ms);
+
+/* Releases one hold of the calling thread. When holds remain, the TTL is
+ * reset to the lease of the holds (the watchdog timeout if any hold uses the
+ * watchdog, else the most recent explicit lease). The last release deletes
+ * the key and hands the lock to the next waiter (or publishes "0").
+ * Errors: DLOCK_EPERM (the calling thread has no hold on this object by the
+ * library's record; no Redis traffic), DLOCK_ELOST (it had one, but Redis
+ * says it is gone: expired, deleted or taken; the record is dropped),
+ * DLOCK_ECONN, DLOCK_EREDIS. Retried safely after a lost reply (idempotency
+ * latch). Thread-safety: the owning thread. */
+DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
+
+/* Deletes the lock whoever holds it and publishes "0". Returns 1 if a lock
+ * was deleted, 0 if there was none, or a negative error. Holders are not
+ * told directly: their next renewal or unlock reports DLOCK_ELOST.
+ * Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_force_unlock(dlock_mutex *m);
+
+/* 1 if any client holds the lock, 0 if not, or a negative error.
+ * Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_is_locked(dlock_mutex *m);
+
+/* 1 if the calling thread holds the lock according to Redis, 0 if not, or a
+ * negative error. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
+
+/* The calling thread's hold count according to Redis (0 if none), or a
+ * negative error. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_hold_count(dlock_mutex *m);
+
+/* Stores the key's PTTL in *ttl_ms (-2: no key, -1: no expiry) and returns
+ * 0, or a negative error. Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_ttl(dlock_mutex *m, long long *ttl_ms);
+
+/* The lock's name, valid for the object's lifetime. */
+DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);
+
+/* Writes the holder field the calling thread uses for this lock,
+ * "<client id>:<thread id>" (NUL-terminated) into buf.
+ * Errors: DLOCK_EINVAL (NULL, or len too small: 58 bytes always suffice).
+ * Thread-safety: any thread. */
+DLOCK_API int dlock_mutex_owner(const dlock_mutex *m, char *buf, size_t len);
+
+/* The fencing token of the calling thread's current hold on a fenced mutex.
+ * Errors: DLOCK_EPERM (no hold), DLOCK_ENOTSUP (not a fenced mutex).
+ * Thread-safety: the owning thread. */
+DLOCK_API int dlock_mutex_token(dlock_mutex *m, uint64_t *token);
+
+/* ------------------------------------------------------------------------ */
+/* Lock status (for tools)                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_holder {
+  char *owner;      /* holder field, e.g. "<uuid>:<tid>" or "...:write" */
+  long long count;  /* hold count */
+} dlock_holder;
+
+typedef struct dlock_status {
+  int locked;             /* 1 if the key exists */
+  long long ttl_ms;       /* PTTL: -2 no key, -1 no expiry */
+  char mode[8];           /* "" (mutex), "read" or "write" (rwlock) */
+  size_t n_holders;
+  dlock_holder *holders;  /* n_holders entries */
+} dlock_status;
+
+/* Reads the holders, their hold counts and the TTL of the lock `name`
+ * (works for mutex and read-write lock layouts). *st is filled and must be
+ * released with dlock_status_clear. Errors: DLOCK_EINVAL, DLOCK_EREDIS (e.g.
+ * the key is not a hash), DLOCK_ECONN. Thread-safety: any thread. */
+DLOCK_API int dlock_status_query(dlock_client *c, const char *name,
+                                 dlock_status *st);
+
+/* Frees what dlock_status_query stored in *st and zeroes it. NULL ok. */
+DLOCK_API void dlock_status_clear(dlock_status *st);
+
+/* ------------------------------------------------------------------------ */
+/* Read-write lock (Redisson RReadWriteLock layout) -- experimental          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_rwlock dlock_rwlock;
+
+DLOCK_API int dlock_rwlock_new(dlock_client *c, const char *name,
+                               dlock_rwlock **out);
+DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_rdlock(dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_tryrdlock(dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_timedrdlock(dlock_rwlock *rw, long long wait_ms,
+                                       long long lease_ms);
+DLOCK_API int dlock_rwlock_wrlock(dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_trywrlock(dlock_rwlock *rw);
+DLOCK_API int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
+                                       long long lease_ms);
+/* Releases the calling thread's most recent hold (write holds before read
+ * holds taken under them are released in LIFO order). */
+DLOCK_API int dlock_rwlock_unlock(dlock_rwlock *rw);
+
+/* ------------------------------------------------------------------------ */
+/* Multi-lock: all of N mutexes, all-or-nothing -- experimental              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_multilock dlock_multilock;
+
+DLOCK_API int dlock_multilock_new(dlock_mutex **locks, size_t n,
+                                  dlock_multilock **out);
+DLOCK_API void dlock_multilock_free(dlock_multilock *ml);
+DLOCK_API int dlock_multilock_lock(dlock_multilock *ml);
+DLOCK_API int dlock_multilock_trylock(dlock_multilock *ml);
+DLOCK_API int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
+                                        long long lease_ms);
+DLOCK_API int dlock_multilock_unlock(dlock_multilock *ml);
+
+/* ------------------------------------------------------------------------ */
+/* Redlock: majority of N independent masters -- experimental                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_redlock dlock_redlock;
+
+DLOCK_API int dlock_redlock_new(dlock_client **clients, size_t n,
+                                const char *name, dlock_redlock **out);
+DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
+DLOCK_API int dlock_redlock_lock(dlock_redlock *rl);
+DLOCK_API int dlock_redlock_trylock(dlock_redlock *rl);
+DLOCK_API int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
+                                      long long lease_ms);
+DLOCK_API int dlock_redlock_unlock(dlock_redlock *rl);
+DLOCK_API int dlock_redlock_token(dlock_redlock *rl, uint64_t *token);
+DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
+
+/* ------------------------------------------------------------------------ */
+/* Semaphore (Redisson RSemaphore layout) -- experimental                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_sem dlock_sem;
+
+DLOCK_API int dlock_sem_new(dlock_client *c, const char *name,
+                            dlock_sem **out);
+DLOCK_API void dlock_sem_free(dlock_sem *s);
+DLOCK_API int dlock_sem_init(dlock_sem *s, long long permits);
+DLOCK_API int dlock_sem_wait(dlock_sem *s);
+DLOCK_API int dlock_sem_trywait(dlock_sem *s);
+DLOCK_API int dlock_sem_timedwait(dlock_sem *s, long long wait_ms);
+DLOCK_API int dlock_sem_post(dlock_sem *s);
+DLOCK_API int dlock_sem_value(dlock_sem *s, long long *v);
+
+/* ------------------------------------------------------------------------ */
+/* Count-down latch (Redisson RCountDownLatch layout) -- experimental        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dlock_latch dlock_latch;
+
+DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
+                              dlock_latch **out);
+DLOCK_API void dlock_latch_free(dlock_latch *l);
+DLOCK_API int dlock_latch_init(dlock_latch *l, long long count);
+DLOCK_API int dlock_latch_count_down(dlock_latch *l);
+DLOCK_API int dlock_latch_await(dlock_latch *l);
+DLOCK_API int dlock_latch_timedawait(dlock_latch *l, long long wait_ms);
+DLOCK_API int dlock_latch_count(dlock_latch *l, long long *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_H */

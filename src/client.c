@@ -1,0 +1,173 @@
+/*
+ * client.c -- the client object: configuration, identity, lifecycle.
+ *
+ * A client owns: the parsed URL, a random UUID (its identity in every lock
+ * field), the node pool behind the router, the pub/sub thread and the
+ * watchdog thread. It is shared freely between threads.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void dlock_config_init(dlock_config *cfg) {
+  if (!cfg)
+    return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->url = NULL;
+  cfg->connect_timeout_ms = 10000;
+  cfg->command_timeout_ms = 3000;
+  cfg->retry_attempts = 3;
+  cfg->retry_interval_ms = 1500;
+  cfg->watchdog_timeout_ms = 30000;
+  cfg->pool_size = 16;
+  cfg->lazy_connect = 0;
+  cfg->subscription_linger_ms = 0;
+}
+
+int dlock__client_check(const dlock_client *c) {
+  if (!c)
+    return dlock__fail(DLOCK_EINVAL, "client is NULL");
+  if (c->fork_gen != dlock__fork_gen())
+    return dlock__fail(DLOCK_EFORK,
+                       "this client was created before fork(); a child "
+                       "process must create its own client");
+  if (atomic_load_explicit(&((dlock_client *)c)->closing,
+                           memory_order_relaxed))
+    return dlock__fail(DLOCK_ECLOSED, "client is closing");
+  return 0;
+}
+
+static int check_cfg(const dlock_config *cfg) {
+  if (cfg->connect_timeout_ms <= 0)
+    return dlock__fail(DLOCK_EINVAL, "connect_timeout_ms must be > 0");
+  if (cfg->command_timeout_ms <= 0)
+    return dlock__fail(DLOCK_EINVAL, "command_timeout_ms must be > 0");
+  if (cfg->retry_attempts < 0)
+    return dlock__fail(DLOCK_EINVAL, "retry_attempts must be >= 0");
+  if (cfg->retry_interval_ms < 0)
+    return dlock__fail(DLOCK_EINVAL, "retry_interval_ms must be >= 0");
+  if (cfg->watchdog_timeout_ms < 3)
+    return dlock__fail(DLOCK_EINVAL, "watchdog_timeout_ms must be >= 3");
+  if (cfg->pool_size <= 0)
+    return dlock__fail(DLOCK_EINVAL, "pool_size must be > 0");
+  if (cfg->subscription_linger_ms < 0)
+    return dlock__fail(DLOCK_EINVAL, "subscription_linger_ms must be >= 0");
+  return 0;
+}
+
+int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
+  dlock__clear_error();
+  if (!out)
+    return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  dlock_config defaults;
+  if (!cfg_in) {
+    dlock_config_init(&defaults);
+    cfg_in = &defaults;
+  }
+  int rc = check_cfg(cfg_in);
+  if (rc)
+    return rc;
+  dlock_client *c = dlock__calloc(1, sizeof *c);
+  if (!c)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  c->cfg = *cfg_in;
+  c->fork_gen = dlock__fork_gen();
+  c->url_str = dlock__strdup(cfg_in->url ? cfg_in->url
+                                         : "redis://127.0.0.1:6379");
+  c->ps_pipe[0] = c->ps_pipe[1] = -1;
+  if (!c->url_str) {
+    free(c);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  c->cfg.url = c->url_str;
+  rc = dlock__url_parse(c->url_str, &c->url);
+  if (rc) {
+    free(c->url_str);
+    free(c);
+    return rc;
+  }
+  dlock__uuid4(c->id);
+  /* The latch must outlive every retry of the unlock it protects. */
+  c->latch_ttl_ms = ((int64_t)c->cfg.command_timeout_ms +
+                     c->cfg.retry_interval_ms) *
+                    (c->cfg.retry_attempts + 1);
+  if (c->latch_ttl_ms < 1)
+    c->latch_ttl_ms = 1;
+  int inited = 0;
+  if ((rc = dlock__node_init(&c->node, c, &c->url, c->cfg.pool_size)) != 0)
+    goto fail;
+  inited = 1;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int cvrc = pthread_cond_init(&c->reg_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (pthread_mutex_init(&c->reg_mu, NULL) != 0 || cvrc != 0 ||
+      pthread_mutex_init(&c->sub_mu, NULL) != 0 ||
+      dlock__map_init(&c->subs, 64) != 0 ||
+      dlock__map_init(&c->subs_grant, 64) != 0) {
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    goto fail;
+  }
+  (void)dlock__core_script(0); /* compute script digests once */
+  if (!c->cfg.lazy_connect) {
+    /* Connect and authenticate now, with the retry policy, so bad
+     * credentials and unreachable servers surface here. */
+    for (int i = 0;; i++) {
+      rc = dlock__node_warm(&c->node);
+      if (rc == 0 || rc != DLOCK_ECONN || i >= c->cfg.retry_attempts)
+        break;
+      dlock__sleep_ms(c->cfg.retry_interval_ms);
+    }
+    if (rc)
+      goto fail;
+  }
+  if ((rc = dlock__pubsub_start(c)) != 0)
+    goto fail;
+  if ((rc = dlock__watchdog_start(c)) != 0)
+    goto fail;
+  *out = c;
+  return 0;
+fail:
+  dlock__pubsub_stop(c);
+  dlock__watchdog_stop(c);
+  if (inited)
+    dlock__node_destroy(&c->node);
+  dlock__map_free(&c->subs);
+  dlock__map_free(&c->subs_grant);
+  dlock__url_free(&c->url);
+  free(c->url_str);
+  free(c);
+  return rc;
+}
+
+void dlock_client_free(dlock_client *c) {
+  if (!c)
+    return;
+  atomic_store(&c->closing, 1);
+  if (c->fork_gen != dlock__fork_gen()) {
+    /* In a forked child the threads do not exist: release memory only; the
+     * sockets belong to the parent, so close nothing the parent uses. */
+    free(c->url_str);
+    free(c);
+    return;
+  }
+  dlock__pubsub_stop(c);
+  dlock__watchdog_stop(c);
+  dlock__node_destroy(&c->node);
+  /* Holds still recorded point into lock objects the user frees. */
+  dlock__map_free(&c->subs);
+  dlock__map_free(&c->subs_grant);
+  pthread_mutex_destroy(&c->sub_mu);
+  pthread_mutex_destroy(&c->reg_mu);
+  pthread_cond_destroy(&c->reg_cv);
+  dlock__url_free(&c->url);
+  free(c->url_str);
+  free(c);
+}
+
+const char *dlock_client_id(const dlock_client *c) { return c ? c->id : ""; }

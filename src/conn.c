@@ -1,0 +1,375 @@
+/*
+ * conn.c -- connections, the per-node pool, and the router.
+ *
+ * Every Redis command of the library goes through dlock__exec. It is the one
+ * place that knows which node serves a key (today: the single standalone
+ * node; Sentinel and Cluster plug in here: slot routing, MOVED/ASK), owns the
+ * retry policy, turns NOSCRIPT into an EVAL on the same connection, and maps
+ * failures to DLOCK_E* codes with a detail message.
+ *
+ * Connections are blocking hiredis contexts with the client's timeouts. An
+ * API thread borrows one from the node's pool for one command and returns it;
+ * the calling thread does its own I/O, so an uncontended call costs exactly
+ * one round trip with no thread hand-off.
+ *
+ * RETRIES. Every script of the library is safe to repeat (acquire writes an
+ * absolute hold count, unlock has its latch, renew and reads are
+ * idempotent), so any command is retried after a connection error, a
+ * timeout, or a transient server state (LOADING, BUSY, TRYAGAIN,
+ * MASTERDOWN), up to cfg.retry_attempts times, cfg.retry_interval_ms apart.
+ * A failure on a pooled connection that was idle (typically: the server
+ * restarted) first drops the idle ones and retries at once on a fresh
+ * connection, without counting as an attempt.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+static struct timeval ms_tv(int ms) {
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  return tv;
+}
+
+static int is_auth_error(const char *s) {
+  return strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
+         strstr(s, "invalid password") || strstr(s, "invalid username") ||
+         strstr(s, "without any password configured") ||
+         strstr(s, "AUTH <password> called");
+}
+
+static int ctx_error(redisContext *ctx, int timeout_ms, const char *what) {
+  if (ctx->err == REDIS_ERR_IO &&
+      (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
+    return dlock__fail(DLOCK_ECONN, "%s: no reply within %d ms", what,
+                       timeout_ms);
+  if (ctx->err == REDIS_ERR_EOF)
+    return dlock__fail(DLOCK_ECONN, "%s: server closed the connection", what);
+  return dlock__fail(DLOCK_ECONN, "%s: %s", what,
+                     ctx->errstr[0] ? ctx->errstr : strerror(errno));
+}
+
+int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
+  *out = NULL;
+  struct timeval ct = ms_tv(c->cfg.connect_timeout_ms);
+  redisContext *ctx = url->is_unix
+                          ? redisConnectUnixWithTimeout(url->path, ct)
+                          : redisConnectWithTimeout(url->host, url->port, ct);
+  if (!ctx)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
+  if (ctx->err) {
+    int rc;
+    if (url->is_unix)
+      rc = dlock__fail(DLOCK_ECONN, "cannot connect to unix:%s: %s",
+                       url->path, ctx->errstr);
+    else
+      rc = dlock__fail(DLOCK_ECONN, "cannot connect to %s:%d: %s", url->host,
+                       url->port, ctx->errstr);
+    redisFree(ctx);
+    return rc;
+  }
+  redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
+  redisReply *r;
+  if (url->password) {
+    if (url->user)
+      r = redisCommand(ctx, "AUTH %s %s", url->user, url->password);
+    else
+      r = redisCommand(ctx, "AUTH %s", url->password);
+  } else {
+    /* No credentials: a PING tells at once whether the server wants some,
+     * so a missing password is reported at connect time too. */
+    r = redisCommand(ctx, "PING");
+  }
+  if (!r) {
+    int rc = ctx_error(ctx, c->cfg.command_timeout_ms, "handshake");
+    redisFree(ctx);
+    return rc;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    int rc = is_auth_error(r->str) || url->password
+                 ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s",
+                               r->str)
+                 : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+    freeReplyObject(r);
+    redisFree(ctx);
+    return rc;
+  }
+  freeReplyObject(r);
+  if (url->db) {
+    r = redisCommand(ctx, "SELECT %d", url->db);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+      int rc = r ? dlock__fail(DLOCK_EREDIS, "SELECT %d refused: %s", url->db,
+                               r->str)
+                 : ctx_error(ctx, c->cfg.command_timeout_ms, "SELECT");
+      if (r)
+        freeReplyObject(r);
+      redisFree(ctx);
+      return rc;
+    }
+    freeReplyObject(r);
+  }
+  *out = ctx;
+  return 0;
+}
+
+/* ---- the pool ----------------------------------------------------------- */
+
+int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
+                     int max) {
+  memset(n, 0, sizeof *n);
+  n->c = c;
+  n->url = url;
+  n->max = max > 0 ? max : 1;
+  if (pthread_mutex_init(&n->mu, NULL) != 0)
+    return DLOCK_ENOMEM;
+  if (pthread_cond_init(&n->cv, NULL) != 0) {
+    pthread_mutex_destroy(&n->mu);
+    return DLOCK_ENOMEM;
+  }
+  return 0;
+}
+
+void dlock__node_destroy(dlock__node *n) {
+  dlock__conn *k = n->idle;
+  while (k) {
+    dlock__conn *nx = k->next;
+    redisFree(k->ctx);
+    free(k);
+    k = nx;
+  }
+  n->idle = NULL;
+  pthread_cond_destroy(&n->cv);
+  pthread_mutex_destroy(&n->mu);
+}
+
+/* Borrows a connection; *fresh = 1 if it was just created. */
+static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
+  *fresh = 0;
+  pthread_mutex_lock(&n->mu);
+  for (;;) {
+    if (n->idle) {
+      dlock__conn *k = n->idle;
+      n->idle = k->next;
+      pthread_mutex_unlock(&n->mu);
+      *out = k;
+      return 0;
+    }
+    if (n->total < n->max)
+      break;
+    pthread_cond_wait(&n->cv, &n->mu);
+  }
+  n->total++;
+  pthread_mutex_unlock(&n->mu);
+  dlock__conn *k = dlock__malloc(sizeof *k);
+  int rc = k ? dlock__connect(n->c, n->url, &k->ctx)
+             : dlock__fail(DLOCK_ENOMEM, "out of memory");
+  if (rc != 0) {
+    free(k);
+    pthread_mutex_lock(&n->mu);
+    n->total--;
+    pthread_cond_signal(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    return rc;
+  }
+  k->next = NULL;
+  *fresh = 1;
+  *out = k;
+  return 0;
+}
+
+static void pool_put(dlock__node *n, dlock__conn *k) {
+  pthread_mutex_lock(&n->mu);
+  k->next = n->idle;
+  n->idle = k;
+  pthread_cond_signal(&n->cv);
+  pthread_mutex_unlock(&n->mu);
+}
+
+/* Drops a broken connection; with all_idle, also every idle one (they most
+ * likely broke the same way, e.g. a server restart). */
+static void pool_drop(dlock__node *n, dlock__conn *k, int all_idle) {
+  dlock__conn *stale = NULL;
+  pthread_mutex_lock(&n->mu);
+  n->total--;
+  if (all_idle) {
+    stale = n->idle;
+    for (dlock__conn *s = stale; s; s = s->next)
+      n->total--;
+    n->idle = NULL;
+  }
+  pthread_cond_broadcast(&n->cv);
+  pthread_mutex_unlock(&n->mu);
+  redisFree(k->ctx);
+  free(k);
+  while (stale) {
+    dlock__conn *nx = stale->next;
+    redisFree(stale->ctx);
+    free(stale);
+    stale = nx;
+  }
+}
+
+int dlock__node_warm(dlock__node *n) {
+  dlock__conn *k;
+  int fresh;
+  int rc = pool_get(n, &k, &fresh);
+  if (rc == 0)
+    pool_put(n, k);
+  return rc;
+}
+
+/* ---- the router --------------------------------------------------------- */
+
+static dlock__node *route(dlock_client *c, const char *key) {
+  (void)key; /* standalone: one node serves every key */
+  return &c->node;
+}
+
+static int retryable_reply(const char *s) {
+  return strncmp(s, "LOADING", 7) == 0 || strncmp(s, "BUSY", 4) == 0 ||
+         strncmp(s, "TRYAGAIN", 8) == 0 || strncmp(s, "MASTERDOWN", 10) == 0;
+}
+
+static redisReply *send_cmd(redisContext *ctx, const dlock__cmd *cmd) {
+  redisReply *r = redisCommandArgv(ctx, cmd->argc, cmd->argv, cmd->argvlen);
+  if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
+      strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    /* The server lost its script cache (SCRIPT FLUSH, restart): send the
+     * body once; EVAL also caches it for the next EVALSHA. */
+    freeReplyObject(r);
+    const char *stack[16];
+    const char **argv = cmd->argc <= 16
+                            ? stack
+                            : dlock__calloc((size_t)cmd->argc, sizeof *argv);
+    size_t lstack[16];
+    size_t *lens = cmd->argc <= 16
+                       ? lstack
+                       : dlock__calloc((size_t)cmd->argc, sizeof *lens);
+    if (!argv || !lens) {
+      if (argv != stack)
+        free(argv);
+      if (lens != lstack)
+        free(lens);
+      return NULL;
+    }
+    memcpy(argv, cmd->argv, sizeof *argv * (size_t)cmd->argc);
+    memcpy(lens, cmd->argvlen, sizeof *lens * (size_t)cmd->argc);
+    argv[0] = "EVAL";
+    lens[0] = 4;
+    argv[1] = cmd->script->body;
+    lens[1] = strlen(cmd->script->body);
+    r = redisCommandArgv(ctx, cmd->argc, argv, lens);
+    if (argv != stack)
+      free(argv);
+    if (lens != lstack)
+      free(lens);
+  }
+  return r;
+}
+
+int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
+  *out = NULL;
+  dlock__node *n = route(c, cmd->key);
+  int attempts = cmd->no_retry ? 1 : 1 + (c->cfg.retry_attempts > 0
+                                              ? c->cfg.retry_attempts
+                                              : 0);
+  int stale_retry_used = 0;
+  int rc = DLOCK_ECONN;
+  for (int i = 0;;) {
+    dlock__conn *k;
+    int fresh;
+    rc = pool_get(n, &k, &fresh);
+    if (rc == DLOCK_EAUTH || rc == DLOCK_EREDIS || rc == DLOCK_ENOMEM)
+      return rc;
+    if (rc == 0) {
+      redisReply *r = send_cmd(k->ctx, cmd);
+      if (!r) {
+        int timed_out = k->ctx->err == REDIS_ERR_IO &&
+                        (errno == EAGAIN || errno == EWOULDBLOCK);
+        rc = k->ctx->err ? ctx_error(k->ctx, c->cfg.command_timeout_ms,
+                                     cmd->argv[0])
+                         : dlock__fail(DLOCK_ENOMEM, "out of memory");
+        /* A reused connection that broke without timing out most likely
+         * died while idle (server restart, CLIENT KILL): try a fresh one at
+         * once. A timeout is real trouble and waits like any failure. */
+        int eof_on_idle = !fresh && !timed_out;
+        pool_drop(n, k, 1);
+        if (rc == DLOCK_ENOMEM)
+          return rc;
+        if (eof_on_idle && !stale_retry_used) {
+          stale_retry_used = 1;
+          continue;
+        }
+      } else if (r->type == REDIS_REPLY_ERROR) {
+        if (retryable_reply(r->str)) {
+          rc = dlock__fail(DLOCK_EREDIS, "%s", r->str);
+          freeReplyObject(r);
+          pool_put(n, k);
+        } else {
+          rc = is_auth_error(r->str)
+                   ? dlock__fail(DLOCK_EAUTH, "authentication required: %s",
+                                 r->str)
+                   : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+          freeReplyObject(r);
+          pool_put(n, k);
+          return rc;
+        }
+      } else {
+        pool_put(n, k);
+        *out = r;
+        return 0;
+      }
+    }
+    if (++i >= attempts)
+      return rc;
+    if (atomic_load(&c->closing))
+      return dlock__fail(DLOCK_ECLOSED, "client is closing");
+    dlock__sleep_ms(c->cfg.retry_interval_ms);
+  }
+}
+
+int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
+                const char **keys, const size_t *klens, int nargs,
+                const char **args, const size_t *alens, redisReply **out) {
+  enum { STACK = 24 };
+  const char *av_stack[STACK];
+  size_t al_stack[STACK];
+  int argc = 3 + nkeys + nargs;
+  const char **av = argc <= STACK ? av_stack
+                                  : dlock__calloc((size_t)argc, sizeof *av);
+  size_t *al = argc <= STACK ? al_stack
+                             : dlock__calloc((size_t)argc, sizeof *al);
+  if (!av || !al) {
+    if (av != av_stack)
+      free(av);
+    if (al != al_stack)
+      free(al);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  char nk[16];
+  int nkl = snprintf(nk, sizeof nk, "%d", nkeys);
+  av[0] = "EVALSHA";
+  al[0] = 7;
+  av[1] = s->sha;
+  al[1] = 40;
+  av[2] = nk;
+  al[2] = (size_t)nkl;
+  for (int i = 0; i < nkeys; i++) {
+    av[3 + i] = keys[i];
+    al[3 + i] = klens ? klens[i] : strlen(keys[i]);
+  }
+  for (int i = 0; i < nargs; i++) {
+    av[3 + nkeys + i] = args[i];
+    al[3 + nkeys + i] = alens ? alens[i] : strlen(args[i]);
+  }
+  dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, 0};
+  int rc = dlock__exec(c, &cmd, out);
+  if (av != av_stack)
+    free(av);
+  if (al != al_stack)
+    free(al);
+  return rc;
+}

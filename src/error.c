@@ -1,0 +1,59 @@
+/*
+ * error.c -- error codes, their text, and the per-thread detail message.
+ *
+ * The code is the contract; the detail message (dlock_last_error) is for
+ * people. Each thread has its own buffer so threads sharing a client never
+ * see each other's messages.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static _Thread_local char t_errbuf[512];
+
+const char *dlock_strerror(int err) {
+  switch (err) {
+#define DLOCK__ERR_TEXT(name, value, msg)                                      \
+  case DLOCK_##name:                                                           \
+    return msg;
+    DLOCK_ERRNO_MAP(DLOCK__ERR_TEXT)
+#undef DLOCK__ERR_TEXT
+  default:
+    return "unknown error";
+  }
+}
+
+const char *dlock_err_name(int err) {
+  switch (err) {
+#define DLOCK__ERR_NAME(name, value, msg)                                      \
+  case DLOCK_##name:                                                           \
+    return #name;
+    DLOCK_ERRNO_MAP(DLOCK__ERR_NAME)
+#undef DLOCK__ERR_NAME
+  default:
+    return "UNKNOWN";
+  }
+}
+
+const char *dlock_last_error(void) { return t_errbuf; }
+
+int dlock__fail(int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_errbuf, sizeof t_errbuf, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+void dlock__clear_error(void) { t_errbuf[0] = '\0'; }
+
+int dlock_version(void) { return DLOCK_VERSION_NUMBER; }
+
+#define DLOCK__STR2(x) #x
+#define DLOCK__STR(x) DLOCK__STR2(x)
+const char *dlock_version_string(void) {
+  return DLOCK__STR(DLOCK_VERSION_MAJOR) "." DLOCK__STR(
+      DLOCK_VERSION_MINOR) "." DLOCK__STR(DLOCK_VERSION_PATCH);
+}

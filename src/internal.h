@@ -1,0 +1,358 @@
+/*
+ * internal.h -- what the library's source files share. Nothing here is API.
+ *
+ * Architecture (docs/design.md has the long version):
+ *
+ *   API threads --> router (dlock__exec) --> node --> pool of blocking
+ *                    one place that knows       hiredis connections
+ *                    which node serves a key
+ *
+ *   pubsub thread:   one subscriber connection per client; wakes waiting
+ *                    threads (slots) on grant / "0" / "1" messages.
+ *   watchdog thread: renews every watchdog hold of the client in pipelined
+ *                    batches on its own connection; reports lost locks.
+ *
+ * Naming: public names dlock_, internal non-static names dlock__.
+ */
+#ifndef DLOCK_INTERNAL_H
+#define DLOCK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "dlock.h"
+
+#define DLOCK__UUID_LEN 36
+/* "<uuid>:<tid>" with tid up to 20 digits, plus ":write" and NUL. */
+#define DLOCK__FIELD_MAX 72
+
+/* ---- errors (error.c) --------------------------------------------------- */
+
+/* Sets the calling thread's detail message and returns err. */
+int dlock__fail(int err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void dlock__clear_error(void);
+
+/* ---- utilities (util.c) ------------------------------------------------- */
+
+int64_t dlock__now_ms(void);  /* monotonic */
+int64_t dlock__now_us(void);  /* monotonic */
+void dlock__sleep_ms(int64_t ms);
+/* Fills buf with n cryptographically random bytes (getrandom). */
+int dlock__random_bytes(void *buf, size_t n);
+/* Fast per-thread PRNG (seeded from getrandom). */
+uint64_t dlock__rand64(void);
+void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]);
+/* 32 lowercase hex chars + NUL, from the per-thread PRNG. */
+void dlock__request_id(char out[33]);
+/* SHA1 of data as 40 lowercase hex chars + NUL. */
+void dlock__sha1_hex(const char *data, size_t len, char out[41]);
+/* Per-process thread id: a counter, never reused, assigned on first use. */
+uint64_t dlock__tid(void);
+/* Fork generation: increases in every child after fork(). */
+unsigned dlock__fork_gen(void);
+void *dlock__malloc(size_t n);
+void *dlock__calloc(size_t n, size_t m);
+char *dlock__strdup(const char *s);
+char *dlock__strndup(const char *s, size_t n);
+
+/* A string builder with inline storage; never fails silently: on OOM it
+ * sets oom and keeps the old contents. */
+typedef struct dlock__sb {
+  char *p;
+  size_t len, cap;
+  int oom;
+  char inl[192];
+} dlock__sb;
+void dlock__sb_init(dlock__sb *b);
+void dlock__sb_free(dlock__sb *b);
+void dlock__sb_reset(dlock__sb *b);
+void dlock__sb_add(dlock__sb *b, const char *s, size_t n);
+void dlock__sb_adds(dlock__sb *b, const char *s);
+void dlock__sb_addu64(dlock__sb *b, uint64_t v);
+void dlock__sb_addi64(dlock__sb *b, int64_t v);
+
+/* Redisson naming rules (RedissonObject.prefixName / suffixName):
+ * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
+ * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */
+void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name);
+void dlock__suffix_name(dlock__sb *b, const char *name, const char *suffix);
+
+/* A tiny string-keyed hash map (chaining); keys are borrowed. */
+typedef struct dlock__map_ent {
+  struct dlock__map_ent *next;
+  const char *key;
+  size_t klen;
+  uint64_t hash;
+  void *val;
+} dlock__map_ent;
+typedef struct dlock__map {
+  dlock__map_ent **b;
+  size_t nb, n;
+} dlock__map;
+int dlock__map_init(dlock__map *m, size_t nb);
+void dlock__map_free(dlock__map *m);
+void *dlock__map_get(const dlock__map *m, const char *key, size_t klen);
+int dlock__map_put(dlock__map *m, const char *key, size_t klen, void *val);
+void *dlock__map_del(dlock__map *m, const char *key, size_t klen);
+
+/* ---- URL (url.c) -------------------------------------------------------- */
+
+typedef struct dlock__url {
+  int is_unix;
+  char *host; /* TCP */
+  int port;
+  char *path; /* unix */
+  char *user, *password;
+  int db;
+} dlock__url;
+int dlock__url_parse(const char *url, dlock__url *out);
+void dlock__url_free(dlock__url *u);
+
+/* ---- scripts (scripts.c) ------------------------------------------------ */
+
+typedef struct dlock__script {
+  const char *name;
+  const char *body;
+  char sha[41];
+} dlock__script;
+
+enum {
+  DLOCK__S_ACQUIRE,
+  DLOCK__S_UNLOCK,
+  DLOCK__S_FORCE_UNLOCK,
+  DLOCK__S_RENEW,
+  DLOCK__S_CANCEL,
+  DLOCK__S_STATUS,
+  DLOCK__S_COUNT_CORE
+};
+/* Scripts registered by other modules (lock family) go through
+ * dlock__script_init on a static dlock__script. */
+void dlock__script_init(dlock__script *s);
+const dlock__script *dlock__core_script(int id);
+
+/* ---- connections, nodes and the router (conn.c) ------------------------- */
+
+typedef struct dlock__conn {
+  struct dlock__conn *next;
+  redisContext *ctx;
+} dlock__conn;
+
+typedef struct dlock__node {
+  dlock_client *c;
+  const dlock__url *url;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  dlock__conn *idle;
+  int total;
+  int max;
+} dlock__node;
+
+/* One command. argv[0..argc) with lengths. When script is set, argv[0] and
+ * argv[1] are filled in by the router (EVALSHA sha, or EVAL body after a
+ * NOSCRIPT). key routes the command; NULL means "any node". */
+typedef struct dlock__cmd {
+  const char *key;
+  const dlock__script *script;
+  int argc;
+  const char **argv;
+  const size_t *argvlen;
+  int no_retry; /* one attempt only (Redlock votes) */
+} dlock__cmd;
+
+/* Connects a blocking context to url with the client's timeouts, then AUTH
+ * and SELECT. Returns 0 or DLOCK_ECONN / DLOCK_EAUTH / DLOCK_EREDIS. */
+int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
+/* Runs cmd with the retry policy; *out gets the reply (freeReplyObject).
+ * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
+ * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
+int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
+/* Convenience for scripts: keys then args. */
+int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
+                const char **keys, const size_t *klens, int nargs,
+                const char **args, const size_t *alens, redisReply **out);
+/* Builds an EVALSHA into a pipeline on ctx (used by the watchdog). */
+int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
+                     int max);
+void dlock__node_destroy(dlock__node *n);
+/* Establishes one pooled connection now (non-lazy client creation). */
+int dlock__node_warm(dlock__node *n);
+
+/* ---- client ------------------------------------------------------------- */
+
+typedef struct dlock__slot dlock__slot;
+typedef struct dlock__sub dlock__sub;
+typedef struct dlock__hold dlock__hold;
+
+struct dlock_client {
+  dlock_config cfg;
+  char *url_str;
+  dlock__url url;
+  char id[DLOCK__UUID_LEN + 1];
+  unsigned fork_gen;
+  atomic_int closing;
+  dlock__node node; /* standalone: the only node. The router picks it. */
+  int64_t latch_ttl_ms;
+
+  /* -- pub/sub (pubsub.c) -- */
+  pthread_mutex_t sub_mu;
+  dlock__map subs;       /* shared channel -> dlock__sub */
+  dlock__map subs_grant; /* grant channel -> dlock__sub */
+  dlock__sub *sub_list;
+  int ps_pipe[2];
+  pthread_t ps_thread;
+  int ps_started;
+  int ps_connected;
+
+  /* -- watchdog and hold registry (watchdog.c) -- */
+  pthread_mutex_t reg_mu;
+  pthread_cond_t reg_cv;
+  dlock__hold *wd_head; /* holds renewed by the watchdog */
+  size_t wd_count;
+  int wd_busy; /* a renewal batch is in flight */
+  int wd_stop;
+  int wd_kick;
+  pthread_t wd_thread;
+  int wd_started;
+};
+
+/* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
+ * DLOCK_ECLOSED / DLOCK_EINVAL. */
+int dlock__client_check(const dlock_client *c);
+
+/* ---- pub/sub waiting (pubsub.c) ----------------------------------------- */
+
+/* A thread waiting for a lock. Lives on the waiter's stack; guarded by
+ * c->sub_mu. */
+struct dlock__slot {
+  dlock__slot *next, *prev;
+  pthread_cond_t cv;
+  uint64_t tid;
+  int granted; /* the unlock script handed the lock to this thread */
+  int kicked;  /* retry now: "0" message, subscription (re)activated */
+  int all;     /* woken by a "1" (wake-all) message */
+  int64_t value; /* payload of the last message (semaphore permits) */
+};
+
+enum { DLOCK__SUB_IDLE, DLOCK__SUB_SUBSCRIBING, DLOCK__SUB_ACTIVE,
+       DLOCK__SUB_UNSUBSCRIBING };
+
+/* Wake policy for messages on the shared channel. */
+enum {
+  DLOCK__WAKE_LOCK,  /* "0": one waiter, "1": all (Redisson LockPubSub) */
+  DLOCK__WAKE_ALL,   /* any message wakes every waiter (latch) */
+  DLOCK__WAKE_COUNT  /* message = permits available: wake that many */
+};
+
+struct dlock__sub {
+  dlock__sub *next_all;
+  char *channel;       /* shared channel */
+  char *grant_channel; /* per-client grant channel, or NULL */
+  int wake_policy;
+  int state;
+  int refs;          /* waiting threads */
+  int confirms;      /* (un)subscribe confirmations still expected */
+  int64_t idle_since;
+  dlock__slot *slots; /* FIFO */
+  dlock__slot *slots_tail;
+};
+
+/* Joins the wait entry for (channel, grant_channel), subscribing if needed;
+ * registers slot. *active tells whether the subscription is confirmed. */
+int dlock__sub_join(dlock_client *c, const char *channel,
+                    const char *grant_channel, int wake_policy,
+                    dlock__slot *slot, dlock__sub **out, int *active);
+/* Waits (c->sub_mu taken inside) until the slot is granted/kicked or the
+ * monotonic deadline (ms; <0 = none) passes. Returns 1 if woken, 0 on
+ * timeout. *active is the subscription state on return. */
+int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
+                    int64_t until_ms, int *granted, int *active);
+void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot);
+int dlock__pubsub_start(dlock_client *c);
+void dlock__pubsub_stop(dlock_client *c);
+
+/* ---- holds and the watchdog (watchdog.c) -------------------------------- */
+
+/* What this process knows about one thread's holds on one lock object.
+ * Guarded by c->reg_mu. */
+struct dlock__hold {
+  dlock__hold *next;             /* in the owner object's list */
+  dlock__hold *wd_prev, *wd_next; /* in c->wd_head while renewed */
+  const char *name;              /* borrowed from the lock object */
+  uint64_t tid;
+  uint32_t gen;
+  int count;
+  int wd_count;       /* holds taken with the watchdog */
+  int in_wd;
+  int lost;
+  int64_t lease_ms;   /* lease of the most recent explicit acquisition */
+  int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
+  int64_t retry_at;   /* after a failed renewal: retry not before this */
+  uint64_t token;     /* fenced locks */
+  const char *field_suffix; /* "" or ":write" */
+};
+
+void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
+void dlock__wd_remove(dlock_client *c, dlock__hold *h); /* reg_mu held */
+/* Waits until no renewal batch is in flight (reg_mu held). */
+void dlock__wd_quiesce(dlock_client *c);
+int dlock__watchdog_start(dlock_client *c);
+void dlock__watchdog_stop(dlock_client *c);
+
+/* Writes "<uuid>:<tid>" into buf (>= DLOCK__FIELD_MAX). Returns length. */
+size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf);
+
+
+/* ---- lock objects (mutex.c) --------------------------------------------- */
+
+/* What distinguishes the mutex variants (plain, fair, fenced). The wait
+ * loop, the hold records and the watchdog are shared (mutex.c). */
+typedef struct dlock__mutex_ops {
+  const char *kind_name;
+  /* One acquire attempt. target = the thread's hold count after it; queue =
+   * join the wait queue on failure (only when subscribed); wait_ms = the
+   * caller's wait budget (fair lock deadlines; -1 forever). Returns 1 held
+   * (*token set by fenced locks), 0 taken elsewhere (*ttl = holder's PTTL),
+   * or a negative code (DLOCK_ELOST: a reentrant acquire found our hold
+   * gone). */
+  int (*attempt)(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
+                 int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token);
+  /* Releases one hold: 1 released, 0 holds remain, DLOCK_ELOST if Redis
+   * says we are not the owner, or a negative code. */
+  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease);
+  /* Leaves the wait queue after giving up: 1 if the lock was handed to us
+   * meanwhile (*token set), 0 if not, or a negative code. May be NULL. */
+  int (*cancel)(dlock_mutex *m, uint64_t tid, int64_t lease, int64_t wait_ms,
+                uint64_t *token);
+  /* The channel(s) a waiting thread subscribes to; grant may stay empty
+   * (no direct hand-over). */
+  void (*channels)(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
+                   dlock__sb *grant);
+  /* Force unlock: 1 deleted, 0 none, or a negative code. */
+  int (*force)(dlock_mutex *m);
+  int wake_policy;
+} dlock__mutex_ops;
+
+struct dlock_mutex {
+  dlock_client *c;
+  const dlock__mutex_ops *ops;
+  dlock__hold *holds; /* one per thread that ever held it; reg_mu */
+  size_t name_len;
+  char name[];
+};
+
+extern const dlock__mutex_ops dlock__plain_ops;
+extern const dlock__mutex_ops dlock__fair_ops;
+extern const dlock__mutex_ops dlock__fenced_ops;
+
+/* Creates a mutex object with the given ops (variants call this). */
+int dlock__mutex_create(dlock_client *c, const char *name,
+                        const dlock__mutex_ops *ops, dlock_mutex **out);
+/* Parses an integer reply; DLOCK_EPROTO otherwise. */
+int dlock__reply_int(const redisReply *r, long long *v);
+
+#endif

@@ -1,0 +1,466 @@
+/*
+ * pubsub.c -- the subscriber thread and the wait slots of waiting threads.
+ *
+ * One subscriber connection per client. For every lock name some thread of
+ * this client waits on, the client holds ONE subscription entry (shared by
+ * all its waiting threads, dropped when none is left, or after
+ * cfg.subscription_linger_ms): the lock's Redisson channel and, for the
+ * mutex, this client's grant channel for that lock.
+ *
+ * Waiting threads register a slot (on their own stack) in the entry's FIFO
+ * and sleep on the slot's condition variable. Messages wake slots:
+ *   grant channel, payload <tid>  -> exactly that thread: it now holds the
+ *                                     lock (the unlock script handed it over)
+ *   lock channel "0"              -> one thread retries (Redisson semantics)
+ *   lock channel "1"              -> every thread retries (read unlock)
+ * When a subscription becomes active, and after every reconnect (messages
+ * may have been lost meanwhile, pub/sub is at most once), every slot of the
+ * entry is kicked so its thread retries at once. Slots never wait longer
+ * than the TTL their last attempt returned, so a lost message costs at most
+ * one TTL, never a hang.
+ *
+ * Only this thread touches the subscriber connection; entries and slots are
+ * guarded by c->sub_mu. API threads poke the thread through a pipe.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void poke(dlock_client *c) {
+  if (c->ps_pipe[1] >= 0) {
+    char b = 1;
+    ssize_t r = write(c->ps_pipe[1], &b, 1);
+    (void)r; /* a full pipe already means "wake up" */
+  }
+}
+
+static void slot_signal(dlock__slot *sl) { pthread_cond_signal(&sl->cv); }
+
+static void kick_all(dlock__sub *s) {
+  for (dlock__slot *sl = s->slots; sl; sl = sl->next) {
+    sl->kicked = 1;
+    slot_signal(sl);
+  }
+}
+
+static void kick_n(dlock__sub *s, int64_t n) {
+  for (dlock__slot *sl = s->slots; sl && n > 0; sl = sl->next) {
+    if (sl->kicked || sl->granted)
+      continue;
+    sl->kicked = 1;
+    slot_signal(sl);
+    n--;
+  }
+}
+
+int dlock__sub_join(dlock_client *c, const char *channel,
+                    const char *grant_channel, int wake_policy,
+                    dlock__slot *slot, dlock__sub **out, int *active) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(&slot->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+  slot->next = slot->prev = NULL;
+  slot->granted = slot->kicked = slot->all = 0;
+  slot->value = 0;
+  slot->tid = dlock__tid();
+
+  pthread_mutex_lock(&c->sub_mu);
+  dlock__sub *s = dlock__map_get(&c->subs, channel, strlen(channel));
+  int need_poke = 0;
+  if (!s) {
+    s = dlock__calloc(1, sizeof *s);
+    if (s) {
+      s->channel = dlock__strdup(channel);
+      s->grant_channel = grant_channel ? dlock__strdup(grant_channel) : NULL;
+    }
+    if (!s || !s->channel || (grant_channel && !s->grant_channel) ||
+        dlock__map_put(&c->subs, s->channel, strlen(s->channel), s) != 0) {
+      pthread_mutex_unlock(&c->sub_mu);
+      if (s) {
+        free(s->channel);
+        free(s->grant_channel);
+        free(s);
+      }
+      pthread_cond_destroy(&slot->cv);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    if (s->grant_channel &&
+        dlock__map_put(&c->subs_grant, s->grant_channel,
+                       strlen(s->grant_channel), s) != 0) {
+      dlock__map_del(&c->subs, s->channel, strlen(s->channel));
+      pthread_mutex_unlock(&c->sub_mu);
+      free(s->channel);
+      free(s->grant_channel);
+      free(s);
+      pthread_cond_destroy(&slot->cv);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    s->wake_policy = wake_policy;
+    s->state = DLOCK__SUB_IDLE;
+    s->next_all = c->sub_list;
+    c->sub_list = s;
+  }
+  if (s->refs++ == 0)
+    need_poke = 1;
+  slot->prev = s->slots_tail;
+  if (s->slots_tail)
+    s->slots_tail->next = slot;
+  else
+    s->slots = slot;
+  s->slots_tail = slot;
+  *active = s->state == DLOCK__SUB_ACTIVE;
+  *out = s;
+  pthread_mutex_unlock(&c->sub_mu);
+  if (need_poke)
+    poke(c);
+  return 0;
+}
+
+int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
+                    int64_t until_ms, int *granted, int *active) {
+  pthread_mutex_lock(&c->sub_mu);
+  while (!slot->granted && !slot->kicked && !atomic_load(&c->closing)) {
+    if (until_ms >= 0) {
+      int64_t now = dlock__now_ms();
+      if (now >= until_ms)
+        break;
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      int64_t d = until_ms - now;
+      ts.tv_sec += (time_t)(d / 1000);
+      ts.tv_nsec += (long)(d % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&slot->cv, &c->sub_mu, &ts);
+    } else {
+      pthread_cond_wait(&slot->cv, &c->sub_mu);
+    }
+  }
+  int woke = slot->granted || slot->kicked;
+  *granted = slot->granted;
+  slot->kicked = 0;
+  *active = s->state == DLOCK__SUB_ACTIVE;
+  pthread_mutex_unlock(&c->sub_mu);
+  return woke;
+}
+
+void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
+  pthread_mutex_lock(&c->sub_mu);
+  if (slot->prev)
+    slot->prev->next = slot->next;
+  else
+    s->slots = slot->next;
+  if (slot->next)
+    slot->next->prev = slot->prev;
+  else
+    s->slots_tail = slot->prev;
+  int poke_it = 0;
+  if (--s->refs == 0) {
+    s->idle_since = dlock__now_ms();
+    poke_it = 1;
+  }
+  pthread_mutex_unlock(&c->sub_mu);
+  pthread_cond_destroy(&slot->cv);
+  if (poke_it)
+    poke(c);
+}
+
+/* ---- the subscriber thread ---------------------------------------------- */
+
+typedef struct ps_state {
+  redisContext *ctx;
+  int64_t next_connect_at;
+  int64_t backoff;
+} ps_state;
+
+static void free_sub(dlock_client *c, dlock__sub *s) {
+  dlock__map_del(&c->subs, s->channel, strlen(s->channel));
+  if (s->grant_channel)
+    dlock__map_del(&c->subs_grant, s->grant_channel,
+                   strlen(s->grant_channel));
+  free(s->channel);
+  free(s->grant_channel);
+  free(s);
+}
+
+static void append_sub_cmd(redisContext *ctx, const char *verb,
+                           dlock__sub *s) {
+  const char *argv[3] = {verb, s->channel, s->grant_channel};
+  size_t lens[3] = {strlen(verb), strlen(s->channel),
+                    s->grant_channel ? strlen(s->grant_channel) : 0};
+  redisAppendCommandArgv(ctx, s->grant_channel ? 3 : 2, argv, lens);
+  s->confirms = s->grant_channel ? 2 : 1;
+}
+
+/* Brings subscriptions in line with what waiters want. sub_mu held.
+ * Returns the next time (ms) it must run again for a linger, or -1. */
+static int64_t reconcile(dlock_client *c, ps_state *ps) {
+  int64_t next = -1, now = dlock__now_ms();
+  dlock__sub **pp = &c->sub_list;
+  while (*pp) {
+    dlock__sub *s = *pp;
+    if (s->refs > 0 && s->state == DLOCK__SUB_IDLE && ps->ctx) {
+      append_sub_cmd(ps->ctx, "SUBSCRIBE", s);
+      s->state = DLOCK__SUB_SUBSCRIBING;
+    } else if (s->refs == 0 && s->state == DLOCK__SUB_ACTIVE) {
+      int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
+      if (now >= due && ps->ctx) {
+        append_sub_cmd(ps->ctx, "UNSUBSCRIBE", s);
+        s->state = DLOCK__SUB_UNSUBSCRIBING;
+      } else if (next < 0 || due < next) {
+        next = due;
+      }
+    } else if (s->refs == 0 && s->state == DLOCK__SUB_IDLE) {
+      *pp = s->next_all;
+      free_sub(c, s);
+      continue;
+    }
+    pp = &s->next_all;
+  }
+  return next;
+}
+
+static void on_disconnect(dlock_client *c, ps_state *ps) {
+  if (ps->ctx) {
+    redisFree(ps->ctx);
+    ps->ctx = NULL;
+  }
+  pthread_mutex_lock(&c->sub_mu);
+  c->ps_connected = 0;
+  for (dlock__sub *s = c->sub_list; s; s = s->next_all) {
+    s->state = DLOCK__SUB_IDLE;
+    s->confirms = 0;
+    kick_all(s); /* messages may have been lost: everyone re-checks */
+  }
+  pthread_mutex_unlock(&c->sub_mu);
+  ps->next_connect_at = dlock__now_ms() + ps->backoff;
+  ps->backoff = ps->backoff * 2;
+  if (ps->backoff > c->cfg.retry_interval_ms)
+    ps->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms
+                                                : 50;
+}
+
+static int64_t parse_i64(const char *s, size_t n, int *ok) {
+  int64_t v = 0;
+  int neg = 0;
+  size_t i = 0;
+  *ok = 0;
+  if (n > 0 && s[0] == '-') {
+    neg = 1;
+    i = 1;
+  }
+  if (i >= n || n - i > 18)
+    return 0;
+  for (; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return 0;
+    v = v * 10 + (s[i] - '0');
+  }
+  *ok = 1;
+  return neg ? -v : v;
+}
+
+static void on_reply(dlock_client *c, redisReply *r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_STRING)
+    return;
+  const char *kind = r->element[0]->str;
+  const char *ch = r->element[1]->str;
+  size_t chl = r->element[1]->len;
+  pthread_mutex_lock(&c->sub_mu);
+  int is_grant = 0;
+  dlock__sub *s = dlock__map_get(&c->subs, ch, chl);
+  if (!s) {
+    s = dlock__map_get(&c->subs_grant, ch, chl);
+    is_grant = s != NULL;
+  }
+  if (!s) {
+    pthread_mutex_unlock(&c->sub_mu);
+    return;
+  }
+  if (strcmp(kind, "subscribe") == 0) {
+    if (s->state == DLOCK__SUB_SUBSCRIBING && --s->confirms == 0) {
+      s->state = DLOCK__SUB_ACTIVE;
+      kick_all(s); /* now they can queue for a direct hand-over */
+    }
+  } else if (strcmp(kind, "unsubscribe") == 0) {
+    if (s->state == DLOCK__SUB_UNSUBSCRIBING && --s->confirms == 0)
+      s->state = DLOCK__SUB_IDLE; /* reconcile frees or resubscribes */
+  } else if (strcmp(kind, "message") == 0 &&
+             r->element[2]->type == REDIS_REPLY_STRING) {
+    int ok;
+    int64_t v = parse_i64(r->element[2]->str, r->element[2]->len, &ok);
+    if (is_grant) {
+      /* Payload "<tid>" or "<tid>:<value>" (e.g. a fencing token). */
+      const char *p = r->element[2]->str;
+      size_t pl = r->element[2]->len;
+      const char *colon = memchr(p, ':', pl);
+      int64_t extra = 0;
+      int ok2 = 1;
+      if (colon) {
+        v = parse_i64(p, (size_t)(colon - p), &ok);
+        extra = parse_i64(colon + 1, pl - (size_t)(colon - p) - 1, &ok2);
+      }
+      for (dlock__slot *sl = s->slots; ok && ok2 && sl; sl = sl->next)
+        if (sl->tid == (uint64_t)v) {
+          sl->granted = 1;
+          sl->value = extra;
+          slot_signal(sl);
+          break;
+        }
+      /* No slot: the thread gave up and its cancel already settled the
+       * outcome, or will find the grant itself. Nothing to do. */
+    } else if (ok) {
+      if (s->wake_policy == DLOCK__WAKE_ALL || (s->wake_policy ==
+                                                    DLOCK__WAKE_LOCK &&
+                                                v == 1)) {
+        for (dlock__slot *sl = s->slots; sl; sl = sl->next)
+          sl->all = 1;
+        kick_all(s);
+      } else if (s->wake_policy == DLOCK__WAKE_COUNT) {
+        kick_n(s, v > 0 ? v : 0);
+      } else {
+        kick_n(s, 1);
+      }
+    }
+  }
+  pthread_mutex_unlock(&c->sub_mu);
+}
+
+static int flush_out(redisContext *ctx) {
+  int done = 0;
+  while (!done)
+    if (redisBufferWrite(ctx, &done) != REDIS_OK)
+      return -1;
+  return 0;
+}
+
+static void *ps_main(void *arg) {
+  dlock_client *c = arg;
+  ps_state ps = {NULL, 0, 50};
+  for (;;) {
+    if (atomic_load(&c->closing))
+      break;
+    int64_t now = dlock__now_ms();
+    pthread_mutex_lock(&c->sub_mu);
+    int wanted = 0;
+    for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+      wanted |= s->refs > 0;
+    pthread_mutex_unlock(&c->sub_mu);
+    if (!ps.ctx && wanted && now >= ps.next_connect_at) {
+      redisContext *ctx;
+      if (dlock__connect(c, &c->url, &ctx) == 0) {
+        /* Reads are driven by poll; a read timeout would only add noise. */
+        struct timeval tv = {0, 0};
+        redisSetTimeout(ctx, tv);
+        ps.ctx = ctx;
+        ps.backoff = 50;
+        pthread_mutex_lock(&c->sub_mu);
+        c->ps_connected = 1;
+        pthread_mutex_unlock(&c->sub_mu);
+      } else {
+        on_disconnect(c, &ps);
+      }
+    }
+    pthread_mutex_lock(&c->sub_mu);
+    int64_t linger_due = reconcile(c, &ps);
+    pthread_mutex_unlock(&c->sub_mu);
+    if (ps.ctx && flush_out(ps.ctx) != 0) {
+      on_disconnect(c, &ps);
+      continue;
+    }
+    int timeout = -1;
+    now = dlock__now_ms();
+    if (linger_due >= 0)
+      timeout = (int)(linger_due > now ? linger_due - now : 0);
+    if (!ps.ctx && wanted) {
+      int64_t d = ps.next_connect_at > now ? ps.next_connect_at - now : 0;
+      if (timeout < 0 || d < timeout)
+        timeout = (int)d;
+    }
+    struct pollfd pf[2] = {{c->ps_pipe[0], POLLIN, 0},
+                           {ps.ctx ? ps.ctx->fd : -1, POLLIN, 0}};
+    int pr = poll(pf, ps.ctx ? 2 : 1, timeout);
+    if (pr < 0 && errno != EINTR)
+      dlock__sleep_ms(10);
+    if (pr <= 0)
+      continue;
+    if (pf[0].revents) {
+      char buf[64];
+      while (read(c->ps_pipe[0], buf, sizeof buf) > 0) {
+      }
+    }
+    if (ps.ctx && pf[1].revents) {
+      if (redisBufferRead(ps.ctx) != REDIS_OK) {
+        on_disconnect(c, &ps);
+        continue;
+      }
+      void *rep;
+      for (;;) {
+        if (redisGetReplyFromReader(ps.ctx, &rep) != REDIS_OK) {
+          on_disconnect(c, &ps);
+          break;
+        }
+        if (!rep)
+          break;
+        on_reply(c, rep);
+        freeReplyObject(rep);
+      }
+    }
+  }
+  if (ps.ctx)
+    redisFree(ps.ctx);
+  return NULL;
+}
+
+int dlock__pubsub_start(dlock_client *c) {
+  if (pipe(c->ps_pipe) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "pipe: %s", strerror(errno));
+  for (int i = 0; i < 2; i++) {
+    fcntl(c->ps_pipe[i], F_SETFL, fcntl(c->ps_pipe[i], F_GETFL) | O_NONBLOCK);
+    fcntl(c->ps_pipe[i], F_SETFD, FD_CLOEXEC);
+  }
+  if (pthread_create(&c->ps_thread, NULL, ps_main, c) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot start the pub/sub thread");
+  c->ps_started = 1;
+  return 0;
+}
+
+void dlock__pubsub_stop(dlock_client *c) {
+  atomic_store(&c->closing, 1);
+  if (c->ps_started) {
+    poke(c);
+    pthread_join(c->ps_thread, NULL);
+    c->ps_started = 0;
+  }
+  pthread_mutex_lock(&c->sub_mu);
+  for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+    kick_all(s);
+  dlock__sub *s = c->sub_list;
+  c->sub_list = NULL;
+  pthread_mutex_unlock(&c->sub_mu);
+  while (s) {
+    dlock__sub *nx = s->next_all;
+    if (s->refs == 0)
+      free_sub(c, s);
+    s = nx;
+  }
+  for (int i = 0; i < 2; i++)
+    if (c->ps_pipe[i] >= 0) {
+      close(c->ps_pipe[i]);
+      c->ps_pipe[i] = -1;
+    }
+}

@@ -1,0 +1,150 @@
+/*
+ * scripts.c -- the Lua scripts of the reentrant mutex.
+ *
+ * Data layout (Redisson RLock, unchanged): hash KEYS[1] = lock name, field
+ * "<uuid>:<tid>" = hold count, TTL = lease; unlock publishes "0" on
+ * redisson_lock__channel:{name}; the unlock latch
+ * redisson_unlock_latch:{name}:<request id> makes a retried unlock
+ * idempotent.
+ *
+ * dlock's extension, invisible to Redisson clients: a FIFO of waiting dlock
+ * threads in the list dlock_lock_queue:{name} (entries "<uuid>:<tid>|<lease>")
+ * so that an unlock can hand the lock directly to the next waiter instead of
+ * waking every client. HOW IT WORKS:
+ *   - A waiter that is subscribed to its client's grant channel
+ *     dlock_grant__channel:{name}:<uuid> joins the queue with the same script
+ *     call that found the lock taken (no extra round trip).
+ *   - The final unlock pops entries until PUBLISH to an entry's grant channel
+ *     reaches a subscriber (a dead client has none: it is skipped), writes
+ *     that waiter's field with count 1 and its lease, and returns. The lock
+ *     never becomes free, so no herd forms and nobody retries in vain.
+ *   - With no live waiter queued it deletes the key and publishes "0", which
+ *     is what Redisson waiters (and dlock threads not yet queued) wait for.
+ * WHAT IF a grant message is lost (pub/sub is at most once)? The waiter's
+ * field is already set; its next attempt (TTL-bounded wait, or the retry
+ * every waiter does after its subscriber reconnects) finds the field and
+ * succeeds. WHAT IF the waiter gave up? Its cancel script removes the entry;
+ * if the grant got there first, cancel reports the lock as held and the
+ * waiter keeps it.
+ *
+ * Acquire is idempotent, so the router may retry it after a lost reply: it
+ * writes the hold count the client expects (HSET to prior+1) instead of
+ * incrementing blindly.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
+    [DLOCK__S_ACQUIRE] =
+        {"acquire",
+         /* KEYS[1] lock, KEYS[2] queue. ARGV[1] lease ms, ARGV[2] field,
+          * ARGV[3] hold count after this acquire, ARGV[4] '1' = queue on
+          * failure, ARGV[5] queue entry. nil = held; -3 = our hold is gone;
+          * else the holder's PTTL. */
+         "local held = redis.call('hexists', KEYS[1], ARGV[2])\n"
+         "if held == 1 or (ARGV[3] == '1' and "
+         "redis.call('exists', KEYS[1]) == 0) then\n"
+         "  if held == 0 and ARGV[4] == '1' then\n"
+         "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
+         "  end\n"
+         "  redis.call('hset', KEYS[1], ARGV[2], ARGV[3])\n"
+         "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+         "  return nil\n"
+         "end\n"
+         "if ARGV[3] ~= '1' then return -3 end\n"
+         "if ARGV[4] == '1' then\n"
+         "  if not redis.call('lpos', KEYS[2], ARGV[5]) then\n"
+         "    redis.call('rpush', KEYS[2], ARGV[5])\n"
+         "  end\n"
+         "  redis.call('pexpire', KEYS[2], 300000)\n"
+         "end\n"
+         "return redis.call('pttl', KEYS[1])\n",
+         {0}},
+    [DLOCK__S_UNLOCK] =
+        {"unlock",
+         /* KEYS[1] lock, KEYS[2] channel, KEYS[3] latch, KEYS[4] queue,
+          * KEYS[5] grant channel prefix. ARGV[1] '0', ARGV[2] lease for the
+          * remaining holds, ARGV[3] field, ARGV[4] publish command,
+          * ARGV[5] latch ttl. nil = not owner, 0 = still held, 1 = released
+          * (or handed over). */
+         "local done = redis.call('get', KEYS[3])\n"
+         "if done then return tonumber(done) end\n"
+         "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
+         "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
+         "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+         "  redis.call('set', KEYS[3], 0, 'px', ARGV[5])\n"
+         "  return 0\n"
+         "end\n"
+         "redis.call('del', KEYS[1])\n"
+         "redis.call('set', KEYS[3], 1, 'px', ARGV[5])\n"
+         "while true do\n"
+         "  local w = redis.call('lpop', KEYS[4])\n"
+         "  if not w then break end\n"
+         "  local owner, lease = string.match(w, '^(.+)|(%d+)$')\n"
+         "  local sep = owner and string.find(owner, ':', 1, true)\n"
+         "  if sep and redis.call(ARGV[4], KEYS[5] .. ':' .. "
+         "string.sub(owner, 1, sep - 1), string.sub(owner, sep + 1)) > 0 "
+         "then\n"
+         "    redis.call('hset', KEYS[1], owner, 1)\n"
+         "    redis.call('pexpire', KEYS[1], lease)\n"
+         "    return 1\n"
+         "  end\n"
+         "end\n"
+         "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+         "return 1\n",
+         {0}},
+    [DLOCK__S_FORCE_UNLOCK] =
+        {"force_unlock",
+         /* KEYS[1] lock, KEYS[2] channel. ARGV[1] '0', ARGV[2] publish. */
+         "if redis.call('del', KEYS[1]) == 1 then\n"
+         "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
+         "  return 1\n"
+         "end\n"
+         "return 0\n",
+         {0}},
+    [DLOCK__S_RENEW] =
+        {"renew",
+         /* KEYS[i] lock; ARGV[1] lease; ARGV[i+1] field of KEYS[i].
+          * Returns one flag per key: 1 renewed, 0 gone. Never creates. */
+         "local r = {}\n"
+         "for i = 1, #KEYS do\n"
+         "  if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
+         "    redis.call('pexpire', KEYS[i], ARGV[1])\n"
+         "    r[i] = 1\n"
+         "  else\n"
+         "    r[i] = 0\n"
+         "  end\n"
+         "end\n"
+         "return r\n",
+         {0}},
+    [DLOCK__S_CANCEL] =
+        {"cancel",
+         /* KEYS[1] lock, KEYS[2] queue. ARGV[1] field, ARGV[2] entry.
+          * Leaves the queue; 1 if the lock was handed to us meanwhile. */
+         "redis.call('lrem', KEYS[2], 0, ARGV[2])\n"
+         "return redis.call('hexists', KEYS[1], ARGV[1])\n",
+         {0}},
+    [DLOCK__S_STATUS] =
+        {"status",
+         /* KEYS[1] lock: {pttl, {field, value, ...}} */
+         "return {redis.call('pttl', KEYS[1]), "
+         "redis.call('hgetall', KEYS[1])}\n",
+         {0}},
+};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_core(void) {
+  for (int i = 0; i < DLOCK__S_COUNT_CORE; i++)
+    dlock__script_init(&g_core[i]);
+}
+
+void dlock__script_init(dlock__script *s) {
+  dlock__sha1_hex(s->body, strlen(s->body), s->sha);
+}
+
+const dlock__script *dlock__core_script(int id) {
+  pthread_once(&g_once, init_core);
+  return &g_core[id];
+}

@@ -1,0 +1,214 @@
+/*
+ * url.c -- parses the two URL forms the client accepts:
+ *
+ *   redis://[[user]:password@]host[:port][/db]
+ *   unix:///path/to/socket[?db=N&password=...&user=...]
+ *
+ * User and password may be percent-encoded. Every rejection names what is
+ * wrong, because "invalid URL" alone sends people guessing.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int hexval(int ch) {
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  ch = tolower(ch);
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  return -1;
+}
+
+/* Percent-decodes s[0..n) into a new string; NULL on a bad escape or OOM
+ * (*bad tells which). */
+static char *pct_decode(const char *s, size_t n, int *bad) {
+  char *out = dlock__malloc(n + 1);
+  size_t o = 0;
+  *bad = 0;
+  if (!out)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '%') {
+      int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
+      int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+      if (hi < 0 || lo < 0) {
+        free(out);
+        *bad = 1;
+        return NULL;
+      }
+      out[o++] = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      out[o++] = s[i];
+    }
+  }
+  out[o] = '\0';
+  return out;
+}
+
+/* Parses a non-negative decimal integer in [lo, hi]; -1 if not one. */
+static long parse_num(const char *s, size_t n, long lo, long hi) {
+  if (n == 0 || n > 9)
+    return -1;
+  long v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isdigit((unsigned char)s[i]))
+      return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v < lo || v > hi ? -1 : v;
+}
+
+void dlock__url_free(dlock__url *u) {
+  if (!u)
+    return;
+  free(u->host);
+  free(u->path);
+  free(u->user);
+  free(u->password);
+  memset(u, 0, sizeof *u);
+}
+
+static int oom(dlock__url *u) {
+  dlock__url_free(u);
+  return dlock__fail(DLOCK_ENOMEM, "out of memory parsing the URL");
+}
+
+static int bad(dlock__url *u, const char *url, const char *what) {
+  dlock__url_free(u);
+  return dlock__fail(DLOCK_EINVAL, "malformed URL '%s': %s", url, what);
+}
+
+static int parse_unix(const char *url, const char *rest, dlock__url *u) {
+  const char *q = strchr(rest, '?');
+  size_t plen = q ? (size_t)(q - rest) : strlen(rest);
+  if (plen == 0 || rest[0] != '/')
+    return bad(u, url, "unix:// needs an absolute socket path "
+                       "(unix:///path/to/socket)");
+  u->is_unix = 1;
+  if (!(u->path = dlock__strndup(rest, plen)))
+    return oom(u);
+  if (!q)
+    return 0;
+  const char *p = q + 1;
+  while (*p) {
+    const char *amp = strchr(p, '&');
+    size_t len = amp ? (size_t)(amp - p) : strlen(p);
+    const char *eq = memchr(p, '=', len);
+    if (!eq)
+      return bad(u, url, "query parameters must look like name=value");
+    size_t nlen = (size_t)(eq - p);
+    const char *v = eq + 1;
+    size_t vlen = len - nlen - 1;
+    int badesc = 0;
+    if (nlen == 2 && memcmp(p, "db", 2) == 0) {
+      long db = parse_num(v, vlen, 0, 1000000);
+      if (db < 0)
+        return bad(u, url, "db must be a non-negative integer");
+      u->db = (int)db;
+    } else if (nlen == 8 && memcmp(p, "password", 8) == 0) {
+      free(u->password);
+      if (!(u->password = pct_decode(v, vlen, &badesc)))
+        return badesc ? bad(u, url, "bad %-escape in password") : oom(u);
+    } else if (nlen == 4 && memcmp(p, "user", 4) == 0) {
+      free(u->user);
+      if (!(u->user = pct_decode(v, vlen, &badesc)))
+        return badesc ? bad(u, url, "bad %-escape in user") : oom(u);
+    } else {
+      return bad(u, url,
+                 "unknown query parameter (expected db, password or user)");
+    }
+    p += len;
+    if (*p == '&')
+      p++;
+  }
+  return 0;
+}
+
+static int parse_tcp(const char *url, const char *rest, dlock__url *u) {
+  /* Authority ends at the first '/' (db) -- but the password may contain
+   * '/' only percent-encoded, as in every URL. */
+  const char *slash = strchr(rest, '/');
+  size_t alen = slash ? (size_t)(slash - rest) : strlen(rest);
+  const char *at = NULL;
+  for (size_t i = 0; i < alen; i++)
+    if (rest[i] == '@')
+      at = rest + i; /* the last '@' separates userinfo from the host */
+  const char *host = rest;
+  int badesc = 0;
+  if (at) {
+    const char *colon = memchr(rest, ':', (size_t)(at - rest));
+    if (!colon)
+      return bad(u, url, "credentials must be [user]:password@");
+    if (colon > rest) {
+      if (!(u->user = pct_decode(rest, (size_t)(colon - rest), &badesc)))
+        return badesc ? bad(u, url, "bad %-escape in user") : oom(u);
+    }
+    if (!(u->password =
+              pct_decode(colon + 1, (size_t)(at - colon - 1), &badesc)))
+      return badesc ? bad(u, url, "bad %-escape in password") : oom(u);
+    host = at + 1;
+  }
+  size_t hlen = (size_t)(rest + alen - host);
+  const char *port = NULL;
+  size_t hostlen;
+  if (hlen > 0 && host[0] == '[') {
+    const char *rb = memchr(host, ']', hlen);
+    if (!rb)
+      return bad(u, url, "unterminated [IPv6] host");
+    if (!(u->host = dlock__strndup(host + 1, (size_t)(rb - host - 1))))
+      return oom(u);
+    hostlen = (size_t)(rb - host - 1);
+    if (rb + 1 < host + hlen) {
+      if (rb[1] != ':')
+        return bad(u, url, "junk after [IPv6] host");
+      port = rb + 2;
+    }
+  } else {
+    const char *colon = memchr(host, ':', hlen);
+    hostlen = colon ? (size_t)(colon - host) : hlen;
+    if (!(u->host = dlock__strndup(host, hostlen)))
+      return oom(u);
+    if (colon)
+      port = colon + 1;
+  }
+  if (hostlen == 0)
+    return bad(u, url, "missing host");
+  u->port = 6379;
+  if (port) {
+    long p = parse_num(port, (size_t)(host + hlen - port), 1, 65535);
+    if (p < 0)
+      return bad(u, url, "port must be a number from 1 to 65535");
+    u->port = (int)p;
+  }
+  if (slash && slash[1]) {
+    long db = parse_num(slash + 1, strlen(slash + 1), 0, 1000000);
+    if (db < 0)
+      return bad(u, url, "database (after '/') must be a non-negative "
+                         "integer");
+    u->db = (int)db;
+  }
+  return 0;
+}
+
+int dlock__url_parse(const char *url, dlock__url *u) {
+  memset(u, 0, sizeof *u);
+  if (!url || !*url)
+    return dlock__fail(DLOCK_EINVAL, "empty URL");
+  if (strncmp(url, "redis://", 8) == 0)
+    return parse_tcp(url, url + 8, u);
+  if (strncmp(url, "unix://", 7) == 0)
+    return parse_unix(url, url + 7, u);
+  if (strncmp(url, "rediss://", 9) == 0)
+    return dlock__fail(DLOCK_EINVAL,
+                       "malformed URL '%s': TLS (rediss://) is not supported "
+                       "by this build",
+                       url);
+  return dlock__fail(DLOCK_EINVAL,
+                     "malformed URL '%s': unknown scheme (expected redis:// "
+                     "or unix://)",
+                     url);
+}

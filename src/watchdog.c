@@ -1,0 +1,323 @@
+/*
+ * watchdog.c -- lease renewal for every hold taken without an explicit
+ * lease, and lost-lock reporting.
+ *
+ * HOW IT WORKS. Holds renewed by the watchdog sit in one list per client.
+ * The watchdog thread sleeps until the oldest of them is one renewal period
+ * (watchdog_timeout_ms / 3) old, then renews every hold that is at least half
+ * a period old -- so holds taken at nearby times share a batch. A batch is
+ * one pipeline on the watchdog's own connection: EVALSHA of the renew script
+ * with up to 100 keys each, all written before the first reply is read, so
+ * a whole batch costs one round trip however many locks it covers.
+ *
+ * The renew script checks ownership per key and never creates a key: a key
+ * that is gone (expired, deleted, force-unlocked, taken) comes back 0, the
+ * hold is marked lost, leaves the list, and cfg.on_lock_lost runs on this
+ * thread. The holder's next unlock returns DLOCK_ELOST.
+ *
+ * WHAT IF Redis does not answer? The batch is retried every
+ * min(1 s, period / 4) -- well before the lease can run out. A hold whose
+ * last confirmed renewal is a full lease old is declared lost even without
+ * hearing from Redis: by then the key has expired (or will, on the server's
+ * clock, at about the same time), and pretending otherwise would let two
+ * holders believe they own it.
+ *
+ * RACES WITH UNLOCK. Holds are never freed while a batch may point at them
+ * (the lock object quiesces the watchdog before freeing its holds), and each
+ * hold carries a generation bumped on every release, so a reply about an
+ * older generation is ignored instead of reporting a spurious loss.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define WD_CHUNK 100
+
+void dlock__wd_add(dlock_client *c, dlock__hold *h) {
+  if (h->in_wd)
+    return;
+  h->wd_prev = NULL;
+  h->wd_next = c->wd_head;
+  if (c->wd_head)
+    c->wd_head->wd_prev = h;
+  c->wd_head = h;
+  h->in_wd = 1;
+  h->retry_at = 0;
+  c->wd_count++;
+  if (c->wd_count == 1) {
+    c->wd_kick = 1;
+    pthread_cond_broadcast(&c->reg_cv);
+  }
+}
+
+void dlock__wd_remove(dlock_client *c, dlock__hold *h) {
+  if (!h->in_wd)
+    return;
+  if (h->wd_prev)
+    h->wd_prev->wd_next = h->wd_next;
+  else
+    c->wd_head = h->wd_next;
+  if (h->wd_next)
+    h->wd_next->wd_prev = h->wd_prev;
+  h->wd_prev = h->wd_next = NULL;
+  h->in_wd = 0;
+  c->wd_count--;
+}
+
+void dlock__wd_quiesce(dlock_client *c) {
+  while (c->wd_busy)
+    pthread_cond_wait(&c->reg_cv, &c->reg_mu);
+}
+
+typedef struct wd_item {
+  dlock__hold *h;
+  uint32_t gen;
+  const char *name;
+  char field[DLOCK__FIELD_MAX];
+  size_t flen;
+} wd_item;
+
+typedef struct wd_state {
+  redisContext *ctx;
+  wd_item *items;
+  size_t cap;
+} wd_state;
+
+/* Sends the batch; fills flags[i] with 1 (renewed) / 0 (gone). Returns 0,
+ * or a negative code if the batch as a whole failed. Called without reg_mu. */
+static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
+  const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
+  if (!st->ctx) {
+    int rc = dlock__connect(c, &c->url, &st->ctx);
+    if (rc)
+      return rc;
+  }
+  char lease[24];
+  int ll = snprintf(lease, sizeof lease, "%d", c->cfg.watchdog_timeout_ms);
+  const char *argv[3 + 2 * WD_CHUNK + 1];
+  size_t lens[3 + 2 * WD_CHUNK + 1];
+  size_t nchunks = 0;
+  for (size_t at = 0; at < n; at += WD_CHUNK, nchunks++) {
+    size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
+    char nk[8];
+    int nkl = snprintf(nk, sizeof nk, "%zu", k);
+    int argc = 0;
+    argv[argc] = "EVALSHA";
+    lens[argc++] = 7;
+    argv[argc] = s->sha;
+    lens[argc++] = 40;
+    argv[argc] = nk;
+    lens[argc++] = (size_t)nkl;
+    for (size_t i = 0; i < k; i++) {
+      argv[argc] = st->items[at + i].name;
+      lens[argc++] = strlen(st->items[at + i].name);
+    }
+    argv[argc] = lease;
+    lens[argc++] = (size_t)ll;
+    for (size_t i = 0; i < k; i++) {
+      argv[argc] = st->items[at + i].field;
+      lens[argc++] = st->items[at + i].flen;
+    }
+    if (redisAppendCommandArgv(st->ctx, argc, argv, lens) != REDIS_OK)
+      goto io_fail;
+  }
+  for (size_t ch = 0, at = 0; ch < nchunks; ch++, at += WD_CHUNK) {
+    redisReply *r = NULL;
+    if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
+      goto io_fail;
+    if (r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+      /* Script cache lost: load it and resend this chunk synchronously. */
+      freeReplyObject(r);
+      r = redisCommand(st->ctx, "SCRIPT LOAD %s", s->body);
+      if (!r)
+        goto io_fail;
+      freeReplyObject(r);
+      /* Drain the chunks already in flight, then retry them all later. */
+      for (size_t rest = ch + 1; rest < nchunks; rest++) {
+        if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
+          goto io_fail;
+        freeReplyObject(r);
+      }
+      return dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; retrying");
+    }
+    size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != k) {
+      int rc = r->type == REDIS_REPLY_ERROR
+                   ? dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str)
+                   : dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
+      freeReplyObject(r);
+      /* Keep the connection in sync: read the remaining replies. */
+      for (size_t rest = ch + 1; rest < nchunks; rest++) {
+        if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
+          goto io_fail;
+        freeReplyObject(r);
+      }
+      return rc;
+    }
+    for (size_t i = 0; i < k; i++)
+      flags[at + i] = (char)(r->element[i]->type == REDIS_REPLY_INTEGER &&
+                             r->element[i]->integer == 1);
+    freeReplyObject(r);
+  }
+  return 0;
+io_fail:
+  redisFree(st->ctx);
+  st->ctx = NULL;
+  return dlock__fail(DLOCK_ECONN, "renewal connection failed");
+}
+
+typedef struct lost_note {
+  struct lost_note *next;
+  char name[];
+} lost_note;
+
+static void note_lost(lost_note **list, const char *name) {
+  size_t n = strlen(name);
+  lost_note *ln = dlock__malloc(sizeof *ln + n + 1);
+  if (!ln)
+    return;
+  memcpy(ln->name, name, n + 1);
+  ln->next = *list;
+  *list = ln;
+}
+
+static void *wd_main(void *arg) {
+  dlock_client *c = arg;
+  wd_state st = {NULL, NULL, 0};
+  const int64_t lease = c->cfg.watchdog_timeout_ms;
+  const int64_t period = lease / 3 > 0 ? lease / 3 : 1;
+  const int64_t retry = period / 4 < 1000 ? (period / 4 > 0 ? period / 4 : 1)
+                                          : 1000;
+  char *flags = NULL;
+  pthread_mutex_lock(&c->reg_mu);
+  while (!c->wd_stop) {
+    /* When is the next hold due? */
+    int64_t now = dlock__now_ms();
+    int64_t due = -1;
+    for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
+      int64_t d = h->retry_at ? h->retry_at : h->renewed_at + period;
+      if (due < 0 || d < due)
+        due = d;
+    }
+    if (due < 0 || due > now) {
+      c->wd_kick = 0;
+      if (due < 0) {
+        pthread_cond_wait(&c->reg_cv, &c->reg_mu);
+      } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t d = due - now;
+        ts.tv_sec += (time_t)(d / 1000);
+        ts.tv_nsec += (long)(d % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+          ts.tv_sec++;
+          ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->reg_cv, &c->reg_mu, &ts);
+      }
+      continue;
+    }
+    /* Collect every hold at least half a period old (or due for retry). */
+    size_t n = 0;
+    for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
+      int ready = h->retry_at ? now >= h->retry_at
+                              : now - h->renewed_at >= period / 2;
+      if (!ready)
+        continue;
+      if (n == st.cap) {
+        size_t nc = st.cap ? st.cap * 2 : 256;
+        wd_item *ni = realloc(st.items, nc * sizeof *ni);
+        char *nf = realloc(flags, nc);
+        if (ni)
+          st.items = ni;
+        if (nf)
+          flags = nf;
+        if (!ni || !nf)
+          break;
+        st.cap = nc;
+      }
+      wd_item *it = &st.items[n++];
+      it->h = h;
+      it->gen = h->gen;
+      it->name = h->name;
+      it->flen = dlock__field(c, h->tid, it->field);
+      size_t sl = strlen(h->field_suffix);
+      memcpy(it->field + it->flen, h->field_suffix, sl + 1);
+      it->flen += sl;
+    }
+    if (n == 0) {
+      /* Allocation failed: try again shortly rather than spin. */
+      for (dlock__hold *h = c->wd_head; h; h = h->wd_next)
+        if (!h->retry_at && now - h->renewed_at >= period)
+          h->retry_at = now + retry;
+      continue;
+    }
+    c->wd_busy = 1;
+    pthread_mutex_unlock(&c->reg_mu);
+
+    int64_t sent_at = dlock__now_ms();
+    int rc = renew_batch(c, &st, n, flags);
+
+    lost_note *lost = NULL;
+    pthread_mutex_lock(&c->reg_mu);
+    now = dlock__now_ms();
+    for (size_t i = 0; i < n; i++) {
+      dlock__hold *h = st.items[i].h;
+      if (!h->in_wd || h->gen != st.items[i].gen || h->count == 0)
+        continue; /* released meanwhile: the reply says nothing about it */
+      if (rc == 0 && flags[i]) {
+        h->renewed_at = sent_at;
+        h->retry_at = 0;
+      } else if (rc == 0 || now - h->renewed_at >= lease) {
+        h->lost = 1;
+        dlock__wd_remove(c, h);
+        note_lost(&lost, h->name);
+      } else {
+        h->retry_at = now + retry;
+      }
+    }
+    c->wd_busy = 0;
+    pthread_cond_broadcast(&c->reg_cv);
+    if (lost && c->cfg.on_lock_lost) {
+      pthread_mutex_unlock(&c->reg_mu);
+      for (lost_note *ln = lost; ln; ln = ln->next)
+        c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+      pthread_mutex_lock(&c->reg_mu);
+    }
+    while (lost) {
+      lost_note *nx = lost->next;
+      free(lost);
+      lost = nx;
+    }
+  }
+  pthread_mutex_unlock(&c->reg_mu);
+  if (st.ctx)
+    redisFree(st.ctx);
+  free(st.items);
+  free(flags);
+  return NULL;
+}
+
+int dlock__watchdog_start(dlock_client *c) {
+  if (pthread_create(&c->wd_thread, NULL, wd_main, c) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
+  c->wd_started = 1;
+  return 0;
+}
+
+void dlock__watchdog_stop(dlock_client *c) {
+  if (!c->wd_started)
+    return;
+  pthread_mutex_lock(&c->reg_mu);
+  c->wd_stop = 1;
+  pthread_cond_broadcast(&c->reg_cv);
+  pthread_mutex_unlock(&c->reg_mu);
+  pthread_join(c->wd_thread, NULL);
+  c->wd_started = 0;
+}
+
