@@ -294,6 +294,7 @@ struct dlock__hold {
   int64_t retry_at;   /* after a failed renewal: retry not before this */
   uint64_t token;     /* fenced locks */
   const char *field_suffix; /* "" or ":write" */
+  dlock_mutex *m;     /* owner object */
 };
 
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
@@ -335,6 +336,19 @@ typedef struct dlock__mutex_ops {
   /* Force unlock: 1 deleted, 0 none, or a negative code. */
   int (*force)(dlock_mutex *m);
   int wake_policy;
+  /* Appended to "<uuid>:<tid>" in the hash field ("" or ":write"); the
+   * watchdog's batched renewal checks this field. */
+  const char *field_suffix;
+  /* 1: a waiting call joins the server-side queue with its very first
+   * attempt, before it is subscribed (fair lock: arrival order is the order
+   * of first attempts). 0: only once subscribed (direct hand-over needs a
+   * live subscriber). */
+  int queue_first;
+  /* Custom renewal for holds whose lease lives in more than the hash (read
+   * locks). Called on the watchdog thread without locks held; returns 1
+   * renewed, 0 gone (lost), or a negative code (retried). NULL: the batched
+   * hash-field renewal. */
+  int (*renew)(dlock_mutex *m, uint64_t tid, int count);
 } dlock__mutex_ops;
 
 struct dlock_mutex {
@@ -352,6 +366,12 @@ extern const dlock__mutex_ops dlock__fenced_ops;
 /* Creates a mutex object with the given ops (variants call this). */
 int dlock__mutex_create(dlock_client *c, const char *name,
                         const dlock__mutex_ops *ops, dlock_mutex **out);
+/* The shared acquire/release paths (what dlock_mutex_timedlock/unlock do),
+ * for lock kinds built from mutex objects with their own ops (rwlock). */
+int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms, long long lease_ms);
+int dlock__mutex_release(dlock_mutex *m);
+/* The calling thread's recorded hold count on m (no Redis traffic). */
+int dlock__mutex_local_count(dlock_mutex *m);
 /* Parses an integer reply; DLOCK_EPROTO otherwise. */
 int dlock__reply_int(const redisReply *r, long long *v);
 

@@ -192,8 +192,9 @@ static int plain_force(dlock_mutex *m) {
 }
 
 const dlock__mutex_ops dlock__plain_ops = {
-    "mutex",      plain_attempt, plain_release, plain_cancel,
-    plain_channels, plain_force, DLOCK__WAKE_LOCK};
+    "mutex",        plain_attempt, plain_release,    plain_cancel,
+    plain_channels, plain_force,   DLOCK__WAKE_LOCK, "",
+    0,              NULL};
 
 /* ---- objects -------------------------------------------------------------- */
 
@@ -290,7 +291,8 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
     }
     h->tid = tid;
     h->name = m->name;
-    h->field_suffix = "";
+    h->m = m;
+    h->field_suffix = m->ops->field_suffix ? m->ops->field_suffix : "";
     h->next = m->holds;
     m->holds = h;
   }
@@ -310,6 +312,15 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   }
   pthread_mutex_unlock(&c->reg_mu);
   return 0;
+}
+
+int dlock__mutex_local_count(dlock_mutex *m) {
+  dlock_client *c = m->c;
+  pthread_mutex_lock(&c->reg_mu);
+  dlock__hold *h = find_hold(m, dlock__tid());
+  int n = h && !h->lost ? h->count : 0;
+  pthread_mutex_unlock(&c->reg_mu);
+  return n;
 }
 
 static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
@@ -340,7 +351,9 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
 
   int64_t ttl = -1;
   uint64_t token = 0;
-  rc = m->ops->attempt(m, tid, prior + 1, lease, 0, wait_ms, &ttl, &token);
+  int queue_now = wait_ms != 0 && m->ops->queue_first;
+  rc = m->ops->attempt(m, tid, prior + 1, lease, queue_now, wait_ms, &ttl,
+                       &token);
   if (rc == 1)
     return record_hold(m, tid, prior + 1, wd, lease, started, token);
   if (rc == DLOCK_ELOST) {
@@ -375,7 +388,7 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   dlock__sb_free(&gr);
   if (rc)
     return rc;
-  int queued = 0, need_wait = !active, held = 0;
+  int queued = queue_now, need_wait = !active, held = 0;
   for (;;) {
     if (need_wait) {
       int64_t now = dlock__now_ms();
@@ -402,7 +415,7 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
       }
     }
     need_wait = 1;
-    int queue = active;
+    int queue = active || m->ops->queue_first;
     int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
     int r = m->ops->attempt(m, tid, 1, lease, queue, left, &ttl, &token);
     queued |= queue;
@@ -436,6 +449,11 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   return rc;
 }
 
+int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms,
+                         long long lease_ms) {
+  return acquire(m, wait_ms, lease_ms);
+}
+
 int dlock_mutex_lock(dlock_mutex *m) { return acquire(m, -1, -1); }
 int dlock_mutex_trylock(dlock_mutex *m) { return acquire(m, 0, -1); }
 int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
@@ -443,7 +461,9 @@ int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
   return acquire(m, wait_ms, lease_ms);
 }
 
-int dlock_mutex_unlock(dlock_mutex *m) {
+int dlock_mutex_unlock(dlock_mutex *m) { return dlock__mutex_release(m); }
+
+int dlock__mutex_release(dlock_mutex *m) {
   dlock__clear_error();
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");

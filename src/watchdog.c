@@ -75,6 +75,9 @@ void dlock__wd_quiesce(dlock_client *c) {
 
 typedef struct wd_item {
   dlock__hold *h;
+  dlock_mutex *m; /* set when the hold has a custom renewal */
+  uint64_t tid;
+  int count;
   uint32_t gen;
   const char *name;
   char field[DLOCK__FIELD_MAX];
@@ -243,6 +246,9 @@ static void *wd_main(void *arg) {
       }
       wd_item *it = &st.items[n++];
       it->h = h;
+      it->m = h->m && h->m->ops->renew ? h->m : NULL;
+      it->tid = h->tid;
+      it->count = h->count;
       it->gen = h->gen;
       it->name = h->name;
       it->flen = dlock__field(c, h->tid, it->field);
@@ -260,8 +266,24 @@ static void *wd_main(void *arg) {
     c->wd_busy = 1;
     pthread_mutex_unlock(&c->reg_mu);
 
+    /* Standard holds first (one pipelined batch), custom ones after. */
+    size_t nstd = 0;
+    for (size_t i = 0; i < n; i++)
+      if (!st.items[i].m) {
+        wd_item t = st.items[nstd];
+        st.items[nstd++] = st.items[i];
+        st.items[i] = t;
+      }
     int64_t sent_at = dlock__now_ms();
-    int rc = renew_batch(c, &st, n, flags);
+    int rc = nstd ? renew_batch(c, &st, nstd, flags) : 0;
+    int custom_failed = 0;
+    for (size_t i = nstd; i < n; i++) {
+      int r = st.items[i].m->ops->renew(st.items[i].m, st.items[i].tid,
+                                        st.items[i].count);
+      flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
+      custom_failed |= r < 0;
+    }
+    (void)custom_failed;
 
     lost_note *lost = NULL;
     pthread_mutex_lock(&c->reg_mu);
@@ -270,10 +292,11 @@ static void *wd_main(void *arg) {
       dlock__hold *h = st.items[i].h;
       if (!h->in_wd || h->gen != st.items[i].gen || h->count == 0)
         continue; /* released meanwhile: the reply says nothing about it */
-      if (rc == 0 && flags[i]) {
+      int ok_batch = i < nstd ? rc == 0 : flags[i] != 2;
+      if (ok_batch && flags[i] == 1) {
         h->renewed_at = sent_at;
         h->retry_at = 0;
-      } else if (rc == 0 || now - h->renewed_at >= lease) {
+      } else if (ok_batch || now - h->renewed_at >= lease) {
         h->lost = 1;
         dlock__wd_remove(c, h);
         note_lost(&lost, h->name);

@@ -25,3 +25,49 @@ TH_CASE(lock_unlock_layout) {
 }
 
 TH_MAIN()
+
+static th_redis *g_r;
+
+static int worker_counter(void *arg) {
+  int iters = *(int *)arg;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "ctr-lock", &m))
+    return 10;
+  redisContext *raw = th_redis_raw(g_r);
+  for (int i = 0; i < iters; i++) {
+    int rc = dlock_mutex_lock(m);
+    if (rc) {
+      fprintf(stderr, "lock: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      return 11;
+    }
+    redisReply *r = redisCommand(raw, "GET ctr");
+    long v = r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
+    freeReplyObject(r);
+    r = redisCommand(raw, "SET ctr %ld", v + 1);
+    freeReplyObject(r);
+    if ((rc = dlock_mutex_unlock(m))) {
+      fprintf(stderr, "unlock: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      return 12;
+    }
+  }
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return 0;
+}
+
+TH_CASE(contended_processes_smoke) {
+  g_r = th_redis_new(0, NULL);
+  int iters = 300;
+  pid_t p[4];
+  int64_t t0 = th_now_ms();
+  for (int i = 0; i < 4; i++)
+    p[i] = th_fork(worker_counter, &iters);
+  for (int i = 0; i < 4; i++)
+    CHECK_EQ(th_wait(p[i], 60000), 0);
+  redisReply *r = th_cmd(g_r, "GET ctr");
+  CHECK_EQ(atol(r->str), 4 * iters);
+  freeReplyObject(r);
+  printf("%d acquisitions in %lld ms\n", 4 * iters, (long long)(th_now_ms() - t0));
+}
