@@ -10,7 +10,8 @@ int main(int argc, char **argv) {
   dlock_client *c;
   int rc = dlock_client_new(&cfg, &c);
   if (rc) {
-    fprintf(stderr, "connect: %s: %s\n", dlock_strerror(rc), dlock_last_error());
+    fprintf(stderr, "connect: %s: %s\n", dlock_strerror(rc),
+            dlock_last_error());
     return 1;
   }
   dlock_mutex *m;

@@ -68,8 +68,8 @@ int main(int argc, char **argv) {
   waitpid(a, &sa, 0);
   waitpid(b, &sb, 0);
   tool_redis_stop(&srv);
-  int ok = WIFEXITED(sa) && !WEXITSTATUS(sa) && WIFEXITED(sb) &&
-           !WEXITSTATUS(sb);
+  int ok =
+      WIFEXITED(sa) && !WEXITSTATUS(sa) && WIFEXITED(sb) && !WEXITSTATUS(sb);
   puts(ok ? "demo finished: the two processes never held the lock together"
           : "demo failed");
   return ok ? 0 : 1;

@@ -64,7 +64,7 @@ extern "C" {
   X(EREDIS, -9, "the Redis server replied with an error")                      \
   X(EPROTO, -10, "unexpected reply from the Redis server")                     \
   X(ECLOSED, -11, "the client is shutting down")                               \
-  X(EFORK, -12, "client used in a child process after fork()")                \
+  X(EFORK, -12, "client used in a child process after fork()")                 \
   X(ECANCELED, -13, "operation canceled")                                      \
   X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
   X(ENOTSUP, -15, "not supported")                                             \
@@ -113,7 +113,7 @@ typedef struct dlock_config {
   int retry_interval_ms;   /* pause between tries; default 1500 */
   int watchdog_timeout_ms; /* lease of watchdog locks; renewed every third;
                               default 30000 */
-  int pool_size;   /* command connections shared by all threads; default 16 */
+  int pool_size;    /* command connections shared by all threads; default 16 */
   int lazy_connect; /* 0: dlock_client_new connects and authenticates before
                        it returns; 1: it returns at once and the first
                        operation reports connection errors. Default 0. */
@@ -256,16 +256,16 @@ DLOCK_API int dlock_mutex_token(dlock_mutex *m, uint64_t *token);
 /* ------------------------------------------------------------------------ */
 
 typedef struct dlock_holder {
-  char *owner;      /* holder field, e.g. "<uuid>:<tid>" or "...:write" */
-  long long count;  /* hold count */
+  char *owner;     /* holder field, e.g. "<uuid>:<tid>" or "...:write" */
+  long long count; /* hold count */
 } dlock_holder;
 
 typedef struct dlock_status {
-  int locked;             /* 1 if the key exists */
-  long long ttl_ms;       /* PTTL: -2 no key, -1 no expiry */
-  char mode[8];           /* "" (mutex), "read" or "write" (rwlock) */
+  int locked;       /* 1 if the key exists */
+  long long ttl_ms; /* PTTL: -2 no key, -1 no expiry */
+  char mode[8];     /* "" (mutex), "read" or "write" (rwlock) */
   size_t n_holders;
-  dlock_holder *holders;  /* n_holders entries */
+  dlock_holder *holders; /* n_holders entries */
 } dlock_status;
 
 /* Reads the holders, their hold counts and the TTL of the lock `name`
@@ -337,8 +337,7 @@ DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
 
 typedef struct dlock_sem dlock_sem;
 
-DLOCK_API int dlock_sem_new(dlock_client *c, const char *name,
-                            dlock_sem **out);
+DLOCK_API int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out);
 DLOCK_API void dlock_sem_free(dlock_sem *s);
 DLOCK_API int dlock_sem_init(dlock_sem *s, long long permits);
 DLOCK_API int dlock_sem_wait(dlock_sem *s);

@@ -34,8 +34,7 @@ int dlock__client_check(const dlock_client *c) {
     return dlock__fail(DLOCK_EFORK,
                        "this client was created before fork(); a child "
                        "process must create its own client");
-  if (atomic_load_explicit(&((dlock_client *)c)->closing,
-                           memory_order_relaxed))
+  if (atomic_load_explicit(&((dlock_client *)c)->closing, memory_order_relaxed))
     return dlock__fail(DLOCK_ECLOSED, "client is closing");
   return 0;
 }
@@ -76,8 +75,8 @@ int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   c->cfg = *cfg_in;
   c->fork_gen = dlock__fork_gen();
-  c->url_str = dlock__strdup(cfg_in->url ? cfg_in->url
-                                         : "redis://127.0.0.1:6379");
+  c->url_str =
+      dlock__strdup(cfg_in->url ? cfg_in->url : "redis://127.0.0.1:6379");
   c->ps_pipe[0] = c->ps_pipe[1] = -1;
   if (!c->url_str) {
     free(c);
@@ -92,9 +91,9 @@ int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
   }
   dlock__uuid4(c->id);
   /* The latch must outlive every retry of the unlock it protects. */
-  c->latch_ttl_ms = ((int64_t)c->cfg.command_timeout_ms +
-                     c->cfg.retry_interval_ms) *
-                    (c->cfg.retry_attempts + 1);
+  c->latch_ttl_ms =
+      ((int64_t)c->cfg.command_timeout_ms + c->cfg.retry_interval_ms) *
+      (c->cfg.retry_attempts + 1);
   if (c->latch_ttl_ms < 1)
     c->latch_ttl_ms = 1;
   int inited = 0;

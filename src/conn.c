@@ -30,7 +30,7 @@
 #include "internal.h"
 
 static struct timeval ms_tv(int ms) {
-  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  struct timeval tv = {ms / 1000, (suseconds_t)(ms % 1000) * 1000};
   return tv;
 }
 
@@ -63,8 +63,8 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
   if (ctx->err) {
     int rc;
     if (url->is_unix)
-      rc = dlock__fail(DLOCK_ECONN, "cannot connect to unix:%s: %s",
-                       url->path, ctx->errstr);
+      rc = dlock__fail(DLOCK_ECONN, "cannot connect to unix:%s: %s", url->path,
+                       ctx->errstr);
     else
       rc = dlock__fail(DLOCK_ECONN, "cannot connect to %s:%d: %s", url->host,
                        url->port, ctx->errstr);
@@ -72,7 +72,7 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
     return rc;
   }
   redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
-  redisReply *r;
+  redisReply *r = NULL;
   if (url->password) {
     if (url->user)
       r = redisCommand(ctx, "AUTH %s %s", url->user, url->password);
@@ -89,10 +89,10 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
     return rc;
   }
   if (r->type == REDIS_REPLY_ERROR) {
-    int rc = is_auth_error(r->str) || url->password
-                 ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s",
-                               r->str)
-                 : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+    int rc =
+        is_auth_error(r->str) || url->password
+            ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s", r->str)
+            : dlock__fail(DLOCK_EREDIS, "%s", r->str);
     freeReplyObject(r);
     redisFree(ctx);
     return rc;
@@ -166,8 +166,10 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
   dlock__conn *k = dlock__malloc(sizeof *k);
   int rc = k ? dlock__connect(n->c, n->url, &k->ctx)
              : dlock__fail(DLOCK_ENOMEM, "out of memory");
-  if (rc != 0) {
+  if (rc != 0 || !k || !k->ctx) {
     free(k);
+    if (rc == 0)
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
     pthread_mutex_lock(&n->mu);
     n->total--;
     pthread_cond_signal(&n->cv);
@@ -273,25 +275,26 @@ static redisReply *send_cmd(redisContext *ctx, const dlock__cmd *cmd) {
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   *out = NULL;
   dlock__node *n = route(c, cmd->key);
-  int attempts = cmd->no_retry ? 1 : 1 + (c->cfg.retry_attempts > 0
-                                              ? c->cfg.retry_attempts
-                                              : 0);
+  int attempts =
+      cmd->no_retry
+          ? 1
+          : 1 + (c->cfg.retry_attempts > 0 ? c->cfg.retry_attempts : 0);
   int stale_retry_used = 0;
   int rc = DLOCK_ECONN;
   for (int i = 0;;) {
-    dlock__conn *k;
-    int fresh;
+    dlock__conn *k = NULL;
+    int fresh = 0;
     rc = pool_get(n, &k, &fresh);
     if (rc == DLOCK_EAUTH || rc == DLOCK_EREDIS || rc == DLOCK_ENOMEM)
       return rc;
-    if (rc == 0) {
+    if (rc == 0 && k) {
       redisReply *r = send_cmd(k->ctx, cmd);
       if (!r) {
         int timed_out = k->ctx->err == REDIS_ERR_IO &&
                         (errno == EAGAIN || errno == EWOULDBLOCK);
-        rc = k->ctx->err ? ctx_error(k->ctx, c->cfg.command_timeout_ms,
-                                     cmd->argv[0])
-                         : dlock__fail(DLOCK_ENOMEM, "out of memory");
+        rc = k->ctx->err
+                 ? ctx_error(k->ctx, c->cfg.command_timeout_ms, cmd->argv[0])
+                 : dlock__fail(DLOCK_ENOMEM, "out of memory");
         /* A reused connection that broke without timing out most likely
          * died while idle (server restart, CLIENT KILL): try a fresh one at
          * once. A timeout is real trouble and waits like any failure. */
@@ -338,10 +341,10 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
   const char *av_stack[STACK];
   size_t al_stack[STACK];
   int argc = 3 + nkeys + nargs;
-  const char **av = argc <= STACK ? av_stack
-                                  : dlock__calloc((size_t)argc, sizeof *av);
-  size_t *al = argc <= STACK ? al_stack
-                             : dlock__calloc((size_t)argc, sizeof *al);
+  const char **av =
+      argc <= STACK ? av_stack : dlock__calloc((size_t)argc, sizeof *av);
+  size_t *al =
+      argc <= STACK ? al_stack : dlock__calloc((size_t)argc, sizeof *al);
   if (!av || !al) {
     if (av != av_stack)
       free(av);

@@ -31,14 +31,13 @@ static int na_force(dlock_mutex *m) {
 }
 
 const dlock__mutex_ops dlock__fair_ops = {
-    "fair", na_attempt, na_release, NULL, na_channels, na_force,
-    DLOCK__WAKE_LOCK, "", 1, NULL};
+    "fair",   na_attempt,       na_release, NULL, na_channels,
+    na_force, DLOCK__WAKE_LOCK, "",         1,    NULL};
 const dlock__mutex_ops dlock__fenced_ops = {
-    "fenced", na_attempt, na_release, NULL, na_channels, na_force,
-    DLOCK__WAKE_LOCK, "", 0, NULL};
+    "fenced", na_attempt,       na_release, NULL, na_channels,
+    na_force, DLOCK__WAKE_LOCK, "",         0,    NULL};
 
-int dlock_mutex_new_fair(dlock_client *c, const char *name,
-                         dlock_mutex **out) {
+int dlock_mutex_new_fair(dlock_client *c, const char *name, dlock_mutex **out) {
   (void)c, (void)name, (void)out;
   return unsupported("the fair mutex");
 }

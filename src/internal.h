@@ -39,8 +39,8 @@ void dlock__clear_error(void);
 
 /* ---- utilities (util.c) ------------------------------------------------- */
 
-int64_t dlock__now_ms(void);  /* monotonic */
-int64_t dlock__now_us(void);  /* monotonic */
+int64_t dlock__now_ms(void); /* monotonic */
+int64_t dlock__now_us(void); /* monotonic */
 void dlock__sleep_ms(int64_t ms);
 /* Fills buf with n cryptographically random bytes (getrandom). */
 int dlock__random_bytes(void *buf, size_t n);
@@ -232,20 +232,24 @@ struct dlock__slot {
   dlock__slot *next, *prev;
   pthread_cond_t cv;
   uint64_t tid;
-  int granted; /* the unlock script handed the lock to this thread */
-  int kicked;  /* retry now: "0" message, subscription (re)activated */
-  int all;     /* woken by a "1" (wake-all) message */
+  int granted;   /* the unlock script handed the lock to this thread */
+  int kicked;    /* retry now: "0" message, subscription (re)activated */
+  int all;       /* woken by a "1" (wake-all) message */
   int64_t value; /* payload of the last message (semaphore permits) */
 };
 
-enum { DLOCK__SUB_IDLE, DLOCK__SUB_SUBSCRIBING, DLOCK__SUB_ACTIVE,
-       DLOCK__SUB_UNSUBSCRIBING };
+enum {
+  DLOCK__SUB_IDLE,
+  DLOCK__SUB_SUBSCRIBING,
+  DLOCK__SUB_ACTIVE,
+  DLOCK__SUB_UNSUBSCRIBING
+};
 
 /* Wake policy for messages on the shared channel. */
 enum {
-  DLOCK__WAKE_LOCK,  /* "0": one waiter, "1": all (Redisson LockPubSub) */
-  DLOCK__WAKE_ALL,   /* any message wakes every waiter (latch) */
-  DLOCK__WAKE_COUNT  /* message = permits available: wake that many */
+  DLOCK__WAKE_LOCK, /* "0": one waiter, "1": all (Redisson LockPubSub) */
+  DLOCK__WAKE_ALL,  /* any message wakes every waiter (latch) */
+  DLOCK__WAKE_COUNT /* message = permits available: wake that many */
 };
 
 struct dlock__sub {
@@ -254,8 +258,8 @@ struct dlock__sub {
   char *grant_channel; /* per-client grant channel, or NULL */
   int wake_policy;
   int state;
-  int refs;          /* waiting threads */
-  int confirms;      /* (un)subscribe confirmations still expected */
+  int refs;     /* waiting threads */
+  int confirms; /* (un)subscribe confirmations still expected */
   int64_t idle_since;
   dlock__slot *slots; /* FIFO */
   dlock__slot *slots_tail;
@@ -280,13 +284,13 @@ void dlock__pubsub_stop(dlock_client *c);
 /* What this process knows about one thread's holds on one lock object.
  * Guarded by c->reg_mu. */
 struct dlock__hold {
-  dlock__hold *next;             /* in the owner object's list */
+  dlock__hold *next;              /* in the owner object's list */
   dlock__hold *wd_prev, *wd_next; /* in c->wd_head while renewed */
-  const char *name;              /* borrowed from the lock object */
+  const char *name;               /* borrowed from the lock object */
   uint64_t tid;
   uint32_t gen;
   int count;
-  int wd_count;       /* holds taken with the watchdog */
+  int wd_count; /* holds taken with the watchdog */
   int in_wd;
   int lost;
   int64_t lease_ms;   /* lease of the most recent explicit acquisition */
@@ -294,7 +298,7 @@ struct dlock__hold {
   int64_t retry_at;   /* after a failed renewal: retry not before this */
   uint64_t token;     /* fenced locks */
   const char *field_suffix; /* "" or ":write" */
-  dlock_mutex *m;     /* owner object */
+  dlock_mutex *m;           /* owner object */
 };
 
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
@@ -306,7 +310,6 @@ void dlock__watchdog_stop(dlock_client *c);
 
 /* Writes "<uuid>:<tid>" into buf (>= DLOCK__FIELD_MAX). Returns length. */
 size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf);
-
 
 /* ---- lock objects (mutex.c) --------------------------------------------- */
 

@@ -29,6 +29,7 @@
 #include "internal.h"
 
 int dlock__reply_int(const redisReply *r, long long *v) {
+  *v = 0;
   if (r && r->type == REDIS_REPLY_INTEGER) {
     *v = r->integer;
     return 0;
@@ -73,18 +74,18 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
   size_t klens[2] = {m->name_len, qk.len};
   const char *args[5] = {ls, field, ts, queue ? "1" : "0", entry};
   size_t alens[5] = {(size_t)lsl, fl, (size_t)tsl, 1, (size_t)el};
-  redisReply *r;
+  redisReply *r = NULL;
   int rc = qk.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                   : dlock__eval(c, dlock__core_script(DLOCK__S_ACQUIRE), 2,
                                 keys, klens, 5, args, alens, &r);
   dlock__sb_free(&qk);
-  if (rc)
-    return rc;
+  if (rc || !r)
+    return rc ? rc : DLOCK_EPROTO;
   if (r->type == REDIS_REPLY_NIL) {
     freeReplyObject(r);
     return 1;
   }
-  long long v;
+  long long v = 0;
   rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
   if (rc)
@@ -131,13 +132,13 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
   dlock__sb_free(&latch);
   dlock__sb_free(&qk);
   dlock__sb_free(&gp);
-  if (rc)
-    return rc;
+  if (rc || !r)
+    return rc ? rc : DLOCK_EPROTO;
   if (r->type == REDIS_REPLY_NIL) {
     freeReplyObject(r);
     return DLOCK_ELOST;
   }
-  long long v;
+  long long v = 0;
   rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
   return rc ? rc : (v == 1 ? 1 : 0);
@@ -158,13 +159,13 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   size_t klens[2] = {m->name_len, qk.len};
   const char *args[2] = {field, entry};
   size_t alens[2] = {fl, (size_t)el};
-  redisReply *r;
+  redisReply *r = NULL;
   int rc = qk.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                  : dlock__eval(c, dlock__core_script(DLOCK__S_CANCEL), 2,
-                                keys, klens, 2, args, alens, &r);
+                  : dlock__eval(c, dlock__core_script(DLOCK__S_CANCEL), 2, keys,
+                                klens, 2, args, alens, &r);
   dlock__sb_free(&qk);
-  if (rc)
-    return rc;
+  if (rc || !r)
+    return rc ? rc : DLOCK_EPROTO;
   long long v = 0;
   rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
@@ -178,25 +179,32 @@ static int plain_force(dlock_mutex *m) {
   const char *keys[2] = {m->name, ch.p};
   size_t klens[2] = {m->name_len, ch.len};
   const char *args[2] = {"0", "PUBLISH"};
-  redisReply *r;
+  redisReply *r = NULL;
   int rc = ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                   : dlock__eval(m->c, dlock__core_script(DLOCK__S_FORCE_UNLOCK),
                                 2, keys, klens, 2, args, NULL, &r);
   dlock__sb_free(&ch);
-  if (rc)
-    return rc;
+  if (rc || !r)
+    return rc ? rc : DLOCK_EPROTO;
   long long v = 0;
   rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
   return rc ? rc : (int)v;
 }
 
-const dlock__mutex_ops dlock__plain_ops = {
-    "mutex",        plain_attempt, plain_release,    plain_cancel,
-    plain_channels, plain_force,   DLOCK__WAKE_LOCK, "",
-    0,              NULL};
+const dlock__mutex_ops dlock__plain_ops = {"mutex",
+                                           plain_attempt,
+                                           plain_release,
+                                           plain_cancel,
+                                           plain_channels,
+                                           plain_force,
+                                           DLOCK__WAKE_LOCK,
+                                           "",
+                                           0,
+                                           NULL};
 
-/* ---- objects -------------------------------------------------------------- */
+/* ---- objects --------------------------------------------------------------
+ */
 
 int dlock__mutex_create(dlock_client *c, const char *name,
                         const dlock__mutex_ops *ops, dlock_mutex **out) {
@@ -540,9 +548,9 @@ static int simple_int(dlock_mutex *m, const char *verb, const char *arg,
   const char *argv[3] = {verb, m->name, arg};
   size_t lens[3] = {strlen(verb), m->name_len, alen};
   dlock__cmd cmd = {m->name, NULL, arg ? 3 : 2, argv, lens, 0};
-  redisReply *r;
-  if ((rc = dlock__exec(m->c, &cmd, &r)) != 0)
-    return rc;
+  redisReply *r = NULL;
+  if ((rc = dlock__exec(m->c, &cmd, &r)) != 0 || !r)
+    return rc ? rc : DLOCK_EPROTO;
   if (r->type == REDIS_REPLY_NIL) {
     *v = 0;
     rc = 0;
@@ -554,7 +562,7 @@ static int simple_int(dlock_mutex *m, const char *verb, const char *arg,
 }
 
 int dlock_mutex_is_locked(dlock_mutex *m) {
-  long long v;
+  long long v = 0;
   int rc = simple_int(m, "EXISTS", NULL, 0, &v);
   return rc ? rc : v > 0;
 }
@@ -564,7 +572,7 @@ int dlock_mutex_is_held(dlock_mutex *m) {
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
   size_t fl = dlock__field(m->c, dlock__tid(), field);
-  long long v;
+  long long v = 0;
   int rc = simple_int(m, "HEXISTS", field, fl, &v);
   return rc ? rc : v > 0;
 }
@@ -574,7 +582,7 @@ int dlock_mutex_hold_count(dlock_mutex *m) {
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
   size_t fl = dlock__field(m->c, dlock__tid(), field);
-  long long v;
+  long long v = 0;
   int rc = simple_int(m, "HGET", field, fl, &v);
   return rc ? rc : (int)v;
 }
@@ -600,6 +608,6 @@ int dlock_mutex_token(dlock_mutex *m, uint64_t *token) {
     *token = h->token;
   pthread_mutex_unlock(&c->reg_mu);
   return held ? 0
-              : dlock__fail(DLOCK_EPERM,
-                            "lock '%s' is not held by this thread", m->name);
+              : dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
+                            m->name);
 }

@@ -94,9 +94,8 @@ int dlock__sub_join(dlock_client *c, const char *channel,
       pthread_cond_destroy(&slot->cv);
       return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
-    if (s->grant_channel &&
-        dlock__map_put(&c->subs_grant, s->grant_channel,
-                       strlen(s->grant_channel), s) != 0) {
+    if (s->grant_channel && dlock__map_put(&c->subs_grant, s->grant_channel,
+                                           strlen(s->grant_channel), s) != 0) {
       dlock__map_del(&c->subs, s->channel, strlen(s->channel));
       pthread_mutex_unlock(&c->sub_mu);
       free(s->channel);
@@ -188,15 +187,13 @@ typedef struct ps_state {
 static void free_sub(dlock_client *c, dlock__sub *s) {
   dlock__map_del(&c->subs, s->channel, strlen(s->channel));
   if (s->grant_channel)
-    dlock__map_del(&c->subs_grant, s->grant_channel,
-                   strlen(s->grant_channel));
+    dlock__map_del(&c->subs_grant, s->grant_channel, strlen(s->grant_channel));
   free(s->channel);
   free(s->grant_channel);
   free(s);
 }
 
-static void append_sub_cmd(redisContext *ctx, const char *verb,
-                           dlock__sub *s) {
+static void append_sub_cmd(redisContext *ctx, const char *verb, dlock__sub *s) {
   const char *argv[3] = {verb, s->channel, s->grant_channel};
   size_t lens[3] = {strlen(verb), strlen(s->channel),
                     s->grant_channel ? strlen(s->grant_channel) : 0};
@@ -248,8 +245,7 @@ static void on_disconnect(dlock_client *c, ps_state *ps) {
   ps->next_connect_at = dlock__now_ms() + ps->backoff;
   ps->backoff = ps->backoff * 2;
   if (ps->backoff > c->cfg.retry_interval_ms)
-    ps->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms
-                                                : 50;
+    ps->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms : 50;
 }
 
 static int64_t parse_i64(const char *s, size_t n, int *ok) {
@@ -324,9 +320,8 @@ static void on_reply(dlock_client *c, redisReply *r) {
       /* No slot: the thread gave up and its cancel already settled the
        * outcome, or will find the grant itself. Nothing to do. */
     } else if (ok) {
-      if (s->wake_policy == DLOCK__WAKE_ALL || (s->wake_policy ==
-                                                    DLOCK__WAKE_LOCK &&
-                                                v == 1)) {
+      if (s->wake_policy == DLOCK__WAKE_ALL ||
+          (s->wake_policy == DLOCK__WAKE_LOCK && v == 1)) {
         for (dlock__slot *sl = s->slots; sl; sl = sl->next)
           sl->all = 1;
         kick_all(s);

@@ -125,12 +125,11 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "redis.call('lrem', KEYS[2], 0, ARGV[2])\n"
          "return redis.call('hexists', KEYS[1], ARGV[1])\n",
          {0}},
-    [DLOCK__S_STATUS] =
-        {"status",
-         /* KEYS[1] lock: {pttl, {field, value, ...}} */
-         "return {redis.call('pttl', KEYS[1]), "
-         "redis.call('hgetall', KEYS[1])}\n",
-         {0}},
+    [DLOCK__S_STATUS] = {"status",
+                         /* KEYS[1] lock: {pttl, {field, value, ...}} */
+                         "return {redis.call('pttl', KEYS[1]), "
+                         "redis.call('hgetall', KEYS[1])}\n",
+                         {0}},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -27,11 +27,11 @@ int dlock_status_query(dlock_client *c, const char *name, dlock_status *st) {
   if (!name || !*name)
     return dlock__fail(DLOCK_EINVAL, "lock name is NULL or empty");
   const char *keys[1] = {name};
-  redisReply *r;
+  redisReply *r = NULL;
   rc = dlock__eval(c, dlock__core_script(DLOCK__S_STATUS), 1, keys, NULL, 0,
                    NULL, NULL, &r);
-  if (rc)
-    return rc;
+  if (rc || !r)
+    return rc ? rc : DLOCK_EPROTO;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_ARRAY) {

@@ -86,8 +86,9 @@ static int parse_unix(const char *url, const char *rest, dlock__url *u) {
   const char *q = strchr(rest, '?');
   size_t plen = q ? (size_t)(q - rest) : strlen(rest);
   if (plen == 0 || rest[0] != '/')
-    return bad(u, url, "unix:// needs an absolute socket path "
-                       "(unix:///path/to/socket)");
+    return bad(u, url,
+               "unix:// needs an absolute socket path "
+               "(unix:///path/to/socket)");
   u->is_unix = 1;
   if (!(u->path = dlock__strndup(rest, plen)))
     return oom(u);
@@ -187,8 +188,9 @@ static int parse_tcp(const char *url, const char *rest, dlock__url *u) {
   if (slash && slash[1]) {
     long db = parse_num(slash + 1, strlen(slash + 1), 0, 1000000);
     if (db < 0)
-      return bad(u, url, "database (after '/') must be a non-negative "
-                         "integer");
+      return bad(u, url,
+                 "database (after '/') must be a non-negative "
+                 "integer");
     u->db = (int)db;
   }
   return 0;

@@ -102,7 +102,7 @@ static uint32_t rol32(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
 
 static void sha1_block(uint32_t h[5], const unsigned char *p) {
   uint32_t w[80];
-  for (int i = 0; i < 16; i++)
+  for (size_t i = 0; i < 16; i++)
     w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
            (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
   for (int i = 16; i < 80; i++)
@@ -182,9 +182,7 @@ static atomic_uint g_fork_gen;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void) { atomic_fetch_add(&g_fork_gen, 1); }
-static void install_atfork(void) {
-  pthread_atfork(NULL, NULL, on_fork_child);
-}
+static void install_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 unsigned dlock__fork_gen(void) {
   pthread_once(&g_atfork_once, install_atfork);
@@ -256,7 +254,9 @@ void dlock__sb_add(dlock__sb *b, const char *s, size_t n) {
   b->p[b->len] = '\0';
 }
 
-void dlock__sb_adds(dlock__sb *b, const char *s) { dlock__sb_add(b, s, strlen(s)); }
+void dlock__sb_adds(dlock__sb *b, const char *s) {
+  dlock__sb_add(b, s, strlen(s));
+}
 
 void dlock__sb_addu64(dlock__sb *b, uint64_t v) {
   char tmp[24];
@@ -330,7 +330,7 @@ static uint64_t fnv1a(const char *s, size_t n) {
 int dlock__map_init(dlock__map *m, size_t nb) {
   m->nb = nb ? nb : 16;
   m->n = 0;
-  m->b = dlock__calloc(m->nb, sizeof *m->b);
+  m->b = dlock__calloc(m->nb, sizeof(dlock__map_ent *));
   return m->b ? 0 : DLOCK_ENOMEM;
 }
 
@@ -360,7 +360,7 @@ void *dlock__map_get(const dlock__map *m, const char *key, size_t klen) {
 
 static void map_grow(dlock__map *m) {
   size_t nb = m->nb * 2;
-  dlock__map_ent **b = dlock__calloc(nb, sizeof *b);
+  dlock__map_ent **b = dlock__calloc(nb, sizeof(dlock__map_ent *));
   if (!b)
     return; /* keep working with longer chains */
   for (size_t i = 0; i < m->nb; i++) {

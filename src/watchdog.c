@@ -132,8 +132,7 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
     redisReply *r = NULL;
     if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
       goto io_fail;
-    if (r->type == REDIS_REPLY_ERROR &&
-        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
       /* Script cache lost: load it and resend this chunk synchronously. */
       freeReplyObject(r);
       r = redisCommand(st->ctx, "SCRIPT LOAD %s", s->body);
@@ -194,9 +193,9 @@ static void *wd_main(void *arg) {
   wd_state st = {NULL, NULL, 0};
   const int64_t lease = c->cfg.watchdog_timeout_ms;
   const int64_t period = lease / 3 > 0 ? lease / 3 : 1;
-  const int64_t retry = period / 4 < 1000 ? (period / 4 > 0 ? period / 4 : 1)
-                                          : 1000;
-  char *flags = NULL;
+  const int64_t retry =
+      period / 4 < 1000 ? (period / 4 > 0 ? period / 4 : 1) : 1000;
+  char *flags = NULL; /* one per item, sized with st.cap */
   pthread_mutex_lock(&c->reg_mu);
   while (!c->wd_stop) {
     /* When is the next hold due? */
@@ -228,8 +227,8 @@ static void *wd_main(void *arg) {
     /* Collect every hold at least half a period old (or due for retry). */
     size_t n = 0;
     for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
-      int ready = h->retry_at ? now >= h->retry_at
-                              : now - h->renewed_at >= period / 2;
+      int ready =
+          h->retry_at ? now >= h->retry_at : now - h->renewed_at >= period / 2;
       if (!ready)
         continue;
       if (n == st.cap) {
@@ -274,6 +273,7 @@ static void *wd_main(void *arg) {
         st.items[nstd++] = st.items[i];
         st.items[i] = t;
       }
+    memset(flags, 0, n);
     int64_t sent_at = dlock__now_ms();
     int rc = nstd ? renew_batch(c, &st, nstd, flags) : 0;
     int custom_failed = 0;
@@ -343,4 +343,3 @@ void dlock__watchdog_stop(dlock_client *c) {
   pthread_join(c->wd_thread, NULL);
   c->wd_started = 0;
 }
-

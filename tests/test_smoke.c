@@ -47,7 +47,8 @@ static int worker_counter(void *arg) {
     r = redisCommand(raw, "SET ctr %ld", v + 1);
     freeReplyObject(r);
     if ((rc = dlock_mutex_unlock(m))) {
-      fprintf(stderr, "unlock: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      fprintf(stderr, "unlock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
       return 12;
     }
   }
@@ -69,5 +70,6 @@ TH_CASE(contended_processes_smoke) {
   redisReply *r = th_cmd(g_r, "GET ctr");
   CHECK_EQ(atol(r->str), 4 * iters);
   freeReplyObject(r);
-  printf("%d acquisitions in %lld ms\n", 4 * iters, (long long)(th_now_ms() - t0));
+  printf("%d acquisitions in %lld ms\n", 4 * iters,
+         (long long)(th_now_ms() - t0));
 }

@@ -140,7 +140,8 @@ int th_main(int argc, char **argv) {
   return 2;
 }
 
-/* ---- redis-server --------------------------------------------------------- */
+/* ---- redis-server ---------------------------------------------------------
+ */
 
 static int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -363,8 +364,8 @@ dlock_client *th_client_cfg(th_redis *r, const dlock_config *cfg_in) {
   dlock_client *c = NULL;
   int rc = dlock_client_new(&cfg, &c);
   if (rc != 0)
-    th_fail(__FILE__, __LINE__, "dlock_client_new: %s: %s",
-            dlock_err_name(rc), dlock_last_error());
+    th_fail(__FILE__, __LINE__, "dlock_client_new: %s: %s", dlock_err_name(rc),
+            dlock_last_error());
   return c;
 }
 

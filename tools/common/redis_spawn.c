@@ -74,7 +74,8 @@ static int spawn(tool_redis *r) {
     if (waitpid(pid, &st, WNOHANG) == pid) {
       r->pid = 0;
       if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
-        fprintf(stderr, "redis-server not found (run scripts/install-deps.sh)\n");
+        fprintf(stderr,
+                "redis-server not found (run scripts/install-deps.sh)\n");
       return -1;
     }
     struct timeval tv = {1, 0};
@@ -152,8 +153,7 @@ void tool_redis_stop(tool_redis *r) {
   stop_proc(r);
   if (r->dir[0]) {
     char p[sizeof r->dir + 32];
-    const char *files[] = {"redis.conf", "redis.log", "redis.sock",
-                           "dump.rdb"};
+    const char *files[] = {"redis.conf", "redis.log", "redis.sock", "dump.rdb"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
       snprintf(p, sizeof p, "%s/%s", r->dir, files[i]);
       unlink(p);

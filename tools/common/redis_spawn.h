@@ -11,10 +11,10 @@
 
 typedef struct tool_redis {
   pid_t pid;
-  int port;       /* 0 unless started with tcp */
-  char dir[128];  /* temp dir, removed by tool_redis_stop */
-  char sock[192]; /* unix socket path */
-  char url[256];  /* unix:///... */
+  int port;         /* 0 unless started with tcp */
+  char dir[128];    /* temp dir, removed by tool_redis_stop */
+  char sock[192];   /* unix socket path */
+  char url[256];    /* unix:///... */
   char tcp_url[64]; /* redis://127.0.0.1:PORT when tcp */
 } tool_redis;
 
