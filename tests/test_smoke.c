@@ -1,6 +1,8 @@
 /* Smoke tests: the basic lock cycle and the Redis layout, from outside. */
 #include "th.h"
 
+#include <pthread.h>
+
 TH_CASE(lock_unlock_layout) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r);
@@ -72,4 +74,79 @@ TH_CASE(contended_processes_smoke) {
   freeReplyObject(r);
   printf("%d acquisitions in %lld ms\n", 4 * iters,
          (long long)(th_now_ms() - t0));
+}
+
+/* Threads of one client and of other processes, with timeouts mixed in:
+ * exercises queueing, hand-over, cancel and the subscription refcounts. */
+typedef struct mix_arg {
+  dlock_client *c;
+  int iters;
+  int timeouts;
+  int errors;
+} mix_arg;
+
+static void *mix_thread(void *p) {
+  mix_arg *a = p;
+  dlock_mutex *m;
+  if (dlock_mutex_new(a->c, "mix", &m))
+    return NULL;
+  redisContext *raw = th_redis_raw(g_r);
+  for (int i = 0; i < a->iters; i++) {
+    int rc =
+        (i % 5 == 4) ? dlock_mutex_timedlock(m, 1, -1) : dlock_mutex_lock(m);
+    if (rc == DLOCK_ETIMEDOUT) {
+      __atomic_add_fetch(&a->timeouts, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    if (rc) {
+      fprintf(stderr, "lock: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      __atomic_add_fetch(&a->errors, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    redisReply *r = redisCommand(raw, "GET mixctr");
+    long v = r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
+    freeReplyObject(r);
+    r = redisCommand(raw, "SET mixctr %ld", v + 1);
+    freeReplyObject(r);
+    r = redisCommand(raw, "INCR mixok");
+    freeReplyObject(r);
+    if ((rc = dlock_mutex_unlock(m))) {
+      fprintf(stderr, "unlock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      __atomic_add_fetch(&a->errors, 1, __ATOMIC_RELAXED);
+    }
+  }
+  redisFree(raw);
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+static int mix_proc(void *arg) {
+  (void)arg;
+  mix_arg a = {th_client(g_r), 100, 0, 0};
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    pthread_create(&t[i], NULL, mix_thread, &a);
+  for (int i = 0; i < 4; i++)
+    pthread_join(t[i], NULL);
+  dlock_client_free(a.c);
+  return a.errors ? 1 : 0;
+}
+
+TH_CASE(mixed_threads_processes_timeouts) {
+  g_r = th_redis_new(0, NULL);
+  pid_t p[3];
+  for (int i = 0; i < 3; i++)
+    p[i] = th_fork(mix_proc, NULL);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_wait(p[i], 90000), 0);
+  redisReply *r = th_cmd(g_r, "GET mixok");
+  long long ok = atoll(r->str);
+  freeReplyObject(r);
+  r = th_cmd(g_r, "GET mixctr");
+  CHECK_EQ(atoll(r->str), ok);
+  freeReplyObject(r);
+  CHECK_EQ(th_cmd_int(g_r, "EXISTS mix"), 0);
+  CHECK_EQ(th_cmd_int(g_r, "EXISTS dlock_lock_queue:{mix}"), 0);
+  printf("%lld critical sections\n", ok);
 }
