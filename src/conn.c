@@ -235,40 +235,63 @@ static int retryable_reply(const char *s) {
          strncmp(s, "TRYAGAIN", 8) == 0 || strncmp(s, "MASTERDOWN", 10) == 0;
 }
 
+/* RESP encoding of argv into b. hiredis's own formatter goes through sds
+ * printf-style helpers and costs several thousand instructions per command;
+ * this is a few hundred. */
+static void resp_argv(dlock__sb *b, int argc, const char **argv,
+                      const size_t *lens) {
+  dlock__sb_add(b, "*", 1);
+  dlock__sb_addu64(b, (uint64_t)argc);
+  dlock__sb_add(b, "\r\n", 2);
+  for (int i = 0; i < argc; i++) {
+    dlock__sb_add(b, "$", 1);
+    dlock__sb_addu64(b, lens[i]);
+    dlock__sb_add(b, "\r\n", 2);
+    dlock__sb_add(b, argv[i], lens[i]);
+    dlock__sb_add(b, "\r\n", 2);
+  }
+}
+
+static redisReply *roundtrip(redisContext *ctx, const dlock__sb *b) {
+  if (b->oom)
+    return NULL; /* ctx->err stays 0: the caller reports DLOCK_ENOMEM */
+  if (redisAppendFormattedCommand(ctx, b->p, b->len) != REDIS_OK)
+    return NULL;
+  void *r = NULL;
+  if (redisGetReply(ctx, &r) != REDIS_OK)
+    return NULL;
+  return r;
+}
+
 static redisReply *send_cmd(redisContext *ctx, const dlock__cmd *cmd) {
-  redisReply *r = redisCommandArgv(ctx, cmd->argc, cmd->argv, cmd->argvlen);
+  dlock__sb b;
+  char buf[1024];
+  dlock__sb_init_buf(&b, buf, sizeof buf);
+  resp_argv(&b, cmd->argc, cmd->argv, cmd->argvlen);
+  redisReply *r = roundtrip(ctx, &b);
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {
     /* The server lost its script cache (SCRIPT FLUSH, restart): send the
      * body once; EVAL also caches it for the next EVALSHA. */
     freeReplyObject(r);
-    const char *stack[16];
-    const char **argv = cmd->argc <= 16
-                            ? stack
-                            : dlock__calloc((size_t)cmd->argc, sizeof *argv);
-    size_t lstack[16];
-    size_t *lens = cmd->argc <= 16
-                       ? lstack
-                       : dlock__calloc((size_t)cmd->argc, sizeof *lens);
-    if (!argv || !lens) {
-      if (argv != stack)
-        free(argv);
-      if (lens != lstack)
-        free(lens);
-      return NULL;
+    const char *a01[2] = {"EVAL", cmd->script->body};
+    size_t l01[2] = {4, strlen(cmd->script->body)};
+    dlock__sb_reset(&b);
+    dlock__sb_add(&b, "*", 1);
+    dlock__sb_addu64(&b, (uint64_t)cmd->argc);
+    dlock__sb_add(&b, "\r\n", 2);
+    for (int i = 0; i < cmd->argc; i++) {
+      const char *a = i < 2 ? a01[i] : cmd->argv[i];
+      size_t l = i < 2 ? l01[i] : cmd->argvlen[i];
+      dlock__sb_add(&b, "$", 1);
+      dlock__sb_addu64(&b, l);
+      dlock__sb_add(&b, "\r\n", 2);
+      dlock__sb_add(&b, a, l);
+      dlock__sb_add(&b, "\r\n", 2);
     }
-    memcpy(argv, cmd->argv, sizeof *argv * (size_t)cmd->argc);
-    memcpy(lens, cmd->argvlen, sizeof *lens * (size_t)cmd->argc);
-    argv[0] = "EVAL";
-    lens[0] = 4;
-    argv[1] = cmd->script->body;
-    lens[1] = strlen(cmd->script->body);
-    r = redisCommandArgv(ctx, cmd->argc, argv, lens);
-    if (argv != stack)
-      free(argv);
-    if (lens != lstack)
-      free(lens);
+    r = roundtrip(ctx, &b);
   }
+  dlock__sb_free(&b);
   return r;
 }
 
@@ -352,14 +375,14 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
       free(al);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
-  char nk[16];
-  int nkl = snprintf(nk, sizeof nk, "%d", nkeys);
+  char nk[24];
+  size_t nkl = dlock__fmt_i64(nk, nkeys);
   av[0] = "EVALSHA";
   al[0] = 7;
   av[1] = s->sha;
   al[1] = 40;
   av[2] = nk;
-  al[2] = (size_t)nkl;
+  al[2] = nkl;
   for (int i = 0; i < nkeys; i++) {
     av[3 + i] = keys[i];
     al[3 + i] = klens ? klens[i] : strlen(keys[i]);

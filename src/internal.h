@@ -66,15 +66,21 @@ typedef struct dlock__sb {
   char *p;
   size_t len, cap;
   int oom;
+  int heap; /* p was malloc'ed */
   char inl[192];
 } dlock__sb;
 void dlock__sb_init(dlock__sb *b);
+/* Starts with the caller's buffer (e.g. on its stack) instead of inl. */
+void dlock__sb_init_buf(dlock__sb *b, char *buf, size_t cap);
 void dlock__sb_free(dlock__sb *b);
 void dlock__sb_reset(dlock__sb *b);
 void dlock__sb_add(dlock__sb *b, const char *s, size_t n);
 void dlock__sb_adds(dlock__sb *b, const char *s);
 void dlock__sb_addu64(dlock__sb *b, uint64_t v);
 void dlock__sb_addi64(dlock__sb *b, int64_t v);
+/* Decimal text of v into buf (>= 21 bytes), NUL-terminated; returns the
+ * length. snprintf costs ~700 instructions per number on the hot path. */
+size_t dlock__fmt_i64(char *buf, int64_t v);
 
 /* Redisson naming rules (RedissonObject.prefixName / suffixName):
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.

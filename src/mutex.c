@@ -66,14 +66,16 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
   dlock__prefix_name(&qk, "dlock_lock_queue", m->name);
   char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 24];
   size_t fl = dlock__field(c, tid, field);
-  char ls[24], ts[16];
-  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
-  int tsl = snprintf(ts, sizeof ts, "%d", target);
-  int el = snprintf(entry, sizeof entry, "%s|%lld", field, (long long)lease);
+  char ls[24], ts[24];
+  size_t lsl = dlock__fmt_i64(ls, lease);
+  size_t tsl = dlock__fmt_i64(ts, target);
+  memcpy(entry, field, fl);
+  entry[fl] = '|';
+  size_t el = fl + 1 + dlock__fmt_i64(entry + fl + 1, lease);
   const char *keys[2] = {m->name, qk.p};
   size_t klens[2] = {m->name_len, qk.len};
   const char *args[5] = {ls, field, ts, queue ? "1" : "0", entry};
-  size_t alens[5] = {(size_t)lsl, fl, (size_t)tsl, 1, (size_t)el};
+  size_t alens[5] = {lsl, fl, tsl, 1, el};
   redisReply *r = NULL;
   int rc = qk.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                   : dlock__eval(c, dlock__core_script(DLOCK__S_ACQUIRE), 2,
@@ -117,12 +119,12 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
   char ls[24], lt[24];
-  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
-  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
+  size_t lsl = dlock__fmt_i64(ls, lease);
+  size_t ltl = dlock__fmt_i64(lt, c->latch_ttl_ms);
   const char *keys[5] = {m->name, ch.p, latch.p, qk.p, gp.p};
   size_t klens[5] = {m->name_len, ch.len, latch.len, qk.len, gp.len};
   const char *args[5] = {"0", ls, field, "PUBLISH", lt};
-  size_t alens[5] = {1, (size_t)lsl, fl, 7, (size_t)ltl};
+  size_t alens[5] = {1, lsl, fl, 7, ltl};
   redisReply *r = NULL;
   int rc = ch.oom || latch.oom || qk.oom || gp.oom
                ? dlock__fail(DLOCK_ENOMEM, "out of memory")
@@ -154,11 +156,13 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   dlock__prefix_name(&qk, "dlock_lock_queue", m->name);
   char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 24];
   size_t fl = dlock__field(c, tid, field);
-  int el = snprintf(entry, sizeof entry, "%s|%lld", field, (long long)lease);
+  memcpy(entry, field, fl);
+  entry[fl] = '|';
+  size_t el = fl + 1 + dlock__fmt_i64(entry + fl + 1, lease);
   const char *keys[2] = {m->name, qk.p};
   size_t klens[2] = {m->name_len, qk.len};
   const char *args[2] = {field, entry};
-  size_t alens[2] = {fl, (size_t)el};
+  size_t alens[2] = {fl, el};
   redisReply *r = NULL;
   int rc = qk.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                   : dlock__eval(c, dlock__core_script(DLOCK__S_CANCEL), 2, keys,

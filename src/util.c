@@ -217,11 +217,19 @@ void dlock__sb_init(dlock__sb *b) {
   b->len = 0;
   b->cap = sizeof b->inl;
   b->oom = 0;
+  b->heap = 0;
   b->inl[0] = '\0';
 }
 
+void dlock__sb_init_buf(dlock__sb *b, char *buf, size_t cap) {
+  dlock__sb_init(b);
+  b->p = buf;
+  b->cap = cap;
+  buf[0] = '\0';
+}
+
 void dlock__sb_free(dlock__sb *b) {
-  if (b->p != b->inl)
+  if (b->heap)
     free(b->p);
   dlock__sb_init(b);
 }
@@ -244,9 +252,10 @@ void dlock__sb_add(dlock__sb *b, const char *s, size_t n) {
       return;
     }
     memcpy(np, b->p, b->len + 1);
-    if (b->p != b->inl)
+    if (b->heap)
       free(b->p);
     b->p = np;
+    b->heap = 1;
     b->cap = nc;
   }
   memcpy(b->p + b->len, s, n);
@@ -256,6 +265,22 @@ void dlock__sb_add(dlock__sb *b, const char *s, size_t n) {
 
 void dlock__sb_adds(dlock__sb *b, const char *s) {
   dlock__sb_add(b, s, strlen(s));
+}
+
+size_t dlock__fmt_i64(char *buf, int64_t v) {
+  char tmp[24];
+  int i = (int)sizeof tmp;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    tmp[--i] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0)
+    tmp[--i] = '-';
+  size_t n = sizeof tmp - (size_t)i;
+  memcpy(buf, tmp + i, n);
+  buf[n] = '\0';
+  return n;
 }
 
 void dlock__sb_addu64(dlock__sb *b, uint64_t v) {
