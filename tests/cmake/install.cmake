@@ -1,0 +1,4 @@
+add_test(NAME install.consumer
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/install/consumer_check.sh
+          ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
+set_tests_properties(install.consumer PROPERTIES TIMEOUT 120 LABELS tool)
