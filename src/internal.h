@@ -207,6 +207,7 @@ struct dlock_client {
   /* -- pub/sub (pubsub.c) -- */
   pthread_mutex_t sub_mu;
   dlock__map subs;       /* shared channel -> dlock__sub */
+  atomic_int n_subs;     /* entries in subs (a lock-free hint) */
   dlock__map subs_grant; /* grant channel -> dlock__sub */
   dlock__sub *sub_list;
   int ps_pipe[2];
@@ -276,6 +277,11 @@ struct dlock__sub {
 int dlock__sub_join(dlock_client *c, const char *channel,
                     const char *grant_channel, int wake_policy,
                     dlock__slot *slot, dlock__sub **out, int *active);
+/* Joins only if an active subscription for channel already exists (another
+ * local waiter, or a lingering one): then the caller may join the server's
+ * queue with its very first attempt. Returns 1 if joined, 0 if not. */
+int dlock__sub_join_active(dlock_client *c, const char *channel,
+                           dlock__slot *slot, dlock__sub **out);
 /* Waits (c->sub_mu taken inside) until the slot is granted/kicked or the
  * monotonic deadline (ms; <0 = none) passes. Returns 1 if woken, 0 on
  * timeout. *active is the subscription state on return. */

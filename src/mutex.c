@@ -363,9 +363,39 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
 
   int64_t ttl = -1;
   uint64_t token = 0;
-  int queue_now = wait_ms != 0 && m->ops->queue_first;
+  /* When this client is already subscribed to the lock (other local
+   * waiters, or a lingering subscription), register as a waiter first and
+   * join the server's queue with the very first attempt. */
+  dlock__slot slot;
+  dlock__sub *sub = NULL;
+  int joined = 0;
+  dlock__sb ch, gr;
+  dlock__sb_init(&ch);
+  dlock__sb_init(&gr);
+  if (wait_ms != 0 &&
+      atomic_load_explicit(&c->n_subs, memory_order_relaxed) > 0) {
+    m->ops->channels(m, tid, &ch, &gr);
+    if (!ch.oom && !gr.oom)
+      joined = dlock__sub_join_active(c, ch.p, &slot, &sub);
+  }
+  int queue_now = wait_ms != 0 && (joined || m->ops->queue_first);
   rc = m->ops->attempt(m, tid, prior + 1, lease, queue_now, wait_ms, &ttl,
                        &token);
+  if (rc == 1 || rc < 0 || wait_ms == 0) {
+    if (joined)
+      dlock__sub_leave(c, sub, &slot);
+    dlock__sb_free(&ch);
+    dlock__sb_free(&gr);
+    if (rc < 0 && rc != DLOCK_ELOST && queue_now && m->ops->cancel) {
+      /* The attempt may have queued us before its reply was lost: leave
+       * the queue so the lock is never handed to a thread not waiting. */
+      char keep[512];
+      snprintf(keep, sizeof keep, "%s", dlock_last_error());
+      if (m->ops->cancel(m, tid, lease, wait_ms, &token) == 1)
+        return record_hold(m, tid, 1, wd, lease, started, token);
+      dlock__fail(rc, "%s", keep);
+    }
+  }
   if (rc == 1)
     return record_hold(m, tid, prior + 1, wd, lease, started, token);
   if (rc == DLOCK_ELOST) {
@@ -382,25 +412,25 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
 
   /* Contended: wait for a hand-over or a wake-up. */
   const int64_t deadline = wait_ms < 0 ? -1 : started + wait_ms;
-  dlock__sb ch, gr;
-  dlock__sb_init(&ch);
-  dlock__sb_init(&gr);
-  m->ops->channels(m, tid, &ch, &gr);
-  if (ch.oom || gr.oom) {
-    dlock__sb_free(&ch);
-    dlock__sb_free(&gr);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  int active = joined;
+  if (!joined) {
+    if (!ch.len)
+      m->ops->channels(m, tid, &ch, &gr);
+    if (ch.oom || gr.oom) {
+      dlock__sb_free(&ch);
+      dlock__sb_free(&gr);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    rc = dlock__sub_join(c, ch.p, gr.len ? gr.p : NULL, m->ops->wake_policy,
+                         &slot, &sub, &active);
   }
-  dlock__slot slot;
-  dlock__sub *sub;
-  int active = 0;
-  rc = dlock__sub_join(c, ch.p, gr.len ? gr.p : NULL, m->ops->wake_policy,
-                       &slot, &sub, &active);
   dlock__sb_free(&ch);
   dlock__sb_free(&gr);
   if (rc)
     return rc;
-  int queued = queue_now, need_wait = !active, held = 0;
+  /* Already queued (joined early): just wait. Otherwise wait for the
+   * subscription unless it is already active. */
+  int queued = queue_now, need_wait = joined || !active, held = 0;
   for (;;) {
     if (need_wait) {
       int64_t now = dlock__now_ms();

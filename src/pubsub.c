@@ -59,9 +59,7 @@ static void kick_n(dlock__sub *s, int64_t n) {
   }
 }
 
-int dlock__sub_join(dlock_client *c, const char *channel,
-                    const char *grant_channel, int wake_policy,
-                    dlock__slot *slot, dlock__sub **out, int *active) {
+static int slot_init(dlock__slot *slot) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -73,6 +71,43 @@ int dlock__sub_join(dlock_client *c, const char *channel,
   slot->granted = slot->kicked = slot->all = 0;
   slot->value = 0;
   slot->tid = dlock__tid();
+  return 0;
+}
+
+/* Appends slot to s's FIFO (sub_mu held). Returns 1 if s had no waiter. */
+static int slot_link(dlock__sub *s, dlock__slot *slot) {
+  slot->prev = s->slots_tail;
+  if (s->slots_tail)
+    s->slots_tail->next = slot;
+  else
+    s->slots = slot;
+  s->slots_tail = slot;
+  return s->refs++ == 0;
+}
+
+int dlock__sub_join_active(dlock_client *c, const char *channel,
+                           dlock__slot *slot, dlock__sub **out) {
+  if (atomic_load_explicit(&c->n_subs, memory_order_relaxed) == 0)
+    return 0;
+  pthread_mutex_lock(&c->sub_mu);
+  dlock__sub *s = dlock__map_get(&c->subs, channel, strlen(channel));
+  int ok = s && s->state == DLOCK__SUB_ACTIVE;
+  if (ok && slot_init(slot) != 0)
+    ok = 0;
+  if (ok) {
+    slot_link(s, slot);
+    *out = s;
+  }
+  pthread_mutex_unlock(&c->sub_mu);
+  return ok;
+}
+
+int dlock__sub_join(dlock_client *c, const char *channel,
+                    const char *grant_channel, int wake_policy,
+                    dlock__slot *slot, dlock__sub **out, int *active) {
+  int rc = slot_init(slot);
+  if (rc)
+    return rc;
 
   pthread_mutex_lock(&c->sub_mu);
   dlock__sub *s = dlock__map_get(&c->subs, channel, strlen(channel));
@@ -108,15 +143,9 @@ int dlock__sub_join(dlock_client *c, const char *channel,
     s->state = DLOCK__SUB_IDLE;
     s->next_all = c->sub_list;
     c->sub_list = s;
+    atomic_fetch_add(&c->n_subs, 1);
   }
-  if (s->refs++ == 0)
-    need_poke = 1;
-  slot->prev = s->slots_tail;
-  if (s->slots_tail)
-    s->slots_tail->next = slot;
-  else
-    s->slots = slot;
-  s->slots_tail = slot;
+  need_poke = slot_link(s, slot);
   *active = s->state == DLOCK__SUB_ACTIVE;
   *out = s;
   pthread_mutex_unlock(&c->sub_mu);
@@ -186,6 +215,7 @@ typedef struct ps_state {
 
 static void free_sub(dlock_client *c, dlock__sub *s) {
   dlock__map_del(&c->subs, s->channel, strlen(s->channel));
+  atomic_fetch_sub(&c->n_subs, 1);
   if (s->grant_channel)
     dlock__map_del(&c->subs_grant, s->grant_channel, strlen(s->grant_channel));
   free(s->channel);

@@ -1,0 +1,469 @@
+/*
+ * fair.c -- the fair mutex: FIFO across all clients, Redisson RFairLock
+ * layout (see docs/fair.md).
+ *
+ * DATA (exactly Redisson's, so Java and C waiters share one queue):
+ *   hash  <name>                          field "<uuid>:<tid>" = hold count
+ *   list  redisson_lock_queue:{name}      waiting fields, FIFO
+ *   zset  redisson_lock_timeout:{name}    waiting field -> deadline (epoch ms)
+ *   channel redisson_lock__channel:{name}:<uuid>:<tid>   one per waiter
+ *
+ * HOW IT WORKS. A blocking call joins the queue with its very first attempt
+ * (ops.queue_first), so arrival order is the order in which first attempts
+ * reach the server. Only the head of the queue -- or anyone when the queue
+ * is empty -- may take a free lock. Unlock publishes "0" on the head's own
+ * channel only; nobody else wakes. A waiter's deadline is the deadline of
+ * the waiter in front of it (or the holder's TTL) plus its own wait budget
+ * (300000 ms when it waits forever, Redisson's fairLockWaitTimeout). A head
+ * whose deadline has passed is presumed dead and purged by whoever touches
+ * the lock next, so a crashed waiter delays the queue by at most its
+ * deadline. When a waiter takes the lock or gives up, the deadlines behind
+ * it shrink by its wait budget (Redisson's arithmetic).
+ *
+ * trylock and timedlock(0, ...) run the single-attempt script, which never
+ * enqueues: they succeed only if the lock is free and the queue is empty
+ * (or this thread is its head).
+ *
+ * dlock additions, invisible to Redisson clients (data effects unchanged):
+ *   - when a dead head is purged, or a waiter leaves, while the lock is
+ *     free, "0" is published on the new head's channel, so it does not
+ *     sleep until its timer to notice it may go;
+ *   - the acquire scripts return a wake-up hint instead of Redisson's
+ *     estimate: the holder's PTTL, or, while the lock is free and someone
+ *     else is the head, the time until that head could be purged (at most
+ *     1 s), so a waiter never sleeps long past the moment it could proceed;
+ *   - a reentrant acquire writes the hold count the client expects (HSET)
+ *     instead of HINCRBY, so a retried call is idempotent, and reports a
+ *     hold that vanished as DLOCK_ELOST;
+ *   - unlocking a lock that expired returns DLOCK_ELOST (Redisson reports
+ *     success) after the same effects (publish to the head).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Redisson's Config.fairLockWaitTimeout default: the wait budget used for
+ * a waiter's deadline when the caller waits forever. */
+#define FAIR_DEFAULT_WAIT_MS 300000LL
+
+/* ---- scripts --------------------------------------------------------------
+ * Shared Lua prelude. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeout zset,
+ * KEYS[4] channel prefix "redisson_lock__channel:{name}". */
+#define FAIR_LUA_PRELUDE                                                       \
+  "local function notify(pub, head)\n"                                         \
+  "  redis.call(pub, KEYS[4] .. ':' .. head, '0')\n"                           \
+  "end\n"                                                                      \
+  /* Removes expired heads (or heads without a deadline); returns how many. */ \
+  "local function purge(now)\n"                                                \
+  "  local n = 0\n"                                                            \
+  "  while true do\n"                                                          \
+  "    local head = redis.call('lindex', KEYS[2], 0)\n"                        \
+  "    if not head then break end\n"                                           \
+  "    local s = redis.call('zscore', KEYS[3], head)\n"                        \
+  "    if s and tonumber(s) > now then break end\n"                            \
+  "    redis.call('lpop', KEYS[2])\n"                                          \
+  "    redis.call('zrem', KEYS[3], head)\n"                                    \
+  "    n = n + 1\n"                                                            \
+  "  end\n"                                                                    \
+  "  return n\n"                                                               \
+  "end\n"                                                                      \
+  /* After a purge: a free lock and a new head that is not the caller. */      \
+  "local function wake_new_head(pub, me)\n"                                    \
+  "  if redis.call('exists', KEYS[1]) == 0 then\n"                             \
+  "    local head = redis.call('lindex', KEYS[2], 0)\n"                        \
+  "    if head and head ~= me then notify(pub, head) end\n"                    \
+  "  end\n"                                                                    \
+  "end\n"                                                                      \
+  /* Tries to take or re-enter the lock: true = held. target = hold count  */  \
+  /* after this acquire ('1' = first hold); -3 = our earlier hold is gone. */  \
+  "local function take(field, lease, target, wait)\n"                          \
+  "  if target ~= '1' then\n"                                                  \
+  "    if redis.call('hexists', KEYS[1], field) == 1 then\n"                   \
+  "      redis.call('hset', KEYS[1], field, target)\n"                         \
+  "      redis.call('pexpire', KEYS[1], lease)\n"                              \
+  "      return true\n"                                                        \
+  "    end\n"                                                                  \
+  "    return -3\n"                                                            \
+  "  end\n"                                                                    \
+  "  if redis.call('exists', KEYS[1]) == 0 then\n"                             \
+  "    local head = redis.call('lindex', KEYS[2], 0)\n"                        \
+  "    if head and head ~= field then return false end\n"                      \
+  "    if head then redis.call('lpop', KEYS[2]) end\n"                         \
+  "    redis.call('zrem', KEYS[3], field)\n"                                   \
+  "    local rest = redis.call('zrange', KEYS[3], 0, -1)\n"                    \
+  "    for i = 1, #rest do\n"                                                  \
+  "      redis.call('zincrby', KEYS[3], -wait, rest[i])\n"                     \
+  "    end\n"                                                                  \
+  "    redis.call('hset', KEYS[1], field, 1)\n"                                \
+  "    redis.call('pexpire', KEYS[1], lease)\n"                                \
+  "    return true\n"                                                          \
+  "  end\n"                                                                    \
+  "  if redis.call('hexists', KEYS[1], field) == 1 then\n"                     \
+  /*   ours already: a retried call whose first reply was lost */             \
+  "    redis.call('hset', KEYS[1], field, 1)\n"                                \
+  "    redis.call('pexpire', KEYS[1], lease)\n"                                \
+  "    redis.call('lrem', KEYS[2], 0, field)\n"                                \
+  "    redis.call('zrem', KEYS[3], field)\n"                                   \
+  "    return true\n"                                                          \
+  "  end\n"                                                                    \
+  "  return false\n"                                                           \
+  "end\n"                                                                      \
+  /* How long a waiter that failed may sleep before trying again. */          \
+  "local function hint(now)\n"                                                 \
+  "  local p = redis.call('pttl', KEYS[1])\n"                                  \
+  "  if p >= -1 then return p end\n"                                           \
+  "  local head = redis.call('lindex', KEYS[2], 0)\n"                          \
+  "  local s = head and redis.call('zscore', KEYS[3], head)\n"                 \
+  "  if s then return math.max(1, math.min(1000, tonumber(s) - now)) end\n"    \
+  "  return 1\n"                                                               \
+  "end\n"
+
+static dlock__script g_acquire = {
+    "fair_acquire",
+    /* Waiting acquire. ARGV[1] lease, [2] field, [3] wait, [4] now (epoch
+     * ms), [5] hold count after this acquire, [6] publish command.
+     * nil = held; -3 = our hold is gone; else a wake-up hint (ms, -1 =
+     * none). On failure the caller is enqueued (once) with deadline =
+     * (tail's deadline, or the holder's PTTL from now) + wait. */
+    FAIR_LUA_PRELUDE
+    "local now = tonumber(ARGV[4])\n"
+    "local wait = tonumber(ARGV[3])\n"
+    "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) end\n"
+    "local got = take(ARGV[2], ARGV[1], ARGV[5], wait)\n"
+    "if got == true then return nil end\n"
+    "if got == -3 then return -3 end\n"
+    "if not redis.call('zscore', KEYS[3], ARGV[2]) then\n"
+    "  local tail = redis.call('lindex', KEYS[2], -1)\n"
+    "  local ts = tail and tail ~= ARGV[2] and "
+    "redis.call('zscore', KEYS[3], tail)\n"
+    "  local base\n"
+    "  if ts then base = tonumber(ts) - now\n"
+    "  else base = redis.call('pttl', KEYS[1]) end\n"
+    "  if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then\n"
+    "    redis.call('rpush', KEYS[2], ARGV[2])\n"
+    "  end\n"
+    "end\n"
+    "return hint(now)\n",
+    {0}};
+
+static dlock__script g_try = {
+    "fair_try",
+    /* Single attempt, never enqueues. ARGV[1] lease, [2] field, [3] now,
+     * [4] wait, [5] hold count after, [6] publish command. Replies as
+     * fair_acquire. */
+    FAIR_LUA_PRELUDE "local now = tonumber(ARGV[3])\n"
+                     "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) "
+                     "end\n"
+                     "local got = take(ARGV[2], ARGV[1], ARGV[5], "
+                     "tonumber(ARGV[4]))\n"
+                     "if got == true then return nil end\n"
+                     "if got == -3 then return -3 end\n"
+                     "return hint(now)\n",
+    {0}};
+
+static dlock__script g_cancel = {
+    "fair_cancel",
+    /* acquireFailed. ARGV[1] field, [2] wait, [3] publish command.
+     * Leaves the queue; the deadlines of the waiters behind shrink by wait.
+     * Returns 1 if the caller holds the lock after all, else 0. */
+    FAIR_LUA_PRELUDE
+    "local wait = tonumber(ARGV[2])\n"
+    "local pos = redis.call('lpos', KEYS[2], ARGV[1])\n"
+    "if pos then\n"
+    "  local rest = redis.call('lrange', KEYS[2], pos + 1, -1)\n"
+    "  for i = 1, #rest do\n"
+    "    if redis.call('zscore', KEYS[3], rest[i]) then\n"
+    "      redis.call('zincrby', KEYS[3], -wait, rest[i])\n"
+    "    end\n"
+    "  end\n"
+    "  redis.call('lrem', KEYS[2], 0, ARGV[1])\n"
+    "end\n"
+    "redis.call('zrem', KEYS[3], ARGV[1])\n"
+    "wake_new_head(ARGV[3], ARGV[1])\n"
+    "return redis.call('hexists', KEYS[1], ARGV[1])\n",
+    {0}};
+
+static dlock__script g_unlock = {
+    "fair_unlock",
+    /* KEYS[5] unlock latch. ARGV[1] '0', [2] lease for remaining holds,
+     * [3] field, [4] now, [5] publish command, [6] latch ttl.
+     * nil = not owner (or expired), 0 = still held, 1 = released; the
+     * last release publishes ARGV[1] on the head waiter's channel. */
+    FAIR_LUA_PRELUDE
+    "local done = redis.call('get', KEYS[5])\n"
+    "if done then return tonumber(done) end\n"
+    "purge(tonumber(ARGV[4]))\n"
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  local head = redis.call('lindex', KEYS[2], 0)\n"
+    "  if head then notify(ARGV[5], head) end\n"
+    "  return nil\n"
+    "end\n"
+    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
+    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  redis.call('set', KEYS[5], 0, 'px', ARGV[6])\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('del', KEYS[1])\n"
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[6])\n"
+    "local head = redis.call('lindex', KEYS[2], 0)\n"
+    "if head then notify(ARGV[5], head) end\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_force = {
+    "fair_force",
+    /* ARGV[1] '0', [2] now, [3] publish command. 1 deleted, 0 none. */
+    FAIR_LUA_PRELUDE "purge(tonumber(ARGV[2]))\n"
+                     "if redis.call('del', KEYS[1]) == 1 then\n"
+                     "  local head = redis.call('lindex', KEYS[2], 0)\n"
+                     "  if head then notify(ARGV[3], head) end\n"
+                     "  return 1\n"
+                     "end\n"
+                     "return 0\n",
+    {0}};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_scripts(void) {
+  dlock__script_init(&g_acquire);
+  dlock__script_init(&g_try);
+  dlock__script_init(&g_cancel);
+  dlock__script_init(&g_unlock);
+  dlock__script_init(&g_force);
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* Wall clock, epoch ms: deadlines in the zset are compared with the `now`
+ * of every client, Java ones included (System.currentTimeMillis()). */
+static int64_t epoch_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The four keys every fair script takes. */
+typedef struct fair_keys {
+  dlock__sb queue, timeout, channel;
+  const char *keys[5];
+  size_t klens[5];
+} fair_keys;
+
+static int fair_keys_init(dlock_mutex *m, fair_keys *k) {
+  dlock__sb_init(&k->queue);
+  dlock__sb_init(&k->timeout);
+  dlock__sb_init(&k->channel);
+  dlock__prefix_name(&k->queue, "redisson_lock_queue", m->name);
+  dlock__prefix_name(&k->timeout, "redisson_lock_timeout", m->name);
+  dlock__prefix_name(&k->channel, "redisson_lock__channel", m->name);
+  k->keys[0] = m->name;
+  k->klens[0] = m->name_len;
+  k->keys[1] = k->queue.p;
+  k->klens[1] = k->queue.len;
+  k->keys[2] = k->timeout.p;
+  k->klens[2] = k->timeout.len;
+  k->keys[3] = k->channel.p;
+  k->klens[3] = k->channel.len;
+  k->keys[4] = NULL;
+  k->klens[4] = 0;
+  pthread_once(&g_once, init_scripts);
+  if (k->queue.oom || k->timeout.oom || k->channel.oom)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  return 0;
+}
+
+static void fair_keys_free(fair_keys *k) {
+  dlock__sb_free(&k->queue);
+  dlock__sb_free(&k->timeout);
+  dlock__sb_free(&k->channel);
+}
+
+/* The wait budget the scripts use for deadlines. Redisson passes the
+ * caller's original waitTime on every attempt and on acquireFailed; the
+ * shared wait loop hands us the remaining budget on retries, so the
+ * original is remembered per thread from the first attempt of a wait until
+ * it ends (held, cancelled, or failed). A thread waits for one lock at a
+ * time. */
+static _Thread_local const dlock_mutex *tl_waiting;
+static _Thread_local int64_t tl_wait;
+
+static int64_t wait_budget(long long wait_ms) {
+  return wait_ms > 0 ? (int64_t)wait_ms : FAIR_DEFAULT_WAIT_MS;
+}
+
+/* ---- ops ----------------------------------------------------------------- */
+
+static void fair_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
+                          dlock__sb *grant) {
+  (void)grant; /* no direct hand-over: the head's channel says "go" */
+  char field[DLOCK__FIELD_MAX];
+  size_t fl = dlock__field(m->c, tid, field);
+  dlock__prefix_name(channel, "redisson_lock__channel", m->name);
+  dlock__sb_add(channel, ":", 1);
+  dlock__sb_add(channel, field, fl);
+}
+
+static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
+                        int queue, int64_t wait_ms, int64_t *ttl,
+                        uint64_t *token) {
+  (void)token;
+  fair_keys k;
+  int rc = fair_keys_init(m, &k);
+  if (rc) {
+    fair_keys_free(&k);
+    return rc;
+  }
+  int64_t wait;
+  if (queue) {
+    if (tl_waiting != m) {
+      tl_waiting = m;
+      tl_wait = wait_budget(wait_ms);
+    }
+    wait = tl_wait;
+  } else {
+    wait = wait_budget(wait_ms);
+  }
+  char field[DLOCK__FIELD_MAX], ls[24], ws[24], ns[24], ts[16];
+  size_t fl = dlock__field(m->c, tid, field);
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
+  int wsl = snprintf(ws, sizeof ws, "%lld", (long long)wait);
+  int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
+  int tsl = snprintf(ts, sizeof ts, "%d", target);
+  const char *args[6] = {ls, field,    queue ? ws : ns, queue ? ns : ws,
+                         ts, "PUBLISH"};
+  size_t alens[6] = {
+      (size_t)lsl, fl, (size_t)(queue ? wsl : nsl), (size_t)(queue ? nsl : wsl),
+      (size_t)tsl, 7};
+  redisReply *r = NULL;
+  rc = dlock__eval(m->c, queue ? &g_acquire : &g_try, 4, k.keys, k.klens, 6,
+                   args, alens, &r);
+  fair_keys_free(&k);
+  if (rc == 0 && !r)
+    rc = dlock__fail(DLOCK_EPROTO, "no reply");
+  if (rc == 0 && r->type == REDIS_REPLY_NIL) {
+    freeReplyObject(r);
+    tl_waiting = NULL;
+    return 1;
+  }
+  long long v = 0;
+  if (rc == 0)
+    rc = dlock__reply_int(r, &v);
+  freeReplyObject(r);
+  if (rc == 0 && v == -3)
+    rc = dlock__fail(DLOCK_ELOST,
+                     "fair lock '%s': this thread's hold is gone (expired or "
+                     "deleted) -- it was re-acquired in vain",
+                     m->name);
+  if (rc) {
+    /* The wait ends here (or the loop cancels, which copes without it). */
+    tl_waiting = NULL;
+    return rc;
+  }
+  *ttl = v;
+  return 0;
+}
+
+static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
+                       int64_t wait_ms, uint64_t *token) {
+  (void)lease;
+  (void)token;
+  int64_t wait = tl_waiting == m ? tl_wait : wait_budget(wait_ms);
+  tl_waiting = NULL;
+  fair_keys k;
+  int rc = fair_keys_init(m, &k);
+  if (rc) {
+    fair_keys_free(&k);
+    return rc;
+  }
+  char field[DLOCK__FIELD_MAX], ws[24];
+  size_t fl = dlock__field(m->c, tid, field);
+  int wsl = snprintf(ws, sizeof ws, "%lld", (long long)wait);
+  const char *args[3] = {field, ws, "PUBLISH"};
+  size_t alens[3] = {fl, (size_t)wsl, 7};
+  redisReply *r = NULL;
+  rc = dlock__eval(m->c, &g_cancel, 4, k.keys, k.klens, 3, args, alens, &r);
+  fair_keys_free(&k);
+  if (rc || !r)
+    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
+  long long v = 0;
+  rc = dlock__reply_int(r, &v);
+  freeReplyObject(r);
+  return rc ? rc : v == 1;
+}
+
+static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+  dlock_client *c = m->c;
+  fair_keys k;
+  dlock__sb latch;
+  dlock__sb_init(&latch);
+  int rc = fair_keys_init(m, &k);
+  char rid[33];
+  dlock__request_id(rid);
+  dlock__prefix_name(&latch, "redisson_unlock_latch", m->name);
+  dlock__sb_add(&latch, ":", 1);
+  dlock__sb_add(&latch, rid, 32);
+  if (!rc && latch.oom)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  if (rc) {
+    fair_keys_free(&k);
+    dlock__sb_free(&latch);
+    return rc;
+  }
+  k.keys[4] = latch.p;
+  k.klens[4] = latch.len;
+  char field[DLOCK__FIELD_MAX], ls[24], ns[24], lt[24];
+  size_t fl = dlock__field(c, tid, field);
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
+  int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
+  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
+  const char *args[6] = {"0", ls, field, ns, "PUBLISH", lt};
+  size_t alens[6] = {1, (size_t)lsl, fl, (size_t)nsl, 7, (size_t)ltl};
+  redisReply *r = NULL;
+  rc = dlock__eval(c, &g_unlock, 5, k.keys, k.klens, 6, args, alens, &r);
+  fair_keys_free(&k);
+  dlock__sb_free(&latch);
+  if (rc || !r)
+    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
+  if (r->type == REDIS_REPLY_NIL) {
+    freeReplyObject(r);
+    return DLOCK_ELOST;
+  }
+  long long v = 0;
+  rc = dlock__reply_int(r, &v);
+  freeReplyObject(r);
+  return rc ? rc : (v == 1 ? 1 : 0);
+}
+
+static int fair_force(dlock_mutex *m) {
+  fair_keys k;
+  int rc = fair_keys_init(m, &k);
+  if (rc) {
+    fair_keys_free(&k);
+    return rc;
+  }
+  char ns[24];
+  int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
+  const char *args[3] = {"0", ns, "PUBLISH"};
+  size_t alens[3] = {1, (size_t)nsl, 7};
+  redisReply *r = NULL;
+  rc = dlock__eval(m->c, &g_force, 4, k.keys, k.klens, 3, args, alens, &r);
+  fair_keys_free(&k);
+  if (rc || !r)
+    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
+  long long v = 0;
+  rc = dlock__reply_int(r, &v);
+  freeReplyObject(r);
+  return rc ? rc : (int)v;
+}
+
+const dlock__mutex_ops dlock__fair_ops = {
+    "fair",     fair_attempt,     fair_release, fair_cancel, fair_channels,
+    fair_force, DLOCK__WAKE_LOCK, "",           1,           NULL};
+
+int dlock_mutex_new_fair(dlock_client *c, const char *name, dlock_mutex **out) {
+  return dlock__mutex_create(c, name, &dlock__fair_ops, out);
+}
