@@ -238,7 +238,7 @@ static int retryable_reply(const char *s) {
 /* RESP encoding of argv into b. hiredis's own formatter goes through sds
  * printf-style helpers and costs several thousand instructions per command;
  * this is a few hundred. */
-static void resp_argv(dlock__sb *b, int argc, const char **argv,
+void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
                       const size_t *lens) {
   dlock__sb_add(b, "*", 1);
   dlock__sb_addu64(b, (uint64_t)argc);
@@ -267,7 +267,7 @@ static redisReply *send_cmd(redisContext *ctx, const dlock__cmd *cmd) {
   dlock__sb b;
   char buf[1024];
   dlock__sb_init_buf(&b, buf, sizeof buf);
-  resp_argv(&b, cmd->argc, cmd->argv, cmd->argvlen);
+  dlock__resp_argv(&b, cmd->argc, cmd->argv, cmd->argvlen);
   redisReply *r = roundtrip(ctx, &b);
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {

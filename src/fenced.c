@@ -120,10 +120,16 @@ static int fenced_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
 
 static int fenced_force(dlock_mutex *m) { return dlock__plain_ops.force(m); }
 
-const dlock__mutex_ops dlock__fenced_ops = {
-    "fenced",        fenced_attempt, fenced_release,   NULL,
-    fenced_channels, fenced_force,   DLOCK__WAKE_LOCK, "",
-    0,               NULL};
+const dlock__mutex_ops dlock__fenced_ops = {"fenced",
+                                            fenced_attempt,
+                                            fenced_release,
+                                            NULL,
+                                            fenced_channels,
+                                            fenced_force,
+                                            DLOCK__WAKE_LOCK,
+                                            "",
+                                            0,
+                                            NULL};
 
 int dlock_mutex_new_fenced(dlock_client *c, const char *name,
                            dlock_mutex **out) {

@@ -177,6 +177,9 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
+/* Appends the RESP encoding of argv to b. */
+void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
+                      const size_t *lens);
 /* Convenience for scripts: keys then args. */
 int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
                 const char **keys, const size_t *klens, int nargs,

@@ -100,32 +100,39 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
       return rc;
   }
   char lease[24];
-  int ll = snprintf(lease, sizeof lease, "%d", c->cfg.watchdog_timeout_ms);
+  size_t ll = dlock__fmt_i64(lease, c->cfg.watchdog_timeout_ms);
   const char *argv[3 + 2 * WD_CHUNK + 1];
   size_t lens[3 + 2 * WD_CHUNK + 1];
   size_t nchunks = 0;
   for (size_t at = 0; at < n; at += WD_CHUNK, nchunks++) {
     size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
-    char nk[8];
-    int nkl = snprintf(nk, sizeof nk, "%zu", k);
+    char nk[24];
+    size_t nkl = dlock__fmt_i64(nk, (int64_t)k);
     int argc = 0;
     argv[argc] = "EVALSHA";
     lens[argc++] = 7;
     argv[argc] = s->sha;
     lens[argc++] = 40;
     argv[argc] = nk;
-    lens[argc++] = (size_t)nkl;
+    lens[argc++] = nkl;
     for (size_t i = 0; i < k; i++) {
       argv[argc] = st->items[at + i].name;
       lens[argc++] = strlen(st->items[at + i].name);
     }
     argv[argc] = lease;
-    lens[argc++] = (size_t)ll;
+    lens[argc++] = ll;
     for (size_t i = 0; i < k; i++) {
       argv[argc] = st->items[at + i].field;
       lens[argc++] = st->items[at + i].flen;
     }
-    if (redisAppendCommandArgv(st->ctx, argc, argv, lens) != REDIS_OK)
+    dlock__sb b;
+    char buf[8192];
+    dlock__sb_init_buf(&b, buf, sizeof buf);
+    dlock__resp_argv(&b, argc, argv, lens);
+    int ok =
+        !b.oom && redisAppendFormattedCommand(st->ctx, b.p, b.len) == REDIS_OK;
+    dlock__sb_free(&b);
+    if (!ok)
       goto io_fail;
   }
   for (size_t ch = 0, at = 0; ch < nchunks; ch++, at += WD_CHUNK) {

@@ -1,0 +1,758 @@
+/*
+ * rwlock.c -- the read-write lock, Redisson RReadWriteLock layout (see
+ * docs/rwlock.md).
+ *
+ * DATA (exactly Redisson's):
+ *   hash <name>: field "mode" = "read" | "write";
+ *                field "<uuid>:<tid>"       = that thread's read hold count;
+ *                field "<uuid>:<tid>:write" = the writer's hold count.
+ *   string {name}:<uuid>:<tid>:rwlock_timeout:<n> = 1, TTL = lease of read
+ *                hold n (n = 1..count), so a dead reader's holds age out.
+ *   channel redisson_rwlock:{name}: "1" after a write release (every waiter
+ *                retries), "0" after the last read release (one retries).
+ *
+ * HOW IT IS BUILT. A dlock_rwlock is two internal mutex objects on the same
+ * name: one with the read ops, one with the write ops (field suffix
+ * ":write"). Both reuse the shared wait loop, hold records and watchdog of
+ * mutex.c: write holds are renewed by the batched renewal (it checks the
+ * ":write" field); read holds by the `renew` hook below, which extends
+ * every timeout key of the thread and keeps the hash alive. On top, the
+ * rwlock keeps per thread the order of its holds (a small stack of 'R' and
+ * 'W'), because dlock_rwlock_unlock has no mode argument: it releases the
+ * most recent hold (LIFO).
+ *
+ * RULES. Many readers or one writer. Both reentrant. The writer may also
+ * take read holds (write->read downgrade; dlock_rwlock_downgrade swaps its
+ * top write hold for a read hold atomically w.r.t. other writers). A reader
+ * asking for the write lock is refused at once with DLOCK_EDEADLK: two
+ * readers doing so would wait for each other forever (Redisson refuses
+ * upgrades too, by making the write attempt fail).
+ *
+ * dlock differences from Redisson's scripts (data effects compatible):
+ *   - acquire writes the hold count the client expects (idempotent retry)
+ *     and reports a reentrant acquire whose hold vanished as DLOCK_ELOST;
+ *   - a write acquire by a thread holding a read hold on the name replies
+ *     "deadlock" instead of the holder's TTL (caught even across objects);
+ *   - the last write release that leaves the writer's own read holds
+ *     (downgrade) publishes "1" so that waiting readers join at once;
+ *   - a read release never shortens the hash TTL below the writer's lease,
+ *     and the read renewal never shortens another reader's longer lease.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- scripts ------------------------------------------------------------- */
+
+static dlock__script g_rd_acquire = {
+    "rw_read_acquire",
+    /* KEYS[1] lock, KEYS[2] timeout prefix {name}:<uuid>:<tid>:rwlock_timeout.
+     * ARGV[1] lease, [2] read field, [3] write field of the same thread,
+     * [4] hold count after this acquire. nil = held; -3 = our hold is gone;
+     * else the hash PTTL. */
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    "local n = tonumber(ARGV[4])\n"
+    "if not mode then\n"
+    "  if n ~= 1 then return -3 end\n"
+    "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+    "  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  return nil\n"
+    "end\n"
+    "if mode == 'read' or (mode == 'write' and "
+    "redis.call('hexists', KEYS[1], ARGV[3]) == 1) then\n"
+    "  if n > 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then\n"
+    "    return -3\n"
+    "  end\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], n)\n"
+    "  redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])\n"
+    "  local p = redis.call('pttl', KEYS[1])\n"
+    "  redis.call('pexpire', KEYS[1], math.max(p, tonumber(ARGV[1])))\n"
+    "  return nil\n"
+    "end\n"
+    "if n > 1 then return -3 end\n"
+    "return redis.call('pttl', KEYS[1])\n",
+    {0}};
+
+static dlock__script g_rd_unlock = {
+    "rw_read_unlock",
+    /* KEYS[1] lock, [2] channel, [3] timeout prefix of the caller,
+     * [4] key prefix {name}, [5] unlock latch. ARGV[1] '0', [2] read field,
+     * [3] publish command, [4] latch ttl. nil = not a reader, 0 = the lock
+     * stays held (by us or others), 1 = the lock was freed. The hash TTL
+     * becomes the longest remaining read hold; when no live hold remains
+     * (other readers' timeout keys expired: dead clients) it is deleted. */
+    "local done = redis.call('get', KEYS[5])\n"
+    "if done then return tonumber(done) end\n"
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    "if not mode then\n"
+    "  redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
+    "  return nil\n"
+    "end\n"
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end\n"
+    "local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)\n"
+    "if left == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end\n"
+    "redis.call('del', KEYS[3] .. ':' .. (left + 1))\n"
+    "if redis.call('hlen', KEYS[1]) > 1 then\n"
+    "  local maxt = -3\n"
+    "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"
+    "    local c = tonumber(redis.call('hget', KEYS[1], f))\n"
+    "    if c then\n"
+    "      for i = c, 1, -1 do\n"
+    "        local t = redis.call('pttl', KEYS[4] .. ':' .. f .. "
+    "':rwlock_timeout:' .. i)\n"
+    "        if t > maxt then maxt = t end\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  if maxt > 0 then\n"
+    "    if mode == 'write' then\n"
+    "      maxt = math.max(maxt, redis.call('pttl', KEYS[1]))\n"
+    "    end\n"
+    "    redis.call('pexpire', KEYS[1], maxt)\n"
+    "    redis.call('set', KEYS[5], 0, 'px', ARGV[4])\n"
+    "    return 0\n"
+    "  end\n"
+    "  if mode == 'write' then\n"
+    "    redis.call('set', KEYS[5], 0, 'px', ARGV[4])\n"
+    "    return 0\n"
+    "  end\n"
+    "end\n"
+    "redis.call('del', KEYS[1])\n"
+    "redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[4])\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_rd_renew = {
+    "rw_read_renew",
+    /* KEYS[1] lock, KEYS[2] timeout prefix. ARGV[1] lease, [2] read field.
+     * 1 renewed (every timeout key of the thread, and the hash at least to
+     * the lease), 0 the thread holds no read lock. */
+    "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+    "if not c then return 0 end\n"
+    "for i = c, 1, -1 do\n"
+    "  redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])\n"
+    "end\n"
+    "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "end\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_wr_acquire = {
+    "rw_write_acquire",
+    /* KEYS[1] lock. ARGV[1] lease, [2] write field, [3] hold count after
+     * this acquire, [4] the same thread's read field. nil = held; -3 = our
+     * hold is gone; -4 = we hold a read lock (upgrade refused); else the
+     * hash PTTL. Reentry adds the lease to the remaining TTL (Redisson). */
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    "local n = tonumber(ARGV[3])\n"
+    "if not mode then\n"
+    "  if n ~= 1 then return -3 end\n"
+    "  redis.call('hset', KEYS[1], 'mode', 'write')\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  return nil\n"
+    "end\n"
+    "if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 "
+    "then\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], n)\n"
+    "  if n > 1 then\n"
+    "    redis.call('pexpire', KEYS[1], "
+    "math.max(0, redis.call('pttl', KEYS[1])) + tonumber(ARGV[1]))\n"
+    "  else\n"
+    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  end\n"
+    "  return nil\n"
+    "end\n"
+    "if n > 1 then return -3 end\n"
+    "if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[4]) == 1 "
+    "then\n"
+    "  return -4\n"
+    "end\n"
+    "return redis.call('pttl', KEYS[1])\n",
+    {0}};
+
+static dlock__script g_wr_unlock = {
+    "rw_write_unlock",
+    /* KEYS[1] lock, [2] channel, [3] unlock latch. ARGV[1] '1', [2] lease
+     * for the remaining holds, [3] write field, [4] publish command,
+     * [5] latch ttl. nil = not the writer, 0 = still held, 1 = released
+     * (the hash is deleted, or switched to mode read when the writer keeps
+     * read holds). */
+    "local done = redis.call('get', KEYS[3])\n"
+    "if done then return tonumber(done) end\n"
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    "if not mode then\n"
+    "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+    "  return nil\n"
+    "end\n"
+    "if mode ~= 'write' then return nil end\n"
+    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
+    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  redis.call('set', KEYS[3], 0, 'px', ARGV[5])\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('hdel', KEYS[1], ARGV[3])\n"
+    "if redis.call('hlen', KEYS[1]) == 1 then\n"
+    "  redis.call('del', KEYS[1])\n"
+    "else\n"
+    "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
+    "end\n"
+    "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5])\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_force = {
+    "rw_force",
+    /* KEYS[1] lock, KEYS[2] channel. ARGV[1] mode to delete ('read' or
+     * 'write'), [2] message, [3] publish command. 1 deleted, 0 not in that
+     * mode. */
+    "if redis.call('hget', KEYS[1], 'mode') == ARGV[1] then\n"
+    "  redis.call('del', KEYS[1])\n"
+    "  redis.call(ARGV[3], KEYS[2], ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    {0}};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_scripts(void) {
+  dlock__script_init(&g_rd_acquire);
+  dlock__script_init(&g_rd_unlock);
+  dlock__script_init(&g_rd_renew);
+  dlock__script_init(&g_wr_acquire);
+  dlock__script_init(&g_wr_unlock);
+  dlock__script_init(&g_force);
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* "{name}:<uuid>:<tid>:rwlock_timeout" (RedissonReadLock's prefix). */
+static void timeout_prefix(dlock_mutex *m, const char *field, size_t fl,
+                           dlock__sb *b) {
+  dlock__sb_init(b);
+  char tmp[DLOCK__FIELD_MAX];
+  memcpy(tmp, field, fl);
+  tmp[fl] = '\0';
+  dlock__suffix_name(b, m->name, tmp);
+  dlock__sb_adds(b, ":rwlock_timeout");
+}
+
+static void rw_channel(dlock_mutex *m, dlock__sb *b) {
+  dlock__prefix_name(b, "redisson_rwlock", m->name);
+}
+
+static void unlock_latch(dlock_mutex *m, dlock__sb *b) {
+  char rid[33];
+  dlock__request_id(rid);
+  dlock__prefix_name(b, "redisson_unlock_latch", m->name);
+  dlock__sb_add(b, ":", 1);
+  dlock__sb_add(b, rid, 32);
+}
+
+static int int_reply(dlock_mutex *m, int rc, redisReply *r, long long *v,
+                     int *nil) {
+  *nil = 0;
+  *v = 0;
+  if (rc || !r) {
+    freeReplyObject(r);
+    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
+  }
+  if (r->type == REDIS_REPLY_NIL) {
+    *nil = 1;
+    freeReplyObject(r);
+    return 0;
+  }
+  rc = dlock__reply_int(r, v);
+  freeReplyObject(r);
+  if (rc)
+    return dlock__fail(rc, "read-write lock '%s': %s", m->name,
+                       dlock_last_error());
+  return 0;
+}
+
+static int lost_err(dlock_mutex *m, const char *kind) {
+  return dlock__fail(DLOCK_ELOST,
+                     "read-write lock '%s': this thread's %s hold is gone "
+                     "(expired or deleted) -- it was re-acquired in vain",
+                     m->name, kind);
+}
+
+/* ---- read ops ------------------------------------------------------------ */
+
+static void rd_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
+                        dlock__sb *grant) {
+  (void)tid;
+  (void)grant;
+  rw_channel(m, channel);
+}
+
+static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
+                      int queue, int64_t wait_ms, int64_t *ttl,
+                      uint64_t *token) {
+  (void)queue, (void)wait_ms, (void)token;
+  pthread_once(&g_once, init_scripts);
+  char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[16];
+  size_t fl = dlock__field(m->c, tid, field);
+  memcpy(wfield, field, fl);
+  memcpy(wfield + fl, ":write", 7);
+  dlock__sb tp;
+  timeout_prefix(m, field, fl, &tp);
+  if (tp.oom) {
+    dlock__sb_free(&tp);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
+  int tsl = snprintf(ts, sizeof ts, "%d", target);
+  const char *keys[2] = {m->name, tp.p};
+  size_t klens[2] = {m->name_len, tp.len};
+  const char *args[4] = {ls, field, wfield, ts};
+  size_t alens[4] = {(size_t)lsl, fl, fl + 6, (size_t)tsl};
+  redisReply *r = NULL;
+  int rc = dlock__eval(m->c, &g_rd_acquire, 2, keys, klens, 4, args, alens, &r);
+  dlock__sb_free(&tp);
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return 1;
+  if (v == -3)
+    return lost_err(m, "read");
+  *ttl = v;
+  return 0;
+}
+
+static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+  (void)lease; /* the hash TTL follows the remaining read holds */
+  dlock_client *c = m->c;
+  pthread_once(&g_once, init_scripts);
+  char field[DLOCK__FIELD_MAX], lt[24];
+  size_t fl = dlock__field(c, tid, field);
+  dlock__sb ch, tp, kp, latch;
+  dlock__sb_init(&ch);
+  dlock__sb_init(&kp);
+  dlock__sb_init(&latch);
+  rw_channel(m, &ch);
+  timeout_prefix(m, field, fl, &tp);
+  if (strchr(m->name, '{')) {
+    dlock__sb_adds(&kp, m->name);
+  } else {
+    dlock__sb_add(&kp, "{", 1);
+    dlock__sb_adds(&kp, m->name);
+    dlock__sb_add(&kp, "}", 1);
+  }
+  unlock_latch(m, &latch);
+  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
+  const char *keys[5] = {m->name, ch.p, tp.p, kp.p, latch.p};
+  size_t klens[5] = {m->name_len, ch.len, tp.len, kp.len, latch.len};
+  const char *args[4] = {"0", field, "PUBLISH", lt};
+  size_t alens[4] = {1, fl, 7, (size_t)ltl};
+  redisReply *r = NULL;
+  int rc = ch.oom || tp.oom || kp.oom || latch.oom
+               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+               : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 4, args, alens,
+                             &r);
+  dlock__sb_free(&ch);
+  dlock__sb_free(&tp);
+  dlock__sb_free(&kp);
+  dlock__sb_free(&latch);
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return DLOCK_ELOST;
+  return v == 1 ? 1 : 0;
+}
+
+static int rd_renew(dlock_mutex *m, uint64_t tid, int count) {
+  (void)count; /* the server's count is authoritative */
+  dlock_client *c = m->c;
+  pthread_once(&g_once, init_scripts);
+  char field[DLOCK__FIELD_MAX], ls[24];
+  size_t fl = dlock__field(c, tid, field);
+  dlock__sb tp;
+  timeout_prefix(m, field, fl, &tp);
+  if (tp.oom) {
+    dlock__sb_free(&tp);
+    return DLOCK_ENOMEM;
+  }
+  int lsl = snprintf(ls, sizeof ls, "%d", c->cfg.watchdog_timeout_ms);
+  const char *keys[2] = {m->name, tp.p};
+  size_t klens[2] = {m->name_len, tp.len};
+  const char *args[2] = {ls, field};
+  size_t alens[2] = {(size_t)lsl, fl};
+  redisReply *r = NULL;
+  int rc = dlock__eval(c, &g_rd_renew, 2, keys, klens, 2, args, alens, &r);
+  dlock__sb_free(&tp);
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  return !nil && v == 1 ? 1 : 0;
+}
+
+static int force_mode(dlock_mutex *m, const char *mode, const char *msg) {
+  pthread_once(&g_once, init_scripts);
+  dlock__sb ch;
+  dlock__sb_init(&ch);
+  rw_channel(m, &ch);
+  const char *keys[2] = {m->name, ch.p};
+  size_t klens[2] = {m->name_len, ch.len};
+  const char *args[3] = {mode, msg, "PUBLISH"};
+  redisReply *r = NULL;
+  int rc = ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                  : dlock__eval(m->c, &g_force, 2, keys, klens, 3, args, NULL,
+                                &r);
+  dlock__sb_free(&ch);
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  return v == 1;
+}
+
+static int rd_force(dlock_mutex *m) { return force_mode(m, "read", "0"); }
+
+/* ---- write ops ----------------------------------------------------------- */
+
+static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
+                      int queue, int64_t wait_ms, int64_t *ttl,
+                      uint64_t *token) {
+  (void)queue, (void)wait_ms, (void)token;
+  pthread_once(&g_once, init_scripts);
+  char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[16];
+  size_t fl = dlock__field(m->c, tid, field);
+  memcpy(wfield, field, fl);
+  memcpy(wfield + fl, ":write", 7);
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
+  int tsl = snprintf(ts, sizeof ts, "%d", target);
+  const char *keys[1] = {m->name};
+  size_t klens[1] = {m->name_len};
+  const char *args[4] = {ls, wfield, ts, field};
+  size_t alens[4] = {(size_t)lsl, fl + 6, (size_t)tsl, fl};
+  redisReply *r = NULL;
+  int rc = dlock__eval(m->c, &g_wr_acquire, 1, keys, klens, 4, args, alens, &r);
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return 1;
+  if (v == -3)
+    return lost_err(m, "write");
+  if (v == -4)
+    return dlock__fail(DLOCK_EDEADLK,
+                       "read-write lock '%s': this thread holds a read lock "
+                       "on it; upgrading to a write lock is refused (it "
+                       "could wait forever) -- release the read hold first",
+                       m->name);
+  *ttl = v;
+  return 0;
+}
+
+static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+  dlock_client *c = m->c;
+  pthread_once(&g_once, init_scripts);
+  char field[DLOCK__FIELD_MAX], ls[24], lt[24];
+  size_t fl = dlock__field(c, tid, field);
+  memcpy(field + fl, ":write", 7);
+  fl += 6;
+  dlock__sb ch, latch;
+  dlock__sb_init(&ch);
+  dlock__sb_init(&latch);
+  rw_channel(m, &ch);
+  unlock_latch(m, &latch);
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
+  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
+  const char *keys[3] = {m->name, ch.p, latch.p};
+  size_t klens[3] = {m->name_len, ch.len, latch.len};
+  const char *args[5] = {"1", ls, field, "PUBLISH", lt};
+  size_t alens[5] = {1, (size_t)lsl, fl, 7, (size_t)ltl};
+  redisReply *r = NULL;
+  int rc = ch.oom || latch.oom
+               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+               : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 5, args, alens,
+                             &r);
+  dlock__sb_free(&ch);
+  dlock__sb_free(&latch);
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return DLOCK_ELOST;
+  return v == 1 ? 1 : 0;
+}
+
+static int wr_force(dlock_mutex *m) { return force_mode(m, "write", "1"); }
+
+static const dlock__mutex_ops rd_ops = {
+    "rwlock-read", rd_attempt, rd_release,       NULL,
+    rd_channels,   rd_force,   DLOCK__WAKE_LOCK, "",
+    0,             rd_renew};
+
+static const dlock__mutex_ops wr_ops = {
+    "rwlock-write", wr_attempt, wr_release,       NULL,
+    rd_channels,    wr_force,   DLOCK__WAKE_LOCK, ":write",
+    0,              NULL};
+
+/* ---- the rwlock object ----------------------------------------------------
+ * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). */
+
+typedef struct rw_stack {
+  struct rw_stack *next;
+  uint64_t tid;
+  char *k;
+  size_t n, cap;
+} rw_stack;
+
+struct dlock_rwlock {
+  dlock_client *c;
+  dlock_mutex *rd, *wr;
+  pthread_mutex_t mu;
+  rw_stack *stacks;
+};
+
+static rw_stack *find_stack(dlock_rwlock *rw, uint64_t tid, int create) {
+  for (rw_stack *s = rw->stacks; s; s = s->next)
+    if (s->tid == tid)
+      return s;
+  if (!create)
+    return NULL;
+  rw_stack *s = dlock__calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->tid = tid;
+  s->next = rw->stacks;
+  rw->stacks = s;
+  return s;
+}
+
+/* Records a new hold of kind (rw->mu held). */
+static int push_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
+  rw_stack *s = find_stack(rw, tid, 1);
+  if (!s)
+    return DLOCK_ENOMEM;
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? s->cap * 2 : 8;
+    char *nk = realloc(s->k, nc);
+    if (!nk)
+      return DLOCK_ENOMEM;
+    s->k = nk;
+    s->cap = nc;
+  }
+  s->k[s->n++] = kind;
+  return 0;
+}
+
+/* Forgets every hold of kind (the mutex layer dropped them: lost). */
+static void drop_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
+  rw_stack *s = find_stack(rw, tid, 0);
+  if (!s)
+    return;
+  size_t j = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->k[i] != kind)
+      s->k[j++] = s->k[i];
+  s->n = j;
+}
+
+static int count_kind(const rw_stack *s, char kind) {
+  int n = 0;
+  for (size_t i = 0; s && i < s->n; i++)
+    n += s->k[i] == kind;
+  return n;
+}
+
+int dlock_rwlock_new(dlock_client *c, const char *name, dlock_rwlock **out) {
+  dlock__clear_error();
+  if (!out)
+    return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  dlock_rwlock *rw = dlock__calloc(1, sizeof *rw);
+  if (!rw)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  int rc = dlock__mutex_create(c, name, &rd_ops, &rw->rd);
+  if (rc == 0)
+    rc = dlock__mutex_create(c, name, &wr_ops, &rw->wr);
+  if (rc == 0 && pthread_mutex_init(&rw->mu, NULL) != 0)
+    rc = dlock__fail(DLOCK_ENOMEM, "cannot create a mutex");
+  if (rc) {
+    dlock_mutex_free(rw->rd);
+    dlock_mutex_free(rw->wr);
+    free(rw);
+    return rc;
+  }
+  rw->c = c;
+  *out = rw;
+  return 0;
+}
+
+void dlock_rwlock_free(dlock_rwlock *rw) {
+  if (!rw)
+    return;
+  dlock_mutex_free(rw->rd);
+  dlock_mutex_free(rw->wr);
+  rw_stack *s = rw->stacks;
+  while (s) {
+    rw_stack *nx = s->next;
+    free(s->k);
+    free(s);
+    s = nx;
+  }
+  pthread_mutex_destroy(&rw->mu);
+  free(rw);
+}
+
+/* Acquires through the read or write mutex and records the hold. */
+static int acquire(dlock_rwlock *rw, char kind, long long wait_ms,
+                   long long lease_ms) {
+  dlock__clear_error();
+  if (!rw)
+    return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
+  const uint64_t tid = dlock__tid();
+  if (kind == 'W') {
+    pthread_mutex_lock(&rw->mu);
+    rw_stack *s = find_stack(rw, tid, 0);
+    int reads = count_kind(s, 'R'), writes = count_kind(s, 'W');
+    pthread_mutex_unlock(&rw->mu);
+    if (reads > 0 && writes == 0)
+      return dlock__fail(DLOCK_EDEADLK,
+                         "read-write lock '%s': this thread holds %d read "
+                         "hold(s); upgrading to a write lock is refused (two "
+                         "readers upgrading would wait for each other "
+                         "forever) -- release the read holds first",
+                         rw->rd->name, reads);
+  }
+  dlock_mutex *m = kind == 'R' ? rw->rd : rw->wr;
+  int rc = dlock__mutex_acquire(m, wait_ms, lease_ms);
+  pthread_mutex_lock(&rw->mu);
+  if (rc == 0 && push_kind(rw, tid, kind) != 0) {
+    pthread_mutex_unlock(&rw->mu);
+    /* Cannot record it: give it back rather than hold it untracked. */
+    dlock__mutex_release(m);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  if (rc == DLOCK_ELOST)
+    drop_kind(rw, tid, kind);
+  pthread_mutex_unlock(&rw->mu);
+  return rc;
+}
+
+int dlock_rwlock_rdlock(dlock_rwlock *rw) { return acquire(rw, 'R', -1, -1); }
+int dlock_rwlock_tryrdlock(dlock_rwlock *rw) {
+  return acquire(rw, 'R', 0, -1);
+}
+int dlock_rwlock_timedrdlock(dlock_rwlock *rw, long long wait_ms,
+                             long long lease_ms) {
+  return acquire(rw, 'R', wait_ms, lease_ms);
+}
+int dlock_rwlock_wrlock(dlock_rwlock *rw) { return acquire(rw, 'W', -1, -1); }
+int dlock_rwlock_trywrlock(dlock_rwlock *rw) {
+  return acquire(rw, 'W', 0, -1);
+}
+int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
+                             long long lease_ms) {
+  return acquire(rw, 'W', wait_ms, lease_ms);
+}
+
+/* Releases one hold of kind and updates the stack: the top entry of that
+ * kind when it is gone, every entry of it when the holds were lost. */
+static int release_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
+  dlock_mutex *m = kind == 'R' ? rw->rd : rw->wr;
+  int rc = dlock__mutex_release(m);
+  pthread_mutex_lock(&rw->mu);
+  rw_stack *s = find_stack(rw, tid, 0);
+  if (rc == 0 && s) {
+    for (size_t i = s->n; i-- > 0;)
+      if (s->k[i] == kind) {
+        memmove(s->k + i, s->k + i + 1, s->n - i - 1);
+        s->n--;
+        break;
+      }
+  } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
+    drop_kind(rw, tid, kind);
+  }
+  pthread_mutex_unlock(&rw->mu);
+  return rc;
+}
+
+int dlock_rwlock_unlock(dlock_rwlock *rw) {
+  dlock__clear_error();
+  if (!rw)
+    return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
+  const uint64_t tid = dlock__tid();
+  pthread_mutex_lock(&rw->mu);
+  rw_stack *s = find_stack(rw, tid, 0);
+  char kind = s && s->n ? s->k[s->n - 1] : 0;
+  pthread_mutex_unlock(&rw->mu);
+  if (!kind)
+    return dlock__fail(DLOCK_EPERM,
+                       "read-write lock '%s' is not held by this thread",
+                       rw->rd->name);
+  return release_kind(rw, tid, kind);
+}
+
+int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
+  dlock__clear_error();
+  if (!rw)
+    return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
+  const uint64_t tid = dlock__tid();
+  pthread_mutex_lock(&rw->mu);
+  rw_stack *s = find_stack(rw, tid, 0);
+  char kind = s && s->n ? s->k[s->n - 1] : 0;
+  pthread_mutex_unlock(&rw->mu);
+  if (kind != 'W')
+    return dlock__fail(DLOCK_EPERM,
+                       "read-write lock '%s': the calling thread's most "
+                       "recent hold is not a write hold",
+                       rw->rd->name);
+  /* Read first (allowed: we are the writer), so no writer gets in. */
+  int rc = dlock__mutex_acquire(rw->rd, 0, lease_ms);
+  if (rc == DLOCK_EBUSY) {
+    /* Another thread is the writer: our write hold is gone. Let the write
+     * release confirm it (and drop the record). */
+    rc = release_kind(rw, tid, 'W');
+    return rc == DLOCK_ELOST || rc == 0
+               ? dlock__fail(DLOCK_ELOST,
+                             "read-write lock '%s': the write hold was lost "
+                             "(another thread writes now)",
+                             rw->rd->name)
+               : rc;
+  }
+  if (rc) {
+    if (rc == DLOCK_ELOST) {
+      pthread_mutex_lock(&rw->mu);
+      drop_kind(rw, tid, 'R');
+      pthread_mutex_unlock(&rw->mu);
+    }
+    return rc;
+  }
+  rc = dlock__mutex_release(rw->wr);
+  pthread_mutex_lock(&rw->mu);
+  if (rc == 0) {
+    s->k[s->n - 1] = 'R'; /* the read hold takes the write hold's place */
+  } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
+    drop_kind(rw, tid, 'W');
+  }
+  pthread_mutex_unlock(&rw->mu);
+  if (rc == 0)
+    return 0;
+  /* The write hold was lost (the exclusive section is over), or its release
+   * failed and it stays recorded for another try: either way give the
+   * fresh read hold back, so the thread's holds are as before the call. */
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", dlock_last_error());
+  (void)dlock__mutex_release(rw->rd);
+  return dlock__fail(rc, "%s", keep);
+}
