@@ -170,12 +170,33 @@ typedef struct dlock_mutex dlock_mutex;
 DLOCK_API int dlock_mutex_new(dlock_client *c, const char *name,
                               dlock_mutex **out);
 
-/* Fair variant: FIFO across all clients (Redisson RFairLock layout). */
+/* Fair variant: FIFO across all clients (Redisson RFairLock layout: queue
+ * redisson_lock_queue:{name}, deadlines redisson_lock_timeout:{name}, one
+ * channel per waiter). Used with the same dlock_mutex_* calls. A blocking
+ * call (lock, timedlock with wait_ms != 0) joins the queue with its first
+ * attempt; waiters are served in the order their first attempts reached the
+ * server. trylock and timedlock(0, ...) never join the queue: they succeed
+ * only when the lock is free and nobody is queued. A waiter that dies is
+ * skipped once its deadline passes (the deadline of the waiter ahead, or
+ * the holder's TTL, plus its own wait budget; 300000 ms for an unbounded
+ * wait). Unlock wakes only the head waiter. Errors as dlock_mutex_new.
+ * See docs/fair.md. Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_new_fair(dlock_client *c, const char *name,
                                    dlock_mutex **out);
 
-/* Fenced variant: every successful acquire, reentrant ones included,
- * increments redisson_lock_token:{name}; see dlock_mutex_token(). */
+/* Fenced variant (Redisson RFencedLock layout): every successful acquire,
+ * reentrant ones included, increments the counter
+ * redisson_lock_token:{name} (no TTL, never reset) and the hold gets that
+ * value as its fencing token; see dlock_mutex_token(). Tokens are strictly
+ * increasing across all holders and clients; the first is 1.
+ * What a token protects against: a holder that stalls (GC pause, SIGSTOP,
+ * swap, slow network) past its lease while another client takes the lock,
+ * then writes to the shared resource believing it still holds the lock.
+ * The lock cannot prevent that late write. The RESOURCE must: pass the
+ * token with every write, and have the resource remember the highest token
+ * it accepted and reject writes carrying a lower one. Without that check
+ * in the resource, the token protects nothing. Errors as dlock_mutex_new.
+ * See docs/fenced.md. Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_new_fenced(dlock_client *c, const char *name,
                                      dlock_mutex **out);
 
@@ -246,9 +267,13 @@ DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);
  * Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_owner(const dlock_mutex *m, char *buf, size_t len);
 
-/* The fencing token of the calling thread's current hold on a fenced mutex.
- * Errors: DLOCK_EPERM (no hold), DLOCK_ENOTSUP (not a fenced mutex).
- * Thread-safety: the owning thread. */
+/* The fencing token of the calling thread's current hold on a fenced mutex:
+ * the token of its most recent successful acquire (a reentrant acquire gets
+ * a new, higher token; an unlock that leaves holds keeps the last one). No
+ * Redis traffic. Send it with every write to the protected resource, which
+ * must reject tokens lower than the highest it has seen.
+ * Errors: DLOCK_EPERM (no hold), DLOCK_ENOTSUP (not a fenced mutex),
+ * DLOCK_EINVAL (NULL argument). Thread-safety: the owning thread. */
 DLOCK_API int dlock_mutex_token(dlock_mutex *m, uint64_t *token);
 
 /* ------------------------------------------------------------------------ */
@@ -282,22 +307,76 @@ DLOCK_API void dlock_status_clear(dlock_status *st);
 /* Read-write lock (Redisson RReadWriteLock layout) -- experimental          */
 /* ------------------------------------------------------------------------ */
 
+/* Many readers or one writer, both reentrant, across clients. Redis layout
+ * (Redisson's): hash <name> with field "mode" ("read"/"write"), reader
+ * fields "<uuid>:<tid>" and the writer field "<uuid>:<tid>:write" (hold
+ * counts); one key {name}:<uuid>:<tid>:rwlock_timeout:<n> per read hold
+ * carrying that hold's lease, so the read holds of a dead client expire;
+ * channel redisson_rwlock:{name}. Not fair. See docs/rwlock.md.
+ * Write->read downgrade: the writer may also take read holds (and
+ * dlock_rwlock_downgrade swaps a write hold for a read hold). Read->write
+ * upgrade is refused at once with DLOCK_EDEADLK (it could wait forever). */
 typedef struct dlock_rwlock dlock_rwlock;
 
+/* Creates a read-write lock object for the Redis key `name` (not empty,
+ * copied). No Redis traffic. Errors: DLOCK_EINVAL (NULL/empty name, NULL
+ * out), DLOCK_ENOMEM, DLOCK_EFORK. Thread-safety: any thread. */
 DLOCK_API int dlock_rwlock_new(dlock_client *c, const char *name,
                                dlock_rwlock **out);
+
+/* Frees the object. Holds still recorded on it are abandoned, not released:
+ * their renewal stops and they expire after their lease. Accepts NULL.
+ * Thread-safety: any thread, but no other thread may be using the object. */
 DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
+
+/* Read lock: waits until no other thread holds the write lock; watchdog
+ * lease. Reentrant; allowed while the calling thread holds the write lock
+ * (downgrade). Errors as dlock_mutex_lock. Thread-safety: any thread. */
 DLOCK_API int dlock_rwlock_rdlock(dlock_rwlock *rw);
+/* One attempt; DLOCK_EBUSY if another thread holds the write lock. */
 DLOCK_API int dlock_rwlock_tryrdlock(dlock_rwlock *rw);
+/* wait_ms and lease_ms as dlock_mutex_timedlock (wait_ms < 0 forever, 0
+ * one attempt; lease_ms <= 0 watchdog). DLOCK_ETIMEDOUT when the wait runs
+ * out. */
 DLOCK_API int dlock_rwlock_timedrdlock(dlock_rwlock *rw, long long wait_ms,
                                        long long lease_ms);
+
+/* Write lock: waits until nobody else holds the lock in any mode;
+ * watchdog lease. Reentrant for the writer (each reentry adds the lease to
+ * the remaining TTL, as Redisson does). Errors as dlock_mutex_lock, plus
+ * DLOCK_EDEADLK at once, without waiting, if the calling thread holds a
+ * read lock on this name and not the write lock (upgrade refused; release
+ * the read holds first). Thread-safety: any thread. */
 DLOCK_API int dlock_rwlock_wrlock(dlock_rwlock *rw);
+/* One attempt; DLOCK_EBUSY if held elsewhere in any mode; DLOCK_EDEADLK as
+ * dlock_rwlock_wrlock. */
 DLOCK_API int dlock_rwlock_trywrlock(dlock_rwlock *rw);
+/* wait_ms and lease_ms as dlock_mutex_timedlock; DLOCK_EDEADLK as
+ * dlock_rwlock_wrlock. */
 DLOCK_API int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
                                        long long lease_ms);
-/* Releases the calling thread's most recent hold (write holds before read
- * holds taken under them are released in LIFO order). */
+
+/* Releases the calling thread's most recent hold on this object, read or
+ * write (LIFO over its write and read holds: after wrlock, rdlock the first
+ * unlock releases the read hold, the second the write hold). The last write
+ * release publishes "1" (every waiter retries), the last read release "0".
+ * Errors: DLOCK_EPERM (the thread holds nothing on this object; no Redis
+ * traffic), DLOCK_ELOST (Redis says that hold is gone: expired, deleted or
+ * taken; every hold of that mode is forgotten), DLOCK_ECONN, DLOCK_EREDIS
+ * (the hold stays recorded; the call may be repeated).
+ * Thread-safety: the owning thread. */
 DLOCK_API int dlock_rwlock_unlock(dlock_rwlock *rw);
+
+/* Downgrade: the calling thread's most recent hold must be a write hold;
+ * it is replaced by a read hold (lease_ms > 0: that fixed lease; <= 0:
+ * watchdog lease). The read hold is taken before the write hold is
+ * released, so no other writer can get in between; other readers may join
+ * as soon as the thread holds no more write holds. The read hold takes the
+ * write hold's place in the LIFO order. Errors: DLOCK_EPERM (the most
+ * recent hold is not a write hold), DLOCK_ELOST (the write hold was lost;
+ * the thread then holds neither), DLOCK_ECONN, DLOCK_EREDIS (the thread's
+ * holds are as before the call). Thread-safety: the owning thread. */
+DLOCK_API int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms);
 
 /* ------------------------------------------------------------------------ */
 /* Multi-lock: all of N mutexes, all-or-nothing -- experimental              */

@@ -357,10 +357,10 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
   const char *args[4] = {"0", field, "PUBLISH", lt};
   size_t alens[4] = {1, fl, 7, (size_t)ltl};
   redisReply *r = NULL;
-  int rc = ch.oom || tp.oom || kp.oom || latch.oom
-               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-               : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 4, args, alens,
-                             &r);
+  int rc =
+      ch.oom || tp.oom || kp.oom || latch.oom
+          ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+          : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 4, args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&tp);
   dlock__sb_free(&kp);
@@ -410,9 +410,9 @@ static int force_mode(dlock_mutex *m, const char *mode, const char *msg) {
   size_t klens[2] = {m->name_len, ch.len};
   const char *args[3] = {mode, msg, "PUBLISH"};
   redisReply *r = NULL;
-  int rc = ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                  : dlock__eval(m->c, &g_force, 2, keys, klens, 3, args, NULL,
-                                &r);
+  int rc = ch.oom
+               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+               : dlock__eval(m->c, &g_force, 2, keys, klens, 3, args, NULL, &r);
   dlock__sb_free(&ch);
   long long v;
   int nil;
@@ -479,10 +479,9 @@ static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
   const char *args[5] = {"1", ls, field, "PUBLISH", lt};
   size_t alens[5] = {1, (size_t)lsl, fl, 7, (size_t)ltl};
   redisReply *r = NULL;
-  int rc = ch.oom || latch.oom
-               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-               : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 5, args, alens,
-                             &r);
+  int rc = ch.oom || latch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                               : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 5,
+                                             args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&latch);
   long long v;
@@ -497,14 +496,12 @@ static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
 static int wr_force(dlock_mutex *m) { return force_mode(m, "write", "1"); }
 
 static const dlock__mutex_ops rd_ops = {
-    "rwlock-read", rd_attempt, rd_release,       NULL,
-    rd_channels,   rd_force,   DLOCK__WAKE_LOCK, "",
-    0,             rd_renew};
+    "rwlock-read", rd_attempt,       rd_release, NULL, rd_channels,
+    rd_force,      DLOCK__WAKE_LOCK, "",         0,    rd_renew};
 
 static const dlock__mutex_ops wr_ops = {
-    "rwlock-write", wr_attempt, wr_release,       NULL,
-    rd_channels,    wr_force,   DLOCK__WAKE_LOCK, ":write",
-    0,              NULL};
+    "rwlock-write", wr_attempt,       wr_release, NULL, rd_channels,
+    wr_force,       DLOCK__WAKE_LOCK, ":write",   0,    NULL};
 
 /* ---- the rwlock object ----------------------------------------------------
  * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). */
@@ -650,17 +647,13 @@ static int acquire(dlock_rwlock *rw, char kind, long long wait_ms,
 }
 
 int dlock_rwlock_rdlock(dlock_rwlock *rw) { return acquire(rw, 'R', -1, -1); }
-int dlock_rwlock_tryrdlock(dlock_rwlock *rw) {
-  return acquire(rw, 'R', 0, -1);
-}
+int dlock_rwlock_tryrdlock(dlock_rwlock *rw) { return acquire(rw, 'R', 0, -1); }
 int dlock_rwlock_timedrdlock(dlock_rwlock *rw, long long wait_ms,
                              long long lease_ms) {
   return acquire(rw, 'R', wait_ms, lease_ms);
 }
 int dlock_rwlock_wrlock(dlock_rwlock *rw) { return acquire(rw, 'W', -1, -1); }
-int dlock_rwlock_trywrlock(dlock_rwlock *rw) {
-  return acquire(rw, 'W', 0, -1);
-}
+int dlock_rwlock_trywrlock(dlock_rwlock *rw) { return acquire(rw, 'W', 0, -1); }
 int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
                              long long lease_ms) {
   return acquire(rw, 'W', wait_ms, lease_ms);
