@@ -290,6 +290,10 @@ static void fair_keys_free(fair_keys *k) {
  * time. */
 static _Thread_local const dlock_mutex *tl_waiting;
 static _Thread_local int64_t tl_wait;
+/* The thread's last attempt was a reentrant one (target > 1): it never
+ * enqueues, so a cancel after it must not report "held" (the hold it finds
+ * is the older one, with its own count). */
+static _Thread_local int tl_reentrant;
 
 static int64_t wait_budget(long long wait_ms) {
   return wait_ms > 0 ? (int64_t)wait_ms : FAIR_DEFAULT_WAIT_MS;
@@ -317,8 +321,9 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
     fair_keys_free(&k);
     return rc;
   }
+  tl_reentrant = target > 1;
   int64_t wait;
-  if (queue) {
+  if (queue && target == 1) {
     if (tl_waiting != m) {
       tl_waiting = m;
       tl_wait = wait_budget(wait_ms);
@@ -373,6 +378,10 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   (void)token;
   int64_t wait = tl_waiting == m ? tl_wait : wait_budget(wait_ms);
   tl_waiting = NULL;
+  if (tl_reentrant) {
+    tl_reentrant = 0;
+    return 0;
+  }
   fair_keys k;
   int rc = fair_keys_init(m, &k);
   if (rc) {
