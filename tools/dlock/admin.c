@@ -1,0 +1,114 @@
+/* admin.c -- "dlock status" and "dlock unlock --force". */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int redis_fail(const cli_opts *o, int rc, const char *what) {
+  char det[2048];
+  cli_detail(cli_url(o), det, sizeof det);
+  cli_err("%s lock '%s': %s (%s)", what, o->name, det, dlock_err_name(rc));
+  return cli_exit_code(rc);
+}
+
+static void print_status(const cli_opts *o, const dlock_status *st) {
+  if (o->json) {
+    fputs("{\"name\":", stdout);
+    cli_json_str(stdout, o->name);
+    printf(",\"locked\":%s,\"mode\":", st->locked ? "true" : "false");
+    if (st->mode[0])
+      cli_json_str(stdout, st->mode);
+    else
+      fputs("null", stdout);
+    printf(",\"ttl_ms\":%lld,\"holders\":[", st->ttl_ms);
+    for (size_t i = 0; i < st->n_holders; i++) {
+      fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
+      cli_json_str(stdout, st->holders[i].owner);
+      printf(",\"count\":%lld}", st->holders[i].count);
+    }
+    fputs("]}\n", stdout);
+    return;
+  }
+  if (!st->locked) {
+    printf("lock '%s' is free\n", o->name);
+    return;
+  }
+  char ttl[64] = "no expiry";
+  if (st->ttl_ms >= 0) {
+    cli_fmt_secs(st->ttl_ms, ttl, sizeof ttl - 2);
+    strcat(ttl, " s");
+  }
+  printf("lock '%s' is held%s%s%s, ttl %s\n", o->name, st->mode[0] ? " (" : "",
+         st->mode, st->mode[0] ? " mode)" : "", ttl);
+  for (size_t i = 0; i < st->n_holders; i++)
+    printf("  holder %s  count %lld\n", st->holders[i].owner,
+           st->holders[i].count);
+}
+
+int cli_status(const cli_opts *o) {
+  dlock_client *c = NULL;
+  int ex = cli_connect(o, o->watchdog_ms, NULL, NULL, &c);
+  if (ex)
+    return ex;
+  dlock_status st;
+  int rc = dlock_status_query(c, o->name, &st);
+  if (rc) {
+    ex = redis_fail(o, rc, "cannot read");
+  } else {
+    print_status(o, &st);
+    dlock_status_clear(&st);
+    ex = fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
+  }
+  dlock_client_free(c);
+  return ex;
+}
+
+int cli_unlock(const cli_opts *o) {
+  dlock_client *c = NULL;
+  int ex = cli_connect(o, o->watchdog_ms, NULL, NULL, &c);
+  if (ex)
+    return ex;
+  dlock_mutex *m = NULL;
+  dlock_status st;
+  memset(&st, 0, sizeof st);
+  /* Read first: refuses keys that are not locks (the delete itself would
+   * remove any key of that name), and names the holders it removes. */
+  int rc = dlock_status_query(c, o->name, &st);
+  if (rc) {
+    ex = redis_fail(o, rc, "cannot read");
+    goto out;
+  }
+  rc = o->fair ? dlock_mutex_new_fair(c, o->name, &m)
+               : dlock_mutex_new(c, o->name, &m);
+  if (rc == DLOCK_ENOTSUP) {
+    cli_err("--fair is not supported by this build of libdlock");
+    ex = CLI_EX_USAGE;
+    goto out;
+  }
+  if (rc) {
+    ex = redis_fail(o, rc, "cannot use");
+    goto out;
+  }
+  rc = dlock_mutex_force_unlock(m);
+  if (rc < 0) {
+    ex = redis_fail(o, rc, "cannot release");
+    goto out;
+  }
+  if (!o->quiet) {
+    if (rc == 0) {
+      printf("lock '%s' was not held: nothing to release\n", o->name);
+    } else {
+      printf("released lock '%s'", o->name);
+      for (size_t i = 0; i < st.n_holders; i++)
+        printf("%s%s (count %lld)", i ? ", " : " held by ", st.holders[i].owner,
+               st.holders[i].count);
+      printf("\n");
+    }
+  }
+  ex = fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
+out:
+  dlock_status_clear(&st);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return ex;
+}

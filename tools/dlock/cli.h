@@ -1,0 +1,100 @@
+/*
+ * cli.h -- the dlock command-line tool: "flock(1) across machines".
+ *
+ * Files: args.c (command line -> cli_opts), run.c (acquire, run the
+ * command, supervise it, release), admin.c (status, unlock --force),
+ * util.c (messages, exit codes, JSON, URL redaction), main.c.
+ * Only the public API of <dlock.h> is used.
+ */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "dlock.h"
+
+/* Exit codes (sysexits.h values; the conflict code is -E, default 1). */
+#define CLI_EX_USAGE 64   /* EX_USAGE: bad command line, malformed URL */
+#define CLI_EX_UNAVAIL 69 /* EX_UNAVAILABLE: Redis unreachable */
+#define CLI_EX_SOFT 70    /* EX_SOFTWARE: any other Redis error */
+#define CLI_EX_LOST 75    /* EX_TEMPFAIL: the lock was lost */
+#define CLI_EX_AUTH 77    /* EX_NOPERM: authentication refused */
+#define CLI_EX_NOEXEC 126 /* the command could not be executed */
+#define CLI_EX_NOTFOUND 127
+
+typedef enum cli_cmd {
+  CLI_RUN,
+  CLI_STATUS,
+  CLI_UNLOCK,
+  CLI_HELP,
+  CLI_VERSION
+} cli_cmd;
+
+typedef struct cli_opts {
+  cli_cmd cmd;
+  const char *url;       /* -u; NULL: $DLOCK_URL, else the default */
+  const char *name;      /* the lock */
+  char **argv;           /* the command (NULL-terminated), or NULL */
+  const char *shell_cmd; /* -c STRING, or NULL */
+  long long wait_ms;     /* -1: forever; 0: one attempt */
+  long long lease_ms;    /* 0: watchdog lease */
+  long long watchdog_ms; /* --watchdog */
+  long long kill_after_ms;
+  int conflict_code; /* -E */
+  int verbose, quiet, json, force;
+  int fair, shared, exclusive, fence;
+} cli_opts;
+
+#define CLI_DEFAULT_URL "redis://127.0.0.1:6379"
+
+/* Parses argv into *o. Returns 0, or -1 with a one-line reason in err. */
+int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
+
+/* Prints --help to f. */
+void cli_usage(FILE *f);
+
+int cli_run(const cli_opts *o);
+int cli_status(const cli_opts *o);
+int cli_unlock(const cli_opts *o);
+
+/* ---- util.c ---------------------------------------------------------- */
+
+/* "dlock: <message>\n" on stderr. cli_note is silenced by -q; cli_debug
+ * prints only with -v. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_note(const cli_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cli_debug(const cli_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Monotonic clock in ms. */
+long long cli_now_ms(void);
+
+/* The URL to use (option, $DLOCK_URL, default). */
+const char *cli_url(const cli_opts *o);
+
+/* url with its password replaced by "***" (for messages). */
+void cli_redact_url(const char *url, char *buf, size_t len);
+
+/* The calling thread's dlock_last_error(), with the raw URL replaced by its
+ * redacted form (the library quotes malformed URLs verbatim). */
+void cli_detail(const char *url, char *buf, size_t len);
+
+/* Exit code for a DLOCK_E* failure. */
+int cli_exit_code(int rc);
+
+/* Creates the client with the CLI's timeouts and retry policy (see the
+ * man page). On failure prints one line and returns the exit code (> 0);
+ * 0 on success. lease_ms is the lease the client's locks will use. */
+int cli_connect(const cli_opts *o, long long lease_ms,
+                void (*on_lost)(const char *, void *), void *arg,
+                dlock_client **out);
+
+/* Writes s as a JSON string literal (with quotes). */
+void cli_json_str(FILE *f, const char *s);
+
+/* Formats ms as seconds ("0.5", "30", "1.25"). */
+void cli_fmt_secs(long long ms, char *buf, size_t len);
+
+#endif
