@@ -158,6 +158,15 @@ DLOCK_API void dlock_client_free(dlock_client *c);
  * lifetime. Thread-safety: any thread. */
 DLOCK_API const char *dlock_client_id(const dlock_client *c);
 
+/* Ends every wait in progress on this client: each thread blocked in a
+ * lock/wait call of this client returns DLOCK_ECANCELED after leaving the
+ * wait queue -- unless the lock was handed to it meanwhile, in which case the
+ * call succeeds and the caller holds the lock. Calls started after this one
+ * are not affected. Returns 0, or DLOCK_EINVAL for NULL.
+ * Thread-safety: any thread, and async-signal-safe (it only does an atomic
+ * add and a write(2)), so a signal handler may call it. Since: 0.1. */
+DLOCK_API int dlock_client_cancel_waits(dlock_client *c);
+
 /* ------------------------------------------------------------------------ */
 /* Reentrant mutex (Redisson RLock layout)                                   */
 /* ------------------------------------------------------------------------ */

@@ -22,6 +22,7 @@
  * connection, without counting as an attempt.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,9 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
     redisFree(ctx);
     return rc;
   }
+  /* Not inherited by programs the application execs (hiredis 0.14 opens
+   * sockets without SOCK_CLOEXEC). */
+  fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
   redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
   redisReply *r = NULL;
   if (url->password) {

@@ -204,7 +204,8 @@ struct dlock_client {
   char id[DLOCK__UUID_LEN + 1];
   unsigned fork_gen;
   atomic_int closing;
-  dlock__node node; /* standalone: the only node. The router picks it. */
+  atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
+  dlock__node node;       /* standalone: the only node. The router picks it. */
   int64_t latch_ttl_ms;
 
   /* -- pub/sub (pubsub.c) -- */

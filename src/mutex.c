@@ -386,7 +386,8 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
       dlock__sub_leave(c, sub, &slot);
     dlock__sb_free(&ch);
     dlock__sb_free(&gr);
-    if (rc < 0 && rc != DLOCK_ELOST && queue_now && m->ops->cancel) {
+    if (rc < 0 && rc != DLOCK_ELOST && queue_now && prior == 0 &&
+        m->ops->cancel) {
       /* The attempt may have queued us before its reply was lost: leave
        * the queue so the lock is never handed to a thread not waiting. */
       char keep[512];
@@ -431,6 +432,7 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   /* Already queued (joined early): just wait. Otherwise wait for the
    * subscription unless it is already active. */
   int queued = queue_now, need_wait = joined || !active, held = 0;
+  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
   for (;;) {
     if (need_wait) {
       int64_t now = dlock__now_ms();
@@ -447,6 +449,13 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
       }
       if (atomic_load(&c->closing)) {
         rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
+        break;
+      }
+      if (atomic_load(&c->cancel_gen) != cancel_gen) {
+        rc = dlock__fail(DLOCK_ECANCELED,
+                         "wait for lock '%s' canceled by "
+                         "dlock_client_cancel_waits()",
+                         m->name);
         break;
       }
       if (deadline >= 0 && dlock__now_ms() >= deadline) {

@@ -373,12 +373,31 @@ static int flush_out(redisContext *ctx) {
   return 0;
 }
 
+int dlock_client_cancel_waits(dlock_client *c) {
+  if (!c)
+    return DLOCK_EINVAL;
+  /* Async-signal-safe: an atomic add and a write(2) to the pipe. The
+   * pub/sub thread does the waking. */
+  atomic_fetch_add(&c->cancel_gen, 1);
+  poke(c);
+  return 0;
+}
+
 static void *ps_main(void *arg) {
   dlock_client *c = arg;
   ps_state ps = {NULL, 0, 50};
+  unsigned seen_cancel = atomic_load(&c->cancel_gen);
   for (;;) {
     if (atomic_load(&c->closing))
       break;
+    unsigned cg = atomic_load(&c->cancel_gen);
+    if (cg != seen_cancel) {
+      seen_cancel = cg;
+      pthread_mutex_lock(&c->sub_mu);
+      for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+        kick_all(s);
+      pthread_mutex_unlock(&c->sub_mu);
+    }
     int64_t now = dlock__now_ms();
     pthread_mutex_lock(&c->sub_mu);
     int wanted = 0;

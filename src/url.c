@@ -77,9 +77,29 @@ static int oom(dlock__url *u) {
   return dlock__fail(DLOCK_ENOMEM, "out of memory parsing the URL");
 }
 
+/* The URL as it may appear in messages: the password replaced by ***. */
+static void redact(const char *url, char *out, size_t cap) {
+  const char *rest = strstr(url, "://");
+  const char *at = rest ? strchr(rest + 3, '@') : NULL;
+  const char *colon =
+      at ? memchr(rest + 3, ':', (size_t)(at - rest - 3)) : NULL;
+  const char *pw = strstr(url, "password=");
+  if (colon) {
+    snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
+  } else if (pw) {
+    const char *end = strchr(pw, '&');
+    snprintf(out, cap, "%.*spassword=***%s", (int)(pw - url), url,
+             end ? end : "");
+  } else {
+    snprintf(out, cap, "%s", url);
+  }
+}
+
 static int bad(dlock__url *u, const char *url, const char *what) {
+  char shown[256];
+  redact(url, shown, sizeof shown);
   dlock__url_free(u);
-  return dlock__fail(DLOCK_EINVAL, "malformed URL '%s': %s", url, what);
+  return dlock__fail(DLOCK_EINVAL, "malformed URL '%s': %s", shown, what);
 }
 
 static int parse_unix(const char *url, const char *rest, dlock__url *u) {
@@ -205,12 +225,6 @@ int dlock__url_parse(const char *url, dlock__url *u) {
   if (strncmp(url, "unix://", 7) == 0)
     return parse_unix(url, url + 7, u);
   if (strncmp(url, "rediss://", 9) == 0)
-    return dlock__fail(DLOCK_EINVAL,
-                       "malformed URL '%s': TLS (rediss://) is not supported "
-                       "by this build",
-                       url);
-  return dlock__fail(DLOCK_EINVAL,
-                     "malformed URL '%s': unknown scheme (expected redis:// "
-                     "or unix://)",
-                     url);
+    return bad(u, url, "TLS (rediss://) is not supported by this build");
+  return bad(u, url, "unknown scheme (expected redis:// or unix://)");
 }

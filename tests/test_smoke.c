@@ -150,3 +150,45 @@ TH_CASE(mixed_threads_processes_timeouts) {
   CHECK_EQ(th_cmd_int(g_r, "EXISTS dlock_lock_queue:{mix}"), 0);
   printf("%lld critical sections\n", ok);
 }
+
+typedef struct cancel_arg {
+  dlock_client *c;
+  int rc;
+  int64_t ended;
+} cancel_arg;
+
+static void *cancel_waiter(void *p) {
+  cancel_arg *a = p;
+  dlock_mutex *m;
+  dlock_mutex_new(a->c, "cancelme", &m);
+  a->rc = dlock_mutex_lock(m);
+  a->ended = th_now_ms();
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+TH_CASE(cancel_waits_ends_a_blocked_lock) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *holder = th_client(r), *waiter = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(holder, "cancelme", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  cancel_arg a = {waiter, 1, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, cancel_waiter, &a);
+  th_sleep_ms(300); /* let it subscribe and queue */
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{cancelme}"), 1);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_client_cancel_waits(waiter));
+  pthread_join(t, NULL);
+  CHECK_EQ(a.rc, DLOCK_ECANCELED);
+  CHECK_MSG(a.ended - t0 < 500, "cancel took %lld ms",
+            (long long)(a.ended - t0));
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{cancelme}"), 0);
+  /* The holder still holds; a later call on the waiter client works. */
+  CHECK_EQ(dlock_mutex_is_locked(m), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(holder);
+  dlock_client_free(waiter);
+}
