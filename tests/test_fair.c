@@ -30,6 +30,19 @@ static long long raw_int(redisContext *raw, const char *fmt, const char *a) {
   return v;
 }
 
+/* In a worker: polls until `key` exists (bounded). Workers are forked
+ * before the parent creates its client (TSan cannot follow a fork of a
+ * process with threads), so they wait for the parent's go. */
+static int wait_key(redisContext *raw, const char *key, int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  while (raw_int(raw, "EXISTS %s", key) != 1) {
+    if (th_now_ms() > end)
+      return -1;
+    th_sleep_ms(2);
+  }
+  return 0;
+}
+
 /* Polls `LLEN key` until it is n (bounded). */
 static void wait_llen(th_redis *r, const char *key, long long n, int64_t ms) {
   int64_t end = th_now_ms() + ms;
@@ -238,6 +251,11 @@ static void *fifo_thread(void *arg) {
   char idx[16];
   snprintf(idx, sizeof idx, "%d", ft->idx);
   freeReplyObject(redisCommand(raw, "HSET fifo:owners %s %s", idx, owner));
+  if (wait_key(raw, "fifo:go", 20000)) {
+    ft->rc = 19;
+    redisFree(raw);
+    return NULL;
+  }
   /* Arrive exactly idx-th: wait until idx waiters are queued. */
   int64_t end = th_now_ms() + 20000;
   while (raw_int(raw, "LLEN %s", "redisson_lock_queue:{fifo}") != ft->idx) {
@@ -294,6 +312,8 @@ static int trylock_proc(void *arg) {
   if (dlock_mutex_new_fair(c, "fifo", &m))
     return 10;
   redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "fifo:go", 20000))
+    return 14;
   long tries = 0, wins = 0;
   int64_t end = th_now_ms() + 30000;
   for (;;) {
@@ -326,10 +346,6 @@ static int trylock_proc(void *arg) {
 
 TH_CASE(fifo_across_processes) {
   g_r = th_redis_new(0, NULL);
-  dlock_client *c = th_client(g_r);
-  dlock_mutex *m;
-  CHECK_OK(dlock_mutex_new_fair(c, "fifo", &m));
-  CHECK_OK(dlock_mutex_lock(m));
   int ids[FIFO_PROCS];
   pid_t p[FIFO_PROCS];
   for (int i = 0; i < FIFO_PROCS; i++) {
@@ -337,6 +353,11 @@ TH_CASE(fifo_across_processes) {
     p[i] = th_fork(fifo_proc, &ids[i]);
   }
   pid_t tp = th_fork(trylock_proc, NULL);
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new_fair(c, "fifo", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  freeReplyObject(th_cmd(g_r, "SET fifo:go 1"));
   wait_llen(g_r, "redisson_lock_queue:{fifo}", FIFO_N, 30000);
   /* The queue holds the waiters in arrival order. */
   redisReply *q = th_cmd(g_r, "LRANGE redisson_lock_queue:{fifo} 0 -1");
@@ -378,6 +399,9 @@ static int dead_waiter_proc(void *arg) {
   dlock_mutex *m;
   if (dlock_mutex_new_fair(c, "fdead", &m))
     return 10;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "fdead:go_a", 20000))
+    return 12;
   dlock_mutex_timedlock(m, 1500, -1); /* killed while waiting */
   return 11;
 }
@@ -388,13 +412,15 @@ static int live_waiter_proc(void *arg) {
   dlock_mutex *m;
   if (dlock_mutex_new_fair(c, "fdead", &m))
     return 10;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "fdead:go_b", 20000))
+    return 13;
   int rc = dlock_mutex_timedlock(m, 15000, -1);
   if (rc) {
     fprintf(stderr, "live waiter: %s %s\n", dlock_err_name(rc),
             dlock_last_error());
     return 11;
   }
-  redisContext *raw = th_redis_raw(g_r);
   freeReplyObject(redisCommand(raw, "SET fdead:acquired_at %lld", epoch_ms()));
   redisFree(raw);
   if (dlock_mutex_unlock(m))
@@ -406,11 +432,13 @@ static int live_waiter_proc(void *arg) {
 
 TH_CASE(dead_waiter_skipped) {
   g_r = th_redis_new(0, NULL);
+  pid_t a = th_fork(dead_waiter_proc, NULL);
+  pid_t b = th_fork(live_waiter_proc, NULL);
   dlock_client *c = th_client(g_r);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new_fair(c, "fdead", &m));
   CHECK_OK(dlock_mutex_timedlock(m, 0, 2000));
-  pid_t a = th_fork(dead_waiter_proc, NULL);
+  freeReplyObject(th_cmd(g_r, "SET fdead:go_a 1"));
   wait_llen(g_r, "redisson_lock_queue:{fdead}", 1, 10000);
   kill(a, SIGKILL);
   CHECK_EQ(th_wait(a, 5000), -SIGKILL);
@@ -421,7 +449,7 @@ TH_CASE(dead_waiter_skipped) {
   long long dead_deadline = atoll(z->str);
   freeReplyObject(z);
   freeReplyObject(q);
-  pid_t b = th_fork(live_waiter_proc, NULL);
+  freeReplyObject(th_cmd(g_r, "SET fdead:go_b 1"));
   wait_llen(g_r, "redisson_lock_queue:{fdead}", 2, 10000);
   CHECK_OK(dlock_mutex_unlock(m)); /* "0" goes to the dead head's channel */
   /* Until the dead head's deadline, the live waiter must not get in. */

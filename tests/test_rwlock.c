@@ -248,7 +248,6 @@ TH_CASE(readers_together_writer_alone) {
  */
 
 static int dead_reader_proc(void *arg) {
-  (void)arg;
   dlock_config cfg;
   dlock_config_init(&cfg);
   cfg.watchdog_timeout_ms = 1000;
@@ -257,9 +256,23 @@ static int dead_reader_proc(void *arg) {
   dlock_rwlock *rw;
   if (dlock_rwlock_new(c, "rwdead", &rw))
     return 10;
+  redisContext *raw = th_redis_raw(g_r);
+  /* Workers are forked before the parent has threads (TSan); the second
+   * one waits for the parent's go. */
+  const char *gate = arg;
+  int64_t end = th_now_ms() + 20000;
+  for (;;) {
+    redisReply *x = redisCommand(raw, "EXISTS %s", gate ? gate : "rwdead");
+    int go = !gate || (x && x->type == REDIS_REPLY_INTEGER && x->integer);
+    freeReplyObject(x);
+    if (go)
+      break;
+    if (th_now_ms() > end)
+      return 13;
+    th_sleep_ms(2);
+  }
   if (dlock_rwlock_rdlock(rw) || dlock_rwlock_rdlock(rw))
     return 11;
-  redisContext *raw = th_redis_raw(g_r);
   freeReplyObject(redisCommand(raw, "INCR rwdead:ready"));
   redisFree(raw);
   th_sleep_ms(30000); /* killed meanwhile */
@@ -281,11 +294,13 @@ static void wait_ready(th_redis *r, long long n) {
 
 TH_CASE(dead_reader_expires) {
   g_r = th_redis_new(0, NULL);
+  pid_t a = th_fork(dead_reader_proc, NULL);
+  static char gate2[] = "rwdead:go2";
+  pid_t a2 = th_fork(dead_reader_proc, gate2);
   dlock_client *c = th_client(g_r);
   dlock_rwlock *rw;
   CHECK_OK(dlock_rwlock_new(c, "rwdead", &rw));
   /* 1: the only reader dies; its holds (and the hash) expire. */
-  pid_t a = th_fork(dead_reader_proc, NULL);
   wait_ready(g_r, 1);
   th_sleep_ms(1200); /* renewed past its 1 s lease while alive */
   CHECK_RC(dlock_rwlock_trywrlock(rw), DLOCK_EBUSY);
@@ -300,11 +315,11 @@ TH_CASE(dead_reader_expires) {
 
   /* 2: a dead reader next to a live one: the live reader's release finds
    * the dead one's timeout keys gone and frees the lock (zombie cleanup). */
-  a = th_fork(dead_reader_proc, NULL);
+  freeReplyObject(th_cmd(g_r, "SET rwdead:go2 1"));
   wait_ready(g_r, 2);
   CHECK_OK(dlock_rwlock_rdlock(rw)); /* 30 s watchdog lease */
-  kill(a, SIGKILL);
-  CHECK_EQ(th_wait(a, 5000), -SIGKILL);
+  kill(a2, SIGKILL);
+  CHECK_EQ(th_wait(a2, 5000), -SIGKILL);
   th_sleep_ms(1300); /* the dead reader's timeout keys expire */
   CHECK_EQ(th_cmd_int(g_r, "HLEN rwdead"), 3); /* mode, live, zombie */
   dlock_client *c2 = th_client(g_r);
