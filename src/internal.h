@@ -46,6 +46,7 @@ void dlock__sleep_ms(int64_t ms);
 int dlock__random_bytes(void *buf, size_t n);
 /* Fast per-thread PRNG (seeded from getrandom). */
 uint64_t dlock__rand64(void);
+void dlock__rand_reset_thread(void); /* after fork(): reseed on next use */
 void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]);
 /* 32 lowercase hex chars + NUL, from the per-thread PRNG. */
 void dlock__request_id(char out[33]);

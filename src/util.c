@@ -49,6 +49,11 @@ int dlock__random_bytes(void *buf, size_t n) {
 
 static _Thread_local uint64_t t_rng[2];
 
+void dlock__rand_reset_thread(void) {
+  t_rng[0] = 0;
+  t_rng[1] = 0;
+}
+
 uint64_t dlock__rand64(void) {
   /* xorshift128+, seeded once per thread from the kernel. */
   if (t_rng[0] == 0 && t_rng[1] == 0) {
@@ -181,7 +186,14 @@ uint64_t dlock__tid(void) {
 static atomic_uint g_fork_gen;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
-static void on_fork_child(void) { atomic_fetch_add(&g_fork_gen, 1); }
+static void on_fork_child(void) {
+  atomic_fetch_add(&g_fork_gen, 1);
+  /* The child's only thread is the forking one; its generator state is a copy
+   * of the parent's, so sibling children would draw the same unlock request
+   * ids (and one sibling's unlock latch would swallow the other's unlock).
+   * Reseed it from the kernel on next use. */
+  dlock__rand_reset_thread();
+}
 static void install_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 unsigned dlock__fork_gen(void) {

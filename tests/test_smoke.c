@@ -192,3 +192,36 @@ TH_CASE(cancel_waits_ends_a_blocked_lock) {
   dlock_client_free(holder);
   dlock_client_free(waiter);
 }
+
+/* Sibling processes forked after the parent used the library must not draw
+ * the same unlock request ids: the second sibling's unlock would find the
+ * first one's idempotency latch and release nothing. */
+static int lock_unlock_once(void *arg) {
+  (void)arg;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "fork-rid", &m))
+    return 10;
+  if (dlock_mutex_lock(m) || dlock_mutex_unlock(m))
+    return 11;
+  int locked = dlock_mutex_is_locked(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return locked == 0 ? 0 : 12;
+}
+
+TH_CASE(forked_siblings_unlock_ids_differ) {
+  g_r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "parent-lock", &m));
+  CHECK_OK(dlock_mutex_lock(m)); /* draws from the parent's generator */
+  CHECK_OK(dlock_mutex_unlock(m));
+  for (int i = 0; i < 3; i++) {
+    pid_t p = th_fork(lock_unlock_once, NULL);
+    CHECK_EQ(th_wait(p, 20000), 0);
+    CHECK_EQ(th_cmd_int(g_r, "EXISTS fork-rid"), 0);
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}

@@ -223,12 +223,12 @@ static void *monitor_main(void *arg) {
                  st.n_holders ? st.holders[0].owner : "another client");
     } else if (probe && rc == DLOCK_ECONN) {
       snprintf(why, sizeof why,
-               "Redis was unreachable for longer than the %s s lease (%s)",
+               "Redis was unreachable for longer than the %s s lease (%.300s)",
                lease, det);
     } else if (probe && rc) {
       snprintf(why, sizeof why,
                "renewal failed until the %s s lease ran out "
-               "(%s)",
+               "(%.300s)",
                lease, det);
     } else if (probe) {
       snprintf(why, sizeof why,
