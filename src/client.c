@@ -24,7 +24,7 @@ void dlock_config_init(dlock_config *cfg) {
   cfg->watchdog_timeout_ms = 30000;
   cfg->pool_size = 16;
   cfg->lazy_connect = 0;
-  cfg->subscription_linger_ms = 0;
+  cfg->subscription_linger_ms = 100;
 }
 
 int dlock__client_check(const dlock_client *c) {
