@@ -199,7 +199,11 @@ static int spawn(th_redis *r) {
     redisContext *c = redisConnectUnixWithTimeout(r->sock, tv);
     if (c && !c->err) {
       redisReply *rep = redisCommand(c, "PING");
-      int ok = rep && rep->type == REDIS_REPLY_STATUS;
+      /* A server with requirepass / a default-user password answers
+       * NOAUTH: it is up too. */
+      int ok = rep && (rep->type == REDIS_REPLY_STATUS ||
+                       (rep->type == REDIS_REPLY_ERROR &&
+                        strncmp(rep->str, "NOAUTH", 6) == 0));
       if (rep)
         freeReplyObject(rep);
       redisFree(c);
