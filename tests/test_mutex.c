@@ -1,0 +1,927 @@
+/* Mutex tests (issue 2 §3-§5, §7): mutual exclusion across processes and
+ * threads, reentrancy, partial unlock TTL, owner-only unlock, force unlock,
+ * leases and the watchdog, lost locks, crashed and paused holders, wake-up
+ * latency, and the Redisson layout seen from a raw connection.
+ *
+ * Multi-process cases fork their workers before the parent creates a client
+ * (no threads yet, so they also run under TSan) and gate them on Redis keys. */
+#include "th.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static th_redis *g_r;
+
+static int64_t slow(void) {
+  const char *m = getenv("DLOCK_TEST_TIMEOUT_MULT");
+  int v = m ? atoi(m) : 1;
+  return v > 1 ? v : 1;
+}
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Integer result of a command on raw (nil -> -1000000; error fails). */
+static long long raw_int(redisContext *raw, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *x = redisvCommand(raw, fmt, ap);
+  va_end(ap);
+  long long v = -1000000;
+  if (x && x->type == REDIS_REPLY_INTEGER)
+    v = x->integer;
+  else if (x && x->type == REDIS_REPLY_STRING)
+    v = atoll(x->str);
+  else if (!x || x->type != REDIS_REPLY_NIL)
+    th_fail(__FILE__, __LINE__, "raw '%s': %s", fmt, x ? x->str : raw->errstr);
+  freeReplyObject(x);
+  return v;
+}
+
+static void raw_do(redisContext *raw, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *x = redisvCommand(raw, fmt, ap);
+  va_end(ap);
+  if (!x || x->type == REDIS_REPLY_ERROR)
+    th_fail(__FILE__, __LINE__, "raw '%s': %s", fmt, x ? x->str : raw->errstr);
+  freeReplyObject(x);
+}
+
+/* In a worker: polls until key exists (bounded). 0 ok, -1 timeout. */
+static int wait_key(redisContext *raw, const char *key, int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  for (;;) {
+    redisReply *x = redisCommand(raw, "EXISTS %s", key);
+    int ok = x && x->type == REDIS_REPLY_INTEGER && x->integer == 1;
+    freeReplyObject(x);
+    if (ok)
+      return 0;
+    if (th_now_ms() > end)
+      return -1;
+    th_sleep_ms(2);
+  }
+}
+
+/* HGET as a number (-1 when the field or key is missing). */
+static long long hget(th_redis *r, const char *key, const char *field) {
+  redisReply *x = th_cmd(r, "HGET %s %s", key, field);
+  long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;
+  freeReplyObject(x);
+  return v;
+}
+
+/* The hash field the calling thread uses for m. */
+static void field_of(dlock_mutex *m, char *buf, size_t len) {
+  CHECK_OK(dlock_mutex_owner(m, buf, len));
+}
+
+static dlock_client *client_wd(th_redis *r, int wd_ms,
+                               void (*lost)(const char *, void *), void *arg) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.retry_interval_ms = 100;
+  cfg.watchdog_timeout_ms = wd_ms;
+  cfg.on_lock_lost = lost;
+  cfg.on_lock_lost_arg = arg;
+  return th_client_cfg(r, &cfg);
+}
+
+/* Runs fn(arg) on a new thread and joins it (for "another thread" checks). */
+typedef struct other_call {
+  dlock_mutex *m;
+  int op; /* 0 unlock, 1 trylock, 2 is_held, 3 hold_count, 4 timedlock */
+  long long wait_ms;
+  int rc;
+  char msg[256];
+} other_call;
+
+static void *other_thread(void *p) {
+  other_call *o = p;
+  switch (o->op) {
+  case 0:
+    o->rc = dlock_mutex_unlock(o->m);
+    break;
+  case 1:
+    o->rc = dlock_mutex_trylock(o->m);
+    break;
+  case 2:
+    o->rc = dlock_mutex_is_held(o->m);
+    break;
+  case 3:
+    o->rc = dlock_mutex_hold_count(o->m);
+    break;
+  default:
+    o->rc = dlock_mutex_timedlock(o->m, o->wait_ms, -1);
+    break;
+  }
+  snprintf(o->msg, sizeof o->msg, "%s", dlock_last_error());
+  if (o->rc == 0 && (o->op == 1 || o->op == 4))
+    dlock_mutex_unlock(o->m);
+  return NULL;
+}
+
+static int in_other_thread(dlock_mutex *m, int op, char *msg, size_t ml) {
+  other_call o = {m, op, 0, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, other_thread, &o);
+  pthread_join(t, NULL);
+  if (msg)
+    snprintf(msg, ml, "%s", o.msg);
+  return o.rc;
+}
+
+/* ---- mutual exclusion -------------------------------------------------- */
+
+enum { ME_PROCS = 4, ME_THREADS = 4, ME_ITERS = 40 };
+
+typedef struct me_arg {
+  dlock_client *c;
+  int idx;
+  int errors;
+} me_arg;
+
+static void *me_thread(void *p) {
+  me_arg *a = p;
+  dlock_mutex *m;
+  if (dlock_mutex_new(a->c, "me-lock", &m)) {
+    a->errors++;
+    return NULL;
+  }
+  redisContext *raw = th_redis_raw(g_r);
+  for (int i = 0; i < ME_ITERS; i++) {
+    int rc = dlock_mutex_lock(m);
+    if (rc) {
+      fprintf(stderr, "lock: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      a->errors++;
+      continue;
+    }
+    /* Someone else inside at the same time? */
+    redisReply *x = redisCommand(raw, "INCR me:inside");
+    if (!x || x->type != REDIS_REPLY_INTEGER || x->integer != 1)
+      freeReplyObject(redisCommand(raw, "INCR me:overlaps"));
+    freeReplyObject(x);
+    /* Non-atomic read-modify-write: lost updates if exclusion fails. */
+    x = redisCommand(raw, "GET me:ctr");
+    long v = x && x->type == REDIS_REPLY_STRING ? atol(x->str) : 0;
+    freeReplyObject(x);
+    if ((i + a->idx) % 8 == 0)
+      th_sleep_ms(1); /* widen the window now and then */
+    freeReplyObject(redisCommand(raw, "SET me:ctr %ld", v + 1));
+    freeReplyObject(redisCommand(raw, "DECR me:inside"));
+    if ((rc = dlock_mutex_unlock(m)) != 0) {
+      fprintf(stderr, "unlock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      a->errors++;
+    }
+  }
+  redisFree(raw);
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+static int me_proc(void *arg) {
+  (void)arg;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "me:go", 20000))
+    return 20;
+  redisFree(raw);
+  dlock_client *c = th_client(g_r);
+  me_arg a[ME_THREADS];
+  pthread_t t[ME_THREADS];
+  for (int i = 0; i < ME_THREADS; i++) {
+    a[i] = (me_arg){c, i, 0};
+    pthread_create(&t[i], NULL, me_thread, &a[i]);
+  }
+  int errors = 0;
+  for (int i = 0; i < ME_THREADS; i++) {
+    pthread_join(t[i], NULL);
+    errors += a[i].errors;
+  }
+  dlock_client_free(c);
+  return errors ? 1 : 0;
+}
+
+TH_CASE(mutual_exclusion_4procs_4threads) {
+  g_r = th_redis_new(0, NULL);
+  pid_t p[ME_PROCS];
+  for (int i = 0; i < ME_PROCS; i++)
+    p[i] = th_fork(me_proc, NULL);
+  int64_t t0 = th_now_ms();
+  freeReplyObject(th_cmd(g_r, "SET me:go 1"));
+  for (int i = 0; i < ME_PROCS; i++)
+    CHECK_EQ(th_wait(p[i], 90000), 0);
+  redisReply *x = th_cmd(g_r, "MGET me:ctr me:overlaps");
+  CHECK(x->element[0]->type == REDIS_REPLY_STRING);
+  CHECK_EQ(atol(x->element[0]->str), ME_PROCS * ME_THREADS * ME_ITERS);
+  CHECK_MSG(x->element[1]->type == REDIS_REPLY_NIL, "%s overlaps",
+            x->element[1]->str);
+  freeReplyObject(x);
+  CHECK_EQ(th_cmd_int(g_r, "EXISTS me-lock"), 0);
+  printf("%d critical sections, 0 lost updates, in %lld ms\n",
+         ME_PROCS * ME_THREADS * ME_ITERS, (long long)(th_now_ms() - t0));
+}
+
+/* ---- reentrancy, owner-only unlock, force unlock ------------------------ */
+
+TH_CASE(reentrancy_and_hold_count) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "re", &m));
+  char field[64];
+  field_of(m, field, sizeof field);
+  CHECK_EQ(dlock_mutex_hold_count(m), 0);
+  CHECK_EQ(dlock_mutex_is_held(m), 0);
+  CHECK_EQ(dlock_mutex_is_locked(m), 0);
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_trylock(m));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, -1));
+  CHECK_OK(dlock_mutex_timedlock(m, 1000, -1));
+  CHECK_EQ(dlock_mutex_hold_count(m), 4);
+  CHECK_EQ(hget(r, "re", field), 4);
+  CHECK_EQ(th_cmd_int(r, "HLEN re"), 1);
+  CHECK_EQ(dlock_mutex_is_held(m), 1);
+  CHECK_EQ(dlock_mutex_is_locked(m), 1);
+  /* Another thread: not held by it, cannot enter. */
+  CHECK_EQ(in_other_thread(m, 2, NULL, 0), 0);
+  CHECK_EQ(in_other_thread(m, 3, NULL, 0), 0);
+  CHECK_RC(in_other_thread(m, 1, NULL, 0), DLOCK_EBUSY);
+  /* A second object of the same name in the same thread shares the field. */
+  dlock_mutex *m2;
+  CHECK_OK(dlock_mutex_new(c, "re", &m2));
+  CHECK_EQ(dlock_mutex_hold_count(m2), 4);
+  for (int left = 3; left >= 0; left--) {
+    CHECK_OK(dlock_mutex_unlock(m));
+    if (left > 0) {
+      CHECK_EQ(dlock_mutex_hold_count(m), left);
+      CHECK_EQ(hget(r, "re", field), left);
+      CHECK_EQ(dlock_mutex_is_locked(m), 1);
+    }
+  }
+  CHECK_EQ(th_cmd_int(r, "EXISTS re"), 0);
+  CHECK_EQ(dlock_mutex_hold_count(m), 0);
+  CHECK_EQ(dlock_mutex_is_held(m), 0);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EPERM);
+  CHECK_RC(dlock_mutex_unlock(m2), DLOCK_EPERM);
+  /* And it can be taken again, by this or another thread. */
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_OK(in_other_thread(m, 1, NULL, 0));
+  CHECK_EQ(th_cmd_int(r, "EXISTS re"), 0);
+  dlock_mutex_free(m2);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(partial_unlock_resets_ttl) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = client_wd(r, 10000, NULL, NULL);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "pu", &m));
+  /* Explicit lease: reset to that lease. */
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 20000));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 20000));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 20000));
+  freeReplyObject(th_cmd(r, "PEXPIRE pu 3000"));
+  CHECK_OK(dlock_mutex_unlock(m));
+  long long ttl = th_cmd_int(r, "PTTL pu");
+  CHECK_MSG(ttl > 19000 && ttl <= 20000, "after partial unlock: pttl %lld",
+            ttl);
+  freeReplyObject(th_cmd(r, "PEXPIRE pu 2500"));
+  CHECK_OK(dlock_mutex_unlock(m));
+  ttl = th_cmd_int(r, "PTTL pu");
+  CHECK_MSG(ttl > 19000 && ttl <= 20000, "after 2nd partial unlock: %lld", ttl);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(th_cmd_int(r, "EXISTS pu"), 0);
+  /* Watchdog holds: reset to the watchdog timeout. */
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_lock(m));
+  freeReplyObject(th_cmd(r, "PEXPIRE pu 2000"));
+  CHECK_OK(dlock_mutex_unlock(m));
+  ttl = th_cmd_int(r, "PTTL pu");
+  CHECK_MSG(ttl > 9000 && ttl <= 10000, "watchdog hold: pttl %lld", ttl);
+  /* A fixed-lease hold on top of a watchdog hold: the watchdog lease wins. */
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 3000));
+  freeReplyObject(th_cmd(r, "PEXPIRE pu 1000"));
+  CHECK_OK(dlock_mutex_unlock(m));
+  ttl = th_cmd_int(r, "PTTL pu");
+  CHECK_MSG(ttl > 9000 && ttl <= 10000, "mixed holds: pttl %lld", ttl);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(th_cmd_int(r, "EXISTS pu"), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(non_owner_unlock_eperm_keeps_lock) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_mutex *m, *other, *same_name;
+  CHECK_OK(dlock_mutex_new(c, "own", &m));
+  CHECK_OK(dlock_mutex_new(c2, "own", &other));
+  CHECK_OK(dlock_mutex_new(c, "own", &same_name));
+  char field[64];
+  field_of(m, field, sizeof field);
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 20000));
+  long long ttl0 = th_cmd_int(r, "PTTL own");
+  char msg[256];
+  /* Another thread of the same client, same object. */
+  CHECK_RC(in_other_thread(m, 0, msg, sizeof msg), DLOCK_EPERM);
+  CHECK_MSG(strstr(msg, "own") != NULL, "detail: %s", msg);
+  /* Another client (same thread). */
+  CHECK_RC(dlock_mutex_unlock(other), DLOCK_EPERM);
+  /* Another object of this client: its holds are recorded per object. */
+  CHECK_RC(dlock_mutex_unlock(same_name), DLOCK_EPERM);
+  /* The lock is untouched: same holder, count and TTL (no reset). */
+  CHECK_EQ(th_cmd_int(r, "HLEN own"), 1);
+  CHECK_EQ(hget(r, "own", field), 1);
+  long long ttl1 = th_cmd_int(r, "PTTL own");
+  CHECK_MSG(ttl1 <= ttl0 && ttl1 > ttl0 - 2000, "pttl %lld -> %lld", ttl0,
+            ttl1);
+  CHECK_RC(dlock_mutex_trylock(other), DLOCK_EBUSY);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_OK(dlock_mutex_trylock(other));
+  CHECK_OK(dlock_mutex_unlock(other));
+  dlock_mutex_free(m);
+  dlock_mutex_free(other);
+  dlock_mutex_free(same_name);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+/* Reads one pub/sub message from sub (blocking, bounded by its timeout). */
+static void expect_message(redisContext *sub, const char *channel,
+                           const char *payload) {
+  redisReply *x = NULL;
+  if (redisGetReply(sub, (void **)&x) != REDIS_OK || !x)
+    th_fail(__FILE__, __LINE__, "no message on %s (%s)", channel, sub->errstr);
+  CHECK(x->type == REDIS_REPLY_ARRAY && x->elements == 3);
+  CHECK_STR(x->element[0]->str, "message");
+  CHECK_STR(x->element[1]->str, channel);
+  CHECK_STR(x->element[2]->str, payload);
+  freeReplyObject(x);
+}
+
+static redisContext *subscriber(th_redis *r, const char *channel) {
+  redisContext *sub = th_redis_raw(r);
+  struct timeval tv = {5, 0};
+  redisSetTimeout(sub, tv);
+  redisReply *x = redisCommand(sub, "SUBSCRIBE %s", channel);
+  CHECK(x && x->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(x);
+  return sub;
+}
+
+TH_CASE(force_unlock_deletes_and_publishes) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_mutex *m, *f;
+  CHECK_OK(dlock_mutex_new(c, "fu", &m));
+  CHECK_OK(dlock_mutex_new(c2, "fu", &f));
+  const char *ch = "redisson_lock__channel:{fu}";
+  redisContext *sub = subscriber(r, ch);
+  CHECK_EQ(dlock_mutex_force_unlock(f), 0); /* nothing to delete: no "0" */
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(dlock_mutex_force_unlock(f), 1);
+  CHECK_EQ(th_cmd_int(r, "EXISTS fu"), 0);
+  CHECK_EQ(dlock_mutex_force_unlock(f), 0);
+  freeReplyObject(th_cmd(r, "PUBLISH %s end", ch));
+  /* Exactly one "0": from the force unlock that deleted the lock. */
+  expect_message(sub, ch, "0");
+  expect_message(sub, ch, "end");
+  redisFree(sub);
+  /* The holder learns at its unlock; the lock is free for others. */
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EPERM);
+  CHECK_OK(dlock_mutex_trylock(f));
+  CHECK_EQ(dlock_mutex_force_unlock(m), 1); /* works from anyone */
+  CHECK_RC(dlock_mutex_unlock(f), DLOCK_ELOST);
+  dlock_mutex_free(m);
+  dlock_mutex_free(f);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+/* ---- leases and the watchdog ------------------------------------------- */
+
+TH_CASE(fixed_lease_expires_without_watchdog) {
+  th_redis *r = th_redis_new(0, NULL);
+  /* Watchdog period 500 ms: a renewal of the fixed-lease hold would push the
+   * TTL up to 1500 ms, which the samples below would see. */
+  dlock_client *c = client_wd(r, 1500, NULL, NULL);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "fl", &m));
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 1000));
+  redisContext *raw = th_redis_raw(r);
+  long long prev = raw_int(raw, "PTTL fl");
+  CHECK_MSG(prev > 0 && prev <= 1000, "pttl %lld", prev);
+  int64_t gone_at = -1;
+  while (th_now_ms() - t0 < 4000) {
+    long long t = raw_int(raw, "PTTL fl");
+    if (t == -2) {
+      gone_at = th_now_ms() - t0;
+      break;
+    }
+    CHECK_MSG(t <= prev, "TTL went up %lld -> %lld: renewed", prev, t);
+    prev = t;
+    th_sleep_ms(20);
+  }
+  redisFree(raw);
+  printf("fixed lease of 1000 ms expired after %lld ms\n", (long long)gone_at);
+  CHECK_MSG(gone_at >= 900 && gone_at <= 1000 + 500 * slow(),
+            "expired after %lld ms", (long long)gone_at);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EPERM);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+static atomic_int g_lost_calls;
+static atomic_llong g_lost_at;
+static char g_lost_name[128];
+
+static void on_lost(const char *name, void *arg) {
+  (void)arg;
+  snprintf(g_lost_name, sizeof g_lost_name, "%s", name);
+  atomic_store(&g_lost_at, (long long)th_now_ms());
+  atomic_fetch_add(&g_lost_calls, 1);
+}
+
+TH_CASE(watchdog_keeps_lock_and_stops_after_unlock) {
+  th_redis *r = th_redis_new(0, NULL);
+  const int wd = 600; /* renewed every 200 ms */
+  dlock_client *c = client_wd(r, wd, on_lost, NULL);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "wd", &m));
+  char field[64];
+  field_of(m, field, sizeof field);
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_lock(m));
+  redisContext *raw = th_redis_raw(r);
+  int64_t t0 = th_now_ms();
+  long long prev = raw_int(raw, "PTTL wd"), minttl = prev;
+  int renewals = 0, unlocked_once = 0;
+  while (th_now_ms() - t0 < 4 * wd) {
+    long long t = raw_int(raw, "PTTL wd");
+    long long n = raw_int(raw, "HGET wd %s", field);
+    CHECK_MSG(t > 0, "lock expired after %lld ms under the watchdog",
+              (long long)(th_now_ms() - t0));
+    CHECK_EQ(n, unlocked_once ? 1 : 2);
+    if (t > prev)
+      renewals++;
+    if (t < minttl)
+      minttl = t;
+    prev = t;
+    if (!unlocked_once && th_now_ms() - t0 > 2 * wd) {
+      CHECK_OK(dlock_mutex_unlock(m)); /* one hold left: still renewed */
+      unlocked_once = 1;
+      prev = raw_int(raw, "PTTL wd");
+    }
+    th_sleep_ms(25);
+  }
+  printf("held %d ms with a %d ms lease: %d renewals seen, min pttl %lld\n",
+         4 * wd, wd, renewals, minttl);
+  CHECK_MSG(renewals >= 4, "only %d renewals in %d ms", renewals, 4 * wd);
+  CHECK_EQ(atomic_load(&g_lost_calls), 0);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(raw_int(raw, "EXISTS wd"), 0);
+  /* After the final unlock the watchdog must not renew anything: plant our
+   * own field again by hand with a short TTL; it has to expire. */
+  raw_do(raw, "HSET wd %s 1", field);
+  raw_do(raw, "PEXPIRE wd 400");
+  th_sleep_ms(2 * wd);
+  CHECK_EQ(raw_int(raw, "EXISTS wd"), 0);
+  /* ...and nothing resurrected the released lock. */
+  CHECK_EQ(atomic_load(&g_lost_calls), 0);
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(deleted_lock_reported_lost) {
+  th_redis *r = th_redis_new(0, NULL);
+  const int wd = 600, period = wd / 3;
+  dlock_client *c = client_wd(r, wd, on_lost, NULL);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "del", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  th_sleep_ms(period + 50); /* after a first renewal */
+  int64_t t0 = th_now_ms();
+  freeReplyObject(th_cmd(r, "DEL del"));
+  while (atomic_load(&g_lost_calls) == 0 && th_now_ms() - t0 < 5000)
+    th_sleep_ms(2);
+  CHECK_EQ(atomic_load(&g_lost_calls), 1);
+  long long lat = atomic_load(&g_lost_at) - t0;
+  printf("loss reported %lld ms after the DEL (renewal period %d ms)\n", lat,
+         period);
+  CHECK_MSG(lat <= period + 150 * slow(), "reported after %lld ms", lat);
+  CHECK_STR(g_lost_name, "del");
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EPERM);
+  /* A fresh acquisition works and is renewed again. */
+  CHECK_OK(dlock_mutex_lock(m));
+  th_sleep_ms(wd + 200);
+  CHECK_EQ(dlock_mutex_is_held(m), 1);
+  CHECK_EQ(atomic_load(&g_lost_calls), 1);
+
+  /* Taken by someone else behind our back (DEL + foreign field). */
+  t0 = th_now_ms();
+  redisContext *raw = th_redis_raw(r);
+  raw_do(raw, "MULTI");
+  raw_do(raw, "DEL del");
+  raw_do(raw, "HSET del 0000-foreign:1 1");
+  raw_do(raw, "PEXPIRE del 30000");
+  raw_do(raw, "EXEC");
+  while (atomic_load(&g_lost_calls) == 1 && th_now_ms() - t0 < 5000)
+    th_sleep_ms(2);
+  CHECK_EQ(atomic_load(&g_lost_calls), 2);
+  lat = atomic_load(&g_lost_at) - t0;
+  CHECK_MSG(lat <= period + 150 * slow(), "reported after %lld ms", lat);
+  /* A reentrant acquire of a lost hold is refused; then the record is gone
+   * and the foreign holder untouched. */
+  CHECK_RC(dlock_mutex_lock(m), DLOCK_ELOST);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EPERM);
+  CHECK_EQ(raw_int(raw, "HGET del 0000-foreign:1"), 1);
+  CHECK_EQ(raw_int(raw, "HLEN del"), 1);
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- crashed and paused holders ---------------------------------------- */
+
+static int holder_proc(void *arg) {
+  int wd = *(int *)arg;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "h:go", 20000))
+    return 20;
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = g_r->url;
+  cfg.watchdog_timeout_ms = wd;
+  cfg.retry_interval_ms = 100;
+  dlock_client *c = NULL;
+  dlock_mutex *m;
+  if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, "victim", &m) ||
+      dlock_mutex_lock(m))
+    return 21;
+  freeReplyObject(redisCommand(raw, "SET h:held 1"));
+  /* Paused or killed in here; after a resume: unlock. */
+  if (wait_key(raw, "h:resume", 30000))
+    return 22;
+  int rc = dlock_mutex_unlock(m);
+  int held = dlock_mutex_is_held(m);
+  freeReplyObject(redisCommand(raw, "SET h:rc %d", rc));
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return rc == DLOCK_ELOST && held == 0 ? 0 : 23;
+}
+
+TH_CASE(kill9_holder_frees_after_lease_not_before) {
+  g_r = th_redis_new(0, NULL);
+  static int wd = 1200;
+  pid_t p = th_fork(holder_proc, &wd);
+  freeReplyObject(th_cmd(g_r, "SET h:go 1"));
+  redisContext *raw = th_redis_raw(g_r);
+  CHECK_OK(wait_key(raw, "h:held", 20000));
+  th_sleep_ms(wd); /* a few renewals happen */
+  CHECK_MSG(raw_int(raw, "PTTL victim") > wd / 3, "not renewed");
+  kill(p, SIGKILL);
+  int64_t t_kill = th_now_ms();
+  long long left = raw_int(raw, "PTTL victim");
+  CHECK_EQ(th_wait(p, 5000), -SIGKILL);
+  CHECK_MSG(left > 0, "pttl %lld at the kill", left);
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "victim", &m));
+  /* Not before the lease: the dead holder's lock still counts. */
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  CHECK_OK(dlock_mutex_timedlock(m, 10000, -1));
+  int64_t waited = th_now_ms() - t_kill;
+  printf("dead holder's lease had %lld ms left; acquired %lld ms after "
+         "the kill\n",
+         left, (long long)waited);
+  CHECK_MSG(waited >= left - 30,
+            "acquired %lld ms after the kill, lease had "
+            "%lld ms left",
+            (long long)waited, left);
+  /* ...and promptly after it (the wait is bounded by the holder's TTL). */
+  CHECK_MSG(waited <= left + 500 * slow(), "acquired only after %lld ms",
+            (long long)waited);
+  CHECK_EQ(raw_int(raw, "HLEN victim"), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(sigstop_holder_past_lease_gets_elost) {
+  g_r = th_redis_new(0, NULL);
+  static int wd = 900;
+  pid_t p = th_fork(holder_proc, &wd);
+  freeReplyObject(th_cmd(g_r, "SET h:go 1"));
+  redisContext *raw = th_redis_raw(g_r);
+  CHECK_OK(wait_key(raw, "h:held", 20000));
+  kill(p, SIGSTOP);
+  int64_t t_stop = th_now_ms();
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "victim", &m));
+  CHECK_OK(dlock_mutex_timedlock(m, 10000, -1));
+  int64_t waited = th_now_ms() - t_stop;
+  printf("paused holder's lock taken %lld ms after SIGSTOP (lease %d)\n",
+         (long long)waited, wd);
+  CHECK_MSG(waited <= wd + 500 * slow(), "took %lld ms", (long long)waited);
+  char field[64];
+  field_of(m, field, sizeof field);
+  kill(p, SIGCONT);
+  freeReplyObject(th_cmd(g_r, "SET h:resume 1"));
+  int st = th_wait(p, 20000);
+  CHECK_MSG(st == 0, "holder exit %d, its unlock returned %lld (want ELOST)",
+            st, raw_int(raw, "GET h:rc"));
+  /* The resumed holder's unlock did not touch our hold. */
+  CHECK_EQ(raw_int(raw, "HLEN victim"), 1);
+  CHECK_EQ(raw_int(raw, "HGET victim %s", field), 1);
+  CHECK_EQ(dlock_mutex_is_held(m), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- wake-up latency ----------------------------------------------------- */
+
+enum { WL_ROUNDS = 7 };
+
+static int wl_waiter(void *arg) {
+  (void)arg;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "wl:start", 20000))
+    return 20;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "wl", &m))
+    return 21;
+  for (int i = 0; i < WL_ROUNDS; i++) {
+    char go[32];
+    snprintf(go, sizeof go, "wl:go:%d", i);
+    if (wait_key(raw, go, 20000))
+      return 22;
+    int rc = dlock_mutex_timedlock(m, 20000, -1);
+    int64_t t1 = now_us();
+    if (rc) {
+      fprintf(stderr, "waiter: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      return 23;
+    }
+    freeReplyObject(redisCommand(raw, "SET wl:t1:%d %lld", i, (long long)t1));
+    if (dlock_mutex_unlock(m))
+      return 24;
+  }
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return 0;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return x < y ? -1 : x > y;
+}
+
+TH_CASE(waiter_wakes_within_ms_of_unlock) {
+  g_r = th_redis_new(0, NULL);
+  pid_t p = th_fork(wl_waiter, NULL);
+  dlock_client *c = th_client(g_r); /* watchdog lease: 30 s */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "wl", &m));
+  freeReplyObject(th_cmd(g_r, "SET wl:start 1"));
+  redisContext *raw = th_redis_raw(g_r);
+  long long lat_us[WL_ROUNDS];
+  for (int i = 0; i < WL_ROUNDS; i++) {
+    CHECK_OK(dlock_mutex_timedlock(m, 20000, -1));
+    raw_do(raw, "SET wl:go:%d 1", i);
+    /* Wait until the other process is queued behind us. */
+    int64_t end = th_now_ms() + 10000;
+    while (raw_int(raw, "LLEN dlock_lock_queue:{wl}") < 1) {
+      CHECK_MSG(th_now_ms() < end, "waiter never queued (round %d)", i);
+      th_sleep_ms(1);
+    }
+    long long ttl = raw_int(raw, "PTTL wl");
+    CHECK_MSG(ttl > 25000, "pttl %lld: the lease is not ~30 s", ttl);
+    int64_t t0 = now_us();
+    CHECK_OK(dlock_mutex_unlock(m));
+    char key[32];
+    snprintf(key, sizeof key, "wl:t1:%d", i);
+    CHECK_OK(wait_key(raw, key, 20000));
+    lat_us[i] = raw_int(raw, "GET %s", key) - t0;
+  }
+  CHECK_EQ(th_wait(p, 20000), 0);
+  qsort(lat_us, WL_ROUNDS, sizeof lat_us[0], cmp_ll);
+  long long med = lat_us[WL_ROUNDS / 2];
+  printf("unlock -> other process holds: median %.2f ms, min %.2f, max %.2f "
+         "(TTL ~30000 ms)\n",
+         med / 1000.0, lat_us[0] / 1000.0, lat_us[WL_ROUNDS - 1] / 1000.0);
+  /* Functional, not a benchmark: woken by the unlock, not by the 30 s TTL.
+   * (The issue's figure is < 50 ms; the bound has room for noisy hosts.) */
+  CHECK_MSG(med < 1000 * 1000, "median wake-up %lld us", med);
+  CHECK_MSG(lat_us[WL_ROUNDS - 1] < 10000 * 1000, "max wake-up %lld us",
+            lat_us[WL_ROUNDS - 1]);
+  redisFree(raw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- Redisson layout from a raw connection ------------------------------- */
+
+typedef struct field_arg {
+  dlock_mutex *m;
+  char field[64];
+} field_arg;
+
+static void *field_thread(void *p) {
+  field_arg *a = p;
+  dlock_mutex_owner(a->m, a->field, sizeof a->field);
+  return NULL;
+}
+
+static void layout_for(th_redis *r, dlock_client *c, const char *name,
+                       const char *channel, const char *latch_prefix,
+                       const char *queue) {
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, name, &m));
+  char field[64];
+  field_of(m, field, sizeof field);
+  /* "<uuid>:<tid>", tid a decimal number. */
+  const char *id = dlock_client_id(c);
+  CHECK_EQ(strncmp(field, id, 36), 0);
+  CHECK_EQ(field[36], ':');
+  CHECK(field[37] >= '0' && field[37] <= '9');
+  CHECK_EQ(strspn(field + 37, "0123456789"), strlen(field + 37));
+  CHECK_OK(dlock_mutex_lock(m));
+  redisReply *h = th_cmd(r, "HGETALL %s", name);
+  CHECK_EQ(h->elements, 2);
+  CHECK_STR(h->element[0]->str, field);
+  CHECK_STR(h->element[1]->str, "1");
+  freeReplyObject(h);
+  redisReply *t = th_cmd(r, "TYPE %s", name);
+  CHECK_STR(t->str, "hash");
+  freeReplyObject(t);
+  long long pttl = th_cmd_int(r, "PTTL %s", name);
+  CHECK_MSG(pttl > 29000 && pttl <= 30000, "pttl %lld", pttl);
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(hget(r, name, field), 2);
+  CHECK_OK(dlock_mutex_unlock(m));
+  /* The partial unlock left an idempotency latch named like Redisson's. */
+  redisReply *k = th_cmd(r, "KEYS redisson_unlock_latch:*");
+  CHECK_EQ(k->elements, 1);
+  size_t pl = strlen(latch_prefix);
+  CHECK_MSG(strncmp(k->element[0]->str, latch_prefix, pl) == 0 &&
+                strlen(k->element[0]->str) == pl + 32,
+            "latch key '%s', want '%s<32 hex>'", k->element[0]->str,
+            latch_prefix);
+  freeReplyObject(k);
+  /* The final unlock publishes "0" on the Redisson channel (no waiters). */
+  redisContext *sub = subscriber(r, channel);
+  CHECK_OK(dlock_mutex_unlock(m));
+  expect_message(sub, channel, "0");
+  redisFree(sub);
+  CHECK_EQ(th_cmd_int(r, "EXISTS %s", name), 0);
+
+  /* A Redisson-style holder (foreign field) blocks us; its unlock -- DEL +
+   * PUBLISH "0" on the channel -- wakes our waiter at once. */
+  freeReplyObject(
+      th_cmd(r, "HSET %s 11111111-2222-4333-8444-555555555555:7 1", name));
+  freeReplyObject(th_cmd(r, "PEXPIRE %s 30000", name));
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  other_call o = {m, 4, 15000, 1, ""};
+  pthread_t th;
+  pthread_create(&th, NULL, other_thread, &o);
+  /* Wait until the waiter subscribed to the Redisson channel. */
+  int64_t end = th_now_ms() + 5000;
+  for (;;) {
+    redisReply *n = th_cmd(r, "PUBSUB NUMSUB %s", channel);
+    long long subs = n->element[1]->integer;
+    freeReplyObject(n);
+    if (subs >= 1)
+      break;
+    CHECK_MSG(th_now_ms() < end, "nobody subscribed to %s", channel);
+    th_sleep_ms(2);
+  }
+  int64_t t0 = th_now_ms();
+  freeReplyObject(th_cmd(r, "DEL %s", name));
+  freeReplyObject(th_cmd(r, "PUBLISH %s 0", channel));
+  pthread_join(th, NULL);
+  CHECK_RC(o.rc, DLOCK_OK);
+  int64_t waited = th_now_ms() - t0;
+  CHECK_MSG(waited < 1000 * slow(), "woken after %lld ms", (long long)waited);
+  CHECK_EQ(th_cmd_int(r, "EXISTS %s", name), 0); /* it unlocked again */
+  /* Whatever it queued for a hand-over is gone too. */
+  CHECK_EQ(th_cmd_int(r, "EXISTS %s", queue), 0);
+  dlock_mutex_free(m);
+}
+
+TH_CASE(redisson_layout_from_raw_connection) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  layout_for(r, c, "layout", "redisson_lock__channel:{layout}",
+             "redisson_unlock_latch:{layout}:", "dlock_lock_queue:{layout}");
+  freeReplyObject(th_cmd(r, "FLUSHALL"));
+  /* A name with a hash tag: derived names are not wrapped again. */
+  layout_for(
+      r, c, "{user}:lock", "redisson_lock__channel:{user}:lock",
+      "redisson_unlock_latch:{user}:lock:", "dlock_lock_queue:{user}:lock");
+  /* Thread ids: decimal, different per thread, never reused. */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "tids", &m));
+  field_arg a1 = {m, ""}, a2 = {m, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, field_thread, &a1);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, field_thread, &a2); /* may reuse the OS tid */
+  pthread_join(t, NULL);
+  char mine[64];
+  field_of(m, mine, sizeof mine);
+  CHECK_MSG(strcmp(a1.field, a2.field) != 0 && strcmp(a1.field, mine) != 0,
+            "fields %s %s %s", a1.field, a2.field, mine);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* ---- TTL, trylock and timed waits ---------------------------------------- */
+
+TH_CASE(ttl_pttl_semantics) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "ttl", &m));
+  long long ttl = 12345;
+  CHECK_OK(dlock_mutex_ttl(m, &ttl));
+  CHECK_EQ(ttl, -2);
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 5000));
+  CHECK_OK(dlock_mutex_ttl(m, &ttl));
+  CHECK_MSG(ttl > 4000 && ttl <= 5000, "ttl %lld", ttl);
+  freeReplyObject(th_cmd(r, "PERSIST ttl"));
+  CHECK_OK(dlock_mutex_ttl(m, &ttl));
+  CHECK_EQ(ttl, -1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_OK(dlock_mutex_ttl(m, &ttl));
+  CHECK_EQ(ttl, -2);
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_ttl(m, &ttl));
+  CHECK_MSG(ttl > 29000 && ttl <= 30000, "watchdog ttl %lld", ttl);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(trylock_timedlock_busy_and_timeout) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_mutex *m, *o;
+  CHECK_OK(dlock_mutex_new(c, "busy", &m));
+  CHECK_OK(dlock_mutex_new(c2, "busy", &o));
+  CHECK_OK(dlock_mutex_lock(m));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_trylock(o), DLOCK_EBUSY);
+  CHECK_MSG(strstr(dlock_last_error(), "busy") != NULL, "detail %s",
+            dlock_last_error());
+  CHECK_RC(dlock_mutex_timedlock(o, 0, -1), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_timedlock(o, 0, 5000), DLOCK_EBUSY);
+  CHECK_MSG(th_now_ms() - t0 < 500 * slow(), "one attempt took %lld ms",
+            (long long)(th_now_ms() - t0));
+  for (int wait = 100; wait <= 400; wait += 300) {
+    t0 = th_now_ms();
+    CHECK_RC(dlock_mutex_timedlock(o, wait, -1), DLOCK_ETIMEDOUT);
+    int64_t el = th_now_ms() - t0;
+    printf("timedlock(%d) -> ETIMEDOUT after %lld ms\n", wait, (long long)el);
+    CHECK_MSG(el >= wait && el <= wait + 500 * slow(), "after %lld ms",
+              (long long)el);
+  }
+  /* Giving up leaves nothing behind: not held, not queued. */
+  CHECK_RC(dlock_mutex_unlock(o), DLOCK_EPERM);
+  CHECK_EQ(th_cmd_int(r, "HLEN busy"), 1);
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{busy}"), 0);
+  /* Released: the next one-shot attempt succeeds. */
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_OK(dlock_mutex_timedlock(o, 0, 5000));
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  CHECK_OK(dlock_mutex_unlock(o));
+  dlock_mutex_free(m);
+  dlock_mutex_free(o);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+TH_MAIN()
