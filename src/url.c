@@ -80,16 +80,35 @@ static int oom(dlock__url *u) {
 /* The URL as it may appear in messages: the password replaced by ***. */
 static void redact(const char *url, char *out, size_t cap) {
   const char *rest = strstr(url, "://");
-  const char *at = rest ? strchr(rest + 3, '@') : NULL;
+  /* The userinfo ends at the last '@' of the authority (the password may
+   * contain '@'); the authority ends at the first '/'. */
+  const char *at = NULL;
+  if (rest)
+    for (const char *p = rest + 3; *p && *p != '/'; p++)
+      if (*p == '@')
+        at = p;
   const char *colon =
       at ? memchr(rest + 3, ':', (size_t)(at - rest - 3)) : NULL;
   const char *pw = strstr(url, "password=");
   if (colon) {
     snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
   } else if (pw) {
-    const char *end = strchr(pw, '&');
-    snprintf(out, cap, "%.*spassword=***%s", (int)(pw - url), url,
-             end ? end : "");
+    /* Every password= parameter (it may be given more than once). */
+    size_t o = 0;
+    const char *p = url;
+    out[0] = '\0';
+    while (pw && o < cap) {
+      int w = snprintf(out + o, cap - o, "%.*spassword=***", (int)(pw - p), p);
+      if (w < 0)
+        break;
+      o += (size_t)w;
+      p = pw + 9;
+      while (*p && *p != '&')
+        p++;
+      pw = strstr(p, "password=");
+    }
+    if (o < cap)
+      snprintf(out + o, cap - o, "%s", p);
   } else {
     snprintf(out, cap, "%s", url);
   }
