@@ -111,10 +111,12 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
     [DLOCK__S_RENEW] =
         {"renew",
          /* KEYS[i] lock; ARGV[1] lease; ARGV[i+1] field of KEYS[i].
-          * Returns one flag per key: 1 renewed, 0 gone. Never creates. */
+          * Returns one flag per key: 1 renewed, 0 gone. Never creates. A key
+          * of another type (our hash was overwritten) counts as gone and
+          * does not fail the other keys of the batch (pcall). */
          "local r = {}\n"
          "for i = 1, #KEYS do\n"
-         "  if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
+         "  if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
          "    redis.call('pexpire', KEYS[i], ARGV[1])\n"
          "    r[i] = 1\n"
          "  else\n"
