@@ -25,6 +25,7 @@ void dlock_config_init(dlock_config *cfg) {
   cfg->pool_size = 16;
   cfg->lazy_connect = 0;
   cfg->subscription_linger_ms = 100;
+  cfg->multiplex = 1;
 }
 
 int dlock__client_check(const dlock_client *c) {

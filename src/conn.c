@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -133,6 +135,18 @@ int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
     pthread_mutex_destroy(&n->mu);
     return DLOCK_ENOMEM;
   }
+  n->use_mux = c->cfg.multiplex != 0;
+  if (pthread_mutex_init(&n->mux.mu, NULL) != 0) {
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    return DLOCK_ENOMEM;
+  }
+  if (pthread_cond_init(&n->mux.state_cv, NULL) != 0) {
+    pthread_mutex_destroy(&n->mux.mu);
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    return DLOCK_ENOMEM;
+  }
   return 0;
 }
 
@@ -145,6 +159,11 @@ void dlock__node_destroy(dlock__node *n) {
     k = nx;
   }
   n->idle = NULL;
+  if (n->mux.ctx)
+    redisFree(n->mux.ctx);
+  n->mux.ctx = NULL;
+  pthread_cond_destroy(&n->mux.state_cv);
+  pthread_mutex_destroy(&n->mux.mu);
   pthread_cond_destroy(&n->cv);
   pthread_mutex_destroy(&n->mu);
 }
@@ -218,13 +237,225 @@ static void pool_drop(dlock__node *n, dlock__conn *k, int all_idle) {
   }
 }
 
+static int mux_connect(dlock__node *n, int *fresh);
+
 int dlock__node_warm(dlock__node *n) {
+  if (n->use_mux) {
+    int fresh = 0;
+    return mux_connect(n, &fresh);
+  }
   dlock__conn *k;
   int fresh;
   int rc = pool_get(n, &k, &fresh);
   if (rc == 0)
     pool_put(n, k);
   return rc;
+}
+
+/* ---- the multiplexed connection ------------------------------------------
+ *
+ * All API threads of a client share one connection per node. A thread
+ * writes its encoded command itself, under mux.mu, and appends itself to
+ * the FIFO of requests waiting for a reply (Redis answers in order). One
+ * thread at a time is the reader: it reads replies outside the lock and
+ * hands each to the request at the head of the FIFO, waking its thread;
+ * when its own reply has come it passes the reader role to the new head.
+ * Concurrent commands thus leave in the same write bursts and come back in
+ * the same reads -- Redis does one read and one write for many of them --
+ * while a lone thread still does exactly one write and one read.
+ *
+ * WHAT IF a write fails? The connection is marked broken and shut down; the
+ * reader (or the writer itself, when nobody reads) fails every request in
+ * the FIFO with DLOCK_ECONN and closes it; dlock__exec then applies the
+ * retry policy to each request as if it had used a connection of its own.
+ * WHAT IF Redis stops answering? The reader's read times out after
+ * command_timeout_ms and fails the whole FIFO the same way.
+ */
+struct dlock__mreq {
+  dlock__mreq *next;
+  pthread_cond_t *cv;
+  redisReply *reply;
+  int done;
+  int err;       /* DLOCK_E* when done without a reply */
+  int timed_out; /* the read timed out */
+  int fresh;     /* the connection was opened for this request */
+  char msg[192];
+};
+
+static _Thread_local pthread_cond_t t_mux_cv;
+static _Thread_local int t_mux_cv_ready;
+
+static pthread_cond_t *thread_cv(void) {
+  if (!t_mux_cv_ready) {
+    if (pthread_cond_init(&t_mux_cv, NULL) != 0)
+      return NULL;
+    t_mux_cv_ready = 1;
+  }
+  return &t_mux_cv;
+}
+
+/* Connects the shared connection if there is none. Called without mux.mu. */
+static int mux_connect(dlock__node *n, int *fresh) {
+  dlock__mux *m = &n->mux;
+  pthread_mutex_lock(&m->mu);
+  int have = m->ctx != NULL;
+  pthread_mutex_unlock(&m->mu);
+  if (have)
+    return 0;
+  redisContext *ctx = NULL;
+  int rc = dlock__connect(n->c, n->url, &ctx);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&m->mu);
+  if (m->ctx == NULL) {
+    m->ctx = ctx;
+    m->gen++;
+    *fresh = 1;
+    ctx = NULL;
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (ctx)
+    redisFree(ctx); /* another thread connected meanwhile */
+  return 0;
+}
+
+/* Fails every queued request and closes the connection. mux.mu held. */
+static void mux_fail_all(dlock__mux *m, dlock__mreq *self, int timed_out,
+                         const char *why) {
+  for (dlock__mreq *h = m->head; h;) {
+    dlock__mreq *nx = h->next;
+    h->done = 1;
+    h->err = DLOCK_ECONN;
+    h->timed_out = timed_out;
+    snprintf(h->msg, sizeof h->msg, "%s", why);
+    if (h != self)
+      pthread_cond_signal(h->cv);
+    h = nx;
+  }
+  m->head = m->tail = NULL;
+  if (m->ctx)
+    redisFree(m->ctx);
+  m->ctx = NULL;
+  m->broken = 0;
+  pthread_cond_broadcast(&m->state_cv);
+}
+
+/* Reads replies until req has one. mux.mu held, m->reader set by caller. */
+static void mux_read(dlock__node *n, dlock__mreq *req) {
+  dlock__mux *m = &n->mux;
+  while (!req->done) {
+    redisContext *ctx = m->ctx;
+    pthread_mutex_unlock(&m->mu);
+    void *r = NULL;
+    int st = redisGetReply(ctx, &r);
+    int err_no = errno;
+    pthread_mutex_lock(&m->mu);
+    if (st != REDIS_OK || !m->head) {
+      if (r)
+        freeReplyObject(r);
+      char why[160];
+      int timed_out = st != REDIS_OK && ctx->err == REDIS_ERR_IO &&
+                      (err_no == EAGAIN || err_no == EWOULDBLOCK);
+      if (st == REDIS_OK)
+        snprintf(why, sizeof why, "reply without a request (protocol error)");
+      else if (timed_out)
+        snprintf(why, sizeof why, "no reply within %d ms",
+                 n->c->cfg.command_timeout_ms);
+      else if (ctx->err == REDIS_ERR_EOF)
+        snprintf(why, sizeof why, "server closed the connection");
+      else
+        snprintf(why, sizeof why, "%s",
+                 ctx->errstr[0] ? ctx->errstr : strerror(err_no));
+      mux_fail_all(m, req, timed_out, why);
+      break;
+    }
+    dlock__mreq *h = m->head;
+    m->head = h->next;
+    if (!m->head)
+      m->tail = NULL;
+    h->reply = r;
+    h->done = 1;
+    if (h != req)
+      pthread_cond_signal(h->cv);
+  }
+  m->reader = 0;
+  if (m->head)
+    pthread_cond_signal(m->head->cv); /* the next reader */
+}
+
+static int write_all(int fd, const char *p, size_t len) {
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+/* One command on the shared connection. Returns the reply, or NULL with
+ * req->err set (DLOCK_ECONN / DLOCK_ENOMEM) and req->msg telling why. */
+static redisReply *mux_roundtrip(dlock__node *n, const dlock__sb *b,
+                                 dlock__mreq *req) {
+  dlock__mux *m = &n->mux;
+  memset(req, 0, sizeof *req);
+  if (b->oom || !(req->cv = thread_cv())) {
+    req->err = DLOCK_ENOMEM;
+    snprintf(req->msg, sizeof req->msg, "out of memory");
+    return NULL;
+  }
+  int fresh = 0;
+  for (;;) {
+    int rc = mux_connect(n, &fresh);
+    if (rc) {
+      req->err = rc;
+      snprintf(req->msg, sizeof req->msg, "%s", dlock_last_error());
+      return NULL;
+    }
+    pthread_mutex_lock(&m->mu);
+    while (m->broken)
+      pthread_cond_wait(&m->state_cv, &m->mu);
+    if (m->ctx)
+      break;
+    pthread_mutex_unlock(&m->mu); /* closed meanwhile: connect again */
+  }
+  req->fresh = fresh;
+  if (write_all(m->ctx->fd, b->p, b->len) != 0) {
+    int e = errno;
+    int timed_out = e == EAGAIN || e == EWOULDBLOCK;
+    req->err = DLOCK_ECONN;
+    req->timed_out = timed_out;
+    snprintf(req->msg, sizeof req->msg, "%s",
+             timed_out ? "write timed out" : strerror(e));
+    if (m->reader) {
+      /* Wake the reader; it fails the queue and closes the connection. */
+      m->broken = 1;
+      shutdown(m->ctx->fd, SHUT_RDWR);
+    } else {
+      mux_fail_all(m, req, timed_out, req->msg);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+  }
+  if (m->tail)
+    m->tail->next = req;
+  else
+    m->head = req;
+  m->tail = req;
+  while (!req->done) {
+    if (!m->reader && m->head == req) {
+      m->reader = 1;
+      mux_read(n, req);
+      break;
+    }
+    pthread_cond_wait(req->cv, &m->mu);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return req->reply;
 }
 
 /* ---- the router --------------------------------------------------------- */
@@ -267,12 +498,15 @@ static redisReply *roundtrip(redisContext *ctx, const dlock__sb *b) {
   return r;
 }
 
-static redisReply *send_cmd(redisContext *ctx, const dlock__cmd *cmd) {
+/* One command: on ctx (a pooled connection), or on the node's shared
+ * connection when ctx is NULL (then req tells why it failed). */
+static redisReply *send_cmd(dlock__node *n, redisContext *ctx,
+                            const dlock__cmd *cmd, dlock__mreq *req) {
   dlock__sb b;
   char buf[1024];
   dlock__sb_init_buf(&b, buf, sizeof buf);
   dlock__resp_argv(&b, cmd->argc, cmd->argv, cmd->argvlen);
-  redisReply *r = roundtrip(ctx, &b);
+  redisReply *r = ctx ? roundtrip(ctx, &b) : mux_roundtrip(n, &b, req);
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {
     /* The server lost its script cache (SCRIPT FLUSH, restart): send the
@@ -293,7 +527,7 @@ static redisReply *send_cmd(redisContext *ctx, const dlock__cmd *cmd) {
       dlock__sb_add(&b, a, l);
       dlock__sb_add(&b, "\r\n", 2);
     }
-    r = roundtrip(ctx, &b);
+    r = ctx ? roundtrip(ctx, &b) : mux_roundtrip(n, &b, req);
   }
   dlock__sb_free(&b);
   return r;
@@ -308,6 +542,43 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
           : 1 + (c->cfg.retry_attempts > 0 ? c->cfg.retry_attempts : 0);
   int stale_retry_used = 0;
   int rc = DLOCK_ECONN;
+  if (n->use_mux) {
+    for (int i = 0;;) {
+      dlock__mreq req;
+      redisReply *r = send_cmd(n, NULL, cmd, &req);
+      if (!r) {
+        if (req.err != DLOCK_ECONN)
+          return dlock__fail(req.err, "%s", req.msg);
+        rc = dlock__fail(DLOCK_ECONN, "%s: %s", cmd->argv[0], req.msg);
+        /* As with the pool below: a connection that was in use before and
+         * broke without a timeout most likely died while idle. */
+        if (!req.fresh && !req.timed_out && !stale_retry_used) {
+          stale_retry_used = 1;
+          continue;
+        }
+      } else if (r->type == REDIS_REPLY_ERROR) {
+        if (retryable_reply(r->str)) {
+          rc = dlock__fail(DLOCK_EREDIS, "%s", r->str);
+          freeReplyObject(r);
+        } else {
+          rc = is_auth_error(r->str)
+                   ? dlock__fail(DLOCK_EAUTH, "authentication required: %s",
+                                 r->str)
+                   : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+          freeReplyObject(r);
+          return rc;
+        }
+      } else {
+        *out = r;
+        return 0;
+      }
+      if (++i >= attempts)
+        return rc;
+      if (atomic_load(&c->closing))
+        return dlock__fail(DLOCK_ECLOSED, "client is closing");
+      dlock__sleep_ms(c->cfg.retry_interval_ms);
+    }
+  }
   for (int i = 0;;) {
     dlock__conn *k = NULL;
     int fresh = 0;
@@ -315,7 +586,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
     if (rc == DLOCK_EAUTH || rc == DLOCK_EREDIS || rc == DLOCK_ENOMEM)
       return rc;
     if (rc == 0 && k) {
-      redisReply *r = send_cmd(k->ctx, cmd);
+      redisReply *r = send_cmd(n, k->ctx, cmd, NULL);
       if (!r) {
         int timed_out = k->ctx->err == REDIS_ERR_IO &&
                         (errno == EAGAIN || errno == EWOULDBLOCK);

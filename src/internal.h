@@ -48,8 +48,10 @@ int dlock__random_bytes(void *buf, size_t n);
 uint64_t dlock__rand64(void);
 void dlock__rand_reset_thread(void); /* after fork(): reseed on next use */
 void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]);
-/* 32 lowercase hex chars + NUL, from the per-thread PRNG. */
+/* 32 lowercase hex chars + NUL, from the per-thread PRNG -- or, while the
+ * calling thread has set an override (a retried unlock), that id. */
 void dlock__request_id(char out[33]);
+void dlock__request_id_override(const char *rid); /* NULL: none */
 /* SHA1 of data as 40 lowercase hex chars + NUL. */
 void dlock__sha1_hex(const char *data, size_t len, char out[41]);
 /* Per-process thread id: a counter, never reused, assigned on first use. */
@@ -149,6 +151,22 @@ typedef struct dlock__conn {
   redisContext *ctx;
 } dlock__conn;
 
+/* A request waiting in a multiplexed connection (conn.c). */
+typedef struct dlock__mreq dlock__mreq;
+
+/* One connection shared by all API threads, commands pipelined: whoever
+ * submits writes its command at once; one thread at a time (the reader)
+ * reads replies in order and hands each to its waiting thread. */
+typedef struct dlock__mux {
+  pthread_mutex_t mu;
+  pthread_cond_t state_cv;  /* a broken connection was closed */
+  redisContext *ctx;        /* NULL: not connected */
+  unsigned gen;             /* increases with every new ctx */
+  int reader;               /* a thread is reading replies */
+  int broken;               /* a write failed; the reader closes ctx */
+  dlock__mreq *head, *tail; /* written, waiting for their replies */
+} dlock__mux;
+
 typedef struct dlock__node {
   dlock_client *c;
   const dlock__url *url;
@@ -157,6 +175,8 @@ typedef struct dlock__node {
   dlock__conn *idle;
   int total;
   int max;
+  int use_mux; /* cfg.multiplex */
+  dlock__mux mux;
 } dlock__node;
 
 /* One command. argv[0..argc) with lengths. When script is set, argv[0] and
@@ -310,7 +330,12 @@ struct dlock__hold {
   int wd_count; /* holds taken with the watchdog */
   int in_wd;
   int lost;
-  int64_t lease_ms;   /* lease of the most recent explicit acquisition */
+  int64_t lease_ms; /* lease of the most recent explicit acquisition */
+  /* An unlock whose outcome is unknown (no reply) left its request id here;
+   * the caller's next unlock at the same count reuses it, so the latch
+   * makes the two one unlock. */
+  int unlock_rid_count; /* 0: none */
+  uint64_t unlock_rid[2];
   int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
   int64_t retry_at;   /* after a failed renewal: retry not before this */
   uint64_t token;     /* fenced locks */

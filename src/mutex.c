@@ -310,6 +310,7 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   }
   if (h->count == 0) {
     h->gen++;
+    h->unlock_rid_count = 0;
     h->wd_count = 0;
     h->lost = 0;
     h->renewed_at = started;
@@ -514,6 +515,23 @@ int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
 
 int dlock_mutex_unlock(dlock_mutex *m) { return dlock__mutex_release(m); }
 
+/* Request ids are 32 hex chars; a hold keeps a pending one in 16 bytes. */
+static void rid_from_hex(const char *hex, uint64_t out[2]) {
+  out[0] = out[1] = 0;
+  for (int i = 0; i < 32; i++) {
+    char ch = hex[i];
+    uint64_t d = (uint64_t)(ch <= '9' ? ch - '0' : ch - 'a' + 10) & 15;
+    out[i / 16] = (out[i / 16] << 4) | d;
+  }
+}
+
+static void rid_to_hex(const uint64_t in[2], char out[33]) {
+  static const char hx[] = "0123456789abcdef";
+  for (int i = 0; i < 32; i++)
+    out[i] = hx[(in[i / 16] >> (4 * (15 - i % 16))) & 15];
+  out[32] = '\0';
+}
+
 int dlock__mutex_release(dlock_mutex *m) {
   dlock__clear_error();
   if (!m)
@@ -540,17 +558,33 @@ int dlock__mutex_release(dlock_mutex *m) {
   }
   int64_t lease = h->wd_count > 0 ? c->cfg.watchdog_timeout_ms : h->lease_ms;
   uint32_t gen = h->gen;
+  /* A previous unlock at this count ended without a reply: send the same
+   * request id, so that if it did run, its latch answers for it. */
+  char rid[33];
+  if (h->unlock_rid_count > 0 && h->unlock_rid_count == h->count)
+    rid_to_hex(h->unlock_rid, rid);
+  else
+    dlock__request_id(rid);
   pthread_mutex_unlock(&c->reg_mu);
 
+  dlock__request_id_override(rid);
   rc = m->ops->release(m, tid, lease);
+  dlock__request_id_override(NULL);
 
   pthread_mutex_lock(&c->reg_mu);
   if (rc < 0 && rc != DLOCK_ELOST) {
     /* Unknown outcome after the retry policy: keep the record (renewal
-     * continues) so the caller can try again. */
+     * continues) so the caller can try again -- with the same request id
+     * (within the latch's lifetime, latch_ttl_ms). */
+    if (h->gen == gen) {
+      rid_from_hex(rid, h->unlock_rid);
+      h->unlock_rid_count = h->count;
+    }
     pthread_mutex_unlock(&c->reg_mu);
     return rc;
   }
+  if (h->gen == gen)
+    h->unlock_rid_count = 0;
   if (h->gen == gen) {
     if (rc == DLOCK_ELOST || rc == 1 || h->count <= 1) {
       drop_hold(c, h);

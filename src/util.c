@@ -92,7 +92,16 @@ void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]) {
   *o = '\0';
 }
 
+static _Thread_local const char *t_rid_override;
+
+void dlock__request_id_override(const char *rid) { t_rid_override = rid; }
+
 void dlock__request_id(char out[33]) {
+  if (t_rid_override) {
+    memcpy(out, t_rid_override, 32);
+    out[32] = '\0';
+    return;
+  }
   uint64_t a = dlock__rand64(), b = dlock__rand64();
   for (int i = 0; i < 16; i++) {
     out[i] = hexdig[(a >> (i * 4)) & 15];
