@@ -188,7 +188,10 @@ static void *me_thread(void *arg) {
     return NULL;
   }
   for (int i = 0; i < ME_ITERS; i++) {
-    if (dlock_mutex_lock(m)) {
+    int rc = dlock_mutex_lock(m);
+    if (rc) {
+      fprintf(stderr, "worker lock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
       atomic_fetch_add(&g_sh->errors, 1);
       continue;
     }
@@ -199,8 +202,11 @@ static void *me_thread(void *arg) {
       sleep_ms(1);
     *(volatile long *)&g_sh->counter = v + 1;
     atomic_fetch_sub(&g_sh->inside, 1);
-    if (dlock_mutex_unlock(m))
+    if ((rc = dlock_mutex_unlock(m)) != 0) {
+      fprintf(stderr, "worker unlock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
       atomic_fetch_add(&g_sh->errors, 1);
+    }
   }
   dlock_mutex_free(m);
   return NULL;
