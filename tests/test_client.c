@@ -769,11 +769,11 @@ static void *mt_thread(void *p) {
   return NULL;
 }
 
-TH_CASE(many_threads_share_one_client) {
-  th_redis *r = th_redis_new(0, NULL);
+static void many_threads(th_redis *r, int multiplex) {
   dlock_config cfg;
   dlock_config_init(&cfg);
-  cfg.pool_size = 3; /* fewer connections than threads: they queue */
+  cfg.multiplex = multiplex;
+  cfg.pool_size = 3; /* pool mode: fewer connections than threads */
   cfg.retry_interval_ms = 100;
   dlock_client *c = th_client_cfg(r, &cfg);
   mt_arg a[MT_THREADS];
@@ -795,15 +795,26 @@ TH_CASE(many_threads_share_one_client) {
   CHECK_EQ(atol(x->element[1]->str), MT_THREADS / 2 * MT_ITERS);
   freeReplyObject(x);
   CHECK_EQ(th_cmd_int(r, "EXISTS mt-odd mt-even"), 0);
-  /* The pool never grew past pool_size (+ pub/sub + watchdog). */
+  /* The client never opened more than its command connection(s) (pool_size
+   * or the one multiplexed connection) + pub/sub + watchdog. */
   x = th_cmd(r, "CLIENT LIST");
   int n = 0;
   for (const char *s = x->str; (s = strstr(s, "cmd=")) != NULL; s++)
     n++;
   freeReplyObject(x);
-  printf("server sees %d connections (pool 3 + pubsub + watchdog + this)\n", n);
-  CHECK_MSG(n <= 3 + 2 + 1, "%d connections", n);
+  int cmd_conns = multiplex ? 1 : 3;
+  printf("multiplex=%d: server sees %d connections (%d command + pubsub + "
+         "watchdog + this one)\n",
+         multiplex, n, cmd_conns);
+  CHECK_MSG(n <= cmd_conns + 2 + 1, "%d connections", n);
   dlock_client_free(c);
+  freeReplyObject(th_cmd(r, "FLUSHALL"));
+}
+
+TH_CASE(many_threads_share_one_client) {
+  th_redis *r = th_redis_new(0, NULL);
+  many_threads(r, 1); /* the default */
+  many_threads(r, 0); /* connection pool */
 }
 
 TH_MAIN()

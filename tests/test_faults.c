@@ -15,9 +15,14 @@ static int64_t slow(void) {
   return v > 1 ? v : 1;
 }
 
+/* cfg.multiplex for cfg_quick(): the default (1), or 0 in the "_pool"
+ * variants of the cases whose failure handling differs per transport. */
+static int g_mux = 1;
+
 static dlock_config cfg_quick(int wd_ms) {
   dlock_config cfg;
   dlock_config_init(&cfg);
+  cfg.multiplex = g_mux;
   cfg.connect_timeout_ms = 300;
   cfg.command_timeout_ms = 300;
   cfg.retry_attempts = 2;
@@ -231,7 +236,7 @@ static void *waiter(void *p) {
   return NULL;
 }
 
-TH_CASE(server_restart_mid_use) {
+static void server_restart_mid_use_body(void) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg = cfg_quick(0); /* 30 s lease */
   dlock_client *c = th_client_cfg(r, &cfg), *c2 = th_client_cfg(r, &cfg);
@@ -272,6 +277,12 @@ TH_CASE(server_restart_mid_use) {
   dlock_mutex_free(h);
   dlock_client_free(c);
   dlock_client_free(c2);
+}
+
+TH_CASE(server_restart_mid_use) { server_restart_mid_use_body(); }
+TH_CASE(server_restart_mid_use_pool) {
+  g_mux = 0;
+  server_restart_mid_use_body();
 }
 
 /* A restart while a watchdog lock is held: the loss is reported. */
@@ -394,7 +405,7 @@ TH_CASE(client_kill_pubsub_while_waiting) {
 
 /* ---- paused server, lost replies ----------------------------------------- */
 
-TH_CASE(paused_server_times_out_then_recovers) {
+static void paused_server_times_out_then_recovers_body(void) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg = cfg_quick(0);
   cfg.retry_attempts = 1;
@@ -437,6 +448,14 @@ TH_CASE(paused_server_times_out_then_recovers) {
   CHECK_EQ(th_cmd_int(r, "EXISTS ps"), 0);
   dlock_mutex_free(m);
   dlock_client_free(c);
+}
+
+TH_CASE(paused_server_times_out_then_recovers) {
+  paused_server_times_out_then_recovers_body();
+}
+TH_CASE(paused_server_times_out_then_recovers_pool) {
+  g_mux = 0;
+  paused_server_times_out_then_recovers_body();
 }
 
 /* Parses one MONITOR line into argv (quoted, backslash-escaped tokens). */
@@ -583,7 +602,7 @@ TH_CASE(unlock_replayed_never_decrements_twice) {
 /* An unlock that timed out (server paused) may still run on the server
  * later. The documented recovery is to call unlock again; that retry must
  * be recognised as the same unlock, not a second decrement. */
-TH_CASE(unlock_retried_by_caller_after_timeout_is_idempotent) {
+static void unlock_retried_by_caller_after_timeout_is_idempotent_body(void) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg = cfg_quick(0);
   cfg.retry_attempts = 0;
@@ -622,7 +641,15 @@ TH_CASE(unlock_retried_by_caller_after_timeout_is_idempotent) {
   dlock_client_free(c);
 }
 
-TH_CASE(lock_econn_when_server_stays_down) {
+TH_CASE(unlock_retried_by_caller_after_timeout_is_idempotent) {
+  unlock_retried_by_caller_after_timeout_is_idempotent_body();
+}
+TH_CASE(unlock_retried_by_caller_after_timeout_is_idempotent_pool) {
+  g_mux = 0;
+  unlock_retried_by_caller_after_timeout_is_idempotent_body();
+}
+
+static void lock_econn_when_server_stays_down_body(void) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg = cfg_quick(0);
   dlock_client *holder = th_client_cfg(r, &cfg), *c = th_client_cfg(r, &cfg);
@@ -662,6 +689,14 @@ TH_CASE(lock_econn_when_server_stays_down) {
   dlock_mutex_free(m);
   dlock_client_free(holder);
   dlock_client_free(c);
+}
+
+TH_CASE(lock_econn_when_server_stays_down) {
+  lock_econn_when_server_stays_down_body();
+}
+TH_CASE(lock_econn_when_server_stays_down_pool) {
+  g_mux = 0;
+  lock_econn_when_server_stays_down_body();
 }
 
 TH_MAIN()
