@@ -383,7 +383,7 @@ static void mux_read(dlock__node *n, dlock__mreq *req) {
     pthread_cond_signal(m->head->cv); /* the next reader */
 }
 
-static int write_all(int fd, const char *p, size_t len) {
+int dlock__write_all(int fd, const char *p, size_t len) {
   while (len) {
     ssize_t w = write(fd, p, len);
     if (w < 0) {
@@ -424,7 +424,7 @@ static redisReply *mux_roundtrip(dlock__node *n, const dlock__sb *b,
     pthread_mutex_unlock(&m->mu); /* closed meanwhile: connect again */
   }
   req->fresh = fresh;
-  if (write_all(m->ctx->fd, b->p, b->len) != 0) {
+  if (dlock__write_all(m->ctx->fd, b->p, b->len) != 0) {
     int e = errno;
     int timed_out = e == EAGAIN || e == EWOULDBLOCK;
     req->err = DLOCK_ECONN;

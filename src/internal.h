@@ -198,6 +198,8 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
+/* write(2) until all of p is written (EINTR retried). 0 or -1 (errno). */
+int dlock__write_all(int fd, const char *p, size_t len);
 /* Appends the RESP encoding of argv to b. */
 void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
                       const size_t *lens);
@@ -323,7 +325,6 @@ void dlock__pubsub_stop(dlock_client *c);
 struct dlock__hold {
   dlock__hold *next;              /* in the owner object's list */
   dlock__hold *wd_prev, *wd_next; /* in c->wd_head while renewed */
-  const char *name;               /* borrowed from the lock object */
   uint64_t tid;
   uint32_t gen;
   int count;
@@ -339,8 +340,7 @@ struct dlock__hold {
   int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
   int64_t retry_at;   /* after a failed renewal: retry not before this */
   uint64_t token;     /* fenced locks */
-  const char *field_suffix; /* "" or ":write" */
-  dlock_mutex *m;           /* owner object */
+  dlock_mutex *m;     /* owner object: its name and ops->field_suffix */
 };
 
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */

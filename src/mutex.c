@@ -302,9 +302,7 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
       return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     h->tid = tid;
-    h->name = m->name;
     h->m = m;
-    h->field_suffix = m->ops->field_suffix ? m->ops->field_suffix : "";
     h->next = m->holds;
     m->holds = h;
   }

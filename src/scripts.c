@@ -111,19 +111,19 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
     [DLOCK__S_RENEW] =
         {"renew",
          /* KEYS[i] lock; ARGV[1] lease; ARGV[i+1] field of KEYS[i].
-          * Returns one flag per key: 1 renewed, 0 gone. Never creates. A key
-          * of another type (our hash was overwritten) counts as gone and
-          * does not fail the other keys of the batch (pcall). */
+          * Returns a string with one flag per key: '1' renewed, '0' gone.
+          * Never creates. A key of another type (our hash was overwritten)
+          * counts as gone and does not fail the rest of the batch (pcall). */
          "local r = {}\n"
          "for i = 1, #KEYS do\n"
          "  if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
          "    redis.call('pexpire', KEYS[i], ARGV[1])\n"
-         "    r[i] = 1\n"
+         "    r[i] = '1'\n"
          "  else\n"
-         "    r[i] = 0\n"
+         "    r[i] = '0'\n"
          "  end\n"
          "end\n"
-         "return r\n",
+         "return table.concat(r)\n",
          {0}},
     [DLOCK__S_CANCEL] =
         {"cancel",

@@ -7,8 +7,10 @@
  * (watchdog_timeout_ms / 3) old, then renews every hold that is at least half
  * a period old -- so holds taken at nearby times share a batch. A batch is
  * one pipeline on the watchdog's own connection: EVALSHA of the renew script
- * with up to 100 keys each, all written before the first reply is read, so
- * a whole batch costs one round trip however many locks it covers.
+ * with up to WD_CHUNK keys each, all written before the first reply is read,
+ * so a whole batch costs one round trip however many locks it covers. Each
+ * script answers with one string of '1'/'0' flags (not an array of integers:
+ * one reply object per chunk instead of one per lock).
  *
  * The renew script checks ownership per key and never creates a key: a key
  * that is gone (expired, deleted, force-unlocked, taken) comes back 0, the
@@ -35,7 +37,9 @@
 
 #include "internal.h"
 
-#define WD_CHUNK 100
+/* Keys per EVALSHA: big enough that the per-command cost on both sides is
+ * small, small enough that one script keeps Redis busy only ~0.2 ms. */
+#define WD_CHUNK 256
 
 void dlock__wd_add(dlock_client *c, dlock__hold *h) {
   if (h->in_wd)
@@ -80,8 +84,8 @@ typedef struct wd_item {
   int count;
   uint32_t gen;
   const char *name;
-  char field[DLOCK__FIELD_MAX];
-  size_t flen;
+  size_t name_len;
+  const char *suffix; /* field suffix, e.g. ":write" */
 } wd_item;
 
 typedef struct wd_state {
@@ -103,6 +107,7 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
   size_t ll = dlock__fmt_i64(lease, c->cfg.watchdog_timeout_ms);
   const char *argv[3 + 2 * WD_CHUNK + 1];
   size_t lens[3 + 2 * WD_CHUNK + 1];
+  static _Thread_local char fields[WD_CHUNK][DLOCK__FIELD_MAX];
   size_t nchunks = 0;
   for (size_t at = 0; at < n; at += WD_CHUNK, nchunks++) {
     size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
@@ -117,20 +122,28 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
     lens[argc++] = nkl;
     for (size_t i = 0; i < k; i++) {
       argv[argc] = st->items[at + i].name;
-      lens[argc++] = strlen(st->items[at + i].name);
+      lens[argc++] = st->items[at + i].name_len;
     }
     argv[argc] = lease;
     lens[argc++] = ll;
     for (size_t i = 0; i < k; i++) {
-      argv[argc] = st->items[at + i].field;
-      lens[argc++] = st->items[at + i].flen;
+      const wd_item *it = &st->items[at + i];
+      size_t fl = dlock__field(c, it->tid, fields[i]);
+      size_t sl = strlen(it->suffix);
+      if (fl + sl >= DLOCK__FIELD_MAX)
+        sl = DLOCK__FIELD_MAX - 1 - fl;
+      memcpy(fields[i] + fl, it->suffix, sl);
+      fields[i][fl + sl] = '\0';
+      argv[argc] = fields[i];
+      lens[argc++] = fl + sl;
     }
     dlock__sb b;
-    char buf[8192];
+    char buf[32768];
     dlock__sb_init_buf(&b, buf, sizeof buf);
     dlock__resp_argv(&b, argc, argv, lens);
-    int ok =
-        !b.oom && redisAppendFormattedCommand(st->ctx, b.p, b.len) == REDIS_OK;
+    /* Written straight to the socket, chunk by chunk: hiredis's output
+     * buffer would grow to the whole batch (megabytes for 100k locks). */
+    int ok = !b.oom && dlock__write_all(st->ctx->fd, b.p, b.len) == 0;
     dlock__sb_free(&b);
     if (!ok)
       goto io_fail;
@@ -155,7 +168,7 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
       return dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; retrying");
     }
     size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != k) {
+    if (r->type != REDIS_REPLY_STRING || r->len != k) {
       int rc = r->type == REDIS_REPLY_ERROR
                    ? dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str)
                    : dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
@@ -169,8 +182,7 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
       return rc;
     }
     for (size_t i = 0; i < k; i++)
-      flags[at + i] = (char)(r->element[i]->type == REDIS_REPLY_INTEGER &&
-                             r->element[i]->integer == 1);
+      flags[at + i] = (char)(r->str[i] == '1');
     freeReplyObject(r);
   }
   return 0;
@@ -256,11 +268,9 @@ static void *wd_main(void *arg) {
       it->tid = h->tid;
       it->count = h->count;
       it->gen = h->gen;
-      it->name = h->name;
-      it->flen = dlock__field(c, h->tid, it->field);
-      size_t sl = strlen(h->field_suffix);
-      memcpy(it->field + it->flen, h->field_suffix, sl + 1);
-      it->flen += sl;
+      it->name = h->m->name;
+      it->name_len = h->m->name_len;
+      it->suffix = h->m->ops->field_suffix ? h->m->ops->field_suffix : "";
     }
     if (n == 0) {
       /* Allocation failed: try again shortly rather than spin. */
@@ -306,7 +316,7 @@ static void *wd_main(void *arg) {
       } else if (ok_batch || now - h->renewed_at >= lease) {
         h->lost = 1;
         dlock__wd_remove(c, h);
-        note_lost(&lost, h->name);
+        note_lost(&lost, h->m->name);
       } else {
         h->retry_at = now + retry;
       }
@@ -323,6 +333,15 @@ static void *wd_main(void *arg) {
       lost_note *nx = lost->next;
       free(lost);
       lost = nx;
+    }
+    if (st.cap > 4096) {
+      /* A pass over many holds: give the arrays back until the next one
+       * (they would otherwise cost ~50 bytes per held lock for good). */
+      free(st.items);
+      free(flags);
+      st.items = NULL;
+      flags = NULL;
+      st.cap = 0;
     }
   }
   pthread_mutex_unlock(&c->reg_mu);
