@@ -506,7 +506,9 @@ static redisReply *send_cmd(dlock__node *n, redisContext *ctx,
   char buf[1024];
   dlock__sb_init_buf(&b, buf, sizeof buf);
   dlock__resp_argv(&b, cmd->argc, cmd->argv, cmd->argvlen);
-  redisReply *r = ctx ? roundtrip(ctx, &b) : mux_roundtrip(n, &b, req);
+  redisReply *r = ctx   ? roundtrip(ctx, &b)
+                  : req ? mux_roundtrip(n, &b, req)
+                        : NULL;
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {
     /* The server lost its script cache (SCRIPT FLUSH, restart): send the
@@ -527,7 +529,7 @@ static redisReply *send_cmd(dlock__node *n, redisContext *ctx,
       dlock__sb_add(&b, a, l);
       dlock__sb_add(&b, "\r\n", 2);
     }
-    r = ctx ? roundtrip(ctx, &b) : mux_roundtrip(n, &b, req);
+    r = ctx ? roundtrip(ctx, &b) : req ? mux_roundtrip(n, &b, req) : NULL;
   }
   dlock__sb_free(&b);
   return r;

@@ -349,7 +349,7 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   fair_keys_free(&k);
   if (rc == 0 && !r)
     rc = dlock__fail(DLOCK_EPROTO, "no reply");
-  if (rc == 0 && r->type == REDIS_REPLY_NIL) {
+  if (rc == 0 && r && r->type == REDIS_REPLY_NIL) {
     freeReplyObject(r);
     tl_waiting = NULL;
     return 1;

@@ -687,7 +687,9 @@ int dlock_rwlock_unlock(dlock_rwlock *rw) {
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rw->mu);
   rw_stack *s = find_stack(rw, tid, 0);
-  char kind = s && s->n ? s->k[s->n - 1] : 0;
+  char kind = 0;
+  if (s && s->n)
+    kind = s->k[s->n - 1];
   pthread_mutex_unlock(&rw->mu);
   if (!kind)
     return dlock__fail(DLOCK_EPERM,
@@ -703,7 +705,9 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rw->mu);
   rw_stack *s = find_stack(rw, tid, 0);
-  char kind = s && s->n ? s->k[s->n - 1] : 0;
+  char kind = 0;
+  if (s && s->n)
+    kind = s->k[s->n - 1];
   pthread_mutex_unlock(&rw->mu);
   if (kind != 'W')
     return dlock__fail(DLOCK_EPERM,

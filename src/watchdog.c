@@ -248,7 +248,7 @@ static void *wd_main(void *arg) {
     for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
       int ready =
           h->retry_at ? now >= h->retry_at : now - h->renewed_at >= period / 2;
-      if (!ready)
+      if (!ready || !h->m)
         continue;
       if (n == st.cap) {
         size_t nc = st.cap ? st.cap * 2 : 256;
