@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build test test-plain test-asan test-tsan test-valgrind \
-        demo bench clean format tidy install
+        demo bench clean format tidy install man
 
 all: build
 
@@ -67,3 +67,11 @@ tidy: deps
 
 clean:
 	rm -rf build build-asan build-tsan build-valgrind build-tidy
+
+# docs/dlock.1 is generated from docs/dlock.1.md and committed (building
+# needs no pandoc); run this after editing the markdown.
+man:
+	command -v pandoc >/dev/null || apt-get install -y pandoc
+	pandoc -s -f markdown-smart -t man -M title=DLOCK -M section=1 \
+	  -M footer="dlock 0.1.0" -M header="User Commands" \
+	  docs/dlock.1.md -o docs/dlock.1

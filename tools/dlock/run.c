@@ -4,18 +4,18 @@
  *
  * SIGNALS. Every signal dlock reacts to is blocked in all its threads from
  * the start (the client's background threads inherit the mask), and read
- * synchronously: between wait slices with sigtimedwait, while the command
- * runs through a signalfd. No handler ever runs, so nothing is
- * async-signal-unsafe, and SIGCHLD is never lost to a library thread.
+ * synchronously: while waiting for the lock by a watcher thread with
+ * sigtimedwait, while the command runs through a signalfd. No handler ever
+ * runs, so nothing is async-signal-unsafe, and SIGCHLD is never lost to a
+ * library thread.
  *
- * WAITING. The public API has no way to interrupt a blocked wait, so a long
- * wait is a series of timed waits of at most SLICE_MS; between slices dlock
- * looks for SIGINT/SIGTERM/SIGHUP (and QUIT, USR1, USR2). Each slice that
- * gives up leaves the server-side queue with the library's cancel, which
- * keeps the lock if it was handed over meanwhile -- then dlock releases it
- * properly. So a signal ends the wait within a slice and never leaves a lock
- * behind. The client keeps the channel subscribed between slices
- * (subscription_linger_ms), so a slice costs two script calls.
+ * WAITING. The whole wait is ONE blocking call of the library (so a fair
+ * lock keeps its place in the queue). Meanwhile a watcher thread waits for
+ * SIGINT/SIGTERM/SIGHUP (and QUIT, USR1, USR2); when one comes it calls
+ * dlock_client_cancel_waits(), which makes the wait return DLOCK_ECANCELED
+ * after leaving the server-side queue -- or DLOCK_OK if the lock was handed
+ * over at that very moment, and then dlock releases it properly. So a
+ * signal ends the wait at once and never leaves a lock behind.
  *
  * RUNNING. The command is forked from the main thread (the parent-death
  * signal is tied to the forking thread), in its own process group, with
@@ -41,6 +41,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +54,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-#define SLICE_MS 200
 
 extern char **environ;
 
@@ -528,55 +527,111 @@ static void holder_of(run_state *rs, char *buf, size_t len) {
   dlock_status_clear(&st);
 }
 
-/* Acquires with slices. Returns 0 when held, else the exit code. *t0 gets
- * the start of the successful call. */
+/* Waits for a forwarded signal while the main thread is blocked in the
+ * library's wait; cancels that wait when one comes. */
+typedef struct sigwatch {
+  const sigset_t *set;
+  dlock_client *c;
+  atomic_int stop;
+  atomic_int sig;
+} sigwatch;
+
+static void *sigwatch_main(void *arg) {
+  sigwatch *w = arg;
+  const struct timespec tick = {0, 50 * 1000000L}; /* to notice w->stop */
+  while (!atomic_load(&w->stop)) {
+    int s = sigtimedwait(w->set, NULL, &tick);
+    if (s > 0) {
+      atomic_store(&w->sig, s);
+      dlock_client_cancel_waits(w->c);
+      break;
+    }
+  }
+  return NULL;
+}
+
+static void report_not_acquired(run_state *rs, long long start) {
+  const cli_opts *o = rs->o;
+  if (o->quiet)
+    return;
+  char who[160], waited[32];
+  holder_of(rs, who, sizeof who);
+  cli_fmt_secs(cli_now_ms() - start, waited, sizeof waited);
+  if (o->wait_ms == 0)
+    cli_note(o, "lock '%s' is held%s%s; not acquired", o->name,
+             who[0] ? " by " : " elsewhere", who);
+  else
+    cli_note(o, "lock '%s' is held%s%s; gave up after %s s", o->name,
+             who[0] ? " by " : " elsewhere", who, waited);
+}
+
+/* Acquires in one blocking call (see WAITING above). Returns 0 when held,
+ * else the exit code. *t0 gets the start of the successful call. A signal
+ * that arrives as the lock is acquired is queued again for the caller,
+ * which then releases the lock and exits 128+N. */
 static int acquire(run_state *rs, const sigset_t *fwd, long long *t0) {
   const cli_opts *o = rs->o;
   long long start = cli_now_ms();
-  long long deadline = o->wait_ms < 0 ? -1 : start + o->wait_ms;
-  int announced = 0;
-  for (;;) {
-    int sig = pending_signal(fwd);
-    if (sig) {
-      char nm[32];
-      sig_name(sig, nm, sizeof nm);
-      cli_debug(o, "got %s while waiting for lock '%s': giving up", nm,
-                o->name);
-      return 128 + sig;
-    }
-    long long now = cli_now_ms(), slice = SLICE_MS;
-    if (o->wait_ms == 0)
-      slice = 0;
-    else if (deadline >= 0 && deadline - now < slice)
-      slice = deadline - now > 0 ? deadline - now : 0;
-    *t0 = now;
-    int rc = lk_timed(&rs->lk, slice, o->lease_ms);
+  int sig = pending_signal(fwd);
+  if (sig) {
+    char nm[32];
+    sig_name(sig, nm, sizeof nm);
+    cli_debug(o, "got %s before acquiring lock '%s': giving up", nm, o->name);
+    return 128 + sig;
+  }
+  *t0 = start;
+  int rc;
+  if (o->wait_ms == 0 || o->verbose) {
+    /* One attempt first: -n needs no more; -v wants to say who holds it
+     * before the wait. A trylock never joins the queue. */
+    rc = lk_timed(&rs->lk, 0, o->lease_ms);
     if (rc == 0)
       return 0;
-    if (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT)
+    if (rc != DLOCK_EBUSY)
       return lock_error(o, rs->lk.kind, rc, "acquire");
-    if (o->wait_ms == 0 || (deadline >= 0 && cli_now_ms() >= deadline)) {
-      if (!o->quiet) {
-        char who[160], waited[32];
-        holder_of(rs, who, sizeof who);
-        cli_fmt_secs(cli_now_ms() - start, waited, sizeof waited);
-        if (o->wait_ms == 0)
-          cli_note(o, "lock '%s' is held%s%s; not acquired", o->name,
-                   who[0] ? " by " : " elsewhere", who);
-        else
-          cli_note(o, "lock '%s' is held%s%s; gave up after %s s", o->name,
-                   who[0] ? " by " : " elsewhere", who, waited);
-      }
+    if (o->wait_ms == 0) {
+      report_not_acquired(rs, start);
       return o->conflict_code;
     }
-    if (!announced && o->verbose) {
-      char who[160];
-      holder_of(rs, who, sizeof who);
-      cli_debug(o, "waiting for lock '%s' (held%s%s)", o->name,
-                who[0] ? " by " : " elsewhere", who);
-      announced = 1;
-    }
+    char who[160];
+    holder_of(rs, who, sizeof who);
+    cli_debug(o, "waiting for lock '%s' (held%s%s)", o->name,
+              who[0] ? " by " : " elsewhere", who);
   }
+  long long left = o->wait_ms;
+  if (o->wait_ms > 0) {
+    left = o->wait_ms - (cli_now_ms() - start);
+    if (left < 1)
+      left = 1;
+  }
+  sigwatch w = {fwd, rs->c, 0, 0};
+  pthread_t wt;
+  int watching = pthread_create(&wt, NULL, sigwatch_main, &w) == 0;
+  rc = lk_timed(&rs->lk, left, o->lease_ms);
+  if (watching) {
+    atomic_store(&w.stop, 1);
+    pthread_join(wt, NULL);
+  }
+  sig = atomic_load(&w.sig);
+  if (sig) {
+    char nm[32];
+    sig_name(sig, nm, sizeof nm);
+    if (rc == 0) {
+      /* Handed over just as the signal came: hold it, and let the caller
+       * see the signal (and release) like one that came right after. */
+      kill(getpid(), sig);
+      return 0;
+    }
+    cli_debug(o, "got %s while waiting for lock '%s': giving up", nm, o->name);
+    return 128 + sig;
+  }
+  if (rc == 0)
+    return 0;
+  if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
+    report_not_acquired(rs, start);
+    return o->conflict_code;
+  }
+  return lock_error(o, rs->lk.kind, rc, "acquire");
 }
 
 typedef struct sup {

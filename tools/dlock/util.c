@@ -137,9 +137,6 @@ int cli_connect(const cli_opts *o, long long lease_ms,
   cfg.retry_interval_ms = 250;
   cfg.watchdog_timeout_ms = (int)o->watchdog_ms;
   cfg.pool_size = 4;
-  /* The wait is done in short slices (see run.c); keep the channel
-   * subscribed between them. */
-  cfg.subscription_linger_ms = 2000;
   cfg.on_lock_lost = on_lost;
   cfg.on_lock_lost_arg = arg;
   int rc = dlock_client_new(&cfg, out);

@@ -1,0 +1,515 @@
+#!/usr/bin/env bash
+# cli_test.sh DLOCK_BINARY SOURCE_DIR CASE -- one scenario of the dlock CLI
+# against a private redis-server (unix socket in a fresh temp dir, killed
+# with the test: trap + parent-death signal). Registered per case by
+# tests/cmake/cli.cmake. Every wait is a bounded loop.
+set -u
+DL=$1
+SRC=$2
+CASE=$3
+T=$(mktemp -d /tmp/dlock-cli.XXXXXX)
+SOCK=$T/redis.sock
+export DLOCK_URL="unix://$SOCK"
+unset DLOCK_NAME DLOCK_OWNER DLOCK_TOKEN
+REDIS_PIDS=()
+PIDS=()
+
+cleanup() {
+  local p
+  for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
+  for p in "${REDIS_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL [$CASE]: $*" >&2
+  for f in "$T"/*.err; do
+    [ -s "$f" ] && { echo "--- $f" >&2; cat "$f" >&2; }
+  done
+  exit 1
+}
+note() { echo "[$CASE] $*"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# start_redis SOCKET [redis-server args...]
+start_redis() {
+  local sock=$1
+  shift
+  setpriv --pdeathsig KILL redis-server --port 0 --unixsocket "$sock" \
+    --unixsocketperm 700 --save '' --appendonly no --dir "$T" \
+    --logfile "$T/redis-$(basename "$sock").log" "$@" &
+  REDIS_PIDS+=($!)
+  local i
+  for i in $(seq 1 200); do
+    redis-cli -s "$sock" ping 2>/dev/null | grep -q PONG && return 0
+    redis-cli -s "$sock" ping 2>&1 | grep -q NOAUTH && return 0
+    sleep 0.025
+  done
+  fail "redis-server on $sock did not start"
+}
+R() { redis-cli -s "$SOCK" "$@"; }
+
+# wait_until SECONDS COMMAND...: polls every 20 ms.
+wait_until() {
+  local limit=$1 i
+  shift
+  for i in $(seq 1 $((limit * 50))); do
+    "$@" && return 0
+    sleep 0.02
+  done
+  return 1
+}
+key_exists() { [ "$(R exists "$1")" = 1 ]; }
+key_gone() { [ "$(R exists "$1")" = 0 ]; }
+file_has() { [ -s "$1" ]; }
+
+# A command that says it is ready, records the signal it gets, and
+# otherwise runs for at most ~10 s (bounded loop).
+cmd_trap() { # SIGNAL TAG
+  echo "trap 'echo $1 > $T/$2.got; exit 0' $1; echo \$\$ > $T/$2.ready;" \
+    "i=0; while [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done"
+}
+
+# dl ARGS...: dlock bounded by a 30 s timeout.
+dl() { timeout -k 2 30 "$DL" "$@"; }
+
+# expect_rc WANT ARGS...: runs dlock, checks the exit code.
+expect_rc() {
+  local want=$1 rc
+  shift
+  dl "$@" >"$T/out" 2>"$T/last.err"
+  rc=$?
+  [ "$rc" = "$want" ] || fail "dlock $* exited $rc, expected $want: $(cat "$T/last.err")"
+}
+
+start_redis "$SOCK"
+
+# Starts a holder of NAME in the background for about SECONDS; waits until
+# the lock is held. Sets HOLDER.
+hold() { # NAME SECONDS [dlock options...]
+  local name=$1 secs=$2
+  shift 2
+  "$DL" "$@" "$name" -- sleep "$secs" 2>"$T/holder.err" &
+  HOLDER=$!
+  wait_until 5 key_exists "$name" || fail "holder did not get $name"
+}
+
+case "$CASE" in
+
+interleave)
+  # Two dlock loops on one name: start/end markers never interleave.
+  for w in a b; do
+    (for i in 1 2 3; do
+      dl il -- sh -c "echo start-$w >> $T/log; sleep 0.15; echo end-$w >> $T/log" ||
+        echo "rc=$?" >>"$T/rcs"
+    done) &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  [ ! -s "$T/rcs" ] || fail "a run failed: $(cat "$T/rcs")"
+  [ "$(wc -l <"$T/log")" = 12 ] || fail "expected 12 markers: $(cat "$T/log")"
+  prev=""
+  while read -r s && read -r e; do
+    [ "${s%-*}" = start ] && [ "$e" = "end-${s#start-}" ] ||
+      fail "interleaved: $(tr '\n' ' ' <"$T/log")"
+  done <"$T/log"
+  key_gone il || fail "lock left behind"
+  ;;
+
+nonblock)
+  hold nb 5
+  t0=$(now_ms)
+  expect_rc 1 -n nb -- touch "$T/ran"
+  el=$(($(now_ms) - t0))
+  [ "$el" -lt 1500 ] || fail "-n took $el ms"
+  [ ! -e "$T/ran" ] || fail "command ran without the lock"
+  [ "$(wc -l <"$T/last.err")" = 1 ] && grep -q "nb" "$T/last.err" ||
+    fail "expected one line naming the lock: $(cat "$T/last.err")"
+  expect_rc 42 -n -E 42 nb -- true
+  expect_rc 1 -w 0 nb -- true
+  expect_rc 3 --nonblock -q --conflict-exit-code=3 nb -- true
+  [ ! -s "$T/last.err" ] || fail "-q printed: $(cat "$T/last.err")"
+  note "-n gave up in $el ms"
+  ;;
+
+wait_timeout)
+  hold wt 5
+  t0=$(now_ms)
+  expect_rc 1 -w 0.5 wt -- touch "$T/ran"
+  el=$(($(now_ms) - t0))
+  [ "$el" -ge 450 ] && [ "$el" -lt 1500 ] || fail "-w 0.5 gave up after $el ms"
+  [ ! -e "$T/ran" ] || fail "command ran without the lock"
+  grep -q "gave up" "$T/last.err" || fail "no message: $(cat "$T/last.err")"
+  note "-w 0.5 gave up after $el ms"
+  # A wait that succeeds: the holder ends within the wait.
+  kill -TERM "$HOLDER"
+  expect_rc 0 -w 5 wt -- true
+  ;;
+
+exit_code)
+  expect_rc 7 ec -- sh -c 'exit 7'
+  expect_rc 7 ec -c 'exit 7'
+  expect_rc 0 ec -- true
+  expect_rc 138 ec -- sh -c 'kill -USR1 $$'
+  expect_rc 127 ec -- "$T/no-such-command"
+  expect_rc 127 ec -- no-such-command-dlock-test
+  echo 'echo hi' >"$T/notexec"
+  chmod 644 "$T/notexec"
+  expect_rc 126 ec -- "$T/notexec"
+  key_gone ec || fail "lock left behind"
+  ;;
+
+signal_TERM | signal_INT | signal_HUP)
+  sig=${CASE#signal_}
+  # env --default-signal: a background job of a script has SIGINT ignored,
+  # and dlock keeps signals that were ignored on entry ignored.
+  env --default-signal=INT,QUIT "$DL" --watchdog 1 sg -- sh -c "$(cmd_trap "$sig" c)" 2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  key_exists sg || fail "not locked"
+  kill -"$sig" "$P"
+  wait "$P"
+  rc=$?
+  [ "$rc" = 0 ] || fail "dlock exited $rc (the command exits 0 on $sig)"
+  [ "$(cat "$T/c.got" 2>/dev/null)" = "$sig" ] || fail "command did not get SIG$sig"
+  key_gone sg || fail "lock left behind"
+  # A command that does not handle it dies of it: 128+N.
+  env --default-signal=INT,QUIT "$DL" sg -- sh -c "echo \$\$ > $T/d.ready; exec sleep 10" 2>"$T/dl2.err" &
+  P=$!
+  wait_until 5 file_has "$T/d.ready" || fail "command did not start"
+  kill -"$sig" "$P"
+  wait "$P"
+  rc=$?
+  want=$((128 + $(kill -l "$sig")))
+  [ "$rc" = "$want" ] || fail "dlock exited $rc, expected $want"
+  key_gone sg || fail "lock left behind"
+  ;;
+
+kill_after)
+  # Forwarded SIGTERM ignored by the command: SIGKILL after the grace.
+  "$DL" --kill-after 0.5 ka -- sh -c "trap '' TERM; echo x > $T/c.ready; sleep 10" 2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  t0=$(now_ms)
+  kill -TERM "$P"
+  wait "$P"
+  rc=$?
+  el=$(($(now_ms) - t0))
+  [ "$rc" = 137 ] || fail "dlock exited $rc, expected 137 (SIGKILL)"
+  [ "$el" -ge 400 ] && [ "$el" -lt 3000 ] || fail "killed after $el ms"
+  key_gone ka || fail "lock left behind"
+  # Lost lock, command ignores SIGTERM: SIGKILL after the grace, exit 75.
+  rm -f "$T/c.ready"
+  "$DL" --watchdog 1 --kill-after 0.5 ka -- sh -c "trap '' TERM; echo x > $T/c.ready; sleep 10" 2>"$T/dl2.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  t0=$(now_ms)
+  R del ka >/dev/null
+  wait "$P"
+  rc=$?
+  el=$(($(now_ms) - t0))
+  [ "$rc" = 75 ] || fail "dlock exited $rc after the loss, expected 75"
+  [ "$el" -ge 400 ] && [ "$el" -lt 3500 ] || fail "ended $el ms after the loss"
+  note "grace honoured: ended $el ms after the loss"
+  ;;
+
+watchdog)
+  # The command runs 3x the watchdog timeout; the lock stays, same holder.
+  "$DL" --watchdog 1 wd -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; sleep 3.2" 2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/owner" || fail "command did not start"
+  owner=$(cat "$T/owner")
+  for at in 1 2 3; do
+    sleep 0.9
+    [ "$(R hget wd "$owner")" = 1 ] || fail "holder $owner gone after ${at}x0.9 s"
+    ttl=$(R pttl wd)
+    [ "$ttl" -gt 0 ] && [ "$ttl" -le 1000 ] || fail "pttl $ttl"
+  done
+  wait "$P"
+  rc=$?
+  [ "$rc" = 0 ] || fail "dlock exited $rc"
+  key_gone wd || fail "lock left behind"
+  ;;
+
+key_deleted)
+  "$DL" --watchdog 1 kd -- sh -c "$(cmd_trap TERM c)" 2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  sleep 0.2
+  t0=$(now_ms)
+  R del kd >/dev/null
+  wait_until 5 file_has "$T/c.got" || fail "command never got SIGTERM"
+  el=$(($(now_ms) - t0))
+  wait "$P"
+  rc=$?
+  [ "$rc" = 75 ] || fail "dlock exited $rc, expected 75"
+  # One renewal period is 333 ms; allow scheduling slack.
+  [ "$el" -lt 900 ] || fail "SIGTERM came $el ms after the delete"
+  grep -q "lock 'kd' lost" "$T/dl.err" || fail "no message: $(cat "$T/dl.err")"
+  note "SIGTERM $el ms after the delete: $(cat "$T/dl.err")"
+  ;;
+
+release_loss)
+  # The command deletes its own lock and exits 0 before any renewal: the
+  # loss is discovered at release.
+  expect_rc 75 rl -- redis-cli -s "$SOCK" del rl
+  grep -q "found at release" "$T/last.err" || fail "message: $(cat "$T/last.err")"
+  ;;
+
+lease)
+  t0=$(now_ms)
+  expect_rc 75 -l 0.5 ls -- sh -c 'sleep 5'
+  el=$(($(now_ms) - t0))
+  [ "$el" -lt 2500 ] || fail "took $el ms"
+  grep -q "lease" "$T/last.err" || fail "message: $(cat "$T/last.err")"
+  expect_rc 0 -l 5 ls -- sh -c 'sleep 0.2'
+  key_gone ls || fail "lock left behind"
+  ;;
+
+kill9)
+  "$DL" --watchdog 1 k9 -- sh -c "$(cmd_trap TERM c)" 2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  t0=$(now_ms)
+  kill -9 "$P"
+  wait_until 3 file_has "$T/c.got" || fail "command not sent SIGTERM"
+  wait_until 5 key_gone k9 || fail "lock not freed"
+  el=$(($(now_ms) - t0))
+  [ "$el" -ge 300 ] && [ "$el" -lt 2500 ] || fail "freed after $el ms (lease 1 s)"
+  note "lock freed $el ms after kill -9"
+  ;;
+
+redis_gone)
+  "$DL" --watchdog 1 --kill-after 1 rg -- sh -c "$(cmd_trap TERM c)" 2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  t0=$(now_ms)
+  kill -9 "${REDIS_PIDS[0]}"
+  wait_until 8 file_has "$T/c.got" || fail "command not sent SIGTERM"
+  el=$(($(now_ms) - t0))
+  wait "$P"
+  rc=$?
+  [ "$rc" = 75 ] || fail "dlock exited $rc, expected 75"
+  [ "$el" -lt 3000 ] || fail "SIGTERM $el ms after Redis died (lease 1 s)"
+  grep -qi "unreachable" "$T/dl.err" || fail "message: $(cat "$T/dl.err")"
+  note "SIGTERM $el ms after Redis died"
+  ;;
+
+signal_waiting)
+  hold sw 4
+  holder=$(R hkeys sw)
+  for sig in TERM INT; do
+    env --default-signal=INT "$DL" sw -- touch "$T/ran" 2>"$T/w.err" &
+    W=$!
+    sleep 0.5
+    t0=$(now_ms)
+    kill -"$sig" "$W"
+    wait "$W"
+    rc=$?
+    el=$(($(now_ms) - t0))
+    want=$((128 + $(kill -l $sig)))
+    [ "$rc" = "$want" ] || fail "waiter exited $rc, expected $want"
+    [ "$el" -lt 1000 ] || fail "waiter took $el ms to end"
+    [ ! -e "$T/ran" ] || fail "command ran"
+    [ "$(R hkeys sw)" = "$holder" ] || fail "holders changed: $(R hkeys sw)"
+    [ "$(R llen 'dlock_lock_queue:{sw}')" = 0 ] || fail "queue entry left"
+  done
+  wait "$HOLDER"
+  key_gone sw || fail "lock left behind"
+  ;;
+
+env)
+  expect_rc 0 en -- sh -c "echo \"\$DLOCK_NAME\" > $T/name; echo \"\$DLOCK_OWNER\" > $T/owner; redis-cli -s $SOCK hkeys en > $T/field"
+  [ "$(cat "$T/name")" = en ] || fail "DLOCK_NAME=$(cat "$T/name")"
+  [ "$(cat "$T/owner")" = "$(cat "$T/field")" ] ||
+    fail "DLOCK_OWNER=$(cat "$T/owner"), holder field $(cat "$T/field")"
+  grep -Eq '^[0-9a-f-]{36}:[0-9]+$' "$T/owner" || fail "owner $(cat "$T/owner")"
+  # Inherited values are replaced, not duplicated.
+  DLOCK_NAME=bogus expect_rc 0 en2 -- sh -c "test \"\$DLOCK_NAME\" = en2"
+  ;;
+
+status)
+  expect_rc 0 status st
+  grep -q "free" "$T/out" || fail "free: $(cat "$T/out")"
+  expect_rc 0 status --json st
+  grep -q '"locked":false' "$T/out" && grep -q '"name":"st"' "$T/out" &&
+    grep -q '"holders":\[\]' "$T/out" && grep -q '"ttl_ms":-2' "$T/out" ||
+    fail "json free: $(cat "$T/out")"
+  "$DL" st -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; sleep 3" 2>"$T/h.err" &
+  wait_until 5 file_has "$T/owner" || fail "holder did not start"
+  owner=$(cat "$T/owner")
+  expect_rc 0 status st
+  grep -q "held" "$T/out" && grep -q "$owner" "$T/out" && grep -q "count 1" "$T/out" ||
+    fail "held: $(cat "$T/out")"
+  expect_rc 0 status st --json
+  [ "$(wc -l <"$T/out")" = 1 ] || fail "json is not one line"
+  grep -q '"locked":true' "$T/out" &&
+    grep -q "\"holders\":\[{\"owner\":\"$owner\",\"count\":1}\]" "$T/out" &&
+    grep -Eq '"ttl_ms":[1-9][0-9]*' "$T/out" || fail "json held: $(cat "$T/out")"
+  if command -v jq >/dev/null; then
+    jq -e '.locked == true and .holders[0].count == 1' "$T/out" >/dev/null ||
+      fail "jq: $(cat "$T/out")"
+  fi
+  # A name with characters JSON must escape.
+  expect_rc 0 status --json 'we"ird\name'
+  grep -qF '"name":"we\"ird\\name"' "$T/out" || fail "escaping: $(cat "$T/out")"
+  ;;
+
+force_unlock)
+  expect_rc 0 unlock --force fu
+  grep -q "nothing to release" "$T/out" || fail "free: $(cat "$T/out")"
+  "$DL" --watchdog 1 fu -- sh -c "$(cmd_trap TERM c)" 2>"$T/h.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "holder did not start"
+  expect_rc 0 unlock --force fu
+  grep -q "released lock 'fu'" "$T/out" || fail "held: $(cat "$T/out")"
+  key_gone fu || fail "still locked"
+  wait "$P"
+  rc=$?
+  [ "$rc" = 75 ] || fail "the holder exited $rc after force unlock, expected 75"
+  # Not a lock: refused, key kept.
+  R set notalock x >/dev/null
+  expect_rc 70 unlock --force notalock
+  [ "$(R get notalock)" = x ] || fail "deleted a non-lock key"
+  expect_rc 70 status notalock
+  expect_rc 70 notalock -- true
+  ;;
+
+bad_input)
+  bad() {
+    dl "$@" >"$T/out" 2>"$T/last.err"
+    local rc=$?
+    [ "$rc" = 64 ] || fail "dlock $* exited $rc, expected 64"
+    [ "$(wc -l <"$T/last.err")" = 1 ] || fail "dlock $*: not one line: $(cat "$T/last.err")"
+    grep -q '^dlock: ' "$T/last.err" || fail "dlock $*: $(cat "$T/last.err")"
+  }
+  bad
+  bad '' -- true
+  bad run '' -- true
+  bad --no-such-option x -- true
+  bad -Z x -- true
+  bad x
+  bad x --
+  bad -w abc x -- true
+  bad -w -1 x -- true
+  bad --wait=-0.5 x -- true
+  bad -w '' x -- true
+  bad -w 1e3 x -- true
+  bad -w nan x -- true
+  bad -w x
+  bad -l 0 x -- true
+  bad -l -2 x -- true
+  bad -E 256 x -- true
+  bad -E abc x -- true
+  bad --watchdog 0 x -- true
+  bad --kill-after -1 x -- true
+  bad -c 'true' x -- true
+  bad -s -x x -- true
+  bad --json x -- true
+  bad status
+  bad status a b
+  bad unlock x
+  bad -u 'redis://h:notaport' x -- true
+  bad -u 'redis://h:99999' x -- true
+  bad -u 'http://h' x -- true
+  bad -u '' x -- true
+  bad -u 'redis://u:secret@h:bad' x -- true
+  grep -q secret "$T/last.err" && fail "password printed: $(cat "$T/last.err")"
+  DLOCK_URL='nope://x' bad x -- true
+  key_gone x || fail "a lock was taken"
+  ;;
+
+errors)
+  t0=$(now_ms)
+  expect_rc 69 -u "unix://$T/no.sock" x -- touch "$T/ran"
+  el=$(($(now_ms) - t0))
+  [ "$el" -lt 5000 ] || fail "unreachable reported after $el ms"
+  [ ! -e "$T/ran" ] || fail "command ran"
+  expect_rc 69 -u "unix://$T/no.sock" status x
+  start_redis "$T/auth.sock" --requirepass s3cret
+  expect_rc 77 -u "unix://$T/auth.sock?password=wrong" x -- true
+  expect_rc 77 -u "unix://$T/auth.sock" x -- true
+  expect_rc 0 -u "unix://$T/auth.sock?password=s3cret" x -- true
+  R set wt x >/dev/null
+  expect_rc 70 wt -- touch "$T/ran"
+  grep -q WRONGTYPE "$T/last.err" || fail "message: $(cat "$T/last.err")"
+  [ ! -e "$T/ran" ] || fail "command ran"
+  ;;
+
+help)
+  for h in --help -h; do
+    expect_rc 0 "$h"
+    lines=$(wc -l <"$T/out")
+    width=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' "$T/out")
+    [ "$lines" -le 23 ] && [ "$width" -le 80 ] || fail "$h is $lines lines, $width columns"
+    grep -q -- "--wait" "$T/out" || fail "help lacks --wait"
+  done
+  expect_rc 0 --version
+  v=$(sed -n 's/#define DLOCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' \
+    "$SRC/include/dlock/version.h" | paste -sd.)
+  [ "$(cat "$T/out")" = "dlock $v" ] || fail "version: $(cat "$T/out") (want $v)"
+  expect_rc 0 -V
+  ;;
+
+manpage)
+  page="$SRC/docs/dlock.1"
+  [ -f "$page" ] || fail "no $page"
+  if command -v man >/dev/null; then
+    MANWIDTH=80 man -l "$page" >"$T/man.txt" 2>"$T/man.err" </dev/null || fail "man -l failed"
+  else
+    groff -man -Tutf8 "$page" >"$T/man.txt" 2>"$T/man.err" || fail "groff failed"
+  fi
+  groff -man -Tutf8 -ww -z "$page" 2>"$T/groff.err"
+  [ ! -s "$T/groff.err" ] || fail "groff warnings: $(cat "$T/groff.err")"
+  for s in NAME SYNOPSIS DESCRIPTION OPTIONS "EXIT STATUS" ENVIRONMENT EXAMPLES; do
+    grep -q "^$s" "$T/man.txt" || fail "man page lacks $s"
+  done
+  for code in 64 69 70 75 77 126 127; do
+    grep -q "\b$code\b" "$T/man.txt" || fail "EXIT STATUS lacks $code"
+  done
+  grep -qi cron "$T/man.txt" || fail "no cron example"
+  ;;
+
+fence)
+  for i in 1 2 3; do
+    expect_rc 0 --fence fe -- sh -c "echo \"\$DLOCK_TOKEN\" >> $T/tokens"
+  done
+  sort -n -c "$T/tokens" 2>/dev/null && [ "$(sort -u "$T/tokens" | wc -l)" = 3 ] ||
+    fail "tokens not increasing: $(cat "$T/tokens")"
+  grep -Eq '^[1-9][0-9]*$' "$T/tokens" || fail "tokens: $(cat "$T/tokens")"
+  expect_rc 0 fe -- sh -c 'test -z "${DLOCK_TOKEN-}"'
+  ;;
+
+shared)
+  # Two readers at once; a writer is excluded while they hold.
+  for r in a b; do
+    "$DL" -s sh -- sh -c "touch $T/$r.in; i=0; while [ ! -e $T/a.in ] || [ ! -e $T/b.in ]; do
+      i=\$((i+1)); [ \$i -lt 100 ] || exit 9; sleep 0.05; done; sleep 0.5" 2>"$T/$r.err" &
+    PIDS+=($!)
+  done
+  wait_until 5 test -e "$T/a.in" -a -e "$T/b.in" || fail "readers did not overlap"
+  expect_rc 1 -x -n sh -- true
+  for p in "${PIDS[@]}"; do
+    wait "$p" || fail "a reader exited $?"
+  done
+  expect_rc 0 -x sh -- sh -c "echo \"\$DLOCK_OWNER\" > $T/wowner; redis-cli -s $SOCK hget sh mode > $T/mode"
+  grep -q ':write$' "$T/wowner" || fail "writer owner $(cat "$T/wowner")"
+  [ "$(cat "$T/mode")" = write ] || fail "mode $(cat "$T/mode")"
+  key_gone sh || fail "lock left behind"
+  ;;
+
+fair)
+  hold fa 2 --fair
+  expect_rc 1 --fair -n fa -- true
+  expect_rc 0 --fair -w 5 fa -- true
+  expect_rc 0 unlock --force --fair fa
+  key_gone fa || fail "lock left behind"
+  ;;
+
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "[$CASE] ok"
+exit 0

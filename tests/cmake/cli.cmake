@@ -1,0 +1,16 @@
+# dlock CLI scenarios (issue 5): each case of tests/cli/cli_test.sh is one
+# ctest case "cli.<case>", run with the built dlock binary against a private
+# redis-server the script starts. Label "tool".
+if(TARGET dlock_cli)
+  set(DLOCK_CLI_CASES
+    interleave nonblock wait_timeout exit_code
+    signal_TERM signal_INT signal_HUP kill_after watchdog key_deleted
+    release_loss lease kill9 redis_gone signal_waiting env status
+    force_unlock bad_input errors help manpage fence shared fair)
+  foreach(c ${DLOCK_CLI_CASES})
+    add_test(NAME cli.${c}
+      COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../cli/cli_test.sh
+              $<TARGET_FILE:dlock_cli> ${PROJECT_SOURCE_DIR} ${c})
+    set_tests_properties(cli.${c} PROPERTIES TIMEOUT 60 LABELS tool)
+  endforeach()
+endif()
