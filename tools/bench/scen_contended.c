@@ -1,0 +1,214 @@
+/*
+ * scen_contended.c -- --workers processes on ONE lock. Inside the lock each
+ * does a non-atomic GET then SET of a counter (on its own hiredis
+ * connection), so a broken mutual exclusion shows up as lost updates:
+ * sum of the workers' acquisitions minus the counter's final value.
+ * Measured: acquisitions/s, time-to-acquire (the duration of
+ * dlock_mutex_lock) p50/p99/max over all workers, per-worker min/max
+ * acquisitions (fairness), lost updates.
+ *
+ * The serial reference is the same loop in one process alone: what the
+ * lock + GET + SET + unlock cycle costs with nobody to hand over to.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+#define SCEN "contended"
+#define MAXW 256
+
+typedef struct cont_shared {
+  atomic_int ready, go;
+  _Atomic int64_t until;
+  long cap; /* samples per worker */
+  struct {
+    long count, nsamples;
+    double cpu_us;
+    int64_t end_ns;
+    int ok;
+    char err[160];
+  } w[MAXW];
+  float samples[]; /* µs, cap per worker */
+} cont_shared;
+
+typedef struct cont_arg {
+  const bench_opts *o;
+  cont_shared *sh;
+  char lock[96], counter[96];
+} cont_arg;
+
+static void worker(int i, void *p) {
+  cont_arg *a = p;
+  cont_shared *sh = a->sh;
+  dlock_client *c = bench_client(a->o, 1, 0);
+  dlock_mutex *m = NULL;
+  if (dlock_mutex_new(c, a->lock, &m))
+    _exit(1);
+  redisContext *r = bench_connect(a->o);
+  float *samples = sh->samples + (size_t)i * (size_t)sh->cap;
+  atomic_fetch_add(&sh->ready, 1);
+  int64_t give_up = bench_now_ns() + (int64_t)60e9;
+  while (!atomic_load(&sh->go)) {
+    if (bench_now_ns() > give_up)
+      _exit(1);
+    bench_sleep_ns(100000);
+  }
+  int64_t until = atomic_load(&sh->until);
+  double cpu0 = bench_cpu_us();
+  long n = 0;
+  const char *get[2] = {"GET", a->counter};
+  char val[32];
+  const char *set[3] = {"SET", a->counter, val};
+  for (;;) {
+    int64_t t0 = bench_now_ns();
+    int rc = dlock_mutex_lock(m);
+    int64_t t1 = bench_now_ns();
+    if (rc) {
+      snprintf(sh->w[i].err, sizeof sh->w[i].err, "lock: %s: %s",
+               dlock_err_name(rc), dlock_last_error());
+      break;
+    }
+    redisReply *g = bench_cmd(r, 2, get);
+    long long v = g->type == REDIS_REPLY_STRING ? atoll(g->str) : 0;
+    freeReplyObject(g);
+    snprintf(val, sizeof val, "%lld", v + 1);
+    freeReplyObject(bench_cmd(r, 3, set));
+    rc = dlock_mutex_unlock(m);
+    if (rc) {
+      snprintf(sh->w[i].err, sizeof sh->w[i].err, "unlock: %s: %s",
+               dlock_err_name(rc), dlock_last_error());
+      n++;
+      break;
+    }
+    if (n < sh->cap)
+      samples[n] = (float)((double)(t1 - t0) / 1e3);
+    n++;
+    if (t1 >= until || n >= 50000000L)
+      break;
+  }
+  sh->w[i].cpu_us = bench_cpu_us() - cpu0;
+  sh->w[i].end_ns = bench_now_ns();
+  sh->w[i].count = n;
+  sh->w[i].nsamples = n < sh->cap ? n : sh->cap;
+  sh->w[i].ok = sh->w[i].err[0] == '\0';
+  redisFree(r);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+typedef struct cont_result {
+  long total, min, max;
+  double rate, cpu_us;
+  long long counter;
+  int failed;
+  bench_samples acq;
+} cont_result;
+
+static void run(const bench_opts *o, int workers, double secs, const char *tag,
+                cont_result *res) {
+  memset(res, 0, sizeof *res);
+  bs_init(&res->acq);
+  long cap = (long)(secs * 40000) + 1000; /* 40k acq/s per worker is plenty */
+  if (cap > 4000000)
+    cap = 4000000;
+  size_t shsz = sizeof(cont_shared) + (size_t)workers * (size_t)cap * 4;
+  cont_shared *sh = bench_shm(shsz);
+  sh->cap = cap;
+  atomic_store(&sh->until, INT64_MAX);
+  cont_arg a;
+  a.o = o;
+  a.sh = sh;
+  snprintf(a.lock, sizeof a.lock, "%s:contended:%s", o->run_id, tag);
+  snprintf(a.counter, sizeof a.counter, "%s:counter:%s", o->run_id, tag);
+  redisContext *ctl = bench_connect(o);
+  freeReplyObject(bench_cmdf(ctl, "DEL %s", a.counter));
+  int *pids = bench_fork(workers, worker, &a);
+  int64_t wait_end = bench_now_ns() + (int64_t)60e9;
+  while (atomic_load(&sh->ready) < workers && bench_now_ns() < wait_end)
+    bench_sleep_ns(1000000);
+  int64_t t0 = bench_now_ns();
+  atomic_store(&sh->until, t0 + (int64_t)(secs * 1e9));
+  atomic_store(&sh->go, 1);
+  res->failed = bench_reap(pids, workers, t0 + (int64_t)((secs + 60) * 1e9));
+  int64_t last = t0 + 1;
+  res->min = -1;
+  for (int i = 0; i < workers; i++) {
+    long n = sh->w[i].count;
+    res->total += n;
+    res->cpu_us += sh->w[i].cpu_us;
+    if (res->min < 0 || n < res->min)
+      res->min = n;
+    if (n > res->max)
+      res->max = n;
+    if (sh->w[i].end_ns > last)
+      last = sh->w[i].end_ns;
+    bs_add_many(&res->acq, sh->samples + (size_t)i * (size_t)cap,
+                (size_t)sh->w[i].nsamples);
+    if (sh->w[i].err[0])
+      bm_note("contended %s worker %d: %s", tag, i, sh->w[i].err);
+  }
+  res->rate = (double)res->total / ((double)(last - t0) / 1e9);
+  redisReply *r = bench_cmdf(ctl, "GET %s", a.counter);
+  res->counter = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+  freeReplyObject(r);
+  freeReplyObject(bench_cmdf(ctl, "DEL %s", a.counter));
+  redisFree(ctl);
+  bench_shm_free(sh, shsz);
+  if (res->failed)
+    bm_note("contended %s: %d of %d workers failed", tag, res->failed, workers);
+}
+
+void scen_contended(const bench_opts *o) {
+  if (o->workers > MAXW)
+    bench_die("--workers: at most %d", MAXW);
+  cont_result s, c;
+  bench_log("contended: serial reference, 1 process, %.1f s", o->serial_secs);
+  run(o, 1, o->serial_secs, "serial", &s);
+  bm_put(SCEN, "serial_acq_per_s",
+         "serial reference: lock+GET+SET+unlock per second, 1 process", s.rate,
+         "acq/s");
+  bm_put(SCEN, "serial_p50_ms", "serial reference: time-to-acquire p50",
+         bs_pct(&s.acq, 50) / 1e3, "ms");
+  bm_put(SCEN, "serial_lost", "serial reference: lost updates",
+         (double)(s.total - s.counter), "updates");
+  bs_free(&s.acq);
+
+  bench_log("contended: %d processes on one lock, %.1f s", o->workers,
+            o->contended_secs);
+  redisContext *ctl = bench_connect(o);
+  bench_cmdstats a, b, d;
+  bench_cmdstats_read(ctl, &a);
+  run(o, o->workers, o->contended_secs, "shared", &c);
+  bench_cmdstats_read(ctl, &b);
+  bench_cmdstats_delta(&a, &b, &d);
+  redisFree(ctl);
+  char label[128];
+  snprintf(label, sizeof label, "acquisitions/s, %d processes on one lock",
+           o->workers);
+  bm_put(SCEN, "acq_per_s", label, c.rate, "acq/s");
+  bm_put(SCEN, "acquisitions", "acquisitions in total", (double)c.total, "acq");
+  bm_put(SCEN, "acquire_p50_ms", "time-to-acquire p50",
+         bs_pct(&c.acq, 50) / 1e3, "ms");
+  bm_put(SCEN, "acquire_p99_ms", "time-to-acquire p99",
+         bs_pct(&c.acq, 99) / 1e3, "ms");
+  bm_put(SCEN, "acquire_max_ms", "time-to-acquire max", bs_max(&c.acq) / 1e3,
+         "ms");
+  bm_put(SCEN, "worker_min", "acquisitions of the least served worker",
+         (double)c.min, "acq");
+  bm_put(SCEN, "worker_max", "acquisitions of the best served worker",
+         (double)c.max, "acq");
+  bm_put(SCEN, "fairness", "fairness: least / best served worker",
+         c.max ? (double)c.min / (double)c.max : 0, "");
+  bm_put(SCEN, "lost_updates", "lost updates (acquisitions - counter)",
+         (double)(c.total - c.counter), "updates");
+  bm_put(SCEN, "cpu_us_per_acq", "client CPU per acquisition (all workers)",
+         c.total ? c.cpu_us / (double)c.total : 0, "µs");
+  bm_put(SCEN, "scripts_per_acq", "script calls per acquisition",
+         c.total ? (double)(d.evalsha + d.eval) / (double)c.total : 0, "calls");
+  bs_free(&c.acq);
+}

@@ -1,0 +1,485 @@
+/* util.c -- clocks, CPU and memory readings, samples, Redis helpers. */
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+/* ---- logging ------------------------------------------------------------ */
+
+void bench_log(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("# ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static int g_child; /* set in forked workers: they _exit, never exit */
+
+void bench_die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("dlock-bench: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  if (g_child)
+    _exit(2);
+  exit(2);
+}
+
+int bench_selected(const bench_opts *o, const char *name) {
+  if (!o->only[0])
+    return 1;
+  size_t n = strlen(name);
+  const char *p = o->only;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == n && strncmp(p, name, n) == 0)
+      return 1;
+    if (!e)
+      break;
+    p = e + 1;
+  }
+  return 0;
+}
+
+/* ---- time, CPU, memory -------------------------------------------------- */
+
+int64_t bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void bench_sleep_ns(int64_t ns) {
+  if (ns <= 0)
+    return;
+  struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static double ru_us(const struct rusage *ru) {
+  return (double)ru->ru_utime.tv_sec * 1e6 + (double)ru->ru_utime.tv_usec +
+         (double)ru->ru_stime.tv_sec * 1e6 + (double)ru->ru_stime.tv_usec;
+}
+
+double bench_cpu_us(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru_us(&ru);
+}
+
+double bench_thread_cpu_us(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru_us(&ru);
+}
+
+long long bench_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long long size = 0, res = 0;
+  if (!f)
+    return -1;
+  if (fscanf(f, "%lld %lld", &size, &res) != 2)
+    res = -1;
+  fclose(f);
+  return res < 0 ? -1 : res * (long long)sysconf(_SC_PAGESIZE);
+}
+
+long long bench_heap_bytes(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  struct mallinfo2 mi = mallinfo2();
+  return (long long)mi.uordblks + (long long)mi.hblkhd;
+#else
+  return -1;
+#endif
+}
+
+/* ---- samples ------------------------------------------------------------ */
+
+void bs_init(bench_samples *s) { memset(s, 0, sizeof *s); }
+
+void bs_free(bench_samples *s) {
+  free(s->v);
+  memset(s, 0, sizeof *s);
+}
+
+static void bs_reserve(bench_samples *s, size_t more) {
+  if (s->n + more <= s->cap)
+    return;
+  size_t nc = s->cap ? s->cap : 1024;
+  while (nc < s->n + more)
+    nc *= 2;
+  double *nv = realloc(s->v, nc * sizeof *nv);
+  if (!nv)
+    bench_die("out of memory for %zu samples", nc);
+  s->v = nv;
+  s->cap = nc;
+}
+
+void bs_add(bench_samples *s, double us) {
+  bs_reserve(s, 1);
+  s->v[s->n++] = us;
+  s->sorted = 0;
+}
+
+void bs_add_many(bench_samples *s, const float *v, size_t n) {
+  bs_reserve(s, n);
+  for (size_t i = 0; i < n; i++)
+    s->v[s->n++] = v[i];
+  s->sorted = 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bs_pct(bench_samples *s, double p) {
+  if (s->n == 0)
+    return NAN;
+  if (!s->sorted) {
+    qsort(s->v, s->n, sizeof *s->v, cmp_d);
+    s->sorted = 1;
+  }
+  double r = ceil(p / 100.0 * (double)s->n);
+  size_t i = r < 1 ? 0 : (size_t)r - 1;
+  if (i >= s->n)
+    i = s->n - 1;
+  return s->v[i];
+}
+
+double bs_max(bench_samples *s) { return bs_pct(s, 100); }
+double bs_min(bench_samples *s) { return bs_pct(s, 0); }
+
+/* ---- Redis -------------------------------------------------------------- */
+
+typedef struct url_parts {
+  int is_unix;
+  char host[256];
+  int port;
+  char path[512];
+  char user[128], pass[256];
+  int db;
+} url_parts;
+
+static void parse_url(const char *url, url_parts *u) {
+  memset(u, 0, sizeof *u);
+  u->port = 6379;
+  if (strncmp(url, "unix://", 7) == 0) {
+    u->is_unix = 1;
+    const char *p = url + 7;
+    const char *q = strchr(p, '?');
+    size_t l = q ? (size_t)(q - p) : strlen(p);
+    if (l >= sizeof u->path)
+      bench_die("socket path too long in %s", url);
+    memcpy(u->path, p, l);
+    while (q && *q) {
+      q++;
+      const char *e = strchr(q, '&');
+      size_t pl = e ? (size_t)(e - q) : strlen(q);
+      if (strncmp(q, "db=", 3) == 0)
+        u->db = atoi(q + 3);
+      else if (strncmp(q, "password=", 9) == 0 && pl - 9 < sizeof u->pass)
+        memcpy(u->pass, q + 9, pl - 9);
+      else if (strncmp(q, "user=", 5) == 0 && pl - 5 < sizeof u->user)
+        memcpy(u->user, q + 5, pl - 5);
+      q = e;
+    }
+    return;
+  }
+  if (strncmp(url, "redis://", 8) != 0)
+    bench_die("unsupported URL %s (redis://host:port or unix:///path)", url);
+  const char *p = url + 8;
+  const char *at = strrchr(p, '@');
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (colon) {
+      size_t ul = (size_t)(colon - p), pl = (size_t)(at - colon - 1);
+      if (ul < sizeof u->user && pl < sizeof u->pass) {
+        memcpy(u->user, p, ul);
+        memcpy(u->pass, colon + 1, pl);
+      }
+    } else if ((size_t)(at - p) < sizeof u->pass) {
+      memcpy(u->pass, p, (size_t)(at - p));
+    }
+    p = at + 1;
+  }
+  const char *slash = strchr(p, '/');
+  size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+  const char *colon = memchr(p, ':', hl);
+  size_t nl = colon ? (size_t)(colon - p) : hl;
+  if (nl == 0)
+    snprintf(u->host, sizeof u->host, "127.0.0.1");
+  else if (nl < sizeof u->host)
+    memcpy(u->host, p, nl);
+  if (colon)
+    u->port = atoi(colon + 1);
+  if (slash && slash[1])
+    u->db = atoi(slash + 1);
+}
+
+redisContext *bench_connect(const bench_opts *o) {
+  url_parts u;
+  parse_url(o->url, &u);
+  struct timeval tv = {10, 0};
+  redisContext *c = u.is_unix ? redisConnectUnixWithTimeout(u.path, tv)
+                              : redisConnectWithTimeout(u.host, u.port, tv);
+  if (!c || c->err)
+    bench_die("cannot connect to %s: %s", o->url,
+              c ? c->errstr : "out of memory");
+  struct timeval ct = {30, 0};
+  redisSetTimeout(c, ct);
+  if (u.pass[0]) {
+    redisReply *r = u.user[0] ? bench_cmdf(c, "AUTH %s %s", u.user, u.pass)
+                              : bench_cmdf(c, "AUTH %s", u.pass);
+    if (r->type == REDIS_REPLY_ERROR)
+      bench_die("AUTH refused: %s", r->str);
+    freeReplyObject(r);
+  }
+  if (u.db) {
+    redisReply *r = bench_cmdf(c, "SELECT %d", u.db);
+    if (r->type == REDIS_REPLY_ERROR)
+      bench_die("SELECT refused: %s", r->str);
+    freeReplyObject(r);
+  }
+  return c;
+}
+
+redisReply *bench_cmd(redisContext *c, int argc, const char **argv) {
+  redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+  if (!r)
+    bench_die("redis: %s", c->errstr);
+  return r;
+}
+
+redisReply *bench_cmdf(redisContext *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = redisvCommand(c, fmt, ap);
+  va_end(ap);
+  if (!r)
+    bench_die("redis: %s", c->errstr);
+  return r;
+}
+
+void bench_cmdstats_read(redisContext *c, bench_cmdstats *out) {
+  memset(out, 0, sizeof *out);
+  redisReply *r = bench_cmdf(c, "INFO commandstats");
+  if (r->type != REDIS_REPLY_STRING)
+    bench_die("INFO commandstats: unexpected reply");
+  const char *p = r->str;
+  while ((p = strstr(p, "cmdstat_")) != NULL) {
+    p += 8;
+    const char *colon = strchr(p, ':');
+    if (!colon)
+      break;
+    size_t nl = (size_t)(colon - p);
+    long long calls = 0, usec = 0;
+    if (sscanf(colon, ":calls=%lld,usec=%lld", &calls, &usec) != 2)
+      continue;
+    if (nl == 4 && strncmp(p, "info", 4) == 0)
+      continue;
+    if (nl >= 6 && strncmp(p, "config", 6) == 0)
+      continue;
+    out->all_usec += usec;
+    if (nl == 7 && strncmp(p, "evalsha", 7) == 0) {
+      out->evalsha += calls;
+      out->script_usec += usec;
+    } else if (nl == 4 && strncmp(p, "eval", 4) == 0) {
+      out->eval += calls;
+      out->script_usec += usec;
+    } else {
+      out->other += calls;
+    }
+  }
+  freeReplyObject(r);
+}
+
+void bench_cmdstats_delta(const bench_cmdstats *a, const bench_cmdstats *b,
+                          bench_cmdstats *d) {
+  d->evalsha = b->evalsha - a->evalsha;
+  d->eval = b->eval - a->eval;
+  d->other = b->other - a->other;
+  d->script_usec = b->script_usec - a->script_usec;
+  d->all_usec = b->all_usec - a->all_usec;
+}
+
+#define MONITOR_END "dlock-bench:monitor:end"
+
+void bench_monitor_start(const bench_opts *o, bench_monitor *m) {
+  memset(m, 0, sizeof *m);
+  m->mon = bench_connect(o);
+  redisReply *r = bench_cmdf(m->mon, "MONITOR");
+  if (r->type == REDIS_REPLY_ERROR)
+    bench_die("MONITOR refused: %s", r->str);
+  freeReplyObject(r);
+}
+
+/* One MONITOR line: 1700000000.123456 [0 unix:/path] "EVALSHA" "..." or
+ * [0 lua] "hset" ... */
+static void monitor_line(bench_monitor *m, const char *s) {
+  const char *br = strchr(s, '[');
+  const char *close = br ? strchr(br, ']') : NULL;
+  if (!close)
+    return;
+  int in_lua = strstr(br, " lua]") != NULL && strstr(br, " lua]") < close + 1;
+  const char *q = strchr(close, '"');
+  if (!q)
+    return;
+  q++;
+  const char *qe = strchr(q, '"');
+  if (!qe)
+    return;
+  size_t n = (size_t)(qe - q);
+  if (in_lua) {
+    m->in_script++;
+    return;
+  }
+  if (n == 7 && strncasecmp(q, "evalsha", 7) == 0)
+    m->evalsha++;
+  else if (n == 4 && strncasecmp(q, "eval", 4) == 0)
+    m->eval++;
+  else if ((n == 4 && strncasecmp(q, "info", 4) == 0) ||
+           (n == 4 && strncasecmp(q, "echo", 4) == 0))
+    return;
+  else
+    m->other++;
+}
+
+void bench_monitor_stop(bench_monitor *m, redisContext *ctl) {
+  redisReply *r = bench_cmdf(ctl, "ECHO %s", MONITOR_END);
+  freeReplyObject(r);
+  struct timeval tv = {10, 0};
+  redisSetTimeout(m->mon, tv);
+  for (long i = 0; i < 50000000L; i++) {
+    void *rep = NULL;
+    if (redisGetReply(m->mon, &rep) != REDIS_OK || !rep) {
+      bench_log("MONITOR: log ended early (%s)", m->mon->errstr);
+      break;
+    }
+    redisReply *x = rep;
+    int done = 0;
+    if (x->type == REDIS_REPLY_STATUS || x->type == REDIS_REPLY_STRING) {
+      if (strstr(x->str, MONITOR_END))
+        done = 1;
+      else
+        monitor_line(m, x->str);
+    }
+    freeReplyObject(x);
+    if (done)
+      break;
+  }
+  redisFree(m->mon);
+  m->mon = NULL;
+}
+
+/* ---- shared memory ------------------------------------------------------ */
+
+void *bench_shm(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    bench_die("mmap %zu bytes: %s", bytes, strerror(errno));
+  return p;
+}
+
+void bench_shm_free(void *p, size_t bytes) {
+  if (p)
+    munmap(p, bytes);
+}
+
+/* ---- library client ----------------------------------------------------- */
+
+dlock_client *bench_client(const bench_opts *o, int threads, int watchdog_ms) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = o->url;
+  if (threads > cfg.pool_size)
+    cfg.pool_size = threads;
+  if (watchdog_ms > 0)
+    cfg.watchdog_timeout_ms = watchdog_ms;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&cfg, &c);
+  if (rc)
+    bench_die("dlock_client_new(%s): %s: %s", o->url, dlock_err_name(rc),
+              dlock_last_error());
+  return c;
+}
+
+/* ---- worker processes --------------------------------------------------- */
+
+int *bench_fork(int n, bench_worker_fn fn, void *arg) {
+  int *pids = calloc((size_t)n, sizeof *pids);
+  if (!pids)
+    bench_die("out of memory");
+  fflush(stdout);
+  fflush(stderr);
+  for (int i = 0; i < n; i++) {
+    pid_t p = fork();
+    if (p < 0)
+      bench_die("fork: %s", strerror(errno));
+    if (p == 0) {
+      /* Die with the parent: a killed bench leaves no worker behind. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      g_child = 1;
+      fn(i, arg);
+      _exit(0);
+    }
+    pids[i] = (int)p;
+  }
+  return pids;
+}
+
+int bench_reap(int *pids, int n, int64_t deadline_ns) {
+  int left = n, bad = 0;
+  while (left > 0) {
+    for (int i = 0; i < n; i++) {
+      if (pids[i] <= 0)
+        continue;
+      int st = 0;
+      pid_t r = waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i]) {
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+          bad++;
+        pids[i] = 0;
+        left--;
+      }
+    }
+    if (left == 0)
+      break;
+    if (bench_now_ns() > deadline_ns) {
+      for (int i = 0; i < n; i++) {
+        if (pids[i] <= 0)
+          continue;
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+        pids[i] = 0;
+        bad++;
+      }
+      bench_log("workers did not finish in time: killed");
+      break;
+    }
+    bench_sleep_ns(2000000);
+  }
+  free(pids);
+  return bad;
+}
