@@ -35,9 +35,7 @@ typedef struct bench_opts {
   long handoff_rounds;   /* hand-overs measured */
   int pipeline_depth;    /* pipelined baseline */
   char only[256];        /* comma list of scenarios, "" = all */
-  int peers;             /* run tools/bench/peers side by side */
-  char peers_dir[512];
-  char run_id[32]; /* prefix of every key this run writes */
+  char run_id[32];       /* prefix of every key this run writes */
 } bench_opts;
 
 /* 1 if scenario `name` is selected by --only. */
@@ -145,8 +143,6 @@ void scen_many(const bench_opts *o);
 void scen_contended(const bench_opts *o);
 void scen_watchdog(const bench_opts *o);
 void scen_handoff(const bench_opts *o);
-/* Runs the node peers (optional); prints the side-by-side table. */
-void scen_peers(const bench_opts *o);
 
 /* A dlock client for o->url with defaults (pool grown to `threads`);
  * exits on failure. watchdog_ms <= 0: the library default. */

@@ -1,8 +1,8 @@
 /*
  * dlock-bench -- the library's performance measured against the Redis
- * round-trip floor of the same run (issue 4). See docs/performance.md.
+ * round-trip floor of the same run (issue 4). See docs/bench.md.
  *
- *   dlock-bench [--quick] [--json] [--url URL | --tcp] [--peers] ...
+ *   dlock-bench [--quick] [--json] [--url URL | --tcp] ...
  *
  * Without --url it starts a private redis-server (unix socket in a temp
  * dir, no persistence) and stops it at the end; with --url it uses that
@@ -17,10 +17,6 @@
 #include "bench.h"
 #include "dlock.h"
 #include "redis_spawn.h"
-
-#ifndef DLOCK_BENCH_PEERS_DIR
-#define DLOCK_BENCH_PEERS_DIR "tools/bench/peers"
-#endif
 
 static tool_redis g_redis;
 
@@ -54,9 +50,8 @@ static void usage(FILE *f) {
           "  --wd-timeout-ms N   their lease (3000: period 1 s)\n"
           "  --handoff-rounds N  hand-overs measured (2000; quick 300)\n"
           "  --pipeline N        depth of the pipelined baseline (32)\n"
-          "  --peers             also run the node peers (tools/bench/peers,\n"
-          "                      needs node + npm ci there) side by side\n"
-          "  --peers-dir DIR     where the peers' package.json is\n");
+          "Other Redis lock libraries side by side: "
+          "tools/bench/peers/run_peers.sh\n");
 }
 
 static long num_arg(int argc, char **argv, int *i, long lo, long hi) {
@@ -97,7 +92,6 @@ int main(int argc, char **argv) {
   o.wd_timeout_ms = 3000;
   o.handoff_rounds = o.quick ? 300 : 2000;
   o.pipeline_depth = 32;
-  snprintf(o.peers_dir, sizeof o.peers_dir, "%s", DLOCK_BENCH_PEERS_DIR);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--quick"))
@@ -106,14 +100,10 @@ int main(int argc, char **argv) {
       o.json = 1;
     else if (!strcmp(a, "--tcp"))
       tcp = 1;
-    else if (!strcmp(a, "--peers"))
-      o.peers = 1;
     else if (!strcmp(a, "--url") && i + 1 < argc)
       snprintf(o.url, sizeof o.url, "%s", argv[++i]);
     else if (!strcmp(a, "--only") && i + 1 < argc)
       snprintf(o.only, sizeof o.only, "%s", argv[++i]);
-    else if (!strcmp(a, "--peers-dir") && i + 1 < argc)
-      snprintf(o.peers_dir, sizeof o.peers_dir, "%s", argv[++i]);
     else if (!strcmp(a, "--threads"))
       o.threads = (int)num_arg(argc, argv, &i, 1, 512);
     else if (!strcmp(a, "--procs"))
@@ -170,8 +160,6 @@ int main(int argc, char **argv) {
     scen_watchdog(&o);
   if (bench_selected(&o, "handoff"))
     scen_handoff(&o);
-  if (o.peers)
-    scen_peers(&o);
   double wall = (double)(bench_now_ns() - t0) / 1e9;
 
   bench_report(&o, wall);

@@ -1,7 +1,7 @@
 /*
  * report.c -- the metric list, the target rows of issue 4, and the output:
  * a markdown table of measurements, a markdown table of targets (measured,
- * reference, ratio, PASS/MISS), the peer comparison when it ran, notes, and
+ * reference, ratio, PASS/MISS), notes, and
  * with --json one JSON object on the last line.
  */
 #include <math.h>
@@ -209,15 +209,11 @@ static void build_targets(const bench_opts *o) {
 
 /* ---- printing ----------------------------------------------------------- */
 
-static int is_peer(const metric *m) { return !strncmp(m->scen, "peer:", 5); }
-
 static void print_measurements(void) {
   printf("## Measurements\n\n| scenario | measurement | value | unit |\n"
          "| --- | --- | ---: | --- |\n");
   char v[48];
   for (int i = 0; i < g_nm; i++) {
-    if (is_peer(&g_m[i]))
-      continue;
     fmt_num(v, sizeof v, g_m[i].v);
     printf("| %s | %s | %s | %s |\n", g_m[i].scen, g_m[i].label, v,
            g_m[i].unit);
@@ -246,56 +242,6 @@ static int print_targets(void) {
   }
   printf("\n");
   return missed;
-}
-
-/* Peer libraries side by side with dlock's figures of the same run. */
-static const char *peer_cols[][3] = {
-    {"pairs_per_s", "uncontended pairs/s", ""},
-    {"p50_us", "pair p50 µs", ""},
-    {"p99_us", "pair p99 µs", ""},
-    {"cpu_us_per_pair", "client CPU µs/pair", ""},
-    {"scripts_per_pair", "script calls/pair", ""},
-    {"other_per_pair", "other cmds/pair", ""},
-    {"c_acq_per_s", "contended acq/s", ""},
-    {"c_p99_ms", "acquire p99 ms", ""},
-    {"c_max_ms", "acquire max ms", ""},
-    {"c_lost", "lost updates", ""},
-    {"c_fair", "worker min/max", ""},
-};
-#define NPEER_COLS (sizeof peer_cols / sizeof peer_cols[0])
-
-static void print_peers(void) {
-  char libs[16][32];
-  int nl = 0;
-  for (int i = 0; i < g_nm; i++) {
-    if (!is_peer(&g_m[i]))
-      continue;
-    int seen = 0;
-    for (int j = 0; j < nl; j++)
-      seen |= !strcmp(libs[j], g_m[i].scen);
-    if (!seen && nl < 16)
-      memcpy(libs[nl++], g_m[i].scen, sizeof libs[0]);
-  }
-  if (nl == 0)
-    return;
-  printf("## Side by side with other Redis lock libraries (same server, same "
-         "run)\n\n| library |");
-  for (size_t c = 0; c < NPEER_COLS; c++)
-    printf(" %s |", peer_cols[c][1]);
-  printf("\n| --- |");
-  for (size_t c = 0; c < NPEER_COLS; c++)
-    printf(" ---: |");
-  printf("\n");
-  char v[48];
-  for (int j = 0; j < nl; j++) {
-    printf("| %s |", libs[j] + 5);
-    for (size_t c = 0; c < NPEER_COLS; c++) {
-      fmt_num(v, sizeof v, bm_get(libs[j], peer_cols[c][0]));
-      printf(" %s |", v);
-    }
-    printf("\n");
-  }
-  printf("\n");
 }
 
 static void json_str(const char *s) {
@@ -394,7 +340,6 @@ int bench_report(const bench_opts *o, double wall_s) {
          o->private_server ? "private redis-server" : o->url);
   print_measurements();
   int missed = print_targets();
-  print_peers();
   if (g_nnotes) {
     printf("Notes:\n");
     for (int i = 0; i < g_nnotes; i++)
