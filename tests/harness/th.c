@@ -6,6 +6,7 @@
 #include "th.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -52,12 +53,27 @@ static void dump_file(const char *path, const char *title) {
   fclose(f);
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+                    struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
 static void stop_all(void) {
   if (getpid() != g_owner)
     return;
   for (int i = 0; i < g_nservers; i++)
     if (g_servers[i] && g_servers[i]->pid > 1)
       th_redis_stop(g_servers[i]);
+  /* The servers' logs were printed if the case failed; leave no trace.
+   * DLOCK_TEST_KEEP=1 keeps the directory for a post-mortem. */
+  if (g_tmpdir[0] && !getenv("DLOCK_TEST_KEEP")) {
+    nftw(g_tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    g_tmpdir[0] = '\0';
+  }
 }
 
 void th_fail(const char *file, int line, const char *fmt, ...) {
