@@ -34,6 +34,8 @@ typedef struct bench_opts {
   int wd_timeout_ms;     /* watchdog_timeout_ms in that scenario */
   long handoff_rounds;   /* hand-overs measured */
   int pipeline_depth;    /* pipelined baseline */
+  int reps;              /* repetitions of cheap phases (medians) */
+  int multiplex;         /* dlock_config.multiplex, -1: library default */
   char only[256];        /* comma list of scenarios, "" = all */
   char run_id[32];       /* prefix of every key this run writes */
 } bench_opts;
@@ -52,6 +54,9 @@ double bench_thread_cpu_us(void);
 long long bench_rss_bytes(void);
 /* Bytes of heap in use (mallinfo2), -1 if unknown. */
 long long bench_heap_bytes(void);
+
+/* Median of n values (sorts v in place); NAN when n == 0. */
+double bench_median(double *v, int n);
 
 /* ---- samples ------------------------------------------------------------ */
 

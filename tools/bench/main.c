@@ -36,8 +36,14 @@ static void usage(FILE *f) {
           "                      unix:///path); default: a private one\n"
           "  --tcp               private server over loopback TCP instead of\n"
           "                      its unix socket\n"
-          "  --only LIST         scenarios to run, comma-separated: baseline,\n"
+          "  --scenario LIST     scenarios to run, comma-separated: baseline,\n"
           "                      uncontended,many,contended,watchdog,handoff\n"
+          "                      (default all; --only is the same)\n"
+          "  --reps N            repetitions of the cheap phases (baseline,\n"
+          "                      uncontended); medians are reported (5;\n"
+          "                      quick 3)\n"
+          "  --multiplex 0|1     the library's transport (default: the\n"
+          "                      library's default, multiplexed)\n"
           "  --threads N         many/baseline concurrency (8)\n"
           "  --procs N           many: processes (8)\n"
           "  --workers N         contended: processes on one lock (8)\n"
@@ -50,8 +56,11 @@ static void usage(FILE *f) {
           "  --wd-timeout-ms N   their lease (3000: period 1 s)\n"
           "  --handoff-rounds N  hand-overs measured (2000; quick 300)\n"
           "  --pipeline N        depth of the pipelined baseline (32)\n"
-          "Other Redis lock libraries side by side: "
-          "tools/bench/peers/run_peers.sh\n");
+          "  -h, --help          this text\n"
+          "Other Redis lock libraries side by side on the same server:\n"
+          "tools/bench/peers/run_peers.sh (make bench-peers).\n"
+          "Exit status 0 when every selected scenario ran (a missed target is\n"
+          "a result, shown as MISS); 2 on an error.\n");
 }
 
 static long num_arg(int argc, char **argv, int *i, long lo, long hi) {
@@ -74,6 +83,32 @@ static double secs_arg(int argc, char **argv, int *i) {
   return v;
 }
 
+static const char *const k_scenarios[] = {
+    "baseline", "uncontended", "many", "contended", "watchdog", "handoff"};
+
+/* Every name in the --scenario list must be one we know. */
+static int check_scenarios(const char *list) {
+  const char *p = list;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    int ok = 0;
+    for (size_t k = 0; k < sizeof k_scenarios / sizeof *k_scenarios; k++)
+      ok |= strlen(k_scenarios[k]) == l && !strncmp(k_scenarios[k], p, l);
+    if (!ok && l > 0) {
+      fprintf(stderr,
+              "dlock-bench: unknown scenario '%.*s' (known: "
+              "baseline,uncontended,many,contended,watchdog,handoff)\n",
+              (int)l, p);
+      return -1;
+    }
+    if (!e)
+      break;
+    p = e + 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   bench_opts o;
   memset(&o, 0, sizeof o);
@@ -92,6 +127,8 @@ int main(int argc, char **argv) {
   o.wd_timeout_ms = 3000;
   o.handoff_rounds = o.quick ? 300 : 2000;
   o.pipeline_depth = 32;
+  o.reps = o.quick ? 3 : 5;
+  o.multiplex = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--quick"))
@@ -102,8 +139,14 @@ int main(int argc, char **argv) {
       tcp = 1;
     else if (!strcmp(a, "--url") && i + 1 < argc)
       snprintf(o.url, sizeof o.url, "%s", argv[++i]);
-    else if (!strcmp(a, "--only") && i + 1 < argc)
+    else if ((!strcmp(a, "--scenario") || !strcmp(a, "--scenarios") ||
+              !strcmp(a, "--only")) &&
+             i + 1 < argc)
       snprintf(o.only, sizeof o.only, "%s", argv[++i]);
+    else if (!strcmp(a, "--reps"))
+      o.reps = (int)num_arg(argc, argv, &i, 1, 99);
+    else if (!strcmp(a, "--multiplex"))
+      o.multiplex = (int)num_arg(argc, argv, &i, 0, 1);
     else if (!strcmp(a, "--threads"))
       o.threads = (int)num_arg(argc, argv, &i, 1, 512);
     else if (!strcmp(a, "--procs"))
@@ -134,6 +177,8 @@ int main(int argc, char **argv) {
       bench_die("unknown or incomplete option %s", a);
     }
   }
+  if (check_scenarios(o.only) != 0)
+    return 2;
   snprintf(o.run_id, sizeof o.run_id, "dlock-bench:%d", (int)getpid());
 
   if (!o.url[0]) {

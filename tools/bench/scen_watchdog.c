@@ -50,6 +50,8 @@ void scen_watchdog(const bench_opts *o) {
   dlock_config_init(&cfg);
   cfg.url = o->url;
   cfg.watchdog_timeout_ms = lease;
+  if (o->multiplex >= 0)
+    cfg.multiplex = o->multiplex;
   cfg.on_lock_lost = on_lost;
   dlock_client *c = NULL;
   int rc = dlock_client_new(&cfg, &c);

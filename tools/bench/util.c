@@ -167,6 +167,13 @@ double bs_pct(bench_samples *s, double p) {
   return s->v[i];
 }
 
+double bench_median(double *v, int n) {
+  if (n <= 0)
+    return NAN;
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double bs_max(bench_samples *s) { return bs_pct(s, 100); }
 double bs_min(bench_samples *s) { return bs_pct(s, 0); }
 
@@ -417,6 +424,8 @@ dlock_client *bench_client(const bench_opts *o, int threads, int watchdog_ms) {
     cfg.pool_size = threads;
   if (watchdog_ms > 0)
     cfg.watchdog_timeout_ms = watchdog_ms;
+  if (o->multiplex >= 0)
+    cfg.multiplex = o->multiplex;
   dlock_client *c = NULL;
   int rc = dlock_client_new(&cfg, &c);
   if (rc)
