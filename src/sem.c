@@ -1,0 +1,259 @@
+/*
+ * sem.c -- the counting semaphore, Redisson RSemaphore layout (see
+ * docs/semaphore.md).
+ *
+ * DATA (exactly Redisson's): the string key <name> holds the number of
+ * available permits as decimal text. No TTL. A missing key means "not
+ * initialised": nothing can be acquired until dlock_sem_init (trySetPermits)
+ * or dlock_sem_post (release) creates it.
+ *
+ * CHANNEL redisson_sc:{name} (redisson_sc:name when the name contains '{').
+ * Every script that adds permits publishes the new number of available
+ * permits there as decimal digits: release publishes the value after its
+ * INCRBY, trySetPermits publishes the initial count.
+ *
+ * WAITING: one attempt first; on failure the thread joins the client's
+ * subscription for the channel (wake policy DLOCK__WAKE_COUNT: a message
+ * "<n>" kicks at most n waiting threads of this client, so one post wakes
+ * one waiter, not all). Once the subscription is confirmed every waiter is
+ * kicked and re-checks, so a post between the failed attempt and the
+ * SUBSCRIBE is never lost. Pub/sub is at most once (a reconnect, a killed
+ * subscriber connection, a kicked waiter that gave up), so every wait is
+ * also bounded by a periodic re-check every DLOCK__SEM_RECHECK_MS.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Longest a waiting thread sleeps without re-checking the permit count. */
+#define DLOCK__SEM_RECHECK_MS 1000
+
+struct dlock_sem {
+  dlock_client *c;
+  char *channel;
+  size_t name_len;
+  char name[];
+};
+
+static dlock__script g_try_acquire = {
+    "sem_try_acquire",
+    /* KEYS[1] permits. ARGV[1] n. 1 = acquired, 0 = not enough (or no
+     * key). Redisson RSemaphore.tryAcquire. */
+    "local v = redis.call('get', KEYS[1])\n"
+    "if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then\n"
+    "  redis.call('decrby', KEYS[1], ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    {0}};
+
+static dlock__script g_release = {
+    "sem_release",
+    /* KEYS[1] permits, KEYS[2] channel. ARGV[1] n. Publishes and returns
+     * the new value. Redisson RSemaphore.release. */
+    "local v = redis.call('incrby', KEYS[1], ARGV[1])\n"
+    "redis.call('publish', KEYS[2], v)\n"
+    "return v\n",
+    {0}};
+
+static dlock__script g_try_set = {
+    "sem_try_set_permits",
+    /* KEYS[1] permits, KEYS[2] channel. ARGV[1] n. 1 = set, 0 = already
+     * set. Redisson RSemaphore.trySetPermits. */
+    "if redis.call('get', KEYS[1]) == false then\n"
+    "  redis.call('set', KEYS[1], ARGV[1])\n"
+    "  redis.call('publish', KEYS[2], ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    {0}};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_scripts(void) {
+  dlock__script_init(&g_try_acquire);
+  dlock__script_init(&g_release);
+  dlock__script_init(&g_try_set);
+}
+
+int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
+  dlock__clear_error();
+  if (!out)
+    return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!name || !*name)
+    return dlock__fail(DLOCK_EINVAL, "semaphore name is NULL or empty");
+  size_t n = strlen(name);
+  dlock_sem *s = dlock__malloc(sizeof *s + n + 1);
+  if (!s)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  s->c = c;
+  s->name_len = n;
+  memcpy(s->name, name, n + 1);
+  dlock__sb ch;
+  dlock__sb_init(&ch);
+  dlock__prefix_name(&ch, "redisson_sc", name);
+  s->channel = ch.oom ? NULL : dlock__strndup(ch.p, ch.len);
+  dlock__sb_free(&ch);
+  if (!s->channel) {
+    free(s);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  *out = s;
+  return 0;
+}
+
+void dlock_sem_free(dlock_sem *s) {
+  if (!s)
+    return;
+  free(s->channel);
+  free(s);
+}
+
+static int check_sem(dlock_sem *s) {
+  dlock__clear_error();
+  if (!s)
+    return dlock__fail(DLOCK_EINVAL, "semaphore is NULL");
+  return dlock__client_check(s->c);
+}
+
+/* Runs one of the scripts with KEYS = [name, channel] (or just [name]) and
+ * ARGV = [n]; *v gets the integer reply. */
+static int run(dlock_sem *s, const dlock__script *sc, int nkeys, long long n,
+               long long *v) {
+  pthread_once(&g_once, init_scripts);
+  char ns[24];
+  size_t nl = dlock__fmt_i64(ns, n);
+  const char *keys[2] = {s->name, s->channel};
+  size_t klens[2] = {s->name_len, strlen(s->channel)};
+  const char *args[1] = {ns};
+  size_t alens[1] = {nl};
+  redisReply *r = NULL;
+  int rc = dlock__eval(s->c, sc, nkeys, keys, klens, 1, args, alens, &r);
+  if (rc == 0)
+    rc = dlock__reply_int(r, v);
+  freeReplyObject(r);
+  return rc;
+}
+
+int dlock_sem_init(dlock_sem *s, long long permits) {
+  int rc = check_sem(s);
+  if (rc)
+    return rc;
+  if (permits < 0)
+    return dlock__fail(DLOCK_EINVAL, "semaphore '%s': negative permits %lld",
+                       s->name, permits);
+  long long set = 0;
+  if ((rc = run(s, &g_try_set, 2, permits, &set)) != 0)
+    return rc;
+  if (set != 1)
+    return dlock__fail(DLOCK_EBUSY, "semaphore '%s' is already initialised",
+                       s->name);
+  return 0;
+}
+
+int dlock_sem_post(dlock_sem *s) {
+  int rc = check_sem(s);
+  if (rc)
+    return rc;
+  long long v = 0;
+  return run(s, &g_release, 2, 1, &v);
+}
+
+int dlock_sem_value(dlock_sem *s, long long *v) {
+  int rc = check_sem(s);
+  if (rc)
+    return rc;
+  if (!v)
+    return dlock__fail(DLOCK_EINVAL, "v is NULL");
+  *v = 0;
+  const char *argv[2] = {"GET", s->name};
+  size_t lens[2] = {3, s->name_len};
+  dlock__cmd cmd = {s->name, NULL, 2, argv, lens, 0};
+  redisReply *r = NULL;
+  if ((rc = dlock__exec(s->c, &cmd, &r)) != 0)
+    return rc;
+  if (r && r->type != REDIS_REPLY_NIL)
+    rc = dlock__reply_int(r, v);
+  freeReplyObject(r);
+  return rc;
+}
+
+/* One attempt: 1 acquired, 0 no permit, or a negative code. */
+static int attempt(dlock_sem *s) {
+  long long got = 0;
+  int rc = run(s, &g_try_acquire, 1, 1, &got);
+  return rc ? rc : got == 1;
+}
+
+static int acquire(dlock_sem *s, long long wait_ms) {
+  int rc = check_sem(s);
+  if (rc)
+    return rc;
+  dlock_client *c = s->c;
+  const int64_t started = dlock__now_ms();
+  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
+  int r = attempt(s);
+  if (r != 0)
+    return r == 1 ? 0 : r;
+  if (wait_ms == 0)
+    return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
+                       s->name);
+
+  const int64_t deadline = wait_ms < 0 ? -1 : started + wait_ms;
+  dlock__slot slot;
+  dlock__sub *sub = NULL;
+  int active = 0;
+  if ((rc = dlock__sub_join(c, s->channel, NULL, DLOCK__WAKE_COUNT, &slot, &sub,
+                            &active)) != 0)
+    return rc;
+  /* Already subscribed (another waiter of this client): a post may have
+   * come between the first attempt and the join, so re-check at once.
+   * Otherwise the confirmation of the SUBSCRIBE kicks us. */
+  int need_wait = !active;
+  for (;;) {
+    if (need_wait) {
+      int64_t until = dlock__now_ms() + DLOCK__SEM_RECHECK_MS;
+      if (deadline >= 0 && until > deadline)
+        until = deadline;
+      int granted = 0;
+      dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      if (atomic_load(&c->closing)) {
+        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
+        break;
+      }
+      if (atomic_load(&c->cancel_gen) != cancel_gen) {
+        rc = dlock__fail(DLOCK_ECANCELED,
+                         "wait for semaphore '%s' canceled by "
+                         "dlock_client_cancel_waits()",
+                         s->name);
+        break;
+      }
+    }
+    need_wait = 1;
+    r = attempt(s);
+    if (r != 0) {
+      rc = r == 1 ? 0 : r;
+      break;
+    }
+    if (deadline >= 0 && dlock__now_ms() >= deadline) {
+      rc = dlock__fail(DLOCK_ETIMEDOUT,
+                       "semaphore '%s': no permit within %lld ms", s->name,
+                       wait_ms);
+      break;
+    }
+  }
+  dlock__sub_leave(c, sub, &slot);
+  return rc;
+}
+
+int dlock_sem_wait(dlock_sem *s) { return acquire(s, -1); }
+int dlock_sem_trywait(dlock_sem *s) { return acquire(s, 0); }
+int dlock_sem_timedwait(dlock_sem *s, long long wait_ms) {
+  return acquire(s, wait_ms);
+}

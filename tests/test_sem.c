@@ -1,0 +1,396 @@
+/* The semaphore: Redisson RSemaphore layout, exactly N holders across
+ * processes, trywait/timedwait bounds, pub/sub wake-up (also after the
+ * subscriber connection is killed), cancellation. */
+#include <pthread.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "th.h"
+
+static th_redis *g_r;
+
+/* Waits (bounded) until `channel` has n subscribers on the server. */
+static void wait_numsub(th_redis *r, const char *channel, long long n,
+                        int64_t timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  long long got = -1;
+  while (th_now_ms() < end) {
+    redisReply *x = th_cmd(r, "PUBSUB NUMSUB %s", channel);
+    got = x->type == REDIS_REPLY_ARRAY && x->elements == 2
+              ? x->element[1]->integer
+              : -1;
+    freeReplyObject(x);
+    if (got == n)
+      return;
+    th_sleep_ms(10);
+  }
+  th_fail(__FILE__, __LINE__, "%s: %lld subscribers, expected %lld", channel,
+          got, n);
+}
+
+static long long get_ll(th_redis *r, const char *key) {
+  redisReply *x = th_cmd(r, "GET %s", key);
+  long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;
+  freeReplyObject(x);
+  return v;
+}
+
+/* ---- N permits admit exactly N holders across processes ------------------ */
+
+#define ADMIT_PERMITS 2
+#define ADMIT_PROCS 5
+#define ADMIT_ROUNDS 4
+
+/* INCR the holder count and raise the recorded maximum, atomically. */
+static const char *ENTER =
+    "local v = redis.call('incr', KEYS[1])\n"
+    "local m = tonumber(redis.call('get', KEYS[2]) or '0')\n"
+    "if v > m then redis.call('set', KEYS[2], v) end\n"
+    "return v\n";
+
+static int admit_worker(void *arg) {
+  (void)arg;
+  dlock_client *c = th_client(g_r);
+  dlock_sem *s;
+  if (dlock_sem_new(c, "admit", &s))
+    return 10;
+  redisContext *raw = th_redis_raw(g_r);
+  for (int i = 0; i < ADMIT_ROUNDS; i++) {
+    int rc = dlock_sem_timedwait(s, 30000);
+    if (rc) {
+      fprintf(stderr, "wait: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      return 11;
+    }
+    redisReply *r = redisCommand(raw, "EVAL %s 2 admit:cur admit:max", ENTER);
+    freeReplyObject(r);
+    usleep(40000);
+    r = redisCommand(raw, "DECR admit:cur");
+    freeReplyObject(r);
+    r = redisCommand(raw, "INCR admit:total");
+    freeReplyObject(r);
+    if ((rc = dlock_sem_post(s))) {
+      fprintf(stderr, "post: %s %s\n", dlock_err_name(rc), dlock_last_error());
+      return 12;
+    }
+  }
+  redisFree(raw);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  return 0;
+}
+
+TH_CASE(n_permits_admit_exactly_n_processes) {
+  g_r = th_redis_new(0, NULL);
+  /* Fork before this process creates a client (single-threaded fork). The
+   * workers wait on a semaphore that does not exist yet. */
+  pid_t p[ADMIT_PROCS];
+  for (int i = 0; i < ADMIT_PROCS; i++)
+    p[i] = th_fork(admit_worker, NULL);
+  dlock_client *c = th_client(g_r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c, "admit", &s));
+  wait_numsub(g_r, "redisson_sc:{admit}", ADMIT_PROCS, 10000);
+  CHECK_OK(dlock_sem_init(s, ADMIT_PERMITS));
+  for (int i = 0; i < ADMIT_PROCS; i++)
+    CHECK_EQ(th_wait(p[i], 60000), 0);
+  CHECK_EQ(get_ll(g_r, "admit:total"), ADMIT_PROCS * ADMIT_ROUNDS);
+  CHECK_EQ(get_ll(g_r, "admit:cur"), 0);
+  CHECK_EQ(get_ll(g_r, "admit:max"), ADMIT_PERMITS);
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, ADMIT_PERMITS);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+}
+
+/* ---- single-call semantics ----------------------------------------------- */
+
+TH_CASE(init_trywait_post_value) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_sem *s;
+  CHECK_RC(dlock_sem_new(c, "", &s), DLOCK_EINVAL);
+  CHECK_RC(dlock_sem_new(c, "x", NULL), DLOCK_EINVAL);
+  CHECK_OK(dlock_sem_new(c, "tw", &s));
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 0);
+  /* Not initialised: nothing can be acquired. */
+  CHECK_RC(dlock_sem_trywait(s), DLOCK_EBUSY);
+  CHECK_RC(dlock_sem_init(s, -1), DLOCK_EINVAL);
+  CHECK_OK(dlock_sem_init(s, 2));
+  CHECK_RC(dlock_sem_init(s, 5), DLOCK_EBUSY);
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 2);
+  CHECK_OK(dlock_sem_trywait(s));
+  CHECK_OK(dlock_sem_timedwait(s, 0));
+  CHECK_RC(dlock_sem_trywait(s), DLOCK_EBUSY);
+  CHECK_RC(dlock_sem_timedwait(s, 0), DLOCK_EBUSY);
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 0);
+  CHECK_OK(dlock_sem_post(s));
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 1);
+  CHECK_OK(dlock_sem_wait(s));
+  /* init(0) on a fresh name: set, but empty. */
+  dlock_sem *z;
+  CHECK_OK(dlock_sem_new(c, "zero", &z));
+  CHECK_OK(dlock_sem_init(z, 0));
+  CHECK_RC(dlock_sem_init(z, 0), DLOCK_EBUSY);
+  CHECK_RC(dlock_sem_trywait(z), DLOCK_EBUSY);
+  /* post on a missing key creates it (Redisson release). */
+  dlock_sem *p;
+  CHECK_OK(dlock_sem_new(c, "fresh", &p));
+  CHECK_OK(dlock_sem_post(p));
+  CHECK_OK(dlock_sem_value(p, &v));
+  CHECK_EQ(v, 1);
+  CHECK_RC(dlock_sem_init(p, 3), DLOCK_EBUSY);
+  /* NULL arguments. */
+  CHECK_RC(dlock_sem_wait(NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_sem_post(NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_sem_value(s, NULL), DLOCK_EINVAL);
+  dlock_sem_free(NULL);
+  dlock_sem_free(s);
+  dlock_sem_free(z);
+  dlock_sem_free(p);
+  dlock_client_free(c);
+}
+
+TH_CASE(timedwait_bounds) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c, "tb", &s));
+  CHECK_OK(dlock_sem_init(s, 0));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_sem_timedwait(s, 300), DLOCK_ETIMEDOUT);
+  int64_t el = th_now_ms() - t0;
+  CHECK_MSG(el >= 300 && el < 5000, "timedwait(300) took %lld ms",
+            (long long)el);
+  /* Longer than the re-check interval: still ends on time, not early. */
+  t0 = th_now_ms();
+  CHECK_RC(dlock_sem_timedwait(s, 1500), DLOCK_ETIMEDOUT);
+  el = th_now_ms() - t0;
+  CHECK_MSG(el >= 1500 && el < 6000, "timedwait(1500) took %lld ms",
+            (long long)el);
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 0);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+}
+
+/* ---- waiting threads ----------------------------------------------------- */
+
+typedef struct waiter {
+  dlock_client *c;
+  const char *name;
+  long long wait_ms;
+  int rc;
+  int64_t done_at;
+  char msg[256];
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  dlock_sem *s;
+  w->rc = dlock_sem_new(w->c, w->name, &s);
+  if (w->rc == 0) {
+    w->rc = dlock_sem_timedwait(s, w->wait_ms);
+    snprintf(w->msg, sizeof w->msg, "%s", dlock_last_error());
+    dlock_sem_free(s);
+  }
+  w->done_at = th_now_ms();
+  return NULL;
+}
+
+TH_CASE(post_wakes_waiter_before_recheck) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c2, "pw", &s));
+  CHECK_OK(dlock_sem_init(s, 0));
+  for (int round = 0; round < 3; round++) {
+    waiter w = {c, "pw", 20000, -100, 0, ""};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    wait_numsub(r, "redisson_sc:{pw}", 1, 10000);
+    /* The waiter re-checked when its subscription was confirmed and now
+     * sleeps up to the 1 s re-check interval: only the message can wake it
+     * within a few hundred ms. */
+    th_sleep_ms(50);
+    int64_t t0 = th_now_ms();
+    CHECK_OK(dlock_sem_post(s));
+    pthread_join(t, NULL);
+    CHECK_MSG(w.rc == 0, "waiter: %s %s", dlock_err_name(w.rc), w.msg);
+    int64_t lat = w.done_at - t0;
+    printf("round %d: waiter woke %lld ms after the post\n", round,
+           (long long)lat);
+    CHECK_MSG(lat < 500, "woke %lld ms after the post (re-check, not pub/sub)",
+              (long long)lat);
+    th_sleep_ms(50);
+  }
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 0);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+/* One post with several waiters of one client: exactly one gets the
+ * permit; the rest keep waiting until more posts come. */
+TH_CASE(one_post_one_waiter) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c2, "opw", &s));
+  CHECK_OK(dlock_sem_init(s, 0));
+  enum { NW = 3 };
+  waiter w[NW];
+  pthread_t t[NW];
+  for (int i = 0; i < NW; i++) {
+    w[i] = (waiter){c, "opw", 20000, -100, 0, ""};
+    pthread_create(&t[i], NULL, waiter_main, &w[i]);
+  }
+  wait_numsub(r, "redisson_sc:{opw}", 1, 10000);
+  th_sleep_ms(200);
+  CHECK_OK(dlock_sem_post(s));
+  th_sleep_ms(300);
+  int done = 0;
+  for (int i = 0; i < NW; i++)
+    done += w[i].done_at != 0;
+  CHECK_EQ(done, 1);
+  for (int i = 1; i < NW; i++)
+    CHECK_OK(dlock_sem_post(s));
+  for (int i = 0; i < NW; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_MSG(w[i].rc == 0, "waiter %d: %s %s", i, dlock_err_name(w[i].rc),
+              w[i].msg);
+  }
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 0);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+static redisReply *read_msg(redisContext *sub) {
+  redisReply *m = NULL;
+  if (redisGetReply(sub, (void **)&m) != REDIS_OK || !m)
+    th_fail(__FILE__, __LINE__, "no pub/sub message within 5 s");
+  if (m->type != REDIS_REPLY_ARRAY || m->elements != 3)
+    th_fail(__FILE__, __LINE__, "not a pub/sub message");
+  return m;
+}
+
+TH_CASE(layout_and_messages) {
+  th_redis *r = th_redis_new(0, NULL);
+  redisContext *sub = th_redis_raw(r);
+  struct timeval tv = {5, 0};
+  redisSetTimeout(sub, tv);
+  redisReply *x =
+      redisCommand(sub, "SUBSCRIBE redisson_sc:{lay} redisson_sc:a{b}");
+  freeReplyObject(x);
+  x = NULL;
+  redisGetReply(sub, (void **)&x); /* second subscribe confirmation */
+  freeReplyObject(x);
+  dlock_client *c = th_client(r);
+  dlock_sem *s, *b;
+  CHECK_OK(dlock_sem_new(c, "lay", &s));
+  CHECK_OK(dlock_sem_new(c, "a{b}", &b));
+  CHECK_OK(dlock_sem_init(s, 3));
+  x = read_msg(sub);
+  CHECK_STR(x->element[0]->str, "message");
+  CHECK_STR(x->element[1]->str, "redisson_sc:{lay}");
+  CHECK_STR(x->element[2]->str, "3");
+  freeReplyObject(x);
+  redisReply *g = th_cmd(r, "TYPE lay");
+  CHECK_STR(g->str, "string");
+  freeReplyObject(g);
+  g = th_cmd(r, "GET lay");
+  CHECK_STR(g->str, "3");
+  freeReplyObject(g);
+  CHECK_EQ(th_cmd_int(r, "PTTL lay"), -1);
+  CHECK_OK(dlock_sem_trywait(s));
+  CHECK_OK(dlock_sem_trywait(s));
+  g = th_cmd(r, "GET lay");
+  CHECK_STR(g->str, "1");
+  freeReplyObject(g);
+  CHECK_OK(dlock_sem_post(s)); /* publishes the new value */
+  x = read_msg(sub);
+  CHECK_STR(x->element[1]->str, "redisson_sc:{lay}");
+  CHECK_STR(x->element[2]->str, "2");
+  freeReplyObject(x);
+  /* A name with braces keeps them and gets no extra ones. */
+  CHECK_OK(dlock_sem_post(b));
+  x = read_msg(sub);
+  CHECK_STR(x->element[1]->str, "redisson_sc:a{b}");
+  CHECK_STR(x->element[2]->str, "1");
+  freeReplyObject(x);
+  g = th_cmd(r, "GET a{b}");
+  CHECK_STR(g->str, "1");
+  freeReplyObject(g);
+  /* A Redisson-style writer (plain SET) is understood. */
+  freeReplyObject(th_cmd(r, "SET lay 7"));
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 7);
+  redisFree(sub);
+  dlock_sem_free(s);
+  dlock_sem_free(b);
+  dlock_client_free(c);
+}
+
+TH_CASE(pubsub_killed_while_waiting) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c2, "pk", &s));
+  CHECK_OK(dlock_sem_init(s, 0));
+  for (int round = 0; round < 2; round++) {
+    waiter w = {c, "pk", 20000, -100, 0, ""};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    wait_numsub(r, "redisson_sc:{pk}", 1, 10000);
+    long long killed = th_cmd_int(r, "CLIENT KILL TYPE pubsub");
+    CHECK_MSG(killed >= 1, "killed %lld subscriber connections", killed);
+    if (round == 1)
+      wait_numsub(r, "redisson_sc:{pk}", 1, 10000); /* after resubscribe */
+    /* round 0: the post may come while nobody listens. */
+    CHECK_OK(dlock_sem_post(s));
+    pthread_join(t, NULL);
+    CHECK_MSG(w.rc == 0, "round %d waiter: %s %s", round, dlock_err_name(w.rc),
+              w.msg);
+  }
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+TH_CASE(cancel_waits) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c, "cw", &s));
+  CHECK_OK(dlock_sem_init(s, 0));
+  waiter w = {c, "cw", -1, -100, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, waiter_main, &w);
+  wait_numsub(r, "redisson_sc:{cw}", 1, 10000);
+  th_sleep_ms(50);
+  CHECK_OK(dlock_client_cancel_waits(c));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_ECANCELED);
+  /* No permit was taken; the client still works. */
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(s, &v));
+  CHECK_EQ(v, 0);
+  CHECK_OK(dlock_sem_post(s));
+  CHECK_OK(dlock_sem_timedwait(s, 1000));
+  dlock_sem_free(s);
+  dlock_client_free(c);
+}
+
+TH_MAIN()
