@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build test test-plain test-asan test-tsan test-valgrind \
-        demo bench clean format tidy install man
+        demo bench bench-peers clean format tidy install man
 
 all: build
 
@@ -53,6 +53,11 @@ demo: build
 
 bench: build
 	./build/tools/bench/dlock-bench $(BENCH_FLAGS)
+
+# dlock side by side with redis-py, node redlock and redis-semaphore on one
+# private redis-server (contended scenario); missing peers are skipped.
+bench-peers: build
+	bash tools/bench/peers/run_peers.sh --bench ./build/tools/bench/dlock-bench $(PEERS_FLAGS)
 
 install: build
 	cmake --install build
