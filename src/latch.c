@@ -1,0 +1,236 @@
+/*
+ * latch.c -- the count-down latch, Redisson RCountDownLatch layout (see
+ * docs/latch.md).
+ *
+ * DATA (exactly Redisson's): the string key <name> holds the remaining
+ * count as decimal text. No TTL. The key is deleted when the count reaches
+ * zero, so "absent" and "zero" are the same state: an await on a latch that
+ * was never set (or already opened) returns at once.
+ *
+ * CHANNEL redisson_countdownlatch__channel__{name} (always with the braces,
+ * as Redisson builds it). Messages: "0" when a count-down reaches zero,
+ * "1" when a new count is set (trySetCount).
+ *
+ * WAITING: check the count; if it is above zero, join the client's
+ * subscription for the channel (wake policy DLOCK__WAKE_ALL: any message
+ * wakes every waiting thread of this client; each re-reads the count). Once
+ * the subscription is confirmed every waiter is kicked and re-checks, so a
+ * count-down to zero between the first check and the SUBSCRIBE is never
+ * missed. Pub/sub is at most once, so every wait is also bounded by a
+ * re-check every DLOCK__LATCH_RECHECK_MS.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Longest a waiting thread sleeps without re-reading the count. */
+#define DLOCK__LATCH_RECHECK_MS 1000
+
+struct dlock_latch {
+  dlock_client *c;
+  char *channel;
+  size_t name_len;
+  char name[];
+};
+
+static dlock__script g_try_set = {
+    "latch_try_set_count",
+    /* KEYS[1] count, KEYS[2] channel. ARGV[1] message ("1"), ARGV[2] count.
+     * 1 = set, 0 = already set. Redisson RCountDownLatch.trySetCount. */
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  redis.call('set', KEYS[1], ARGV[2])\n"
+    "  redis.call('publish', KEYS[2], ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    {0}};
+
+static dlock__script g_count_down = {
+    "latch_count_down",
+    /* KEYS[1] count, KEYS[2] channel. ARGV[1] message ("0"). Returns the
+     * new count. Redisson RCountDownLatch.countDown. */
+    "local v = redis.call('decr', KEYS[1])\n"
+    "if v <= 0 then redis.call('del', KEYS[1]) end\n"
+    "if v == 0 then redis.call('publish', KEYS[2], ARGV[1]) end\n"
+    "return v\n",
+    {0}};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_scripts(void) {
+  dlock__script_init(&g_try_set);
+  dlock__script_init(&g_count_down);
+}
+
+int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
+  dlock__clear_error();
+  if (!out)
+    return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!name || !*name)
+    return dlock__fail(DLOCK_EINVAL, "latch name is NULL or empty");
+  size_t n = strlen(name);
+  dlock_latch *l = dlock__malloc(sizeof *l + n + 1);
+  if (!l)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  l->c = c;
+  l->name_len = n;
+  memcpy(l->name, name, n + 1);
+  dlock__sb ch;
+  dlock__sb_init(&ch);
+  dlock__sb_adds(&ch, "redisson_countdownlatch__channel__{");
+  dlock__sb_add(&ch, name, n);
+  dlock__sb_adds(&ch, "}");
+  l->channel = ch.oom ? NULL : dlock__strndup(ch.p, ch.len);
+  dlock__sb_free(&ch);
+  if (!l->channel) {
+    free(l);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  *out = l;
+  return 0;
+}
+
+void dlock_latch_free(dlock_latch *l) {
+  if (!l)
+    return;
+  free(l->channel);
+  free(l);
+}
+
+static int check_latch(dlock_latch *l) {
+  dlock__clear_error();
+  if (!l)
+    return dlock__fail(DLOCK_EINVAL, "latch is NULL");
+  return dlock__client_check(l->c);
+}
+
+static int run(dlock_latch *l, const dlock__script *sc, int nargs,
+               const char **args, const size_t *alens, long long *v) {
+  pthread_once(&g_once, init_scripts);
+  const char *keys[2] = {l->name, l->channel};
+  size_t klens[2] = {l->name_len, strlen(l->channel)};
+  redisReply *r = NULL;
+  int rc = dlock__eval(l->c, sc, 2, keys, klens, nargs, args, alens, &r);
+  if (rc == 0)
+    rc = dlock__reply_int(r, v);
+  freeReplyObject(r);
+  return rc;
+}
+
+int dlock_latch_init(dlock_latch *l, long long count) {
+  int rc = check_latch(l);
+  if (rc)
+    return rc;
+  if (count <= 0)
+    return dlock__fail(DLOCK_EINVAL, "latch '%s': count %lld is not positive",
+                       l->name, count);
+  char cs[24];
+  size_t cl = dlock__fmt_i64(cs, count);
+  const char *args[2] = {"1", cs};
+  size_t alens[2] = {1, cl};
+  long long set = 0;
+  if ((rc = run(l, &g_try_set, 2, args, alens, &set)) != 0)
+    return rc;
+  if (set != 1)
+    return dlock__fail(DLOCK_EBUSY, "latch '%s' is already set", l->name);
+  return 0;
+}
+
+int dlock_latch_count_down(dlock_latch *l) {
+  int rc = check_latch(l);
+  if (rc)
+    return rc;
+  const char *args[1] = {"0"};
+  size_t alens[1] = {1};
+  long long v = 0;
+  return run(l, &g_count_down, 1, args, alens, &v);
+}
+
+int dlock_latch_count(dlock_latch *l, long long *n) {
+  int rc = check_latch(l);
+  if (rc)
+    return rc;
+  if (!n)
+    return dlock__fail(DLOCK_EINVAL, "n is NULL");
+  *n = 0;
+  const char *argv[2] = {"GET", l->name};
+  size_t lens[2] = {3, l->name_len};
+  dlock__cmd cmd = {l->name, NULL, 2, argv, lens, 0};
+  redisReply *r = NULL;
+  if ((rc = dlock__exec(l->c, &cmd, &r)) != 0)
+    return rc;
+  if (r && r->type != REDIS_REPLY_NIL)
+    rc = dlock__reply_int(r, n);
+  freeReplyObject(r);
+  return rc;
+}
+
+/* 1 open (count absent or <= 0), 0 closed, or a negative code. */
+static int is_open(dlock_latch *l) {
+  long long n = 0;
+  int rc = dlock_latch_count(l, &n);
+  return rc ? rc : n <= 0;
+}
+
+int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
+  int rc = check_latch(l);
+  if (rc)
+    return rc;
+  dlock_client *c = l->c;
+  const int64_t started = dlock__now_ms();
+  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
+  int r = is_open(l);
+  if (r != 0)
+    return r == 1 ? 0 : r;
+  if (wait_ms == 0)
+    return dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' is not open", l->name);
+
+  const int64_t deadline = wait_ms < 0 ? -1 : started + wait_ms;
+  dlock__slot slot;
+  dlock__sub *sub = NULL;
+  int active = 0;
+  if ((rc = dlock__sub_join(c, l->channel, NULL, DLOCK__WAKE_ALL, &slot, &sub,
+                            &active)) != 0)
+    return rc;
+  int need_wait = !active; /* already subscribed: re-check at once */
+  for (;;) {
+    if (need_wait) {
+      int64_t until = dlock__now_ms() + DLOCK__LATCH_RECHECK_MS;
+      if (deadline >= 0 && until > deadline)
+        until = deadline;
+      int granted = 0;
+      dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      if (atomic_load(&c->closing)) {
+        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
+        break;
+      }
+      if (atomic_load(&c->cancel_gen) != cancel_gen) {
+        rc = dlock__fail(DLOCK_ECANCELED,
+                         "wait for latch '%s' canceled by "
+                         "dlock_client_cancel_waits()",
+                         l->name);
+        break;
+      }
+    }
+    need_wait = 1;
+    r = is_open(l);
+    if (r != 0) {
+      rc = r == 1 ? 0 : r;
+      break;
+    }
+    if (deadline >= 0 && dlock__now_ms() >= deadline) {
+      rc = dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' still closed after %lld ms",
+                       l->name, wait_ms);
+      break;
+    }
+  }
+  dlock__sub_leave(c, sub, &slot);
+  return rc;
+}
+
+int dlock_latch_await(dlock_latch *l) { return dlock_latch_timedawait(l, -1); }
