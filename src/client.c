@@ -150,8 +150,14 @@ void dlock_client_free(dlock_client *c) {
     return;
   atomic_store(&c->closing, 1);
   if (c->fork_gen != dlock__fork_gen()) {
-    /* In a forked child the threads do not exist: release memory only; the
-     * sockets belong to the parent, so close nothing the parent uses. */
+    /* In a forked child the threads do not exist and the locks may have
+     * been held by them at fork time: release memory only, touch no lock.
+     * Closing the child's copies of the sockets does not disturb the
+     * parent (it has its own descriptors); nothing is sent on them. */
+    dlock__node_free_memory(&c->node);
+    dlock__map_free(&c->subs);
+    dlock__map_free(&c->subs_grant);
+    dlock__url_free(&c->url);
     free(c->url_str);
     free(c);
     return;

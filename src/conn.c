@@ -150,6 +150,19 @@ int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
   return 0;
 }
 
+void dlock__node_free_memory(dlock__node *n) {
+  for (dlock__conn *k = n->idle; k;) {
+    dlock__conn *nx = k->next;
+    redisFree(k->ctx);
+    free(k);
+    k = nx;
+  }
+  n->idle = NULL;
+  if (n->mux.ctx)
+    redisFree(n->mux.ctx);
+  n->mux.ctx = NULL;
+}
+
 void dlock__node_destroy(dlock__node *n) {
   dlock__conn *k = n->idle;
   while (k) {

@@ -211,6 +211,8 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
                      int max);
 void dlock__node_destroy(dlock__node *n);
+/* In a forked child: frees the node's connections, touches no mutex. */
+void dlock__node_free_memory(dlock__node *n);
 /* Establishes one pooled connection now (non-lazy client creation). */
 int dlock__node_warm(dlock__node *n);
 
