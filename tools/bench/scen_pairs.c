@@ -12,6 +12,7 @@
  *   --procs processes with a client each: total pairs/s.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,70 +74,187 @@ static void run_pairs(dlock_client *c, const char *prefix, long n, int fresh,
     *done = i;
 }
 
-static void uncontended_phase(const bench_opts *o, dlock_client *c,
-                              redisContext *ctl, int fresh) {
-  const char *ph = fresh ? "fresh" : "same";
-  const char *phl = fresh ? "fresh names" : "same name";
-  char prefix[96], key[64], label[128];
-  snprintf(prefix, sizeof prefix, "%s:u:%s:warm", o->run_id, ph);
-  run_pairs(c, prefix, 300, fresh, NULL, INT64_MAX, NULL);
+/* ---- uncontended ---------------------------------------------------------
+ * The floor is measured interleaved with the library: each repetition runs
+ * a block of raw hiredis pairs (EVALSHA of a small HSET+PEXPIRE script,
+ * then EVALSHA of a DEL script, on a fresh key: two round trips on the
+ * connection type the library uses), then a block of library pairs on
+ * fresh names, then on one name. The machine's noise moves all three
+ * together; the medians over the repetitions are reported. */
 
-  snprintf(prefix, sizeof prefix, "%s:u:%s", o->run_id, ph);
+static const char RAW_LOCK[] = "redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+                               "redis.call('pexpire', KEYS[1], ARGV[1])\n"
+                               "return nil\n";
+static const char RAW_UNLOCK[] = "redis.call('del', KEYS[1])\nreturn 1\n";
+
+typedef struct raw_pair {
+  redisContext *c;
+  char lock_sha[41], unlock_sha[41];
+} raw_pair;
+
+static void raw_load(const bench_opts *o, raw_pair *rp) {
+  rp->c = bench_connect(o);
+  const char *src[2] = {RAW_LOCK, RAW_UNLOCK};
+  char *dst[2] = {rp->lock_sha, rp->unlock_sha};
+  for (int i = 0; i < 2; i++) {
+    const char *argv[3] = {"SCRIPT", "LOAD", src[i]};
+    redisReply *r = bench_cmd(rp->c, 3, argv);
+    if (r->type != REDIS_REPLY_STRING)
+      bench_die("SCRIPT LOAD: %s",
+                r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    snprintf(dst[i], 41, "%s", r->str);
+    freeReplyObject(r);
+  }
+}
+
+/* One raw pair: two blocking EVALSHA round trips, formatted per call like
+ * the library formats its own. */
+static void raw_one(raw_pair *rp, const char *key) {
+  const char *field = "00000000-0000-4000-8000-000000000000:1";
+  const char *la[6] = {"EVALSHA", rp->lock_sha, "1", key, "30000", field};
+  const char *ua[4] = {"EVALSHA", rp->unlock_sha, "1", key};
+  redisReply *r = bench_cmd(rp->c, 6, la);
+  if (r->type == REDIS_REPLY_ERROR)
+    bench_die("raw lock: %s", r->str);
+  freeReplyObject(r);
+  r = bench_cmd(rp->c, 4, ua);
+  if (r->type == REDIS_REPLY_ERROR)
+    bench_die("raw unlock: %s", r->str);
+  freeReplyObject(r);
+}
+
+/* Per-repetition figures of one block. */
+typedef struct block {
+  double p50, p99, cpu, rate;
+  long done;
+  bench_cmdstats d;
+} block;
+
+static void raw_block(raw_pair *rp, const char *prefix, long n,
+                      int64_t limit_ns, block *b) {
   bench_samples s;
   bs_init(&s);
-  bench_cmdstats a, b, d;
+  char key[128];
+  double cpu0 = bench_cpu_us();
+  int64_t t0 = bench_now_ns();
+  long i = 0;
+  for (; i < n; i++) {
+    snprintf(key, sizeof key, "%s:%ld", prefix, i);
+    int64_t s0 = bench_now_ns();
+    raw_one(rp, key);
+    int64_t s1 = bench_now_ns();
+    bs_add(&s, (double)(s1 - s0) / 1e3);
+    if (s1 > limit_ns) {
+      i++;
+      break;
+    }
+  }
+  double wall = (double)(bench_now_ns() - t0) / 1e9;
+  b->cpu = (bench_cpu_us() - cpu0) / (double)i;
+  b->p50 = bs_pct(&s, 50);
+  b->p99 = bs_pct(&s, 99);
+  b->rate = (double)i / wall;
+  b->done = i;
+  bs_free(&s);
+}
+
+static void lib_block(dlock_client *c, redisContext *ctl, const char *prefix,
+                      long n, int fresh, int64_t limit_ns, block *b) {
+  bench_samples s;
+  bs_init(&s);
+  bench_cmdstats a, z;
   bench_cmdstats_read(ctl, &a);
   double cpu0 = bench_cpu_us();
   int64_t t0 = bench_now_ns();
-  long done = 0;
-  run_pairs(c, prefix, o->pairs, fresh, &s,
-            t0 + (int64_t)(o->quick ? 6e9 : 60e9), &done);
+  run_pairs(c, prefix, n, fresh, &s, limit_ns, &b->done);
   double wall = (double)(bench_now_ns() - t0) / 1e9;
-  double cpu = bench_cpu_us() - cpu0;
-  bench_cmdstats_read(ctl, &b);
-  bench_cmdstats_delta(&a, &b, &d);
-  if (done < o->pairs)
-    bm_note("uncontended %s: stopped after %ld of %ld pairs (time bound)", ph,
-            done, o->pairs);
-  double nd = (double)done;
+  b->cpu = (bench_cpu_us() - cpu0) / (double)b->done;
+  bench_cmdstats_read(ctl, &z);
+  bench_cmdstats_delta(&a, &z, &b->d);
+  b->p50 = bs_pct(&s, 50);
+  b->p99 = bs_pct(&s, 99);
+  b->rate = (double)b->done / wall;
+  bs_free(&s);
+}
 
+#define MAX_REPS 99
+
+/* Median over reps blocks of the double at byte offset off. */
+static double med_of(const block *b, int reps, size_t off) {
+  double v[MAX_REPS];
+  for (int r = 0; r < reps; r++)
+    memcpy(&v[r], (const char *)&b[r] + off, sizeof v[r]);
+  return bench_median(v, reps);
+}
+
+/* Medians over the repetitions of one kind of block, as metrics. */
+static void put_blocks(const char *ph, const char *phl, block *b, int reps,
+                       long *total_done) {
+  char key[64], label[160];
+  long done = 0;
+  bench_cmdstats sum = {0, 0, 0, 0, 0};
+  for (int r = 0; r < reps; r++) {
+    done += b[r].done;
+    sum.evalsha += b[r].d.evalsha;
+    sum.eval += b[r].d.eval;
+    sum.other += b[r].d.other;
+    sum.script_usec += b[r].d.script_usec;
+  }
+  *total_done = done;
+#define MED(field) med_of(b, reps, offsetof(block, field))
   snprintf(key, sizeof key, "%s_pairs_per_s", ph);
   snprintf(label, sizeof label, "pairs/s (%s, 1 thread)", phl);
-  bm_put("uncontended", key, label, nd / wall, "pairs/s");
+  bm_put("uncontended", key, label, MED(rate), "pairs/s");
   snprintf(key, sizeof key, "%s_p50_us", ph);
   snprintf(label, sizeof label, "pair p50 (%s)", phl);
-  bm_put("uncontended", key, label, bs_pct(&s, 50), "µs");
+  bm_put("uncontended", key, label, MED(p50), "µs");
   snprintf(key, sizeof key, "%s_p99_us", ph);
   snprintf(label, sizeof label, "pair p99 (%s)", phl);
-  bm_put("uncontended", key, label, bs_pct(&s, 99), "µs");
+  bm_put("uncontended", key, label, MED(p99), "µs");
   snprintf(key, sizeof key, "%s_cpu_us", ph);
   snprintf(label, sizeof label, "client CPU per pair (%s)", phl);
-  bm_put("uncontended", key, label, cpu / nd, "µs");
+  bm_put("uncontended", key, label, MED(cpu), "µs");
+#undef MED
+  if (!strcmp(ph, "raw"))
+    return;
+  double nd = (double)done;
   snprintf(key, sizeof key, "%s_evalsha", ph);
   snprintf(label, sizeof label, "EVALSHA per pair (%s)", phl);
-  bm_put("uncontended", key, label, (double)d.evalsha / nd, "calls");
+  bm_put("uncontended", key, label, (double)sum.evalsha / nd, "calls");
   snprintf(key, sizeof key, "%s_eval", ph);
   snprintf(label, sizeof label, "EVAL per pair (%s)", phl);
-  bm_put("uncontended", key, label, (double)d.eval / nd, "calls");
+  bm_put("uncontended", key, label, (double)sum.eval / nd, "calls");
   snprintf(key, sizeof key, "%s_scripts", ph);
-  snprintf(label, sizeof label, "script calls per pair (%s)", phl);
-  bm_put("uncontended", key, label, (double)(d.evalsha + d.eval) / nd, "calls");
+  snprintf(label, sizeof label, "script calls per pair (%s, INFO commandstats)",
+           phl);
+  bm_put("uncontended", key, label, (double)(sum.evalsha + sum.eval) / nd,
+         "calls");
   snprintf(key, sizeof key, "%s_server_us", ph);
   snprintf(label, sizeof label, "server time of the scripts per pair (%s)",
            phl);
-  bm_put("uncontended", key, label, (double)d.script_usec / nd, "µs");
-  bs_free(&s);
+  bm_put("uncontended", key, label, (double)sum.script_usec / nd, "µs");
+}
 
-  /* Which commands, at top level and inside the scripts? */
+/* Which commands, at top level and inside the scripts? (MONITOR) */
+static void monitor_phase(const bench_opts *o, dlock_client *c,
+                          redisContext *ctl, int fresh) {
+  const char *ph = fresh ? "fresh" : "same";
+  const char *phl = fresh ? "fresh names" : "same name";
+  char prefix[96], key[64], label[128];
   long mn = o->quick ? 100 : 500;
   bench_monitor mon;
   bench_monitor_start(o, &mon);
   snprintf(prefix, sizeof prefix, "%s:u:%s:mon", o->run_id, ph);
   run_pairs(c, prefix, mn, fresh, NULL, INT64_MAX, NULL);
   bench_monitor_stop(&mon, ctl);
+  snprintf(key, sizeof key, "%s_top_level", ph);
+  snprintf(label, sizeof label,
+           "Redis commands per pair at top level (%s, MONITOR)", phl);
+  bm_put("uncontended", key, label,
+         (double)(mon.evalsha + mon.eval + mon.other) / (double)mn, "cmds");
   snprintf(key, sizeof key, "%s_other_top", ph);
   snprintf(label, sizeof label,
-           "other top-level commands per pair (%s, MONITOR)", phl);
+           "non-script top-level commands per pair (%s, MONITOR)", phl);
   bm_put("uncontended", key, label, (double)mon.other / (double)mn, "cmds");
   snprintf(key, sizeof key, "%s_in_script", ph);
   snprintf(label, sizeof label, "redis.call inside scripts per pair (%s)", phl);
@@ -145,13 +263,58 @@ static void uncontended_phase(const bench_opts *o, dlock_client *c,
 }
 
 void scen_uncontended(const bench_opts *o) {
-  bench_log("uncontended: %ld lock+unlock pairs on fresh names, then on one "
-            "name",
-            o->pairs);
+  int reps = o->reps < 1 ? 1 : (o->reps > MAX_REPS ? MAX_REPS : o->reps);
+  long per = o->pairs / reps > 10 ? o->pairs / reps : 10;
+  bench_log("uncontended: %d x (%ld raw hiredis pairs, %ld pairs on fresh "
+            "names, %ld on one name), interleaved",
+            reps, per, per, per);
   dlock_client *c = bench_client(o, 1, 0);
   redisContext *ctl = bench_connect(o);
-  uncontended_phase(o, c, ctl, 1);
-  uncontended_phase(o, c, ctl, 0);
+  raw_pair rp;
+  raw_load(o, &rp);
+  char prefix[96];
+  /* Warm-up: connections, scripts loaded, caches. */
+  snprintf(prefix, sizeof prefix, "%s:u:warm", o->run_id);
+  run_pairs(c, prefix, 300, 1, NULL, INT64_MAX, NULL);
+  run_pairs(c, prefix, 300, 0, NULL, INT64_MAX, NULL);
+  snprintf(prefix, sizeof prefix, "%s:u:rawwarm", o->run_id);
+  for (int i = 0; i < 300; i++)
+    raw_one(&rp, prefix);
+
+  block raw[MAX_REPS], fr[MAX_REPS], sm[MAX_REPS];
+  int64_t limit = bench_now_ns() + (int64_t)(o->quick ? 8e9 : 90e9);
+  int ran = 0;
+  for (int r = 0; r < reps; r++) {
+    snprintf(prefix, sizeof prefix, "%s:u:raw:%d", o->run_id, r);
+    raw_block(&rp, prefix, per, limit, &raw[r]);
+    snprintf(prefix, sizeof prefix, "%s:u:fresh:%d", o->run_id, r);
+    lib_block(c, ctl, prefix, per, 1, limit, &fr[r]);
+    snprintf(prefix, sizeof prefix, "%s:u:same:%d", o->run_id, r);
+    lib_block(c, ctl, prefix, per, 0, limit, &sm[r]);
+    ran++;
+    if (bench_now_ns() > limit)
+      break;
+  }
+  if (ran < reps || fr[ran - 1].done < per || sm[ran - 1].done < per)
+    bm_note("uncontended: time bound reached after %d of %d repetitions", ran,
+            reps);
+  long nraw, nfr, nsm;
+  put_blocks("raw", "raw hiredis 2 x EVALSHA, interleaved", raw, ran, &nraw);
+  put_blocks("fresh", "fresh names", fr, ran, &nfr);
+  put_blocks("same", "same name", sm, ran, &nsm);
+  double raw_cpu = bm_get("uncontended", "raw_cpu_us");
+  bm_put("uncontended", "fresh_cpu_over_raw_us",
+         "library CPU per pair above raw hiredis (fresh names)",
+         bm_get("uncontended", "fresh_cpu_us") - raw_cpu, "µs");
+  bm_put("uncontended", "same_cpu_over_raw_us",
+         "library CPU per pair above raw hiredis (same name)",
+         bm_get("uncontended", "same_cpu_us") - raw_cpu, "µs");
+  bm_put("uncontended", "reps", "repetitions (medians reported)", ran, "");
+  bm_put("uncontended", "pairs", "pairs per kind in total", (double)nfr,
+         "pairs");
+  monitor_phase(o, c, ctl, 1);
+  monitor_phase(o, c, ctl, 0);
+  redisFree(rp.c);
   dlock_client_free(c);
   redisFree(ctl);
 }
