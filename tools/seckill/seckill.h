@@ -1,0 +1,182 @@
+/*
+ * seckill.h -- dlock-seckill, the flash-sale strategy lab.
+ *
+ * One "run" = one strategy: the parent (main.c) prepares the keys, forks
+ * the worker processes (worker.c), watches them (progress, stall/deadline,
+ * --kill-holder) and then checks the result in Redis. Workers talk to Redis
+ * directly with hiredis (the naive schemes, strategy.c) or through the
+ * public dlock API (dlock, segmented, fair, redlock); each creates its own
+ * connections and its own dlock client after fork. The outcome of every
+ * request lands in a shared anonymous mapping (sk_shared) that survives a
+ * worker killed with SIGKILL. report.c turns results into the table, JSON
+ * and SVG.
+ */
+#ifndef DLOCK_SECKILL_H
+#define DLOCK_SECKILL_H
+
+#include <hiredis/hiredis.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SK_MAX_STRATEGIES 16
+#define SK_MAX_SEGMENTS 64
+#define SK_REDLOCK_SERVERS 3
+
+/* ---- strategies (strategy.c) ------------------------------------------ */
+
+enum sk_kind {
+  SK_NONE,
+  SK_LOCAL,
+  SK_SETNX,
+  SK_SETNX_EXPIRE,
+  SK_GETSET,
+  SK_SET_NX_PX,
+  SK_OWNER_LUA,
+  SK_DLOCK,
+  SK_SEGMENTED,
+  SK_ATOMIC,
+  SK_FAIR,
+  SK_REDLOCK
+};
+
+/* Where --kill-holder kills the victim: the worst moment for the scheme. */
+enum sk_killpoint {
+  SK_KP_LOCKED,  /* right after acquiring the lock (inside the section) */
+  SK_KP_BETWEEN, /* setnx-expire: after SETNX, before EXPIRE */
+  SK_KP_READ     /* lock-free schemes: after reading/reserving, mid-work */
+};
+
+typedef struct sk_strategy {
+  const char *name;
+  enum sk_kind kind;
+  const char *summary;     /* one line for --help and the docs */
+  const char *lesson_race; /* why it oversold / lost updates */
+  const char *lesson_dead; /* why requests deadlocked */
+  const char *lesson_dup;  /* why a user got two orders (--users) */
+  const char *hint;        /* shown when it passed: how to make it fail */
+  enum sk_killpoint killpoint;
+  int uses_lease;   /* honours --lease-ms */
+  int needs_family; /* 1 fair, 2 redlock: only when the library has it */
+} sk_strategy;
+
+extern const sk_strategy sk_strategies[];
+extern const int sk_n_strategies;
+const sk_strategy *sk_strategy_find(const char *name);
+
+/* ---- options (main.c) --------------------------------------------------- */
+
+typedef struct sk_opts {
+  const sk_strategy *list[SK_MAX_STRATEGIES];
+  int n_list;
+  long long stock, procs, threads, requests, users, segments;
+  double work_min_ms, work_max_ms;
+  long long lease_ms, watchdog_ms, stall_ms, deadline_ms;
+  int kill_holder;
+  int json;
+  const char *chart;
+  const char *url;     /* user's server, or the private one */
+  char url_shown[160]; /* url with any password redacted */
+  int private_server;  /* 1: started by the tool */
+  /* redlock: three more independent servers (always private ones) */
+  const char *redlock_urls[SK_REDLOCK_SERVERS];
+  int tty; /* stderr is a terminal: live progress line */
+} sk_opts;
+
+/* ---- shared state of one run ------------------------------------------- */
+
+enum sk_outcome {
+  SK_O_PENDING = 0, /* never finished: deadlocked, or lost with the victim */
+  SK_O_ORDER,       /* bought */
+  SK_O_SOLDOUT,     /* rejected: no stock */
+  SK_O_DUPLICATE,   /* rejected: this user already has an order (--users) */
+  SK_O_ERROR,       /* a Redis or lock call failed */
+  SK_O_DEADLOCK     /* gave up waiting for the lock when the run was stopped */
+};
+
+typedef struct sk_shared {
+  atomic_int ready;               /* workers connected and waiting for go */
+  atomic_int go;                  /* parent: start */
+  atomic_int abort;               /* parent: stop waiting, the run is over */
+  atomic_long done;               /* finished requests (any outcome) */
+  atomic_int victim_at_killpoint; /* the victim thread waits to be killed */
+  atomic_int victim_killed;
+  atomic_llong last_end_us;   /* monotonic time of the last finished request */
+  atomic_llong unlock_errors; /* releases that failed */
+  atomic_int errmsg_claimed;  /* first error message, written once */
+  char errmsg[256];
+  long long go_us;
+  /* per request, indexed by request number; sized at mmap time */
+  uint8_t *outcome;
+  uint32_t *lat_us;
+} sk_shared;
+
+/* Keys of one run (all start with the run prefix). */
+typedef struct sk_keys {
+  char prefix[96];
+  char stock[128];  /* stock, or stock:<i> base for segmented */
+  char orders[128]; /* counter of orders placed */
+  char users[128];  /* hash user -> orders (--users) */
+  char lock[128];   /* lock name (or lock:<i> base for segmented) */
+} sk_keys;
+
+typedef struct sk_run {
+  const sk_opts *o;
+  const sk_strategy *s;
+  sk_keys k;
+  sk_shared *sh;
+  long long segments; /* 1, or the segment count for segmented */
+} sk_run;
+
+/* Result of one run, as reported. */
+typedef struct sk_result {
+  const sk_strategy *s;
+  int ran; /* 0: skipped (not available) */
+  char skipped[160];
+  long long orders, final_stock, oversold, lost_updates;
+  long long soldout, duplicates_rejected, errors, deadlocked, killed;
+  long long dup_users, dup_orders;
+  double throughput, p50_ms, p99_ms, wall_ms;
+  int stuck_lock; /* the lock key outlived the run with no expiry */
+  long long stuck_ttl_ms;
+  long long unfinished; /* still queued when the deadline hit while the
+                           run was making progress (too slow, not stuck) */
+  int stopped;          /* 0 finished, 1 stall, 2 deadline */
+  int victim_killed;
+  int correct;
+  char first_error[256];
+} sk_result;
+
+/* ---- redis helpers (rconn.c) -------------------------------------------- */
+
+/* Connects to a redis:// or unix:// URL (the forms dlock accepts), AUTH and
+ * SELECT as the URL says. NULL after writing why into err. */
+redisContext *sk_connect(const char *url, char *err, size_t errlen);
+long long sk_now_us(void);
+long long sk_wall_ms(void);
+void sk_sleep_us(long long us);
+
+/* ---- worker (worker.c) -------------------------------------------------- */
+
+/* Runs one strategy: keys, workers, watching, checking (run.c). */
+void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
+                     sk_result *res);
+
+/* Runs worker number `w` in a freshly forked child; never returns. */
+void sk_worker_main(const sk_run *r, int w) __attribute__((noreturn));
+void sk_request_range(const sk_opts *o, int w, long long *first,
+                      long long *count);
+
+/* ---- report (report.c) -------------------------------------------------- */
+
+void sk_report_table(const sk_opts *o, const sk_result *res, int n,
+                     double total_s);
+void sk_report_json(const sk_opts *o, const sk_result *res, int n,
+                    double total_s);
+int sk_report_svg(const sk_opts *o, const sk_result *res, int n,
+                  const char *path);
+/* The one-line lesson for a failed result, or the hint for a passed one. */
+const char *sk_lesson(const sk_result *r, char *buf, size_t len,
+                      const sk_opts *o);
+
+#endif
