@@ -143,6 +143,10 @@ int bench_report(const bench_opts *o, double wall_s);
 /* ---- scenarios ---------------------------------------------------------- */
 
 void scen_baseline(const bench_opts *o);
+/* Plain hiredis EVALSHA (the baseline script) from `conns` connections, one
+ * thread each, for secs: total requests/s. The floor of "many", measured
+ * next to it. */
+double bench_evalsha_conc_rps(const bench_opts *o, int conns, double secs);
 void scen_uncontended(const bench_opts *o);
 void scen_many(const bench_opts *o);
 void scen_contended(const bench_opts *o);

@@ -178,17 +178,24 @@ static void build_targets(const bench_opts *o) {
     add_target(id, req, bm_get("uncontended", key), "calls", 2.0,
                "2 calls (lock + unlock)", CMP_EQ, 0.005);
   }
-  double nrps = bm_get("baseline", "evalsha_n_rps");
+  /* The floor of "many": hiredis EVALSHA at the same concurrency, measured
+   * next to the library's runs (the baseline scenario's figure otherwise). */
+  double nrps = bm_get("many", "floor_evalsha_rps");
+  const char *many_floor = "hiredis EVALSHA req/s / 2, interleaved";
+  if (isnan(nrps)) {
+    nrps = bm_get("baseline", "evalsha_n_rps");
+    many_floor = "baseline EVALSHA req/s / 2";
+  }
   snprintf(req, sizeof req,
            "%d threads pairs/s >= 0.9 x EVALSHA req/s (%d conns) / 2",
            o->threads, o->threads);
   add_target("many.threads", req, bm_get("many", "threads_pairs_per_s"),
-             "pairs/s", nrps / 2, "baseline EVALSHA req/s / 2", CMP_GE, 0.9);
+             "pairs/s", nrps / 2, many_floor, CMP_GE, 0.9);
   snprintf(req, sizeof req,
            "%d processes pairs/s >= 0.9 x EVALSHA req/s (%d conns) / 2",
            o->procs, o->threads);
   add_target("many.procs", req, bm_get("many", "procs_pairs_per_s"), "pairs/s",
-             nrps / 2, "baseline EVALSHA req/s / 2", CMP_GE, 0.9);
+             nrps / 2, many_floor, CMP_GE, 0.9);
   snprintf(req, sizeof req, "%d workers acq/s >= 0.6 x serial reference",
            o->workers);
   add_target("contended.rate", req, bm_get("contended", "acq_per_s"), "acq/s",

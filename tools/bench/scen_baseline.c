@@ -9,7 +9,9 @@
  *   - 1 connection pipelined (--pipeline deep): what one connection can
  *     carry when requests of many callers share it.
  */
+#include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +48,14 @@ static void one(redisContext *c, const fmtcmd *f) {
   freeReplyObject(r);
 }
 
-/* n timed requests on one connection. */
-static void rtt_phase(const bench_opts *o, redisContext *c, const fmtcmd *f,
-                      long n, const char *name) {
-  for (int i = 0; i < 300; i++)
-    one(c, f);
+/* One block of n timed requests on one connection. */
+typedef struct rtt_block {
+  double p50, p99, rps, cpu, server_us;
+  long done;
+} rtt_block;
+
+static void rtt_run(redisContext *c, const fmtcmd *f, long n, int64_t limit,
+                    rtt_block *out) {
   bench_samples s;
   bs_init(&s);
   bench_cmdstats a, b, d;
@@ -58,12 +63,12 @@ static void rtt_phase(const bench_opts *o, redisContext *c, const fmtcmd *f,
   double cpu0 = bench_cpu_us();
   int64_t t0 = bench_now_ns();
   long done = 0;
-  int64_t limit = t0 + (int64_t)(o->quick ? 5e9 : 30e9);
-  for (; done < n; done++) {
+  while (done < n) {
     int64_t s0 = bench_now_ns();
     one(c, f);
     int64_t s1 = bench_now_ns();
     bs_add(&s, (double)(s1 - s0) / 1e3);
+    done++;
     if (s1 > limit)
       break;
   }
@@ -71,27 +76,70 @@ static void rtt_phase(const bench_opts *o, redisContext *c, const fmtcmd *f,
   double cpu = bench_cpu_us() - cpu0;
   bench_cmdstats_read(c, &b);
   bench_cmdstats_delta(&a, &b, &d);
-  if (done < n)
-    bm_note("baseline %s: stopped after %ld of %ld requests (time bound)", name,
-            done, n);
+  out->p50 = bs_pct(&s, 50);
+  out->p99 = bs_pct(&s, 99);
+  out->rps = (double)done / wall;
+  out->cpu = cpu / (double)done;
+  out->server_us = d.evalsha ? (double)d.script_usec / (double)d.evalsha : NAN;
+  out->done = done;
+  bs_free(&s);
+}
+
+#define MAX_REPS 99
+
+static double med(const rtt_block *b, int n, size_t off) {
+  double v[MAX_REPS];
+  for (int i = 0; i < n; i++)
+    memcpy(&v[i], (const char *)&b[i] + off, sizeof v[i]);
+  return bench_median(v, n);
+}
+
+/* Medians over the blocks of one command, as metrics. */
+static void rtt_put(const rtt_block *b, int n, const char *name) {
   char key[64], label[128];
   snprintf(key, sizeof key, "%s_p50_us", name);
   snprintf(label, sizeof label, "%s RTT p50, 1 client", name);
-  bm_put(SCEN, key, label, bs_pct(&s, 50), "µs");
+  bm_put(SCEN, key, label, med(b, n, offsetof(rtt_block, p50)), "µs");
   snprintf(key, sizeof key, "%s_p99_us", name);
   snprintf(label, sizeof label, "%s RTT p99, 1 client", name);
-  bm_put(SCEN, key, label, bs_pct(&s, 99), "µs");
+  bm_put(SCEN, key, label, med(b, n, offsetof(rtt_block, p99)), "µs");
   snprintf(key, sizeof key, "%s_rps", name);
   snprintf(label, sizeof label, "%s req/s, 1 client", name);
-  bm_put(SCEN, key, label, (double)s.n / wall, "req/s");
+  bm_put(SCEN, key, label, med(b, n, offsetof(rtt_block, rps)), "req/s");
   snprintf(key, sizeof key, "%s_cpu_us", name);
   snprintf(label, sizeof label, "%s client CPU per request (hiredis)", name);
-  bm_put(SCEN, key, label, cpu / (double)s.n, "µs");
-  if (d.evalsha > 0) {
+  bm_put(SCEN, key, label, med(b, n, offsetof(rtt_block, cpu)), "µs");
+  if (!strcmp(name, "evalsha"))
     bm_put(SCEN, "evalsha_server_us", "EVALSHA server time per call",
-           (double)d.script_usec / (double)d.evalsha, "µs");
+           med(b, n, offsetof(rtt_block, server_us)), "µs");
+}
+
+/* PING and EVALSHA in alternating blocks (--reps of each, n requests in
+ * all per command); medians of the blocks. */
+static void rtt_phase(const bench_opts *o, redisContext *c, const fmtcmd *ping,
+                      const fmtcmd *ev, long n) {
+  int reps = o->reps < 1 ? 1 : (o->reps > MAX_REPS ? MAX_REPS : o->reps);
+  long per = n / reps > 10 ? n / reps : 10;
+  for (int i = 0; i < 300; i++) {
+    one(c, ping);
+    one(c, ev);
   }
-  bs_free(&s);
+  rtt_block bp[MAX_REPS], be[MAX_REPS];
+  int64_t limit = bench_now_ns() + (int64_t)(o->quick ? 5e9 : 30e9);
+  int ran = 0;
+  for (int r = 0; r < reps; r++) {
+    rtt_run(c, ping, per, limit, &bp[r]);
+    rtt_run(c, ev, per, limit, &be[r]);
+    ran++;
+    if (bench_now_ns() > limit)
+      break;
+  }
+  if (ran < reps || be[ran - 1].done < per)
+    bm_note("baseline: time bound reached after %d of %d repetitions", ran,
+            reps);
+  rtt_put(bp, ran, "ping");
+  rtt_put(be, ran, "evalsha");
+  bm_put(SCEN, "reps", "repetitions of the 1-client blocks (medians)", ran, "");
 }
 
 typedef struct conc_arg {
@@ -121,7 +169,8 @@ static void *conc_thread(void *p) {
 }
 
 /* N connections, one thread each, for --many-secs: total req/s. */
-static double conc_phase(const bench_opts *o, const fmtcmd *f, int n) {
+static double conc_phase(const bench_opts *o, const fmtcmd *f, int n,
+                         double secs) {
   conc_arg *args = calloc((size_t)n, sizeof *args);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   atomic_int ready = 0, go = 0;
@@ -140,7 +189,7 @@ static double conc_phase(const bench_opts *o, const fmtcmd *f, int n) {
   while (atomic_load(&ready) < n)
     bench_sleep_ns(1000000);
   int64_t t0 = bench_now_ns();
-  int64_t until = t0 + (int64_t)(o->many_secs * 1e9);
+  int64_t until = t0 + (int64_t)(secs * 1e9);
   for (int i = 0; i < n; i++)
     args[i].until = until;
   atomic_store(&go, 1);
@@ -198,16 +247,17 @@ void scen_baseline(const bench_opts *o) {
   fmtcmd ping = format(1, pargv), ev = format(6, eargv);
 
   long n = o->pairs;
-  rtt_phase(o, c, &ping, n, "ping");
-  rtt_phase(o, c, &ev, n, "evalsha");
+  rtt_phase(o, c, &ping, &ev, n);
 
   bench_log("baseline: %d connections, %.1f s each for PING and EVALSHA",
             o->threads, o->many_secs);
   char label[128];
   snprintf(label, sizeof label, "PING req/s, %d connections", o->threads);
-  bm_put(SCEN, "ping_n_rps", label, conc_phase(o, &ping, o->threads), "req/s");
+  bm_put(SCEN, "ping_n_rps", label,
+         conc_phase(o, &ping, o->threads, o->many_secs), "req/s");
   snprintf(label, sizeof label, "EVALSHA req/s, %d connections", o->threads);
-  bm_put(SCEN, "evalsha_n_rps", label, conc_phase(o, &ev, o->threads), "req/s");
+  bm_put(SCEN, "evalsha_n_rps", label,
+         conc_phase(o, &ev, o->threads, o->many_secs), "req/s");
   snprintf(label, sizeof label, "EVALSHA req/s, 1 connection pipelined %d deep",
            o->pipeline_depth);
   bm_put(SCEN, "evalsha_pipe_rps", label, pipe_phase(o, c, &ev), "req/s");
@@ -217,4 +267,25 @@ void scen_baseline(const bench_opts *o) {
   redisFreeCommand(ping.p);
   redisFreeCommand(ev.p);
   redisFree(c);
+}
+
+double bench_evalsha_conc_rps(const bench_opts *o, int conns, double secs) {
+  redisContext *c = bench_connect(o);
+  redisReply *r = bench_cmdf(c, "SCRIPT LOAD %s", BASE_SCRIPT);
+  if (r->type != REDIS_REPLY_STRING)
+    bench_die("SCRIPT LOAD: %s",
+              r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+  char sha[41];
+  snprintf(sha, sizeof sha, "%s", r->str);
+  freeReplyObject(r);
+  char key[96];
+  snprintf(key, sizeof key, "%s:base:conc", o->run_id);
+  const char *field = "00000000-0000-4000-8000-000000000000:1";
+  const char *eargv[6] = {"EVALSHA", sha, "1", key, "30000", field};
+  fmtcmd ev = format(6, eargv);
+  double rps = conc_phase(o, &ev, conns, secs);
+  freeReplyObject(bench_cmdf(c, "DEL %s", key));
+  redisFreeCommand(ev.p);
+  redisFree(c);
+  return rps;
 }

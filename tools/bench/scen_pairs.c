@@ -11,6 +11,7 @@
  * many: --threads threads on one shared client, each on its own lock, then
  *   --procs processes with a client each: total pairs/s.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
@@ -396,12 +397,13 @@ static void many_proc(int i, void *arg) {
   dlock_client_free(c);
 }
 
-void scen_many(const bench_opts *o) {
-  redisContext *ctl = bench_connect(o);
-  char label[128];
-  /* Threads sharing one client. */
-  bench_log("many: %d threads, one client, own lock each, %.1f s", o->threads,
-            o->many_secs);
+typedef struct many_fig {
+  double rate, cpu, scripts;
+} many_fig;
+
+/* --threads threads sharing one client, own lock each, for --secs. */
+static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
+                         many_fig *f) {
   dlock_client *c = bench_client(o, o->threads, 0);
   many_thread *t = calloc((size_t)o->threads, sizeof *t);
   pthread_t *th = calloc((size_t)o->threads, sizeof *th);
@@ -410,7 +412,7 @@ void scen_many(const bench_opts *o) {
   if (!t || !th)
     bench_die("out of memory");
   for (int i = 0; i < o->threads; i++) {
-    t[i] = (many_thread){o, c, i, &ready, &go, &until, 0};
+    t[i] = (many_thread){o, c, rep * 1000 + i, &ready, &go, &until, 0};
     if (pthread_create(&th[i], NULL, many_main, &t[i]) != 0)
       bench_die("pthread_create failed");
   }
@@ -434,16 +436,13 @@ void scen_many(const bench_opts *o) {
   free(t);
   free(th);
   dlock_client_free(c);
-  snprintf(label, sizeof label, "pairs/s, %d threads (one client)", o->threads);
-  bm_put("many", "threads_pairs_per_s", label, (double)total / wall, "pairs/s");
-  bm_put("many", "threads_cpu_us", "client CPU per pair (threads)",
-         cpu / (double)total, "µs");
-  bm_put("many", "threads_scripts", "script calls per pair (threads)",
-         (double)(d.evalsha + d.eval) / (double)total, "calls");
+  f->rate = (double)total / wall;
+  f->cpu = total ? cpu / (double)total : NAN;
+  f->scripts = total ? (double)(d.evalsha + d.eval) / (double)total : NAN;
+}
 
-  /* Processes, one client each. */
-  bench_log("many: %d processes, own client and lock each, %.1f s", o->procs,
-            o->many_secs);
+/* --procs processes, a client and a lock each, for --secs. */
+static void many_procs(const bench_opts *o, redisContext *ctl, many_fig *f) {
   size_t shsz =
       sizeof(many_shared) + (size_t)o->procs * sizeof(((many_shared *)0)->w[0]);
   many_shared *sh = bench_shm(shsz);
@@ -453,16 +452,17 @@ void scen_many(const bench_opts *o) {
   int64_t wait_end = bench_now_ns() + (int64_t)60e9;
   while (atomic_load(&sh->ready) < o->procs && bench_now_ns() < wait_end)
     bench_sleep_ns(1000000);
+  bench_cmdstats a, b, d;
   bench_cmdstats_read(ctl, &a);
-  t0 = bench_now_ns();
+  int64_t t0 = bench_now_ns();
   atomic_store(&sh->until, t0 + (int64_t)(o->many_secs * 1e9));
   atomic_store(&sh->go, 1);
   int bad = bench_reap(pids, o->procs,
                        bench_now_ns() + (int64_t)((o->many_secs + 30) * 1e9));
   bench_cmdstats_read(ctl, &b);
   bench_cmdstats_delta(&a, &b, &d);
-  total = 0;
-  cpu = 0;
+  long total = 0;
+  double cpu = 0;
   int64_t last = t0 + 1;
   for (int i = 0; i < o->procs; i++) {
     total += sh->w[i].count;
@@ -470,15 +470,57 @@ void scen_many(const bench_opts *o) {
     if (sh->w[i].end_ns > last)
       last = sh->w[i].end_ns;
   }
-  wall = (double)(last - t0) / 1e9;
   if (bad)
     bm_note("many: %d of %d processes failed", bad, o->procs);
-  snprintf(label, sizeof label, "pairs/s, %d processes", o->procs);
-  bm_put("many", "procs_pairs_per_s", label, (double)total / wall, "pairs/s");
-  bm_put("many", "procs_cpu_us", "client CPU per pair (processes)",
-         total ? cpu / (double)total : 0, "µs");
-  bm_put("many", "procs_scripts", "script calls per pair (processes)",
-         total ? (double)(d.evalsha + d.eval) / (double)total : 0, "calls");
+  f->rate = (double)total / ((double)(last - t0) / 1e9);
+  f->cpu = total ? cpu / (double)total : NAN;
+  f->scripts = total ? (double)(d.evalsha + d.eval) / (double)total : NAN;
   bench_shm_free(sh, shsz);
+}
+
+static double med3(const many_fig *f, int n, size_t off) {
+  double v[MAX_REPS];
+  for (int i = 0; i < n; i++)
+    memcpy(&v[i], (const char *)&f[i] + off, sizeof v[i]);
+  return bench_median(v, n);
+}
+
+/* Each repetition: the floor (plain hiredis EVALSHA from --threads
+ * connections), the threads, the processes, back to back; medians. */
+void scen_many(const bench_opts *o) {
+  redisContext *ctl = bench_connect(o);
+  char label[128];
+  int reps = o->quick ? 1 : (o->reps < 3 ? o->reps : 3);
+  if (reps < 1)
+    reps = 1;
+  many_fig th[MAX_REPS], pr[MAX_REPS];
+  double fl[MAX_REPS];
+  for (int r = 0; r < reps; r++) {
+    bench_log("many %d/%d: hiredis floor (%d connections), %d threads on one "
+              "client, %d processes; %.1f s each",
+              r + 1, reps, o->threads, o->threads, o->procs, o->many_secs);
+    fl[r] = bench_evalsha_conc_rps(o, o->threads, o->many_secs);
+    many_threads(o, ctl, r, &th[r]);
+    many_procs(o, ctl, &pr[r]);
+  }
+  snprintf(label, sizeof label,
+           "floor: hiredis EVALSHA req/s, %d connections (interleaved)",
+           o->threads);
+  bm_put("many", "floor_evalsha_rps", label, bench_median(fl, reps), "req/s");
+  snprintf(label, sizeof label, "pairs/s, %d threads (one client)", o->threads);
+  bm_put("many", "threads_pairs_per_s", label,
+         med3(th, reps, offsetof(many_fig, rate)), "pairs/s");
+  bm_put("many", "threads_cpu_us", "client CPU per pair (threads)",
+         med3(th, reps, offsetof(many_fig, cpu)), "µs");
+  bm_put("many", "threads_scripts", "script calls per pair (threads)",
+         med3(th, reps, offsetof(many_fig, scripts)), "calls");
+  snprintf(label, sizeof label, "pairs/s, %d processes", o->procs);
+  bm_put("many", "procs_pairs_per_s", label,
+         med3(pr, reps, offsetof(many_fig, rate)), "pairs/s");
+  bm_put("many", "procs_cpu_us", "client CPU per pair (processes)",
+         med3(pr, reps, offsetof(many_fig, cpu)), "µs");
+  bm_put("many", "procs_scripts", "script calls per pair (processes)",
+         med3(pr, reps, offsetof(many_fig, scripts)), "calls");
+  bm_put("many", "reps", "repetitions (medians)", reps, "");
   redisFree(ctl);
 }
