@@ -433,30 +433,101 @@ DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
 /* Semaphore (Redisson RSemaphore layout) -- experimental                    */
 /* ------------------------------------------------------------------------ */
 
+/* A counting semaphore shared by every client of the server (docs/
+ * semaphore.md). Layout, exactly Redisson's: the string key `name` holds the
+ * number of available permits (no TTL); a missing key means "not set"
+ * (nothing can be acquired). Channel redisson_sc:{name}: adding permits
+ * publishes the new number of available permits. Permits are not owned:
+ * any thread or process may post, and a holder that dies never gives its
+ * permit back (no lease). */
 typedef struct dlock_sem dlock_sem;
 
+/* Creates a semaphore object for the key `name` (not empty, copied). No
+ * Redis traffic. The client is borrowed and must outlive the object.
+ * Errors: DLOCK_EINVAL (NULL/empty name, NULL out), DLOCK_ENOMEM,
+ * DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_API int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out);
+/* Frees the object (not the Redis key, and no permit is given back).
+ * Accepts NULL. Thread-safety: not while other threads use s. */
 DLOCK_API void dlock_sem_free(dlock_sem *s);
+/* Sets the number of permits if the semaphore is not set yet (Redisson
+ * trySetPermits; publishes the count). Errors: DLOCK_EBUSY (already set,
+ * nothing changed), DLOCK_EINVAL (permits < 0), DLOCK_ECONN, DLOCK_EREDIS
+ * (e.g. WRONGTYPE). Thread-safety: any thread. */
 DLOCK_API int dlock_sem_init(dlock_sem *s, long long permits);
+/* Takes one permit, waiting as long as it takes (dlock_sem_timedwait with
+ * wait_ms < 0). */
 DLOCK_API int dlock_sem_wait(dlock_sem *s);
+/* One attempt: takes a permit or returns DLOCK_EBUSY (none available, or the
+ * semaphore is not set). Thread-safety: any thread. */
 DLOCK_API int dlock_sem_trywait(dlock_sem *s);
+/* Takes one permit. wait_ms < 0: wait forever; 0: one attempt (DLOCK_EBUSY);
+ * > 0: at most that long (DLOCK_ETIMEDOUT). A waiting thread sleeps on the
+ * client's subscription to redisson_sc:{name} (a post wakes as many waiting
+ * threads of a client as it announces permits) and re-checks at least once
+ * a second, since pub/sub messages can be lost. Errors: DLOCK_EBUSY,
+ * DLOCK_ETIMEDOUT, DLOCK_ECANCELED (dlock_client_cancel_waits; no permit
+ * taken), DLOCK_ECLOSED, DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EINVAL (NULL).
+ * Thread-safety: any thread. */
 DLOCK_API int dlock_sem_timedwait(dlock_sem *s, long long wait_ms);
+/* Gives back one permit (Redisson release: INCRBY 1, creating the key at 1
+ * if missing, then publishes the new value). Any thread or process may post;
+ * nothing checks that the caller took a permit. Errors: DLOCK_ECONN,
+ * DLOCK_EREDIS, DLOCK_EINVAL. Not idempotent: a post whose reply was lost
+ * may have been applied. Thread-safety: any thread. */
 DLOCK_API int dlock_sem_post(dlock_sem *s);
+/* *v = the permits available now (0 if the semaphore is not set). Errors:
+ * DLOCK_EINVAL (NULL), DLOCK_EPROTO (the key is not a number), DLOCK_ECONN,
+ * DLOCK_EREDIS. Thread-safety: any thread. */
 DLOCK_API int dlock_sem_value(dlock_sem *s, long long *v);
 
 /* ------------------------------------------------------------------------ */
 /* Count-down latch (Redisson RCountDownLatch layout) -- experimental        */
 /* ------------------------------------------------------------------------ */
 
+/* A one-shot gate shared by every client of the server (docs/latch.md).
+ * Layout, exactly Redisson's: the string key `name` holds the remaining count
+ * (no TTL) and is deleted when it reaches zero, so "never set" and "open"
+ * are the same state. Channel redisson_countdownlatch__channel__{name}
+ * (always with the braces): "0" when the count reaches zero, "1" when a new
+ * count is set. */
 typedef struct dlock_latch dlock_latch;
 
+/* Creates a latch object for the key `name` (not empty, copied). No Redis
+ * traffic. The client is borrowed and must outlive the object. Errors:
+ * DLOCK_EINVAL (NULL/empty name, NULL out), DLOCK_ENOMEM, DLOCK_EFORK,
+ * DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
                               dlock_latch **out);
+/* Frees the object (not the Redis key). Accepts NULL. Thread-safety: not
+ * while other threads use l. */
 DLOCK_API void dlock_latch_free(dlock_latch *l);
+/* Closes the latch with `count` if it is open (Redisson trySetCount;
+ * publishes "1"). A latch that reached zero can be set again. Errors:
+ * DLOCK_EBUSY (already set, nothing changed), DLOCK_EINVAL (count <= 0),
+ * DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
 DLOCK_API int dlock_latch_init(dlock_latch *l, long long count);
+/* Decrements the count; at zero deletes the key and publishes "0", which
+ * wakes every waiter. On an open latch it does nothing (Redisson: the DECR
+ * result is deleted again). Not idempotent: a call whose reply was lost may
+ * have been applied. Errors: DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EINVAL.
+ * Thread-safety: any thread. */
 DLOCK_API int dlock_latch_count_down(dlock_latch *l);
+/* Waits until the latch is open (dlock_latch_timedawait with wait_ms < 0).
+ * Returns at once if it was never set. */
 DLOCK_API int dlock_latch_await(dlock_latch *l);
+/* Waits until the count is zero (key absent). wait_ms < 0: forever; 0: one
+ * check; > 0: at most that long. Returns 0 at once on an open or never-set
+ * latch. A waiting thread sleeps on the client's subscription (any message
+ * wakes every waiting thread of the client, which re-reads the count) and
+ * re-checks at least once a second, since pub/sub messages can be lost.
+ * Errors: DLOCK_ETIMEDOUT (still closed; also for wait_ms == 0),
+ * DLOCK_ECANCELED (dlock_client_cancel_waits), DLOCK_ECLOSED, DLOCK_ECONN,
+ * DLOCK_EREDIS, DLOCK_EINVAL. Thread-safety: any thread. */
 DLOCK_API int dlock_latch_timedawait(dlock_latch *l, long long wait_ms);
+/* *n = the remaining count (0 when open or never set). Errors: DLOCK_EINVAL
+ * (NULL), DLOCK_EPROTO (the key is not a number), DLOCK_ECONN, DLOCK_EREDIS.
+ * Thread-safety: any thread. */
 DLOCK_API int dlock_latch_count(dlock_latch *l, long long *n);
 
 #ifdef __cplusplus
