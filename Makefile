@@ -74,9 +74,11 @@ clean:
 	rm -rf build build-asan build-tsan build-valgrind build-tidy
 
 # docs/dlock.1 is generated from docs/dlock.1.md and committed (building
-# needs no pandoc); run this after editing the markdown.
+# needs no pandoc); run this after editing the markdown. MAN_OUT: where to
+# write it (the cli.manpage test regenerates it elsewhere to catch drift).
+MAN_OUT ?= docs/dlock.1
 man:
 	command -v pandoc >/dev/null || apt-get install -y pandoc
 	pandoc -s -f markdown-smart -t man -M title=DLOCK -M section=1 \
 	  -M footer="dlock 0.1.0" -M header="User Commands" \
-	  docs/dlock.1.md -o docs/dlock.1
+	  docs/dlock.1.md -o $(MAN_OUT)
