@@ -11,8 +11,8 @@ duration of the library's acquire call), worker min/max acquisitions
 (acquisitions - final counter; anything but 0 is a mutual-exclusion bug).
 
 Modes:
-  peers.py run --sock PATH --workers N --secs S --bench EXE [--node-dir DIR]
-               [--python PY]
+  peers.py run --sock PATH --workers N --secs S --rounds R --bench EXE
+               [--node-dir DIR] [--python PY]
   peers.py pyworker CONFIG SOCK LOCK COUNTER START SECS   (internal)
 """
 import argparse
@@ -40,7 +40,11 @@ def pyworker(cfg_json, sock, lock_key, counter_key, start, secs):
     data = redis.Redis(unix_socket_path=sock)
     r.ping()
     data.ping()
-    start, end = float(start), float(start) + float(secs)
+    # Barrier: tell the orchestrator we are connected, get the start time.
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    start = float(sys.stdin.readline() or start)
+    end = start + float(secs)
     while time.time() < start:
         time.sleep(min(0.01, max(0.0, start - time.time())))
     lat, fail = [], 0
@@ -73,17 +77,30 @@ def redis_cmd(sock, *args):
 
 
 def run_workers(argvs, env=None, cwd=None):
-    procs = [subprocess.Popen(a, stdout=subprocess.PIPE,
+    """Starts every worker, waits until each has connected (it prints
+    "ready"), then sends all of them the same start time on stdin."""
+    procs = [subprocess.Popen(a, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE,
                               universal_newlines=True, env=env, cwd=cwd)
              for a in argvs]
+    for p in procs:
+        p.stdout.readline()  # "ready", or "" if it died (reported below)
+    start = "%.6f\n" % (time.time() + 0.2)
+    for p in procs:
+        try:
+            p.stdin.write(start)
+            p.stdin.close()
+        except OSError:
+            pass
     res, errs = [], []
     for p in procs:
         try:
-            out, err = p.communicate(timeout=300)
+            p.wait(timeout=300)
         except subprocess.TimeoutExpired:
             p.kill()
-            out, err = p.communicate()
+            p.wait()
+        out, err = p.stdout.read(), p.stderr.read()
         if p.returncode == 0 and out.strip():
             res.append(json.loads(out.strip().splitlines()[-1]))
         else:
@@ -113,7 +130,7 @@ def summarize(name, res, errs, secs, counter_val, workers):
 def run_peer(a, tag, name, argv_for_worker, env=None, cwd=None):
     run = "peers:%d:%s" % (os.getpid(), tag)
     lock_key, counter_key = run + ":lock", run + ":counter"
-    start = time.time() + 1.5  # time for every process to start & connect
+    start = time.time() + 60  # placeholder: the barrier sends the real one
     argvs = [argv_for_worker(lock_key, counter_key, "%.6f" % start)
              for _ in range(a.workers)]
     sys.stderr.write("# peers: %s, %d processes, %.1f s\n"
@@ -160,15 +177,22 @@ def fmt(v, digits=2):
     return str(v)
 
 
-def main_run(a):
-    rows, notes = [], []
-    here = os.path.dirname(os.path.abspath(__file__))
+def median_row(rs):
+    rs = sorted(rs, key=lambda r: r["acq_per_s"])
+    row = dict(rs[len(rs) // 2])
+    row["range"] = "%s-%s" % (fmt(rs[0]["acq_per_s"]), fmt(rs[-1]["acq_per_s"]))
+    # Lost updates and failures are summed over every round: one lost
+    # update anywhere is a bug, whichever round it happened in.
+    row["lost"] = sum(r["lost"] for r in rs)
+    row["failed"] = sum(r["failed"] for r in rs)
+    return row
 
-    row, err = run_dlock(a)
-    if row:
-        rows.append(row)
-    else:
-        notes.append(err)
+
+def peer_specs(a):
+    """(name, run_once) for every peer available; notes for the skipped."""
+    specs, notes = [], []
+    here = os.path.dirname(os.path.abspath(__file__))
+    specs.append(("dlock (this project, C)", lambda: run_dlock(a)))
 
     py = a.python
     if py:
@@ -184,8 +208,10 @@ def main_run(a):
              {"sleep": 0.001}),
         ]:
             cj = json.dumps(cfg)
-            rows.append(run_peer(a, tag, name, lambda lk, ck, st, cj=cj: [
-                py, me, "pyworker", cj, a.sock, lk, ck, st, str(a.secs)]))
+            specs.append((name, lambda tag=tag, name=name, cj=cj: (run_peer(
+                a, tag, name, lambda lk, ck, st: [
+                    py, me, "pyworker", cj, a.sock, lk, ck, st,
+                    str(a.secs)]), None)))
     else:
         notes.append("redis-py skipped: no python3 with the redis module "
                      "(apt-get install -y python3-redis)")
@@ -218,35 +244,60 @@ def main_run(a):
              % vers["redis-semaphore"], {"retryInterval": 1}),
         ]:
             cj = json.dumps(cfg)
-            rows.append(run_peer(
-                a, tag, name,
-                lambda lk, ck, st, lib=lib, cj=cj: [
+            specs.append((name, lambda tag=tag, lib=lib, name=name, cj=cj: (
+                run_peer(a, tag, name, lambda lk, ck, st: [
                     "node", js, lib, cj, a.sock, lk, ck, st, str(a.secs)],
-                env=env, cwd=a.node_dir))
+                    env=env, cwd=a.node_dir), None)))
         notes.append("node peers on ioredis %s" % vers["ioredis"])
     else:
         notes.append(a.node_note or "node peers skipped")
+    return specs, notes
+
+
+def main_run(a):
+    specs, notes = peer_specs(a)
+    results = {name: [] for name, _ in specs}
+    load0 = os.getloadavg()[0]
+    # Rounds rotate the order, so a burst of load on this shared machine
+    # does not always fall on the same library; each library's row is its
+    # median round by acq/s.
+    for rnd in range(a.rounds):
+        k = rnd % len(specs)
+        for name, fn in specs[k:] + specs[:k]:
+            row, err = fn()
+            if row:
+                results[name].append(row)
+            else:
+                notes.append("%s, round %d: %s" % (name, rnd + 1, err))
+    load1 = os.getloadavg()[0]
+    rows = [median_row(results[n]) for n, _ in specs if results[n]]
 
     print("## Contended, side by side (%d processes on one lock, GET+SET of a "
-          "counter inside, %.0f s each, same private redis-server, unix "
-          "socket)\n" % (a.workers, a.secs))
-    print("| library | acq/s | acquire p50 ms | acquire p99 ms | acquire max "
-          "ms | worker min/max | failed acquires | lost updates | workers "
-          "ok |")
+          "counter inside, %g s per run, %d round%s, same private "
+          "redis-server, unix socket)\n"
+          % (a.workers, a.secs, a.rounds, "" if a.rounds == 1 else "s"))
+    print("| library | acq/s (median round) | acq/s range | acquire p50 ms "
+          "| acquire p99 ms | acquire max ms | worker min/max | failed "
+          "acquires | lost updates |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print("| %s | %s | %s | %s | %s | %s/%s | %s | %s | %s |" % (
-            r["library"], fmt(r["acq_per_s"]), fmt(r["p50_ms"], 3),
-            fmt(r["p99_ms"], 3), fmt(r["max_ms"], 2), r["worker_min"],
-            r["worker_max"], r["failed"], r["lost"], r["workers_ok"]))
+        print("| %s | %s | %s | %s | %s | %s | %s/%s | %s | %s |" % (
+            r["library"], fmt(r["acq_per_s"]), r["range"],
+            fmt(r["p50_ms"], 3), fmt(r["p99_ms"], 3), fmt(r["max_ms"], 2),
+            r["worker_min"], r["worker_max"], r["failed"], r["lost"]))
     print()
     for r in rows:
+        if r["workers_ok"] != "%d/%d" % (a.workers, a.workers):
+            notes.append("%s: only %s workers finished" % (r["library"],
+                                                          r["workers_ok"]))
         if r["note"]:
             notes.append("%s: %s" % (r["library"], r["note"]))
+    notes.append("load average (1 min) %.2f before, %.2f after, on %d CPUs"
+                 % (load0, load1, os.cpu_count() or 0))
     for n in notes:
         print("- " + n)
     print(json.dumps({"peers": rows, "workers": a.workers, "secs": a.secs,
-                      "notes": notes}))
+                      "rounds": a.rounds, "notes": notes}))
 
 
 def main():
@@ -258,6 +309,7 @@ def main():
     ap.add_argument("--sock", required=True)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--secs", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--bench", required=True)
     ap.add_argument("--node-dir", default="")
     ap.add_argument("--node-note", default="")

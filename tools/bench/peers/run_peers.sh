@@ -3,12 +3,15 @@
 # same private redis-server (issue 4's bar). One markdown table, then one
 # JSON line.
 #
-#   tools/bench/peers/run_peers.sh [--workers N] [--secs S] [--bench EXE]
+#   tools/bench/peers/run_peers.sh [--workers N] [--secs S] [--rounds R]
+#                                  [--bench EXE]
 #   make bench-peers PEERS_FLAGS="--secs 5"
 #
 # Every library runs the contended scenario of dlock-bench: N processes
 # (default 8) on ONE lock, a non-atomic GET+SET of a counter inside, S
-# seconds (default 10). Peers:
+# seconds (default 5), R rounds (default 3) in rotating order; each
+# library's row is its median round (the machine is shared and noisy).
+# Peers:
 #   - dlock itself (dlock-bench --only contended with the same N and S);
 #   - redis-py's Lock (python3-redis), defaults, blocking_timeout=1, sleep 1 ms;
 #   - node redlock and redis-semaphore (npm, installed into a temp dir; set
@@ -19,14 +22,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 workers=8
-secs=10
+secs=5
+rounds=3
 bench=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
     --secs) secs=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "run_peers.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -84,8 +89,8 @@ else
   fi
 fi
 
-echo "# dlock peers: redis-server $rver (private, unix socket), $(nproc) CPUs, $workers processes, $secs s each"
+echo "# dlock peers: redis-server $rver (private, unix socket), $(nproc) CPUs, $workers processes, $secs s per run, $rounds rounds"
 echo
-python3 "$here/peers.py" run --sock "$sock" --workers "$workers" --secs "$secs" \
+python3 "$here/peers.py" run --sock "$sock" --workers "$workers" --secs "$secs" --rounds "$rounds" \
   --bench "$bench" --node-dir "$node_dir" --node-note "$node_note" \
   --python "$py" --pyver "$pyver"

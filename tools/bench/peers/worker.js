@@ -3,6 +3,7 @@
 // LIB: redlock | redis-semaphore. Waits until START, then until START+SECS:
 // acquire (timed), GET counter, SET counter+1, release. Prints one JSON line:
 // {"count":n,"fail":f,"lat_us":[...]} (time-to-acquire of each acquisition).
+// Prints "ready" once connected and reads the real start time from stdin.
 'use strict';
 const Redis = require('ioredis');
 
@@ -10,7 +11,6 @@ async function main() {
   const [lib, cfgJson, sock, lockKey, counterKey, startS, secsS] =
       process.argv.slice(2);
   const cfg = JSON.parse(cfgJson);
-  const start = Number(startS) * 1000, end = start + Number(secsS) * 1000;
   const lockConn = new Redis({path: sock});
   const dataConn = new Redis({path: sock});
   await lockConn.ping();
@@ -32,6 +32,19 @@ async function main() {
   } else {
     throw new Error('unknown lib ' + lib);
   }
+  // Barrier: tell the orchestrator we are connected, get the start time.
+  process.stdout.write('ready\n');
+  const line = await new Promise((resolve) => {
+    let buf = '';
+    process.stdin.setEncoding('utf8');
+    process.stdin.on('data', (d) => {
+      buf += d;
+      if (buf.includes('\n')) resolve(buf);
+    });
+    process.stdin.on('end', () => resolve(buf || startS));
+  });
+  process.stdin.pause();
+  const start = Number(line.trim()) * 1000, end = start + Number(secsS) * 1000;
   const wait = start - Date.now();
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   const lat = [];
