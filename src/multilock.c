@@ -1,0 +1,236 @@
+/*
+ * multilock.c -- all of N mutexes, all-or-nothing (Redisson RedissonMultiLock
+ * semantics; docs/multilock.md).
+ *
+ * The members are ordinary dlock_mutex objects (plain, fair or fenced, on
+ * any clients/servers); each one keeps its own Redis layout: the RLock hash
+ * under exactly its own name. This file only orders the calls:
+ *
+ *   1. One pass over the members in array order, one attempt each
+ *      (dlock__mutex_acquire with wait 0). A member that is already held
+ *      from an earlier step of this call is skipped.
+ *   2. A busy member ends the pass: every member taken in this call is
+ *      released (so no partial hold is ever left while waiting), then the
+ *      thread waits for that member alone with its own timed acquire and the
+ *      remaining budget. Once it has it, a new pass tries all the others.
+ *      The thread never waits while holding another member, so two
+ *      multi-locks over the same mutexes in any order cannot deadlock.
+ *   3. Any other error, or the budget running out, releases every member
+ *      taken in this call before returning.
+ *
+ * The object's own record (per thread: how many times it holds the
+ * multi-lock) decides DLOCK_EPERM on unlock.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct ml_hold {
+  struct ml_hold *next;
+  uint64_t tid;
+  int count;
+} ml_hold;
+
+struct dlock_multilock {
+  size_t n;
+  dlock_mutex **locks;
+  pthread_mutex_t mu;
+  ml_hold *holds;
+};
+
+int dlock_multilock_new(dlock_mutex **locks, size_t n, dlock_multilock **out) {
+  dlock__clear_error();
+  if (!out)
+    return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  if (!locks || n == 0)
+    return dlock__fail(DLOCK_EINVAL, "no member locks");
+  for (size_t i = 0; i < n; i++) {
+    if (!locks[i])
+      return dlock__fail(DLOCK_EINVAL, "member %zu is NULL", i);
+    for (size_t j = 0; j < i; j++)
+      if (locks[j] == locks[i])
+        return dlock__fail(DLOCK_EINVAL,
+                           "member %zu is the same object as member %zu", i, j);
+  }
+  dlock_multilock *ml = dlock__calloc(1, sizeof *ml);
+  if (!ml)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  ml->locks = dlock__calloc(n, sizeof *ml->locks);
+  if (!ml->locks) {
+    free(ml);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  memcpy(ml->locks, locks, n * sizeof *locks);
+  ml->n = n;
+  pthread_mutex_init(&ml->mu, NULL);
+  *out = ml;
+  return 0;
+}
+
+void dlock_multilock_free(dlock_multilock *ml) {
+  if (!ml)
+    return;
+  ml_hold *h = ml->holds;
+  while (h) {
+    ml_hold *nx = h->next;
+    free(h);
+    h = nx;
+  }
+  pthread_mutex_destroy(&ml->mu);
+  free(ml->locks);
+  free(ml);
+}
+
+/* The calling thread's record (ml->mu held); created if create. */
+static ml_hold *find_hold(dlock_multilock *ml, uint64_t tid, int create) {
+  for (ml_hold *h = ml->holds; h; h = h->next)
+    if (h->tid == tid)
+      return h;
+  if (!create)
+    return NULL;
+  ml_hold *h = dlock__calloc(1, sizeof *h);
+  if (h) {
+    h->tid = tid;
+    h->next = ml->holds;
+    ml->holds = h;
+  }
+  return h;
+}
+
+/* Releases the members marked in taken[], last first; keeps the caller's
+ * error message. */
+static void release_taken(dlock_multilock *ml, unsigned char *taken) {
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", dlock_last_error());
+  for (size_t i = ml->n; i-- > 0;) {
+    if (taken[i]) {
+      (void)dlock__mutex_release(ml->locks[i]);
+      taken[i] = 0;
+    }
+  }
+  dlock__fail(DLOCK_OK, "%s", keep);
+}
+
+static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
+  dlock__clear_error();
+  if (!ml)
+    return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
+  const int64_t deadline = wait_ms < 0 ? -1 : dlock__now_ms() + wait_ms;
+  unsigned char *taken = dlock__calloc(ml->n, 1);
+  if (!taken)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  int rc = 0;
+  /* Bounded by the wait budget (or forever for lock()); each iteration
+   * either holds all members or waits for one. */
+  for (;;) {
+    size_t busy = ml->n;
+    for (size_t i = 0; i < ml->n; i++) {
+      if (taken[i])
+        continue;
+      rc = dlock__mutex_acquire(ml->locks[i], 0, lease_ms);
+      if (rc == 0) {
+        taken[i] = 1;
+        continue;
+      }
+      if (rc == DLOCK_EBUSY)
+        busy = i;
+      break;
+    }
+    if (rc == 0)
+      break;
+    release_taken(ml, taken);
+    if (rc != DLOCK_EBUSY)
+      break;
+    const char *bname = dlock_mutex_name(ml->locks[busy]);
+    if (wait_ms == 0) {
+      rc = dlock__fail(DLOCK_EBUSY,
+                       "multilock member %zu ('%s') is held "
+                       "elsewhere",
+                       busy, bname);
+      break;
+    }
+    int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
+    if (deadline >= 0 && left <= 0) {
+      rc = dlock__fail(DLOCK_ETIMEDOUT,
+                       "multilock: member %zu ('%s') still held elsewhere "
+                       "after %lld ms",
+                       busy, bname, wait_ms);
+      break;
+    }
+    /* Wait for the busy member alone (nothing else held), keep it, and try
+     * the others again. */
+    rc = dlock__mutex_acquire(ml->locks[busy], left, lease_ms);
+    if (rc == DLOCK_ETIMEDOUT) {
+      rc = dlock__fail(DLOCK_ETIMEDOUT,
+                       "multilock: member %zu ('%s') still held elsewhere "
+                       "after %lld ms",
+                       busy, bname, wait_ms);
+      break;
+    }
+    if (rc != 0)
+      break;
+    taken[busy] = 1;
+  }
+  if (rc == 0) {
+    pthread_mutex_lock(&ml->mu);
+    ml_hold *h = find_hold(ml, dlock__tid(), 1);
+    if (h)
+      h->count++;
+    pthread_mutex_unlock(&ml->mu);
+    if (!h) {
+      release_taken(ml, taken);
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+  }
+  free(taken);
+  return rc;
+}
+
+int dlock_multilock_lock(dlock_multilock *ml) { return acquire(ml, -1, -1); }
+int dlock_multilock_trylock(dlock_multilock *ml) { return acquire(ml, 0, -1); }
+int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
+                              long long lease_ms) {
+  return acquire(ml, wait_ms, lease_ms);
+}
+
+int dlock_multilock_unlock(dlock_multilock *ml) {
+  dlock__clear_error();
+  if (!ml)
+    return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
+  pthread_mutex_lock(&ml->mu);
+  ml_hold *h = find_hold(ml, dlock__tid(), 0);
+  int held = h && h->count > 0;
+  if (held)
+    h->count--;
+  pthread_mutex_unlock(&ml->mu);
+  if (!held)
+    return dlock__fail(DLOCK_EPERM, "multilock is not held by this thread");
+  /* Release every member even if one fails; report the worst: a lost
+   * member (ELOST) first, else the first other error. */
+  int lost = 0, other = 0;
+  size_t lost_i = 0, other_i = 0;
+  char other_msg[512] = "";
+  for (size_t i = ml->n; i-- > 0;) {
+    int rc = dlock__mutex_release(ml->locks[i]);
+    if (rc == DLOCK_ELOST && !lost) {
+      lost = rc;
+      lost_i = i;
+    } else if (rc != 0 && rc != DLOCK_ELOST && !other) {
+      other = rc;
+      other_i = i;
+      snprintf(other_msg, sizeof other_msg, "%s", dlock_last_error());
+    }
+  }
+  if (lost)
+    return dlock__fail(DLOCK_ELOST,
+                       "multilock member %zu ('%s') was lost while held "
+                       "(expired, deleted or taken); the others are released",
+                       lost_i, dlock_mutex_name(ml->locks[lost_i]));
+  if (other)
+    return dlock__fail(other, "multilock member %zu ('%s'): %s", other_i,
+                       dlock_mutex_name(ml->locks[other_i]), other_msg);
+  return 0;
+}
