@@ -334,6 +334,10 @@ static int parse_args(int argc, char **argv, sk_opts *o) {
     case OPT_URL:
       if (!*optarg)
         return bad("--url needs a URL%s%s", "", "");
+      if (strncmp(optarg, "redis://", 8) != 0 &&
+          strncmp(optarg, "unix://", 7) != 0)
+        return bad("--url: '%s' is not a redis:// or unix:// URL%s", optarg,
+                   "");
       o->url = optarg;
       break;
     case 'h':

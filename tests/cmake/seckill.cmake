@@ -1,0 +1,19 @@
+# dlock-seckill scenarios (issue 3): each case of tests/seckill/seckill_test.sh
+# is one ctest case "seckill.<case>", run with the built binary; the tool
+# starts its own private redis-server. Label "tool". No speed is asserted.
+if(TARGET dlock-seckill)
+  find_program(DLOCK_PYTHON3 python3)
+  if(DLOCK_PYTHON3)
+    set(DLOCK_SECKILL_CASES
+      none_oversells local_oversells set_nx_px_short_lease_oversells
+      setnx_kill_holder_deadlocks owner_lua_correct dlock_correct
+      segmented_correct atomic_correct fair_correct users_dlock_no_duplicates
+      json_all chart_svg bad_input)
+    foreach(c ${DLOCK_SECKILL_CASES})
+      add_test(NAME seckill.${c}
+        COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../seckill/seckill_test.sh
+                $<TARGET_FILE:dlock-seckill> ${c})
+      set_tests_properties(seckill.${c} PROPERTIES TIMEOUT 120 LABELS tool)
+    endforeach()
+  endif()
+endif()

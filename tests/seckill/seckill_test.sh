@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# seckill_test.sh BINARY CASE -- one scenario of dlock-seckill (issue 3), run
+# against the private redis-server the tool starts itself. Registered as the
+# ctest cases seckill.<case> by tests/cmake/seckill.cmake (label "tool").
+# Every run is bounded by `timeout`; no speed is asserted.
+set -u
+BIN=${1:?binary}
+CASE=${2:?case}
+TMP=$(mktemp -d /tmp/seckill-test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
+
+# run ARGS... : the tool with --json, stdout to $TMP/out.json; exit status
+run() { timeout 120 "$BIN" --json "$@" >"$TMP/out.json" 2>"$TMP/err.txt"; }
+
+# field STRATEGY KEY : one number (or true/false) of the JSON result
+field() {
+  python3 - "$TMP/out.json" "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for s in d["strategies"]:
+    if s["name"] == sys.argv[2]:
+        v = s[sys.argv[3]]
+        print(str(v).lower() if isinstance(v, bool) else v)
+        sys.exit(0)
+sys.exit("no strategy " + sys.argv[2])
+PY
+}
+
+# must_oversell STRATEGY ARGS... : at least one of 3 runs oversells
+must_oversell() {
+  local s=$1; shift
+  for i in 1 2 3; do
+    run --strategy "$s" "$@" || fail "run $i exited $?: $(cat "$TMP/err.txt")"
+    local o; o=$(field "$s" oversold) || fail "bad JSON"
+    local c; c=$(field "$s" correct)
+    echo "$s run $i: oversold $o, lost $(field "$s" lost_updates), correct $c"
+    [ "$c" = false ] || [ "$o" -eq 0 ] || fail "oversold but reported correct"
+    [ "$o" -gt 0 ] && return 0
+  done
+  fail "$s never oversold in 3 runs"
+}
+
+# never_wrong STRATEGY ARGS... : 3 runs, never oversold / lost / wrong
+never_wrong() {
+  local s=$1; shift
+  for i in 1 2 3; do
+    run --strategy "$s" "$@" || fail "run $i exited $?: $(cat "$TMP/err.txt")"
+    local o l c orders st
+    o=$(field "$s" oversold) || fail "bad JSON"
+    l=$(field "$s" lost_updates); c=$(field "$s" correct)
+    orders=$(field "$s" orders); st=$(field "$s" final_stock)
+    echo "$s run $i: orders $orders, stock $st, oversold $o, lost $l, correct $c"
+    [ "$o" -eq 0 ] || fail "$s oversold $o"
+    [ "$l" -eq 0 ] || fail "$s lost $l updates"
+    [ "$c" = true ] || fail "$s not correct: $(cat "$TMP/out.json")"
+    # default load: 1000 requests for 100 items -> all sold, none left
+    [ "$orders" -eq 100 ] && [ "$st" -eq 0 ] || fail "$s sold $orders, $st left"
+  done
+}
+
+case "$CASE" in
+none_oversells) must_oversell none ;;
+local_oversells) must_oversell local ;;
+set_nx_px_short_lease_oversells)
+  must_oversell set-nx-px --lease-ms 1 --work-ms 2-4 ;;
+setnx_kill_holder_deadlocks)
+  start=$(date +%s)
+  run --strategy setnx --kill-holder --stall-ms 1500 ||
+    fail "exited $?: $(cat "$TMP/err.txt")"
+  took=$(( $(date +%s) - start ))
+  d=$(field setnx deadlocked); k=$(field setnx victim_killed)
+  echo "setnx --kill-holder: deadlocked $d, victim killed $k, ${took}s"
+  [ "$k" = true ] || fail "the victim was not killed"
+  [ "$d" -gt 0 ] || fail "no deadlock reported"
+  [ "$(field setnx correct)" = false ] || fail "reported correct"
+  [ "$(field setnx stuck_lock)" = true ] || fail "no stuck lock key seen"
+  [ "$took" -lt 60 ] || fail "took ${took}s" ;;
+owner_lua_correct) never_wrong owner-lua ;;
+dlock_correct) never_wrong dlock ;;
+segmented_correct) never_wrong segmented ;;
+atomic_correct) never_wrong atomic ;;
+fair_correct) never_wrong fair ;;
+users_dlock_no_duplicates)
+  for i in 1 2 3; do
+    run --strategy dlock --users 50 || fail "exited $?"
+    du=$(field dlock duplicate_users); o=$(field dlock orders)
+    echo "dlock --users 50 run $i: orders $o, users with >1 order $du"
+    [ "$du" -eq 0 ] || fail "$du users bought twice"
+    [ "$o" -le 50 ] || fail "$o orders from 50 users"
+  done ;;
+json_all)
+  run --strategy all --requests 400 || fail "exited $?: $(cat "$TMP/err.txt")"
+  python3 - "$TMP/out.json" <<'PY' || fail "JSON check failed"
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = [s["name"] for s in d["strategies"]] + [s["name"] for s in d["skipped"]]
+want = ["none", "local", "setnx", "setnx-expire", "getset", "set-nx-px",
+        "owner-lua", "dlock", "segmented", "atomic", "fair", "redlock"]
+assert sorted(names) == sorted(want), names
+for s in d["strategies"]:
+    for k in ("orders", "final_stock", "oversold", "lost_updates", "rejected",
+              "errors", "deadlocked", "throughput", "p50_ms", "p99_ms"):
+        assert isinstance(s[k], (int, float)), (s["name"], k)
+    if s["name"] in ("owner-lua", "dlock", "segmented", "atomic", "fair"):
+        assert s["oversold"] == 0 and s["lost_updates"] == 0, s
+    print(s["name"], s["correct"], s["oversold"])
+PY
+  ;;
+chart_svg)
+  timeout 120 "$BIN" --strategy none,dlock,atomic --chart "$TMP/c.svg" \
+    >"$TMP/out.txt" 2>&1 || fail "exited $?"
+  grep -q "^dlock " "$TMP/out.txt" || fail "no table: $(cat "$TMP/out.txt")"
+  python3 - "$TMP/c.svg" <<'PY' || fail "not a valid SVG"
+import sys, xml.dom.minidom
+doc = xml.dom.minidom.parse(sys.argv[1])
+root = doc.documentElement
+assert root.tagName == "svg", root.tagName
+assert root.getAttribute("xmlns") == "http://www.w3.org/2000/svg"
+rects = root.getElementsByTagName("rect")
+texts = "".join(t.firstChild.data for t in root.getElementsByTagName("text")
+                if t.firstChild)
+assert len(rects) >= 4, len(rects)
+for n in ("none", "dlock", "atomic"):
+    assert n in texts, n
+print("svg ok:", len(rects), "rects")
+PY
+  ;;
+bad_input)
+  for args in "--procs 0" "--threads x" "--strategy nope" "--work-ms 3-1" \
+    "--requests" "--bogus" "extra" "--url http://x" "--stock -5" \
+    "--segments 999" "--lease-ms 0"; do
+    # shellcheck disable=SC2086
+    timeout 30 "$BIN" $args >"$TMP/o" 2>"$TMP/e"
+    rc=$?
+    echo "$args -> $rc: $(head -1 "$TMP/e")"
+    [ "$rc" -eq 64 ] || fail "'$args' exited $rc, want 64"
+    [ "$(wc -l <"$TMP/e")" -eq 1 ] || fail "'$args': not one line: $(cat "$TMP/e")"
+    [ ! -s "$TMP/o" ] || fail "'$args' printed on stdout"
+  done
+  timeout 60 "$BIN" --url redis://127.0.0.1:1 --strategy none >/dev/null 2>&1
+  rc=$?; echo "unreachable --url -> $rc"
+  [ "$rc" -eq 69 ] || fail "unreachable --url exited $rc, want 69"
+  timeout 10 "$BIN" --help | grep -q -- "--kill-holder" || fail "--help"
+  timeout 10 "$BIN" --version | grep -q "^dlock-seckill " || fail "--version" ;;
+*) fail "unknown case" ;;
+esac
+echo "PASS ($CASE)"
