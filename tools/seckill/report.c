@@ -18,10 +18,28 @@ const char *sk_lesson(const sk_result *r, char *buf, size_t len,
   else if (r->deadlocked > 0)
     snprintf(buf, len, "%s%s", s->lesson_dead,
              r->stuck_lock ? " (the lock key is still there, no TTL)" : "");
+  else if (r->stuck_lock)
+    snprintf(buf, len,
+             "the lock key was left behind with no expiry: the "
+             "next buyer would wait forever");
+  else if (r->unfinished > 0)
+    snprintf(buf, len,
+             "%lld requests were still queued at --deadline-ms while the "
+             "run was making progress: too slow for the deadline, not stuck",
+             r->unfinished);
   else if (r->errors > 0)
     snprintf(buf, len, "errors: %s",
              r->first_error[0] ? r->first_error : "see stderr");
-  else if (s->hint && !(o && o->kill_holder && s->kind != SK_LOCAL))
+  else if (o && o->kill_holder && r->victim_killed)
+    snprintf(buf, len, "survived the kill: %s",
+             s->kind == SK_NONE || s->kind == SK_ATOMIC
+                 ? "there is no lock a dead process could leave behind"
+             : s->kind == SK_LOCAL ? "the lock died with its process"
+             : s->uses_lease || s->kind == SK_GETSET
+                 ? "the dead holder's lock expired after --lease-ms"
+                 : "the dead holder's lock expired after the watchdog "
+                   "lease (--watchdog-ms)");
+  else if (s->hint && !(o && o->kill_holder))
     snprintf(buf, len, "%s", s->hint);
   else
     buf[0] = '\0';
@@ -119,7 +137,8 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
     printf(",\"correct\":%s,\"orders\":%lld,\"final_stock\":%lld,"
            "\"oversold\":%lld,\"lost_updates\":%lld,\"rejected\":%lld,"
            "\"rejected_soldout\":%lld,\"rejected_duplicate\":%lld,"
-           "\"errors\":%lld,\"deadlocked\":%lld,\"killed\":%lld,"
+           "\"errors\":%lld,\"deadlocked\":%lld,\"unfinished\":%lld,"
+           "\"killed\":%lld,"
            "\"victim_killed\":%s,\"stuck_lock\":%s,\"duplicate_users\":%lld,"
            "\"duplicate_orders\":%lld,\"throughput\":%.1f,\"p50_ms\":%.3f,"
            "\"p99_ms\":%.3f,\"wall_ms\":%.1f,\"stopped_at_deadline\":%s,"
@@ -127,7 +146,7 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
            r->correct ? "true" : "false", r->orders, r->final_stock,
            r->oversold, r->lost_updates, r->soldout + r->duplicates_rejected,
            r->soldout, r->duplicates_rejected, r->errors, r->deadlocked,
-           r->killed, r->victim_killed ? "true" : "false",
+           r->unfinished, r->killed, r->victim_killed ? "true" : "false",
            r->stuck_lock ? "true" : "false", r->dup_users, r->dup_orders,
            r->throughput, r->p50_ms, r->p99_ms, r->wall_ms,
            r->stopped ? "true" : "false");
