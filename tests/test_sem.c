@@ -409,6 +409,26 @@ TH_CASE(pubsub_killed_while_waiting) {
   dlock_client_free(c2);
 }
 
+/* Permits that appear without a message (a writer that does not publish)
+ * are found by the periodic re-check. */
+TH_CASE(recheck_without_message) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  freeReplyObject(th_cmd(r, "SET rc 0"));
+  waiter w = {c, "rc", 10000, -100, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, waiter_main, &w);
+  wait_numsub(r, "redisson_sc:{rc}", 1, 10000);
+  th_sleep_ms(100);
+  int64_t t0 = th_now_ms();
+  freeReplyObject(th_cmd(r, "SET rc 1"));
+  pthread_join(t, NULL);
+  CHECK_MSG(w.rc == 0, "waiter: %s %s", dlock_err_name(w.rc), w.msg);
+  printf("found %lld ms after the silent SET\n", (long long)(w.done_at - t0));
+  CHECK_EQ(th_cmd_int(r, "EXISTS rc"), 1);
+  dlock_client_free(c);
+}
+
 TH_CASE(cancel_waits) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r);
