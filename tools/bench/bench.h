@@ -50,6 +50,10 @@ void bench_sleep_ns(int64_t ns);
 /* user+system CPU of the whole process / of the calling thread, in µs. */
 double bench_cpu_us(void);
 double bench_thread_cpu_us(void);
+/* Context switches (voluntary + involuntary) of every thread of the
+ * process so far: a blocking read is one, each wake-up of another thread
+ * of ours is one more. */
+double bench_ctxsw(void);
 /* Resident set size of this process in bytes (from /proc/self/statm). */
 long long bench_rss_bytes(void);
 /* Bytes of heap in use (mallinfo2), -1 if unknown. */

@@ -126,7 +126,7 @@ static void raw_one(raw_pair *rp, const char *key) {
 
 /* Per-repetition figures of one block. */
 typedef struct block {
-  double p50, p99, cpu, rate;
+  double p50, p99, cpu, rate, csw;
   long done;
   bench_cmdstats d;
 } block;
@@ -136,7 +136,7 @@ static void raw_block(raw_pair *rp, const char *prefix, long n,
   bench_samples s;
   bs_init(&s);
   char key[128];
-  double cpu0 = bench_cpu_us();
+  double cpu0 = bench_cpu_us(), csw0 = bench_ctxsw();
   int64_t t0 = bench_now_ns();
   long i = 0;
   for (; i < n; i++) {
@@ -152,6 +152,7 @@ static void raw_block(raw_pair *rp, const char *prefix, long n,
   }
   double wall = (double)(bench_now_ns() - t0) / 1e9;
   b->cpu = (bench_cpu_us() - cpu0) / (double)i;
+  b->csw = (bench_ctxsw() - csw0) / (double)i;
   b->p50 = bs_pct(&s, 50);
   b->p99 = bs_pct(&s, 99);
   b->rate = (double)i / wall;
@@ -165,11 +166,12 @@ static void lib_block(dlock_client *c, redisContext *ctl, const char *prefix,
   bs_init(&s);
   bench_cmdstats a, z;
   bench_cmdstats_read(ctl, &a);
-  double cpu0 = bench_cpu_us();
+  double cpu0 = bench_cpu_us(), csw0 = bench_ctxsw();
   int64_t t0 = bench_now_ns();
   run_pairs(c, prefix, n, fresh, &s, limit_ns, &b->done);
   double wall = (double)(bench_now_ns() - t0) / 1e9;
   b->cpu = (bench_cpu_us() - cpu0) / (double)b->done;
+  b->csw = (bench_ctxsw() - csw0) / (double)b->done;
   bench_cmdstats_read(ctl, &z);
   bench_cmdstats_delta(&a, &z, &b->d);
   b->p50 = bs_pct(&s, 50);
@@ -215,6 +217,9 @@ static void put_blocks(const char *ph, const char *phl, block *b, int reps,
   snprintf(key, sizeof key, "%s_cpu_us", ph);
   snprintf(label, sizeof label, "client CPU per pair (%s)", phl);
   bm_put("uncontended", key, label, MED(cpu), "µs");
+  snprintf(key, sizeof key, "%s_ctxsw", ph);
+  snprintf(label, sizeof label, "context switches per pair (%s)", phl);
+  bm_put("uncontended", key, label, MED(csw), "");
 #undef MED
   if (!strcmp(ph, "raw"))
     return;

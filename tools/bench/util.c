@@ -87,6 +87,12 @@ double bench_cpu_us(void) {
   return ru_us(&ru);
 }
 
+double bench_ctxsw(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_nvcsw + (double)ru.ru_nivcsw;
+}
+
 double bench_thread_cpu_us(void) {
   struct rusage ru;
   getrusage(RUSAGE_THREAD, &ru);
