@@ -63,6 +63,15 @@ wait_until() {
 key_exists() { [ "$(R exists "$1")" = 1 ]; }
 key_gone() { [ "$(R exists "$1")" = 0 ]; }
 file_has() { [ -s "$1" ]; }
+# json_check FILE PYTHON-EXPR: the file is one JSON document (bound to d)
+# for which the expression is true.
+json_check() {
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$1" "$2"
+}
+# qlen_is NAME N: the fair queue of NAME has N waiters.
+qlen_is() { [ "$(R llen "redisson_lock_queue:{$1}")" = "$2" ]; }
 
 # A command that says it is ready, records the signal it gets, and
 # otherwise runs for at most ~10 s (bounded loop).
@@ -91,6 +100,17 @@ hold() { # NAME SECONDS [dlock options...]
   local name=$1 secs=$2
   shift 2
   "$DL" "$@" "$name" -- sleep "$secs" 2>"$T/holder.err" &
+  HOLDER=$!
+  wait_until 5 key_exists "$name" || fail "holder did not get $name"
+}
+
+# hold_until NAME [dlock options...]: like hold, but the holder's command
+# runs until the file $T/stop-NAME exists (at most ~20 s).
+hold_until() {
+  local name=$1
+  shift
+  "$DL" "$@" "$name" -- sh -c "i=0; while [ ! -e $T/stop-$name ] && [ \$i -lt 400 ]; do
+    sleep 0.05; i=\$((i+1)); done" 2>"$T/holder-$name.err" &
   HOLDER=$!
   wait_until 5 key_exists "$name" || fail "holder did not get $name"
 }
@@ -134,17 +154,18 @@ nonblock)
   ;;
 
 wait_timeout)
-  hold wt 5
+  hold_until wt
   t0=$(now_ms)
   expect_rc 1 -w 0.5 wt -- touch "$T/ran"
   el=$(($(now_ms) - t0))
-  [ "$el" -ge 450 ] && [ "$el" -lt 1500 ] || fail "-w 0.5 gave up after $el ms"
+  [ "$el" -ge 400 ] && [ "$el" -lt 3000 ] || fail "-w 0.5 gave up after $el ms"
   [ ! -e "$T/ran" ] || fail "command ran without the lock"
   grep -q "gave up" "$T/last.err" || fail "no message: $(cat "$T/last.err")"
   note "-w 0.5 gave up after $el ms"
   # A wait that succeeds: the holder ends within the wait.
-  kill -TERM "$HOLDER"
+  (sleep 0.3; touch "$T/stop-wt") &
   expect_rc 0 -w 5 wt -- true
+  wait "$HOLDER" || fail "holder exited $?"
   ;;
 
 exit_code)
@@ -215,21 +236,32 @@ kill_after)
   ;;
 
 watchdog)
-  # The command runs 3x the watchdog timeout; the lock stays, same holder.
-  "$DL" --watchdog 1 wd -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; sleep 3.2" 2>"$T/dl.err" &
+  # The command runs for more than 3x the watchdog timeout (until the test
+  # tells it to stop, at most ~10 s); all along the lock stays with the same
+  # holder and its TTL within the 1 s lease.
+  "$DL" --watchdog 1 wd -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; i=0
+    while [ ! -e $T/stop ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i+1)); done
+    [ -e $T/stop ]" 2>"$T/dl.err" &
   P=$!
   wait_until 5 file_has "$T/owner" || fail "command did not start"
   owner=$(cat "$T/owner")
-  for at in 1 2 3; do
-    sleep 0.9
-    [ "$(R hget wd "$owner")" = 1 ] || fail "holder $owner gone after ${at}x0.9 s"
+  t0=$(now_ms)
+  checks=0
+  while [ $(($(now_ms) - t0)) -lt 3300 ] && [ $checks -lt 100 ]; do
+    [ "$(R hget wd "$owner")" = 1 ] || fail "holder $owner gone after $(($(now_ms) - t0)) ms"
     ttl=$(R pttl wd)
     [ "$ttl" -gt 0 ] && [ "$ttl" -le 1000 ] || fail "pttl $ttl"
+    checks=$((checks + 1))
+    sleep 0.2
   done
+  [ $(($(now_ms) - t0)) -ge 3000 ] || fail "checks ended early"
+  kill -0 "$P" 2>/dev/null || fail "dlock ended before the command was told to stop"
+  touch "$T/stop"
   wait "$P"
   rc=$?
-  [ "$rc" = 0 ] || fail "dlock exited $rc"
+  [ "$rc" = 0 ] || fail "dlock exited $rc: $(cat "$T/dl.err")"
   key_gone wd || fail "lock left behind"
+  note "$checks checks over $(($(now_ms) - t0)) ms with --watchdog 1"
   ;;
 
 key_deleted)
@@ -297,26 +329,101 @@ redis_gone)
   ;;
 
 signal_waiting)
-  hold sw 4
+  # A signal while waiting ends dlock with 128+N at once: nothing ran, the
+  # holder is untouched, and no place in a fair queue is left behind.
+  hold_until sw
+  H1=$HOLDER
   holder=$(R hkeys sw)
-  for sig in TERM INT; do
-    env --default-signal=INT "$DL" sw -- touch "$T/ran" 2>"$T/w.err" &
-    W=$!
-    sleep 0.5
-    t0=$(now_ms)
-    kill -"$sig" "$W"
-    wait "$W"
-    rc=$?
-    el=$(($(now_ms) - t0))
-    want=$((128 + $(kill -l $sig)))
-    [ "$rc" = "$want" ] || fail "waiter exited $rc, expected $want"
-    [ "$el" -lt 1000 ] || fail "waiter took $el ms to end"
-    [ ! -e "$T/ran" ] || fail "command ran"
-    [ "$(R hkeys sw)" = "$holder" ] || fail "holders changed: $(R hkeys sw)"
-    [ "$(R llen 'dlock_lock_queue:{sw}')" = 0 ] || fail "queue entry left"
+  hold_until swf --fair
+  fholder=$(R hkeys swf)
+  for sig in TERM INT HUP; do
+    for opt in "" --fair; do
+      name=sw${opt:+f}
+      env --default-signal=INT "$DL" $opt "$name" -- touch "$T/ran" 2>"$T/w.err" &
+      W=$!
+      if [ -n "$opt" ]; then
+        wait_until 5 qlen_is "$name" 1 ||
+          fail "the --fair waiter did not queue"
+      else
+        sleep 0.3
+      fi
+      t0=$(now_ms)
+      kill -"$sig" "$W"
+      wait "$W"
+      rc=$?
+      el=$(($(now_ms) - t0))
+      want=$((128 + $(kill -l $sig)))
+      [ "$rc" = "$want" ] || fail "$opt waiter exited $rc on SIG$sig, expected $want"
+      [ "$el" -lt 2000 ] || fail "$opt waiter took $el ms to end"
+      [ ! -e "$T/ran" ] || fail "command ran"
+      [ "$(R hkeys sw)" = "$holder" ] || fail "holders changed: $(R hkeys sw)"
+      [ "$(R hkeys swf)" = "$fholder" ] || fail "fair holders changed: $(R hkeys swf)"
+      [ "$(R llen 'redisson_lock_queue:{swf}')" = 0 ] || fail "queue entry left"
+      [ "$(R zcard 'redisson_lock_timeout:{swf}')" = 0 ] || fail "queue deadline left"
+    done
   done
-  wait "$HOLDER"
-  key_gone sw || fail "lock left behind"
+  # A signal right as the waiter starts (before or while it enters the
+  # wait) ends it as quickly: it is not held up until the lock is free.
+  for d in 0 0.005 0.01 0.02 0.03 0.05 0.08; do
+    for opt in "" --fair; do
+      name=sw${opt:+f}
+      "$DL" $opt -w 20 "$name" -- touch "$T/ran" 2>"$T/w.err" &
+      W=$!
+      sleep "$d"
+      t0=$(now_ms)
+      kill -TERM "$W"
+      wait "$W"
+      rc=$?
+      el=$(($(now_ms) - t0))
+      [ "$rc" = 143 ] || fail "$opt waiter signaled after $d s exited $rc"
+      [ "$el" -lt 2000 ] || fail "$opt waiter signaled after $d s took $el ms to end"
+      [ ! -e "$T/ran" ] || fail "command ran"
+    done
+  done
+  [ "$(R llen 'redisson_lock_queue:{swf}')" = 0 ] || fail "queue entry left"
+  touch "$T/stop-sw" "$T/stop-swf"
+  wait "$H1" || fail "holder exited $?"
+  wait "$HOLDER" || fail "fair holder exited $?"
+  wait_until 5 key_gone swf || fail "fair lock left behind"
+  wait_until 5 key_gone sw || fail "lock left behind"
+  ;;
+
+handover_race)
+  # SIGTERM to a waiter at about the moment the holder hands the lock over
+  # to it: whichever wins, the waiter exits 143 without running its command
+  # and leaves no lock behind (no waiting for a lease: watchdog 30 s).
+  for opt in "" --fair; do
+    for d in 0 0.005 0.01 0.015 0.02 0.03 0.05; do
+      rm -f "$T/stop" "$T/h.ready" "$T/ran"
+      "$DL" $opt hr -- sh -c "echo x > $T/h.ready; i=0
+        while [ ! -e $T/stop ] && [ \$i -lt 400 ]; do sleep 0.01; i=\$((i+1)); done" 2>"$T/h.err" &
+      H=$!
+      wait_until 5 file_has "$T/h.ready" || fail "holder did not start"
+      "$DL" -v $opt -w 10 hr -- touch "$T/ran" 2>"$T/w.err" &
+      W=$!
+      if [ -n "$opt" ]; then
+        wait_until 5 qlen_is hr 1 || fail "waiter did not queue"
+      else
+        sleep 0.2
+      fi
+      touch "$T/stop"
+      sleep "$d"
+      kill -TERM "$W"
+      wait "$W"
+      rc=$?
+      wait "$H" || fail "holder exited $?"
+      # 143: canceled, or handed over and released at once, or the command
+      # got the forwarded SIGTERM; 0: the command ran before the signal.
+      [ "$rc" = 143 ] || [ "$rc" = 0 ] || fail "waiter exited $rc (delay $d)"
+      if grep -q "acquired lock" "$T/w.err"; then
+        grep -q "released lock" "$T/w.err" || fail "acquired, not released: $(cat "$T/w.err")"
+      fi
+      wait_until 2 key_gone hr || fail "lock left behind (delay $d $opt): $(R hgetall hr)"
+      [ "$(R llen 'redisson_lock_queue:{hr}')" = 0 ] || fail "queue entry left"
+      note "$opt delay $d: waiter exited $rc$(grep -q 'acquired lock' "$T/w.err" &&
+        echo ', had the lock')$([ -e "$T/ran" ] && echo ', command ran')"
+    done
+  done
   ;;
 
 env)
@@ -336,6 +443,9 @@ status)
   grep -q '"locked":false' "$T/out" && grep -q '"name":"st"' "$T/out" &&
     grep -q '"holders":\[\]' "$T/out" && grep -q '"ttl_ms":-2' "$T/out" ||
     fail "json free: $(cat "$T/out")"
+  json_check "$T/out" "d['name'] == 'st' and d['locked'] is False and
+    d['holders'] == [] and d['ttl_ms'] == -2" ||
+    fail "python3 json free: $(cat "$T/out")"
   "$DL" st -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; sleep 3" 2>"$T/h.err" &
   wait_until 5 file_has "$T/owner" || fail "holder did not start"
   owner=$(cat "$T/owner")
@@ -347,13 +457,14 @@ status)
   grep -q '"locked":true' "$T/out" &&
     grep -q "\"holders\":\[{\"owner\":\"$owner\",\"count\":1}\]" "$T/out" &&
     grep -Eq '"ttl_ms":[1-9][0-9]*' "$T/out" || fail "json held: $(cat "$T/out")"
-  if command -v jq >/dev/null; then
-    jq -e '.locked == true and .holders[0].count == 1' "$T/out" >/dev/null ||
-      fail "jq: $(cat "$T/out")"
-  fi
+  json_check "$T/out" "d['locked'] is True and d['name'] == 'st' and
+    [h['owner'] for h in d['holders']] == ['$owner'] and
+    d['holders'][0]['count'] == 1 and 0 < d['ttl_ms'] <= 30000" ||
+    fail "python3 json held: $(cat "$T/out")"
   # A name with characters JSON must escape.
   expect_rc 0 status --json 'we"ird\name'
   grep -qF '"name":"we\"ird\\name"' "$T/out" || fail "escaping: $(cat "$T/out")"
+  json_check "$T/out" "d['name'] == 'we\"ird\\\\name'" || fail "python3 escaping: $(cat "$T/out")"
   ;;
 
 force_unlock)
@@ -455,20 +566,46 @@ help)
 manpage)
   page="$SRC/docs/dlock.1"
   [ -f "$page" ] || fail "no $page"
-  if command -v man >/dev/null; then
-    MANWIDTH=80 man -l "$page" >"$T/man.txt" 2>"$T/man.err" </dev/null || fail "man -l failed"
-  else
-    groff -man -Tutf8 "$page" >"$T/man.txt" 2>"$T/man.err" || fail "groff failed"
-  fi
+  command -v man >/dev/null || fail "man not installed (scripts/install-deps.sh)"
+  MANWIDTH=80 man -l "$page" >"$T/man.txt" 2>"$T/man.err" </dev/null || fail "man -l failed"
+  [ ! -s "$T/man.err" ] || fail "man -l warnings: $(cat "$T/man.err")"
   groff -man -Tutf8 -ww -z "$page" 2>"$T/groff.err"
   [ ! -s "$T/groff.err" ] || fail "groff warnings: $(cat "$T/groff.err")"
   for s in NAME SYNOPSIS DESCRIPTION OPTIONS "EXIT STATUS" ENVIRONMENT EXAMPLES; do
     grep -q "^$s" "$T/man.txt" || fail "man page lacks $s"
   done
-  for code in 64 69 70 75 77 126 127; do
-    grep -q "\b$code\b" "$T/man.txt" || fail "EXIT STATUS lacks $code"
+  sed -n '/^EXIT STATUS/,/^[A-Z]/p' "$T/man.txt" >"$T/exit.txt"
+  for code in 64 69 70 75 77 126 127 128+N "-E"; do
+    grep -qF -- "$code" "$T/exit.txt" || fail "EXIT STATUS lacks $code"
   done
-  grep -qi cron "$T/man.txt" || fail "no cron example"
+  grep -qi 'malformed.*URL\|URL.*malformed' "$T/exit.txt" || fail "64 does not cover a malformed URL"
+  sed -n '/^EXAMPLES/,/^[A-Z]/p' "$T/man.txt" >"$T/ex.txt"
+  grep -qi cron "$T/ex.txt" || fail "no cron example"
+  grep -qi deploy "$T/ex.txt" || fail "no deploy example"
+  # Every long option --help names is documented.
+  "$DL" --help | grep -o -- '--[a-z][a-z-]*' | sort -u | while read -r opt; do
+    grep -qF -- "$opt" "$T/man.txt" || { echo "$opt" >>"$T/undoc"; }
+  done
+  [ ! -s "$T/undoc" ] || fail "options in --help but not in the man page: $(cat "$T/undoc")"
+  # docs/dlock.1.md is the source: the committed roff must be what it gives.
+  if command -v pandoc >/dev/null; then
+    make -s -C "$SRC" -f Makefile man MAN_OUT="$T/regen.1" >/dev/null 2>"$T/make.err" ||
+      fail "make man failed: $(cat "$T/make.err")"
+    cmp -s "$T/regen.1" "$page" || fail "docs/dlock.1 is stale: run make man"
+  else
+    note "pandoc not installed: skipped the stale-page check"
+  fi
+  ;;
+
+install)
+  # The man page and the binary are installed.
+  [ -n "${4:-}" ] || fail "usage: cli_test.sh DL SRC install BUILD_DIR"
+  cmake --install "$4" --prefix "$T/prefix" >"$T/install.log" 2>&1 ||
+    fail "cmake --install failed: $(tail -5 "$T/install.log")"
+  [ -x "$T/prefix/bin/dlock" ] || fail "bin/dlock not installed"
+  [ -f "$T/prefix/share/man/man1/dlock.1" ] || fail "share/man/man1/dlock.1 not installed"
+  cmp -s "$T/prefix/share/man/man1/dlock.1" "$SRC/docs/dlock.1" || fail "installed page differs"
+  MANPATH="$T/prefix/share/man" man -w dlock | grep -q "$T/prefix" || fail "man -w does not find it"
   ;;
 
 fence)
@@ -490,26 +627,88 @@ shared)
   done
   wait_until 5 test -e "$T/a.in" -a -e "$T/b.in" || fail "readers did not overlap"
   expect_rc 1 -x -n sh -- true
+  expect_rc 0 -s -n sh -- true
   for p in "${PIDS[@]}"; do
     wait "$p" || fail "a reader exited $?"
   done
+  PIDS=()
   expect_rc 0 -x sh -- sh -c "echo \"\$DLOCK_OWNER\" > $T/wowner; redis-cli -s $SOCK hget sh mode > $T/mode"
   grep -q ':write$' "$T/wowner" || fail "writer owner $(cat "$T/wowner")"
   [ "$(cat "$T/mode")" = write ] || fail "mode $(cat "$T/mode")"
   key_gone sh || fail "lock left behind"
+  # A writer excludes readers and writers; a waiting reader gets in after it.
+  hold_until sh -x
+  expect_rc 1 -s -n sh -- true
+  expect_rc 1 -x -n sh -- true
+  expect_rc 1 -n sh -- true
+  (sleep 0.3; touch "$T/stop-sh") &
+  expect_rc 0 -s -w 10 sh -- sh -c "redis-cli -s $SOCK hget sh mode > $T/mode2"
+  [ -e "$T/stop-sh" ] || fail "the reader ran while the writer held"
+  [ "$(cat "$T/mode2")" = read ] || fail "mode $(cat "$T/mode2")"
+  wait "$HOLDER" || fail "writer exited $?"
+  key_gone sh || fail "lock left behind"
+  # Plain runs of the writer: markers of -x runs never interleave.
+  for w in a b; do
+    (for i in 1 2 3; do
+      dl -x shm -- sh -c "echo start-$w >> $T/log; sleep 0.1; echo end-$w >> $T/log" ||
+        echo "rc=$?" >>"$T/rcs"
+    done) &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  [ ! -s "$T/rcs" ] || fail "a writer run failed: $(cat "$T/rcs")"
+  [ "$(wc -l <"$T/log")" = 12 ] || fail "expected 12 markers: $(cat "$T/log")"
+  while read -r s && read -r e; do
+    [ "${s%-*}" = start ] && [ "$e" = "end-${s#start-}" ] ||
+      fail "writers interleaved: $(tr '\n' ' ' <"$T/log")"
+  done <"$T/log"
   ;;
 
 fair)
-  hold fa 2 --fair
+  # Five dlock --fair processes queue one after the other behind a holder
+  # and run in exactly that order; a trylock meanwhile does not get ahead.
+  rm -f "$T/stop"
+  "$DL" --fair fa -- sh -c "echo x > $T/h.ready; i=0
+    while [ ! -e $T/stop ] && [ \$i -lt 400 ]; do sleep 0.025; i=\$((i+1)); done" 2>"$T/h.err" &
+  H=$!
+  wait_until 5 file_has "$T/h.ready" || fail "holder did not start"
   expect_rc 1 --fair -n fa -- true
-  expect_rc 0 --fair -w 5 fa -- true
+  for i in 1 2 3 4 5; do
+    "$DL" --fair -w 20 fa -- sh -c "echo $i >> $T/order; sleep 0.1" 2>"$T/w$i.err" &
+    PIDS+=($!)
+    wait_until 5 qlen_is fa "$i" ||
+      fail "waiter $i did not queue (queue length $(R llen 'redisson_lock_queue:{fa}'))"
+  done
+  touch "$T/stop"
+  wait "$H" || fail "holder exited $?"
+  # The lock passes along the queue: a -n run never gets it meanwhile.
+  rm -f "$T/snuck"
+  for j in $(seq 1 10); do
+    [ "$(R llen 'redisson_lock_queue:{fa}')" -gt 1 ] || break
+    "$DL" --fair -n -q fa -- sh -c "echo sneak >> $T/order" && echo "$j" >>"$T/snuck"
+  done
+  [ ! -e "$T/snuck" ] || fail "a trylock got ahead of the queue: $(tr '\n' ' ' <"$T/order")"
+  for p in "${PIDS[@]}"; do
+    wait "$p" || fail "a waiter exited $?"
+  done
+  [ "$(tr '\n' ' ' <"$T/order")" = "1 2 3 4 5 " ] ||
+    fail "not FIFO: $(tr '\n' ' ' <"$T/order")"
+  key_gone fa || fail "lock left behind"
+  [ "$(R llen 'redisson_lock_queue:{fa}')" = 0 ] || fail "queue left behind"
+  # unlock --force --fair on a held fair lock.
+  hold fa 3 --fair --watchdog 1
   expect_rc 0 unlock --force --fair fa
   key_gone fa || fail "lock left behind"
+  wait "$HOLDER"
+  [ $? = 75 ] || fail "force-unlocked holder did not exit 75"
   ;;
 
 *)
   fail "unknown case"
   ;;
 esac
+if grep -l 'Sanitizer' "$T"/*.err >/dev/null 2>&1; then
+  fail "sanitizer report: $(grep -l Sanitizer "$T"/*.err)"
+fi
 echo "[$CASE] ok"
 exit 0

@@ -6,11 +6,13 @@ if(TARGET dlock_cli)
     interleave nonblock wait_timeout exit_code
     signal_TERM signal_INT signal_HUP kill_after watchdog key_deleted
     release_loss lease kill9 redis_gone signal_waiting env status
-    force_unlock bad_input errors help manpage fence shared fair)
+    force_unlock bad_input errors help manpage install fence shared fair
+    handover_race)
   foreach(c ${DLOCK_CLI_CASES})
     add_test(NAME cli.${c}
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../cli/cli_test.sh
-              $<TARGET_FILE:dlock_cli> ${PROJECT_SOURCE_DIR} ${c})
+              $<TARGET_FILE:dlock_cli> ${PROJECT_SOURCE_DIR} ${c}
+              ${CMAKE_BINARY_DIR})
     set_tests_properties(cli.${c} PROPERTIES TIMEOUT 60 LABELS tool)
   endforeach()
 endif()

@@ -540,11 +540,19 @@ static void *sigwatch_main(void *arg) {
   sigwatch *w = arg;
   const struct timespec tick = {0, 50 * 1000000L}; /* to notice w->stop */
   while (!atomic_load(&w->stop)) {
+    if (atomic_load(&w->sig)) {
+      /* A cancel reaches only waits already in progress: one that came
+       * before the main thread entered the library's wait (or before the
+       * wait took its snapshot) is missed. So cancel again every tick
+       * until the main thread's call has returned. */
+      dlock_client_cancel_waits(w->c);
+      nanosleep(&tick, NULL);
+      continue;
+    }
     int s = sigtimedwait(w->set, NULL, &tick);
     if (s > 0) {
       atomic_store(&w->sig, s);
       dlock_client_cancel_waits(w->c);
-      break;
     }
   }
   return NULL;
