@@ -170,6 +170,14 @@ static int parse_work(const char *s, double *lo, double *hi) {
   return 0;
 }
 
+long long sk_stall_ms(const sk_opts *o, const sk_strategy *s) {
+  /* a fair lock skips each dead waiter of the killed worker only when its
+   * deadline passes: one wait slice per queued thread of that worker */
+  if (o->stall_auto && s->kind == SK_FAIR)
+    return o->stall_ms + o->threads * SK_FAIR_SLICE_MS;
+  return o->stall_ms;
+}
+
 static int add_strategy(sk_opts *o, const sk_strategy *s) {
   for (int i = 0; i < o->n_list; i++)
     if (o->list[i] == s)
@@ -360,9 +368,11 @@ static int parse_args(int argc, char **argv, sk_opts *o) {
   if (o->stall_ms == 0) {
     long long l = o->lease_ms > o->watchdog_ms ? o->lease_ms : o->watchdog_ms;
     o->stall_ms = l + 2500;
+    o->stall_auto = 1;
   }
-  if (o->deadline_ms <= o->stall_ms)
-    o->deadline_ms = o->stall_ms + 1000;
+  for (int i = 0; i < o->n_list; i++)
+    if (o->deadline_ms <= sk_stall_ms(o, o->list[i]))
+      o->deadline_ms = sk_stall_ms(o, o->list[i]) + 1000;
   return 0;
 }
 

@@ -280,6 +280,7 @@ void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
   pid_t victim = forked > 0 ? pids[0] : 0;
 
   long long total = o->requests;
+  long long stall_ms = sk_stall_ms(o, s);
   long long t_start = sk_now_us();
   int need = forked * (int)o->threads;
   /* wait for every thread to be connected (bounded), then start together */
@@ -310,7 +311,7 @@ void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
     }
     long long idle_ms = (now - atomic_load(&sh->last_end_us)) / 1000;
     long long run_ms = (now - sh->go_us) / 1000;
-    if (done < total && idle_ms >= o->stall_ms) {
+    if (done < total && idle_ms >= stall_ms) {
       res->stopped = 1; /* nobody finished anything for stall_ms: stuck */
       break;
     }
@@ -385,7 +386,7 @@ void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
   /* a deadline while requests still finished: they were slow, not stuck */
   if (res->stopped == 2) {
     long long idle_ms = (t_stop - atomic_load(&sh->last_end_us)) / 1000;
-    if (idle_ms < o->stall_ms) {
+    if (idle_ms < stall_ms) {
       res->unfinished += res->deadlocked;
       res->deadlocked = 0;
     } else {

@@ -22,6 +22,10 @@
 #define SK_MAX_STRATEGIES 16
 #define SK_MAX_SEGMENTS 64
 #define SK_REDLOCK_SERVERS 3
+/* A fair-lock waiter waits in slices this long: a waiter that dies with its
+ * worker is skipped only after its deadline (its wait budget after the one
+ * ahead), so a short budget keeps --kill-holder recovery short. */
+#define SK_FAIR_SLICE_MS 250
 
 /* ---- strategies (strategy.c) ------------------------------------------ */
 
@@ -72,6 +76,7 @@ typedef struct sk_opts {
   long long stock, procs, threads, requests, users, segments;
   double work_min_ms, work_max_ms;
   long long lease_ms, watchdog_ms, stall_ms, deadline_ms;
+  int stall_auto; /* stall_ms not given: derived per strategy */
   int kill_holder;
   int json;
   const char *chart;
@@ -157,6 +162,11 @@ long long sk_wall_ms(void);
 void sk_sleep_us(long long us);
 
 /* ---- worker (worker.c) -------------------------------------------------- */
+
+/* How long a run may go without any request finishing before it counts as
+ * deadlocked: --stall-ms, or longer than the strategy's own recovery from
+ * a dead holder (main.c). */
+long long sk_stall_ms(const sk_opts *o, const sk_strategy *s);
 
 /* Runs one strategy: keys, workers, watching, checking (run.c). */
 void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,

@@ -272,7 +272,9 @@ static int lock_dlock(sk_thread *th, dlock_mutex *m) {
   for (;;) {
     if (aborted(th))
       return SK_O_DEADLOCK;
-    int rc = dlock_mutex_timedlock(m, SK_WAIT_SLICE_MS, -1);
+    int rc = dlock_mutex_timedlock(
+        m, th->p->r->s->kind == SK_FAIR ? SK_FAIR_SLICE_MS : SK_WAIT_SLICE_MS,
+        -1);
     if (rc == 0)
       return 0;
     if (rc == DLOCK_ECANCELED)
