@@ -204,7 +204,9 @@ int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
       if (deadline >= 0 && until > deadline)
         until = deadline;
       int granted = 0;
-      dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      /* A cancel that came before the join kicked no slot of ours. */
+      if (atomic_load(&c->cancel_gen) == cancel_gen)
+        dlock__sub_wait(c, sub, &slot, until, &granted, &active);
       if (atomic_load(&c->closing)) {
         rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
         break;
