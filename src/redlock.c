@@ -1,0 +1,661 @@
+/*
+ * redlock.c -- Redlock: a lock held by a majority of N independent Redis
+ * masters (the algorithm of "Distributed Locks with Redis"; docs/redlock.md
+ * has the guarantees and the hazards).
+ *
+ * DATA on every master: the ordinary mutex hash under exactly `name` (field
+ * "<that master's client uuid>:<tid>" = 1, TTL = lease), so Redisson and
+ * dlock mutexes see the lock; the fencing counter redisson_lock_token:{name}
+ * (a plain number, no TTL).
+ *
+ * ONE ROUND (acquire):
+ *   t0 = monotonic now; every master gets one attempt AT THE SAME TIME (one
+ *   short-lived thread per master), without the client's retry policy
+ *   (dlock__cmd.no_retry), bounded by that client's command_timeout_ms. A
+ *   master that is down, slow or replies an error is a failed vote. The
+ *   acquire script also returns that master's token counter.
+ *   With a majority (n/2+1) of votes, the token is drawn: proposed = 1 + the
+ *   highest counter any master reported; written to every master at once
+ *   ("set if higher", each returns what it then holds); it counts when a
+ *   majority holds exactly the proposed value (a higher answer means a
+ *   concurrent or unseen draw: propose above it, at most 3 times).
+ *   validity = lease - (now - t0) - (lease/100 + 2 ms). Success needs the
+ *   majority, the token and validity > 0; otherwise every master is
+ *   released at once (even those that did not vote yes) before returning.
+ *   Between rounds: a random pause (20-200 ms, within the wait budget).
+ *
+ * RENEWAL (lease_ms <= 0): a per-object thread pushes the TTL back to the
+ * lease every lease/3 on every master at once, only where our field still
+ * is; with a majority renewed the validity restarts from that round's t0.
+ * If more than n - majority masters say the field is gone, or no majority
+ * answered before the validity ran out, the hold is lost: on_lock_lost of
+ * the first client runs (on the renewal thread) and the next unlock
+ * returns DLOCK_ELOST.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The attempts of one round, one per master. */
+enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_TOKEN };
+
+struct dlock_redlock {
+  size_t n, quorum;
+  dlock_client **clients;
+  char *name, *token_key, *channel;
+  size_t name_len, token_key_len, channel_len;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* The hold (a Redlock is exclusive: one record). Guarded by mu. */
+  int held;
+  uint64_t owner;
+  uint32_t gen;
+  int wd;
+  int lost;
+  int64_t lease_ms;
+  int64_t valid_until; /* monotonic ms */
+  int64_t renewed_at;  /* t0 of the last majority (acquire or renewal) */
+  uint64_t token;
+  /* Renewal thread. */
+  pthread_t rn_thread;
+  int rn_started;
+  int rn_stop;
+};
+
+static dlock__script g_acquire = {
+    "redlock_acquire",
+    /* KEYS[1] lock, KEYS[2] token counter. ARGV[1] lease ms, ARGV[2] field.
+     * {1, counter} = locked; {0, counter, pttl} = held elsewhere. Same hash
+     * as the mutex (field count 1). */
+    "local t = tonumber(redis.call('get', KEYS[2]) or '0') or 0\n"
+    "if redis.call('exists', KEYS[1]) == 0 or "
+    "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  return {1, t}\n"
+    "end\n"
+    "return {0, t, redis.call('pttl', KEYS[1])}\n",
+    {0}};
+
+static dlock__script g_release = {
+    "redlock_release",
+    /* KEYS[1] lock, KEYS[2] channel. ARGV[1] field. 1 = deleted (publishes
+     * "0" so waiters retry), 0 = not ours / absent. */
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
+    "  redis.call('del', KEYS[1])\n"
+    "  redis.call('publish', KEYS[2], '0')\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    {0}};
+
+static dlock__script g_renew = {
+    "redlock_renew",
+    /* KEYS[1] lock. ARGV[1] lease, ARGV[2] field. 1 renewed, 0 gone. */
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
+    {0}};
+
+static dlock__script g_token = {
+    "redlock_token",
+    /* KEYS[1] counter. ARGV[1] proposed. Sets the counter to
+     * max(current, proposed) and returns it. */
+    "local cur = tonumber(redis.call('get', KEYS[1]) or '0') or 0\n"
+    "local p = tonumber(ARGV[1])\n"
+    "if p > cur then\n"
+    "  redis.call('set', KEYS[1], ARGV[1])\n"
+    "  return p\n"
+    "end\n"
+    "return cur\n",
+    {0}};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void init_scripts(void) {
+  dlock__script_init(&g_acquire);
+  dlock__script_init(&g_release);
+  dlock__script_init(&g_renew);
+  dlock__script_init(&g_token);
+}
+
+/* ---- one attempt per master, all masters at once ------------------------ */
+
+typedef struct vote {
+  dlock_redlock *rl;
+  size_t i;
+  int op;
+  uint64_t tid;
+  int64_t lease;
+  uint64_t proposed;
+  /* results */
+  int rc;          /* 1 yes / renewed / released, 0 no, < 0 error */
+  long long value; /* counter (acquire, token) */
+  long long pttl;  /* holder's TTL when busy */
+  char err[160];
+  pthread_t th;
+  int threaded;
+} vote;
+
+/* One script call on master i, no retry, bounded by command_timeout_ms. */
+static int eval_once(dlock_client *c, const dlock__script *s, int nkeys,
+                     const char **keys, const size_t *klens, int nargs,
+                     const char **args, const size_t *alens, redisReply **out) {
+  const char *av[8];
+  size_t al[8];
+  char nk[4];
+  int argc = 3 + nkeys + nargs;
+  nk[0] = (char)('0' + nkeys);
+  nk[1] = '\0';
+  av[0] = "EVALSHA";
+  al[0] = 7;
+  av[1] = s->sha;
+  al[1] = 40;
+  av[2] = nk;
+  al[2] = 1;
+  for (int k = 0; k < nkeys; k++) {
+    av[3 + k] = keys[k];
+    al[3 + k] = klens[k];
+  }
+  for (int k = 0; k < nargs; k++) {
+    av[3 + nkeys + k] = args[k];
+    al[3 + nkeys + k] = alens[k];
+  }
+  dlock__cmd cmd = {keys[0], s, argc, av, al, 1};
+  return dlock__exec(c, &cmd, out);
+}
+
+static void run_vote(vote *v) {
+  dlock_redlock *rl = v->rl;
+  dlock_client *c = rl->clients[v->i];
+  v->rc = dlock__client_check(c);
+  if (v->rc) {
+    snprintf(v->err, sizeof v->err, "%s", dlock_last_error());
+    return;
+  }
+  char field[DLOCK__FIELD_MAX], num[24];
+  size_t fl = dlock__field(c, v->tid, field);
+  redisReply *r = NULL;
+  switch (v->op) {
+  case OP_ACQUIRE: {
+    size_t nl = dlock__fmt_i64(num, v->lease);
+    const char *k[2] = {rl->name, rl->token_key};
+    size_t kl[2] = {rl->name_len, rl->token_key_len};
+    const char *a[2] = {num, field};
+    size_t alen[2] = {nl, fl};
+    v->rc = eval_once(c, &g_acquire, 2, k, kl, 2, a, alen, &r);
+    break;
+  }
+  case OP_RELEASE: {
+    const char *k[2] = {rl->name, rl->channel};
+    size_t kl[2] = {rl->name_len, rl->channel_len};
+    const char *a[1] = {field};
+    size_t alen[1] = {fl};
+    v->rc = eval_once(c, &g_release, 2, k, kl, 1, a, alen, &r);
+    break;
+  }
+  case OP_RENEW: {
+    size_t nl = dlock__fmt_i64(num, v->lease);
+    const char *k[1] = {rl->name};
+    size_t kl[1] = {rl->name_len};
+    const char *a[2] = {num, field};
+    size_t alen[2] = {nl, fl};
+    v->rc = eval_once(c, &g_renew, 1, k, kl, 2, a, alen, &r);
+    break;
+  }
+  default: {
+    size_t nl = dlock__fmt_i64(num, (int64_t)v->proposed);
+    const char *k[1] = {rl->token_key};
+    size_t kl[1] = {rl->token_key_len};
+    const char *a[1] = {num};
+    size_t alen[1] = {nl};
+    v->rc = eval_once(c, &g_token, 1, k, kl, 1, a, alen, &r);
+    break;
+  }
+  }
+  if (v->rc || !r) {
+    v->rc = v->rc ? v->rc : DLOCK_EPROTO;
+    snprintf(v->err, sizeof v->err, "%s", dlock_last_error());
+    freeReplyObject(r);
+    return;
+  }
+  if (v->op == OP_ACQUIRE) {
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+      v->rc = r->element[0]->integer == 1;
+      v->value = r->element[1]->integer;
+      if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER)
+        v->pttl = r->element[2]->integer;
+    } else {
+      v->rc = DLOCK_EPROTO;
+      snprintf(v->err, sizeof v->err, "unexpected reply");
+    }
+  } else {
+    long long x = 0;
+    v->rc = dlock__reply_int(r, &x);
+    if (v->rc == 0) {
+      v->value = x;
+      v->rc = v->op == OP_TOKEN ? 1 : x == 1;
+    } else {
+      snprintf(v->err, sizeof v->err, "%s", dlock_last_error());
+    }
+  }
+  freeReplyObject(r);
+}
+
+static void *vote_main(void *p) {
+  run_vote(p);
+  return NULL;
+}
+
+/* Runs op on every master in parallel and waits for all of them (each is
+ * bounded by its client's command_timeout_ms). */
+static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
+                      int64_t lease, uint64_t proposed) {
+  pthread_once(&g_once, init_scripts);
+  for (size_t i = 0; i < rl->n; i++) {
+    vote *v = &vs[i];
+    memset(v, 0, sizeof *v);
+    v->rl = rl;
+    v->i = i;
+    v->op = op;
+    v->tid = tid;
+    v->lease = lease;
+    v->proposed = proposed;
+    v->threaded = rl->n > 1 && pthread_create(&v->th, NULL, vote_main, v) == 0;
+  }
+  for (size_t i = 0; i < rl->n; i++) {
+    if (vs[i].threaded)
+      pthread_join(vs[i].th, NULL);
+    else
+      run_vote(&vs[i]);
+  }
+}
+
+/* ---- objects --------------------------------------------------------------
+ */
+
+static void *renew_main(void *arg);
+
+int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
+                      dlock_redlock **out) {
+  dlock__clear_error();
+  if (!out)
+    return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  if (!clients || n == 0)
+    return dlock__fail(DLOCK_EINVAL, "no masters");
+  if (n > 64)
+    return dlock__fail(DLOCK_EINVAL, "too many masters (%zu > 64)", n);
+  if (!name || !*name)
+    return dlock__fail(DLOCK_EINVAL, "lock name is NULL or empty");
+  for (size_t i = 0; i < n; i++) {
+    if (!clients[i])
+      return dlock__fail(DLOCK_EINVAL, "client %zu is NULL", i);
+    if (clients[i]->fork_gen != dlock__fork_gen())
+      return dlock__client_check(clients[i]);
+    for (size_t j = 0; j < i; j++)
+      if (clients[j] == clients[i])
+        return dlock__fail(DLOCK_EINVAL,
+                           "client %zu is the same as client %zu (each "
+                           "master needs its own client)",
+                           i, j);
+  }
+  dlock_redlock *rl = dlock__calloc(1, sizeof *rl);
+  dlock__sb tk, ch;
+  dlock__sb_init(&tk);
+  dlock__sb_init(&ch);
+  dlock__prefix_name(&tk, "redisson_lock_token", name);
+  dlock__prefix_name(&ch, "redisson_lock__channel", name);
+  if (rl) {
+    rl->clients = dlock__calloc(n, sizeof *clients);
+    rl->name = dlock__strdup(name);
+    rl->token_key = tk.oom ? NULL : dlock__strndup(tk.p, tk.len);
+    rl->channel = ch.oom ? NULL : dlock__strndup(ch.p, ch.len);
+  }
+  if (!rl || !rl->clients || !rl->name || !rl->token_key || !rl->channel) {
+    dlock__sb_free(&tk);
+    dlock__sb_free(&ch);
+    if (rl) {
+      free(rl->clients);
+      free(rl->name);
+      free(rl->token_key);
+      free(rl->channel);
+      free(rl);
+    }
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  memcpy(rl->clients, clients, n * sizeof *clients);
+  rl->n = n;
+  rl->quorum = n / 2 + 1;
+  rl->name_len = strlen(name);
+  rl->token_key_len = tk.len;
+  rl->channel_len = ch.len;
+  dlock__sb_free(&tk);
+  dlock__sb_free(&ch);
+  pthread_mutex_init(&rl->mu, NULL);
+  pthread_cond_init(&rl->cv, NULL);
+  *out = rl;
+  return 0;
+}
+
+void dlock_redlock_free(dlock_redlock *rl) {
+  if (!rl)
+    return;
+  pthread_mutex_lock(&rl->mu);
+  rl->rn_stop = 1;
+  pthread_cond_broadcast(&rl->cv);
+  int started = rl->rn_started;
+  pthread_mutex_unlock(&rl->mu);
+  if (started)
+    pthread_join(rl->rn_thread, NULL);
+  pthread_cond_destroy(&rl->cv);
+  pthread_mutex_destroy(&rl->mu);
+  free(rl->clients);
+  free(rl->name);
+  free(rl->token_key);
+  free(rl->channel);
+  free(rl);
+}
+
+/* ---- acquire ---------------------------------------------------------------
+ */
+
+static int64_t drift_ms(int64_t lease) { return lease / 100 + 2; }
+
+/* Describes a failed round into buf. */
+static void describe(dlock_redlock *rl, const vote *vs, size_t yes,
+                     const char *extra, char *buf, size_t len) {
+  size_t busy = 0, failed = 0;
+  const char *first_err = NULL;
+  for (size_t i = 0; i < rl->n; i++) {
+    if (vs[i].rc == 0)
+      busy++;
+    else if (vs[i].rc < 0) {
+      failed++;
+      if (!first_err)
+        first_err = vs[i].err;
+    }
+  }
+  snprintf(buf, len,
+           "redlock '%.100s': %zu of %zu masters voted, %zu needed (%zu held "
+           "elsewhere, %zu failed or unreachable%s%.160s)%s",
+           rl->name, yes, rl->n, rl->quorum, busy, failed,
+           first_err ? ": " : "", first_err ? first_err : "", extra);
+}
+
+/* Draws the fencing token after a successful vote: 1 if *token is set. */
+static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid,
+                      uint64_t *token) {
+  long long hi = 0;
+  for (size_t i = 0; i < rl->n; i++)
+    if (vs[i].rc >= 0 && vs[i].value > hi)
+      hi = vs[i].value;
+  uint64_t proposed = (uint64_t)hi + 1;
+  for (int tries = 0; tries < 3; tries++) {
+    round_all(rl, vs, OP_TOKEN, tid, 0, proposed);
+    size_t acks = 0;
+    long long top = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+      if (vs[i].rc != 1)
+        continue;
+      if ((uint64_t)vs[i].value == proposed)
+        acks++;
+      if (vs[i].value > top)
+        top = vs[i].value;
+    }
+    if (acks >= rl->quorum) {
+      *token = proposed;
+      return 1;
+    }
+    if ((uint64_t)top <= proposed)
+      return 0; /* no majority reachable */
+    proposed = (uint64_t)top + 1;
+  }
+  return 0;
+}
+
+/* One round. 1 held (*token, *valid_until set), 0 refused (buf says why),
+ * and every master is released on refusal. */
+static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
+                     uint64_t *token, int64_t *t0_out, int64_t *valid_until,
+                     char *why, size_t why_len) {
+  vote vs[64];
+  const int64_t t0 = dlock__now_ms();
+  round_all(rl, vs, OP_ACQUIRE, tid, lease, 0);
+  size_t yes = 0;
+  for (size_t i = 0; i < rl->n; i++)
+    yes += vs[i].rc == 1;
+  const char *extra = "";
+  int ok = yes >= rl->quorum;
+  if (ok) {
+    vote tv[64];
+    memcpy(tv, vs, rl->n * sizeof *vs);
+    ok = draw_token(rl, tv, tid, token);
+    if (!ok)
+      extra = "; no majority for the fencing token counter";
+  }
+  int64_t validity = lease - (dlock__now_ms() - t0) - drift_ms(lease);
+  if (ok && validity <= 0) {
+    ok = 0;
+    extra = "; the votes took longer than the lease";
+  }
+  if (ok) {
+    *t0_out = t0;
+    *valid_until = t0 + lease - drift_ms(lease);
+    return 1;
+  }
+  describe(rl, vs, yes, extra, why, why_len);
+  /* Release every master at once, also those that did not vote yes (a
+   * reply may have been lost after the script ran). */
+  vote rv[64];
+  round_all(rl, rv, OP_RELEASE, tid, 0, 0);
+  return 0;
+}
+
+static int start_renewal(dlock_redlock *rl) {
+  /* mu held */
+  if (rl->rn_started)
+    return 0;
+  if (pthread_create(&rl->rn_thread, NULL, renew_main, rl) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot start the renewal thread");
+  rl->rn_started = 1;
+  return 0;
+}
+
+static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
+  dlock__clear_error();
+  if (!rl)
+    return dlock__fail(DLOCK_EINVAL, "redlock is NULL");
+  const uint64_t tid = dlock__tid();
+  const int wd = lease_ms <= 0;
+  const int64_t lease = wd ? rl->clients[0]->cfg.watchdog_timeout_ms : lease_ms;
+  pthread_mutex_lock(&rl->mu);
+  int mine = rl->held && rl->owner == tid;
+  pthread_mutex_unlock(&rl->mu);
+  if (mine)
+    return dlock__fail(DLOCK_EDEADLK,
+                       "redlock '%s' is already held by this thread (a "
+                       "Redlock is not reentrant)",
+                       rl->name);
+  const int64_t start = dlock__now_ms();
+  const int64_t deadline = wait_ms < 0 ? -1 : start + wait_ms;
+  char why[512] = "";
+  for (;;) {
+    uint64_t token = 0;
+    int64_t t0 = 0, valid_until = 0;
+    if (one_round(rl, tid, lease, &token, &t0, &valid_until, why, sizeof why)) {
+      pthread_mutex_lock(&rl->mu);
+      rl->held = 1;
+      rl->owner = tid;
+      rl->gen++;
+      rl->wd = wd;
+      rl->lost = 0;
+      rl->lease_ms = lease;
+      rl->renewed_at = t0;
+      rl->valid_until = valid_until;
+      rl->token = token;
+      int rc = wd ? start_renewal(rl) : 0;
+      pthread_cond_broadcast(&rl->cv);
+      pthread_mutex_unlock(&rl->mu);
+      return rc;
+    }
+    if (wait_ms == 0)
+      return dlock__fail(DLOCK_EBUSY, "%s", why);
+    int64_t now = dlock__now_ms();
+    if (deadline >= 0 && now >= deadline)
+      return dlock__fail(DLOCK_ETIMEDOUT, "%s; gave up after %lld ms", why,
+                         wait_ms);
+    for (size_t i = 0; i < rl->n; i++)
+      if (atomic_load(&rl->clients[i]->closing))
+        return dlock__fail(DLOCK_ECLOSED, "client %zu is closing", i);
+    int64_t pause = 20 + (int64_t)(dlock__rand64() % 181);
+    if (deadline >= 0 && now + pause > deadline)
+      pause = deadline - now;
+    dlock__sleep_ms(pause);
+  }
+}
+
+int dlock_redlock_lock(dlock_redlock *rl) { return acquire(rl, -1, -1); }
+int dlock_redlock_trylock(dlock_redlock *rl) { return acquire(rl, 0, -1); }
+int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
+                            long long lease_ms) {
+  return acquire(rl, wait_ms, lease_ms);
+}
+
+int dlock_redlock_unlock(dlock_redlock *rl) {
+  dlock__clear_error();
+  if (!rl)
+    return dlock__fail(DLOCK_EINVAL, "redlock is NULL");
+  const uint64_t tid = dlock__tid();
+  pthread_mutex_lock(&rl->mu);
+  if (!rl->held || rl->owner != tid) {
+    pthread_mutex_unlock(&rl->mu);
+    return dlock__fail(DLOCK_EPERM, "redlock '%s' is not held by this thread",
+                       rl->name);
+  }
+  int lost = rl->lost;
+  rl->held = 0;
+  rl->gen++;
+  pthread_mutex_unlock(&rl->mu);
+  vote vs[64];
+  round_all(rl, vs, OP_RELEASE, tid, 0, 0);
+  if (lost)
+    return dlock__fail(DLOCK_ELOST,
+                       "redlock '%s' was lost while held (renewal could not "
+                       "keep a majority of masters)",
+                       rl->name);
+  return 0;
+}
+
+int dlock_redlock_token(dlock_redlock *rl, uint64_t *token) {
+  dlock__clear_error();
+  if (!rl || !token)
+    return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  pthread_mutex_lock(&rl->mu);
+  int mine = rl->held && rl->owner == dlock__tid();
+  if (mine)
+    *token = rl->token;
+  pthread_mutex_unlock(&rl->mu);
+  return mine
+             ? 0
+             : dlock__fail(DLOCK_EPERM,
+                           "redlock '%s' is not held by this thread", rl->name);
+}
+
+int dlock_redlock_validity(dlock_redlock *rl, long long *ms) {
+  dlock__clear_error();
+  if (!rl || !ms)
+    return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  pthread_mutex_lock(&rl->mu);
+  int mine = rl->held && rl->owner == dlock__tid();
+  int lost = mine && rl->lost;
+  int64_t left = rl->valid_until - dlock__now_ms();
+  pthread_mutex_unlock(&rl->mu);
+  if (!mine)
+    return dlock__fail(DLOCK_EPERM, "redlock '%s' is not held by this thread",
+                       rl->name);
+  if (lost)
+    return dlock__fail(DLOCK_ELOST, "redlock '%s' was lost while held",
+                       rl->name);
+  *ms = left > 0 ? left : 0;
+  return 0;
+}
+
+/* ---- renewal ---------------------------------------------------------------
+ */
+
+static void *renew_main(void *arg) {
+  dlock_redlock *rl = arg;
+  pthread_mutex_lock(&rl->mu);
+  int64_t retry_at = 0;
+  while (!rl->rn_stop) {
+    if (!rl->held || !rl->wd || rl->lost) {
+      pthread_cond_wait(&rl->cv, &rl->mu);
+      retry_at = 0;
+      continue;
+    }
+    int64_t due = rl->renewed_at + rl->lease_ms / 3;
+    if (retry_at > 0)
+      due = retry_at;
+    int64_t now = dlock__now_ms();
+    if (now < due) {
+      /* Sleep until due (CLOCK_REALTIME condvar: bound by the relative
+       * amount, re-checked against the monotonic clock). */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t d = due - now;
+      ts.tv_sec += (time_t)(d / 1000);
+      ts.tv_nsec += (long)(d % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&rl->cv, &rl->mu, &ts);
+      continue;
+    }
+    uint32_t gen = rl->gen;
+    uint64_t tid = rl->owner;
+    int64_t lease = rl->lease_ms;
+    pthread_mutex_unlock(&rl->mu);
+
+    vote vs[64];
+    const int64_t t0 = dlock__now_ms();
+    round_all(rl, vs, OP_RENEW, tid, lease, 0);
+    size_t ok = 0, gone = 0;
+    for (size_t i = 0; i < rl->n; i++) {
+      ok += vs[i].rc == 1;
+      gone += vs[i].rc == 0;
+    }
+    int report = 0;
+    pthread_mutex_lock(&rl->mu);
+    if (rl->held && rl->gen == gen && !rl->lost) {
+      if (ok >= rl->quorum) {
+        rl->renewed_at = t0;
+        rl->valid_until = t0 + lease - drift_ms(lease);
+        retry_at = 0;
+      } else if (gone > rl->n - rl->quorum ||
+                 dlock__now_ms() >= rl->valid_until) {
+        rl->lost = 1;
+        report = 1;
+      } else {
+        int64_t step = lease / 10 > 50 ? lease / 10 : 50;
+        retry_at = dlock__now_ms() + step;
+      }
+    }
+    if (report) {
+      dlock_client *c = rl->clients[0];
+      pthread_mutex_unlock(&rl->mu);
+      if (c->cfg.on_lock_lost)
+        c->cfg.on_lock_lost(rl->name, c->cfg.on_lock_lost_arg);
+      pthread_mutex_lock(&rl->mu);
+    }
+  }
+  pthread_mutex_unlock(&rl->mu);
+  return NULL;
+}
