@@ -148,7 +148,7 @@ def run_dlock(a):
     p = subprocess.run([a.bench, "--url", "unix://" + a.sock, "--only",
                         "contended", "--workers", str(a.workers),
                         "--contended-secs", str(a.secs), "--serial-secs",
-                        str(min(a.secs, 3.0)), "--json"],
+                        str(min(a.secs, 3.0)), "--reps", "1", "--json"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        universal_newlines=True, timeout=600)
     js = [l for l in p.stdout.splitlines() if l.startswith("{")]
