@@ -19,6 +19,7 @@
  * missed. Pub/sub is at most once, so every wait is also bounded by a
  * re-check every DLOCK__LATCH_RECHECK_MS.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,7 +191,9 @@ int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
   if (wait_ms == 0)
     return dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' is not open", l->name);
 
-  const int64_t deadline = wait_ms < 0 ? -1 : started + wait_ms;
+  /* A budget too large to add to the clock is "forever". */
+  const int64_t deadline =
+      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   dlock__slot slot;
   dlock__sub *sub = NULL;
   int active = 0;

@@ -22,6 +22,7 @@
  * also bounded by a periodic re-check every DLOCK__SEM_RECHECK_MS.
  */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,7 +206,9 @@ static int acquire(dlock_sem *s, long long wait_ms) {
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
                        s->name);
 
-  const int64_t deadline = wait_ms < 0 ? -1 : started + wait_ms;
+  /* A budget too large to add to the clock is "forever". */
+  const int64_t deadline =
+      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   dlock__slot slot;
   dlock__sub *sub = NULL;
   int active = 0;

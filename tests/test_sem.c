@@ -1,6 +1,7 @@
 /* The semaphore: Redisson RSemaphore layout, exactly N holders across
  * processes, trywait/timedwait bounds, pub/sub wake-up (also after the
  * subscriber connection is killed), cancellation. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/time.h>
@@ -453,6 +454,27 @@ TH_CASE(recheck_without_message) {
   printf("found %lld ms after the silent SET\n", (long long)(w.done_at - t0));
   CHECK_EQ(th_cmd_int(r, "EXISTS rc"), 1);
   dlock_client_free(c);
+}
+
+/* A budget too large to add to the clock waits like "forever" (no signed
+ * overflow: UBSan in the ASan build checks). */
+TH_CASE(huge_budget_is_forever) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c2, "hb", &s));
+  CHECK_OK(dlock_sem_init(s, 0));
+  waiter w = {c, "hb", LLONG_MAX, -100, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, waiter_main, &w);
+  wait_numsub(r, "redisson_sc:{hb}", 1, 10000);
+  th_sleep_ms(50);
+  CHECK_OK(dlock_sem_post(s));
+  pthread_join(t, NULL);
+  CHECK_MSG(w.rc == 0, "waiter: %s %s", dlock_err_name(w.rc), w.msg);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  dlock_client_free(c2);
 }
 
 TH_CASE(cancel_waits) {
