@@ -94,6 +94,32 @@ setnx_kill_holder_deadlocks)
   [ "$(field setnx correct)" = false ] || fail "reported correct"
   [ "$(field setnx stuck_lock)" = true ] || fail "no stuck lock key seen"
   [ "$took" -lt 60 ] || fail "took ${took}s" ;;
+dlock_kill_holder_recovers | fair_kill_holder_recovers)
+  # the killed worker's lock expires after the watchdog lease (default 2 s
+  # in the lab) and the others sell the rest: correct, nothing deadlocked
+  s=${CASE%%_kill_holder_recovers}
+  run --strategy "$s" --kill-holder || fail "exited $?: $(cat "$TMP/err.txt")"
+  read -r k d o l orders c <<<"$(fields "$s" victim_killed deadlocked \
+    oversold lost_updates orders correct)" || fail "bad JSON"
+  echo "$s --kill-holder: victim killed $k, deadlocked $d, orders $orders," \
+    "oversold $o, lost $l, correct $c"
+  [ "$k" = true ] || fail "the victim was not killed"
+  [ "$d" -eq 0 ] && [ "$o" -eq 0 ] && [ "$l" -eq 0 ] || fail "not recovered"
+  [ "$orders" -eq 100 ] || fail "sold $orders of 100"
+  [ "$c" = true ] || fail "not correct: $(cat "$TMP/out.json")" ;;
+redlock_correct)
+  run --strategy redlock --requests 500 || fail "exited $?: $(cat "$TMP/err.txt")"
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+sys.exit(0 if any(x["name"]=="redlock" for x in d["skipped"]) else 1)' \
+    "$TMP/out.json"; then
+    echo "redlock not built (src/redlock.c without dlock_redlock_new): skip"
+    exit 77
+  fi
+  read -r o l orders c <<<"$(fields redlock oversold lost_updates orders \
+    correct)" || fail "bad JSON"
+  echo "redlock: orders $orders, oversold $o, lost $l, correct $c"
+  [ "$o" -eq 0 ] && [ "$l" -eq 0 ] && [ "$orders" -eq 100 ] &&
+    [ "$c" = true ] || fail "redlock wrong: $(cat "$TMP/out.json")" ;;
 owner_lua_correct) never_wrong owner-lua ;;
 dlock_correct) never_wrong dlock ;;
 segmented_correct) never_wrong segmented ;;

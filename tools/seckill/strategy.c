@@ -109,14 +109,14 @@ const sk_strategy sk_strategies[] = {
      "report it",
      NULL, SK_KP_LOCKED, 0, 1},
     {"redlock", SK_REDLOCK,
-     "dlock_redlock on 3 independent servers: held when a majority granted "
-     "it; fixed lease --lease-ms",
-     "the fixed lease ran out during the work and two holders overlapped",
+     "dlock_redlock on 3 independent private servers: held when a majority "
+     "granted it; watchdog renewal (--watchdog-ms)",
+     "two holders overlapped: this must not happen with a Redlock on "
+     "healthy servers, please report it",
      "requests were still waiting when the run was stopped (a dead holder's "
-     "lock expires after --lease-ms)",
-     "the fixed lease ran out during the work, so one user's two requests "
-     "overlapped",
-     NULL, SK_KP_LOCKED, 1, 2},
+     "lock expires after --watchdog-ms)",
+     "one user got two orders: this must not happen, please report it", NULL,
+     SK_KP_LOCKED, 0, 2},
 };
 
 const int sk_n_strategies =
