@@ -225,6 +225,64 @@ TH_CASE(layout_and_messages) {
   dlock_client_free(c);
 }
 
+/* ---- concurrent count-downs from several processes ------------------------
+ */
+
+#define CD_PROCS 4
+#define CD_EACH 5
+
+static int count_down_worker(void *arg) {
+  (void)arg;
+  dlock_client *c = th_client(g_r);
+  dlock_latch *l;
+  if (dlock_latch_new(c, "many", &l))
+    return 10;
+  int rc = 0;
+  for (int i = 0; i < CD_EACH && rc == 0; i++)
+    rc = dlock_latch_count_down(l);
+  if (rc)
+    fprintf(stderr, "count_down: %s %s\n", dlock_err_name(rc),
+            dlock_last_error());
+  dlock_latch_free(l);
+  dlock_client_free(c);
+  return rc ? 11 : 0;
+}
+
+/* Count-downs racing from several processes reach zero exactly once: one
+ * "0" message, the key gone, the waiter released. */
+TH_CASE(concurrent_count_downs_from_processes) {
+  g_r = th_redis_new(0, NULL);
+  freeReplyObject(th_cmd(g_r, "SET many %d", CD_PROCS * CD_EACH));
+  redisContext *sub = th_redis_raw(g_r);
+  struct timeval tv = {5, 0};
+  redisSetTimeout(sub, tv);
+  freeReplyObject(
+      redisCommand(sub, "SUBSCRIBE redisson_countdownlatch__channel__{many}"));
+  pid_t p[CD_PROCS];
+  for (int i = 0; i < CD_PROCS; i++)
+    p[i] = th_fork(count_down_worker, NULL);
+  dlock_client *c = th_client(g_r);
+  dlock_latch *l;
+  CHECK_OK(dlock_latch_new(c, "many", &l));
+  CHECK_OK(dlock_latch_timedawait(l, 20000));
+  for (int i = 0; i < CD_PROCS; i++)
+    CHECK_EQ(th_wait(p[i], 30000), 0);
+  CHECK_EQ(th_cmd_int(g_r, "EXISTS many"), 0);
+  redisReply *x = read_msg(sub);
+  CHECK_STR(x->element[2]->str, "0");
+  freeReplyObject(x);
+  /* No second "0": the next message is the PING's reply. */
+  redisAppendCommand(sub, "PING");
+  x = NULL;
+  CHECK(redisGetReply(sub, (void **)&x) == REDIS_OK && x);
+  CHECK(x->type == REDIS_REPLY_ARRAY && x->elements >= 1);
+  CHECK_STR(x->element[0]->str, "pong");
+  freeReplyObject(x);
+  redisFree(sub);
+  dlock_latch_free(l);
+  dlock_client_free(c);
+}
+
 /* ---- waiting threads ----------------------------------------------------- */
 
 typedef struct waiter {
