@@ -94,6 +94,7 @@ expect_rc() {
   dl "$@" >"$T/out" 2>"$T/last.err"
   rc=$?
   [ "$rc" = "$want" ] || fail "dlock $* exited $rc, expected $want: $(cat "$T/last.err")"
+  ! grep -q Sanitizer "$T/last.err" || fail "dlock $*: sanitizer report"
 }
 
 start_redis "$SOCK"
@@ -173,7 +174,7 @@ wait_timeout)
   ;;
 
 exit_code)
-  expect_rc 7 ec -- sh -c 'exit 7'
+  expect_rc 7 ec -- sh -c "[ \"\$(redis-cli -s $SOCK exists ec)\" = 1 ] && exit 7"
   expect_rc 7 ec -c 'exit 7'
   expect_rc 0 ec -- true
   expect_rc 138 ec -- sh -c 'kill -USR1 $$'
@@ -497,6 +498,7 @@ bad_input)
   bad() {
     dl "$@" >"$T/out" 2>"$T/last.err"
     local rc=$?
+    ! grep -q Sanitizer "$T/last.err" || fail "dlock $*: sanitizer report"
     [ "$rc" = 64 ] || fail "dlock $* exited $rc, expected 64"
     [ "$(wc -l <"$T/last.err")" = 1 ] || fail "dlock $*: not one line: $(cat "$T/last.err")"
     grep -q '^dlock: ' "$T/last.err" || fail "dlock $*: $(cat "$T/last.err")"
