@@ -251,7 +251,6 @@ struct dlock_client {
   size_t wd_count;
   int wd_busy; /* a renewal batch is in flight */
   int wd_stop;
-  int wd_kick;
   pthread_t wd_thread;
   int wd_started;
 };
