@@ -39,6 +39,10 @@ const char *sk_lesson(const sk_result *r, char *buf, size_t len,
                  ? "the dead holder's lock expired after --lease-ms"
                  : "the dead holder's lock expired after the watchdog "
                    "lease (--watchdog-ms)");
+  else if (s->kind == SK_LOCAL && o && o->procs == 1)
+    snprintf(buf, len,
+             "passed because there is one process (--procs 1): "
+             "run several and it oversells");
   else if (s->hint && !(o && o->kill_holder))
     snprintf(buf, len, "%s", s->hint);
   else
