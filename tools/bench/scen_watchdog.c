@@ -188,7 +188,7 @@ void scen_watchdog(const bench_opts *o) {
       freeReplyObject(rp);
       if (v < 0)
         missing++;
-      else if (v < lease - period * 3 / 2)
+      else if (v < lease - 2 * period)
         late++;
       if (v >= 0 && (min_pttl < 0 || v < min_pttl))
         min_pttl = v;
@@ -197,7 +197,7 @@ void scen_watchdog(const bench_opts *o) {
   bm_put(SCEN, "min_pttl_ms", "smallest PTTL left after the window",
          (double)min_pttl, "ms");
   bm_put(SCEN, "failed_renewals",
-         "renewals missed (key gone or not renewed for 1.5 periods)",
+         "renewals missed (key gone, or no renewal for 2 periods)",
          (double)(missing + late), "locks");
 
   /* Release. */
