@@ -253,10 +253,12 @@ static void *vote_main(void *p) {
   return NULL;
 }
 
-/* Runs op on every master in parallel and waits for all of them (each is
- * bounded by its client's command_timeout_ms). */
-static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
-                      int64_t lease, uint64_t proposed) {
+/* Runs op on every master (only those with skip[i] == 0 when skip is
+ * given) in parallel and waits for all of them (each is bounded by its
+ * client's command_timeout_ms). A skipped master is a failed vote. */
+static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
+                       int64_t lease, uint64_t proposed,
+                       const unsigned char *skip) {
   pthread_once(&g_once, init_scripts);
   for (size_t i = 0; i < rl->n; i++) {
     vote *v = &vs[i];
@@ -267,18 +269,27 @@ static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
     v->tid = tid;
     v->lease = lease;
     v->proposed = proposed;
+    if (skip && skip[i]) {
+      v->rc = DLOCK_ECONN;
+      snprintf(v->err, sizeof v->err, "failed earlier in this round");
+      continue;
+    }
     v->threaded = rl->n > 1 && pthread_create(&v->th, NULL, vote_main, v) == 0;
   }
   for (size_t i = 0; i < rl->n; i++) {
     if (vs[i].threaded)
       pthread_join(vs[i].th, NULL);
-    else
+    else if (!(skip && skip[i]))
       run_vote(&vs[i]);
   }
 }
 
-/* ---- objects --------------------------------------------------------------
- */
+static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
+                      int64_t lease, uint64_t proposed) {
+  round_some(rl, vs, op, tid, lease, proposed, NULL);
+}
+
+/* ---- objects ------------------------------------------------------------- */
 
 static void *renew_main(void *arg);
 
@@ -363,8 +374,7 @@ void dlock_redlock_free(dlock_redlock *rl) {
   free(rl);
 }
 
-/* ---- acquire ---------------------------------------------------------------
- */
+/* ---- acquire ------------------------------------------------------------- */
 
 static int64_t drift_ms(int64_t lease) { return lease / 100 + 2; }
 
@@ -392,13 +402,18 @@ static void describe(dlock_redlock *rl, const vote *vs, size_t yes,
 /* Draws the fencing token after a successful vote: 1 if *token is set. */
 static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid,
                       uint64_t *token) {
+  /* Masters that failed the vote (down, paused: a command timeout) are not
+   * asked again in this acquisition. */
+  unsigned char skip[64];
   long long hi = 0;
-  for (size_t i = 0; i < rl->n; i++)
+  for (size_t i = 0; i < rl->n; i++) {
+    skip[i] = vs[i].rc < 0;
     if (vs[i].rc >= 0 && vs[i].value > hi)
       hi = vs[i].value;
+  }
   uint64_t proposed = (uint64_t)hi + 1;
   for (int tries = 0; tries < 3; tries++) {
-    round_all(rl, vs, OP_TOKEN, tid, 0, proposed);
+    round_some(rl, vs, OP_TOKEN, tid, 0, proposed, skip);
     size_t acks = 0;
     long long top = 0;
     for (size_t i = 0; i < rl->n; i++) {
@@ -485,6 +500,9 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
                        rl->name);
   const int64_t start = dlock__now_ms();
   const int64_t deadline = wait_ms < 0 ? -1 : start + wait_ms;
+  unsigned cancel_gen[64];
+  for (size_t i = 0; i < rl->n; i++)
+    cancel_gen[i] = atomic_load(&rl->clients[i]->cancel_gen);
   char why[512] = "";
   for (;;) {
     uint64_t token = 0;
@@ -511,9 +529,15 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
     if (deadline >= 0 && now >= deadline)
       return dlock__fail(DLOCK_ETIMEDOUT, "%s; gave up after %lld ms", why,
                          wait_ms);
-    for (size_t i = 0; i < rl->n; i++)
+    for (size_t i = 0; i < rl->n; i++) {
       if (atomic_load(&rl->clients[i]->closing))
         return dlock__fail(DLOCK_ECLOSED, "client %zu is closing", i);
+      if (atomic_load(&rl->clients[i]->cancel_gen) != cancel_gen[i])
+        return dlock__fail(DLOCK_ECANCELED,
+                           "wait for redlock '%s' canceled by "
+                           "dlock_client_cancel_waits() (client %zu); %s",
+                           rl->name, i, why);
+    }
     int64_t pause = 20 + (int64_t)(dlock__rand64() % 181);
     if (deadline >= 0 && now + pause > deadline)
       pause = deadline - now;
@@ -587,8 +611,7 @@ int dlock_redlock_validity(dlock_redlock *rl, long long *ms) {
   return 0;
 }
 
-/* ---- renewal ---------------------------------------------------------------
- */
+/* ---- renewal ------------------------------------------------------------- */
 
 static void *renew_main(void *arg) {
   dlock_redlock *rl = arg;
