@@ -13,7 +13,8 @@
 # library's row is its median round (the machine is shared and noisy).
 # Peers:
 #   - dlock itself (dlock-bench --only contended with the same N and S);
-#   - redis-py's Lock (python3-redis), defaults, blocking_timeout=1, sleep 1 ms;
+#   - redis-py's Lock (python3-redis, apt-get installed if missing),
+#     defaults, blocking_timeout=1, sleep 1 ms;
 #   - node redlock and redis-semaphore (npm, installed into a temp dir; set
 #     DLOCK_PEERS_NPM_DIR to reuse one), defaults and tuned retry delays.
 # A peer whose runtime or package is missing is skipped with a note.
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --secs) secs=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "run_peers.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -64,8 +65,16 @@ done
 redis-cli -s "$sock" PING >/dev/null || { echo "run_peers.sh: redis-server did not start" >&2; cat "$tmp/redis.log" >&2; exit 2; }
 rver=$(redis-cli -s "$sock" INFO server | sed -n 's/^redis_version:\([^\r]*\).*/\1/p')
 
-# python: the first interpreter that has the redis module.
+# python: the first interpreter that has the redis module; on Debian, install
+# python3-redis when it is missing (DLOCK_PEERS_INSTALL=0 to skip that).
 py=""; pyver=""
+if [ "${DLOCK_PEERS_INSTALL:-1}" = 1 ] && ! /usr/bin/python3 -c 'import redis' 2>/dev/null \
+   && command -v apt-get >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "run_peers.sh: installing python3-redis" >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-redis >/dev/null 2>&1 \
+    || echo "run_peers.sh: could not install python3-redis" >&2
+fi
 for c in python3 /usr/bin/python3; do
   if command -v "$c" >/dev/null && v=$("$c" -c 'import redis; print(redis.__version__)' 2>/dev/null); then
     py=$(command -v "$c"); pyver=$v; break
