@@ -401,32 +401,137 @@ DLOCK_API int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms);
 /* Multi-lock: all of N mutexes, all-or-nothing -- experimental              */
 /* ------------------------------------------------------------------------ */
 
+/* All of N mutexes or none (Redisson RedissonMultiLock semantics). The
+ * members are ordinary dlock_mutex objects of any variant, on the same or
+ * different clients/servers; each keeps its own Redis layout (the mutex hash
+ * under exactly its own name), and nothing else is stored. Acquisition goes
+ * over the members in array order, one attempt each; when a member is held
+ * elsewhere, every member taken in this call is released before the thread
+ * waits, for that member alone, with its own timed acquire and the
+ * remaining budget, and then tries the others again. A thread never waits
+ * while holding a member, so multi-locks over the same mutexes in different
+ * orders cannot deadlock; no partial hold is left behind by a failed call
+ * (a member whose release fails with DLOCK_ECONN is left to its lease).
+ * Holds are the members' own holds (reentrant, thread-owned, renewed by the
+ * watchdog or with a fixed lease each counted from that member's own
+ * acquisition). See docs/multilock.md. */
 typedef struct dlock_multilock dlock_multilock;
 
+/* Creates a multi-lock over locks[0..n). The array is copied; the members
+ * and their clients are borrowed and must outlive the object. No Redis
+ * traffic. Errors: DLOCK_EINVAL (NULL out or locks, n == 0, a NULL member,
+ * the same object twice), DLOCK_ENOMEM. Thread-safety: any thread. */
 DLOCK_API int dlock_multilock_new(dlock_mutex **locks, size_t n,
                                   dlock_multilock **out);
+/* Frees the object, not the members. Holds taken through it stay with the
+ * members (as holds of the threads that took them). Accepts NULL.
+ * Thread-safety: no other thread may be using the object. */
 DLOCK_API void dlock_multilock_free(dlock_multilock *ml);
+/* Acquires every member, waiting as long as it takes; watchdog leases.
+ * Errors: those of dlock_mutex_lock from any member (the members taken in
+ * this call are released first). Thread-safety: any thread. */
 DLOCK_API int dlock_multilock_lock(dlock_multilock *ml);
+/* One pass: DLOCK_EBUSY (naming the busy member) if any member is held
+ * elsewhere; nothing is held then. Thread-safety: any thread. */
 DLOCK_API int dlock_multilock_trylock(dlock_multilock *ml);
+/* wait_ms < 0: forever; 0: as trylock; > 0: at most about that long, then
+ * DLOCK_ETIMEDOUT (naming the member still held) with nothing held.
+ * lease_ms > 0: that fixed lease on each member; <= 0: watchdog leases.
+ * Thread-safety: any thread. */
 DLOCK_API int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
                                         long long lease_ms);
+/* Releases one hold of every member (last member first), continuing past
+ * failures. Errors: DLOCK_EPERM (the calling thread does not hold the
+ * multi-lock by this object's record; no Redis traffic), DLOCK_ELOST (some
+ * member was lost while held -- expired, deleted or taken; it is named in
+ * dlock_last_error(); the others were released), or the first other
+ * member error (DLOCK_ECONN...; that member keeps its hold record, so its
+ * own dlock_mutex_unlock may be retried). Thread-safety: the owning
+ * thread. */
 DLOCK_API int dlock_multilock_unlock(dlock_multilock *ml);
 
 /* ------------------------------------------------------------------------ */
 /* Redlock: majority of N independent masters -- experimental                */
 /* ------------------------------------------------------------------------ */
 
+/* A lock held by a majority (n/2 + 1) of N independent Redis masters, one
+ * client per master (the Redlock algorithm; docs/redlock.md). Each master
+ * holds the ordinary mutex hash under exactly `name` (field "<that client's
+ * uuid>:<tid>" = 1, TTL = lease), plus the fencing counter
+ * redisson_lock_token:{name}. A round asks every master AT THE SAME TIME,
+ * one attempt each without the client's retry policy, bounded by that
+ * client's command_timeout_ms; a master that is down, slow or errs is a
+ * failed vote. validity = lease - elapsed (monotonic) - (lease/100 + 2 ms);
+ * the lock is taken only with a majority and a positive validity, else
+ * every master is released at once before the call goes on (a random
+ * 20-200 ms pause, then a new round) or returns. Not reentrant. Hazards
+ * (read docs/redlock.md before relying on it): a master that restarts empty
+ * at once can hand a second client a majority (restart masters only after
+ * the longest lease, or persist with appendfsync always); clock jumps on a
+ * master; a holder that pauses past its validity. */
 typedef struct dlock_redlock dlock_redlock;
 
+/* Creates a Redlock over clients[0..n) (one per master, all different; n
+ * <= 64) for the key `name` (not empty, copied). The array is copied; the
+ * clients are borrowed and must outlive the object. No Redis traffic, so it
+ * works while masters are down (make their clients with lazy_connect).
+ * Errors: DLOCK_EINVAL (NULL/empty arguments, n == 0 or > 64, a NULL or
+ * repeated client), DLOCK_EFORK, DLOCK_ENOMEM. Thread-safety: any thread. */
 DLOCK_API int dlock_redlock_new(dlock_client **clients, size_t n,
                                 const char *name, dlock_redlock **out);
+/* Stops the object's renewal thread and frees it. A hold still recorded is
+ * abandoned (its keys expire after the lease). Accepts NULL.
+ * Thread-safety: no other thread may be using the object. */
 DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
+/* Rounds until a majority grants the lock; watchdog lease (the first
+ * client's watchdog_timeout_ms, renewed every third of it on every master
+ * at once by a per-object thread; if renewal cannot keep a majority -- more
+ * than n - majority masters say the key is gone, or no majority answered
+ * before the validity ran out -- the hold is lost: the first client's
+ * on_lock_lost runs on that renewal thread and unlock returns DLOCK_ELOST).
+ * Errors: DLOCK_EDEADLK (this thread already holds it: not reentrant),
+ * DLOCK_ECANCELED (dlock_client_cancel_waits on any of the clients),
+ * DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_API int dlock_redlock_lock(dlock_redlock *rl);
+/* One round: DLOCK_EBUSY if it did not win, with dlock_last_error() naming
+ * the votes ("2 of 5 masters voted, 3 needed (1 held elsewhere, 2 failed or
+ * unreachable: ...)"); nothing of ours is left on any reachable master.
+ * Watchdog lease. Thread-safety: any thread. */
 DLOCK_API int dlock_redlock_trylock(dlock_redlock *rl);
+/* wait_ms < 0: forever; 0: one round (DLOCK_EBUSY); > 0: rounds until
+ * about that long has passed, then DLOCK_ETIMEDOUT naming the last round's
+ * votes. lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease.
+ * Other errors as dlock_redlock_lock. Thread-safety: any thread. */
 DLOCK_API int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
                                       long long lease_ms);
+/* Releases the lock on every master at once (only where our field is;
+ * unreachable masters are ignored: their keys expire). Returns DLOCK_OK if
+ * the calling thread held the Redlock by this object's record (even if a
+ * fixed lease has run out meanwhile), DLOCK_ELOST if renewal had reported
+ * it lost, DLOCK_EPERM if the thread does not hold it (no Redis traffic).
+ * Thread-safety: the owning thread. */
 DLOCK_API int dlock_redlock_unlock(dlock_redlock *rl);
+/* The fencing token of the calling thread's current hold, drawn during the
+ * acquisition (before the validity check): 1 + the highest counter reported
+ * by any master that answered the vote, written ("set if higher") to every
+ * master that answered, accepted when a majority then holds exactly it.
+ * Guarantee: a token is greater than every token whose acquisition
+ * finished before this acquisition began, PROVIDED that some master that
+ * stored the earlier token and answered this vote kept its data. When all
+ * masters answer every vote this survives any n - 1 masters restarting
+ * empty; in the worst case (each draw reaching only a bare majority) a
+ * single master that loses its data can break it. Concurrent holders (the
+ * Redlock hazards above) may draw tokens in either order. The resource
+ * must reject writes with a token lower than the highest it has seen.
+ * Errors: DLOCK_EPERM (not held by the calling thread), DLOCK_EINVAL.
+ * No Redis traffic. Thread-safety: the owning thread. */
 DLOCK_API int dlock_redlock_token(dlock_redlock *rl, uint64_t *token);
+/* *ms = the calling thread's remaining validity (0 once it has run out):
+ * the end of the lease as measured from the start of the winning round
+ * (or the last renewal that reached a majority) minus the drift allowance.
+ * Work protected by the lock should finish within it. Errors: DLOCK_EPERM
+ * (not held by the calling thread), DLOCK_ELOST (renewal reported the hold
+ * lost), DLOCK_EINVAL. No Redis traffic. Thread-safety: the owning thread. */
 DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
 
 /* ------------------------------------------------------------------------ */
