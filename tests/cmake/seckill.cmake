@@ -14,7 +14,7 @@ if(TARGET dlock-seckill)
       add_test(NAME seckill.${c}
         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../seckill/seckill_test.sh
                 $<TARGET_FILE:dlock-seckill> ${c})
-      set_tests_properties(seckill.${c} PROPERTIES TIMEOUT 120 LABELS tool
+      set_tests_properties(seckill.${c} PROPERTIES TIMEOUT 240 LABELS tool
         SKIP_RETURN_CODE 77)
     endforeach()
   endif()

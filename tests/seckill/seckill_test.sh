@@ -59,12 +59,16 @@ must_oversell() {
 }
 
 # never_wrong STRATEGY ARGS... : 3 runs, never oversold / lost / wrong.
+# --deadline-ms 60000: a slow (sanitizer, loaded machine) run must not be
+# cut off and reported "unfinished"; a stuck one is still stopped by the
+# no-progress limit (--stall-ms).
 # 500 requests instead of 1000: still 5x the stock (sold out, same
 # contention), half the time.
 never_wrong() {
   local s=$1; shift
   for i in 1 2 3; do
-    run --strategy "$s" --requests 500 "$@" || fail "run $i exited $?: $(cat "$TMP/err.txt")"
+    run --strategy "$s" --requests 500 --deadline-ms 60000 "$@" ||
+      fail "run $i exited $?: $(cat "$TMP/err.txt")"
     local o l c orders st
     read -r o l c orders st <<<"$(fields "$s" oversold lost_updates correct \
       orders final_stock)" || fail "bad JSON"
@@ -98,7 +102,7 @@ dlock_kill_holder_recovers | fair_kill_holder_recovers)
   # the killed worker's lock expires after the watchdog lease (default 2 s
   # in the lab) and the others sell the rest: correct, nothing deadlocked
   s=${CASE%%_kill_holder_recovers}
-  run --strategy "$s" --kill-holder || fail "exited $?: $(cat "$TMP/err.txt")"
+  run --strategy "$s" --kill-holder --deadline-ms 60000 || fail "exited $?: $(cat "$TMP/err.txt")"
   read -r k d o l orders c <<<"$(fields "$s" victim_killed deadlocked \
     oversold lost_updates orders correct)" || fail "bad JSON"
   echo "$s --kill-holder: victim killed $k, deadlocked $d, orders $orders," \
@@ -108,7 +112,10 @@ dlock_kill_holder_recovers | fair_kill_holder_recovers)
   [ "$orders" -eq 100 ] || fail "sold $orders of 100"
   [ "$c" = true ] || fail "not correct: $(cat "$TMP/out.json")" ;;
 redlock_correct)
-  run --strategy redlock --requests 500 || fail "exited $?: $(cat "$TMP/err.txt")"
+  # every Redlock round is one thread per master and a loser pauses 20-200
+  # ms: 4 threads per process keep it quick even under TSan
+  run --strategy redlock --requests 300 --threads 4 --deadline-ms 60000 ||
+    fail "exited $?: $(cat "$TMP/err.txt")"
   if python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
 sys.exit(0 if any(x["name"]=="redlock" for x in d["skipped"]) else 1)' \
     "$TMP/out.json"; then
@@ -127,7 +134,7 @@ atomic_correct) never_wrong atomic ;;
 fair_correct) never_wrong fair ;;
 users_dlock_no_duplicates)
   for i in 1 2 3; do
-    run --strategy dlock --users 50 || fail "exited $?"
+    run --strategy dlock --users 50 --deadline-ms 60000 || fail "exited $?"
     du=$(field dlock duplicate_users); o=$(field dlock orders)
     echo "dlock --users 50 run $i: orders $o, users with >1 order $du"
     [ "$du" -eq 0 ] || fail "$du users bought twice"
