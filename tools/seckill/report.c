@@ -214,7 +214,7 @@ int sk_report_svg(const sk_opts *o, const sk_result *res, int n,
       max_os = (double)res[i].oversold;
   }
   const int row_h = 28, top = 70, label_w = 120, bar_w = 300, gap = 150;
-  int width = label_w + 2 * bar_w + gap + 40;
+  int width = label_w + 2 * bar_w + gap + 90; /* room for the labels */
   int height = top + rows * row_h + 50;
   fprintf(f,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
