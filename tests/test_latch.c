@@ -402,6 +402,31 @@ TH_CASE(huge_budget_is_forever) {
   dlock_client_free(c2);
 }
 
+/* A Redisson client's countDown (DECR, DEL at zero, PUBLISH "0" on the
+ * latch channel), sent raw, wakes a dlock waiter through pub/sub. */
+TH_CASE(redisson_count_down_wakes_waiter) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  freeReplyObject(th_cmd(r, "SET rd 1"));
+  waiter w = {c, "rd", 20000, -100, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, waiter_main, &w);
+  wait_numsub(r, "redisson_countdownlatch__channel__{rd}", 1, 10000);
+  th_sleep_ms(50);
+  int64_t t0 = th_now_ms();
+  freeReplyObject(
+      th_cmd(r, "EVAL %s 2 rd redisson_countdownlatch__channel__{rd} 0 PUBLISH",
+             "local v = redis.call('decr', KEYS[1]); if v <= 0 then "
+             "redis.call('del', KEYS[1]) end; if v == 0 then "
+             "redis.call(ARGV[2], KEYS[2], ARGV[1]) end;"));
+  pthread_join(t, NULL);
+  CHECK_MSG(w.rc == 0, "waiter: %s %s", dlock_err_name(w.rc), w.msg);
+  long long lat = w.done_at - t0;
+  printf("woke %lld ms after the raw count-down\n", lat);
+  CHECK_MSG(lat < 800, "woke %lld ms after (re-check, not pub/sub)", lat);
+  dlock_client_free(c);
+}
+
 TH_CASE(cancel_waits) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r);

@@ -477,6 +477,30 @@ TH_CASE(huge_budget_is_forever) {
   dlock_client_free(c2);
 }
 
+/* A Redisson client's release (INCRBY + PUBLISH of the new value on
+ * redisson_sc:{name}), sent raw, wakes a dlock waiter through pub/sub. */
+TH_CASE(redisson_release_wakes_waiter) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  freeReplyObject(th_cmd(r, "SET rr 0"));
+  waiter w = {c, "rr", 20000, -100, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, waiter_main, &w);
+  wait_numsub(r, "redisson_sc:{rr}", 1, 10000);
+  th_sleep_ms(50);
+  int64_t t0 = th_now_ms();
+  freeReplyObject(th_cmd(r, "EVAL %s 2 rr redisson_sc:{rr} 1 PUBLISH",
+                         "local value = redis.call('incrby', KEYS[1], "
+                         "ARGV[1]); redis.call(ARGV[2], KEYS[2], value);"));
+  pthread_join(t, NULL);
+  CHECK_MSG(w.rc == 0, "waiter: %s %s", dlock_err_name(w.rc), w.msg);
+  long long lat = w.done_at - t0;
+  printf("woke %lld ms after the raw release\n", lat);
+  CHECK_MSG(lat < 800, "woke %lld ms after (re-check, not pub/sub)", lat);
+  CHECK_EQ(th_cmd_int(r, "EXISTS rr"), 1);
+  dlock_client_free(c);
+}
+
 TH_CASE(cancel_waits) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r);
