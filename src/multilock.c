@@ -58,12 +58,12 @@ int dlock_multilock_new(dlock_mutex **locks, size_t n, dlock_multilock **out) {
   dlock_multilock *ml = dlock__calloc(1, sizeof *ml);
   if (!ml)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  ml->locks = dlock__calloc(n, sizeof *ml->locks);
+  ml->locks = dlock__calloc(n, sizeof(dlock_mutex *));
   if (!ml->locks) {
     free(ml);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
-  memcpy(ml->locks, locks, n * sizeof *locks);
+  memcpy(ml->locks, locks, n * sizeof(dlock_mutex *));
   ml->n = n;
   pthread_mutex_init(&ml->mu, NULL);
   *out = ml;

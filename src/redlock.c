@@ -128,17 +128,17 @@ static void init_scripts(void) {
 typedef struct vote {
   dlock_redlock *rl;
   size_t i;
-  int op;
   uint64_t tid;
   int64_t lease;
   uint64_t proposed;
+  pthread_t th;
+  int op;
+  int threaded;
   /* results */
   int rc;          /* 1 yes / renewed / released, 0 no, < 0 error */
   long long value; /* counter (acquire, token) */
   long long pttl;  /* holder's TTL when busy */
   char err[160];
-  pthread_t th;
-  int threaded;
 } vote;
 
 /* One script call on master i, no retry, bounded by command_timeout_ms. */
@@ -324,7 +324,7 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
   dlock__prefix_name(&tk, "redisson_lock_token", name);
   dlock__prefix_name(&ch, "redisson_lock__channel", name);
   if (rl) {
-    rl->clients = dlock__calloc(n, sizeof *clients);
+    rl->clients = dlock__calloc(n, sizeof(dlock_client *));
     rl->name = dlock__strdup(name);
     rl->token_key = tk.oom ? NULL : dlock__strndup(tk.p, tk.len);
     rl->channel = ch.oom ? NULL : dlock__strndup(ch.p, ch.len);
@@ -341,7 +341,7 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
     }
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
-  memcpy(rl->clients, clients, n * sizeof *clients);
+  memcpy(rl->clients, clients, n * sizeof(dlock_client *));
   rl->n = n;
   rl->quorum = n / 2 + 1;
   rl->name_len = strlen(name);
@@ -500,7 +500,7 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
                        rl->name);
   const int64_t start = dlock__now_ms();
   const int64_t deadline = wait_ms < 0 ? -1 : start + wait_ms;
-  unsigned cancel_gen[64];
+  unsigned cancel_gen[64] = {0};
   for (size_t i = 0; i < rl->n; i++)
     cancel_gen[i] = atomic_load(&rl->clients[i]->cancel_gen);
   char why[512] = "";
