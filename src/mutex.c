@@ -411,7 +411,8 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
     return dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
 
   /* Contended: wait for a hand-over or a wake-up. */
-  const int64_t deadline = wait_ms < 0 ? -1 : started + wait_ms;
+  const int64_t deadline =
+      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   int active = joined;
   if (!joined) {
     if (!ch.len)

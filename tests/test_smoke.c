@@ -1,6 +1,7 @@
 /* Smoke tests: the basic lock cycle and the Redis layout, from outside. */
 #include "th.h"
 
+#include <limits.h>
 #include <pthread.h>
 
 TH_CASE(lock_unlock_layout) {
@@ -226,4 +227,45 @@ TH_CASE(forked_siblings_unlock_ids_differ) {
     CHECK_EQ(th_wait(p, 20000), 0);
     CHECK_EQ(th_cmd_int(g_r, "EXISTS fork-rid"), 0);
   }
+}
+
+/* A wait budget too large to add to the clock means "forever" (no signed
+ * overflow), for the plain and the fair mutex. */
+typedef struct huge_arg {
+  dlock_mutex *m;
+  int rc;
+} huge_arg;
+
+static void *huge_wait(void *p) {
+  huge_arg *a = p;
+  a->rc = dlock_mutex_timedlock(a->m, LLONG_MAX, -1);
+  if (a->rc == 0)
+    a->rc = dlock_mutex_unlock(a->m);
+  return NULL;
+}
+
+TH_CASE(huge_wait_budget_is_forever) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c1 = th_client(r), *c2 = th_client(r);
+  for (int fair = 0; fair < 2; fair++) {
+    dlock_mutex *a, *b;
+    const char *name = fair ? "huge-fair" : "huge";
+    CHECK_OK(fair ? dlock_mutex_new_fair(c1, name, &a)
+                  : dlock_mutex_new(c1, name, &a));
+    CHECK_OK(fair ? dlock_mutex_new_fair(c2, name, &b)
+                  : dlock_mutex_new(c2, name, &b));
+    CHECK_OK(dlock_mutex_lock(a));
+    huge_arg arg = {b, 1};
+    pthread_t t;
+    pthread_create(&t, NULL, huge_wait, &arg);
+    th_sleep_ms(150);
+    CHECK_EQ(arg.rc, 1); /* still waiting, not failed at once */
+    CHECK_OK(dlock_mutex_unlock(a));
+    pthread_join(t, NULL);
+    CHECK_OK(arg.rc);
+    dlock_mutex_free(a);
+    dlock_mutex_free(b);
+  }
+  dlock_client_free(c1);
+  dlock_client_free(c2);
 }
