@@ -144,8 +144,9 @@ typedef struct run_state {
   int mon_stop;  /* under mu */
   int mon_probe; /* under mu: the callback reported a loss */
   long long poll_ms;
-  char reason[768]; /* under mu */
-  int reason_ready; /* under mu */
+  long long lease_end; /* fixed lease (-l): when it runs out; else -1 */
+  char reason[768];    /* under mu */
+  int reason_ready;    /* under mu */
 } run_state;
 
 static void post(run_state *rs, char what) {
@@ -214,7 +215,14 @@ static void *monitor_main(void *arg) {
       cli_detail(cli_url(o), det, sizeof det);
     int mine = rc == 0 && is_mine(&st, rs->owner);
     if (rc == 0 && !mine) {
-      if (!st.locked)
+      if (!st.locked && rs->lease_end >= 0 &&
+          cli_now_ms() >= rs->lease_end - 50)
+        /* Noticed by this poll before the main loop's timer. */
+        snprintf(why, sizeof why,
+                 "its fixed lease (-l %s) ran out while the command was "
+                 "still running",
+                 lease);
+      else if (!st.locked)
         snprintf(why, sizeof why,
                  "its key is gone (deleted, force-unlocked or expired)");
       else
@@ -932,6 +940,7 @@ int cli_run(const cli_opts *o) {
   }
 
   /* The monitor: reasons for watchdog losses; polling for fixed leases. */
+  rs.lease_end = s.lease_end;
   if (o->lease_ms > 0) {
     long long pm = o->lease_ms / 3;
     rs.poll_ms = pm < 100 ? 100 : pm > 10000 ? 10000 : pm;
