@@ -461,10 +461,11 @@ DLOCK_API int dlock_multilock_unlock(dlock_multilock *ml);
  * redisson_lock_token:{name}. A round asks every master AT THE SAME TIME,
  * one attempt each without the client's retry policy, bounded by that
  * client's command_timeout_ms; a master that is down, slow or errs is a
- * failed vote. validity = lease - elapsed (monotonic) - (lease/100 + 2 ms);
- * the lock is taken only with a majority and a positive validity, else
- * every master is released at once before the call goes on (a random
- * 20-200 ms pause, then a new round) or returns. Not reentrant. Hazards
+ * failed vote, and once the outcome is decided a round waits at most
+ * lease/20 more for the rest. validity = lease - elapsed (monotonic) -
+ * (lease/100 + 2 ms); the lock is taken only with a majority and a positive
+ * validity, else every master is released at once before the call goes on (a
+ * random 20-200 ms pause, then a new round) or returns. Not reentrant. Hazards
  * (read docs/redlock.md before relying on it): a master that restarts empty
  * at once can hand a second client a majority (restart masters only after
  * the longest lease, or persist with appendfsync always); clock jumps on a
@@ -479,8 +480,10 @@ typedef struct dlock_redlock dlock_redlock;
  * repeated client), DLOCK_EFORK, DLOCK_ENOMEM. Thread-safety: any thread. */
 DLOCK_API int dlock_redlock_new(dlock_client **clients, size_t n,
                                 const char *name, dlock_redlock **out);
-/* Stops the object's renewal thread and frees it. A hold still recorded is
- * abandoned (its keys expire after the lease). Accepts NULL.
+/* Stops the object's renewal thread, waits for vote threads still running
+ * (a paused master: at most one command timeout) and frees the object. A
+ * hold still recorded is abandoned (its keys expire after the lease).
+ * Accepts NULL.
  * Thread-safety: no other thread may be using the object. */
 DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
 /* Rounds until a majority grants the lock; watchdog lease (the first

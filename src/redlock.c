@@ -13,7 +13,12 @@
  *   short-lived thread per master), without the client's retry policy
  *   (dlock__cmd.no_retry), bounded by that client's command_timeout_ms. A
  *   master that is down, slow or replies an error is a failed vote. The
- *   acquire script also returns that master's token counter.
+ *   acquire script also returns that master's token counter. The round
+ *   waits for every vote, but once the outcome is decided (a majority said
+ *   yes, or too few are left to reach one) at most lease/20 more: a paused
+ *   master's vote thread then finishes on its own (detached; the object
+ *   waits for such threads when freed) and, if the acquisition failed and
+ *   its late answer is yes, releases that master itself.
  *   With a majority (n/2+1) of votes, the token is drawn: proposed = 1 + the
  *   highest counter any master reported; written to every master at once
  *   ("set if higher", each returns what it then holds); it counts when a
@@ -59,6 +64,7 @@ struct dlock_redlock {
   int64_t valid_until; /* monotonic ms */
   int64_t renewed_at;  /* t0 of the last majority (acquire or renewal) */
   uint64_t token;
+  int inflight; /* vote threads still running (free waits for them) */
   /* Renewal thread. */
   pthread_t rn_thread;
   int rn_started;
@@ -131,9 +137,8 @@ typedef struct vote {
   uint64_t tid;
   int64_t lease;
   uint64_t proposed;
-  pthread_t th;
+  struct round *round;
   int op;
-  int threaded;
   /* results */
   int rc;          /* 1 yes / renewed / released, 0 no, < 0 error */
   long long value; /* counter (acquire, token) */
@@ -248,22 +253,78 @@ static void run_vote(vote *v) {
   freeReplyObject(r);
 }
 
+/* A round in flight: one vote per master, each on its own detached thread.
+ * The caller may stop waiting before every master answered (a paused
+ * master); the stragglers finish on their own (bounded by their command
+ * timeout) and drop their reference. Guarded by mu. */
+typedef struct round {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  size_t started, done, wins;
+  int abandoned; /* the acquisition failed: a late yes releases itself */
+  unsigned char finished[64];
+  vote vs[64];
+} round;
+
+static void round_unref(round *r) {
+  pthread_mutex_lock(&r->mu);
+  int last = --r->refs == 0;
+  pthread_mutex_unlock(&r->mu);
+  if (last) {
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+  }
+}
+
 static void *vote_main(void *p) {
-  run_vote(p);
+  vote *v = p;
+  round *r = v->round;
+  dlock_redlock *rl = v->rl;
+  run_vote(v);
+  pthread_mutex_lock(&r->mu);
+  r->done++;
+  r->finished[v->i] = 1;
+  if (v->op == OP_TOKEN ? v->rc == 1 && (uint64_t)v->value == v->proposed
+                        : v->rc == 1)
+    r->wins++;
+  int release = r->abandoned && v->op == OP_ACQUIRE && v->rc == 1;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  if (release) {
+    /* A late yes after the acquisition gave up: take it back. */
+    vote rv = *v;
+    rv.op = OP_RELEASE;
+    run_vote(&rv);
+  }
+  round_unref(r);
+  pthread_mutex_lock(&rl->mu);
+  if (--rl->inflight == 0)
+    pthread_cond_broadcast(&rl->cv);
+  pthread_mutex_unlock(&rl->mu);
   return NULL;
 }
 
-/* Runs op on every master (only those with skip[i] == 0 when skip is
- * given) in parallel and waits for all of them (each is bounded by its
- * client's command_timeout_ms). A skipped master is a failed vote. */
-static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
-                       int64_t lease, uint64_t proposed,
-                       const unsigned char *skip) {
+/* Starts op on every master (except those with skip[i] set: failed votes)
+ * at once. NULL on out of memory. */
+static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
+                          int64_t lease, uint64_t proposed,
+                          const unsigned char *skip) {
   pthread_once(&g_once, init_scripts);
+  round *r = dlock__calloc(1, sizeof *r);
+  if (!r)
+    return NULL;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->refs = 1;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   for (size_t i = 0; i < rl->n; i++) {
-    vote *v = &vs[i];
-    memset(v, 0, sizeof *v);
+    vote *v = &r->vs[i];
     v->rl = rl;
+    v->round = r;
     v->i = i;
     v->op = op;
     v->tid = tid;
@@ -271,22 +332,91 @@ static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
     v->proposed = proposed;
     if (skip && skip[i]) {
       v->rc = DLOCK_ECONN;
-      snprintf(v->err, sizeof v->err, "failed earlier in this round");
+      snprintf(v->err, sizeof v->err, "failed earlier in this acquisition");
+      r->finished[i] = 1;
       continue;
     }
-    v->threaded = rl->n > 1 && pthread_create(&v->th, NULL, vote_main, v) == 0;
+    pthread_mutex_lock(&rl->mu);
+    rl->inflight++;
+    pthread_mutex_unlock(&rl->mu);
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    r->started++;
+    pthread_mutex_unlock(&r->mu);
+    pthread_t th;
+    if (pthread_create(&th, &attr, vote_main, v) != 0)
+      vote_main(v); /* no thread: this master is asked inline */
+  }
+  pthread_attr_destroy(&attr);
+  return r;
+}
+
+/* Waits for the round: until every started vote is in, or -- when early
+ * -- until grace_ms after the outcome was decided (wins >= quorum, or too
+ * few votes left to reach it), so a paused master costs at most the grace,
+ * not its command timeout. Copies the results to out[0..n); a vote still
+ * pending reads as a failed vote. */
+static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
+                       vote *out) {
+  pthread_mutex_lock(&r->mu);
+  int64_t decided_at = -1;
+  while (r->done < r->started) {
+    size_t pending = r->started - r->done;
+    int64_t now = dlock__now_ms();
+    if (early && decided_at < 0 &&
+        (r->wins >= rl->quorum || r->wins + pending < rl->quorum))
+      decided_at = now;
+    if (decided_at >= 0 && now >= decided_at + grace_ms)
+      break;
+    if (decided_at >= 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t d = decided_at + grace_ms - now;
+      ts.tv_sec += (time_t)(d / 1000);
+      ts.tv_nsec += (long)(d % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    } else {
+      pthread_cond_wait(&r->cv, &r->mu);
+    }
   }
   for (size_t i = 0; i < rl->n; i++) {
-    if (vs[i].threaded)
-      pthread_join(vs[i].th, NULL);
-    else if (!(skip && skip[i]))
-      run_vote(&vs[i]);
+    if (r->finished[i]) {
+      out[i] = r->vs[i];
+    } else { /* its thread is still writing r->vs[i] */
+      memset(&out[i], 0, sizeof out[i]);
+      out[i].i = i;
+      out[i].rc = DLOCK_ETIMEDOUT;
+      snprintf(out[i].err, sizeof out[i].err, "no answer within the round");
+    }
   }
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Runs op on every master (skip as round_start) and waits (early as
+ * round_wait). */
+static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
+                       int64_t lease, uint64_t proposed,
+                       const unsigned char *skip, int early, int64_t grace) {
+  round *r = round_start(rl, op, tid, lease, proposed, skip);
+  if (!r) {
+    for (size_t i = 0; i < rl->n; i++) {
+      memset(&vs[i], 0, sizeof vs[i]);
+      vs[i].rc = DLOCK_ENOMEM;
+      snprintf(vs[i].err, sizeof vs[i].err, "out of memory");
+    }
+    return;
+  }
+  round_wait(rl, r, early, grace, vs);
+  round_unref(r);
 }
 
 static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
                       int64_t lease, uint64_t proposed) {
-  round_some(rl, vs, op, tid, lease, proposed, NULL);
+  round_some(rl, vs, op, tid, lease, proposed, NULL, 0, 0);
 }
 
 /* ---- objects ------------------------------------------------------------- */
@@ -362,6 +492,10 @@ void dlock_redlock_free(dlock_redlock *rl) {
   rl->rn_stop = 1;
   pthread_cond_broadcast(&rl->cv);
   int started = rl->rn_started;
+  /* Votes still running (a paused master) end within their command
+   * timeout; they use the object until then. */
+  while (rl->inflight > 0)
+    pthread_cond_wait(&rl->cv, &rl->mu);
   pthread_mutex_unlock(&rl->mu);
   if (started)
     pthread_join(rl->rn_thread, NULL);
@@ -400,7 +534,7 @@ static void describe(dlock_redlock *rl, const vote *vs, size_t yes,
 }
 
 /* Draws the fencing token after a successful vote: 1 if *token is set. */
-static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid,
+static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid, int64_t grace,
                       uint64_t *token) {
   /* Masters that failed the vote (down, paused: a command timeout) are not
    * asked again in this acquisition. */
@@ -413,7 +547,7 @@ static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid,
   }
   uint64_t proposed = (uint64_t)hi + 1;
   for (int tries = 0; tries < 3; tries++) {
-    round_some(rl, vs, OP_TOKEN, tid, 0, proposed, skip);
+    round_some(rl, vs, OP_TOKEN, tid, 0, proposed, skip, 1, grace);
     size_t acks = 0;
     long long top = 0;
     for (size_t i = 0; i < rl->n; i++) {
@@ -435,6 +569,13 @@ static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid,
   return 0;
 }
 
+/* How long a round keeps waiting for the remaining masters once a majority
+ * said yes: they add redundancy (and their token counters), but a paused
+ * master must not eat the lease. */
+static int64_t grace_ms(int64_t lease) {
+  return lease / 20 > 1 ? lease / 20 : 1;
+}
+
 /* One round. 1 held (*token, *valid_until set), 0 refused (buf says why),
  * and every master is released on refusal. */
 static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
@@ -442,7 +583,12 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
                      char *why, size_t why_len) {
   vote vs[64];
   const int64_t t0 = dlock__now_ms();
-  round_all(rl, vs, OP_ACQUIRE, tid, lease, 0);
+  round *r = round_start(rl, OP_ACQUIRE, tid, lease, 0, NULL);
+  if (!r) {
+    snprintf(why, why_len, "redlock '%.100s': out of memory", rl->name);
+    return 0;
+  }
+  round_wait(rl, r, 1, grace_ms(lease), vs);
   size_t yes = 0;
   for (size_t i = 0; i < rl->n; i++)
     yes += vs[i].rc == 1;
@@ -451,7 +597,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
   if (ok) {
     vote tv[64];
     memcpy(tv, vs, rl->n * sizeof *vs);
-    ok = draw_token(rl, tv, tid, token);
+    ok = draw_token(rl, tv, tid, grace_ms(lease), token);
     if (!ok)
       extra = "; no majority for the fencing token counter";
   }
@@ -461,15 +607,25 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
     extra = "; the votes took longer than the lease";
   }
   if (ok) {
+    round_unref(r); /* late yes votes stay: unlock releases every master */
     *t0_out = t0;
     *valid_until = t0 + lease - drift_ms(lease);
     return 1;
   }
   describe(rl, vs, yes, extra, why, why_len);
   /* Release every master at once, also those that did not vote yes (a
-   * reply may have been lost after the script ran). */
+   * reply may have been lost after the script ran) -- except those whose
+   * vote is still running: from now on such a vote takes itself back when
+   * it ends (abandoned), so nobody waits for a paused master here. */
+  unsigned char skip[64];
+  pthread_mutex_lock(&r->mu);
+  r->abandoned = 1;
+  for (size_t i = 0; i < rl->n; i++)
+    skip[i] = !r->finished[i];
+  pthread_mutex_unlock(&r->mu);
+  round_unref(r);
   vote rv[64];
-  round_all(rl, rv, OP_RELEASE, tid, 0, 0);
+  round_some(rl, rv, OP_RELEASE, tid, 0, 0, skip, 0, 0);
   return 0;
 }
 
@@ -649,7 +805,7 @@ static void *renew_main(void *arg) {
 
     vote vs[64];
     const int64_t t0 = dlock__now_ms();
-    round_all(rl, vs, OP_RENEW, tid, lease, 0);
+    round_some(rl, vs, OP_RENEW, tid, lease, 0, NULL, 1, grace_ms(lease));
     size_t ok = 0, gone = 0;
     for (size_t i = 0; i < rl->n; i++) {
       ok += vs[i].rc == 1;

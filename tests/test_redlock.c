@@ -396,6 +396,12 @@ TH_CASE(paused_master_costs_one_command_timeout) {
   CHECK_MSG(took < 2500, "a round with 2 paused masters took %lld ms",
             (long long)took);
   CHECK_OK(dlock_redlock_unlock(rl));
+  /* A short lease: the round does not wait out the paused masters' 300 ms
+   * timeout once a majority said yes, only lease/20 (50 ms) more. */
+  CHECK_OK(dlock_redlock_timedlock(rl, 0, 1000));
+  CHECK_OK(dlock_redlock_validity(rl, &v));
+  CHECK_MSG(v > 1000 - 250, "validity %lld of 1000 with 2 paused masters", v);
+  CHECK_OK(dlock_redlock_unlock(rl));
   th_redis_resume(g_r[1]);
   th_redis_resume(g_r[0]);
   dlock_redlock_free(rl);
