@@ -113,17 +113,24 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          /* KEYS[i] lock; ARGV[1] lease; ARGV[i+1] field of KEYS[i].
           * Returns a string with one flag per key: '1' renewed, '0' gone.
           * Never creates. A key of another type (our hash was overwritten)
-          * counts as gone and does not fail the rest of the batch (pcall). */
-         "local r = {}\n"
-         "for i = 1, #KEYS do\n"
-         "  if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
-         "    redis.call('pexpire', KEYS[i], ARGV[1])\n"
-         "    r[i] = '1'\n"
-         "  else\n"
-         "    r[i] = '0'\n"
+          * counts as gone and does not fail the rest of the batch: the
+          * batch runs with redis.call (fast) and only if that raised an
+          * error, again with redis.pcall (renewing twice is harmless). */
+         "local function run(call)\n"
+         "  local r = {}\n"
+         "  for i = 1, #KEYS do\n"
+         "    if call('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
+         "      redis.call('pexpire', KEYS[i], ARGV[1])\n"
+         "      r[i] = '1'\n"
+         "    else\n"
+         "      r[i] = '0'\n"
+         "    end\n"
          "  end\n"
+         "  return table.concat(r)\n"
          "end\n"
-         "return table.concat(r)\n",
+         "local ok, res = pcall(run, redis.call)\n"
+         "if ok then return res end\n"
+         "return run(redis.pcall)\n",
          {0}},
     [DLOCK__S_CANCEL] =
         {"cancel",
