@@ -118,7 +118,9 @@ static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
   dlock__clear_error();
   if (!ml)
     return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
-  const int64_t deadline = wait_ms < 0 ? -1 : dlock__now_ms() + wait_ms;
+  const int64_t now0 = dlock__now_ms();
+  const int64_t deadline =
+      wait_ms < 0 || wait_ms > INT64_MAX - now0 ? -1 : now0 + wait_ms;
   unsigned char *taken = dlock__calloc(ml->n, 1);
   if (!taken)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");

@@ -655,7 +655,8 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
                        "Redlock is not reentrant)",
                        rl->name);
   const int64_t start = dlock__now_ms();
-  const int64_t deadline = wait_ms < 0 ? -1 : start + wait_ms;
+  const int64_t deadline =
+      wait_ms < 0 || wait_ms > INT64_MAX - start ? -1 : start + wait_ms;
   unsigned cancel_gen[64] = {0};
   for (size_t i = 0; i < rl->n; i++)
     cancel_gen[i] = atomic_load(&rl->clients[i]->cancel_gen);
