@@ -316,6 +316,18 @@ int dlock__sub_join_active(dlock_client *c, const char *channel,
 int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
                     int64_t until_ms, int *granted, int *active);
 void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot);
+/* The wait of the kinds without hand-over (semaphore, latch): subscribes to
+ * channel, then calls check(arg) -- 1 done, 0 not yet, < 0 error -- after
+ * every wake-up and at least every recheck_ms (pub/sub is at most once),
+ * until it is done, the deadline (monotonic ms, -1 none) passes, the client
+ * closes or dlock_client_cancel_waits() bumps cancel_gen past the value the
+ * caller read before its first check. Returns 0, check's error,
+ * DLOCK_ECLOSED, DLOCK_ECANCELED (message names `what`), or DLOCK_ETIMEDOUT
+ * with no message (the caller words it). */
+int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
+                          int64_t deadline, int64_t recheck_ms,
+                          unsigned cancel_gen, int (*check)(void *), void *arg,
+                          const char *what);
 int dlock__pubsub_start(dlock_client *c);
 void dlock__pubsub_stop(dlock_client *c);
 

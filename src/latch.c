@@ -19,6 +19,7 @@
  * missed. Pub/sub is at most once, so every wait is also bounded by a
  * re-check every DLOCK__LATCH_RECHECK_MS.
  */
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,8 @@ static int is_open(dlock_latch *l) {
   return rc ? rc : n <= 0;
 }
 
+static int is_open_cb(void *l) { return is_open(l); }
+
 int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
   int rc = check_latch(l);
   if (rc)
@@ -194,47 +197,13 @@ int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
   /* A budget too large to add to the clock is "forever". */
   const int64_t deadline =
       wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
-  dlock__slot slot;
-  dlock__sub *sub = NULL;
-  int active = 0;
-  if ((rc = dlock__sub_join(c, l->channel, NULL, DLOCK__WAKE_ALL, &slot, &sub,
-                            &active)) != 0)
-    return rc;
-  int need_wait = !active; /* already subscribed: re-check at once */
-  for (;;) {
-    if (need_wait) {
-      int64_t until = dlock__now_ms() + DLOCK__LATCH_RECHECK_MS;
-      if (deadline >= 0 && until > deadline)
-        until = deadline;
-      int granted = 0;
-      /* A cancel that came before the join kicked no slot of ours. */
-      if (atomic_load(&c->cancel_gen) == cancel_gen)
-        dlock__sub_wait(c, sub, &slot, until, &granted, &active);
-      if (atomic_load(&c->closing)) {
-        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
-        break;
-      }
-      if (atomic_load(&c->cancel_gen) != cancel_gen) {
-        rc = dlock__fail(DLOCK_ECANCELED,
-                         "wait for latch '%s' canceled by "
-                         "dlock_client_cancel_waits()",
-                         l->name);
-        break;
-      }
-    }
-    need_wait = 1;
-    r = is_open(l);
-    if (r != 0) {
-      rc = r == 1 ? 0 : r;
-      break;
-    }
-    if (deadline >= 0 && dlock__now_ms() >= deadline) {
-      rc = dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' still closed after %lld ms",
-                       l->name, wait_ms);
-      break;
-    }
-  }
-  dlock__sub_leave(c, sub, &slot);
+  char what[300];
+  snprintf(what, sizeof what, "latch '%.256s'", l->name);
+  rc = dlock__sub_wait_check(c, l->channel, DLOCK__WAKE_ALL, deadline,
+                             DLOCK__LATCH_RECHECK_MS, cancel_gen, is_open_cb, l,
+                             what);
+  if (rc == DLOCK_ETIMEDOUT)
+    dlock__fail(rc, "latch '%s' still closed after %lld ms", l->name, wait_ms);
   return rc;
 }
 

@@ -508,3 +508,52 @@ void dlock__pubsub_stop(dlock_client *c) {
       c->ps_pipe[i] = -1;
     }
 }
+
+int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
+                          int64_t deadline, int64_t recheck_ms,
+                          unsigned cancel_gen, int (*check)(void *), void *arg,
+                          const char *what) {
+  dlock__slot slot;
+  dlock__sub *sub = NULL;
+  int active = 0;
+  int rc = dlock__sub_join(c, channel, NULL, wake_policy, &slot, &sub, &active);
+  if (rc)
+    return rc;
+  /* Already subscribed (another waiter of this client): a message may have
+   * come between the caller's first check and the join, so check at once.
+   * Otherwise the confirmation of the SUBSCRIBE kicks us. */
+  int need_wait = !active;
+  for (;;) {
+    if (need_wait) {
+      int64_t until = dlock__now_ms() + recheck_ms;
+      if (deadline >= 0 && until > deadline)
+        until = deadline;
+      int granted = 0;
+      /* A cancel that came before the join kicked no slot of ours. */
+      if (atomic_load(&c->cancel_gen) == cancel_gen)
+        dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      if (atomic_load(&c->closing)) {
+        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
+        break;
+      }
+      if (atomic_load(&c->cancel_gen) != cancel_gen) {
+        rc = dlock__fail(DLOCK_ECANCELED,
+                         "wait for %s canceled by dlock_client_cancel_waits()",
+                         what);
+        break;
+      }
+    }
+    need_wait = 1;
+    int r = check(arg);
+    if (r != 0) {
+      rc = r == 1 ? 0 : r;
+      break;
+    }
+    if (deadline >= 0 && dlock__now_ms() >= deadline) {
+      rc = DLOCK_ETIMEDOUT;
+      break;
+    }
+  }
+  dlock__sub_leave(c, sub, &slot);
+  return rc;
+}

@@ -192,6 +192,8 @@ static int attempt(dlock_sem *s) {
   return rc ? rc : got == 1;
 }
 
+static int attempt_cb(void *s) { return attempt(s); }
+
 static int acquire(dlock_sem *s, long long wait_ms) {
   int rc = check_sem(s);
   if (rc)
@@ -209,51 +211,14 @@ static int acquire(dlock_sem *s, long long wait_ms) {
   /* A budget too large to add to the clock is "forever". */
   const int64_t deadline =
       wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
-  dlock__slot slot;
-  dlock__sub *sub = NULL;
-  int active = 0;
-  if ((rc = dlock__sub_join(c, s->channel, NULL, DLOCK__WAKE_COUNT, &slot, &sub,
-                            &active)) != 0)
-    return rc;
-  /* Already subscribed (another waiter of this client): a post may have
-   * come between the first attempt and the join, so re-check at once.
-   * Otherwise the confirmation of the SUBSCRIBE kicks us. */
-  int need_wait = !active;
-  for (;;) {
-    if (need_wait) {
-      int64_t until = dlock__now_ms() + DLOCK__SEM_RECHECK_MS;
-      if (deadline >= 0 && until > deadline)
-        until = deadline;
-      int granted = 0;
-      /* A cancel that came before the join kicked no slot of ours. */
-      if (atomic_load(&c->cancel_gen) == cancel_gen)
-        dlock__sub_wait(c, sub, &slot, until, &granted, &active);
-      if (atomic_load(&c->closing)) {
-        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
-        break;
-      }
-      if (atomic_load(&c->cancel_gen) != cancel_gen) {
-        rc = dlock__fail(DLOCK_ECANCELED,
-                         "wait for semaphore '%s' canceled by "
-                         "dlock_client_cancel_waits()",
-                         s->name);
-        break;
-      }
-    }
-    need_wait = 1;
-    r = attempt(s);
-    if (r != 0) {
-      rc = r == 1 ? 0 : r;
-      break;
-    }
-    if (deadline >= 0 && dlock__now_ms() >= deadline) {
-      rc = dlock__fail(DLOCK_ETIMEDOUT,
-                       "semaphore '%s': no permit within %lld ms", s->name,
-                       wait_ms);
-      break;
-    }
-  }
-  dlock__sub_leave(c, sub, &slot);
+  char what[300];
+  snprintf(what, sizeof what, "semaphore '%.256s'", s->name);
+  rc = dlock__sub_wait_check(c, s->channel, DLOCK__WAKE_COUNT, deadline,
+                             DLOCK__SEM_RECHECK_MS, cancel_gen, attempt_cb, s,
+                             what);
+  if (rc == DLOCK_ETIMEDOUT)
+    dlock__fail(rc, "semaphore '%s': no permit within %lld ms", s->name,
+                wait_ms);
   return rc;
 }
 
