@@ -517,8 +517,8 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
   dlock__sub *sub = NULL;
   int active = 0;
   int rc = dlock__sub_join(c, channel, NULL, wake_policy, &slot, &sub, &active);
-  if (rc)
-    return rc;
+  if (rc || !sub)
+    return rc ? rc : DLOCK_ENOMEM;
   /* Already subscribed (another waiter of this client): a message may have
    * come between the caller's first check and the join, so check at once.
    * Otherwise the confirmation of the SUBSCRIBE kicks us. */
