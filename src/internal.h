@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -42,6 +43,9 @@ void dlock__clear_error(void);
 int64_t dlock__now_ms(void); /* monotonic */
 int64_t dlock__now_us(void); /* monotonic */
 void dlock__sleep_ms(int64_t ms);
+/* The clock's time ms from now, for pthread_cond_timedwait (pass the clock
+ * the condition variable was made with). */
+struct timespec dlock__abstime(clockid_t clk, int64_t ms);
 /* Fills buf with n cryptographically random bytes (getrandom). */
 int dlock__random_bytes(void *buf, size_t n);
 /* Fast per-thread PRNG (seeded from getrandom). */

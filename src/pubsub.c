@@ -162,15 +162,7 @@ int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
       int64_t now = dlock__now_ms();
       if (now >= until_ms)
         break;
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      int64_t d = until_ms - now;
-      ts.tv_sec += (time_t)(d / 1000);
-      ts.tv_nsec += (long)(d % 1000) * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, until_ms - now);
       pthread_cond_timedwait(&slot->cv, &c->sub_mu, &ts);
     } else {
       pthread_cond_wait(&slot->cv, &c->sub_mu);

@@ -369,15 +369,8 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
     if (decided_at >= 0 && now >= decided_at + grace_ms)
       break;
     if (decided_at >= 0) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      int64_t d = decided_at + grace_ms - now;
-      ts.tv_sec += (time_t)(d / 1000);
-      ts.tv_nsec += (long)(d % 1000) * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
+      struct timespec ts =
+          dlock__abstime(CLOCK_REALTIME, decided_at + grace_ms - now);
       pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     } else {
       pthread_cond_wait(&r->cv, &r->mu);
@@ -787,15 +780,7 @@ static void *renew_main(void *arg) {
     if (now < due) {
       /* Sleep until due (CLOCK_REALTIME condvar: bound by the relative
        * amount, re-checked against the monotonic clock). */
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      int64_t d = due - now;
-      ts.tv_sec += (time_t)(d / 1000);
-      ts.tv_nsec += (long)(d % 1000) * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
+      struct timespec ts = dlock__abstime(CLOCK_REALTIME, due - now);
       pthread_cond_timedwait(&rl->cv, &rl->mu, &ts);
       continue;
     }

@@ -22,6 +22,20 @@ int64_t dlock__now_us(void) {
 
 int64_t dlock__now_ms(void) { return dlock__now_us() / 1000; }
 
+struct timespec dlock__abstime(clockid_t clk, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(clk, &ts);
+  if (ms < 0)
+    ms = 0;
+  ts.tv_sec += (time_t)(ms / 1000);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
 void dlock__sleep_ms(int64_t ms) {
   if (ms <= 0)
     return;

@@ -229,15 +229,7 @@ static void *wd_main(void *arg) {
       if (due < 0)
         due = now + period; /* idle: look again in one period */
       {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t d = due - now;
-        ts.tv_sec += (time_t)(d / 1000);
-        ts.tv_nsec += (long)(d % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-          ts.tv_sec++;
-          ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, due - now);
         pthread_cond_timedwait(&c->reg_cv, &c->reg_mu, &ts);
       }
       continue;

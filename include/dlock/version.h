@@ -8,7 +8,7 @@
 #define DLOCK_VERSION_PATCH 0
 
 #define DLOCK_VERSION_NUMBER                                                   \
-  (DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 +                  \
+  (DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 +                   \
    DLOCK_VERSION_PATCH)
 
 #endif
