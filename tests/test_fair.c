@@ -43,19 +43,6 @@ static int wait_key(redisContext *raw, const char *key, int64_t ms) {
   return 0;
 }
 
-/* Polls `LLEN key` until it is n (bounded). */
-static void wait_llen(th_redis *r, const char *key, long long n, int64_t ms) {
-  int64_t end = th_now_ms() + ms;
-  for (;;) {
-    long long v = th_cmd_int(r, "LLEN %s", key);
-    if (v == n)
-      return;
-    CHECK_MSG(th_now_ms() < end, "LLEN %s stayed %lld, expected %lld", key, v,
-              n);
-    th_sleep_ms(2);
-  }
-}
-
 typedef struct waiter {
   dlock_mutex *m;
   long long wait_ms;
@@ -123,7 +110,7 @@ TH_CASE(layout_reentrancy_owner) {
   /* A blocked waiter: queue entry, deadline and its own channel. */
   waiter w = {m2, -1, -1, 0, ""};
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_llen(r, "redisson_lock_queue:{fl}", 1, 5000);
+  th_wait_llen(r, "redisson_lock_queue:{fl}", 1, 5000);
   long long now = epoch_ms();
   h = th_cmd(r, "LRANGE redisson_lock_queue:{fl} 0 -1");
   CHECK_EQ(h->elements, 1);
@@ -183,7 +170,7 @@ TH_CASE(layout_reentrancy_owner) {
   w = (waiter){NULL, -1, -1, 0, ""};
   CHECK_OK(dlock_mutex_new_fair(c2, "a{tag}b", &w.m));
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_llen(r, "redisson_lock_queue:a{tag}b", 1, 5000);
+  th_wait_llen(r, "redisson_lock_queue:a{tag}b", 1, 5000);
   CHECK_EQ(th_cmd_int(r, "ZCARD redisson_lock_timeout:a{tag}b"), 1);
   CHECK_OK(dlock_mutex_unlock(mt));
   pthread_join(t, NULL);
@@ -360,7 +347,7 @@ TH_CASE(fifo_across_processes) {
   CHECK_OK(dlock_mutex_new_fair(c, "fifo", &m));
   CHECK_OK(dlock_mutex_lock(m));
   freeReplyObject(th_cmd(g_r, "SET fifo:go 1"));
-  wait_llen(g_r, "redisson_lock_queue:{fifo}", FIFO_N, 30000);
+  th_wait_llen(g_r, "redisson_lock_queue:{fifo}", FIFO_N, 30000);
   /* The queue holds the waiters in arrival order. */
   redisReply *q = th_cmd(g_r, "LRANGE redisson_lock_queue:{fifo} 0 -1");
   CHECK_EQ(q->elements, FIFO_N);
@@ -441,7 +428,7 @@ TH_CASE(dead_waiter_skipped) {
   CHECK_OK(dlock_mutex_new_fair(c, "fdead", &m));
   CHECK_OK(dlock_mutex_timedlock(m, 0, 2000));
   freeReplyObject(th_cmd(g_r, "SET fdead:go_a 1"));
-  wait_llen(g_r, "redisson_lock_queue:{fdead}", 1, 10000);
+  th_wait_llen(g_r, "redisson_lock_queue:{fdead}", 1, 10000);
   kill(a, SIGKILL);
   CHECK_EQ(th_wait(a, 5000), -SIGKILL);
   redisReply *q = th_cmd(g_r, "LRANGE redisson_lock_queue:{fdead} 0 -1");
@@ -452,7 +439,7 @@ TH_CASE(dead_waiter_skipped) {
   freeReplyObject(z);
   freeReplyObject(q);
   freeReplyObject(th_cmd(g_r, "SET fdead:go_b 1"));
-  wait_llen(g_r, "redisson_lock_queue:{fdead}", 2, 10000);
+  th_wait_llen(g_r, "redisson_lock_queue:{fdead}", 2, 10000);
   CHECK_OK(dlock_mutex_unlock(m)); /* "0" goes to the dead head's channel */
   /* Until the dead head's deadline, the live waiter must not get in. */
   while (epoch_ms() < dead_deadline - 150) {
@@ -496,7 +483,7 @@ TH_CASE(timeout_leaves_queue_deadlines) {
   pthread_t t[3];
   for (int i = 0; i < 3; i++) {
     pthread_create(&t[i], NULL, waiter_main, &w[i]);
-    wait_llen(r, "redisson_lock_queue:{fdrift}", i + 1, 5000);
+    th_wait_llen(r, "redisson_lock_queue:{fdrift}", i + 1, 5000);
   }
   long long s1 = zscore(r, w[0].owner), s2 = zscore(r, w[1].owner),
             s3 = zscore(r, w[2].owner);

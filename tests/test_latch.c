@@ -10,31 +10,6 @@
 
 static th_redis *g_r;
 
-static void wait_numsub(th_redis *r, const char *channel, long long n,
-                        int64_t timeout_ms) {
-  int64_t end = th_now_ms() + timeout_ms;
-  long long got = -1;
-  while (th_now_ms() < end) {
-    redisReply *x = th_cmd(r, "PUBSUB NUMSUB %s", channel);
-    got = x->type == REDIS_REPLY_ARRAY && x->elements == 2
-              ? x->element[1]->integer
-              : -1;
-    freeReplyObject(x);
-    if (got == n)
-      return;
-    th_sleep_ms(10);
-  }
-  th_fail(__FILE__, __LINE__, "%s: %lld subscribers, expected %lld", channel,
-          got, n);
-}
-
-static long long get_ll(th_redis *r, const char *key) {
-  redisReply *x = th_cmd(r, "GET %s", key);
-  long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;
-  freeReplyObject(x);
-  return v;
-}
-
 /* ---- waiters in several processes -----------------------------------------
  */
 
@@ -80,10 +55,10 @@ TH_CASE(waiters_across_processes_wake_at_zero) {
   dlock_client *c = th_client(g_r);
   dlock_latch *l;
   CHECK_OK(dlock_latch_new(c, "gate", &l));
-  wait_numsub(g_r, "redisson_countdownlatch__channel__{gate}", PROCS, 10000);
+  th_wait_numsub(g_r, "redisson_countdownlatch__channel__{gate}", PROCS, 10000);
   for (int i = 0; i < COUNT; i++) {
     th_sleep_ms(100);
-    CHECK_EQ(get_ll(g_r, "woke"), -1); /* nobody passed a closed latch */
+    CHECK_EQ(th_get_ll(g_r, "woke"), -1); /* nobody passed a closed latch */
     long long n = -1;
     CHECK_OK(dlock_latch_count(l, &n));
     CHECK_EQ(n, COUNT - i);
@@ -92,7 +67,7 @@ TH_CASE(waiters_across_processes_wake_at_zero) {
   }
   for (int i = 0; i < PROCS; i++)
     CHECK_EQ(th_wait(p[i], 30000), 0);
-  CHECK_EQ(get_ll(g_r, "woke"), PROCS);
+  CHECK_EQ(th_get_ll(g_r, "woke"), PROCS);
   CHECK_EQ(th_cmd_int(g_r, "EXISTS gate"), 0);
   dlock_latch_free(l);
   dlock_client_free(c);
@@ -198,9 +173,9 @@ TH_CASE(layout_and_messages) {
   redisReply *g = th_cmd(r, "TYPE lay");
   CHECK_STR(g->str, "string");
   freeReplyObject(g);
-  CHECK_EQ(get_ll(r, "lay"), 2);
+  CHECK_EQ(th_get_ll(r, "lay"), 2);
   CHECK_OK(dlock_latch_count_down(l)); /* 1: no message */
-  CHECK_EQ(get_ll(r, "lay"), 1);
+  CHECK_EQ(th_get_ll(r, "lay"), 1);
   CHECK_OK(dlock_latch_count_down(l)); /* 0: "0", key deleted */
   x = read_msg(sub);
   CHECK_STR(x->element[1]->str, "redisson_countdownlatch__channel__{lay}");
@@ -213,7 +188,7 @@ TH_CASE(layout_and_messages) {
   CHECK_STR(x->element[1]->str, "redisson_countdownlatch__channel__{a{b}}");
   CHECK_STR(x->element[2]->str, "1");
   freeReplyObject(x);
-  CHECK_EQ(get_ll(r, "a{b}"), 1);
+  CHECK_EQ(th_get_ll(r, "a{b}"), 1);
   /* A Redisson-style writer (plain SET) is understood. */
   freeReplyObject(th_cmd(r, "SET lay 5"));
   long long n = -1;
@@ -320,7 +295,7 @@ TH_CASE(count_down_wakes_all_threads_before_recheck) {
     w[i] = (waiter){c, "cd", 20000, -100, 0, ""};
     pthread_create(&t[i], NULL, waiter_main, &w[i]);
   }
-  wait_numsub(r, "redisson_countdownlatch__channel__{cd}", 1, 10000);
+  th_wait_numsub(r, "redisson_countdownlatch__channel__{cd}", 1, 10000);
   th_sleep_ms(50);
   int64_t t0 = th_now_ms();
   CHECK_OK(dlock_latch_count_down(l));
@@ -347,11 +322,11 @@ TH_CASE(pubsub_killed_while_waiting) {
     waiter w = {c, "pk", 20000, -100, 0, ""};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    wait_numsub(r, "redisson_countdownlatch__channel__{pk}", 1, 10000);
+    th_wait_numsub(r, "redisson_countdownlatch__channel__{pk}", 1, 10000);
     long long killed = th_cmd_int(r, "CLIENT KILL TYPE pubsub");
     CHECK_MSG(killed >= 1, "killed %lld subscriber connections", killed);
     if (round == 1) /* after the resubscribe; round 0: while nobody listens */
-      wait_numsub(r, "redisson_countdownlatch__channel__{pk}", 1, 10000);
+      th_wait_numsub(r, "redisson_countdownlatch__channel__{pk}", 1, 10000);
     CHECK_OK(dlock_latch_count_down(l));
     pthread_join(t, NULL);
     CHECK_MSG(w.rc == 0, "round %d waiter: %s %s", round, dlock_err_name(w.rc),
@@ -371,7 +346,7 @@ TH_CASE(recheck_without_message) {
   waiter w = {c, "rc", 10000, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_countdownlatch__channel__{rc}", 1, 10000);
+  th_wait_numsub(r, "redisson_countdownlatch__channel__{rc}", 1, 10000);
   th_sleep_ms(100);
   int64_t t0 = th_now_ms();
   freeReplyObject(th_cmd(r, "DEL rc"));
@@ -392,7 +367,7 @@ TH_CASE(huge_budget_is_forever) {
   waiter w = {c, "hb", LLONG_MAX, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_countdownlatch__channel__{hb}", 1, 10000);
+  th_wait_numsub(r, "redisson_countdownlatch__channel__{hb}", 1, 10000);
   th_sleep_ms(50);
   CHECK_OK(dlock_latch_count_down(l));
   pthread_join(t, NULL);
@@ -411,7 +386,7 @@ TH_CASE(redisson_count_down_wakes_waiter) {
   waiter w = {c, "rd", 20000, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_countdownlatch__channel__{rd}", 1, 10000);
+  th_wait_numsub(r, "redisson_countdownlatch__channel__{rd}", 1, 10000);
   th_sleep_ms(50);
   int64_t t0 = th_now_ms();
   freeReplyObject(
@@ -436,7 +411,7 @@ TH_CASE(cancel_waits) {
   waiter w = {c, "cw", -1, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_countdownlatch__channel__{cw}", 1, 10000);
+  th_wait_numsub(r, "redisson_countdownlatch__channel__{cw}", 1, 10000);
   th_sleep_ms(50);
   CHECK_OK(dlock_client_cancel_waits(c));
   pthread_join(t, NULL);

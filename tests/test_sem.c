@@ -11,32 +11,6 @@
 
 static th_redis *g_r;
 
-/* Waits (bounded) until `channel` has n subscribers on the server. */
-static void wait_numsub(th_redis *r, const char *channel, long long n,
-                        int64_t timeout_ms) {
-  int64_t end = th_now_ms() + timeout_ms;
-  long long got = -1;
-  while (th_now_ms() < end) {
-    redisReply *x = th_cmd(r, "PUBSUB NUMSUB %s", channel);
-    got = x->type == REDIS_REPLY_ARRAY && x->elements == 2
-              ? x->element[1]->integer
-              : -1;
-    freeReplyObject(x);
-    if (got == n)
-      return;
-    th_sleep_ms(10);
-  }
-  th_fail(__FILE__, __LINE__, "%s: %lld subscribers, expected %lld", channel,
-          got, n);
-}
-
-static long long get_ll(th_redis *r, const char *key) {
-  redisReply *x = th_cmd(r, "GET %s", key);
-  long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;
-  freeReplyObject(x);
-  return v;
-}
-
 /* ---- N permits admit exactly N holders across processes ------------------ */
 
 #define ADMIT_PERMITS 2
@@ -116,14 +90,14 @@ TH_CASE(n_permits_admit_exactly_n_processes) {
   dlock_client *c = th_client(g_r);
   dlock_sem *s;
   CHECK_OK(dlock_sem_new(c, "admit", &s));
-  wait_numsub(g_r, "redisson_sc:{admit}", ADMIT_PROCS, 10000);
+  th_wait_numsub(g_r, "redisson_sc:{admit}", ADMIT_PROCS, 10000);
   CHECK_OK(dlock_sem_init(s, ADMIT_PERMITS));
   for (int i = 0; i < ADMIT_PROCS; i++)
     CHECK_EQ(th_wait(p[i], 60000), 0);
-  CHECK_EQ(get_ll(g_r, "admit:total"),
+  CHECK_EQ(th_get_ll(g_r, "admit:total"),
            ADMIT_PROCS * ADMIT_THREADS * ADMIT_ROUNDS);
-  CHECK_EQ(get_ll(g_r, "admit:cur"), 0);
-  CHECK_EQ(get_ll(g_r, "admit:max"), ADMIT_PERMITS);
+  CHECK_EQ(th_get_ll(g_r, "admit:cur"), 0);
+  CHECK_EQ(th_get_ll(g_r, "admit:max"), ADMIT_PERMITS);
   long long v = -1;
   CHECK_OK(dlock_sem_value(s, &v));
   CHECK_EQ(v, ADMIT_PERMITS);
@@ -245,7 +219,7 @@ TH_CASE(post_wakes_waiter_before_recheck) {
     waiter w = {c, "pw", 20000, -100, 0, ""};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    wait_numsub(r, "redisson_sc:{pw}", 1, 10000);
+    th_wait_numsub(r, "redisson_sc:{pw}", 1, 10000);
     /* The waiter re-checked when its subscription was confirmed and now
      * sleeps up to the 1 s re-check interval: only the message can wake it
      * within a few hundred ms. */
@@ -304,7 +278,7 @@ TH_CASE(one_post_wakes_one_waiter) {
     w[i] = (waiter){c, "opw", 20000, -100, 0, ""};
     pthread_create(&t[i], NULL, waiter_main, &w[i]);
   }
-  wait_numsub(r, "redisson_sc:{opw}", 1, 10000);
+  th_wait_numsub(r, "redisson_sc:{opw}", 1, 10000);
   /* Every waiter re-checked once the subscription was confirmed; wait until
    * those attempts are done (the count stops moving), well within the 1 s
    * re-check interval. */
@@ -420,11 +394,11 @@ TH_CASE(pubsub_killed_while_waiting) {
     waiter w = {c, "pk", 20000, -100, 0, ""};
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
-    wait_numsub(r, "redisson_sc:{pk}", 1, 10000);
+    th_wait_numsub(r, "redisson_sc:{pk}", 1, 10000);
     long long killed = th_cmd_int(r, "CLIENT KILL TYPE pubsub");
     CHECK_MSG(killed >= 1, "killed %lld subscriber connections", killed);
     if (round == 1)
-      wait_numsub(r, "redisson_sc:{pk}", 1, 10000); /* after resubscribe */
+      th_wait_numsub(r, "redisson_sc:{pk}", 1, 10000); /* after resubscribe */
     /* round 0: the post may come while nobody listens. */
     CHECK_OK(dlock_sem_post(s));
     pthread_join(t, NULL);
@@ -445,7 +419,7 @@ TH_CASE(recheck_without_message) {
   waiter w = {c, "rc", 10000, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_sc:{rc}", 1, 10000);
+  th_wait_numsub(r, "redisson_sc:{rc}", 1, 10000);
   th_sleep_ms(100);
   int64_t t0 = th_now_ms();
   freeReplyObject(th_cmd(r, "SET rc 1"));
@@ -467,7 +441,7 @@ TH_CASE(huge_budget_is_forever) {
   waiter w = {c, "hb", LLONG_MAX, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_sc:{hb}", 1, 10000);
+  th_wait_numsub(r, "redisson_sc:{hb}", 1, 10000);
   th_sleep_ms(50);
   CHECK_OK(dlock_sem_post(s));
   pthread_join(t, NULL);
@@ -486,7 +460,7 @@ TH_CASE(redisson_release_wakes_waiter) {
   waiter w = {c, "rr", 20000, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_sc:{rr}", 1, 10000);
+  th_wait_numsub(r, "redisson_sc:{rr}", 1, 10000);
   th_sleep_ms(50);
   int64_t t0 = th_now_ms();
   freeReplyObject(th_cmd(r, "EVAL %s 2 rr redisson_sc:{rr} 1 PUBLISH",
@@ -510,7 +484,7 @@ TH_CASE(cancel_waits) {
   waiter w = {c, "cw", -1, -100, 0, ""};
   pthread_t t;
   pthread_create(&t, NULL, waiter_main, &w);
-  wait_numsub(r, "redisson_sc:{cw}", 1, 10000);
+  th_wait_numsub(r, "redisson_sc:{cw}", 1, 10000);
   th_sleep_ms(50);
   CHECK_OK(dlock_client_cancel_waits(c));
   pthread_join(t, NULL);

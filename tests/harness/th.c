@@ -373,6 +373,45 @@ long long th_cmd_int(th_redis *r, const char *fmt, ...) {
   return v;
 }
 
+long long th_get_ll(th_redis *r, const char *key) {
+  redisReply *x = th_cmd(r, "GET %s", key);
+  long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;
+  freeReplyObject(x);
+  return v;
+}
+
+void th_wait_numsub(th_redis *r, const char *channel, long long n,
+                    int64_t timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  long long got = -1;
+  while (th_now_ms() < end) {
+    redisReply *x = th_cmd(r, "PUBSUB NUMSUB %s", channel);
+    got = x->type == REDIS_REPLY_ARRAY && x->elements == 2
+              ? x->element[1]->integer
+              : -1;
+    freeReplyObject(x);
+    if (got == n)
+      return;
+    th_sleep_ms(10);
+  }
+  th_fail(__FILE__, __LINE__, "%s: %lld subscribers, expected %lld", channel,
+          got, n);
+}
+
+void th_wait_llen(th_redis *r, const char *key, long long n,
+                  int64_t timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  for (;;) {
+    long long v = th_cmd_int(r, "LLEN %s", key);
+    if (v == n)
+      return;
+    if (th_now_ms() >= end)
+      th_fail(__FILE__, __LINE__, "LLEN %s stayed %lld, expected %lld", key, v,
+              n);
+    th_sleep_ms(2);
+  }
+}
+
 dlock_client *th_client_cfg(th_redis *r, const dlock_config *cfg_in) {
   dlock_config cfg;
   if (cfg_in)

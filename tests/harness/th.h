@@ -119,6 +119,14 @@ redisContext *th_redis_raw(th_redis *r);
 redisReply *th_cmd(th_redis *r, const char *fmt, ...);
 /* Convenience: integer reply of a command (fails the test otherwise). */
 long long th_cmd_int(th_redis *r, const char *fmt, ...);
+/* GET key as a number; -1 when the key does not exist. */
+long long th_get_ll(th_redis *r, const char *key);
+/* Polls (bounded) until `channel` has exactly n subscribers on the server /
+ * until LLEN key is exactly n; fails the test when the time runs out. */
+void th_wait_numsub(th_redis *r, const char *channel, long long n,
+                    int64_t timeout_ms);
+void th_wait_llen(th_redis *r, const char *key, long long n,
+                  int64_t timeout_ms);
 
 /* A client with test-friendly settings on r (short timeouts). */
 dlock_client *th_client(th_redis *r);
