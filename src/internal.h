@@ -93,6 +93,23 @@ size_t dlock__fmt_i64(char *buf, int64_t v);
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
  * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */
 void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name);
+
+/* The part of a lock kind that is a client, a name and one pub/sub channel
+ * (semaphore, latch): name and channel share one allocation. */
+typedef struct dlock__chobj {
+  dlock_client *c;
+  char *name;
+  size_t name_len;
+  char *channel;
+  size_t channel_len;
+} dlock__chobj;
+/* Checks c and name (messages name `kind`, e.g. "semaphore"), copies name
+ * and builds the channel with chan(b, name). 0 or DLOCK_EINVAL / DLOCK_EFORK
+ * / DLOCK_ENOMEM; on error nothing is left to free. */
+int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
+                      const char *kind,
+                      void (*chan)(dlock__sb *b, const char *name));
+void dlock__chobj_destroy(dlock__chobj *o);
 void dlock__suffix_name(dlock__sb *b, const char *name, const char *suffix);
 
 /* A tiny string-keyed hash map (chaining); keys are borrowed. */

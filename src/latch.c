@@ -30,10 +30,7 @@
 #define DLOCK__LATCH_RECHECK_MS 1000
 
 struct dlock_latch {
-  dlock_client *c;
-  char *channel;
-  size_t name_len;
-  char name[];
+  dlock__chobj o; /* client, name, channel */
 };
 
 static dlock__script g_try_set = {
@@ -65,33 +62,26 @@ static void init_scripts(void) {
   dlock__script_init(&g_count_down);
 }
 
+static void channel_of(dlock__sb *b, const char *name) {
+  /* Redisson writes this one with braces always, also around a name that
+   * already has them. */
+  dlock__sb_adds(b, "redisson_countdownlatch__channel__{");
+  dlock__sb_adds(b, name);
+  dlock__sb_adds(b, "}");
+}
+
 int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
   dlock__clear_error();
   if (!out)
     return dlock__fail(DLOCK_EINVAL, "out is NULL");
   *out = NULL;
-  int rc = dlock__client_check(c);
-  if (rc)
-    return rc;
-  if (!name || !*name)
-    return dlock__fail(DLOCK_EINVAL, "latch name is NULL or empty");
-  size_t n = strlen(name);
-  dlock_latch *l = dlock__malloc(sizeof *l + n + 1);
+  dlock_latch *l = dlock__calloc(1, sizeof *l);
   if (!l)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  l->c = c;
-  l->name_len = n;
-  memcpy(l->name, name, n + 1);
-  dlock__sb ch;
-  dlock__sb_init(&ch);
-  dlock__sb_adds(&ch, "redisson_countdownlatch__channel__{");
-  dlock__sb_add(&ch, name, n);
-  dlock__sb_adds(&ch, "}");
-  l->channel = ch.oom ? NULL : dlock__strndup(ch.p, ch.len);
-  dlock__sb_free(&ch);
-  if (!l->channel) {
+  int rc = dlock__chobj_init(&l->o, c, name, "latch", channel_of);
+  if (rc) {
     free(l);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    return rc;
   }
   *out = l;
   return 0;
@@ -100,7 +90,7 @@ int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
 void dlock_latch_free(dlock_latch *l) {
   if (!l)
     return;
-  free(l->channel);
+  dlock__chobj_destroy(&l->o);
   free(l);
 }
 
@@ -108,16 +98,16 @@ static int check_latch(dlock_latch *l) {
   dlock__clear_error();
   if (!l)
     return dlock__fail(DLOCK_EINVAL, "latch is NULL");
-  return dlock__client_check(l->c);
+  return dlock__client_check(l->o.c);
 }
 
 static int run(dlock_latch *l, const dlock__script *sc, int nargs,
                const char **args, const size_t *alens, long long *v) {
   pthread_once(&g_once, init_scripts);
-  const char *keys[2] = {l->name, l->channel};
-  size_t klens[2] = {l->name_len, strlen(l->channel)};
+  const char *keys[2] = {l->o.name, l->o.channel};
+  size_t klens[2] = {l->o.name_len, l->o.channel_len};
   redisReply *r = NULL;
-  int rc = dlock__eval(l->c, sc, 2, keys, klens, nargs, args, alens, &r);
+  int rc = dlock__eval(l->o.c, sc, 2, keys, klens, nargs, args, alens, &r);
   if (rc == 0)
     rc = dlock__reply_int(r, v);
   freeReplyObject(r);
@@ -130,7 +120,7 @@ int dlock_latch_init(dlock_latch *l, long long count) {
     return rc;
   if (count <= 0)
     return dlock__fail(DLOCK_EINVAL, "latch '%s': count %lld is not positive",
-                       l->name, count);
+                       l->o.name, count);
   char cs[24];
   size_t cl = dlock__fmt_i64(cs, count);
   const char *args[2] = {"1", cs};
@@ -139,7 +129,7 @@ int dlock_latch_init(dlock_latch *l, long long count) {
   if ((rc = run(l, &g_try_set, 2, args, alens, &set)) != 0)
     return rc;
   if (set != 1)
-    return dlock__fail(DLOCK_EBUSY, "latch '%s' is already set", l->name);
+    return dlock__fail(DLOCK_EBUSY, "latch '%s' is already set", l->o.name);
   return 0;
 }
 
@@ -160,11 +150,11 @@ int dlock_latch_count(dlock_latch *l, long long *n) {
   if (!n)
     return dlock__fail(DLOCK_EINVAL, "n is NULL");
   *n = 0;
-  const char *argv[2] = {"GET", l->name};
-  size_t lens[2] = {3, l->name_len};
-  dlock__cmd cmd = {l->name, NULL, 2, argv, lens, 0};
+  const char *argv[2] = {"GET", l->o.name};
+  size_t lens[2] = {3, l->o.name_len};
+  dlock__cmd cmd = {l->o.name, NULL, 2, argv, lens, 0};
   redisReply *r = NULL;
-  if ((rc = dlock__exec(l->c, &cmd, &r)) != 0)
+  if ((rc = dlock__exec(l->o.c, &cmd, &r)) != 0)
     return rc;
   if (r && r->type != REDIS_REPLY_NIL)
     rc = dlock__reply_int(r, n);
@@ -185,25 +175,26 @@ int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
   int rc = check_latch(l);
   if (rc)
     return rc;
-  dlock_client *c = l->c;
+  dlock_client *c = l->o.c;
   const int64_t started = dlock__now_ms();
   const unsigned cancel_gen = atomic_load(&c->cancel_gen);
   int r = is_open(l);
   if (r != 0)
     return r == 1 ? 0 : r;
   if (wait_ms == 0)
-    return dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' is not open", l->name);
+    return dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' is not open", l->o.name);
 
   /* A budget too large to add to the clock is "forever". */
   const int64_t deadline =
       wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   char what[300];
-  snprintf(what, sizeof what, "latch '%.256s'", l->name);
-  rc = dlock__sub_wait_check(c, l->channel, DLOCK__WAKE_ALL, deadline,
+  snprintf(what, sizeof what, "latch '%.256s'", l->o.name);
+  rc = dlock__sub_wait_check(c, l->o.channel, DLOCK__WAKE_ALL, deadline,
                              DLOCK__LATCH_RECHECK_MS, cancel_gen, is_open_cb, l,
                              what);
   if (rc == DLOCK_ETIMEDOUT)
-    dlock__fail(rc, "latch '%s' still closed after %lld ms", l->name, wait_ms);
+    dlock__fail(rc, "latch '%s' still closed after %lld ms", l->o.name,
+                wait_ms);
   return rc;
 }
 

@@ -32,10 +32,7 @@
 #define DLOCK__SEM_RECHECK_MS 1000
 
 struct dlock_sem {
-  dlock_client *c;
-  char *channel;
-  size_t name_len;
-  char name[];
+  dlock__chobj o; /* client, name, channel */
 };
 
 static dlock__script g_try_acquire = {
@@ -79,31 +76,22 @@ static void init_scripts(void) {
   dlock__script_init(&g_try_set);
 }
 
+static void channel_of(dlock__sb *b, const char *name) {
+  dlock__prefix_name(b, "redisson_sc", name);
+}
+
 int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
   dlock__clear_error();
   if (!out)
     return dlock__fail(DLOCK_EINVAL, "out is NULL");
   *out = NULL;
-  int rc = dlock__client_check(c);
-  if (rc)
-    return rc;
-  if (!name || !*name)
-    return dlock__fail(DLOCK_EINVAL, "semaphore name is NULL or empty");
-  size_t n = strlen(name);
-  dlock_sem *s = dlock__malloc(sizeof *s + n + 1);
+  dlock_sem *s = dlock__calloc(1, sizeof *s);
   if (!s)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  s->c = c;
-  s->name_len = n;
-  memcpy(s->name, name, n + 1);
-  dlock__sb ch;
-  dlock__sb_init(&ch);
-  dlock__prefix_name(&ch, "redisson_sc", name);
-  s->channel = ch.oom ? NULL : dlock__strndup(ch.p, ch.len);
-  dlock__sb_free(&ch);
-  if (!s->channel) {
+  int rc = dlock__chobj_init(&s->o, c, name, "semaphore", channel_of);
+  if (rc) {
     free(s);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    return rc;
   }
   *out = s;
   return 0;
@@ -112,7 +100,7 @@ int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
 void dlock_sem_free(dlock_sem *s) {
   if (!s)
     return;
-  free(s->channel);
+  dlock__chobj_destroy(&s->o);
   free(s);
 }
 
@@ -120,7 +108,7 @@ static int check_sem(dlock_sem *s) {
   dlock__clear_error();
   if (!s)
     return dlock__fail(DLOCK_EINVAL, "semaphore is NULL");
-  return dlock__client_check(s->c);
+  return dlock__client_check(s->o.c);
 }
 
 /* Runs one of the scripts with KEYS = [name, channel] (or just [name]) and
@@ -130,12 +118,12 @@ static int run(dlock_sem *s, const dlock__script *sc, int nkeys, long long n,
   pthread_once(&g_once, init_scripts);
   char ns[24];
   size_t nl = dlock__fmt_i64(ns, n);
-  const char *keys[2] = {s->name, s->channel};
-  size_t klens[2] = {s->name_len, strlen(s->channel)};
+  const char *keys[2] = {s->o.name, s->o.channel};
+  size_t klens[2] = {s->o.name_len, s->o.channel_len};
   const char *args[1] = {ns};
   size_t alens[1] = {nl};
   redisReply *r = NULL;
-  int rc = dlock__eval(s->c, sc, nkeys, keys, klens, 1, args, alens, &r);
+  int rc = dlock__eval(s->o.c, sc, nkeys, keys, klens, 1, args, alens, &r);
   if (rc == 0)
     rc = dlock__reply_int(r, v);
   freeReplyObject(r);
@@ -148,13 +136,13 @@ int dlock_sem_init(dlock_sem *s, long long permits) {
     return rc;
   if (permits < 0)
     return dlock__fail(DLOCK_EINVAL, "semaphore '%s': negative permits %lld",
-                       s->name, permits);
+                       s->o.name, permits);
   long long set = 0;
   if ((rc = run(s, &g_try_set, 2, permits, &set)) != 0)
     return rc;
   if (set != 1)
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s' is already initialised",
-                       s->name);
+                       s->o.name);
   return 0;
 }
 
@@ -173,11 +161,11 @@ int dlock_sem_value(dlock_sem *s, long long *v) {
   if (!v)
     return dlock__fail(DLOCK_EINVAL, "v is NULL");
   *v = 0;
-  const char *argv[2] = {"GET", s->name};
-  size_t lens[2] = {3, s->name_len};
-  dlock__cmd cmd = {s->name, NULL, 2, argv, lens, 0};
+  const char *argv[2] = {"GET", s->o.name};
+  size_t lens[2] = {3, s->o.name_len};
+  dlock__cmd cmd = {s->o.name, NULL, 2, argv, lens, 0};
   redisReply *r = NULL;
-  if ((rc = dlock__exec(s->c, &cmd, &r)) != 0)
+  if ((rc = dlock__exec(s->o.c, &cmd, &r)) != 0)
     return rc;
   if (r && r->type != REDIS_REPLY_NIL)
     rc = dlock__reply_int(r, v);
@@ -198,7 +186,7 @@ static int acquire(dlock_sem *s, long long wait_ms) {
   int rc = check_sem(s);
   if (rc)
     return rc;
-  dlock_client *c = s->c;
+  dlock_client *c = s->o.c;
   const int64_t started = dlock__now_ms();
   const unsigned cancel_gen = atomic_load(&c->cancel_gen);
   int r = attempt(s);
@@ -206,18 +194,18 @@ static int acquire(dlock_sem *s, long long wait_ms) {
     return r == 1 ? 0 : r;
   if (wait_ms == 0)
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
-                       s->name);
+                       s->o.name);
 
   /* A budget too large to add to the clock is "forever". */
   const int64_t deadline =
       wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   char what[300];
-  snprintf(what, sizeof what, "semaphore '%.256s'", s->name);
-  rc = dlock__sub_wait_check(c, s->channel, DLOCK__WAKE_COUNT, deadline,
+  snprintf(what, sizeof what, "semaphore '%.256s'", s->o.name);
+  rc = dlock__sub_wait_check(c, s->o.channel, DLOCK__WAKE_COUNT, deadline,
                              DLOCK__SEM_RECHECK_MS, cancel_gen, attempt_cb, s,
                              what);
   if (rc == DLOCK_ETIMEDOUT)
-    dlock__fail(rc, "semaphore '%s': no permit within %lld ms", s->name,
+    dlock__fail(rc, "semaphore '%s': no permit within %lld ms", s->o.name,
                 wait_ms);
   return rc;
 }

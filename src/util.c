@@ -467,3 +467,36 @@ void *dlock__map_del(dlock__map *m, const char *key, size_t klen) {
   }
   return NULL;
 }
+
+int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
+                      const char *kind,
+                      void (*chan)(dlock__sb *b, const char *name)) {
+  memset(o, 0, sizeof *o);
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!name || !*name)
+    return dlock__fail(DLOCK_EINVAL, "%s name is NULL or empty", kind);
+  dlock__sb ch;
+  dlock__sb_init(&ch);
+  chan(&ch, name);
+  size_t n = strlen(name);
+  char *buf = ch.oom ? NULL : dlock__malloc(n + 1 + ch.len + 1);
+  if (buf) {
+    memcpy(buf, name, n + 1);
+    memcpy(buf + n + 1, ch.p, ch.len);
+    buf[n + 1 + ch.len] = '\0';
+    o->c = c;
+    o->name = buf;
+    o->name_len = n;
+    o->channel = buf + n + 1;
+    o->channel_len = ch.len;
+  }
+  dlock__sb_free(&ch);
+  return buf ? 0 : dlock__fail(DLOCK_ENOMEM, "out of memory");
+}
+
+void dlock__chobj_destroy(dlock__chobj *o) {
+  free(o->name);
+  o->name = o->channel = NULL;
+}
