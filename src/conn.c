@@ -129,25 +129,23 @@ int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
   n->c = c;
   n->url = url;
   n->max = max > 0 ? max : 1;
+  n->use_mux = c->cfg.multiplex != 0;
   if (pthread_mutex_init(&n->mu, NULL) != 0)
     return DLOCK_ENOMEM;
-  if (pthread_cond_init(&n->cv, NULL) != 0) {
-    pthread_mutex_destroy(&n->mu);
-    return DLOCK_ENOMEM;
-  }
-  n->use_mux = c->cfg.multiplex != 0;
-  if (pthread_mutex_init(&n->mux.mu, NULL) != 0) {
-    pthread_cond_destroy(&n->cv);
-    pthread_mutex_destroy(&n->mu);
-    return DLOCK_ENOMEM;
-  }
-  if (pthread_cond_init(&n->mux.state_cv, NULL) != 0) {
-    pthread_mutex_destroy(&n->mux.mu);
-    pthread_cond_destroy(&n->cv);
-    pthread_mutex_destroy(&n->mu);
-    return DLOCK_ENOMEM;
-  }
+  if (pthread_cond_init(&n->cv, NULL) != 0)
+    goto fail_cv;
+  if (pthread_mutex_init(&n->mux.mu, NULL) != 0)
+    goto fail_mux_mu;
+  if (pthread_cond_init(&n->mux.state_cv, NULL) != 0)
+    goto fail_mux_cv;
   return 0;
+fail_mux_cv:
+  pthread_mutex_destroy(&n->mux.mu);
+fail_mux_mu:
+  pthread_cond_destroy(&n->cv);
+fail_cv:
+  pthread_mutex_destroy(&n->mu);
+  return DLOCK_ENOMEM;
 }
 
 void dlock__node_free_memory(dlock__node *n) {
@@ -164,17 +162,7 @@ void dlock__node_free_memory(dlock__node *n) {
 }
 
 void dlock__node_destroy(dlock__node *n) {
-  dlock__conn *k = n->idle;
-  while (k) {
-    dlock__conn *nx = k->next;
-    redisFree(k->ctx);
-    free(k);
-    k = nx;
-  }
-  n->idle = NULL;
-  if (n->mux.ctx)
-    redisFree(n->mux.ctx);
-  n->mux.ctx = NULL;
+  dlock__node_free_memory(n);
   pthread_cond_destroy(&n->mux.state_cv);
   pthread_mutex_destroy(&n->mux.mu);
   pthread_cond_destroy(&n->cv);
