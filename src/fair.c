@@ -404,17 +404,14 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   return rc ? rc : v == 1;
 }
 
-static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
+                        const char *rid) {
   dlock_client *c = m->c;
   fair_keys k;
   dlock__sb latch;
   dlock__sb_init(&latch);
   int rc = fair_keys_init(m, &k);
-  char rid[33];
-  dlock__request_id(rid);
-  dlock__prefix_name(&latch, "redisson_unlock_latch", m->name);
-  dlock__sb_add(&latch, ":", 1);
-  dlock__sb_add(&latch, rid, 32);
+  dlock__unlock_latch_key(&latch, m->name, rid);
   if (!rc && latch.oom)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (rc) {

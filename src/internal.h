@@ -52,10 +52,8 @@ int dlock__random_bytes(void *buf, size_t n);
 uint64_t dlock__rand64(void);
 void dlock__rand_reset_thread(void); /* after fork(): reseed on next use */
 void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]);
-/* 32 lowercase hex chars + NUL, from the per-thread PRNG -- or, while the
- * calling thread has set an override (a retried unlock), that id. */
+/* 32 lowercase hex chars + NUL, from the per-thread PRNG. */
 void dlock__request_id(char out[33]);
-void dlock__request_id_override(const char *rid); /* NULL: none */
 /* SHA1 of data as 40 lowercase hex chars + NUL. */
 void dlock__sha1_hex(const char *data, size_t len, char out[41]);
 /* Per-process thread id: a counter, never reused, assigned on first use. */
@@ -93,6 +91,8 @@ size_t dlock__fmt_i64(char *buf, int64_t v);
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
  * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */
 void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name);
+/* Redisson's unlock latch key: redisson_unlock_latch:{name}:<rid>. */
+void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
 
 /* The part of a lock kind that is a client, a name and one pub/sub channel
  * (semaphore, latch): name and channel share one allocation. */
@@ -402,8 +402,10 @@ typedef struct dlock__mutex_ops {
   int (*attempt)(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                  int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token);
   /* Releases one hold: 1 released, 0 holds remain, DLOCK_ELOST if Redis
-   * says we are not the owner, or a negative code. */
-  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease);
+   * says we are not the owner, or a negative code. rid (32 hex chars) names
+   * the unlock latch; a retry of an unlock with an unknown outcome passes
+   * the same rid, so the latch answers for the first attempt. */
+  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease, const char *rid);
   /* Leaves the wait queue after giving up: 1 if the lock was handed to us
    * meanwhile (*token set), 0 if not, or a negative code. May be NULL. */
   int (*cancel)(dlock_mutex *m, uint64_t tid, int64_t lease, int64_t wait_ms,

@@ -101,7 +101,8 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
   return 0;
 }
 
-static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
+                         const char *rid) {
   dlock_client *c = m->c;
   dlock__sb ch, latch, qk, gp;
   dlock__sb_init(&ch);
@@ -109,11 +110,7 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
   dlock__sb_init(&qk);
   dlock__sb_init(&gp);
   dlock__prefix_name(&ch, "redisson_lock__channel", m->name);
-  char rid[33];
-  dlock__request_id(rid);
-  dlock__prefix_name(&latch, "redisson_unlock_latch", m->name);
-  dlock__sb_add(&latch, ":", 1);
-  dlock__sb_add(&latch, rid, 32);
+  dlock__unlock_latch_key(&latch, m->name, rid);
   dlock__prefix_name(&qk, "dlock_lock_queue", m->name);
   dlock__prefix_name(&gp, "dlock_grant__channel", m->name);
   char field[DLOCK__FIELD_MAX];
@@ -566,9 +563,7 @@ int dlock__mutex_release(dlock_mutex *m) {
     dlock__request_id(rid);
   pthread_mutex_unlock(&c->reg_mu);
 
-  dlock__request_id_override(rid);
-  rc = m->ops->release(m, tid, lease);
-  dlock__request_id_override(NULL);
+  rc = m->ops->release(m, tid, lease, rid);
 
   pthread_mutex_lock(&c->reg_mu);
   if (rc < 0 && rc != DLOCK_ELOST) {

@@ -250,14 +250,6 @@ static void rw_channel(dlock_mutex *m, dlock__sb *b) {
   dlock__prefix_name(b, "redisson_rwlock", m->name);
 }
 
-static void unlock_latch(dlock_mutex *m, dlock__sb *b) {
-  char rid[33];
-  dlock__request_id(rid);
-  dlock__prefix_name(b, "redisson_unlock_latch", m->name);
-  dlock__sb_add(b, ":", 1);
-  dlock__sb_add(b, rid, 32);
-}
-
 static int int_reply(dlock_mutex *m, int rc, redisReply *r, long long *v,
                      int *nil) {
   *nil = 0;
@@ -331,7 +323,8 @@ static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   return 0;
 }
 
-static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
+                      const char *rid) {
   (void)lease; /* the hash TTL follows the remaining read holds */
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
@@ -350,7 +343,7 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
     dlock__sb_adds(&kp, m->name);
     dlock__sb_add(&kp, "}", 1);
   }
-  unlock_latch(m, &latch);
+  dlock__unlock_latch_key(&latch, m->name, rid);
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
   const char *keys[5] = {m->name, ch.p, tp.p, kp.p, latch.p};
   size_t klens[5] = {m->name_len, ch.len, tp.len, kp.len, latch.len};
@@ -460,7 +453,8 @@ static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   return 0;
 }
 
-static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
+static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease,
+                      const char *rid) {
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
   char field[DLOCK__FIELD_MAX], ls[24], lt[24];
@@ -471,7 +465,7 @@ static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease) {
   dlock__sb_init(&ch);
   dlock__sb_init(&latch);
   rw_channel(m, &ch);
-  unlock_latch(m, &latch);
+  dlock__unlock_latch_key(&latch, m->name, rid);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
   const char *keys[3] = {m->name, ch.p, latch.p};

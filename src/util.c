@@ -106,16 +106,7 @@ void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]) {
   *o = '\0';
 }
 
-static _Thread_local const char *t_rid_override;
-
-void dlock__request_id_override(const char *rid) { t_rid_override = rid; }
-
 void dlock__request_id(char out[33]) {
-  if (t_rid_override) {
-    memcpy(out, t_rid_override, 32);
-    out[32] = '\0';
-    return;
-  }
   uint64_t a = dlock__rand64(), b = dlock__rand64();
   for (int i = 0; i < 16; i++) {
     out[i] = hexdig[(a >> (i * 4)) & 15];
@@ -347,6 +338,12 @@ void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name) {
     dlock__sb_adds(b, name);
     dlock__sb_add(b, "}", 1);
   }
+}
+
+void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid) {
+  dlock__prefix_name(b, "redisson_unlock_latch", name);
+  dlock__sb_add(b, ":", 1);
+  dlock__sb_add(b, rid, 32);
 }
 
 void dlock__suffix_name(dlock__sb *b, const char *name, const char *suffix) {
