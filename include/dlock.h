@@ -168,6 +168,13 @@ DLOCK_API void dlock_client_free(dlock_client *c);
  * lifetime. Thread-safety: any thread. */
 DLOCK_API const char *dlock_client_id(const dlock_client *c);
 
+/* How many hold records the client keeps: one per (lock name, thread) that
+ * holds the lock now or whose unlock ended without an answer. Records are
+ * freed when the thread holds nothing, so this is bounded by the holds, not
+ * by the threads that ever locked. For diagnostics and tests; no Redis
+ * traffic. 0 for NULL. Thread-safety: any thread. */
+DLOCK_API size_t dlock_client_hold_records(dlock_client *c);
+
 /* Ends every wait in progress on this client: each thread blocked in a
  * lock/wait call of this client returns DLOCK_ECANCELED after leaving the
  * wait queue -- unless the lock was handed to it meanwhile, in which case the
@@ -248,9 +255,11 @@ DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
  * reset to the lease of the holds (the watchdog timeout if any hold uses the
  * watchdog, else the most recent explicit lease). The last release deletes
  * the key and hands the lock to the next waiter (or publishes "0").
- * Errors: DLOCK_EPERM (the calling thread has no hold on this object by the
- * library's record; no Redis traffic), DLOCK_ELOST (it had one, but Redis
- * says it is gone: expired, deleted or taken; the record is dropped),
+ * Errors: DLOCK_EPERM (the calling thread has no hold on this lock name by
+ * the library's record; no Redis traffic), DLOCK_ELOST (it had one, but
+ * Redis says it is gone: expired, deleted or taken; or its local deadline
+ * passed before the unlock -- see dlock_mutex_validity; the record is
+ * dropped),
  * DLOCK_ECONN, DLOCK_EREDIS. Retried safely after a lost reply (idempotency
  * latch). Thread-safety: the owning thread. */
 DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
@@ -265,9 +274,26 @@ DLOCK_API int dlock_mutex_force_unlock(dlock_mutex *m);
  * Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_is_locked(dlock_mutex *m);
 
-/* 1 if the calling thread holds the lock according to Redis, 0 if not, or a
- * negative error. Thread-safety: any thread. */
+/* 1 if the calling thread holds the lock, 0 if not, or a negative error.
+ * A hold whose local deadline has passed (see dlock_mutex_validity), or that
+ * the watchdog reported lost, answers 0 at once without asking Redis;
+ * otherwise Redis is asked (HEXISTS of the thread's field), and when it
+ * cannot be reached (DLOCK_ECONN) a hold still within its local deadline
+ * answers 1. Thread-safety: any thread (it answers for the calling thread). */
 DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
+
+/* *ms = how long the calling thread's hold on the lock's name is still
+ * guaranteed to be its own: its local deadline minus now. The local deadline
+ * is the send time of the last confirmed acquisition or renewal + lease -
+ * (lease/100 + 2 ms) for clock drift; the server's key cannot expire before
+ * it. Watchdog holds move it forward with every confirmed renewal; when it
+ * passes unrenewed the hold is lost at that moment (on_lock_lost runs then,
+ * even while a renewal is stuck in the network). Fixed-lease holds end at
+ * acquisition + lease - margin. No Redis traffic.
+ * Returns 0 (*ms > 0), DLOCK_EPERM (no hold; *ms = 0), DLOCK_ELOST (the hold
+ * is lost or past its deadline; *ms = 0), DLOCK_EINVAL (NULL argument),
+ * DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread, for itself. */
+DLOCK_API int dlock_mutex_validity(dlock_mutex *m, long long *ms);
 
 /* The calling thread's hold count according to Redis (0 if none), or a
  * negative error. Thread-safety: any thread. */

@@ -155,6 +155,7 @@ void dlock_client_free(dlock_client *c) {
      * Closing the child's copies of the sockets does not disturb the
      * parent (it has its own descriptors); nothing is sent on them. */
     dlock__node_free_memory(&c->node);
+    dlock__holds_destroy(c);
     dlock__map_free(&c->subs);
     dlock__map_free(&c->subs_grant);
     dlock__url_free(&c->url);
@@ -165,7 +166,7 @@ void dlock_client_free(dlock_client *c) {
   dlock__pubsub_stop(c);
   dlock__watchdog_stop(c);
   dlock__node_destroy(&c->node);
-  /* Holds still recorded point into lock objects the user frees. */
+  dlock__holds_destroy(c);
   dlock__map_free(&c->subs);
   dlock__map_free(&c->subs_grant);
   pthread_mutex_destroy(&c->sub_mu);

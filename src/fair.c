@@ -313,8 +313,9 @@ static void fair_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
 
 static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                         int queue, int64_t wait_ms, int64_t *ttl,
-                        uint64_t *token) {
+                        uint64_t *token, const dlock__wait *w) {
   (void)token;
+  (void)w;
   fair_keys k;
   int rc = fair_keys_init(m, &k);
   if (rc) {
@@ -373,7 +374,8 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
 }
 
 static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
-                       int64_t wait_ms, uint64_t *token) {
+                       int64_t wait_ms, uint64_t *token, const dlock__wait *w) {
+  (void)w;
   (void)lease;
   (void)token;
   int64_t wait = tl_waiting == m ? tl_wait : wait_budget(wait_ms);

@@ -62,9 +62,10 @@ static void fenced_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
 
 static int fenced_attempt(dlock_mutex *m, uint64_t tid, int target,
                           int64_t lease, int queue, int64_t wait_ms,
-                          int64_t *ttl, uint64_t *token) {
+                          int64_t *ttl, uint64_t *token, const dlock__wait *w) {
   (void)queue;
   (void)wait_ms;
+  (void)w;
   pthread_once(&g_once, init_scripts);
   dlock__sb tk;
   dlock__sb_init(&tk);

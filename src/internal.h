@@ -91,6 +91,12 @@ size_t dlock__fmt_i64(char *buf, int64_t v);
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
  * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */
 void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name);
+/* dlock's own keys and channels (hand-over queue, grant channel): like
+ * prefix_name but never ambiguous -- a name without '{' is wrapped,
+ * p ":{" n "}", a name with one is appended after a double colon, p "::" n,
+ * so "x" and "{x}" get different keys (Redisson's rule gives both
+ * p ":{x}"). The hash tag, hence the cluster slot, is the lock key's. */
+void dlock__own_name(dlock__sb *b, const char *prefix, const char *name);
 /* Redisson's unlock latch key: redisson_unlock_latch:{name}:<rid>. */
 void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
 
@@ -242,6 +248,7 @@ int dlock__node_warm(dlock__node *n);
 typedef struct dlock__slot dlock__slot;
 typedef struct dlock__sub dlock__sub;
 typedef struct dlock__hold dlock__hold;
+typedef struct dlock__mutex_ops dlock__mutex_ops;
 
 struct dlock_client {
   dlock_config cfg;
@@ -274,6 +281,13 @@ struct dlock_client {
   int wd_stop;
   pthread_t wd_thread;
   int wd_started;
+  /* -- local deadlines (watchdog.c's expiry thread) -- */
+  pthread_cond_t exp_cv;
+  pthread_t exp_thread;
+  int exp_started;
+  int64_t exp_wake_at;     /* when the expiry thread looks next (reg_mu) */
+  dlock__map locks;        /* hold registry: dlock__lockent (holds.c) */
+  dlock__hold *hold_grave; /* freed holds a renewal batch may still see */
 };
 
 /* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
@@ -288,10 +302,11 @@ struct dlock__slot {
   dlock__slot *next, *prev;
   pthread_cond_t cv;
   uint64_t tid;
-  int granted;   /* the unlock script handed the lock to this thread */
-  int kicked;    /* retry now: "0" message, subscription (re)activated */
-  int all;       /* woken by a "1" (wake-all) message */
-  int64_t value; /* payload of the last message (semaphore permits) */
+  uint64_t wait_id; /* set by the caller before joining; grants name it */
+  int granted;      /* the unlock script handed the lock to this thread */
+  int kicked;       /* retry now: "0" message, subscription (re)activated */
+  int all;          /* woken by a "1" (wake-all) message */
+  int64_t value;    /* payload of the last message (semaphore permits) */
 };
 
 enum {
@@ -352,12 +367,39 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
 int dlock__pubsub_start(dlock_client *c);
 void dlock__pubsub_stop(dlock_client *c);
 
+/* ---- the hold registry (holds.c) ----------------------------------------- */
+
+/* One lock name and family (mutex / write / read) with live objects of this
+ * client: the per-thread hold records of that lock. Guarded by c->reg_mu. */
+typedef struct dlock__lockent dlock__lockent;
+
+/* Finds or creates the entry of (ops' family, name) and counts one more
+ * object on it. 0 or DLOCK_ENOMEM. Takes reg_mu. */
+int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
+                      const dlock__mutex_ops *ops, dlock__lockent **out);
+/* One object fewer; the last one forgets the entry's holds (renewal stops)
+ * and frees the entry. Takes reg_mu. */
+void dlock__reg_detach(dlock_client *c, dlock__lockent *e);
+const char *dlock__lockent_name(const dlock__lockent *e, size_t *len);
+const dlock__mutex_ops *dlock__lockent_ops(const dlock__lockent *e);
+/* The thread's record, or NULL (reg_mu held). */
+dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid);
+/* The thread's record, created when missing; NULL only on OOM (reg_mu). */
+dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid);
+/* Frees the record if it holds nothing and has nothing pending (reg_mu
+ * held); a renewal batch in flight defers the free to the watchdog. */
+void dlock__hold_put(dlock_client *c, dlock__hold *h);
+void dlock__hold_grave_empty(dlock_client *c); /* reg_mu held */
+/* Client teardown: frees every record (and the registry when no object is
+ * left). Touches no mutex (also used in a fork child). */
+void dlock__holds_destroy(dlock_client *c);
+
 /* ---- holds and the watchdog (watchdog.c) -------------------------------- */
 
-/* What this process knows about one thread's holds on one lock object.
+/* What this process knows about one thread's holds on one lock name.
  * Guarded by c->reg_mu. */
 struct dlock__hold {
-  dlock__hold *next;              /* in the owner object's list */
+  dlock__hold *next;              /* in the entry's list (or the grave) */
   dlock__hold *wd_prev, *wd_next; /* in c->wd_head while renewed */
   uint64_t tid;
   uint32_t gen;
@@ -372,9 +414,15 @@ struct dlock__hold {
   int unlock_rid_count; /* 0: none */
   uint64_t unlock_rid[2];
   int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
-  int64_t retry_at;   /* after a failed renewal: retry not before this */
-  uint64_t token;     /* fenced locks */
-  dlock_mutex *m;     /* owner object: its name and ops->field_suffix */
+  /* Local deadline (monotonic ms): send time of the last confirmed
+   * acquisition or renewal + lease - dlock__lease_margin(lease). Past it the
+   * hold is lost whatever Redis says later (watchdog.c's expiry thread
+   * reports watchdog holds at that moment). */
+  int64_t valid_until;
+  int64_t retry_at;  /* after a failed renewal: retry not before this */
+  uint64_t token;    /* fenced locks */
+  int releasing;     /* the final unlock is in flight: not a loss */
+  dlock__lockent *e; /* the lock: its name and family */
 };
 
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
@@ -389,6 +437,13 @@ size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf);
 
 /* ---- lock objects (mutex.c) --------------------------------------------- */
 
+/* One waiting acquire call (mutex.c's wait loop) as the scripts see it. */
+typedef struct dlock__wait {
+  uint64_t id;      /* names this wait in queue entries and grants; 0 none */
+  int queued;       /* an attempt of this wait may have left a queue entry */
+  int64_t deadline; /* monotonic ms the wait ends; -1 never */
+} dlock__wait;
+
 /* What distinguishes the mutex variants (plain, fair, fenced). The wait
  * loop, the hold records and the watchdog are shared (mutex.c). */
 typedef struct dlock__mutex_ops {
@@ -398,9 +453,11 @@ typedef struct dlock__mutex_ops {
    * caller's wait budget (fair lock deadlines; -1 forever). Returns 1 held
    * (*token set by fenced locks), 0 taken elsewhere (*ttl = holder's PTTL),
    * or a negative code (DLOCK_ELOST: a reentrant acquire found our hold
-   * gone). */
+   * gone). w: the wait this attempt belongs to (never NULL; id 0 for a
+   * single attempt). */
   int (*attempt)(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
-                 int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token);
+                 int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
+                 const dlock__wait *w);
   /* Releases one hold: 1 released, 0 holds remain, DLOCK_ELOST if Redis
    * says we are not the owner, or a negative code. rid (32 hex chars) names
    * the unlock latch; a retry of an unlock with an unknown outcome passes
@@ -409,7 +466,7 @@ typedef struct dlock__mutex_ops {
   /* Leaves the wait queue after giving up: 1 if the lock was handed to us
    * meanwhile (*token set), 0 if not, or a negative code. May be NULL. */
   int (*cancel)(dlock_mutex *m, uint64_t tid, int64_t lease, int64_t wait_ms,
-                uint64_t *token);
+                uint64_t *token, const dlock__wait *w);
   /* The channel(s) a waiting thread subscribes to; grant may stay empty
    * (no direct hand-over). */
   void (*channels)(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
@@ -429,13 +486,18 @@ typedef struct dlock__mutex_ops {
    * locks). Called on the watchdog thread without locks held; returns 1
    * renewed, 0 gone (lost), or a negative code (retried). NULL: the batched
    * hash-field renewal. */
-  int (*renew)(dlock_mutex *m, uint64_t tid, int count);
+  int (*renew)(dlock_client *c, const char *name, size_t name_len, uint64_t tid,
+               int count);
+  /* > 0: a waiting thread attempts again at least this often (its attempt
+   * keeps its place in the queue alive: fair locks). 0: only on wake-ups
+   * and when the holder's TTL runs out. */
+  int64_t max_sleep_ms;
 } dlock__mutex_ops;
 
 struct dlock_mutex {
   dlock_client *c;
   const dlock__mutex_ops *ops;
-  dlock__hold *holds; /* one per thread that ever held it; reg_mu */
+  dlock__lockent *e; /* its entry in the client's hold registry */
   size_t name_len;
   char name[];
 };
@@ -453,6 +515,9 @@ int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms, long long lease_ms);
 int dlock__mutex_release(dlock_mutex *m);
 /* The calling thread's recorded hold count on m (no Redis traffic). */
 int dlock__mutex_local_count(dlock_mutex *m);
+/* The clock-drift margin a local deadline keeps from the server's expiry:
+ * lease/100 + 2 ms (Redlock's drift factor). */
+int64_t dlock__lease_margin(int64_t lease);
 /* Parses an integer reply; DLOCK_EPROTO otherwise. */
 int dlock__reply_int(const redisReply *r, long long *v);
 

@@ -16,11 +16,18 @@
  *      once), or the caller's wait budget ends (leave the queue; if the lock
  *      was handed over meanwhile, keep it).
  *
- * HOLD RECORDS. Each lock object keeps, per thread, what that thread holds
- * through it: count, whether the watchdog renews it, the lease, a lost flag
- * set by the watchdog. Unlock consults the record first (DLOCK_EPERM without
- * a round trip). Records are kept for reuse until the object is freed, so a
- * renewal batch in flight never points at freed memory.
+ * HOLD RECORDS (holds.c). The client keeps, per lock name and thread, what
+ * that thread holds: count, whether the watchdog renews it, the lease, the
+ * local deadline, a lost flag. Two objects of one name share the record, so
+ * they are one reentrant lock. Unlock consults the record first (DLOCK_EPERM
+ * without a round trip).
+ *
+ * WAITS ARE NAMED. Every waiting call draws a random wait id; its queue entry
+ * and the grant that answers it carry the id, so a grant or an entry of an
+ * ended wait is never taken for a later wait of the same thread. A hand-over
+ * is confirmed against the local deadline: when the last attempt that saw the
+ * lock taken is older than a quarter of the lease, one renewal round trip
+ * gives the hold a fresh, provable deadline.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,37 +57,77 @@ static void plain_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
                            dlock__sb *grant) {
   (void)tid;
   dlock__prefix_name(channel, "redisson_lock__channel", m->name);
-  dlock__prefix_name(grant, "dlock_grant__channel", m->name);
+  dlock__own_name(grant, "dlock_grant__channel", m->name);
   dlock__sb_add(grant, ":", 1);
   dlock__sb_add(grant, m->c->id, DLOCK__UUID_LEN);
 }
 
+/* The queue and its deadlines hash, dlock's own keys for the lock. */
+typedef struct queue_keys {
+  dlock__sb q, dl;
+} queue_keys;
+
+static int queue_keys_init(dlock_mutex *m, queue_keys *k) {
+  dlock__sb_init(&k->q);
+  dlock__sb_init(&k->dl);
+  dlock__own_name(&k->q, "dlock_lock_queue", m->name);
+  dlock__own_name(&k->dl, "dlock_lock_waits", m->name);
+  return k->q.oom || k->dl.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory") : 0;
+}
+
+static void queue_keys_free(queue_keys *k) {
+  dlock__sb_free(&k->q);
+  dlock__sb_free(&k->dl);
+}
+
+/* "<uuid>:<tid>|<lease>|<wait id>" and the wait id (16 hex digits). */
+static size_t queue_entry(dlock_mutex *m, uint64_t tid, int64_t lease,
+                          uint64_t wait_id, char *entry, char wid[17]) {
+  static const char hx[] = "0123456789abcdef";
+  for (int i = 0; i < 16; i++)
+    wid[i] = hx[(wait_id >> (4 * (15 - i))) & 15];
+  wid[16] = '\0';
+  size_t el = dlock__field(m->c, tid, entry);
+  entry[el++] = '|';
+  el += dlock__fmt_i64(entry + el, lease);
+  entry[el++] = '|';
+  memcpy(entry + el, wid, 17);
+  return el + 16;
+}
+
 static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
                          int64_t lease, int queue, int64_t wait_ms,
-                         int64_t *ttl, uint64_t *token) {
+                         int64_t *ttl, uint64_t *token, const dlock__wait *w) {
   (void)wait_ms;
   (void)token;
   dlock_client *c = m->c;
-  dlock__sb qk;
-  dlock__sb_init(&qk);
-  dlock__prefix_name(&qk, "dlock_lock_queue", m->name);
-  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 24];
+  queue_keys k;
+  int rc = queue_keys_init(m, &k);
+  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
   size_t fl = dlock__field(c, tid, field);
-  char ls[24], ts[24];
+  size_t el = queue_entry(m, tid, lease, w->id, entry, wid);
+  char ls[24], ts[24], ds[24];
   size_t lsl = dlock__fmt_i64(ls, lease);
   size_t tsl = dlock__fmt_i64(ts, target);
-  memcpy(entry, field, fl);
-  entry[fl] = '|';
-  size_t el = fl + 1 + dlock__fmt_i64(entry + fl + 1, lease);
-  const char *keys[2] = {m->name, qk.p};
-  size_t klens[2] = {m->name_len, qk.len};
-  const char *args[5] = {ls, field, ts, queue ? "1" : "0", entry};
-  size_t alens[5] = {lsl, fl, tsl, 1, el};
+  /* How long the entry may be handed the lock: until the wait's deadline
+   * (an entry left behind by a cancel that failed dies with it). */
+  int64_t left = 0;
+  if (w->deadline >= 0) {
+    left = w->deadline - dlock__now_ms();
+    if (left < 1)
+      left = 1;
+  }
+  size_t dsl = dlock__fmt_i64(ds, left);
+  const char *keys[3] = {m->name, k.q.p, k.dl.p};
+  size_t klens[3] = {m->name_len, k.q.len, k.dl.len};
+  const char *args[8] = {
+      ls, field, ts, queue ? "1" : "0", entry, w->queued ? "1" : "0", ds, wid};
+  size_t alens[8] = {lsl, fl, tsl, 1, el, 1, dsl, 16};
   redisReply *r = NULL;
-  int rc = qk.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                  : dlock__eval(c, dlock__core_script(DLOCK__S_ACQUIRE), 2,
-                                keys, klens, 5, args, alens, &r);
-  dlock__sb_free(&qk);
+  if (!rc)
+    rc = dlock__eval(c, dlock__core_script(DLOCK__S_ACQUIRE), 3, keys, klens, 8,
+                     args, alens, &r);
+  queue_keys_free(&k);
   if (rc || !r)
     return rc ? rc : DLOCK_EPROTO;
   if (r->type == REDIS_REPLY_NIL) {
@@ -104,33 +151,34 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
 static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
                          const char *rid) {
   dlock_client *c = m->c;
-  dlock__sb ch, latch, qk, gp;
+  dlock__sb ch, latch, gp;
+  queue_keys k;
+  int rc = queue_keys_init(m, &k);
   dlock__sb_init(&ch);
   dlock__sb_init(&latch);
-  dlock__sb_init(&qk);
   dlock__sb_init(&gp);
   dlock__prefix_name(&ch, "redisson_lock__channel", m->name);
   dlock__unlock_latch_key(&latch, m->name, rid);
-  dlock__prefix_name(&qk, "dlock_lock_queue", m->name);
-  dlock__prefix_name(&gp, "dlock_grant__channel", m->name);
+  dlock__own_name(&gp, "dlock_grant__channel", m->name);
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
   char ls[24], lt[24];
   size_t lsl = dlock__fmt_i64(ls, lease);
   size_t ltl = dlock__fmt_i64(lt, c->latch_ttl_ms);
-  const char *keys[5] = {m->name, ch.p, latch.p, qk.p, gp.p};
-  size_t klens[5] = {m->name_len, ch.len, latch.len, qk.len, gp.len};
+  const char *keys[6] = {m->name, ch.p, latch.p, k.q.p, gp.p, k.dl.p};
+  size_t klens[6] = {m->name_len, ch.len, latch.len, k.q.len, gp.len, k.dl.len};
   const char *args[5] = {"0", ls, field, "PUBLISH", lt};
   size_t alens[5] = {1, lsl, fl, 7, ltl};
   redisReply *r = NULL;
-  int rc = ch.oom || latch.oom || qk.oom || gp.oom
-               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-               : dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), 5, keys,
-                             klens, 5, args, alens, &r);
+  if (!rc && (ch.oom || latch.oom || gp.oom))
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  if (!rc)
+    rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), 6, keys, klens, 5,
+                     args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&latch);
-  dlock__sb_free(&qk);
   dlock__sb_free(&gp);
+  queue_keys_free(&k);
   if (rc || !r)
     return rc ? rc : DLOCK_EPROTO;
   if (r->type == REDIS_REPLY_NIL) {
@@ -144,27 +192,25 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
 }
 
 static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        int64_t wait_ms, uint64_t *token) {
+                        int64_t wait_ms, uint64_t *token,
+                        const dlock__wait *w) {
   (void)wait_ms;
   (void)token;
   dlock_client *c = m->c;
-  dlock__sb qk;
-  dlock__sb_init(&qk);
-  dlock__prefix_name(&qk, "dlock_lock_queue", m->name);
-  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 24];
+  queue_keys k;
+  int rc = queue_keys_init(m, &k);
+  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
   size_t fl = dlock__field(c, tid, field);
-  memcpy(entry, field, fl);
-  entry[fl] = '|';
-  size_t el = fl + 1 + dlock__fmt_i64(entry + fl + 1, lease);
-  const char *keys[2] = {m->name, qk.p};
-  size_t klens[2] = {m->name_len, qk.len};
-  const char *args[2] = {field, entry};
-  size_t alens[2] = {fl, el};
+  size_t el = queue_entry(m, tid, lease, w->id, entry, wid);
+  const char *keys[3] = {m->name, k.q.p, k.dl.p};
+  size_t klens[3] = {m->name_len, k.q.len, k.dl.len};
+  const char *args[3] = {field, entry, wid};
+  size_t alens[3] = {fl, el, 16};
   redisReply *r = NULL;
-  int rc = qk.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                  : dlock__eval(c, dlock__core_script(DLOCK__S_CANCEL), 2, keys,
-                                klens, 2, args, alens, &r);
-  dlock__sb_free(&qk);
+  if (!rc)
+    rc = dlock__eval(c, dlock__core_script(DLOCK__S_CANCEL), 3, keys, klens, 3,
+                     args, alens, &r);
+  queue_keys_free(&k);
   if (rc || !r)
     return rc ? rc : DLOCK_EPROTO;
   long long v = 0;
@@ -224,9 +270,12 @@ int dlock__mutex_create(dlock_client *c, const char *name,
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   m->c = c;
   m->ops = ops;
-  m->holds = NULL;
   m->name_len = n;
   memcpy(m->name, name, n + 1);
+  if ((rc = dlock__reg_attach(c, name, n, ops, &m->e)) != 0) {
+    free(m);
+    return rc;
+  }
   *out = m;
   return 0;
 }
@@ -238,20 +287,10 @@ int dlock_mutex_new(dlock_client *c, const char *name, dlock_mutex **out) {
 void dlock_mutex_free(dlock_mutex *m) {
   if (!m)
     return;
-  dlock_client *c = m->c;
-  if (c->fork_gen == dlock__fork_gen()) {
-    pthread_mutex_lock(&c->reg_mu);
-    dlock__wd_quiesce(c);
-    for (dlock__hold *h = m->holds; h; h = h->next)
-      dlock__wd_remove(c, h);
-    pthread_mutex_unlock(&c->reg_mu);
-  }
-  dlock__hold *h = m->holds;
-  while (h) {
-    dlock__hold *nx = h->next;
-    free(h);
-    h = nx;
-  }
+  /* In a fork child the registry's mutex may have been held by a parent
+   * thread at fork time: leave it alone (the client's free releases it). */
+  if (m->c->fork_gen == dlock__fork_gen())
+    dlock__reg_detach(m->c, m->e);
   free(m);
 }
 
@@ -271,44 +310,46 @@ int dlock_mutex_owner(const dlock_mutex *m, char *buf, size_t len) {
 }
 
 static dlock__hold *find_hold(dlock_mutex *m, uint64_t tid) {
-  for (dlock__hold *h = m->holds; h; h = h->next)
-    if (h->tid == tid)
-      return h;
-  return NULL;
+  return dlock__hold_find(m->e, tid);
 }
 
-/* Forgets the thread's holds (reg_mu held). */
+/* Forgets the thread's holds and frees the record (reg_mu held). */
 static void drop_hold(dlock_client *c, dlock__hold *h) {
   h->count = 0;
   h->wd_count = 0;
   h->lost = 0;
+  h->unlock_rid_count = 0;
   h->gen++;
   dlock__wd_remove(c, h);
+  dlock__hold_put(c, h);
 }
 
-/* Records a successful acquisition (takes reg_mu). */
+int64_t dlock__lease_margin(int64_t lease) { return lease / 100 + 2; }
+
+/* Records a successful acquisition (takes reg_mu). sent = monotonic time
+ * the acquiring command (or the confirmation of a hand-over) was sent: the
+ * key's TTL started after it, so sent + lease - margin is a local deadline
+ * the server's expiry cannot precede. */
 static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
-                       int64_t lease, int64_t started, uint64_t token) {
+                       int64_t lease, int64_t sent, uint64_t token) {
   dlock_client *c = m->c;
   pthread_mutex_lock(&c->reg_mu);
-  dlock__hold *h = find_hold(m, tid);
+  dlock__hold *h = dlock__hold_get(m->e, tid);
   if (!h) {
-    h = dlock__calloc(1, sizeof *h);
-    if (!h) {
-      pthread_mutex_unlock(&c->reg_mu);
-      return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    }
-    h->tid = tid;
-    h->m = m;
-    h->next = m->holds;
-    m->holds = h;
+    pthread_mutex_unlock(&c->reg_mu);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
+  int64_t until = sent + lease - dlock__lease_margin(lease);
   if (h->count == 0) {
     h->gen++;
     h->unlock_rid_count = 0;
     h->wd_count = 0;
     h->lost = 0;
-    h->renewed_at = started;
+    h->renewed_at = sent;
+    h->valid_until = until;
+  } else if (until > h->valid_until) {
+    /* A reentrant acquire never shortens the key's TTL (scripts.c). */
+    h->valid_until = until;
   }
   h->count = target;
   h->token = token;
@@ -322,6 +363,12 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   return 0;
 }
 
+/* A hold is valid while it is not reported lost and its local deadline has
+ * not passed (reg_mu held). */
+static int hold_valid(const dlock__hold *h, int64_t now) {
+  return h && h->count > 0 && !h->lost && now < h->valid_until;
+}
+
 int dlock__mutex_local_count(dlock_mutex *m) {
   dlock_client *c = m->c;
   pthread_mutex_lock(&c->reg_mu);
@@ -329,6 +376,65 @@ int dlock__mutex_local_count(dlock_mutex *m) {
   int n = h && !h->lost ? h->count : 0;
   pthread_mutex_unlock(&c->reg_mu);
   return n;
+}
+
+/* Confirms a hold the server handed to this thread while it waited (a
+ * grant, or a cancel that found the lock ours): the hand-over happened
+ * after `base` (the send time of an attempt that found the lock taken), so
+ * base + lease bounds the key's TTL from below. When base is too old for
+ * that bound to be useful, renew once and use the renewal's send time.
+ * Returns 1 held (*sent set), 0 the hold is not there, or a negative code. */
+static int confirm_handover(dlock_mutex *m, uint64_t tid, int64_t lease,
+                            int64_t base, int64_t *sent) {
+  int64_t now = dlock__now_ms();
+  if (now - base <= lease / 4) {
+    *sent = base;
+    return 1;
+  }
+  char field[DLOCK__FIELD_MAX], ls[24];
+  size_t fl = dlock__field(m->c, tid, field);
+  const char *sfx = m->ops->field_suffix ? m->ops->field_suffix : "";
+  size_t sl = strlen(sfx);
+  if (fl + sl >= sizeof field)
+    return dlock__fail(DLOCK_EINVAL, "field too long");
+  memcpy(field + fl, sfx, sl + 1);
+  size_t lsl = dlock__fmt_i64(ls, lease);
+  const char *keys[1] = {m->name};
+  size_t klens[1] = {m->name_len};
+  const char *args[2] = {ls, field};
+  size_t alens[2] = {lsl, fl + sl};
+  redisReply *r = NULL;
+  int rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_RENEW), 1, keys, klens,
+                       2, args, alens, &r);
+  if (rc || !r)
+    return rc ? rc : DLOCK_EPROTO;
+  int ok = r->type == REDIS_REPLY_STRING && r->len == 1;
+  int held = ok && r->str[0] == '1';
+  freeReplyObject(r);
+  if (!ok)
+    return dlock__fail(DLOCK_EPROTO, "lock '%s': unexpected renewal reply",
+                       m->name);
+  *sent = now;
+  return held;
+}
+
+/* Why a wait must end now, or 0: the client closes, a cancel came (any
+ * time since the call began), or the deadline passed. */
+static int wait_over(dlock_mutex *m, unsigned cancel_gen, int64_t deadline,
+                     long long wait_ms) {
+  dlock_client *c = m->c;
+  if (atomic_load(&c->closing))
+    return dlock__fail(DLOCK_ECLOSED, "client is closing");
+  if (atomic_load(&c->cancel_gen) != cancel_gen)
+    return dlock__fail(DLOCK_ECANCELED,
+                       "wait for lock '%s' canceled by "
+                       "dlock_client_cancel_waits()",
+                       m->name);
+  if (deadline >= 0 && dlock__now_ms() >= deadline)
+    return dlock__fail(DLOCK_ETIMEDOUT,
+                       "lock '%s' still held elsewhere after %lld ms", m->name,
+                       wait_ms);
+  return 0;
 }
 
 static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
@@ -342,27 +448,39 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   const uint64_t tid = dlock__tid();
   const int wd = lease_ms <= 0;
   const int64_t lease = wd ? c->cfg.watchdog_timeout_ms : lease_ms;
+  /* Read before the first attempt: a cancel that comes while it is in
+   * flight must end this call too (it kicks no slot: none is registered). */
+  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
   const int64_t started = dlock__now_ms();
 
   pthread_mutex_lock(&c->reg_mu);
   dlock__hold *h = find_hold(m, tid);
   int prior = h ? h->count : 0;
-  if (h && prior > 0 && h->lost) {
+  if (h && prior > 0 && !hold_valid(h, started)) {
+    int was_lost = h->lost;
     drop_hold(c, h);
     pthread_mutex_unlock(&c->reg_mu);
     return dlock__fail(DLOCK_ELOST,
-                       "lock '%s': this thread's hold was lost (renewal "
-                       "found it gone)",
+                       was_lost ? "lock '%s': this thread's hold was lost "
+                                  "(renewal found it gone)"
+                                : "lock '%s': this thread's hold ran out of "
+                                  "lease (its local deadline passed)",
                        m->name);
   }
   pthread_mutex_unlock(&c->reg_mu);
 
+  const int64_t deadline =
+      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
+  dlock__wait w = {0, 0, deadline};
+  if (wait_ms != 0)
+    w.id = dlock__rand64() | 1;
   int64_t ttl = -1;
   uint64_t token = 0;
   /* When this client is already subscribed to the lock (other local
    * waiters, or a lingering subscription), register as a waiter first and
    * join the server's queue with the very first attempt. */
   dlock__slot slot;
+  slot.wait_id = w.id;
   dlock__sub *sub = NULL;
   int joined = 0;
   dlock__sb ch, gr;
@@ -375,26 +493,29 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
       joined = dlock__sub_join_active(c, ch.p, &slot, &sub);
   }
   int queue_now = wait_ms != 0 && (joined || m->ops->queue_first);
+  int64_t sent = dlock__now_ms();
   rc = m->ops->attempt(m, tid, prior + 1, lease, queue_now, wait_ms, &ttl,
-                       &token);
+                       &token, &w);
+  w.queued |= queue_now;
   if (rc == 1 || rc < 0 || wait_ms == 0) {
     if (joined)
       dlock__sub_leave(c, sub, &slot);
     dlock__sb_free(&ch);
     dlock__sb_free(&gr);
-    if (rc < 0 && rc != DLOCK_ELOST && queue_now && prior == 0 &&
+    if (rc < 0 && rc != DLOCK_ELOST && w.queued && prior == 0 &&
         m->ops->cancel) {
       /* The attempt may have queued us before its reply was lost: leave
        * the queue so the lock is never handed to a thread not waiting. */
       char keep[512];
       snprintf(keep, sizeof keep, "%s", dlock_last_error());
-      if (m->ops->cancel(m, tid, lease, wait_ms, &token) == 1)
-        return record_hold(m, tid, 1, wd, lease, started, token);
+      int cr = m->ops->cancel(m, tid, lease, wait_ms, &token, &w);
+      if (cr == 1 && confirm_handover(m, tid, lease, sent, &sent) == 1)
+        return record_hold(m, tid, 1, wd, lease, sent, token);
       dlock__fail(rc, "%s", keep);
     }
   }
   if (rc == 1)
-    return record_hold(m, tid, prior + 1, wd, lease, started, token);
+    return record_hold(m, tid, prior + 1, wd, lease, sent, token);
   if (rc == DLOCK_ELOST) {
     pthread_mutex_lock(&c->reg_mu);
     if ((h = find_hold(m, tid)) != NULL)
@@ -408,8 +529,6 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
     return dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
 
   /* Contended: wait for a hand-over or a wake-up. */
-  const int64_t deadline =
-      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   int active = joined;
   if (!joined) {
     if (!ch.len)
@@ -428,45 +547,43 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
     return rc;
   /* Already queued (joined early): just wait. Otherwise wait for the
    * subscription unless it is already active. */
-  int queued = queue_now, need_wait = joined || !active, held = 0;
-  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
+  int need_wait = joined || !active, held = 0;
   for (;;) {
     if (need_wait) {
+      if ((rc = wait_over(m, cancel_gen, deadline, wait_ms)) != 0)
+        break;
       int64_t now = dlock__now_ms();
       int64_t until = ttl >= 0 ? now + (ttl > 0 ? ttl : 1) : -1;
+      if (m->ops->max_sleep_ms > 0 &&
+          (until < 0 || until > now + m->ops->max_sleep_ms))
+        until = now + m->ops->max_sleep_ms;
       if (deadline >= 0 && (until < 0 || until > deadline))
         until = deadline;
       int granted = 0;
       dlock__sub_wait(c, sub, &slot, until, &granted, &active);
       if (granted) {
-        held = 1;
-        token = (uint64_t)slot.value;
-        rc = 0;
-        break;
+        /* The unlock script made us the owner (this wait's grant). */
+        int cr = confirm_handover(m, tid, lease, sent, &sent);
+        if (cr == 1) {
+          held = 1;
+          rc = 0;
+          break;
+        }
+        if (cr < 0) {
+          rc = cr;
+          break;
+        }
+        /* Gone already (lease ran out before we could confirm): wait on. */
       }
-      if (atomic_load(&c->closing)) {
-        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
+      if ((rc = wait_over(m, cancel_gen, deadline, wait_ms)) != 0)
         break;
-      }
-      if (atomic_load(&c->cancel_gen) != cancel_gen) {
-        rc = dlock__fail(DLOCK_ECANCELED,
-                         "wait for lock '%s' canceled by "
-                         "dlock_client_cancel_waits()",
-                         m->name);
-        break;
-      }
-      if (deadline >= 0 && dlock__now_ms() >= deadline) {
-        rc = dlock__fail(DLOCK_ETIMEDOUT,
-                         "lock '%s' still held elsewhere after %lld ms",
-                         m->name, wait_ms);
-        break;
-      }
     }
     need_wait = 1;
     int queue = active || m->ops->queue_first;
     int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
-    int r = m->ops->attempt(m, tid, 1, lease, queue, left, &ttl, &token);
-    queued |= queue;
+    sent = dlock__now_ms();
+    int r = m->ops->attempt(m, tid, 1, lease, queue, left, &ttl, &token, &w);
+    w.queued |= queue;
     if (r == 1) {
       held = 1;
       rc = 0;
@@ -478,14 +595,14 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
     }
   }
   dlock__sub_leave(c, sub, &slot);
-  if (!held && queued && m->ops->cancel) {
+  if (!held && w.queued && m->ops->cancel) {
     /* Leave the queue. If the lock was handed to us in the meantime we
      * keep it: the wait ended with the lock held. */
     char keep[512];
     snprintf(keep, sizeof keep, "%s", dlock_last_error());
     int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
-    int cr = m->ops->cancel(m, tid, lease, left, &token);
-    if (cr == 1) {
+    int cr = m->ops->cancel(m, tid, lease, left, &token, &w);
+    if (cr == 1 && confirm_handover(m, tid, lease, sent, &sent) == 1) {
       held = 1;
       rc = 0;
     } else {
@@ -493,7 +610,7 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
     }
   }
   if (held)
-    return record_hold(m, tid, 1, wd, lease, dlock__now_ms(), token);
+    return record_hold(m, tid, 1, wd, lease, sent, token);
   return rc;
 }
 
@@ -549,7 +666,7 @@ int dlock__mutex_release(dlock_mutex *m) {
     pthread_mutex_unlock(&c->reg_mu);
     return dlock__fail(DLOCK_ELOST,
                        "lock '%s' was lost while held (renewal found it "
-                       "gone: expired, deleted or taken)",
+                       "gone, or its local deadline passed unrenewed)",
                        m->name);
   }
   int64_t lease = h->wd_count > 0 ? c->cfg.watchdog_timeout_ms : h->lease_ms;
@@ -561,12 +678,19 @@ int dlock__mutex_release(dlock_mutex *m) {
     rid_to_hex(h->unlock_rid, rid);
   else
     dlock__request_id(rid);
+  /* The key may vanish under a renewal batch in flight because of this very
+   * unlock: not a loss to report (issue 10: spurious on_lock_lost). */
+  h->releasing = 1;
   pthread_mutex_unlock(&c->reg_mu);
 
   rc = m->ops->release(m, tid, lease, rid);
 
   pthread_mutex_lock(&c->reg_mu);
-  if (rc < 0 && rc != DLOCK_ELOST) {
+  h->releasing = 0;
+  /* Past the local deadline the hold was not ours for sure: whatever Redis
+   * answered, the caller must treat the critical section as unprotected. */
+  int expired = h->gen == gen && dlock__now_ms() >= h->valid_until;
+  if (rc < 0 && rc != DLOCK_ELOST && !expired) {
     /* Unknown outcome after the retry policy: keep the record (renewal
      * continues) so the caller can try again -- with the same request id
      * (within the latch's lifetime, latch_ttl_ms). */
@@ -577,10 +701,11 @@ int dlock__mutex_release(dlock_mutex *m) {
     pthread_mutex_unlock(&c->reg_mu);
     return rc;
   }
-  if (h->gen == gen)
-    h->unlock_rid_count = 0;
   if (h->gen == gen) {
-    if (rc == DLOCK_ELOST || rc == 1 || h->count <= 1) {
+    h->unlock_rid_count = 0;
+    if (expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1 || h->lost) {
+      if (h->lost)
+        expired = 1;
       drop_hold(c, h);
     } else {
       h->count--;
@@ -589,12 +714,19 @@ int dlock__mutex_release(dlock_mutex *m) {
       if (h->wd_count == 0)
         dlock__wd_remove(c, h);
     }
+  } else {
+    dlock__hold_put(c, h);
   }
   pthread_mutex_unlock(&c->reg_mu);
   if (rc == DLOCK_ELOST)
     return dlock__fail(DLOCK_ELOST,
                        "lock '%s' was lost while held (expired, deleted or "
                        "taken)",
+                       m->name);
+  if (expired)
+    return dlock__fail(DLOCK_ELOST,
+                       "lock '%s': its lease ran out before the unlock (local "
+                       "deadline passed; another owner may have held it)",
                        m->name);
   return 0;
 }
@@ -638,14 +770,69 @@ int dlock_mutex_is_locked(dlock_mutex *m) {
   return rc ? rc : v > 0;
 }
 
+/* The calling thread's local view of its hold on m: -1 no record, 0 the
+ * record says it is lost or past its local deadline, 1 valid. */
+static int local_state(dlock_mutex *m, int64_t *left) {
+  dlock_client *c = m->c;
+  int64_t now = dlock__now_ms();
+  pthread_mutex_lock(&c->reg_mu);
+  dlock__hold *h = find_hold(m, dlock__tid());
+  int st = !h || h->count == 0 ? -1 : hold_valid(h, now);
+  if (left)
+    *left = st == 1 ? h->valid_until - now : 0;
+  pthread_mutex_unlock(&c->reg_mu);
+  return st;
+}
+
 int dlock_mutex_is_held(dlock_mutex *m) {
   char field[DLOCK__FIELD_MAX];
+  dlock__clear_error();
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
+  int rc = dlock__client_check(m->c);
+  if (rc)
+    return rc;
+  /* A hold past its local deadline is not held, whatever Redis would say:
+   * another client may own the key already, or will any moment. */
+  int st = local_state(m, NULL);
+  if (st == 0)
+    return 0;
   size_t fl = dlock__field(m->c, dlock__tid(), field);
+  const char *sfx = m->ops->field_suffix ? m->ops->field_suffix : "";
+  size_t sl = strlen(sfx);
+  memcpy(field + fl, sfx, sl + 1);
   long long v = 0;
-  int rc = simple_int(m, "HEXISTS", field, fl, &v);
+  rc = simple_int(m, "HEXISTS", field, fl + sl, &v);
+  if (rc == DLOCK_ECONN && st == 1) {
+    /* Redis cannot be asked; the local deadline has not passed, so the
+     * key cannot have expired yet: held. */
+    dlock__clear_error();
+    return 1;
+  }
   return rc ? rc : v > 0;
+}
+
+int dlock_mutex_validity(dlock_mutex *m, long long *ms) {
+  dlock__clear_error();
+  if (ms)
+    *ms = 0;
+  if (!m || !ms)
+    return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  int rc = dlock__client_check(m->c);
+  if (rc)
+    return rc;
+  int64_t left = 0;
+  int st = local_state(m, &left);
+  if (st < 0)
+    return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
+                       m->name);
+  *ms = left;
+  if (st == 0)
+    return dlock__fail(DLOCK_ELOST,
+                       "lock '%s': this thread's hold is lost or past its "
+                       "local deadline",
+                       m->name);
+  return 0;
 }
 
 int dlock_mutex_hold_count(dlock_mutex *m) {

@@ -67,7 +67,7 @@ static int slot_init(dlock__slot *slot) {
   pthread_condattr_destroy(&ca);
   if (rc != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
-  slot->next = slot->prev = NULL;
+  slot->next = slot->prev = NULL; /* wait_id is the caller's */
   slot->granted = slot->kicked = slot->all = 0;
   slot->value = 0;
   slot->tid = dlock__tid();
@@ -322,20 +322,32 @@ static void on_reply(dlock_client *c, redisReply *r) {
     int ok;
     int64_t v = parse_i64(r->element[2]->str, r->element[2]->len, &ok);
     if (is_grant) {
-      /* Payload "<tid>" or "<tid>:<value>" (e.g. a fencing token). */
+      /* Payload "<tid>|<wait id>": the wait the unlock script handed the
+       * lock to. A grant for another (older) wait of the thread is never
+       * taken as this wait's: it only kicks the thread, whose next attempt
+       * finds its field (if the hand-over wrote it) with its own lease. */
       const char *p = r->element[2]->str;
       size_t pl = r->element[2]->len;
-      const char *colon = memchr(p, ':', pl);
-      int64_t extra = 0;
-      int ok2 = 1;
-      if (colon) {
-        v = parse_i64(p, (size_t)(colon - p), &ok);
-        extra = parse_i64(colon + 1, pl - (size_t)(colon - p) - 1, &ok2);
+      const char *bar = memchr(p, '|', pl);
+      uint64_t wid = 0;
+      int okw = bar && pl - (size_t)(bar - p) - 1 == 16;
+      for (size_t i = 0; okw && i < 16; i++) {
+        char hc = bar[1 + i];
+        int d = hc >= '0' && hc <= '9'   ? hc - '0'
+                : hc >= 'a' && hc <= 'f' ? hc - 'a' + 10
+                                         : -1;
+        if (d < 0)
+          okw = 0;
+        wid = (wid << 4) | (uint64_t)(d & 15);
       }
-      for (dlock__slot *sl = s->slots; ok && ok2 && sl; sl = sl->next)
+      if (okw)
+        v = parse_i64(p, (size_t)(bar - p), &ok);
+      for (dlock__slot *sl = s->slots; okw && ok && sl; sl = sl->next)
         if (sl->tid == (uint64_t)v) {
-          sl->granted = 1;
-          sl->value = extra;
+          if (sl->wait_id == wid)
+            sl->granted = 1;
+          else
+            sl->kicked = 1;
           slot_signal(sl);
           break;
         }
@@ -506,6 +518,7 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
                           unsigned cancel_gen, int (*check)(void *), void *arg,
                           const char *what) {
   dlock__slot slot;
+  slot.wait_id = 0;
   dlock__sub *sub = NULL;
   int active = 0;
   int rc = dlock__sub_join(c, channel, NULL, wake_policy, &slot, &sub, &active);

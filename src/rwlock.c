@@ -236,14 +236,19 @@ static void init_scripts(void) {
 /* ---- helpers ------------------------------------------------------------- */
 
 /* "{name}:<uuid>:<tid>:rwlock_timeout" (RedissonReadLock's prefix). */
-static void timeout_prefix(dlock_mutex *m, const char *field, size_t fl,
-                           dlock__sb *b) {
+static void timeout_prefix_of(const char *name, const char *field, size_t fl,
+                              dlock__sb *b) {
   dlock__sb_init(b);
   char tmp[DLOCK__FIELD_MAX];
   memcpy(tmp, field, fl);
   tmp[fl] = '\0';
-  dlock__suffix_name(b, m->name, tmp);
+  dlock__suffix_name(b, name, tmp);
   dlock__sb_adds(b, ":rwlock_timeout");
+}
+
+static void timeout_prefix(dlock_mutex *m, const char *field, size_t fl,
+                           dlock__sb *b) {
+  timeout_prefix_of(m->name, field, fl, b);
 }
 
 static void rw_channel(dlock_mutex *m, dlock__sb *b) {
@@ -288,9 +293,9 @@ static void rd_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
 }
 
 static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
-                      int queue, int64_t wait_ms, int64_t *ttl,
-                      uint64_t *token) {
-  (void)queue, (void)wait_ms, (void)token;
+                      int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
+                      const dlock__wait *w) {
+  (void)queue, (void)wait_ms, (void)token, (void)w;
   pthread_once(&g_once, init_scripts);
   char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[16];
   size_t fl = dlock__field(m->c, tid, field);
@@ -367,29 +372,35 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   return v == 1 ? 1 : 0;
 }
 
-static int rd_renew(dlock_mutex *m, uint64_t tid, int count) {
+static int rd_renew(dlock_client *c, const char *name, size_t name_len,
+                    uint64_t tid, int count) {
   (void)count; /* the server's count is authoritative */
-  dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
   char field[DLOCK__FIELD_MAX], ls[24];
   size_t fl = dlock__field(c, tid, field);
   dlock__sb tp;
-  timeout_prefix(m, field, fl, &tp);
+  timeout_prefix_of(name, field, fl, &tp);
   if (tp.oom) {
     dlock__sb_free(&tp);
     return DLOCK_ENOMEM;
   }
   int lsl = snprintf(ls, sizeof ls, "%d", c->cfg.watchdog_timeout_ms);
-  const char *keys[2] = {m->name, tp.p};
-  size_t klens[2] = {m->name_len, tp.len};
+  const char *keys[2] = {name, tp.p};
+  size_t klens[2] = {name_len, tp.len};
   const char *args[2] = {ls, field};
   size_t alens[2] = {(size_t)lsl, fl};
   redisReply *r = NULL;
   int rc = dlock__eval(c, &g_rd_renew, 2, keys, klens, 2, args, alens, &r);
   dlock__sb_free(&tp);
-  long long v;
-  int nil;
-  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+  if (rc || !r) {
+    freeReplyObject(r);
+    return rc ? rc : DLOCK_EPROTO;
+  }
+  long long v = 0;
+  int nil = r->type == REDIS_REPLY_NIL;
+  rc = nil ? 0 : dlock__reply_int(r, &v);
+  freeReplyObject(r);
+  if (rc)
     return rc;
   return !nil && v == 1 ? 1 : 0;
 }
@@ -419,9 +430,9 @@ static int rd_force(dlock_mutex *m) { return force_mode(m, "read", "0"); }
 /* ---- write ops ----------------------------------------------------------- */
 
 static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
-                      int queue, int64_t wait_ms, int64_t *ttl,
-                      uint64_t *token) {
-  (void)queue, (void)wait_ms, (void)token;
+                      int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
+                      const dlock__wait *w) {
+  (void)queue, (void)wait_ms, (void)token, (void)w;
   pthread_once(&g_once, init_scripts);
   char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[16];
   size_t fl = dlock__field(m->c, tid, field);

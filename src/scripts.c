@@ -8,15 +8,19 @@
  * idempotent.
  *
  * dlock's extension, invisible to Redisson clients: a FIFO of waiting dlock
- * threads in the list dlock_lock_queue:{name} (entries "<uuid>:<tid>|<lease>")
- * so that an unlock can hand the lock directly to the next waiter instead of
- * waking every client. HOW IT WORKS:
+ * threads in the list dlock_lock_queue:{name} (entries
+ * "<uuid>:<tid>|<lease>|<wait id>", each with a deadline in the hash
+ * dlock_lock_waits:{name}) so that an unlock can hand the lock directly to
+ * the next waiter instead of waking every client. (Names containing '{' get
+ * "dlock_lock_queue::<name>": see dlock__own_name.) HOW IT WORKS:
  *   - A waiter that is subscribed to its client's grant channel
  *     dlock_grant__channel:{name}:<uuid> joins the queue with the same script
  *     call that found the lock taken (no extra round trip).
  *   - The final unlock pops entries until PUBLISH to an entry's grant channel
- *     reaches a subscriber (a dead client has none: it is skipped), writes
- *     that waiter's field with count 1 and its lease, and returns. The lock
+ *     (payload "<tid>|<wait id>") reaches a subscriber (a dead client has
+ *     none: it is skipped; so are entries whose deadline passed and entries
+ *     of the unlocking thread), writes that waiter's field with count 1 and
+ *     its lease, and returns. The lock
  *     never becomes free, so no herd forms and nobody retries in vain.
  *   - With no live waiter queued it deletes the key and publishes "0", which
  *     is what Redisson waiters (and dlock threads not yet queued) wait for.
@@ -38,19 +42,28 @@
 static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
     [DLOCK__S_ACQUIRE] =
         {"acquire",
-         /* KEYS[1] lock, KEYS[2] queue. ARGV[1] lease ms, ARGV[2] field,
-          * ARGV[3] hold count after this acquire, ARGV[4] '1' = queue on
-          * failure, ARGV[5] queue entry. nil = held; -3 = our hold is gone;
-          * else the holder's PTTL. */
+         /* KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines. ARGV[1]
+          * lease ms, ARGV[2] field, ARGV[3] hold count after this acquire,
+          * ARGV[4] '1' = queue on failure, ARGV[5] queue entry, ARGV[6]
+          * '1' = this wait may be queued (leave the queue when the lock is
+          * taken), ARGV[7] how long the entry may be handed the lock (ms,
+          * '0' = while the client is subscribed), ARGV[8] wait id.
+          * nil = held; -3 = our hold is gone; else the holder's PTTL. */
+         "local function dequeue()\n"
+         "  if ARGV[6] == '1' then\n"
+         "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
+         "    redis.call('hdel', KEYS[3], ARGV[8])\n"
+         "  end\n"
+         "end\n"
          "if redis.call('exists', KEYS[1]) == 0 then\n"
          "  if ARGV[3] ~= '1' then return -3 end\n"
-         "  if ARGV[4] == '1' then redis.call('lrem', KEYS[2], 0, ARGV[5]) "
-         "end\n"
+         "  dequeue()\n"
          "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
          "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
          "  return nil\n"
          "end\n"
          "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+         "  if ARGV[3] == '1' then dequeue() end\n"
          "  redis.call('hset', KEYS[1], ARGV[2], ARGV[3])\n"
          "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
          "  return nil\n"
@@ -59,18 +72,26 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "if ARGV[4] == '1' then\n"
          "  if not redis.call('lpos', KEYS[2], ARGV[5]) then\n"
          "    redis.call('rpush', KEYS[2], ARGV[5])\n"
+         "    local dl = 0\n"
+         "    if ARGV[7] ~= '0' then\n"
+         "      local t = redis.call('time')\n"
+         "      dl = t[1] * 1000 + math.floor(t[2] / 1000) + "
+         "tonumber(ARGV[7])\n"
+         "    end\n"
+         "    redis.call('hset', KEYS[3], ARGV[8], dl)\n"
          "  end\n"
          "  redis.call('pexpire', KEYS[2], 300000)\n"
+         "  redis.call('pexpire', KEYS[3], 300000)\n"
          "end\n"
          "return redis.call('pttl', KEYS[1])\n",
          {0}},
     [DLOCK__S_UNLOCK] =
         {"unlock",
          /* KEYS[1] lock, KEYS[2] channel, KEYS[3] latch, KEYS[4] queue,
-          * KEYS[5] grant channel prefix. ARGV[1] '0', ARGV[2] lease for the
-          * remaining holds, ARGV[3] field, ARGV[4] publish command,
-          * ARGV[5] latch ttl. nil = not owner, 0 = still held, 1 = released
-          * (or handed over). */
+          * KEYS[5] grant channel prefix, KEYS[6] queue deadlines.
+          * ARGV[1] '0', ARGV[2] lease for the remaining holds, ARGV[3]
+          * field, ARGV[4] publish command, ARGV[5] latch ttl. nil = not
+          * owner, 0 = still held, 1 = released (or handed over). */
          "local done = redis.call('get', KEYS[3])\n"
          "if done then return tonumber(done) end\n"
          "local n = redis.call('hget', KEYS[1], ARGV[3])\n"
@@ -83,14 +104,27 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "end\n"
          "redis.call('del', KEYS[1])\n"
          "redis.call('set', KEYS[3], 1, 'px', ARGV[5])\n"
+         "local now = nil\n"
          "while true do\n"
          "  local w = redis.call('lpop', KEYS[4])\n"
          "  if not w then break end\n"
-         "  local owner, lease = string.match(w, '^(.+)|(%d+)$')\n"
-         "  local sep = owner and string.find(owner, ':', 1, true)\n"
+         "  local owner, lease, wid = string.match(w, '^(.+)|(%d+)|(%x+)$')\n"
+         "  local dl = wid and redis.call('hget', KEYS[6], wid)\n"
+         "  if wid then redis.call('hdel', KEYS[6], wid) end\n"
+         /* an entry of a wait that has ended (its deadline passed) or of
+          * the unlocking thread itself is never handed the lock */
+         "  local live = dl and owner ~= ARGV[3]\n"
+         "  if live and dl ~= '0' then\n"
+         "    if not now then\n"
+         "      local t = redis.call('time')\n"
+         "      now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+         "    end\n"
+         "    live = tonumber(dl) > now\n"
+         "  end\n"
+         "  local sep = live and string.find(owner, ':', 1, true)\n"
          "  if sep and redis.call(ARGV[4], KEYS[5] .. ':' .. "
-         "string.sub(owner, 1, sep - 1), string.sub(owner, sep + 1)) > 0 "
-         "then\n"
+         "string.sub(owner, 1, sep - 1), string.sub(owner, sep + 1) .. "
+         "'|' .. wid) > 0 then\n"
          "    redis.call('hset', KEYS[1], owner, 1)\n"
          "    redis.call('pexpire', KEYS[1], lease)\n"
          "    return 1\n"
@@ -134,9 +168,11 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          {0}},
     [DLOCK__S_CANCEL] =
         {"cancel",
-         /* KEYS[1] lock, KEYS[2] queue. ARGV[1] field, ARGV[2] entry.
-          * Leaves the queue; 1 if the lock was handed to us meanwhile. */
+         /* KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines. ARGV[1]
+          * field, ARGV[2] entry, ARGV[3] wait id. Leaves the queue; 1 if the
+          * lock was handed to us meanwhile. */
          "redis.call('lrem', KEYS[2], 0, ARGV[2])\n"
+         "redis.call('hdel', KEYS[3], ARGV[3])\n"
          "return redis.call('hexists', KEYS[1], ARGV[1])\n",
          {0}},
     [DLOCK__S_STATUS] = {"status",

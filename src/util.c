@@ -340,6 +340,18 @@ void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name) {
   }
 }
 
+void dlock__own_name(dlock__sb *b, const char *prefix, const char *name) {
+  dlock__sb_adds(b, prefix);
+  if (strchr(name, '{')) {
+    dlock__sb_add(b, "::", 2);
+    dlock__sb_adds(b, name);
+  } else {
+    dlock__sb_add(b, ":{", 2);
+    dlock__sb_adds(b, name);
+    dlock__sb_add(b, "}", 1);
+  }
+}
+
 void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid) {
   dlock__prefix_name(b, "redisson_unlock_latch", name);
   dlock__sb_add(b, ":", 1);

@@ -18,16 +18,22 @@
  * thread. The holder's next unlock returns DLOCK_ELOST.
  *
  * WHAT IF Redis does not answer? The batch is retried every
- * min(1 s, period / 4) -- well before the lease can run out. A hold whose
- * last confirmed renewal is a full lease old is declared lost even without
- * hearing from Redis: by then the key has expired (or will, on the server's
- * clock, at about the same time), and pretending otherwise would let two
- * holders believe they own it.
+ * min(1 s, period / 4) -- well before the lease can run out. Meanwhile every
+ * hold keeps a LOCAL DEADLINE: the send time of its last confirmed renewal +
+ * lease - (lease/100 + 2 ms). The key's TTL on the server started after that
+ * send, so it cannot expire before the deadline; once the deadline passes,
+ * it may have. A second thread per client, the expiry thread, sleeps until
+ * the earliest deadline and declares the holds past it lost at that moment
+ * -- not when a renewal stuck in a dead network gives up, which can be a
+ * command timeout later, after another client took the lock (issue 9.1).
  *
  * RACES WITH UNLOCK. Holds are never freed while a batch may point at them
- * (the lock object quiesces the watchdog before freeing its holds), and each
- * hold carries a generation bumped on every release, so a reply about an
- * older generation is ignored instead of reporting a spurious loss.
+ * (a hold freed meanwhile waits in the client's graveyard until the batch
+ * ends), and each hold carries a generation bumped on every release, so a
+ * reply about an older generation is ignored. A hold whose final unlock is in
+ * flight is marked `releasing`: a renewal that finds its key gone then says
+ * nothing (the unlock deleted it; the unlock's own reply decides), so no loss
+ * is reported for a lock that was unlocked.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -52,6 +58,10 @@ void dlock__wd_add(dlock_client *c, dlock__hold *h) {
   h->in_wd = 1;
   h->retry_at = 0;
   c->wd_count++;
+  /* The expiry thread sleeps until the earliest local deadline it knows;
+   * wake it only if this one is earlier (rare: an old send time). */
+  if (c->exp_started && h->valid_until < c->exp_wake_at)
+    pthread_cond_signal(&c->exp_cv);
   /* No wake-up: a new hold is due one period from now, and the watchdog
    * never sleeps longer than one period (see wd_main), so it will be on
    * time. Waking it on every 0 -> 1 hold cost two context switches per
@@ -79,7 +89,7 @@ void dlock__wd_quiesce(dlock_client *c) {
 
 typedef struct wd_item {
   dlock__hold *h;
-  dlock_mutex *m; /* set when the hold has a custom renewal */
+  const dlock__mutex_ops *ops; /* set when the hold has a custom renewal */
   uint64_t tid;
   int count;
   uint32_t gen;
@@ -239,7 +249,7 @@ static void *wd_main(void *arg) {
     for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
       int ready =
           h->retry_at ? now >= h->retry_at : now - h->renewed_at >= period / 2;
-      if (!ready || !h->m)
+      if (!ready || !h->e)
         continue;
       if (n == st.cap) {
         size_t nc = st.cap ? st.cap * 2 : 256;
@@ -255,13 +265,13 @@ static void *wd_main(void *arg) {
       }
       wd_item *it = &st.items[n++];
       it->h = h;
-      it->m = h->m && h->m->ops->renew ? h->m : NULL;
+      const dlock__mutex_ops *ops = dlock__lockent_ops(h->e);
+      it->ops = ops->renew ? ops : NULL;
       it->tid = h->tid;
       it->count = h->count;
       it->gen = h->gen;
-      it->name = h->m->name;
-      it->name_len = h->m->name_len;
-      it->suffix = h->m->ops->field_suffix ? h->m->ops->field_suffix : "";
+      it->name = dlock__lockent_name(h->e, &it->name_len);
+      it->suffix = ops->field_suffix ? ops->field_suffix : "";
     }
     if (n == 0) {
       /* Allocation failed: try again shortly rather than spin. */
@@ -276,7 +286,7 @@ static void *wd_main(void *arg) {
     /* Standard holds first (one pipelined batch), custom ones after. */
     size_t nstd = 0;
     for (size_t i = 0; i < n; i++)
-      if (!st.items[i].m) {
+      if (!st.items[i].ops) {
         wd_item t = st.items[nstd];
         st.items[nstd++] = st.items[i];
         st.items[i] = t;
@@ -286,8 +296,8 @@ static void *wd_main(void *arg) {
     int rc = nstd ? renew_batch(c, &st, nstd, flags) : 0;
     int custom_failed = 0;
     for (size_t i = nstd; i < n; i++) {
-      int r = st.items[i].m->ops->renew(st.items[i].m, st.items[i].tid,
-                                        st.items[i].count);
+      const wd_item *it = &st.items[i];
+      int r = it->ops->renew(c, it->name, it->name_len, it->tid, it->count);
       flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
       custom_failed |= r < 0;
     }
@@ -303,15 +313,20 @@ static void *wd_main(void *arg) {
       int ok_batch = i < nstd ? rc == 0 : flags[i] != 2;
       if (ok_batch && flags[i] == 1) {
         h->renewed_at = sent_at;
+        h->valid_until = sent_at + lease - dlock__lease_margin(lease);
         h->retry_at = 0;
-      } else if (ok_batch || now - h->renewed_at >= lease) {
+      } else if (ok_batch && h->releasing) {
+        /* Gone because this thread's unlock deleted it (its reply is on
+         * the way): the unlock's answer decides, not the renewal. */
+      } else if (ok_batch || now >= h->valid_until) {
         h->lost = 1;
         dlock__wd_remove(c, h);
-        note_lost(&lost, h->m->name);
+        note_lost(&lost, st.items[i].name);
       } else {
         h->retry_at = now + retry;
       }
     }
+    dlock__hold_grave_empty(c);
     c->wd_busy = 0;
     pthread_cond_broadcast(&c->reg_cv);
     if (lost && c->cfg.on_lock_lost) {
@@ -343,10 +358,80 @@ static void *wd_main(void *arg) {
   return NULL;
 }
 
+/* ---- the expiry thread ----------------------------------------------------
+ * Declares a watchdog hold lost the moment its local deadline passes
+ * without a confirmed renewal -- independently of the renewal thread, which
+ * may be blocked in a renewal the network swallowed. The key cannot have
+ * expired on the server before that deadline (it is computed from the send
+ * time of the last confirmed renewal, minus a drift margin), so the holder
+ * learns of the loss before anyone else can take the lock. */
+static void *exp_main(void *arg) {
+  dlock_client *c = arg;
+  const int64_t lease = c->cfg.watchdog_timeout_ms;
+  const int64_t idle = lease - dlock__lease_margin(lease) > 1
+                           ? lease - dlock__lease_margin(lease)
+                           : 1;
+  pthread_mutex_lock(&c->reg_mu);
+  while (!c->wd_stop) {
+    int64_t now = dlock__now_ms();
+    int64_t next = now + idle;
+    lost_note *lost = NULL;
+    dlock__hold *h = c->wd_head;
+    while (h) {
+      dlock__hold *nx = h->wd_next;
+      if (h->releasing) {
+        /* The unlock in flight settles it; look again soon. */
+        if (now + 10 < next)
+          next = now + 10;
+      } else if (h->count > 0 && !h->lost && now >= h->valid_until) {
+        h->lost = 1;
+        dlock__wd_remove(c, h);
+        note_lost(&lost, dlock__lockent_name(h->e, NULL));
+      } else if (h->valid_until < next) {
+        next = h->valid_until;
+      }
+      h = nx;
+    }
+    if (lost) {
+      if (c->cfg.on_lock_lost) {
+        pthread_mutex_unlock(&c->reg_mu);
+        for (lost_note *ln = lost; ln; ln = ln->next)
+          c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+        pthread_mutex_lock(&c->reg_mu);
+      }
+      while (lost) {
+        lost_note *nx = lost->next;
+        free(lost);
+        lost = nx;
+      }
+      continue;
+    }
+    c->exp_wake_at = next;
+    struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, next - now);
+    pthread_cond_timedwait(&c->exp_cv, &c->reg_mu, &ts);
+  }
+  pthread_mutex_unlock(&c->reg_mu);
+  return NULL;
+}
+
 int dlock__watchdog_start(dlock_client *c) {
-  if (pthread_create(&c->wd_thread, NULL, wd_main, c) != 0)
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int cvrc = pthread_cond_init(&c->exp_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (cvrc != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+  if (pthread_create(&c->wd_thread, NULL, wd_main, c) != 0) {
+    pthread_cond_destroy(&c->exp_cv);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
+  }
   c->wd_started = 1;
+  if (pthread_create(&c->exp_thread, NULL, exp_main, c) != 0) {
+    dlock__watchdog_stop(c);
+    return dlock__fail(DLOCK_ENOMEM, "cannot start the expiry thread");
+  }
+  c->exp_started = 1;
   return 0;
 }
 
@@ -356,7 +441,13 @@ void dlock__watchdog_stop(dlock_client *c) {
   pthread_mutex_lock(&c->reg_mu);
   c->wd_stop = 1;
   pthread_cond_broadcast(&c->reg_cv);
+  pthread_cond_broadcast(&c->exp_cv);
   pthread_mutex_unlock(&c->reg_mu);
   pthread_join(c->wd_thread, NULL);
   c->wd_started = 0;
+  if (c->exp_started) {
+    pthread_join(c->exp_thread, NULL);
+    c->exp_started = 0;
+  }
+  pthread_cond_destroy(&c->exp_cv);
 }

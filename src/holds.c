@@ -1,0 +1,203 @@
+/*
+ * holds.c -- the client's hold registry: what this process holds, per lock
+ * name, lock family and thread.
+ *
+ * WHY PER NAME AND NOT PER OBJECT. The server counts holds per hash field
+ * ("<uuid>:<tid>", plus ":write" for a write lock), whatever object the
+ * thread used. Two objects of one name in one thread are one reentrant lock:
+ * the acquire scripts write the count the client expects (an idempotent
+ * retry), so that count must be the thread's count on the name, not on the
+ * object (issue 9.2).
+ *
+ * LAYOUT. One entry per (family, name) with live lock objects; the family is
+ * what the hash field and the renewal look like: 'M' the mutex variants
+ * (plain, fair, fenced share fields), 'W' write locks (":write"), 'R' read
+ * locks (their own renewal). An entry keeps a short list of per-thread hold
+ * records -- only threads that hold the lock now, or whose unlock ended
+ * without an answer. A record is freed as soon as its thread holds nothing
+ * (issue 10: 60k short-lived threads must not leave 60k records), so lookup
+ * walks a list as long as the number of threads holding this one lock.
+ *
+ * LIFETIME. Objects attach to their entry when created and detach when
+ * freed; the last detach forgets the entry's holds (their renewal stops)
+ * and frees it. Records are freed only with c->reg_mu held; a record freed
+ * while a renewal batch may point at it goes to a graveyard emptied by the
+ * watchdog when the batch ends, so the batch never reads freed memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct dlock__lockent {
+  const dlock__mutex_ops *ops; /* the family's renewal and field suffix */
+  int objects;                 /* live lock objects of this entry */
+  dlock__hold *holds;          /* per thread, via next */
+  size_t name_len;
+  const char *name; /* points into key, after the family tag */
+  size_t key_len;
+  char key[];
+};
+
+static char family_tag(const dlock__mutex_ops *ops) {
+  if (ops->renew)
+    return 'R';
+  return ops->field_suffix && ops->field_suffix[0] ? 'W' : 'M';
+}
+
+const char *dlock__lockent_name(const dlock__lockent *e, size_t *len) {
+  if (len)
+    *len = e->name_len;
+  return e->name;
+}
+
+const dlock__mutex_ops *dlock__lockent_ops(const dlock__lockent *e) {
+  return e->ops;
+}
+
+int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
+                      const dlock__mutex_ops *ops, dlock__lockent **out) {
+  char tag = family_tag(ops);
+  size_t kl = name_len + 1;
+  char stackkey[256];
+  char *key = kl <= sizeof stackkey ? stackkey : dlock__malloc(kl);
+  if (!key)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  key[0] = tag;
+  memcpy(key + 1, name, name_len);
+  pthread_mutex_lock(&c->reg_mu);
+  int rc = 0;
+  if (!c->locks.b && dlock__map_init(&c->locks, 64) != 0)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  dlock__lockent *e = rc ? NULL : dlock__map_get(&c->locks, key, kl);
+  if (!rc && !e) {
+    e = dlock__calloc(1, sizeof *e + kl + 1);
+    if (!e) {
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    } else {
+      memcpy(e->key, key, kl);
+      e->key[kl] = '\0';
+      e->key_len = kl;
+      e->name = e->key + 1;
+      e->name_len = name_len;
+      e->ops = ops;
+      if (dlock__map_put(&c->locks, e->key, kl, e) != 0) {
+        free(e);
+        e = NULL;
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+      }
+    }
+  }
+  if (e)
+    e->objects++;
+  pthread_mutex_unlock(&c->reg_mu);
+  if (key != stackkey)
+    free(key);
+  *out = e;
+  return rc;
+}
+
+/* Frees h now, or after the renewal batch in flight (reg_mu held). */
+static void hold_free(dlock_client *c, dlock__hold *h) {
+  dlock__wd_remove(c, h);
+  if (c->wd_busy) {
+    h->next = c->hold_grave;
+    c->hold_grave = h;
+  } else {
+    free(h);
+  }
+}
+
+void dlock__reg_detach(dlock_client *c, dlock__lockent *e) {
+  pthread_mutex_lock(&c->reg_mu);
+  if (--e->objects > 0) {
+    pthread_mutex_unlock(&c->reg_mu);
+    return;
+  }
+  /* The batch in flight may point at the entry's name: wait for it. */
+  dlock__wd_quiesce(c);
+  dlock__hold *h = e->holds;
+  while (h) {
+    dlock__hold *nx = h->next;
+    hold_free(c, h);
+    h = nx;
+  }
+  dlock__map_del(&c->locks, e->key, e->key_len);
+  pthread_mutex_unlock(&c->reg_mu);
+  free(e);
+}
+
+dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid) {
+  for (dlock__hold *h = e->holds; h; h = h->next)
+    if (h->tid == tid)
+      return h;
+  return NULL;
+}
+
+dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid) {
+  dlock__hold *h = dlock__hold_find(e, tid);
+  if (h)
+    return h;
+  h = dlock__calloc(1, sizeof *h);
+  if (!h)
+    return NULL;
+  h->tid = tid;
+  h->e = e;
+  h->next = e->holds;
+  e->holds = h;
+  return h;
+}
+
+void dlock__hold_put(dlock_client *c, dlock__hold *h) {
+  if (h->count > 0 || h->unlock_rid_count > 0 || h->releasing)
+    return;
+  dlock__hold **pp = &h->e->holds;
+  while (*pp && *pp != h)
+    pp = &(*pp)->next;
+  if (*pp)
+    *pp = h->next;
+  hold_free(c, h);
+}
+
+void dlock__hold_grave_empty(dlock_client *c) {
+  dlock__hold *h = c->hold_grave;
+  c->hold_grave = NULL;
+  while (h) {
+    dlock__hold *nx = h->next;
+    free(h);
+    h = nx;
+  }
+}
+
+size_t dlock_client_hold_records(dlock_client *c) {
+  if (!c)
+    return 0;
+  pthread_mutex_lock(&c->reg_mu);
+  size_t n = 0;
+  for (size_t i = 0; c->locks.b && i < c->locks.nb; i++)
+    for (dlock__map_ent *me = c->locks.b[i]; me; me = me->next) {
+      dlock__lockent *e = me->val;
+      for (dlock__hold *h = e->holds; h; h = h->next)
+        n++;
+    }
+  pthread_mutex_unlock(&c->reg_mu);
+  return n;
+}
+
+void dlock__holds_destroy(dlock_client *c) {
+  for (size_t i = 0; c->locks.b && i < c->locks.nb; i++)
+    for (dlock__map_ent *me = c->locks.b[i]; me; me = me->next) {
+      dlock__lockent *e = me->val;
+      dlock__hold *h = e->holds;
+      while (h) {
+        dlock__hold *nx = h->next;
+        free(h);
+        h = nx;
+      }
+      e->holds = NULL;
+      /* The entry itself belongs to its objects (freed by the last one). */
+    }
+  dlock__hold_grave_empty(c);
+  if (c->locks.b && c->locks.n == 0)
+    dlock__map_free(&c->locks);
+}

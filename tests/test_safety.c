@@ -1,0 +1,504 @@
+/*
+ * test_safety.c -- one owner at a time under the interleavings of issue 9
+ * (and the wait-path defects of issue 10): a holder cut off from Redis must
+ * know it lost the lock before anyone else can take it; two objects of one
+ * name are one reentrant lock; a grant or a queue entry of an ended wait
+ * never hands the lock to a later one; names that differ only by braces do
+ * not share dlock's keys; a cancel during the first attempt is not lost;
+ * hold records do not pile up; no loss is reported for a lock that was
+ * unlocked. Real redis-servers; the partition is a blackholing TCP proxy.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "th.h"
+#include "th_proxy.h"
+
+static atomic_llong g_lost_at; /* monotonic ms of the first report */
+static atomic_int g_lost_count;
+
+static void on_lost(const char *name, void *arg) {
+  (void)name;
+  (void)arg;
+  long long zero = 0;
+  atomic_compare_exchange_strong(&g_lost_at, &zero, (long long)th_now_ms());
+  atomic_fetch_add(&g_lost_count, 1);
+}
+
+static dlock_client *client_at(const char *url, int wd_ms, int cmd_ms) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.retry_interval_ms = 100;
+  cfg.retry_attempts = 1;
+  if (wd_ms > 0)
+    cfg.watchdog_timeout_ms = wd_ms;
+  if (cmd_ms > 0)
+    cfg.command_timeout_ms = cmd_ms;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&cfg, &c);
+  if (rc)
+    th_fail(__FILE__, __LINE__, "dlock_client_new: %s: %s", dlock_err_name(rc),
+            dlock_last_error());
+  return c;
+}
+
+/* 9.1: a watchdog holder whose network path is blackholed right after it
+ * locked. The other client polls until it gets the lock; by then the holder
+ * must already have been told (on_lock_lost), and its is_held must answer 0
+ * at once from the local deadline (the old code answered ECONN after the
+ * command timeout, and reported the loss ~300 ms after the other client
+ * took the lock). */
+TH_CASE(partitioned_watchdog_holder_told_before_lock_is_taken) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  dlock_client *ca = client_at(th_proxy_url(p), 6000, 1000);
+  dlock_client *cb = th_client(r);
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new(ca, "part", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "part", &mb));
+  CHECK_OK(dlock_mutex_lock(ma));
+  long long left = 0;
+  CHECK_OK(dlock_mutex_validity(ma, &left));
+  CHECK_MSG(left > 4000 && left <= 6000 - 62, "validity %lld", left);
+  th_proxy_blackhole(p, 1);
+  int64_t cut = th_now_ms(), got = -1;
+  while (th_now_ms() - cut < 30000) {
+    int rc = dlock_mutex_trylock(mb);
+    if (rc == 0) {
+      got = th_now_ms();
+      break;
+    }
+    CHECK_RC(rc, DLOCK_EBUSY);
+    th_sleep_ms(2);
+  }
+  CHECK_MSG(got > 0, "the other client never acquired the expired lock");
+  long long lost_at = atomic_load(&g_lost_at);
+  CHECK_MSG(lost_at > 0 && lost_at <= got,
+            "holder told at %lld ms after the cut, the other client acquired "
+            "at %lld ms: two owners",
+            lost_at ? lost_at - cut : -1LL, (long long)(got - cut));
+  /* The holder's own view, from the local deadline, no Redis round trip. */
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_mutex_is_held(ma), 0);
+  CHECK_MSG(th_now_ms() - t0 < 500, "is_held asked the blackholed Redis");
+  CHECK_RC(dlock_mutex_validity(ma, &left), DLOCK_ELOST);
+  CHECK_EQ(left, 0);
+  CHECK_RC(dlock_mutex_unlock(ma), DLOCK_ELOST);
+  CHECK_OK(dlock_mutex_unlock(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+}
+
+/* 9.1 with the server stopped (SIGSTOP) and a command timeout longer than
+ * the lease: the renewal is stuck in the network for longer than the lease
+ * is valid; the loss must be reported at the local deadline, not when the
+ * stuck renewal gives up (old code: >= 1 s + 5 s after locking). */
+TH_CASE(stopped_server_holder_told_at_local_deadline) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = client_at(r->url, 3000, 5000);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "stopped", &m));
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_lock(m));
+  th_redis_pause(r);
+  while (atomic_load(&g_lost_at) == 0 && th_now_ms() - t0 < 20000)
+    th_sleep_ms(5);
+  long long lost_at = atomic_load(&g_lost_at);
+  th_redis_resume(r);
+  CHECK_MSG(lost_at > 0, "never told");
+  CHECK_MSG(lost_at - t0 >= 2900 && lost_at - t0 < 4500,
+            "told %lld ms after locking (lease 3000 ms)", lost_at - t0);
+  CHECK_EQ(dlock_mutex_is_held(m), 0);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* 9.1, fixed leases: validity counts down from the acquisition's send time;
+ * past it is_held is 0 without asking Redis and unlock says ELOST. */
+TH_CASE(fixed_lease_validity_ends_the_hold_locally) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  dlock_client *c = client_at(th_proxy_url(p), 0, 1000);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "fixed", &m));
+  long long left = -1;
+  CHECK_RC(dlock_mutex_validity(m, &left), DLOCK_EPERM);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 1500));
+  CHECK_OK(dlock_mutex_validity(m, &left));
+  CHECK_MSG(left > 0 && left <= 1500 - 17, "validity %lld", left);
+  th_proxy_blackhole(p, 1);
+  /* Redis unreachable, hold still valid: answered from the record. */
+  CHECK_EQ(dlock_mutex_is_held(m), 1);
+  while (th_now_ms() - t0 < 1500)
+    th_sleep_ms(10);
+  int64_t t1 = th_now_ms();
+  CHECK_EQ(dlock_mutex_is_held(m), 0);
+  CHECK_MSG(th_now_ms() - t1 < 500, "is_held asked the blackholed Redis");
+  CHECK_RC(dlock_mutex_validity(m, &left), DLOCK_ELOST);
+  th_proxy_blackhole(p, 0);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* 9.2: lock(a), lock(b) on one name in one thread is one reentrant lock
+ * held twice; unlock(b) must leave it held (old code: count 1 on the
+ * server, and unlock(b) freed it while a still held it). */
+TH_CASE(two_objects_one_name_are_one_reentrant_lock) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *other = th_client(r);
+  dlock_mutex *a, *b, *o;
+  CHECK_OK(dlock_mutex_new(c, "twice", &a));
+  CHECK_OK(dlock_mutex_new(c, "twice", &b));
+  CHECK_OK(dlock_mutex_new(other, "twice", &o));
+  CHECK_OK(dlock_mutex_lock(a));
+  CHECK_OK(dlock_mutex_timedlock(b, 0, 20000));
+  CHECK_EQ(dlock_mutex_hold_count(a), 2);
+  CHECK_OK(dlock_mutex_unlock(b));
+  CHECK_EQ(dlock_mutex_hold_count(a), 1);
+  CHECK_RC(dlock_mutex_trylock(o), DLOCK_EBUSY);
+  CHECK_EQ(dlock_mutex_is_held(a), 1);
+  /* Freeing b while a holds keeps a's hold (and its renewal). */
+  dlock_mutex_free(b);
+  CHECK_OK(dlock_mutex_unlock(a));
+  CHECK_OK(dlock_mutex_trylock(o));
+  CHECK_OK(dlock_mutex_unlock(o));
+  dlock_mutex_free(a);
+  dlock_mutex_free(o);
+  dlock_client_free(c);
+  dlock_client_free(other);
+}
+
+typedef struct waiter {
+  dlock_mutex *m;
+  long long wait_ms, lease_ms;
+  char field[DLOCK__FIELD_MAX];
+  atomic_int started, done, go;
+  int rc, rc2;
+} waiter;
+
+static void *timed_waiter(void *arg) {
+  waiter *w = arg;
+  dlock_mutex_owner(w->m, w->field, sizeof w->field);
+  atomic_store(&w->started, 1);
+  w->rc = dlock_mutex_timedlock(w->m, w->wait_ms, w->lease_ms);
+  if (w->rc == 0)
+    dlock_mutex_unlock(w->m);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static void wait_flag(atomic_int *f, int64_t ms) {
+  int64_t t0 = th_now_ms();
+  while (!atomic_load(f)) {
+    CHECK_MSG(th_now_ms() - t0 < ms, "timed out waiting for a thread");
+    th_sleep_ms(2);
+  }
+}
+
+/* 9.4: a grant that names another wait (an old one of the same thread) must
+ * not wake this wait as the owner. The old code matched grants by thread
+ * id only: timedlock returned 0 while another client held the lock. */
+TH_CASE(grant_of_another_wait_is_not_a_grant) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = th_client(r), *cb = th_client(r);
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new(ca, "sg", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "sg", &mb));
+  CHECK_OK(dlock_mutex_timedlock(mb, 0, 20000));
+  waiter w = {.m = ma, .wait_ms = 2500, .lease_ms = -1};
+  pthread_t t;
+  pthread_create(&t, NULL, timed_waiter, &w);
+  th_wait_llen(r, "dlock_lock_queue:{sg}", 1, 10000);
+  const char *tid = strchr(w.field, ':') + 1;
+  char ch[128];
+  snprintf(ch, sizeof ch, "dlock_grant__channel:{sg}:%s", dlock_client_id(ca));
+  /* The old payload form, and the new one naming a wait that is not this. */
+  freeReplyObject(th_cmd(r, "PUBLISH %s %s", ch, tid));
+  char stale[64];
+  snprintf(stale, sizeof stale, "%s|0000000000000001", tid);
+  freeReplyObject(th_cmd(r, "PUBLISH %s %s", ch, stale));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_ETIMEDOUT);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS sg %s", w.field), 0);
+  CHECK_OK(dlock_mutex_unlock(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+}
+
+static void *two_waits(void *arg) {
+  waiter *w = arg;
+  dlock_mutex_owner(w->m, w->field, sizeof w->field);
+  atomic_store(&w->started, 1);
+  /* A short wait with a 100 ms lease whose cancel will fail... */
+  w->rc = dlock_mutex_timedlock(w->m, 1500, 100);
+  atomic_store(&w->done, 1);
+  wait_flag(&w->go, 30000);
+  /* ...then a watchdog wait of the same thread. */
+  w->rc2 = dlock_mutex_lock(w->m);
+  atomic_store(&w->done, 2);
+  wait_flag(&w->go, 30000);
+  while (atomic_load(&w->go) < 2)
+    th_sleep_ms(2);
+  dlock_mutex_unlock(w->m);
+  return NULL;
+}
+
+/* 9.5: a wait whose cancel failed (server stopped at its deadline) leaves
+ * its queue entry. The same thread then waits again with the watchdog. The
+ * unlock must not hand the lock to the old entry with its 100 ms lease
+ * (old code: the later lock() returned with a 100 ms TTL and a third
+ * client took the lock 250 ms later). */
+TH_CASE(entry_of_an_ended_wait_never_gets_the_lock) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = client_at(r->url, 0, 300), *cb = th_client(r),
+               *cc = th_client(r);
+  dlock_mutex *ma, *mb, *mc;
+  CHECK_OK(dlock_mutex_new(ca, "stale", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "stale", &mb));
+  CHECK_OK(dlock_mutex_new(cc, "stale", &mc));
+  CHECK_OK(dlock_mutex_timedlock(mb, 0, 60000));
+  waiter w = {.m = ma};
+  pthread_t t;
+  pthread_create(&t, NULL, two_waits, &w);
+  th_wait_llen(r, "dlock_lock_queue:{stale}", 1, 10000);
+  th_redis_pause(r);
+  wait_flag(&w.done, 30000);
+  th_redis_resume(r);
+  CHECK_RC(w.rc, DLOCK_ETIMEDOUT);
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{stale}"), 1);
+  atomic_store(&w.go, 1);
+  th_wait_llen(r, "dlock_lock_queue:{stale}", 2, 10000);
+  CHECK_OK(dlock_mutex_unlock(mb));
+  int64_t t0 = th_now_ms();
+  while (atomic_load(&w.done) != 2 && th_now_ms() - t0 < 10000)
+    th_sleep_ms(2);
+  CHECK_EQ(atomic_load(&w.done), 2);
+  CHECK_OK(w.rc2);
+  long long pttl = th_cmd_int(r, "PTTL stale");
+  CHECK_MSG(pttl > 10000, "the watchdog hold got a %lld ms TTL", pttl);
+  th_sleep_ms(400);
+  CHECK_RC(dlock_mutex_trylock(mc), DLOCK_EBUSY);
+  atomic_store(&w.go, 2);
+  pthread_join(t, NULL);
+  CHECK_OK(dlock_mutex_trylock(mc));
+  CHECK_OK(dlock_mutex_unlock(mc));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_mutex_free(mc);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+  dlock_client_free(cc);
+}
+
+/* 9.5: a thread that holds the lock and still has an entry queued (it took
+ * the lock by a retry, not by the hand-over) is never handed its own lock
+ * back by its unlock. */
+TH_CASE(unlock_never_hands_the_lock_to_its_own_thread) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *o = th_client(r);
+  dlock_mutex *m, *mo;
+  CHECK_OK(dlock_mutex_new(c, "self", &m));
+  CHECK_OK(dlock_mutex_new(o, "self", &mo));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 20000));
+  char field[DLOCK__FIELD_MAX];
+  CHECK_OK(dlock_mutex_owner(m, field, sizeof field));
+  /* Entries of this very thread, as a retry that took the lock without
+   * leaving the queue would have left them (both entry formats), and a
+   * live subscriber on its grant channel so a hand-over would succeed. */
+  char ch[128];
+  snprintf(ch, sizeof ch, "dlock_grant__channel:{self}:%s", dlock_client_id(c));
+  redisContext *sub = th_redis_raw(r);
+  redisReply *sr = redisCommand(sub, "SUBSCRIBE %s", ch);
+  CHECK(sr != NULL);
+  freeReplyObject(sr);
+  freeReplyObject(
+      th_cmd(r,
+             "RPUSH dlock_lock_queue:{self} %s|20000|00000000000000ab "
+             "%s|20000",
+             field, field));
+  freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{self} 00000000000000ab 0"));
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(th_cmd_int(r, "EXISTS self"), 0);
+  CHECK_OK(dlock_mutex_trylock(mo));
+  CHECK_OK(dlock_mutex_unlock(mo));
+  redisFree(sub);
+  dlock_mutex_free(m);
+  dlock_mutex_free(mo);
+  dlock_client_free(c);
+  dlock_client_free(o);
+}
+
+/* 9.6: "x" and "{x}" are different locks; the unlock of "x" must not hand
+ * "{x}" (held by someone else) to a waiter of "{x}". */
+TH_CASE(braced_and_plain_names_do_not_share_dlock_keys) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = th_client(r), *cb = th_client(r), *cc = th_client(r);
+  dlock_mutex *ax, *bx, *cx, *cplain;
+  CHECK_OK(dlock_mutex_new(ca, "x", &ax));
+  CHECK_OK(dlock_mutex_new(cb, "{x}", &bx));
+  CHECK_OK(dlock_mutex_new(cc, "{x}", &cx));
+  CHECK_OK(dlock_mutex_new(cc, "x", &cplain));
+  CHECK_OK(dlock_mutex_timedlock(bx, 0, 20000));
+  waiter w = {.m = cx, .wait_ms = 2500, .lease_ms = -1};
+  pthread_t t;
+  pthread_create(&t, NULL, timed_waiter, &w);
+  /* Queued (under either naming rule). */
+  int64_t t0 = th_now_ms();
+  while (th_cmd_int(r, "LLEN dlock_lock_queue::{x}") +
+             th_cmd_int(r, "LLEN dlock_lock_queue:{x}") <
+         1) {
+    CHECK_MSG(th_now_ms() - t0 < 10000, "the waiter never queued");
+    th_sleep_ms(5);
+  }
+  CHECK_OK(dlock_mutex_timedlock(ax, 0, 20000));
+  CHECK_OK(dlock_mutex_unlock(ax));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_ETIMEDOUT);
+  char bfield[DLOCK__FIELD_MAX];
+  CHECK_OK(dlock_mutex_owner(bx, bfield, sizeof bfield));
+  CHECK_EQ(th_cmd_int(r, "HEXISTS {x} %s", bfield), 1);
+  CHECK_OK(dlock_mutex_trylock(cplain)); /* "x" was left free */
+  CHECK_OK(dlock_mutex_unlock(cplain));
+  CHECK_OK(dlock_mutex_unlock(bx));
+  dlock_mutex_free(ax);
+  dlock_mutex_free(bx);
+  dlock_mutex_free(cx);
+  dlock_mutex_free(cplain);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+  dlock_client_free(cc);
+}
+
+static void *blocking_locker(void *arg) {
+  waiter *w = arg;
+  atomic_store(&w->started, 1);
+  w->rc = dlock_mutex_lock(w->m);
+  if (w->rc == 0)
+    dlock_mutex_unlock(w->m);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+/* Issue 10: a cancel that arrives while the first attempt is in flight
+ * (writes paused on the server) ends the wait (old code: lock() blocked
+ * for ever, the cancel generation was read after the first attempt). */
+TH_CASE(cancel_during_first_attempt_is_not_lost) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = th_client(r), *cb = th_client(r);
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new(ca, "firstcancel", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "firstcancel", &mb));
+  CHECK_OK(dlock_mutex_lock(mb));
+  freeReplyObject(th_cmd(r, "CLIENT PAUSE 1500 WRITE"));
+  waiter w = {.m = ma};
+  pthread_t t;
+  pthread_create(&t, NULL, blocking_locker, &w);
+  wait_flag(&w.started, 10000);
+  th_sleep_ms(300); /* the first attempt is now held by the pause */
+  CHECK_OK(dlock_client_cancel_waits(ca));
+  int64_t t0 = th_now_ms();
+  while (!atomic_load(&w.done) && th_now_ms() - t0 < 15000)
+    th_sleep_ms(5);
+  CHECK_MSG(atomic_load(&w.done), "lock() ignored the cancel");
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_ECANCELED);
+  CHECK_OK(dlock_mutex_unlock(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+}
+
+static void *lock_unlock_once(void *arg) {
+  dlock_mutex *m = arg;
+  if (dlock_mutex_lock(m) == 0)
+    dlock_mutex_unlock(m);
+  return NULL;
+}
+
+/* Issue 10: hold records of threads that hold nothing are freed (old code:
+ * one record per thread that ever locked, looked up linearly). */
+TH_CASE(hold_records_do_not_outlive_their_holds) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "many", &m));
+  for (int i = 0; i < 3000; i++) {
+    pthread_t t;
+    pthread_create(&t, NULL, lock_unlock_once, m);
+    pthread_join(t, NULL);
+  }
+  CHECK_EQ(dlock_client_hold_records(c), 0);
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(dlock_client_hold_records(c), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(dlock_client_hold_records(c), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+typedef struct churn {
+  dlock_mutex *m;
+  int fails;
+  unsigned seed;
+} churn;
+
+static void *churn_thread(void *arg) {
+  churn *ch = arg;
+  for (int i = 0; i < 40; i++) {
+    if (dlock_mutex_lock(ch->m) != 0) {
+      ch->fails++;
+      continue;
+    }
+    th_sleep_ms((int64_t)(rand_r(&ch->seed) % 250));
+    if (dlock_mutex_unlock(ch->m) != 0)
+      ch->fails++;
+  }
+  return NULL;
+}
+
+/* Issue 10: a renewal that finds the key gone because this thread's unlock
+ * just deleted it is not a loss (old code: 10 reports in 480 unlocks). The
+ * replies come back through a proxy that holds them 15 ms, so the window
+ * between the unlock running on the server and its thread hearing of it
+ * is wide, and renewals (every 200 ms) land in it often. */
+TH_CASE(no_loss_report_for_unlocked_locks) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  th_proxy_reply_delay(p, 15);
+  dlock_client *c = client_at(th_proxy_url(p), 600, 3000);
+  enum { N = 6 };
+  churn ch[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "churn%d", i);
+    ch[i].fails = 0;
+    ch[i].seed = (unsigned)i + 1;
+    CHECK_OK(dlock_mutex_new(c, name, &ch[i].m));
+    pthread_create(&t[i], NULL, churn_thread, &ch[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    dlock_mutex_free(ch[i].m);
+  }
+  CHECK_EQ(atomic_load(&g_lost_count), 0);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(ch[i].fails, 0);
+  dlock_client_free(c);
+}
+
+TH_MAIN()
