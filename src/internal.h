@@ -305,6 +305,7 @@ struct dlock__slot {
   uint64_t wait_id; /* set by the caller before joining; grants name it */
   int granted;      /* the unlock script handed the lock to this thread */
   int kicked;       /* retry now: "0" message, subscription (re)activated */
+  int failed;       /* the server refused the subscription (sub_error) */
   int all;          /* woken by a "1" (wake-all) message */
   int64_t value;    /* payload of the last message (semaphore permits) */
 };
@@ -313,7 +314,8 @@ enum {
   DLOCK__SUB_IDLE,
   DLOCK__SUB_SUBSCRIBING,
   DLOCK__SUB_ACTIVE,
-  DLOCK__SUB_UNSUBSCRIBING
+  DLOCK__SUB_UNSUBSCRIBING,
+  DLOCK__SUB_FAILED /* SUBSCRIBE refused (ACL); retried when refs drop to 0 */
 };
 
 /* Wake policy for messages on the shared channel. */
@@ -332,6 +334,7 @@ struct dlock__sub {
   int refs;     /* waiting threads */
   int confirms; /* (un)subscribe confirmations still expected */
   int64_t idle_since;
+  char *error;        /* the server's refusal, when FAILED */
   dlock__slot *slots; /* FIFO */
   dlock__slot *slots_tail;
 };
@@ -352,6 +355,10 @@ int dlock__sub_join_active(dlock_client *c, const char *channel,
 int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
                     int64_t until_ms, int *granted, int *active);
 void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot);
+/* After a wait returned with slot->failed: sets the thread's error message
+ * (the channel and the server's refusal, e.g. an ACL user without SUBSCRIBE)
+ * and returns DLOCK_EAUTH. `what` names the waited-for object. */
+int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what);
 /* The wait of the kinds without hand-over (semaphore, latch): subscribes to
  * channel, then calls check(arg) -- 1 done, 0 not yet, < 0 error -- after
  * every wake-up and at least every recheck_ms (pub/sub is at most once),

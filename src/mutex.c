@@ -561,6 +561,12 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
         until = deadline;
       int granted = 0;
       dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      if (slot.failed) {
+        char what[300];
+        snprintf(what, sizeof what, "lock '%.250s'", m->name);
+        rc = dlock__sub_error(c, sub, what);
+        break;
+      }
       if (granted) {
         /* The unlock script made us the owner (this wait's grant). */
         int cr = confirm_handover(m, tid, lease, sent, &sent);

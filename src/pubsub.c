@@ -68,7 +68,7 @@ static int slot_init(dlock__slot *slot) {
   if (rc != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
   slot->next = slot->prev = NULL; /* wait_id is the caller's */
-  slot->granted = slot->kicked = slot->all = 0;
+  slot->granted = slot->kicked = slot->all = slot->failed = 0;
   slot->value = 0;
   slot->tid = dlock__tid();
   return 0;
@@ -147,6 +147,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
   }
   need_poke = slot_link(s, slot);
   *active = s->state == DLOCK__SUB_ACTIVE;
+  slot->failed = s->state == DLOCK__SUB_FAILED;
   *out = s;
   pthread_mutex_unlock(&c->sub_mu);
   if (need_poke)
@@ -157,7 +158,8 @@ int dlock__sub_join(dlock_client *c, const char *channel,
 int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
                     int64_t until_ms, int *granted, int *active) {
   pthread_mutex_lock(&c->sub_mu);
-  while (!slot->granted && !slot->kicked && !atomic_load(&c->closing)) {
+  while (!slot->granted && !slot->kicked && !slot->failed &&
+         !atomic_load(&c->closing)) {
     if (until_ms >= 0) {
       int64_t now = dlock__now_ms();
       if (now >= until_ms)
@@ -168,7 +170,7 @@ int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
       pthread_cond_wait(&slot->cv, &c->sub_mu);
     }
   }
-  int woke = slot->granted || slot->kicked;
+  int woke = slot->granted || slot->kicked || slot->failed;
   *granted = slot->granted;
   slot->kicked = 0;
   *active = s->state == DLOCK__SUB_ACTIVE;
@@ -203,7 +205,40 @@ typedef struct ps_state {
   redisContext *ctx;
   int64_t next_connect_at;
   int64_t backoff;
+  /* (UN)SUBSCRIBE commands written and not yet fully confirmed, in order:
+   * an error reply answers the oldest (replies come in command order). */
+  dlock__sub **sent;
+  size_t sent_head, sent_n, sent_cap;
 } ps_state;
+
+static void sent_push(ps_state *ps, dlock__sub *s) {
+  if (ps->sent_head + ps->sent_n == ps->sent_cap) {
+    if (ps->sent_head > 0) {
+      memmove(ps->sent, ps->sent + ps->sent_head,
+              ps->sent_n * sizeof *ps->sent);
+      ps->sent_head = 0;
+    } else {
+      size_t nc = ps->sent_cap ? ps->sent_cap * 2 : 16;
+      dlock__sub **ns = realloc(ps->sent, nc * sizeof *ns);
+      if (!ns)
+        return; /* an error reply then finds no command: ignored */
+      ps->sent = ns;
+      ps->sent_cap = nc;
+    }
+  }
+  ps->sent[ps->sent_head + ps->sent_n++] = s;
+}
+
+static dlock__sub *sent_head(ps_state *ps) {
+  return ps->sent_n ? ps->sent[ps->sent_head] : NULL;
+}
+
+static void sent_pop(ps_state *ps) {
+  if (ps->sent_n) {
+    ps->sent_head++;
+    ps->sent_n--;
+  }
+}
 
 static void free_sub(dlock_client *c, dlock__sub *s) {
   dlock__map_del(&c->subs, s->channel, strlen(s->channel));
@@ -212,15 +247,18 @@ static void free_sub(dlock_client *c, dlock__sub *s) {
     dlock__map_del(&c->subs_grant, s->grant_channel, strlen(s->grant_channel));
   free(s->channel);
   free(s->grant_channel);
+  free(s->error);
   free(s);
 }
 
-static void append_sub_cmd(redisContext *ctx, const char *verb, dlock__sub *s) {
+static void append_sub_cmd(ps_state *ps, const char *verb, dlock__sub *s) {
+  redisContext *ctx = ps->ctx;
   const char *argv[3] = {verb, s->channel, s->grant_channel};
   size_t lens[3] = {strlen(verb), strlen(s->channel),
                     s->grant_channel ? strlen(s->grant_channel) : 0};
   redisAppendCommandArgv(ctx, s->grant_channel ? 3 : 2, argv, lens);
   s->confirms = s->grant_channel ? 2 : 1;
+  sent_push(ps, s);
 }
 
 /* Brings subscriptions in line with what waiters want. sub_mu held.
@@ -231,16 +269,19 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
   while (*pp) {
     dlock__sub *s = *pp;
     if (s->refs > 0 && s->state == DLOCK__SUB_IDLE && ps->ctx) {
-      append_sub_cmd(ps->ctx, "SUBSCRIBE", s);
+      append_sub_cmd(ps, "SUBSCRIBE", s);
       s->state = DLOCK__SUB_SUBSCRIBING;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_ACTIVE) {
       int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
       if (now >= due && ps->ctx) {
-        append_sub_cmd(ps->ctx, "UNSUBSCRIBE", s);
+        append_sub_cmd(ps, "UNSUBSCRIBE", s);
         s->state = DLOCK__SUB_UNSUBSCRIBING;
       } else if (next < 0 || due < next) {
         next = due;
       }
+    } else if (s->refs == 0 && s->state == DLOCK__SUB_FAILED) {
+      s->state = DLOCK__SUB_IDLE; /* the next waiter tries again */
+      continue;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_IDLE) {
       *pp = s->next_all;
       free_sub(c, s);
@@ -258,6 +299,7 @@ static void on_disconnect(dlock_client *c, ps_state *ps) {
   }
   pthread_mutex_lock(&c->sub_mu);
   c->ps_connected = 0;
+  ps->sent_head = ps->sent_n = 0;
   for (dlock__sub *s = c->sub_list; s; s = s->next_all) {
     s->state = DLOCK__SUB_IDLE;
     s->confirms = 0;
@@ -290,7 +332,35 @@ static int64_t parse_i64(const char *s, size_t n, int *ok) {
   return neg ? -v : v;
 }
 
-static void on_reply(dlock_client *c, redisReply *r) {
+/* The server refused the oldest (UN)SUBSCRIBE in flight: for SUBSCRIBE
+ * (e.g. an ACL user without +subscribe or without the channel), its waiters
+ * learn it now instead of waiting out a lease in silence. sub_mu held. */
+static void on_refused(ps_state *ps, const redisReply *r) {
+  dlock__sub *s = sent_head(ps);
+  if (!s)
+    return;
+  sent_pop(ps);
+  if (s->state == DLOCK__SUB_SUBSCRIBING) {
+    s->state = DLOCK__SUB_FAILED;
+    free(s->error);
+    s->error = dlock__strndup(r->str, r->len);
+    for (dlock__slot *sl = s->slots; sl; sl = sl->next) {
+      sl->failed = 1;
+      slot_signal(sl);
+    }
+  } else if (s->state == DLOCK__SUB_UNSUBSCRIBING) {
+    s->state = DLOCK__SUB_IDLE;
+  }
+  s->confirms = 0;
+}
+
+static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
+  if (r->type == REDIS_REPLY_ERROR) {
+    pthread_mutex_lock(&c->sub_mu);
+    on_refused(ps, r);
+    pthread_mutex_unlock(&c->sub_mu);
+    return;
+  }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[0]->type != REDIS_REPLY_STRING ||
       r->element[1]->type != REDIS_REPLY_STRING)
@@ -313,10 +383,15 @@ static void on_reply(dlock_client *c, redisReply *r) {
     if (s->state == DLOCK__SUB_SUBSCRIBING && --s->confirms == 0) {
       s->state = DLOCK__SUB_ACTIVE;
       kick_all(s); /* now they can queue for a direct hand-over */
+      if (sent_head(ps) == s)
+        sent_pop(ps);
     }
   } else if (strcmp(kind, "unsubscribe") == 0) {
-    if (s->state == DLOCK__SUB_UNSUBSCRIBING && --s->confirms == 0)
+    if (s->state == DLOCK__SUB_UNSUBSCRIBING && --s->confirms == 0) {
       s->state = DLOCK__SUB_IDLE; /* reconcile frees or resubscribes */
+      if (sent_head(ps) == s)
+        sent_pop(ps);
+    }
   } else if (strcmp(kind, "message") == 0 &&
              r->element[2]->type == REDIS_REPLY_STRING) {
     int ok;
@@ -389,7 +464,7 @@ int dlock_client_cancel_waits(dlock_client *c) {
 
 static void *ps_main(void *arg) {
   dlock_client *c = arg;
-  ps_state ps = {NULL, 0, 50};
+  ps_state ps = {NULL, 0, 50, NULL, 0, 0, 0};
   unsigned seen_cancel = atomic_load(&c->cancel_gen);
   for (;;) {
     if (atomic_load(&c->closing))
@@ -464,14 +539,32 @@ static void *ps_main(void *arg) {
         }
         if (!rep)
           break;
-        on_reply(c, rep);
+        on_reply(c, &ps, rep);
         freeReplyObject(rep);
       }
     }
   }
   if (ps.ctx)
     redisFree(ps.ctx);
+  free(ps.sent);
   return NULL;
+}
+
+int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
+  pthread_mutex_lock(&c->sub_mu);
+  int rc = s->grant_channel
+               ? dlock__fail(DLOCK_EAUTH,
+                             "waiting for %s needs SUBSCRIBE on '%s' and '%s', "
+                             "which the server refused: %s",
+                             what, s->channel, s->grant_channel,
+                             s->error ? s->error : "(no reason given)")
+               : dlock__fail(DLOCK_EAUTH,
+                             "waiting for %s needs SUBSCRIBE on '%s', which "
+                             "the server refused: %s",
+                             what, s->channel,
+                             s->error ? s->error : "(no reason given)");
+  pthread_mutex_unlock(&c->sub_mu);
+  return rc;
 }
 
 int dlock__pubsub_start(dlock_client *c) {
@@ -537,6 +630,10 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
       /* A cancel that came before the join kicked no slot of ours. */
       if (atomic_load(&c->cancel_gen) == cancel_gen)
         dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      if (slot.failed) {
+        rc = dlock__sub_error(c, sub, what);
+        break;
+      }
       if (atomic_load(&c->closing)) {
         rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
         break;

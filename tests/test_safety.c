@@ -501,4 +501,39 @@ TH_CASE(no_loss_report_for_unlocked_locks) {
   dlock_client_free(c);
 }
 
+/* Issue 10: an ACL user without SUBSCRIBE is told so when it has to wait
+ * (old code: it waited silently until the holder's lease ran out). Its
+ * single attempts still work. */
+TH_CASE(acl_user_without_subscribe_is_told) {
+  th_redis *r = th_redis_new(1, "user limited on >pw ~* &* +@all -subscribe\n");
+  char url[160];
+  snprintf(url, sizeof url, "redis://limited:pw@127.0.0.1:%d", r->port);
+  dlock_client *ca = client_at(url, 0, 0), *cb = th_client(r);
+  dlock_mutex *ma, *mb;
+  dlock_sem *s;
+  CHECK_OK(dlock_mutex_new(ca, "acl", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "acl", &mb));
+  CHECK_OK(dlock_mutex_trylock(ma));
+  CHECK_OK(dlock_mutex_unlock(ma));
+  CHECK_OK(dlock_mutex_lock(mb));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_timedlock(ma, 20000, -1), DLOCK_EAUTH);
+  CHECK_MSG(th_now_ms() - t0 < 10000, "took %lld ms",
+            (long long)(th_now_ms() - t0));
+  CHECK_MSG(strstr(dlock_last_error(), "SUBSCRIBE") &&
+                strstr(dlock_last_error(), "NOPERM"),
+            "message: %s", dlock_last_error());
+  /* The same for the kinds without hand-over. */
+  CHECK_OK(dlock_sem_new(ca, "acl-sem", &s));
+  CHECK_RC(dlock_sem_timedwait(s, 20000), DLOCK_EAUTH);
+  dlock_sem_free(s);
+  CHECK_OK(dlock_mutex_unlock(mb));
+  CHECK_OK(dlock_mutex_trylock(ma));
+  CHECK_OK(dlock_mutex_unlock(ma));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+}
+
 TH_MAIN()
