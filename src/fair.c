@@ -45,9 +45,15 @@
 
 #include "internal.h"
 
-/* Redisson's Config.fairLockWaitTimeout default: the wait budget used for
- * a waiter's deadline when the caller waits forever. */
-#define FAIR_DEFAULT_WAIT_MS 300000LL
+/* A dlock waiter's place in the queue lives this long after its last
+ * attempt (its deadline in the timeout zset is now + FAIR_LIVE_MS, raised by
+ * every attempt, and a waiting thread attempts at least every
+ * FAIR_REFRESH_MS). A waiter that dies -- SIGKILL, a lost host -- therefore
+ * holds the queue for at most FAIR_LIVE_MS, not for Redisson's
+ * fairLockWaitTimeout (300 s) plus the holder's lease (issue 10). The
+ * caller's own wait budget is enforced locally by the wait loop. */
+#define FAIR_LIVE_MS 5000LL
+#define FAIR_REFRESH_MS 1000LL
 
 /* ---- scripts --------------------------------------------------------------
  * Shared Lua prelude. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeout zset,
@@ -77,9 +83,22 @@
   "    if head and head ~= me then notify(pub, head) end\n"                    \
   "  end\n"                                                                    \
   "end\n"                                                                      \
+  /* Waiters behind one that leaves move up by its budget (Redisson's       */ \
+  /* arithmetic), but never closer than `wait` from now: a live dlock       */ \
+  /* waiter refreshes its deadline at least that often.                    */ \
+  "local function shrink(rest, wait, now)\n"                                   \
+  "  for i = 1, #rest do\n"                                                    \
+  "    if redis.call('zscore', KEYS[3], rest[i]) then\n"                       \
+  "      local sc = tonumber(redis.call('zincrby', KEYS[3], -wait, rest[i]))\n" \
+  "      if sc < now + wait then\n"                                            \
+  "        redis.call('zadd', KEYS[3], now + wait, rest[i])\n"                 \
+  "      end\n"                                                                \
+  "    end\n"                                                                  \
+  "  end\n"                                                                    \
+  "end\n"                                                                      \
   /* Tries to take or re-enter the lock: true = held. target = hold count  */  \
   /* after this acquire ('1' = first hold); -3 = our earlier hold is gone. */  \
-  "local function take(field, lease, target, wait)\n"                          \
+  "local function take(field, lease, target, wait, now)\n"                     \
   "  if target ~= '1' then\n"                                                  \
   "    if redis.call('hexists', KEYS[1], field) == 1 then\n"                   \
   "      redis.call('hset', KEYS[1], field, target)\n"                         \
@@ -93,10 +112,7 @@
   "    if head and head ~= field then return false end\n"                      \
   "    if head then redis.call('lpop', KEYS[2]) end\n"                         \
   "    redis.call('zrem', KEYS[3], field)\n"                                   \
-  "    local rest = redis.call('zrange', KEYS[3], 0, -1)\n"                    \
-  "    for i = 1, #rest do\n"                                                  \
-  "      redis.call('zincrby', KEYS[3], -wait, rest[i])\n"                     \
-  "    end\n"                                                                  \
+  "    shrink(redis.call('zrange', KEYS[3], 0, -1), wait, now)\n"              \
   "    redis.call('hset', KEYS[1], field, 1)\n"                                \
   "    redis.call('pexpire', KEYS[1], lease)\n"                                \
   "    return true\n"                                                          \
@@ -132,19 +148,17 @@ static dlock__script g_acquire = {
     "local now = tonumber(ARGV[4])\n"
     "local wait = tonumber(ARGV[3])\n"
     "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) end\n"
-    "local got = take(ARGV[2], ARGV[1], ARGV[5], wait)\n"
+    "local got = take(ARGV[2], ARGV[1], ARGV[5], wait, now)\n"
     "if got == true then return nil end\n"
     "if got == -3 then return -3 end\n"
-    "if not redis.call('zscore', KEYS[3], ARGV[2]) then\n"
-    "  local tail = redis.call('lindex', KEYS[2], -1)\n"
-    "  local ts = tail and tail ~= ARGV[2] and "
-    "redis.call('zscore', KEYS[3], tail)\n"
-    "  local base\n"
-    "  if ts then base = tonumber(ts) - now\n"
-    "  else base = redis.call('pttl', KEYS[1]) end\n"
-    "  if redis.call('zadd', KEYS[3], base + wait + now, ARGV[2]) == 1 then\n"
+    /* Join the queue, or keep our place alive: deadline = now + wait. */
+    "local mine = redis.call('zscore', KEYS[3], ARGV[2])\n"
+    "if not mine then\n"
+    "  if redis.call('zadd', KEYS[3], now + wait, ARGV[2]) == 1 then\n"
     "    redis.call('rpush', KEYS[2], ARGV[2])\n"
     "  end\n"
+    "elseif tonumber(mine) < now + wait then\n"
+    "  redis.call('zadd', KEYS[3], now + wait, ARGV[2])\n"
     "end\n"
     "return hint(now)\n",
     {0}};
@@ -158,7 +172,7 @@ static dlock__script g_try = {
                      "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) "
                      "end\n"
                      "local got = take(ARGV[2], ARGV[1], ARGV[5], "
-                     "tonumber(ARGV[4]))\n"
+                     "tonumber(ARGV[4]), now)\n"
                      "if got == true then return nil end\n"
                      "if got == -3 then return -3 end\n"
                      "return hint(now)\n",
@@ -166,19 +180,16 @@ static dlock__script g_try = {
 
 static dlock__script g_cancel = {
     "fair_cancel",
-    /* acquireFailed. ARGV[1] field, [2] wait, [3] publish command.
-     * Leaves the queue; the deadlines of the waiters behind shrink by wait.
-     * Returns 1 if the caller holds the lock after all, else 0. */
+    /* acquireFailed. ARGV[1] field, [2] wait, [3] publish command, [4] now
+     * (epoch ms). Leaves the queue; the deadlines of the waiters behind
+     * shrink by wait (not below now + wait). Returns 1 if the caller holds
+     * the lock after all, else 0. */
     FAIR_LUA_PRELUDE
     "local wait = tonumber(ARGV[2])\n"
     "local pos = redis.call('lpos', KEYS[2], ARGV[1])\n"
     "if pos then\n"
-    "  local rest = redis.call('lrange', KEYS[2], pos + 1, -1)\n"
-    "  for i = 1, #rest do\n"
-    "    if redis.call('zscore', KEYS[3], rest[i]) then\n"
-    "      redis.call('zincrby', KEYS[3], -wait, rest[i])\n"
-    "    end\n"
-    "  end\n"
+    "  shrink(redis.call('lrange', KEYS[2], pos + 1, -1), wait, "
+    "tonumber(ARGV[4]))\n"
     "  redis.call('lrem', KEYS[2], 0, ARGV[1])\n"
     "end\n"
     "redis.call('zrem', KEYS[3], ARGV[1])\n"
@@ -282,22 +293,10 @@ static void fair_keys_free(fair_keys *k) {
   dlock__sb_free(&k->channel);
 }
 
-/* The wait budget the scripts use for deadlines. Redisson passes the
- * caller's original waitTime on every attempt and on acquireFailed; the
- * shared wait loop hands us the remaining budget on retries, so the
- * original is remembered per thread from the first attempt of a wait until
- * it ends (held, cancelled, or failed). A thread waits for one lock at a
- * time. */
-static _Thread_local const dlock_mutex *tl_waiting;
-static _Thread_local int64_t tl_wait;
 /* The thread's last attempt was a reentrant one (target > 1): it never
  * enqueues, so a cancel after it must not report "held" (the hold it finds
  * is the older one, with its own count). */
 static _Thread_local int tl_reentrant;
-
-static int64_t wait_budget(long long wait_ms) {
-  return wait_ms > 0 ? (int64_t)wait_ms : FAIR_DEFAULT_WAIT_MS;
-}
 
 /* ---- ops ----------------------------------------------------------------- */
 
@@ -322,17 +321,9 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
     fair_keys_free(&k);
     return rc;
   }
+  (void)wait_ms; /* enforced by the wait loop; the queue uses FAIR_LIVE_MS */
   tl_reentrant = target > 1;
-  int64_t wait;
-  if (queue && target == 1) {
-    if (tl_waiting != m) {
-      tl_waiting = m;
-      tl_wait = wait_budget(wait_ms);
-    }
-    wait = tl_wait;
-  } else {
-    wait = wait_budget(wait_ms);
-  }
+  const int64_t wait = FAIR_LIVE_MS;
   char field[DLOCK__FIELD_MAX], ls[24], ws[24], ns[24], ts[16];
   size_t fl = dlock__field(m->c, tid, field);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
@@ -352,7 +343,6 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
     rc = dlock__fail(DLOCK_EPROTO, "no reply");
   if (rc == 0 && r && r->type == REDIS_REPLY_NIL) {
     freeReplyObject(r);
-    tl_waiting = NULL;
     return 1;
   }
   long long v = 0;
@@ -364,11 +354,8 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                      "fair lock '%s': this thread's hold is gone (expired or "
                      "deleted) -- it was re-acquired in vain",
                      m->name);
-  if (rc) {
-    /* The wait ends here (or the loop cancels, which copes without it). */
-    tl_waiting = NULL;
+  if (rc)
     return rc;
-  }
   *ttl = v;
   return 0;
 }
@@ -378,8 +365,8 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   (void)w;
   (void)lease;
   (void)token;
-  int64_t wait = tl_waiting == m ? tl_wait : wait_budget(wait_ms);
-  tl_waiting = NULL;
+  (void)wait_ms;
+  const int64_t wait = FAIR_LIVE_MS;
   if (tl_reentrant) {
     tl_reentrant = 0;
     return 0;
@@ -390,13 +377,14 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
     fair_keys_free(&k);
     return rc;
   }
-  char field[DLOCK__FIELD_MAX], ws[24];
+  char field[DLOCK__FIELD_MAX], ws[24], ns[24];
   size_t fl = dlock__field(m->c, tid, field);
   int wsl = snprintf(ws, sizeof ws, "%lld", (long long)wait);
-  const char *args[3] = {field, ws, "PUBLISH"};
-  size_t alens[3] = {fl, (size_t)wsl, 7};
+  int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
+  const char *args[4] = {field, ws, "PUBLISH", ns};
+  size_t alens[4] = {fl, (size_t)wsl, 7, (size_t)nsl};
   redisReply *r = NULL;
-  rc = dlock__eval(m->c, &g_cancel, 4, k.keys, k.klens, 3, args, alens, &r);
+  rc = dlock__eval(m->c, &g_cancel, 4, k.keys, k.klens, 4, args, alens, &r);
   fair_keys_free(&k);
   if (rc || !r)
     return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
@@ -469,8 +457,9 @@ static int fair_force(dlock_mutex *m) {
 }
 
 const dlock__mutex_ops dlock__fair_ops = {
-    "fair",     fair_attempt,     fair_release, fair_cancel, fair_channels,
-    fair_force, DLOCK__WAKE_LOCK, "",           1,           NULL};
+    "fair",         fair_attempt,     fair_release, fair_cancel, fair_channels,
+    fair_force,     DLOCK__WAKE_LOCK, "",           1,           NULL,
+    FAIR_REFRESH_MS};
 
 int dlock_mutex_new_fair(dlock_client *c, const char *name, dlock_mutex **out) {
   return dlock__mutex_create(c, name, &dlock__fair_ops, out);
