@@ -357,7 +357,7 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
  * not its command timeout. Copies the results to out[0..n); a vote still
  * pending reads as a failed vote. */
 static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
-                       vote *out) {
+                       int64_t until, vote *out) {
   pthread_mutex_lock(&r->mu);
   int64_t decided_at = -1;
   while (r->done < r->started) {
@@ -368,9 +368,13 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
       decided_at = now;
     if (decided_at >= 0 && now >= decided_at + grace_ms)
       break;
-    if (decided_at >= 0) {
-      struct timespec ts =
-          dlock__abstime(CLOCK_REALTIME, decided_at + grace_ms - now);
+    if (until >= 0 && now >= until)
+      break; /* the answers would come too late to matter */
+    int64_t wake = decided_at >= 0 ? decided_at + grace_ms : -1;
+    if (until >= 0 && (wake < 0 || until < wake))
+      wake = until;
+    if (wake >= 0) {
+      struct timespec ts = dlock__abstime(CLOCK_REALTIME, wake - now);
       pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     } else {
       pthread_cond_wait(&r->cv, &r->mu);
@@ -390,10 +394,11 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
 }
 
 /* Runs op on every master (skip as round_start) and waits (early as
- * round_wait). */
+ * round_wait; never past until, monotonic ms, when until >= 0). */
 static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
                        int64_t lease, uint64_t proposed,
-                       const unsigned char *skip, int early, int64_t grace) {
+                       const unsigned char *skip, int early, int64_t grace,
+                       int64_t until) {
   round *r = round_start(rl, op, tid, lease, proposed, skip);
   if (!r) {
     for (size_t i = 0; i < rl->n; i++) {
@@ -403,13 +408,13 @@ static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
     }
     return;
   }
-  round_wait(rl, r, early, grace, vs);
+  round_wait(rl, r, early, grace, until, vs);
   round_unref(r);
 }
 
 static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
                       int64_t lease, uint64_t proposed) {
-  round_some(rl, vs, op, tid, lease, proposed, NULL, 0, 0);
+  round_some(rl, vs, op, tid, lease, proposed, NULL, 0, 0, -1);
 }
 
 /* ---- objects ------------------------------------------------------------- */
@@ -540,7 +545,7 @@ static int draw_token(dlock_redlock *rl, vote *vs, uint64_t tid, int64_t grace,
   }
   uint64_t proposed = (uint64_t)hi + 1;
   for (int tries = 0; tries < 3; tries++) {
-    round_some(rl, vs, OP_TOKEN, tid, 0, proposed, skip, 1, grace);
+    round_some(rl, vs, OP_TOKEN, tid, 0, proposed, skip, 1, grace, -1);
     size_t acks = 0;
     long long top = 0;
     for (size_t i = 0; i < rl->n; i++) {
@@ -581,7 +586,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
     snprintf(why, why_len, "redlock '%.100s': out of memory", rl->name);
     return 0;
   }
-  round_wait(rl, r, 1, grace_ms(lease), vs);
+  round_wait(rl, r, 1, grace_ms(lease), -1, vs);
   size_t yes = 0;
   for (size_t i = 0; i < rl->n; i++)
     yes += vs[i].rc == 1;
@@ -618,7 +623,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
   pthread_mutex_unlock(&r->mu);
   round_unref(r);
   vote rv[64];
-  round_some(rl, rv, OP_RELEASE, tid, 0, 0, skip, 0, 0);
+  round_some(rl, rv, OP_RELEASE, tid, 0, 0, skip, 0, 0, -1);
   return 0;
 }
 
@@ -777,6 +782,19 @@ static void *renew_main(void *arg) {
     if (retry_at > 0)
       due = retry_at;
     int64_t now = dlock__now_ms();
+    if (now >= rl->valid_until) {
+      /* The local deadline passed without a confirmed round: lost now,
+       * before any other client can have taken the majority (issue 9.1). */
+      rl->lost = 1;
+      dlock_client *c = rl->clients[0];
+      pthread_mutex_unlock(&rl->mu);
+      if (c->cfg.on_lock_lost)
+        c->cfg.on_lock_lost(rl->name, c->cfg.on_lock_lost_arg);
+      pthread_mutex_lock(&rl->mu);
+      continue;
+    }
+    if (due > rl->valid_until)
+      due = rl->valid_until;
     if (now < due) {
       /* Sleep until due (CLOCK_REALTIME condvar: bound by the relative
        * amount, re-checked against the monotonic clock). */
@@ -787,11 +805,15 @@ static void *renew_main(void *arg) {
     uint32_t gen = rl->gen;
     uint64_t tid = rl->owner;
     int64_t lease = rl->lease_ms;
+    /* A round never waits past the local deadline: its answers would come
+     * too late to matter, and the loss must be reported at the deadline. */
+    const int64_t until = rl->valid_until;
     pthread_mutex_unlock(&rl->mu);
 
     vote vs[64];
     const int64_t t0 = dlock__now_ms();
-    round_some(rl, vs, OP_RENEW, tid, lease, 0, NULL, 1, grace_ms(lease));
+    round_some(rl, vs, OP_RENEW, tid, lease, 0, NULL, 1, grace_ms(lease),
+               until);
     size_t ok = 0, gone = 0;
     for (size_t i = 0; i < rl->n; i++) {
       ok += vs[i].rc == 1;

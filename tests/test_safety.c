@@ -536,4 +536,51 @@ TH_CASE(acl_user_without_subscribe_is_told) {
   dlock_client_free(cb);
 }
 
+/* 9.1 for Redlock: a watchdog Redlock whose path to two of its three masters
+ * is blackholed right after locking. The other client (direct paths) gets
+ * the majority once those keys expire; the holder must have been told
+ * first (old code: a renewal round could wait lease/20 past the deadline). */
+TH_CASE(partitioned_redlock_holder_told_before_majority_is_taken) {
+  enum { N = 3 };
+  th_redis *r[N];
+  th_proxy *p[N];
+  dlock_client *ca[N], *cb[N];
+  for (int i = 0; i < N; i++) {
+    r[i] = th_redis_new(1, NULL);
+    p[i] = th_proxy_new(r[i]->port);
+    ca[i] = client_at(th_proxy_url(p[i]), 3000, 1000);
+    cb[i] = th_client(r[i]);
+  }
+  dlock_redlock *a, *b;
+  CHECK_OK(dlock_redlock_new(ca, N, "rlpart", &a));
+  CHECK_OK(dlock_redlock_new(cb, N, "rlpart", &b));
+  CHECK_OK(dlock_redlock_lock(a));
+  th_proxy_blackhole(p[0], 1);
+  th_proxy_blackhole(p[1], 1);
+  int64_t cut = th_now_ms(), got = -1;
+  while (th_now_ms() - cut < 30000) {
+    int rc = dlock_redlock_trylock(b);
+    if (rc == 0) {
+      got = th_now_ms();
+      break;
+    }
+    th_sleep_ms(2);
+  }
+  CHECK_MSG(got > 0, "the other client never got the majority");
+  long long lost_at = atomic_load(&g_lost_at);
+  CHECK_MSG(lost_at > 0 && lost_at <= got,
+            "holder told at %lld ms after the cut, the other client acquired "
+            "at %lld ms: two owners",
+            lost_at ? lost_at - cut : -1LL, (long long)(got - cut));
+  long long left = -1;
+  CHECK_RC(dlock_redlock_validity(a, &left), DLOCK_ELOST);
+  CHECK_OK(dlock_redlock_unlock(b));
+  dlock_redlock_free(a);
+  dlock_redlock_free(b);
+  for (int i = 0; i < N; i++) {
+    dlock_client_free(ca[i]);
+    dlock_client_free(cb[i]);
+  }
+}
+
 TH_MAIN()
