@@ -266,12 +266,16 @@ DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
 
 /* Deletes the lock whoever holds it and publishes "0". Returns 1 if a lock
  * was deleted, 0 if there was none, or a negative error. Holders are not
- * told directly: their next renewal or unlock reports DLOCK_ELOST.
- * Thread-safety: any thread. */
+ * told directly: their next renewal or unlock reports DLOCK_ELOST. Sent at
+ * most once, never re-sent by the retry policy (a second copy could delete
+ * a lock that another owner took in between): DLOCK_ECONN means the outcome
+ * is unknown. DLOCK_EREDIS ("not a lock") when the key under the name is of
+ * another type; it is left alone. Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_force_unlock(dlock_mutex *m);
 
-/* 1 if any client holds the lock, 0 if not, or a negative error.
- * Thread-safety: any thread. */
+/* 1 if any client holds the lock, 0 if not, or a negative error:
+ * DLOCK_EREDIS ("not a lock") when the key under the name is of another
+ * type, DLOCK_ECONN, DLOCK_EINVAL (NULL). Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_is_locked(dlock_mutex *m);
 
 /* 1 if the calling thread holds the lock, 0 if not, or a negative error.
@@ -607,8 +611,10 @@ DLOCK_API int dlock_sem_timedwait(dlock_sem *s, long long wait_ms);
 /* Gives back one permit (Redisson release: INCRBY 1, creating the key at 1
  * if missing, then publishes the new value). Any thread or process may post;
  * nothing checks that the caller took a permit. Errors: DLOCK_ECONN,
- * DLOCK_EREDIS, DLOCK_EINVAL. Not idempotent: a post whose reply was lost
- * may have been applied. Thread-safety: any thread. */
+ * DLOCK_EREDIS, DLOCK_EINVAL. Counts once even when the retry policy
+ * re-sends it after a lost reply (a request id, docs/errors.md); after
+ * DLOCK_ECONN the outcome is unknown, and calling again posts again.
+ * Thread-safety: any thread. */
 DLOCK_API int dlock_sem_post(dlock_sem *s);
 /* *v = the permits available now (0 if the semaphore is not set). Errors:
  * DLOCK_EINVAL (NULL), DLOCK_EPROTO (the key is not a number), DLOCK_ECONN,
@@ -643,9 +649,10 @@ DLOCK_API void dlock_latch_free(dlock_latch *l);
 DLOCK_API int dlock_latch_init(dlock_latch *l, long long count);
 /* Decrements the count; at zero deletes the key and publishes "0", which
  * wakes every waiter. On an open latch it does nothing (Redisson: the DECR
- * result is deleted again). Not idempotent: a call whose reply was lost may
- * have been applied. Errors: DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EINVAL.
- * Thread-safety: any thread. */
+ * result is deleted again). Counts once even when the retry policy re-sends
+ * it after a lost reply (a request id, docs/errors.md); after DLOCK_ECONN
+ * the outcome is unknown, and calling again counts again. Errors:
+ * DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EINVAL. Thread-safety: any thread. */
 DLOCK_API int dlock_latch_count_down(dlock_latch *l);
 /* Waits until the latch is open (dlock_latch_timedawait with wait_ms < 0).
  * Returns at once if it was never set. */

@@ -555,7 +555,8 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
         rc = dlock__fail(DLOCK_ECONN, "%s: %s", cmd->argv[0], req.msg);
         /* As with the pool below: a connection that was in use before and
          * broke without a timeout most likely died while idle. */
-        if (!req.fresh && !req.timed_out && !stale_retry_used) {
+        if (!req.fresh && !req.timed_out && !stale_retry_used &&
+            cmd->no_retry < 2) {
           stale_retry_used = 1;
           continue;
         }
@@ -603,7 +604,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
         pool_drop(n, k, 1);
         if (rc == DLOCK_ENOMEM)
           return rc;
-        if (eof_on_idle && !stale_retry_used) {
+        if (eof_on_idle && !stale_retry_used && cmd->no_retry < 2) {
           stale_retry_used = 1;
           continue;
         }
@@ -635,9 +636,10 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   }
 }
 
-int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
-                const char **keys, const size_t *klens, int nargs,
-                const char **args, const size_t *alens, redisReply **out) {
+static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
+                    const char **keys, const size_t *klens, int nargs,
+                    const char **args, const size_t *alens, int no_retry,
+                    redisReply **out) {
   enum { STACK = 24 };
   const char *av_stack[STACK];
   size_t al_stack[STACK];
@@ -669,11 +671,23 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
     av[3 + nkeys + i] = args[i];
     al[3 + nkeys + i] = alens ? alens[i] : strlen(args[i]);
   }
-  dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, 0};
+  dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, no_retry};
   int rc = dlock__exec(c, &cmd, out);
   if (av != av_stack)
     free(av);
   if (al != al_stack)
     free(al);
   return rc;
+}
+
+int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
+                const char **keys, const size_t *klens, int nargs,
+                const char **args, const size_t *alens, redisReply **out) {
+  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, 0, out);
+}
+
+int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
+                     const char **keys, const size_t *klens, int nargs,
+                     const char **args, const size_t *alens, redisReply **out) {
+  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, 2, out);
 }

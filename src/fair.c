@@ -228,7 +228,12 @@ static dlock__script g_unlock = {
 static dlock__script g_force = {
     "fair_force",
     /* ARGV[1] '0', [2] now, [3] publish command. 1 deleted, 0 none. */
-    FAIR_LUA_PRELUDE "purge(tonumber(ARGV[2]))\n"
+    FAIR_LUA_PRELUDE "local t = redis.call('type', KEYS[1])['ok']\n"
+                     "if t ~= 'hash' and t ~= 'none' then\n"
+                     "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. "
+                     "' is a ' .. t .. ', not a lock; force unlock refused')\n"
+                     "end\n"
+                     "purge(tonumber(ARGV[2]))\n"
                      "if redis.call('del', KEYS[1]) == 1 then\n"
                      "  local head = redis.call('lindex', KEYS[2], 0)\n"
                      "  if head then notify(ARGV[3], head) end\n"
@@ -446,7 +451,7 @@ static int fair_force(dlock_mutex *m) {
   const char *args[3] = {"0", ns, "PUBLISH"};
   size_t alens[3] = {1, (size_t)nsl, 7};
   redisReply *r = NULL;
-  rc = dlock__eval(m->c, &g_force, 4, k.keys, k.klens, 3, args, alens, &r);
+  rc = dlock__eval_once(m->c, &g_force, 4, k.keys, k.klens, 3, args, alens, &r);
   fair_keys_free(&k);
   if (rc || !r)
     return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");

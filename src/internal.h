@@ -108,6 +108,11 @@ typedef struct dlock__chobj {
   size_t name_len;
   char *channel;
   size_t channel_len;
+  /* Request id of this object's last state change whose reply came back
+   * ("" = none): its once key is no longer needed and is deleted by the
+   * next change (see dlock__once_begin). */
+  pthread_mutex_t once_mu;
+  char once_prev[33];
 } dlock__chobj;
 /* Checks c and name (messages name `kind`, e.g. "semaphore"), copies name
  * and builds the channel with chan(b, name). 0 or DLOCK_EINVAL / DLOCK_EFORK
@@ -116,6 +121,28 @@ int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
                       const char *kind,
                       void (*chan)(dlock__sb *b, const char *name));
 void dlock__chobj_destroy(dlock__chobj *o);
+
+/* Request ids that make a counting script (semaphore acquire/release,
+ * latch count-down) count once however often the router re-sends it. The
+ * script gets KEYS "once" = dlock_once:{name}:<rid> (the name's hash tag,
+ * so one slot), set with PX latch_ttl_ms when the script changes the count
+ * -- before it changes it, so a failing SET leaves nothing half done --
+ * and a re-sent copy that finds it returns without counting again. Each
+ * call also deletes the once key of the object's previous completed change
+ * (KEYS "prev", present when has_prev), so a busy object keeps about one
+ * such key, not one per call. Used by one call on one thread; begin fills
+ * w (0 or DLOCK_ENOMEM), end records the outcome and frees w. */
+typedef struct dlock__once {
+  char rid[33];
+  dlock__sb key;  /* this call's once key */
+  dlock__sb prev; /* the previous change's once key, when has_prev */
+  int has_prev;
+} dlock__once;
+int dlock__once_begin(dlock__chobj *o, dlock__once *w);
+/* stored = the reply came back and says the script stored its once key
+ * (it changed the count): the key is no longer needed by a re-send and
+ * becomes the object's "previous", deleted by the next change. */
+void dlock__once_end(dlock__chobj *o, dlock__once *w, int stored);
 void dlock__suffix_name(dlock__sb *b, const char *name, const char *suffix);
 
 /* A tiny string-keyed hash map (chaining); keys are borrowed. */
@@ -215,7 +242,10 @@ typedef struct dlock__cmd {
   int argc;
   const char **argv;
   const size_t *argvlen;
-  int no_retry; /* one attempt only (Redlock votes) */
+  /* 0: the retry policy. 1: one attempt, but a pooled connection found
+   * dead on use is replaced once (Redlock votes, idempotent). 2: sent at
+   * most once, whatever happens (force unlock). */
+  int no_retry;
 } dlock__cmd;
 
 /* Connects a blocking context to url with the client's timeouts, then AUTH
@@ -234,6 +264,14 @@ void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
 int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
                 const char **keys, const size_t *klens, int nargs,
                 const char **args, const size_t *alens, redisReply **out);
+/* dlock__eval sent at most once (no_retry 2), for scripts whose second run
+ * could do harm (force unlock: a retry could delete a lock that another
+ * client took in between). A connection error or timeout leaves the
+ * outcome unknown (DLOCK_ECONN). A NOSCRIPT reply (nothing ran) is still
+ * answered with EVAL. */
+int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
+                     const char **keys, const size_t *klens, int nargs,
+                     const char **args, const size_t *alens, redisReply **out);
 /* Builds an EVALSHA into a pipeline on ctx (used by the watchdog). */
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
                      int max);

@@ -7,6 +7,11 @@
  * zero, so "absent" and "zero" are the same state: an await on a latch that
  * was never set (or already opened) returns at once.
  *
+ * init and count-down also write dlock_once:{name}:<request id> (dlock's
+ * own key, same slot; PX the client's latch TTL) so that a copy re-sent by
+ * the retry policy counts once; the next change of the same object
+ * deletes it (see dlock__once).
+ *
  * CHANNEL redisson_countdownlatch__channel__{name} (always with the braces,
  * as Redisson builds it). Messages: "0" when a count-down reaches zero,
  * "1" when a new count is set (trySetCount).
@@ -33,11 +38,21 @@ struct dlock_latch {
   dlock__chobj o; /* client, name, channel */
 };
 
+/* Both scripts run once per call however often the router re-sends them
+ * (dlock__once, as the semaphore's): KEYS[3] "once" is set with the TTL
+ * ARGV[3] before anything changes, and a re-sent copy that finds it returns
+ * 1 at once; KEYS[4], when present, is the previous change's once key,
+ * deleted. */
+
 static dlock__script g_try_set = {
     "latch_try_set_count",
-    /* KEYS[1] count, KEYS[2] channel. ARGV[1] message ("1"), ARGV[2] count.
-     * 1 = set, 0 = already set. Redisson RCountDownLatch.trySetCount. */
+    /* KEYS[1] count, [2] channel, [3] once, [4] prev. ARGV[1] message
+     * ("1"), [2] count, [3] ttl. 1 = set (now or by an earlier copy), 0 =
+     * already set. Redisson RCountDownLatch.trySetCount. */
+    "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
+    "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
     "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  redis.call('set', KEYS[3], 1, 'px', ARGV[3])\n"
     "  redis.call('set', KEYS[1], ARGV[2])\n"
     "  redis.call('publish', KEYS[2], ARGV[1])\n"
     "  return 1\n"
@@ -47,12 +62,16 @@ static dlock__script g_try_set = {
 
 static dlock__script g_count_down = {
     "latch_count_down",
-    /* KEYS[1] count, KEYS[2] channel. ARGV[1] message ("0"). Returns the
-     * new count. Redisson RCountDownLatch.countDown. */
+    /* KEYS[1] count, [2] channel, [3] once, [4] prev. ARGV[1] message
+     * ("0"), [2] unused, [3] ttl. Returns 1. Redisson
+     * RCountDownLatch.countDown. */
+    "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
+    "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[3])\n"
     "local v = redis.call('decr', KEYS[1])\n"
     "if v <= 0 then redis.call('del', KEYS[1]) end\n"
     "if v == 0 then redis.call('publish', KEYS[2], ARGV[1]) end\n"
-    "return v\n",
+    "return 1\n",
     {0}};
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -101,17 +120,31 @@ static int check_latch(dlock_latch *l) {
   return dlock__client_check(l->o.c);
 }
 
-static int run(dlock_latch *l, const dlock__script *sc, int nargs,
-               const char **args, const size_t *alens, long long *v) {
+/* Runs one of the scripts with KEYS = [name, channel, once, (prev)] and
+ * ARGV = [msg, count, ttl]; 1 done, 0 nothing changed, or a negative code. */
+static int run(dlock_latch *l, const dlock__script *sc, const char *msg,
+               long long count) {
   pthread_once(&g_once, init_scripts);
-  const char *keys[2] = {l->o.name, l->o.channel};
-  size_t klens[2] = {l->o.name_len, l->o.channel_len};
+  dlock__once w;
+  int rc = dlock__once_begin(&l->o, &w);
+  if (rc)
+    return rc;
+  char cs[24], ts[24];
+  size_t cl = dlock__fmt_i64(cs, count);
+  size_t tl = dlock__fmt_i64(ts, l->o.c->latch_ttl_ms);
+  const char *keys[4] = {l->o.name, l->o.channel, w.key.p, w.prev.p};
+  size_t klens[4] = {l->o.name_len, l->o.channel_len, w.key.len, w.prev.len};
+  const char *args[3] = {msg, cs, ts};
+  size_t alens[3] = {strlen(msg), cl, tl};
   redisReply *r = NULL;
-  int rc = dlock__eval(l->o.c, sc, 2, keys, klens, nargs, args, alens, &r);
+  long long v = 0;
+  rc = dlock__eval(l->o.c, sc, w.has_prev ? 4 : 3, keys, klens, 3, args, alens,
+                   &r);
   if (rc == 0)
-    rc = dlock__reply_int(r, v);
+    rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
-  return rc;
+  dlock__once_end(&l->o, &w, rc == 0 && v == 1);
+  return rc ? rc : v == 1;
 }
 
 int dlock_latch_init(dlock_latch *l, long long count) {
@@ -121,14 +154,9 @@ int dlock_latch_init(dlock_latch *l, long long count) {
   if (count <= 0)
     return dlock__fail(DLOCK_EINVAL, "latch '%s': count %lld is not positive",
                        l->o.name, count);
-  char cs[24];
-  size_t cl = dlock__fmt_i64(cs, count);
-  const char *args[2] = {"1", cs};
-  size_t alens[2] = {1, cl};
-  long long set = 0;
-  if ((rc = run(l, &g_try_set, 2, args, alens, &set)) != 0)
+  if ((rc = run(l, &g_try_set, "1", count)) < 0)
     return rc;
-  if (set != 1)
+  if (rc != 1)
     return dlock__fail(DLOCK_EBUSY, "latch '%s' is already set", l->o.name);
   return 0;
 }
@@ -137,10 +165,8 @@ int dlock_latch_count_down(dlock_latch *l) {
   int rc = check_latch(l);
   if (rc)
     return rc;
-  const char *args[1] = {"0"};
-  size_t alens[1] = {1};
-  long long v = 0;
-  return run(l, &g_count_down, 1, args, alens, &v);
+  rc = run(l, &g_count_down, "0", 0);
+  return rc < 0 ? rc : 0;
 }
 
 int dlock_latch_count(dlock_latch *l, long long *n) {

@@ -227,8 +227,9 @@ static int plain_force(dlock_mutex *m) {
   size_t klens[2] = {m->name_len, ch.len};
   const char *args[2] = {"0", "PUBLISH"};
   redisReply *r = NULL;
-  int rc = ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                  : dlock__eval(m->c, dlock__core_script(DLOCK__S_FORCE_UNLOCK),
+  int rc =
+      ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+             : dlock__eval_once(m->c, dlock__core_script(DLOCK__S_FORCE_UNLOCK),
                                 2, keys, klens, 2, args, NULL, &r);
   dlock__sb_free(&ch);
   if (rc || !r)
@@ -771,9 +772,32 @@ static int simple_int(dlock_mutex *m, const char *verb, const char *arg,
 }
 
 int dlock_mutex_is_locked(dlock_mutex *m) {
-  long long v = 0;
-  int rc = simple_int(m, "EXISTS", NULL, 0, &v);
-  return rc ? rc : v > 0;
+  dlock__clear_error();
+  if (!m)
+    return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
+  int rc = dlock__client_check(m->c);
+  if (rc)
+    return rc;
+  /* TYPE, not EXISTS: a key of another type under the name is not a lock,
+   * and saying "locked" would hide the mistake. */
+  const char *argv[2] = {"TYPE", m->name};
+  size_t lens[2] = {4, m->name_len};
+  dlock__cmd cmd = {m->name, NULL, 2, argv, lens, 0};
+  redisReply *r = NULL;
+  if ((rc = dlock__exec(m->c, &cmd, &r)) != 0 || !r)
+    return rc ? rc : DLOCK_EPROTO;
+  if (r->type != REDIS_REPLY_STATUS && r->type != REDIS_REPLY_STRING)
+    rc = dlock__fail(DLOCK_EPROTO, "TYPE: unexpected reply");
+  else if (strcmp(r->str, "hash") == 0)
+    rc = 1;
+  else if (strcmp(r->str, "none") == 0)
+    rc = 0;
+  else
+    rc = dlock__fail(DLOCK_EREDIS,
+                     "WRONGTYPE '%s' is a %s, not a lock (wrong name?)",
+                     m->name, r->str);
+  freeReplyObject(r);
+  return rc;
 }
 
 /* The calling thread's local view of its hold on m: -1 no record, 0 the

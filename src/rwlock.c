@@ -414,9 +414,9 @@ static int force_mode(dlock_mutex *m, const char *mode, const char *msg) {
   size_t klens[2] = {m->name_len, ch.len};
   const char *args[3] = {mode, msg, "PUBLISH"};
   redisReply *r = NULL;
-  int rc = ch.oom
-               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-               : dlock__eval(m->c, &g_force, 2, keys, klens, 3, args, NULL, &r);
+  int rc = ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                  : dlock__eval_once(m->c, &g_force, 2, keys, klens, 3, args,
+                                     NULL, &r);
   dlock__sb_free(&ch);
   long long v;
   int nil;

@@ -7,6 +7,11 @@
  * initialised": nothing can be acquired until dlock_sem_init (trySetPermits)
  * or dlock_sem_post (release) creates it.
  *
+ * A call that changes the count (init, post, each acquire attempt) also
+ * writes dlock_once:{name}:<request id> (dlock's own key, same slot; PX
+ * the client's latch TTL) so that a copy re-sent by the retry policy counts
+ * once; the next change of the same object deletes it (see dlock__once).
+ *
  * CHANNEL redisson_sc:{name} (redisson_sc:name when the name contains '{').
  * Every script that adds permits publishes the new number of available
  * permits there as decimal digits: release publishes the value after its
@@ -35,12 +40,22 @@ struct dlock_sem {
   dlock__chobj o; /* client, name, channel */
 };
 
+/* Every script that changes the count runs once per call however often
+ * the router re-sends it (dlock__once): KEYS "once" is set, with the TTL
+ * ARGV "ttl", before the count changes, and a re-sent copy that finds it
+ * returns 1 without counting again; KEYS "prev", when present, is the
+ * previous change's once key, deleted. Each returns 1 = done (now or by an
+ * earlier copy), 0 = nothing changed. */
+
 static dlock__script g_try_acquire = {
     "sem_try_acquire",
-    /* KEYS[1] permits. ARGV[1] n. 1 = acquired, 0 = not enough (or no
-     * key). Redisson RSemaphore.tryAcquire. */
+    /* KEYS[1] permits, [2] once, [3] prev. ARGV[1] n, [2] ttl. 0 = not
+     * enough permits (or no key). Redisson RSemaphore.tryAcquire. */
+    "if KEYS[3] then redis.call('del', KEYS[3]) end\n"
+    "if redis.call('exists', KEYS[2]) == 1 then return 1 end\n"
     "local v = redis.call('get', KEYS[1])\n"
     "if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then\n"
+    "  redis.call('set', KEYS[2], 1, 'px', ARGV[2])\n"
     "  redis.call('decrby', KEYS[1], ARGV[1])\n"
     "  return 1\n"
     "end\n"
@@ -49,18 +64,24 @@ static dlock__script g_try_acquire = {
 
 static dlock__script g_release = {
     "sem_release",
-    /* KEYS[1] permits, KEYS[2] channel. ARGV[1] n. Publishes and returns
-     * the new value. Redisson RSemaphore.release. */
+    /* KEYS[1] permits, [2] channel, [3] once, [4] prev. ARGV[1] n, [2]
+     * ttl. Publishes the new value. Redisson RSemaphore.release. */
+    "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
+    "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[2])\n"
     "local v = redis.call('incrby', KEYS[1], ARGV[1])\n"
     "redis.call('publish', KEYS[2], v)\n"
-    "return v\n",
+    "return 1\n",
     {0}};
 
 static dlock__script g_try_set = {
     "sem_try_set_permits",
-    /* KEYS[1] permits, KEYS[2] channel. ARGV[1] n. 1 = set, 0 = already
-     * set. Redisson RSemaphore.trySetPermits. */
+    /* KEYS[1] permits, [2] channel, [3] once, [4] prev. ARGV[1] n, [2]
+     * ttl. 0 = already set. Redisson RSemaphore.trySetPermits. */
+    "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
+    "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
     "if redis.call('get', KEYS[1]) == false then\n"
+    "  redis.call('set', KEYS[3], 1, 'px', ARGV[2])\n"
     "  redis.call('set', KEYS[1], ARGV[1])\n"
     "  redis.call('publish', KEYS[2], ARGV[1])\n"
     "  return 1\n"
@@ -111,23 +132,42 @@ static int check_sem(dlock_sem *s) {
   return dlock__client_check(s->o.c);
 }
 
-/* Runs one of the scripts with KEYS = [name, channel] (or just [name]) and
- * ARGV = [n]; *v gets the integer reply. */
-static int run(dlock_sem *s, const dlock__script *sc, int nkeys, long long n,
-               long long *v) {
+/* Runs one of the counting scripts with KEYS = [name, (channel,) once,
+ * (prev)] and ARGV = [n, ttl]; 1 done, 0 nothing changed, or a negative
+ * code. */
+static int run(dlock_sem *s, const dlock__script *sc, int with_channel,
+               long long n) {
   pthread_once(&g_once, init_scripts);
-  char ns[24];
+  dlock__once w;
+  int rc = dlock__once_begin(&s->o, &w);
+  if (rc)
+    return rc;
+  char ns[24], ts[24];
   size_t nl = dlock__fmt_i64(ns, n);
-  const char *keys[2] = {s->o.name, s->o.channel};
-  size_t klens[2] = {s->o.name_len, s->o.channel_len};
-  const char *args[1] = {ns};
-  size_t alens[1] = {nl};
+  size_t tl = dlock__fmt_i64(ts, s->o.c->latch_ttl_ms);
+  const char *keys[4] = {s->o.name};
+  size_t klens[4] = {s->o.name_len};
+  int nk = 1;
+  if (with_channel) {
+    keys[nk] = s->o.channel;
+    klens[nk++] = s->o.channel_len;
+  }
+  keys[nk] = w.key.p;
+  klens[nk++] = w.key.len;
+  if (w.has_prev) {
+    keys[nk] = w.prev.p;
+    klens[nk++] = w.prev.len;
+  }
+  const char *args[2] = {ns, ts};
+  size_t alens[2] = {nl, tl};
   redisReply *r = NULL;
-  int rc = dlock__eval(s->o.c, sc, nkeys, keys, klens, 1, args, alens, &r);
+  long long v = 0;
+  rc = dlock__eval(s->o.c, sc, nk, keys, klens, 2, args, alens, &r);
   if (rc == 0)
-    rc = dlock__reply_int(r, v);
+    rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
-  return rc;
+  dlock__once_end(&s->o, &w, rc == 0 && v == 1);
+  return rc ? rc : v == 1;
 }
 
 int dlock_sem_init(dlock_sem *s, long long permits) {
@@ -137,10 +177,9 @@ int dlock_sem_init(dlock_sem *s, long long permits) {
   if (permits < 0)
     return dlock__fail(DLOCK_EINVAL, "semaphore '%s': negative permits %lld",
                        s->o.name, permits);
-  long long set = 0;
-  if ((rc = run(s, &g_try_set, 2, permits, &set)) != 0)
+  if ((rc = run(s, &g_try_set, 1, permits)) < 0)
     return rc;
-  if (set != 1)
+  if (rc != 1)
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s' is already initialised",
                        s->o.name);
   return 0;
@@ -150,8 +189,8 @@ int dlock_sem_post(dlock_sem *s) {
   int rc = check_sem(s);
   if (rc)
     return rc;
-  long long v = 0;
-  return run(s, &g_release, 2, 1, &v);
+  rc = run(s, &g_release, 1, 1);
+  return rc < 0 ? rc : 0;
 }
 
 int dlock_sem_value(dlock_sem *s, long long *v) {
@@ -174,11 +213,7 @@ int dlock_sem_value(dlock_sem *s, long long *v) {
 }
 
 /* One attempt: 1 acquired, 0 no permit, or a negative code. */
-static int attempt(dlock_sem *s) {
-  long long got = 0;
-  int rc = run(s, &g_try_acquire, 1, 1, &got);
-  return rc ? rc : got == 1;
-}
+static int attempt(dlock_sem *s) { return run(s, &g_try_acquire, 0, 1); }
 
 static int attempt_cb(void *s) { return attempt(s); }
 

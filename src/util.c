@@ -500,12 +500,54 @@ int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
     o->name_len = n;
     o->channel = buf + n + 1;
     o->channel_len = ch.len;
+    pthread_mutex_init(&o->once_mu, NULL);
   }
   dlock__sb_free(&ch);
   return buf ? 0 : dlock__fail(DLOCK_ENOMEM, "out of memory");
 }
 
 void dlock__chobj_destroy(dlock__chobj *o) {
+  if (o->name)
+    pthread_mutex_destroy(&o->once_mu);
   free(o->name);
   o->name = o->channel = NULL;
+}
+
+static void once_key(dlock__sb *b, const char *name, const char *rid) {
+  dlock__own_name(b, "dlock_once", name);
+  dlock__sb_add(b, ":", 1);
+  dlock__sb_add(b, rid, 32);
+}
+
+int dlock__once_begin(dlock__chobj *o, dlock__once *w) {
+  dlock__request_id(w->rid);
+  dlock__sb_init(&w->key);
+  dlock__sb_init(&w->prev);
+  char prev[33];
+  pthread_mutex_lock(&o->once_mu);
+  memcpy(prev, o->once_prev, sizeof prev);
+  o->once_prev[0] = '\0';
+  pthread_mutex_unlock(&o->once_mu);
+  w->has_prev = prev[0] != '\0';
+  once_key(&w->key, o->name, w->rid);
+  if (w->has_prev)
+    once_key(&w->prev, o->name, prev);
+  if (w->key.oom || w->prev.oom) {
+    dlock__sb_free(&w->key);
+    dlock__sb_free(&w->prev);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+void dlock__once_end(dlock__chobj *o, dlock__once *w, int stored) {
+  if (stored) {
+    /* A concurrent call may have recorded its own meanwhile; the one
+     * overwritten here is left to its TTL. */
+    pthread_mutex_lock(&o->once_mu);
+    memcpy(o->once_prev, w->rid, sizeof o->once_prev);
+    pthread_mutex_unlock(&o->once_mu);
+  }
+  dlock__sb_free(&w->key);
+  dlock__sb_free(&w->prev);
 }

@@ -536,6 +536,160 @@ TH_CASE(acl_user_without_subscribe_is_told) {
   dlock_client_free(cb);
 }
 
+/* Sum of the calls of EVAL and EVALSHA the server has run. */
+static long long script_calls(th_redis *r) {
+  redisReply *x = th_cmd(r, "INFO commandstats");
+  long long n = 0;
+  for (const char *p = x->str; (p = strstr(p, "cmdstat_eval")) != NULL;) {
+    const char *c = strstr(p, "calls=");
+    if (c)
+      n += atoll(c + 6);
+    p += 12;
+  }
+  freeReplyObject(x);
+  return n;
+}
+
+/* A client for a proxy that silences its connections: a call on a
+ * silenced connection times out after 200 ms and is re-sent on a new one. */
+static dlock_client *lossy_client(th_proxy *p) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = th_proxy_url(p);
+  cfg.command_timeout_ms = 200;
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 20;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&cfg, &c);
+  if (rc)
+    th_fail(__FILE__, __LINE__, "dlock_client_new: %s", dlock_last_error());
+  return c;
+}
+
+/* 9.3: a semaphore post, a trywait, a latch count-down and an init whose
+ * first copy runs on the server but whose reply is lost are re-sent by the
+ * retry policy (two runs on the server) and must count once (old code:
+ * 5 -> 7 on post, 7 -> 5 on trywait, a latch of 3 at 1 after one
+ * count-down, and an init answered "already initialised" by its own
+ * re-send). */
+TH_CASE(lost_replies_count_once_in_semaphores_and_latches) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  dlock_client *cb = th_client(r), *cl = lossy_client(p);
+  dlock_sem *s, *sl, *s2;
+  dlock_latch *l, *ll;
+  CHECK_OK(dlock_sem_new(cb, "once-sem", &s));
+  CHECK_OK(dlock_sem_new(cl, "once-sem", &sl));
+  CHECK_OK(dlock_sem_new(cl, "once-sem2", &s2));
+  CHECK_OK(dlock_latch_new(cb, "once-latch", &l));
+  CHECK_OK(dlock_latch_new(cl, "once-latch", &ll));
+  CHECK_OK(dlock_sem_init(s, 5));
+  CHECK_OK(dlock_latch_init(l, 3));
+  /* Load the scripts through the proxy while replies still flow, so each
+   * lossy call below is one EVALSHA per copy. */
+  CHECK_OK(dlock_sem_post(sl));
+  CHECK_OK(dlock_sem_trywait(sl));
+  CHECK_EQ(th_get_ll(r, "once-sem"), 5);
+
+  th_proxy_silence(p);
+  long long before = script_calls(r);
+  CHECK_OK(dlock_sem_post(sl));
+  CHECK_EQ(script_calls(r) - before, 2); /* really re-sent */
+  CHECK_EQ(th_get_ll(r, "once-sem"), 6);
+  th_proxy_silence(p);
+  CHECK_OK(dlock_sem_trywait(sl));
+  CHECK_EQ(th_get_ll(r, "once-sem"), 5);
+  th_proxy_silence(p);
+  CHECK_OK(dlock_latch_count_down(ll));
+  CHECK_EQ(th_get_ll(r, "once-latch"), 2);
+  th_proxy_silence(p);
+  CHECK_OK(dlock_sem_init(s2, 4));
+  CHECK_EQ(th_get_ll(r, "once-sem2"), 4);
+  /* Counting goes on normally afterwards. */
+  CHECK_OK(dlock_latch_count_down(ll));
+  CHECK_EQ(th_get_ll(r, "once-latch"), 1);
+  CHECK_OK(dlock_sem_trywait(sl));
+  CHECK_EQ(th_get_ll(r, "once-sem"), 4);
+  dlock_sem_free(s2);
+  dlock_sem_free(s);
+  dlock_sem_free(sl);
+  dlock_latch_free(l);
+  dlock_latch_free(ll);
+  dlock_client_free(cb);
+  dlock_client_free(cl);
+}
+
+/* 9.3: the once keys of a busy object do not pile up: each change deletes
+ * the previous one's, so 2,000 posts and acquisitions leave one. */
+TH_CASE(once_keys_do_not_pile_up) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_sem *s;
+  dlock_latch *l;
+  CHECK_OK(dlock_sem_new(c, "pile", &s));
+  CHECK_OK(dlock_latch_new(c, "pile-latch", &l));
+  CHECK_OK(dlock_sem_init(s, 1));
+  CHECK_OK(dlock_latch_init(l, 1000000));
+  for (int i = 0; i < 1000; i++) {
+    CHECK_OK(dlock_sem_trywait(s));
+    CHECK_OK(dlock_sem_post(s));
+    CHECK_OK(dlock_latch_count_down(l));
+  }
+  /* Failed attempts write nothing. */
+  CHECK_OK(dlock_sem_trywait(s));
+  CHECK_RC(dlock_sem_trywait(s), DLOCK_EBUSY);
+  long long keys = th_cmd_int(r, "DBSIZE");
+  /* pile, pile-latch, and the last change's once key of each object */
+  CHECK_MSG(keys <= 4, "%lld keys left", keys);
+  dlock_sem_free(s);
+  dlock_latch_free(l);
+  dlock_client_free(c);
+}
+
+/* 9.3: a force unlock is sent at most once -- a re-send could delete a lock
+ * that another owner took in between (old code: three runs). Force unlock
+ * and is_locked refuse a key that is not a lock. */
+TH_CASE(force_unlock_is_sent_once_and_only_to_locks) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  dlock_client *cb = th_client(r), *cl = lossy_client(p);
+  dlock_mutex *mb, *ml;
+  CHECK_OK(dlock_mutex_new(cb, "forced", &mb));
+  CHECK_OK(dlock_mutex_new(cl, "forced", &ml));
+  dlock_mutex *load;
+  CHECK_OK(dlock_mutex_new(cl, "forced-load", &load));
+  CHECK_EQ(dlock_mutex_force_unlock(load), 0); /* loads the script */
+  dlock_mutex_free(load);
+  CHECK_OK(dlock_mutex_lock(mb));
+  th_proxy_silence(p);
+  long long before = script_calls(r);
+  CHECK_RC(dlock_mutex_force_unlock(ml), DLOCK_ECONN);
+  CHECK_EQ(script_calls(r) - before, 1);
+  CHECK_EQ(dlock_mutex_is_locked(ml), 0); /* it did run, once */
+
+  dlock_mutex *ms, *mf;
+  freeReplyObject(th_cmd(r, "SET notalock precious"));
+  CHECK_OK(dlock_mutex_new(cb, "notalock", &ms));
+  CHECK_OK(dlock_mutex_new_fair(cb, "notalock", &mf));
+  CHECK_RC(dlock_mutex_force_unlock(ms), DLOCK_EREDIS);
+  CHECK_MSG(strstr(dlock_last_error(), "not a lock"), "message: %s",
+            dlock_last_error());
+  CHECK_RC(dlock_mutex_force_unlock(mf), DLOCK_EREDIS);
+  CHECK_RC(dlock_mutex_is_locked(ms), DLOCK_EREDIS);
+  CHECK_MSG(strstr(dlock_last_error(), "not a lock"), "message: %s",
+            dlock_last_error());
+  redisReply *x = th_cmd(r, "GET notalock");
+  CHECK_MSG(x->type == REDIS_REPLY_STRING && strcmp(x->str, "precious") == 0,
+            "the string was touched");
+  freeReplyObject(x);
+  dlock_mutex_free(ms);
+  dlock_mutex_free(mf);
+  dlock_mutex_free(mb);
+  dlock_mutex_free(ml);
+  dlock_client_free(cb);
+  dlock_client_free(cl);
+}
+
 /* 9.1 for Redlock: a watchdog Redlock whose path to two of its three masters
  * is blackholed right after locking. The other client (direct paths) gets
  * the majority once those keys expire; the holder must have been told

@@ -24,6 +24,9 @@ struct th_proxy {
   int target_port;
   atomic_int blackhole;
   atomic_int reply_delay_ms;
+  atomic_int silence_done;
+  atomic_int silence_req;    /* th_proxy_silence asked, not yet applied */
+  char silent[TH_PROXY_MAX]; /* pair drops the server's replies */
   char url[64];
   int a[TH_PROXY_MAX], b[TH_PROXY_MAX]; /* client side, server side */
   pthread_t thread;
@@ -44,6 +47,7 @@ static int connect_target(int port) {
 }
 
 static void close_pair(th_proxy *p, int i) {
+  p->silent[i] = 0;
   close(p->a[i]);
   if (p->b[i] >= 0)
     close(p->b[i]);
@@ -93,8 +97,13 @@ static void *proxy_main(void *arg) {
         idx[n++] = TH_PROXY_MAX + i;
       }
     }
-    if (poll(pf, (nfds_t)n, 200) < 0 && errno != EINTR)
+    if (poll(pf, (nfds_t)n, 20) < 0 && errno != EINTR)
       break;
+    if (atomic_exchange(&p->silence_req, 0)) {
+      for (int i = 0; i < TH_PROXY_MAX; i++)
+        p->silent[i] = p->a[i] >= 0;
+      atomic_store(&p->silence_done, 1);
+    }
     for (int k = 0; k < n; k++) {
       if (!pf[k].revents)
         continue;
@@ -118,8 +127,9 @@ static void *proxy_main(void *arg) {
       int i = idx[k] % TH_PROXY_MAX, from_client = idx[k] < TH_PROXY_MAX;
       if (p->a[i] < 0)
         continue;
-      int rc = from_client ? pump(p, p->a[i], p->b[i], 0)
-                           : pump(p, p->b[i], p->a[i], 1);
+      int rc = from_client    ? pump(p, p->a[i], p->b[i], 0)
+               : p->silent[i] ? pump(p, p->b[i], -1, 1)
+                              : pump(p, p->b[i], p->a[i], 1);
       if (rc < 0)
         close_pair(p, i);
     }
@@ -159,4 +169,11 @@ void th_proxy_blackhole(th_proxy *p, int on) {
 
 void th_proxy_reply_delay(th_proxy *p, int ms) {
   atomic_store(&p->reply_delay_ms, ms);
+}
+
+void th_proxy_silence(th_proxy *p) {
+  atomic_store(&p->silence_done, 0);
+  atomic_store(&p->silence_req, 1);
+  while (!atomic_load(&p->silence_done))
+    th_sleep_ms(1);
 }

@@ -23,5 +23,12 @@ void th_proxy_blackhole(th_proxy *p, int on);
  * a command running on the server and its caller hearing of it. One thread
  * serves all connections, so the delay adds up across them. */
 void th_proxy_reply_delay(th_proxy *p, int ms);
+/* The connections open now go silent: their requests still reach the
+ * server and run, the replies are read and dropped (the connections stay
+ * open). Connections made later work normally. So a command sent on a
+ * pooled connection runs but its caller never hears of it, times out, and
+ * (retry policy) re-sends it on a new connection that answers. Returns
+ * once applied. */
+void th_proxy_silence(th_proxy *p);
 
 #endif
