@@ -244,10 +244,19 @@ DLOCK_API int dlock_mutex_lock(dlock_mutex *m);
  * Other errors as dlock_mutex_lock. Thread-safety: any thread. */
 DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
 
+/* The longest fixed lease any call accepts (~31.7 years); longer ones are
+ * refused with DLOCK_EINVAL before anything is sent (Redis refuses a PEXPIRE
+ * whose expiry time overflows, and the local deadline must stay
+ * computable). */
+#define DLOCK_LEASE_MAX_MS 1000000000000LL
+
 /* wait_ms < 0: wait forever; 0: one attempt (DLOCK_EBUSY if held
  * elsewhere); > 0: wait at most that long (DLOCK_ETIMEDOUT when it runs
- * out). lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease.
- * Other errors as dlock_mutex_lock. Thread-safety: any thread. */
+ * out). lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease;
+ * above DLOCK_LEASE_MAX_MS: DLOCK_EINVAL. A reentrant acquire never
+ * shortens the key's TTL (an inner hold with a shorter lease keeps the
+ * outer hold's TTL). Other errors as dlock_mutex_lock. Thread-safety: any
+ * thread. */
 DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
                                     long long lease_ms);
 

@@ -59,6 +59,7 @@
  * Shared Lua prelude. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeout zset,
  * KEYS[4] channel prefix "redisson_lock__channel:{name}". */
 #define FAIR_LUA_PRELUDE                                                       \
+  DLOCK__LUA_TTL                                                               \
   "local function notify(pub, head)\n"                                         \
   "  redis.call(pub, KEYS[4] .. ':' .. head, '0')\n"                           \
   "end\n"                                                                      \
@@ -101,8 +102,8 @@
   "local function take(field, lease, target, wait, now)\n"                     \
   "  if target ~= '1' then\n"                                                  \
   "    if redis.call('hexists', KEYS[1], field) == 1 then\n"                   \
+  "      extend(KEYS[1], lease)\n"                                             \
   "      redis.call('hset', KEYS[1], field, target)\n"                         \
-  "      redis.call('pexpire', KEYS[1], lease)\n"                              \
   "      return true\n"                                                        \
   "    end\n"                                                                  \
   "    return -3\n"                                                            \
@@ -114,13 +115,13 @@
   "    redis.call('zrem', KEYS[3], field)\n"                                   \
   "    shrink(redis.call('zrange', KEYS[3], 0, -1), wait, now)\n"              \
   "    redis.call('hset', KEYS[1], field, 1)\n"                                \
-  "    redis.call('pexpire', KEYS[1], lease)\n"                                \
+  "    pexpire_new(KEYS[1], lease)\n"                                          \
   "    return true\n"                                                          \
   "  end\n"                                                                    \
   "  if redis.call('hexists', KEYS[1], field) == 1 then\n"                     \
   /*   ours already: a retried call whose first reply was lost */             \
-  "    redis.call('hset', KEYS[1], field, 1)\n"                                \
   "    redis.call('pexpire', KEYS[1], lease)\n"                                \
+  "    redis.call('hset', KEYS[1], field, 1)\n"                                \
   "    redis.call('lrem', KEYS[2], 0, field)\n"                                \
   "    redis.call('zrem', KEYS[3], field)\n"                                   \
   "    return true\n"                                                          \
@@ -214,7 +215,7 @@ static dlock__script g_unlock = {
     "end\n"
     "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
     "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  remaining_ttl(KEYS[1], ARGV[2])\n"
     "  redis.call('set', KEYS[5], 0, 'px', ARGV[6])\n"
     "  return 0\n"
     "end\n"

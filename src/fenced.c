@@ -38,11 +38,21 @@ static dlock__script g_acquire = {
      * {1, token} = held; {0, pttl} = held elsewhere; {-3, 0} = our
      * earlier hold is gone. The count is written, not incremented, so a
      * retried call leaves the right count (and at worst skips a token). */
-    "local held = redis.call('hexists', KEYS[1], ARGV[2])\n"
-    "if held == 1 or (ARGV[3] == '1' and "
-    "redis.call('exists', KEYS[1]) == 0) then\n"
+    DLOCK__LUA_TTL
+    /* ours: reentry never shortens the TTL, a re-sent first hold gets its
+     * lease; the TTL is set before the count */
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+    "  if ARGV[3] == '1' then\n"
+    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  else\n"
+    "    extend(KEYS[1], ARGV[1])\n"
+    "  end\n"
     "  redis.call('hset', KEYS[1], ARGV[2], ARGV[3])\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  return {1, redis.call('incr', KEYS[2])}\n"
+    "end\n"
+    "if ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0 then\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+    "  pexpire_new(KEYS[1], ARGV[1])\n"
     "  return {1, redis.call('incr', KEYS[2])}\n"
     "end\n"
     "if ARGV[3] ~= '1' then return {-3, 0} end\n"

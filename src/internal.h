@@ -87,6 +87,44 @@ void dlock__sb_addi64(dlock__sb *b, int64_t v);
  * length. snprintf costs ~700 instructions per number on the hot path. */
 size_t dlock__fmt_i64(char *buf, int64_t v);
 
+/* DLOCK_EINVAL (with a message naming what) when lease_ms is above
+ * DLOCK_LEASE_MAX_MS, else 0. Every entry point that takes a lease calls
+ * it before sending anything. */
+int dlock__check_lease(long long lease_ms, const char *what, const char *name);
+
+/* Lua functions for the scripts that set a lock key's TTL; a script that
+ * uses them starts with this text.
+ * - pexpire_new(k, ms): the TTL of a key this script just created. If
+ *   Redis refuses the PEXPIRE (an ACL user without +pexpire, a value it
+ *   rejects) the key is deleted again and the error raised, so no key is
+ *   ever left without a TTL (issue 9.7). The HSET before it stays the
+ *   script's first write, where Redis checks maxmemory.
+ * - extend(k, ms): the TTL becomes ms unless it is longer already. A key's
+ *   TTL never drops below what a live hold of it needs (issue 9.8): a
+ *   reentrant acquire or renewal with a shorter lease keeps the longer TTL.
+ * - remaining_ttl(k, l): for an unlock that leaves holds (l from
+ *   dlock__remaining_lease): l > 0 sets the TTL to l (only watchdog holds
+ *   remain: their lease is exact), l < 0 extends it to -l (fixed holds
+ *   remain too), 0 leaves it. */
+#define DLOCK__LUA_TTL                                                         \
+  "local function pexpire_new(k, ms)\n"                                        \
+  "  local r = redis.pcall('pexpire', k, ms)\n"                                \
+  "  if type(r) == 'table' and r.err then\n"                                   \
+  "    redis.call('del', k)\n"                                                 \
+  "    error(r)\n"                                                             \
+  "  end\n"                                                                    \
+  "end\n"                                                                      \
+  "local function extend(k, ms)\n"                                             \
+  "  if redis.call('pttl', k) < tonumber(ms) then\n"                           \
+  "    redis.call('pexpire', k, ms)\n"                                         \
+  "  end\n"                                                                    \
+  "end\n"                                                                      \
+  "local function remaining_ttl(k, l)\n"                                       \
+  "  l = tonumber(l)\n"                                                        \
+  "  if l > 0 then redis.call('pexpire', k, l)\n"                              \
+  "  elseif l < 0 then extend(k, -l) end\n"                                    \
+  "end\n"
+
 /* Redisson naming rules (RedissonObject.prefixName / suffixName):
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
  * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */
@@ -453,6 +491,10 @@ struct dlock__hold {
   int in_wd;
   int lost;
   int64_t lease_ms; /* lease of the most recent explicit acquisition */
+  /* Bit i set: hold number i+1 (in acquisition order) has a fixed lease;
+   * clear: the watchdog. Holds are released last first, so an unlock knows
+   * what remains (dlock__remaining_lease). Holds past 64 count as fixed. */
+  uint64_t fixed_bits;
   /* An unlock whose outcome is unknown (no reply) left its request id here;
    * the caller's next unlock at the same count reuses it, so the latch
    * makes the two one unlock. */
@@ -470,6 +512,14 @@ struct dlock__hold {
   dlock__lockent *e; /* the lock: its name and family */
 };
 
+/* The lease argument of an unlock that leaves holds, for the scripts'
+ * remaining_ttl (DLOCK__LUA_TTL; reg_mu held). Holds are released last
+ * first. Only watchdog holds remain: wd_lease (exact: Redisson resets the
+ * TTL to the lease of the remaining holds). A fixed hold remains: minus the
+ * longest of the most recent explicit lease and (if watchdog holds remain)
+ * wd_lease -- extend to at least that, never shorten: the fixed hold's
+ * deadline was promised from its own acquisition. */
+int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease);
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
 void dlock__wd_remove(dlock_client *c, dlock__hold *h); /* reg_mu held */
 /* Waits until no renewal batch is in flight (reg_mu held). */

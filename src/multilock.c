@@ -118,6 +118,9 @@ static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
   dlock__clear_error();
   if (!ml)
     return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
+  if (lease_ms > DLOCK_LEASE_MAX_MS)
+    return dlock__check_lease(lease_ms, "multilock",
+                              ml->n ? ml->locks[0]->name : "");
   const int64_t now0 = dlock__now_ms();
   const int64_t deadline =
       wait_ms < 0 || wait_ms > INT64_MAX - now0 ? -1 : now0 + wait_ms;

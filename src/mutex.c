@@ -345,6 +345,7 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
     h->gen++;
     h->unlock_rid_count = 0;
     h->wd_count = 0;
+    h->fixed_bits = 0;
     h->lost = 0;
     h->renewed_at = sent;
     h->valid_until = until;
@@ -354,6 +355,10 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   }
   h->count = target;
   h->token = token;
+  if (target >= 1 && target <= 64) {
+    uint64_t bit = (uint64_t)1 << (target - 1);
+    h->fixed_bits = wd ? h->fixed_bits & ~bit : h->fixed_bits | bit;
+  }
   if (wd) {
     h->wd_count++;
     dlock__wd_add(c, h);
@@ -362,6 +367,24 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   }
   pthread_mutex_unlock(&c->reg_mu);
   return 0;
+}
+
+/* 1 if the hold number idx+1 has a fixed lease (reg_mu held). */
+static int hold_is_fixed(const dlock__hold *h, int idx) {
+  return idx >= 64 || ((h->fixed_bits >> idx) & 1);
+}
+
+int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease) {
+  int idx = h->count - 1; /* the hold being released */
+  int wd_left = h->wd_count - (hold_is_fixed(h, idx) ? 0 : 1);
+  uint64_t below = idx >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << idx) - 1);
+  int fixed_left = idx > 64 || (h->fixed_bits & below) != 0;
+  if (!fixed_left)
+    return wd_lease;
+  int64_t l = h->lease_ms;
+  if (wd_left > 0 && wd_lease > l)
+    l = wd_lease;
+  return -l;
 }
 
 /* A hold is valid while it is not reported lost and its local deadline has
@@ -445,6 +468,8 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   dlock_client *c = m->c;
   int rc = dlock__client_check(c);
   if (rc)
+    return rc;
+  if ((rc = dlock__check_lease(lease_ms, "lock", m->name)) != 0)
     return rc;
   const uint64_t tid = dlock__tid();
   const int wd = lease_ms <= 0;
@@ -676,7 +701,7 @@ int dlock__mutex_release(dlock_mutex *m) {
                        "gone, or its local deadline passed unrenewed)",
                        m->name);
   }
-  int64_t lease = h->wd_count > 0 ? c->cfg.watchdog_timeout_ms : h->lease_ms;
+  int64_t lease = dlock__remaining_lease(h, c->cfg.watchdog_timeout_ms);
   uint32_t gen = h->gen;
   /* A previous unlock at this count ended without a reply: send the same
    * request id, so that if it did run, its latch answers for it. */
@@ -715,6 +740,8 @@ int dlock__mutex_release(dlock_mutex *m) {
         expired = 1;
       drop_hold(c, h);
     } else {
+      if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
+        h->wd_count--;
       h->count--;
       if (h->wd_count > h->count)
         h->wd_count = h->count;

@@ -76,11 +76,12 @@ static dlock__script g_acquire = {
     /* KEYS[1] lock, KEYS[2] token counter. ARGV[1] lease ms, ARGV[2] field.
      * {1, counter} = locked; {0, counter, pttl} = held elsewhere. Same hash
      * as the mutex (field count 1). */
+    DLOCK__LUA_TTL
     "local t = tonumber(redis.call('get', KEYS[2]) or '0') or 0\n"
     "if redis.call('exists', KEYS[1]) == 0 or "
     "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  pexpire_new(KEYS[1], ARGV[1])\n"
     "  return {1, t}\n"
     "end\n"
     "return {0, t, redis.call('pttl', KEYS[1])}\n",
@@ -641,6 +642,9 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
   dlock__clear_error();
   if (!rl)
     return dlock__fail(DLOCK_EINVAL, "redlock is NULL");
+  int rc0 = dlock__check_lease(lease_ms, "redlock", rl->name);
+  if (rc0)
+    return rc0;
   const uint64_t tid = dlock__tid();
   const int wd = lease_ms <= 0;
   const int64_t lease = wd ? rl->clients[0]->cfg.watchdog_timeout_ms : lease_ms;

@@ -52,14 +52,15 @@ static dlock__script g_rd_acquire = {
      * ARGV[1] lease, [2] read field, [3] write field of the same thread,
      * [4] hold count after this acquire. nil = held; -3 = our hold is gone;
      * else the hash PTTL. */
+    DLOCK__LUA_TTL
     "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "local n = tonumber(ARGV[4])\n"
     "if not mode then\n"
     "  if n ~= 1 then return -3 end\n"
     "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+    "  pexpire_new(KEYS[1], ARGV[1])\n"
     "  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
     "  return nil\n"
     "end\n"
     "if mode == 'read' or (mode == 'write' and "
@@ -149,13 +150,14 @@ static dlock__script g_wr_acquire = {
      * this acquire, [4] the same thread's read field. nil = held; -3 = our
      * hold is gone; -4 = we hold a read lock (upgrade refused); else the
      * hash PTTL. Reentry adds the lease to the remaining TTL (Redisson). */
+    DLOCK__LUA_TTL
     "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "local n = tonumber(ARGV[3])\n"
     "if not mode then\n"
     "  if n ~= 1 then return -3 end\n"
     "  redis.call('hset', KEYS[1], 'mode', 'write')\n"
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  pexpire_new(KEYS[1], ARGV[1])\n"
     "  return nil\n"
     "end\n"
     "if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 "
@@ -184,6 +186,7 @@ static dlock__script g_wr_unlock = {
      * [5] latch ttl. nil = not the writer, 0 = still held, 1 = released
      * (the hash is deleted, or switched to mode read when the writer keeps
      * read holds). */
+    DLOCK__LUA_TTL
     "local done = redis.call('get', KEYS[3])\n"
     "if done then return tonumber(done) end\n"
     "local mode = redis.call('hget', KEYS[1], 'mode')\n"
@@ -194,7 +197,7 @@ static dlock__script g_wr_unlock = {
     "if mode ~= 'write' then return nil end\n"
     "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
     "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  remaining_ttl(KEYS[1], ARGV[2])\n"
     "  redis.call('set', KEYS[3], 0, 'px', ARGV[5])\n"
     "  return 0\n"
     "end\n"
@@ -707,6 +710,9 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   dlock__clear_error();
   if (!rw)
     return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
+  int rc0 = dlock__check_lease(lease_ms, "read-write lock", rw->rd->name);
+  if (rc0)
+    return rc0;
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rw->mu);
   rw_stack *s = find_stack(rw, tid, 0);

@@ -49,6 +49,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * taken), ARGV[7] how long the entry may be handed the lock (ms,
           * '0' = while the client is subscribed), ARGV[8] wait id.
           * nil = held; -3 = our hold is gone; else the holder's PTTL. */
+         DLOCK__LUA_TTL
          "local function dequeue()\n"
          "  if ARGV[6] == '1' then\n"
          "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
@@ -59,13 +60,20 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  if ARGV[3] ~= '1' then return -3 end\n"
          "  dequeue()\n"
          "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-         "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+         "  pexpire_new(KEYS[1], ARGV[1])\n"
          "  return nil\n"
          "end\n"
+         /* ours: a reentrant acquire never shortens the TTL; a first hold
+          * (handed over to us, or a re-sent acquire) gets its lease. The
+          * TTL is set before the count, so a refused PEXPIRE writes nothing */
          "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
-         "  if ARGV[3] == '1' then dequeue() end\n"
+         "  if ARGV[3] == '1' then\n"
+         "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
+         "    dequeue()\n"
+         "  else\n"
+         "    extend(KEYS[1], ARGV[1])\n"
+         "  end\n"
          "  redis.call('hset', KEYS[1], ARGV[2], ARGV[3])\n"
-         "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
          "  return nil\n"
          "end\n"
          "if ARGV[3] ~= '1' then return -3 end\n"
@@ -92,13 +100,14 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * ARGV[1] '0', ARGV[2] lease for the remaining holds, ARGV[3]
           * field, ARGV[4] publish command, ARGV[5] latch ttl. nil = not
           * owner, 0 = still held, 1 = released (or handed over). */
+         DLOCK__LUA_TTL
          "local done = redis.call('get', KEYS[3])\n"
          "if done then return tonumber(done) end\n"
          "local n = redis.call('hget', KEYS[1], ARGV[3])\n"
          "if not n then return nil end\n"
          "if tonumber(n) > 1 then\n"
+         "  remaining_ttl(KEYS[1], ARGV[2])\n"
          "  redis.call('hincrby', KEYS[1], ARGV[3], -1)\n"
-         "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
          "  redis.call('set', KEYS[3], 0, 'px', ARGV[5])\n"
          "  return 0\n"
          "end\n"
@@ -156,11 +165,12 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * counts as gone and does not fail the rest of the batch: the
           * batch runs with redis.call (fast) and only if that raised an
           * error, again with redis.pcall (renewing twice is harmless). */
+         DLOCK__LUA_TTL
          "local function run(call)\n"
          "  local r = {}\n"
          "  for i = 1, #KEYS do\n"
          "    if call('hexists', KEYS[i], ARGV[i + 1]) == 1 then\n"
-         "      redis.call('pexpire', KEYS[i], ARGV[1])\n"
+         "      extend(KEYS[i], ARGV[1])\n"
          "      r[i] = '1'\n"
          "    else\n"
          "      r[i] = '0'\n"

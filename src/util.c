@@ -477,6 +477,15 @@ void *dlock__map_del(dlock__map *m, const char *key, size_t klen) {
   return NULL;
 }
 
+int dlock__check_lease(long long lease_ms, const char *what, const char *name) {
+  if (lease_ms <= DLOCK_LEASE_MAX_MS)
+    return 0;
+  return dlock__fail(DLOCK_EINVAL,
+                     "%s '%s': lease %lld ms is longer than the longest "
+                     "accepted (DLOCK_LEASE_MAX_MS, %lld ms)",
+                     what, name, lease_ms, DLOCK_LEASE_MAX_MS);
+}
+
 int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
                       const char *kind,
                       void (*chan)(dlock__sb *b, const char *name)) {

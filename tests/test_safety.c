@@ -8,6 +8,7 @@
  * hold records do not pile up; no loss is reported for a lock that was
  * unlocked. Real redis-servers; the partition is a blackholing TCP proxy.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -688,6 +689,143 @@ TH_CASE(force_unlock_is_sent_once_and_only_to_locks) {
   dlock_mutex_free(ml);
   dlock_client_free(cb);
   dlock_client_free(cl);
+}
+
+/* 9.7: a lease Redis would refuse (or that overflows the local deadline)
+ * is refused before anything is sent, in every kind (old code: the key was
+ * written, PEXPIRE failed, and it stayed with no TTL and no owner). */
+TH_CASE(lease_too_long_is_refused_before_sending) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m, *f, *fe;
+  dlock_rwlock *rw;
+  dlock_multilock *ml;
+  dlock_redlock *rl;
+  CHECK_OK(dlock_mutex_new(c, "long", &m));
+  CHECK_OK(dlock_mutex_new_fair(c, "long-fair", &f));
+  CHECK_OK(dlock_mutex_new_fenced(c, "long-fenced", &fe));
+  CHECK_OK(dlock_rwlock_new(c, "long-rw", &rw));
+  CHECK_OK(dlock_multilock_new(&m, 1, &ml));
+  CHECK_OK(dlock_redlock_new(&c, 1, "long-rl", &rl));
+  const long long bad[2] = {LLONG_MAX, DLOCK_LEASE_MAX_MS + 1};
+  for (int i = 0; i < 2; i++) {
+    CHECK_RC(dlock_mutex_timedlock(m, 0, bad[i]), DLOCK_EINVAL);
+    CHECK_MSG(strstr(dlock_last_error(), "DLOCK_LEASE_MAX_MS"), "message: %s",
+              dlock_last_error());
+    CHECK_RC(dlock_mutex_timedlock(f, 0, bad[i]), DLOCK_EINVAL);
+    CHECK_RC(dlock_mutex_timedlock(fe, 0, bad[i]), DLOCK_EINVAL);
+    CHECK_RC(dlock_rwlock_timedrdlock(rw, 0, bad[i]), DLOCK_EINVAL);
+    CHECK_RC(dlock_rwlock_timedwrlock(rw, 0, bad[i]), DLOCK_EINVAL);
+    CHECK_RC(dlock_multilock_timedlock(ml, 0, bad[i]), DLOCK_EINVAL);
+    CHECK_RC(dlock_redlock_timedlock(rl, 0, bad[i]), DLOCK_EINVAL);
+  }
+  CHECK_EQ(th_cmd_int(r, "DBSIZE"), 0);
+  /* The longest accepted lease works and is the key's TTL. */
+  CHECK_OK(dlock_mutex_timedlock(m, 0, DLOCK_LEASE_MAX_MS));
+  long long ttl = th_cmd_int(r, "PTTL long");
+  CHECK_MSG(ttl > DLOCK_LEASE_MAX_MS - 60000, "PTTL %lld", ttl);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_redlock_free(rl);
+  dlock_multilock_free(ml);
+  dlock_rwlock_free(rw);
+  dlock_mutex_free(fe);
+  dlock_mutex_free(f);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* 9.7: an ACL user that may not PEXPIRE cannot take a lock of any kind, and
+ * the failed acquire leaves no key behind (old code: the field was written,
+ * PEXPIRE failed, the key stayed forever with PTTL -1). */
+TH_CASE(acl_user_without_pexpire_leaves_no_key) {
+  th_redis *r = th_redis_new(1, "user nopx on >pw ~* &* +@all -pexpire\n");
+  char url[160];
+  snprintf(url, sizeof url, "redis://nopx:pw@127.0.0.1:%d", r->port);
+  dlock_client *c = client_at(url, 0, 0);
+  dlock_mutex *m, *f, *fe;
+  dlock_rwlock *rw;
+  dlock_redlock *rl;
+  CHECK_OK(dlock_mutex_new(c, "nopx", &m));
+  CHECK_OK(dlock_mutex_new_fair(c, "nopx-fair", &f));
+  CHECK_OK(dlock_mutex_new_fenced(c, "nopx-fenced", &fe));
+  CHECK_OK(dlock_rwlock_new(c, "nopx-rw", &rw));
+  CHECK_OK(dlock_redlock_new(&c, 1, "nopx-rl", &rl));
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EREDIS);
+  CHECK_MSG(strstr(dlock_last_error(), "can't run this command"), "message: %s",
+            dlock_last_error());
+  CHECK_RC(dlock_mutex_timedlock(m, 0, 5000), DLOCK_EREDIS);
+  CHECK_RC(dlock_mutex_trylock(f), DLOCK_EREDIS);
+  CHECK_RC(dlock_mutex_trylock(fe), DLOCK_EREDIS);
+  CHECK_RC(dlock_rwlock_tryrdlock(rw), DLOCK_EREDIS);
+  CHECK_RC(dlock_rwlock_trywrlock(rw), DLOCK_EREDIS);
+  int rc = dlock_redlock_trylock(rl);
+  CHECK_MSG(rc != 0, "redlock acquired without PEXPIRE");
+  const char *names[] = {"nopx", "nopx-fair", "nopx-fenced", "nopx-rw",
+                         "nopx-rl"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    redisReply *x = th_cmd(r, "EXISTS %s", names[i]);
+    CHECK_MSG(x->integer == 0, "'%s' was left behind (PTTL %lld)", names[i],
+              th_cmd_int(r, "PTTL %s", names[i]));
+    freeReplyObject(x);
+  }
+  dlock_redlock_free(rl);
+  dlock_rwlock_free(rw);
+  dlock_mutex_free(fe);
+  dlock_mutex_free(f);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* 9.8: a reentrant acquire with a shorter lease, or a watchdog renewal of
+ * a key that a longer fixed hold of the same thread needs, never shortens
+ * the key's TTL (old code: lock() then timedlock(0, 200) cut the TTL to
+ * 200 ms and another client took the lock; a watchdog renewal cut a 60 s
+ * hold to the watchdog timeout). */
+TH_CASE(reentrant_shorter_lease_never_shortens_the_ttl) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = client_at(r->url, 3000, 0), *cb = th_client(r);
+  const char *kinds[] = {"plain", "fair", "fenced"};
+  for (int k = 0; k < 3; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "reent-%s", kinds[k]);
+    dlock_mutex *ma, *mb;
+    int (*mk)(dlock_client *, const char *, dlock_mutex **) =
+        k == 0   ? dlock_mutex_new
+        : k == 1 ? dlock_mutex_new_fair
+                 : dlock_mutex_new_fenced;
+    CHECK_OK(mk(ca, name, &ma));
+    CHECK_OK(mk(cb, name, &mb));
+    CHECK_OK(dlock_mutex_lock(ma));
+    CHECK_OK(dlock_mutex_timedlock(ma, 0, 200));
+    long long ttl = th_cmd_int(r, "PTTL %s", name);
+    CHECK_MSG(ttl > 1000, "%s: PTTL %lld after the inner acquire", kinds[k],
+              ttl);
+    th_sleep_ms(400);
+    CHECK_RC(dlock_mutex_trylock(mb), DLOCK_EBUSY);
+    CHECK_OK(dlock_mutex_unlock(ma));
+    CHECK_RC(dlock_mutex_trylock(mb), DLOCK_EBUSY); /* outer hold remains */
+    CHECK_OK(dlock_mutex_unlock(ma));
+    CHECK_OK(dlock_mutex_trylock(mb));
+    CHECK_OK(dlock_mutex_unlock(mb));
+    dlock_mutex_free(ma);
+    dlock_mutex_free(mb);
+  }
+  /* A long fixed hold and an inner watchdog hold: renewals (every second)
+   * keep the longer TTL. */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(ca, "reent-long", &m));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 60000));
+  CHECK_OK(dlock_mutex_lock(m));
+  th_sleep_ms(2500);
+  long long ttl = th_cmd_int(r, "PTTL reent-long");
+  CHECK_MSG(ttl > 50000, "PTTL %lld after renewals", ttl);
+  CHECK_OK(dlock_mutex_unlock(m));
+  ttl = th_cmd_int(r, "PTTL reent-long");
+  CHECK_MSG(ttl > 50000, "PTTL %lld after the inner unlock", ttl);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
 }
 
 /* 9.1 for Redlock: a watchdog Redlock whose path to two of its three masters
