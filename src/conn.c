@@ -80,14 +80,16 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
   redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
   redisReply *r = NULL;
   if (url->password) {
-    if (url->user)
-      r = redisCommand(ctx, "AUTH %s %s", url->user, url->password);
-    else
-      r = redisCommand(ctx, "AUTH %s", url->password);
+    const char *av[3] = {"AUTH", url->user ? url->user : url->password,
+                         url->password};
+    size_t al[3] = {4, strlen(av[1]), strlen(url->password)};
+    r = dlock__ctx_cmd(ctx, url->user ? 3 : 2, av, al);
   } else {
     /* No credentials: a PING tells at once whether the server wants some,
      * so a missing password is reported at connect time too. */
-    r = redisCommand(ctx, "PING");
+    const char *av[1] = {"PING"};
+    size_t al[1] = {4};
+    r = dlock__ctx_cmd(ctx, 1, av, al);
   }
   if (!r) {
     int rc = ctx_error(ctx, c->cfg.command_timeout_ms, "handshake");
@@ -105,7 +107,10 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
   }
   freeReplyObject(r);
   if (url->db) {
-    r = redisCommand(ctx, "SELECT %d", url->db);
+    char dbs[24];
+    const char *av[2] = {"SELECT", dbs};
+    size_t al[2] = {6, dlock__fmt_i64(dbs, url->db)};
+    r = dlock__ctx_cmd(ctx, 2, av, al);
     if (!r || r->type == REDIS_REPLY_ERROR) {
       int rc = r ? dlock__fail(DLOCK_EREDIS, "SELECT %d refused: %s", url->db,
                                r->str)
@@ -380,13 +385,21 @@ static void mux_read(dlock__node *n, dlock__mreq *req) {
       pthread_cond_signal(h->cv);
   }
   m->reader = 0;
+  /* A writer marked the connection broken (and shut it down) while this
+   * thread read, and this thread's own reply came in before the shutdown:
+   * nobody else would close it, and new requests wait for ever on
+   * state_cv (issue 10: all threads hung under CLIENT KILL). */
+  if (m->broken)
+    mux_fail_all(m, NULL, 0, "connection broken by a failed write");
   if (m->head)
     pthread_cond_signal(m->head->cv); /* the next reader */
 }
 
 int dlock__write_all(int fd, const char *p, size_t len) {
   while (len) {
-    ssize_t w = write(fd, p, len);
+    /* send(MSG_NOSIGNAL), not write(2): a write to a socket the server
+     * closed must fail with EPIPE, not raise SIGPIPE in the host. */
+    ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR)
         continue;
@@ -488,10 +501,42 @@ void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
   }
 }
 
+/* hiredis writes with write(2), which raises SIGPIPE on a socket the server
+ * closed. dlock writes every byte itself (dlock__write_all: send with
+ * MSG_NOSIGNAL) and uses hiredis only to format and to read. On failure
+ * ctx->err/errstr are set as hiredis would. */
+static int ctx_send(redisContext *ctx, const char *p, size_t len) {
+  if (dlock__write_all(ctx->fd, p, len) == 0)
+    return 0;
+  int e = errno;
+  ctx->err = REDIS_ERR_IO;
+  snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(e));
+  errno = e;
+  return -1;
+}
+
+redisReply *dlock__ctx_cmd(redisContext *ctx, int argc, const char **argv,
+                           const size_t *lens) {
+  dlock__sb b;
+  dlock__sb_init(&b);
+  dlock__resp_argv(&b, argc, argv, lens);
+  redisReply *r = NULL;
+  if (b.oom) {
+    ctx->err = REDIS_ERR_OOM;
+    snprintf(ctx->errstr, sizeof ctx->errstr, "out of memory");
+  } else if (ctx_send(ctx, b.p, b.len) == 0) {
+    void *v = NULL;
+    if (redisGetReply(ctx, &v) == REDIS_OK)
+      r = v;
+  }
+  dlock__sb_free(&b);
+  return r;
+}
+
 static redisReply *roundtrip(redisContext *ctx, const dlock__sb *b) {
   if (b->oom)
     return NULL; /* ctx->err stays 0: the caller reports DLOCK_ENOMEM */
-  if (redisAppendFormattedCommand(ctx, b->p, b->len) != REDIS_OK)
+  if (ctx_send(ctx, b->p, b->len) != 0)
     return NULL;
   void *r = NULL;
   if (redisGetReply(ctx, &r) != REDIS_OK)

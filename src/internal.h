@@ -293,8 +293,13 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
-/* write(2) until all of p is written (EINTR retried). 0 or -1 (errno). */
+/* Writes all of p to the socket fd with send(MSG_NOSIGNAL) (EINTR
+ * retried): never SIGPIPE. 0 or -1 (errno). */
 int dlock__write_all(int fd, const char *p, size_t len);
+/* One command on a blocking hiredis context: written by dlock (never
+ * SIGPIPE), the reply read by hiredis. NULL on failure, ctx->err set. */
+redisReply *dlock__ctx_cmd(redisContext *ctx, int argc, const char **argv,
+                           const size_t *lens);
 /* Appends the RESP encoding of argv to b. */
 void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
                       const size_t *lens);

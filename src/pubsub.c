@@ -209,6 +209,7 @@ typedef struct ps_state {
    * an error reply answers the oldest (replies come in command order). */
   dlock__sub **sent;
   size_t sent_head, sent_n, sent_cap;
+  dlock__sb out; /* commands not yet written (flush_out) */
 } ps_state;
 
 static void sent_push(ps_state *ps, dlock__sub *s) {
@@ -252,11 +253,10 @@ static void free_sub(dlock_client *c, dlock__sub *s) {
 }
 
 static void append_sub_cmd(ps_state *ps, const char *verb, dlock__sub *s) {
-  redisContext *ctx = ps->ctx;
   const char *argv[3] = {verb, s->channel, s->grant_channel};
   size_t lens[3] = {strlen(verb), strlen(s->channel),
                     s->grant_channel ? strlen(s->grant_channel) : 0};
-  redisAppendCommandArgv(ctx, s->grant_channel ? 3 : 2, argv, lens);
+  dlock__resp_argv(&ps->out, s->grant_channel ? 3 : 2, argv, lens);
   s->confirms = s->grant_channel ? 2 : 1;
   sent_push(ps, s);
 }
@@ -297,6 +297,8 @@ static void on_disconnect(dlock_client *c, ps_state *ps) {
     redisFree(ps->ctx);
     ps->ctx = NULL;
   }
+  dlock__sb_reset(&ps->out);
+  ps->out.oom = 0;
   pthread_mutex_lock(&c->sub_mu);
   c->ps_connected = 0;
   ps->sent_head = ps->sent_n = 0;
@@ -444,12 +446,14 @@ static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
   pthread_mutex_unlock(&c->sub_mu);
 }
 
-static int flush_out(redisContext *ctx) {
-  int done = 0;
-  while (!done)
-    if (redisBufferWrite(ctx, &done) != REDIS_OK)
-      return -1;
-  return 0;
+/* Writes the queued (UN)SUBSCRIBEs (never SIGPIPE: dlock__write_all). */
+static int flush_out(ps_state *ps) {
+  if (ps->out.oom)
+    return -1;
+  int rc =
+      ps->out.len ? dlock__write_all(ps->ctx->fd, ps->out.p, ps->out.len) : 0;
+  dlock__sb_reset(&ps->out);
+  return rc;
 }
 
 int dlock_client_cancel_waits(dlock_client *c) {
@@ -464,7 +468,8 @@ int dlock_client_cancel_waits(dlock_client *c) {
 
 static void *ps_main(void *arg) {
   dlock_client *c = arg;
-  ps_state ps = {NULL, 0, 50, NULL, 0, 0, 0};
+  ps_state ps = {NULL, 0, 50, NULL, 0, 0, 0, {0}};
+  dlock__sb_init(&ps.out);
   unsigned seen_cancel = atomic_load(&c->cancel_gen);
   for (;;) {
     if (atomic_load(&c->closing))
@@ -501,7 +506,7 @@ static void *ps_main(void *arg) {
     pthread_mutex_lock(&c->sub_mu);
     int64_t linger_due = reconcile(c, &ps);
     pthread_mutex_unlock(&c->sub_mu);
-    if (ps.ctx && flush_out(ps.ctx) != 0) {
+    if (ps.ctx && flush_out(&ps) != 0) {
       on_disconnect(c, &ps);
       continue;
     }
@@ -547,6 +552,7 @@ static void *ps_main(void *arg) {
   if (ps.ctx)
     redisFree(ps.ctx);
   free(ps.sent);
+  dlock__sb_free(&ps.out);
   return NULL;
 }
 

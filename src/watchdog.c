@@ -165,7 +165,9 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
       /* Script cache lost: load it and resend this chunk synchronously. */
       freeReplyObject(r);
-      r = redisCommand(st->ctx, "SCRIPT LOAD %s", s->body);
+      const char *av[3] = {"SCRIPT", "LOAD", s->body};
+      size_t al[3] = {6, 4, strlen(s->body)};
+      r = dlock__ctx_cmd(st->ctx, 3, av, al);
       if (!r)
         goto io_fail;
       freeReplyObject(r);

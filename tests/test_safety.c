@@ -10,6 +10,7 @@
  */
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -826,6 +827,72 @@ TH_CASE(reentrant_shorter_lease_never_shortens_the_ttl) {
   dlock_mutex_free(m);
   dlock_client_free(ca);
   dlock_client_free(cb);
+}
+
+typedef struct {
+  dlock_mutex *m;
+  atomic_int *stop;
+  long ops;
+} killed_worker;
+
+static void *killed_worker_main(void *arg) {
+  killed_worker *w = arg;
+  while (!atomic_load(w->stop)) {
+    if (dlock_mutex_timedlock(w->m, 200, 5000) == 0) {
+      (void)dlock_mutex_unlock(w->m);
+      w->ops++;
+    }
+  }
+  return NULL;
+}
+
+/* Issue 10: the server killing connections while 8 threads lock and
+ * unlock must never raise SIGPIPE in the host (old code: the process died
+ * of SIGPIPE, writes in dlock__write_all and hiredis). The harness ignores
+ * SIGPIPE; this case restores the default, as most programs have it. */
+TH_CASE(killed_connections_never_raise_sigpipe) {
+  signal(SIGPIPE, SIG_DFL);
+  th_redis *r = th_redis_new(1, NULL);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->url;
+  cfg.retry_attempts = 5;
+  cfg.retry_interval_ms = 5;
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  enum { N = 8 };
+  killed_worker w[N];
+  pthread_t t[N];
+  atomic_int stop = 0;
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "pipe%d", i % 3);
+    w[i].stop = &stop;
+    w[i].ops = 0;
+    CHECK_OK(dlock_mutex_new(c, name, &w[i].m));
+    pthread_create(&t[i], NULL, killed_worker_main, &w[i]);
+  }
+  redisContext *killer = th_redis_raw(r);
+  int64_t end = th_now_ms() + 3000;
+  int kills = 0;
+  while (th_now_ms() < end) {
+    redisReply *x = redisCommand(killer, "CLIENT KILL TYPE normal SKIPME yes");
+    if (x)
+      freeReplyObject(x);
+    kills++;
+    th_sleep_ms(10);
+  }
+  atomic_store(&stop, 1);
+  long ops = 0;
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    ops += w[i].ops;
+    dlock_mutex_free(w[i].m);
+  }
+  redisFree(killer);
+  fprintf(stderr, "%d kills, %ld lock/unlock pairs, alive\n", kills, ops);
+  CHECK_MSG(ops > 0, "no operation succeeded");
+  dlock_client_free(c);
 }
 
 /* 9.1 for Redlock: a watchdog Redlock whose path to two of its three masters
