@@ -581,8 +581,13 @@ static redisReply *send_cmd(dlock__node *n, redisContext *ctx,
   return r;
 }
 
+static _Thread_local int t_sends;
+
+int dlock__exec_sends(void) { return t_sends; }
+
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   *out = NULL;
+  t_sends = 0;
   dlock__node *n = route(c, cmd->key);
   int attempts =
       cmd->no_retry
@@ -593,6 +598,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   if (n->use_mux) {
     for (int i = 0;;) {
       dlock__mreq req;
+      t_sends++;
       redisReply *r = send_cmd(n, NULL, cmd, &req);
       if (!r) {
         if (req.err != DLOCK_ECONN)
@@ -635,6 +641,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
     if (rc == DLOCK_EAUTH || rc == DLOCK_EREDIS || rc == DLOCK_ENOMEM)
       return rc;
     if (rc == 0 && k) {
+      t_sends++;
       redisReply *r = send_cmd(n, k->ctx, cmd, NULL);
       if (!r) {
         int timed_out = k->ctx->err == REDIS_ERR_IO &&

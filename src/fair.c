@@ -205,6 +205,7 @@ static dlock__script g_unlock = {
      * nil = not owner (or expired), 0 = still held, 1 = released; the
      * last release publishes ARGV[1] on the head waiter's channel. */
     FAIR_LUA_PRELUDE
+    "if KEYS[6] then redis.call('del', KEYS[6]) end\n"
     "local done = redis.call('get', KEYS[5])\n"
     "if done then return tonumber(done) end\n"
     "purge(tonumber(ARGV[4]))\n"
@@ -401,22 +402,30 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
 }
 
 static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        const char *rid) {
+                        const char *rid, const char *prev_rid) {
   dlock_client *c = m->c;
   fair_keys k;
-  dlock__sb latch;
+  dlock__sb latch, prev;
   dlock__sb_init(&latch);
+  dlock__sb_init(&prev);
   int rc = fair_keys_init(m, &k);
   dlock__unlock_latch_key(&latch, m->name, rid);
-  if (!rc && latch.oom)
+  if (prev_rid)
+    dlock__unlock_latch_key(&prev, m->name, prev_rid);
+  if (!rc && (latch.oom || prev.oom))
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (rc) {
     fair_keys_free(&k);
     dlock__sb_free(&latch);
+    dlock__sb_free(&prev);
     return rc;
   }
   k.keys[4] = latch.p;
   k.klens[4] = latch.len;
+  const char *keys[6] = {k.keys[0], k.keys[1], k.keys[2],
+                         k.keys[3], k.keys[4], prev.p};
+  size_t klens[6] = {k.klens[0], k.klens[1], k.klens[2],
+                     k.klens[3], k.klens[4], prev.len};
   char field[DLOCK__FIELD_MAX], ls[24], ns[24], lt[24];
   size_t fl = dlock__field(c, tid, field);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
@@ -425,9 +434,11 @@ static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   const char *args[6] = {"0", ls, field, ns, "PUBLISH", lt};
   size_t alens[6] = {1, (size_t)lsl, fl, (size_t)nsl, 7, (size_t)ltl};
   redisReply *r = NULL;
-  rc = dlock__eval(c, &g_unlock, 5, k.keys, k.klens, 6, args, alens, &r);
+  rc = dlock__eval(c, &g_unlock, prev_rid ? 6 : 5, keys, klens, 6, args, alens,
+                   &r);
   fair_keys_free(&k);
   dlock__sb_free(&latch);
+  dlock__sb_free(&prev);
   if (rc || !r)
     return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
   if (r->type == REDIS_REPLY_NIL) {

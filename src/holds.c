@@ -36,6 +36,7 @@ struct dlock__lockent {
   size_t name_len;
   const char *name; /* points into key, after the family tag */
   size_t key_len;
+  char prev_rid[33]; /* see dlock__lockent_prev_rid */
   char key[];
 };
 
@@ -201,3 +202,5 @@ void dlock__holds_destroy(dlock_client *c) {
   if (c->locks.b && c->locks.n == 0)
     dlock__map_free(&c->locks);
 }
+
+char *dlock__lockent_prev_rid(dlock__lockent *e) { return e->prev_rid; }

@@ -289,6 +289,9 @@ typedef struct dlock__cmd {
 /* Connects a blocking context to url with the client's timeouts, then AUTH
  * and SELECT. Returns 0 or DLOCK_ECONN / DLOCK_EAUTH / DLOCK_EREDIS. */
 int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
+/* How many times the calling thread's last dlock__exec sent its command
+ * (1 = no re-send: no other copy of it exists). */
+int dlock__exec_sends(void);
 /* Runs cmd with the retry policy; *out gets the reply (freeReplyObject).
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
@@ -470,6 +473,9 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
 void dlock__reg_detach(dlock_client *c, dlock__lockent *e);
 const char *dlock__lockent_name(const dlock__lockent *e, size_t *len);
 const dlock__mutex_ops *dlock__lockent_ops(const dlock__lockent *e);
+/* The entry's "previous unlock" request id, 33 bytes ("" = none), for
+ * ops->release's prev_rid (reg_mu held). */
+char *dlock__lockent_prev_rid(dlock__lockent *e);
 /* The thread's record, or NULL (reg_mu held). */
 dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid);
 /* The thread's record, created when missing; NULL only on OOM (reg_mu). */
@@ -561,8 +567,12 @@ typedef struct dlock__mutex_ops {
   /* Releases one hold: 1 released, 0 holds remain, DLOCK_ELOST if Redis
    * says we are not the owner, or a negative code. rid (32 hex chars) names
    * the unlock latch; a retry of an unlock with an unknown outcome passes
-   * the same rid, so the latch answers for the first attempt. */
-  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease, const char *rid);
+   * the same rid, so the latch answers for the first attempt. prev_rid
+   * (NULL = none) is the rid of this client's previous unlock of the lock
+   * that completed on its first send (no copy of it can still arrive): the
+   * script deletes its latch, so latches do not pile up (issue 10). */
+  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease, const char *rid,
+                 const char *prev_rid);
   /* Leaves the wait queue after giving up: 1 if the lock was handed to us
    * meanwhile (*token set), 0 if not, or a negative code. May be NULL. */
   int (*cancel)(dlock_mutex *m, uint64_t tid, int64_t lease, int64_t wait_ms,

@@ -149,35 +149,40 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
 }
 
 static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                         const char *rid) {
+                         const char *rid, const char *prev_rid) {
   dlock_client *c = m->c;
-  dlock__sb ch, latch, gp;
+  dlock__sb ch, latch, gp, prev;
   queue_keys k;
   int rc = queue_keys_init(m, &k);
   dlock__sb_init(&ch);
   dlock__sb_init(&latch);
   dlock__sb_init(&gp);
+  dlock__sb_init(&prev);
   dlock__prefix_name(&ch, "redisson_lock__channel", m->name);
   dlock__unlock_latch_key(&latch, m->name, rid);
+  if (prev_rid)
+    dlock__unlock_latch_key(&prev, m->name, prev_rid);
   dlock__own_name(&gp, "dlock_grant__channel", m->name);
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
   char ls[24], lt[24];
   size_t lsl = dlock__fmt_i64(ls, lease);
   size_t ltl = dlock__fmt_i64(lt, c->latch_ttl_ms);
-  const char *keys[6] = {m->name, ch.p, latch.p, k.q.p, gp.p, k.dl.p};
-  size_t klens[6] = {m->name_len, ch.len, latch.len, k.q.len, gp.len, k.dl.len};
+  const char *keys[7] = {m->name, ch.p, latch.p, k.q.p, gp.p, k.dl.p, prev.p};
+  size_t klens[7] = {m->name_len, ch.len,   latch.len, k.q.len,
+                     gp.len,      k.dl.len, prev.len};
   const char *args[5] = {"0", ls, field, "PUBLISH", lt};
   size_t alens[5] = {1, lsl, fl, 7, ltl};
   redisReply *r = NULL;
-  if (!rc && (ch.oom || latch.oom || gp.oom))
+  if (!rc && (ch.oom || latch.oom || gp.oom || prev.oom))
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (!rc)
-    rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), 6, keys, klens, 5,
-                     args, alens, &r);
+    rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), prev_rid ? 7 : 6,
+                     keys, klens, 5, args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&latch);
   dlock__sb_free(&gp);
+  dlock__sb_free(&prev);
   queue_keys_free(&k);
   if (rc || !r)
     return rc ? rc : DLOCK_EPROTO;
@@ -713,12 +718,25 @@ int dlock__mutex_release(dlock_mutex *m) {
   /* The key may vanish under a renewal batch in flight because of this very
    * unlock: not a loss to report (issue 10: spurious on_lock_lost). */
   h->releasing = 1;
+  /* The latch of this lock's previous clean unlock goes with this one. */
+  char prev[33];
+  char *slot = dlock__lockent_prev_rid(m->e);
+  memcpy(prev, slot, sizeof prev);
+  slot[0] = '\0';
   pthread_mutex_unlock(&c->reg_mu);
 
-  rc = m->ops->release(m, tid, lease, rid);
+  rc = m->ops->release(m, tid, lease, rid, prev[0] ? prev : NULL);
+  int clean = (rc == 0 || rc == 1) && dlock__exec_sends() == 1;
 
   pthread_mutex_lock(&c->reg_mu);
   h->releasing = 0;
+  /* Sent once and answered: no copy of it can arrive later, so its latch
+   * is not needed past the next unlock. Otherwise it keeps its TTL (and a
+   * prev whose delete may not have run is kept for the next one). */
+  if (clean)
+    memcpy(slot, rid, 33);
+  else if (prev[0] && !slot[0])
+    memcpy(slot, prev, sizeof prev);
   /* Past the local deadline the hold was not ours for sure: whatever Redis
    * answered, the caller must treat the critical section as unprotected. */
   int expired = h->gen == gen && dlock__now_ms() >= h->valid_until;

@@ -86,6 +86,7 @@ static dlock__script g_rd_unlock = {
      * stays held (by us or others), 1 = the lock was freed. The hash TTL
      * becomes the longest remaining read hold; when no live hold remains
      * (other readers' timeout keys expired: dead clients) it is deleted. */
+    "if KEYS[6] then redis.call('del', KEYS[6]) end\n"
     "local done = redis.call('get', KEYS[5])\n"
     "if done then return tonumber(done) end\n"
     "local mode = redis.call('hget', KEYS[1], 'mode')\n"
@@ -187,6 +188,7 @@ static dlock__script g_wr_unlock = {
      * (the hash is deleted, or switched to mode read when the writer keeps
      * read holds). */
     DLOCK__LUA_TTL
+    "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
     "local done = redis.call('get', KEYS[3])\n"
     "if done then return tonumber(done) end\n"
     "local mode = redis.call('hget', KEYS[1], 'mode')\n"
@@ -332,16 +334,19 @@ static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
 }
 
 static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                      const char *rid) {
+                      const char *rid, const char *prev_rid) {
   (void)lease; /* the hash TTL follows the remaining read holds */
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
   char field[DLOCK__FIELD_MAX], lt[24];
   size_t fl = dlock__field(c, tid, field);
-  dlock__sb ch, tp, kp, latch;
+  dlock__sb ch, tp, kp, latch, prev;
   dlock__sb_init(&ch);
   dlock__sb_init(&kp);
   dlock__sb_init(&latch);
+  dlock__sb_init(&prev);
+  if (prev_rid)
+    dlock__unlock_latch_key(&prev, m->name, prev_rid);
   rw_channel(m, &ch);
   timeout_prefix(m, field, fl, &tp);
   if (strchr(m->name, '{')) {
@@ -353,19 +358,20 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   }
   dlock__unlock_latch_key(&latch, m->name, rid);
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
-  const char *keys[5] = {m->name, ch.p, tp.p, kp.p, latch.p};
-  size_t klens[5] = {m->name_len, ch.len, tp.len, kp.len, latch.len};
+  const char *keys[6] = {m->name, ch.p, tp.p, kp.p, latch.p, prev.p};
+  size_t klens[6] = {m->name_len, ch.len, tp.len, kp.len, latch.len, prev.len};
   const char *args[4] = {"0", field, "PUBLISH", lt};
   size_t alens[4] = {1, fl, 7, (size_t)ltl};
   redisReply *r = NULL;
-  int rc =
-      ch.oom || tp.oom || kp.oom || latch.oom
-          ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-          : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 4, args, alens, &r);
+  int rc = ch.oom || tp.oom || kp.oom || latch.oom || prev.oom
+               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+               : dlock__eval(c, &g_rd_unlock, prev_rid ? 6 : 5, keys, klens, 4,
+                             args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&tp);
   dlock__sb_free(&kp);
   dlock__sb_free(&latch);
+  dlock__sb_free(&prev);
   long long v;
   int nil;
   if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
@@ -468,30 +474,35 @@ static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
 }
 
 static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                      const char *rid) {
+                      const char *rid, const char *prev_rid) {
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
   char field[DLOCK__FIELD_MAX], ls[24], lt[24];
   size_t fl = dlock__field(c, tid, field);
   memcpy(field + fl, ":write", 7);
   fl += 6;
-  dlock__sb ch, latch;
+  dlock__sb ch, latch, prev;
   dlock__sb_init(&ch);
   dlock__sb_init(&latch);
+  dlock__sb_init(&prev);
   rw_channel(m, &ch);
   dlock__unlock_latch_key(&latch, m->name, rid);
+  if (prev_rid)
+    dlock__unlock_latch_key(&prev, m->name, prev_rid);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
-  const char *keys[3] = {m->name, ch.p, latch.p};
-  size_t klens[3] = {m->name_len, ch.len, latch.len};
+  const char *keys[4] = {m->name, ch.p, latch.p, prev.p};
+  size_t klens[4] = {m->name_len, ch.len, latch.len, prev.len};
   const char *args[5] = {"1", ls, field, "PUBLISH", lt};
   size_t alens[5] = {1, (size_t)lsl, fl, 7, (size_t)ltl};
   redisReply *r = NULL;
-  int rc = ch.oom || latch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                               : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 5,
-                                             args, alens, &r);
+  int rc = ch.oom || latch.oom || prev.oom
+               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+               : dlock__eval(c, &g_wr_unlock, prev_rid ? 4 : 3, keys, klens, 5,
+                             args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&latch);
+  dlock__sb_free(&prev);
   long long v;
   int nil;
   if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)

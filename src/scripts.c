@@ -99,8 +99,11 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * KEYS[5] grant channel prefix, KEYS[6] queue deadlines.
           * ARGV[1] '0', ARGV[2] lease for the remaining holds, ARGV[3]
           * field, ARGV[4] publish command, ARGV[5] latch ttl. nil = not
-          * owner, 0 = still held, 1 = released (or handed over). */
+          * owner, 0 = still held, 1 = released (or handed over). KEYS[7],
+          * when given: the latch of this client's previous unlock, which
+          * completed on its first send -- deleted. */
          DLOCK__LUA_TTL
+         "if KEYS[7] then redis.call('del', KEYS[7]) end\n"
          "local done = redis.call('get', KEYS[3])\n"
          "if done then return tonumber(done) end\n"
          "local n = redis.call('hget', KEYS[1], ARGV[3])\n"
