@@ -481,12 +481,13 @@ DLOCK_API int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
                                         long long lease_ms);
 /* Releases one hold of every member (last member first), continuing past
  * failures. Errors: DLOCK_EPERM (the calling thread does not hold the
- * multi-lock by this object's record; no Redis traffic), DLOCK_ELOST (some
- * member was lost while held -- expired, deleted or taken; it is named in
- * dlock_last_error(); the others were released), or the first other
- * member error (DLOCK_ECONN...; that member keeps its hold record, so its
- * own dlock_mutex_unlock may be retried). Thread-safety: the owning
- * thread. */
+ * multi-lock by this object's record; no Redis traffic); the first member
+ * error other than a loss (DLOCK_ECONN...: that member's outcome is
+ * unknown, it keeps its hold and the multi-lock stays held -- call
+ * dlock_multilock_unlock again, which releases only the members not yet
+ * released); DLOCK_ELOST (some member was lost while held -- expired,
+ * deleted or taken; it is named in dlock_last_error(); the others were
+ * released). Thread-safety: the owning thread. */
 DLOCK_API int dlock_multilock_unlock(dlock_multilock *ml);
 
 /* ------------------------------------------------------------------------ */

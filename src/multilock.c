@@ -31,6 +31,11 @@ typedef struct ml_hold {
   struct ml_hold *next;
   uint64_t tid;
   int count;
+  /* An unlock that could not release every member (e.g. DLOCK_ECONN on
+   * one) leaves count as it was and marks here the members it did release
+   * (or found lost), so the caller's retry releases only the rest. NULL
+   * or all zero: no unlock in progress. */
+  unsigned char *released;
 } ml_hold;
 
 struct dlock_multilock {
@@ -76,6 +81,7 @@ void dlock_multilock_free(dlock_multilock *ml) {
   ml_hold *h = ml->holds;
   while (h) {
     ml_hold *nx = h->next;
+    free(h->released);
     free(h);
     h = nx;
   }
@@ -208,18 +214,27 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
   pthread_mutex_lock(&ml->mu);
   ml_hold *h = find_hold(ml, dlock__tid(), 0);
   int held = h && h->count > 0;
-  if (held)
-    h->count--;
+  if (held && !h->released)
+    h->released = dlock__calloc(ml->n, 1);
+  int oom = held && !h->released;
   pthread_mutex_unlock(&ml->mu);
   if (!held)
     return dlock__fail(DLOCK_EPERM, "multilock is not held by this thread");
-  /* Release every member even if one fails; report the worst: a lost
-   * member (ELOST) first, else the first other error. */
+  if (oom)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  /* Release every member not released yet, even if one fails; report the
+   * worst: a lost member (ELOST) first, else the first other error. A
+   * member whose release failed otherwise (its outcome unknown) keeps its
+   * hold, and so does the multilock: the caller may call unlock again. */
   int lost = 0, other = 0;
   size_t lost_i = 0, other_i = 0;
   char other_msg[512] = "";
   for (size_t i = ml->n; i-- > 0;) {
+    if (h->released[i])
+      continue;
     int rc = dlock__mutex_release(ml->locks[i]);
+    if (rc == 0 || rc == DLOCK_ELOST)
+      h->released[i] = 1;
     if (rc == DLOCK_ELOST && !lost) {
       lost = rc;
       lost_i = i;
@@ -229,13 +244,22 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
       snprintf(other_msg, sizeof other_msg, "%s", dlock_last_error());
     }
   }
+  if (!other) {
+    pthread_mutex_lock(&ml->mu);
+    h->count--;
+    memset(h->released, 0, ml->n);
+    pthread_mutex_unlock(&ml->mu);
+  }
+  if (other)
+    return dlock__fail(other,
+                       "multilock member %zu ('%s'): %s (the multilock is "
+                       "still held: call unlock again to release the rest)",
+                       other_i, dlock_mutex_name(ml->locks[other_i]),
+                       other_msg);
   if (lost)
     return dlock__fail(DLOCK_ELOST,
                        "multilock member %zu ('%s') was lost while held "
                        "(expired, deleted or taken); the others are released",
                        lost_i, dlock_mutex_name(ml->locks[lost_i]));
-  if (other)
-    return dlock__fail(other, "multilock member %zu ('%s'): %s", other_i,
-                       dlock_mutex_name(ml->locks[other_i]), other_msg);
   return 0;
 }

@@ -931,6 +931,41 @@ TH_CASE(unlock_latches_do_not_pile_up) {
   dlock_client_free(c);
 }
 
+/* Issue 10: a multilock unlock that fails on one member (its path cut) can
+ * be retried and then releases that member (old code: the multilock
+ * record was decremented first, the retry said EPERM and the member stayed
+ * locked and renewed for ever). */
+TH_CASE(failed_multilock_unlock_can_be_retried) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  dlock_client *cp = lossy_client(p), *cd = th_client(r);
+  dlock_mutex *a, *b;
+  dlock_multilock *ml;
+  CHECK_OK(dlock_mutex_new(cd, "ml-direct", &a));
+  CHECK_OK(dlock_mutex_new(cp, "ml-proxied", &b));
+  dlock_mutex *mem[2] = {a, b};
+  CHECK_OK(dlock_multilock_new(mem, 2, &ml));
+  CHECK_OK(dlock_multilock_lock(ml));
+  th_proxy_blackhole(p, 1);
+  CHECK_RC(dlock_multilock_unlock(ml), DLOCK_ECONN);
+  CHECK_MSG(strstr(dlock_last_error(), "ml-proxied"), "message: %s",
+            dlock_last_error());
+  CHECK_EQ(th_cmd_int(r, "EXISTS ml-direct"), 0);
+  CHECK_EQ(th_cmd_int(r, "EXISTS ml-proxied"), 1);
+  th_proxy_blackhole(p, 0);
+  CHECK_OK(dlock_multilock_unlock(ml));
+  CHECK_EQ(th_cmd_int(r, "EXISTS ml-proxied"), 0);
+  CHECK_RC(dlock_multilock_unlock(ml), DLOCK_EPERM);
+  /* And it can be taken again. */
+  CHECK_OK(dlock_multilock_trylock(ml));
+  CHECK_OK(dlock_multilock_unlock(ml));
+  dlock_multilock_free(ml);
+  dlock_mutex_free(a);
+  dlock_mutex_free(b);
+  dlock_client_free(cp);
+  dlock_client_free(cd);
+}
+
 /* 9.1 for Redlock: a watchdog Redlock whose path to two of its three masters
  * is blackholed right after locking. The other client (direct paths) gets
  * the majority once those keys expire; the holder must have been told
