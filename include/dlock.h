@@ -155,13 +155,17 @@ DLOCK_API void dlock_config_init(dlock_config *cfg);
  * Thread-safety: any thread. */
 DLOCK_API int dlock_client_new(const dlock_config *cfg, dlock_client **out);
 
-/* Stops the background thread, closes every connection and frees the
+/* Stops the background threads, closes every connection and releases the
  * client. Locks still held are not released: their renewal stops and they
- * expire after their lease. Threads still waiting get DLOCK_ECLOSED. Lock
- * objects created from the client must be freed before (or after, but not
- * used after) this call. Accepts NULL.
+ * expire after their lease. Lock objects created from the client (mutex
+ * variants, rwlock, semaphore, latch) may be freed before or after this
+ * call: each keeps the client's memory alive until it is freed, and its
+ * calls answer DLOCK_ECLOSED meanwhile. Accepts NULL.
  * Thread-safety: any thread, but not from a callback, and not while other
- * threads are inside calls on this client. */
+ * threads are inside calls on this client or its objects -- a thread
+ * blocked in a wait counts. To shut down with waiters, call
+ * dlock_client_cancel_waits (they return DLOCK_ECANCELED), join them, then
+ * free. Redlock objects borrow their clients: free them first. */
 DLOCK_API void dlock_client_free(dlock_client *c);
 
 /* The client's id (36-char lowercase UUID), valid for the client's
@@ -591,9 +595,9 @@ DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
 typedef struct dlock_sem dlock_sem;
 
 /* Creates a semaphore object for the key `name` (not empty, copied). No
- * Redis traffic. The client is borrowed and must outlive the object.
- * Errors: DLOCK_EINVAL (NULL/empty name, NULL out), DLOCK_ENOMEM,
- * DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread. */
+ * Redis traffic. The object keeps the client's memory alive (see
+ * dlock_client_free). Errors: DLOCK_EINVAL (NULL/empty name, NULL out),
+ * DLOCK_ENOMEM, DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_API int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out);
 /* Frees the object (not the Redis key, and no permit is given back).
  * Accepts NULL. Thread-safety: not while other threads use s. */
@@ -644,8 +648,8 @@ DLOCK_API int dlock_sem_value(dlock_sem *s, long long *v);
 typedef struct dlock_latch dlock_latch;
 
 /* Creates a latch object for the key `name` (not empty, copied). No Redis
- * traffic. The client is borrowed and must outlive the object. Errors:
- * DLOCK_EINVAL (NULL/empty name, NULL out), DLOCK_ENOMEM, DLOCK_EFORK,
+ * traffic. The object keeps the client's memory alive (see dlock_client_free).
+ * Errors: DLOCK_EINVAL (NULL/empty name, NULL out), DLOCK_ENOMEM, DLOCK_EFORK,
  * DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
                               dlock_latch **out);

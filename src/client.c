@@ -76,6 +76,7 @@ int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   c->cfg = *cfg_in;
   c->fork_gen = dlock__fork_gen();
+  atomic_init(&c->refs, 1); /* the caller's; each lock object adds one */
   c->url_str =
       dlock__strdup(cfg_in->url ? cfg_in->url : "redis://127.0.0.1:6379");
   c->ps_pipe[0] = c->ps_pipe[1] = -1;
@@ -145,6 +146,32 @@ fail:
   return rc;
 }
 
+/* The memory of a client whose last reference went: the caller's (by
+ * dlock_client_free, which already stopped its threads and closed its
+ * connections) and every lock object's. */
+static void client_release_memory(dlock_client *c) {
+  int child = c->fork_gen != dlock__fork_gen();
+  dlock__holds_destroy(c);
+  dlock__map_free(&c->subs);
+  dlock__map_free(&c->subs_grant);
+  if (!child) {
+    /* In a fork child they may be copies of locked ones: left alone. */
+    pthread_mutex_destroy(&c->sub_mu);
+    pthread_mutex_destroy(&c->reg_mu);
+    pthread_cond_destroy(&c->reg_cv);
+  }
+  dlock__url_free(&c->url);
+  free(c->url_str);
+  free(c);
+}
+
+void dlock__client_ref(dlock_client *c) { atomic_fetch_add(&c->refs, 1); }
+
+void dlock__client_unref(dlock_client *c) {
+  if (atomic_fetch_sub(&c->refs, 1) == 1)
+    client_release_memory(c);
+}
+
 void dlock_client_free(dlock_client *c) {
   if (!c)
     return;
@@ -152,29 +179,17 @@ void dlock_client_free(dlock_client *c) {
   if (c->fork_gen != dlock__fork_gen()) {
     /* In a forked child the threads do not exist and the locks may have
      * been held by them at fork time: release memory only, touch no lock.
-     * Closing the child's copies of the sockets does not disturb the
-     * parent (it has its own descriptors); nothing is sent on them. */
+     * The child's copies of the sockets were replaced by /dev/null at
+     * fork (util.c); nothing is sent on them. */
     dlock__node_free_memory(&c->node);
-    dlock__holds_destroy(c);
-    dlock__map_free(&c->subs);
-    dlock__map_free(&c->subs_grant);
-    dlock__url_free(&c->url);
-    free(c->url_str);
-    free(c);
-    return;
+  } else {
+    dlock__pubsub_stop(c);
+    dlock__watchdog_stop(c);
+    dlock__node_destroy(&c->node);
   }
-  dlock__pubsub_stop(c);
-  dlock__watchdog_stop(c);
-  dlock__node_destroy(&c->node);
-  dlock__holds_destroy(c);
-  dlock__map_free(&c->subs);
-  dlock__map_free(&c->subs_grant);
-  pthread_mutex_destroy(&c->sub_mu);
-  pthread_mutex_destroy(&c->reg_mu);
-  pthread_cond_destroy(&c->reg_cv);
-  dlock__url_free(&c->url);
-  free(c->url_str);
-  free(c);
+  /* Lock objects still alive keep the memory (registry, mutexes) until
+   * they are freed; their calls answer DLOCK_ECLOSED meanwhile. */
+  dlock__client_unref(c);
 }
 
 const char *dlock_client_id(const dlock_client *c) { return c ? c->id : ""; }

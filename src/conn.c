@@ -61,11 +61,21 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
   redisContext *ctx = url->is_unix
                           ? redisConnectUnixWithTimeout(url->path, ct)
                           : redisConnectWithTimeout(url->host, url->port, ct);
+  int conn_errno = errno;
   if (!ctx)
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   if (ctx->err) {
     int rc;
-    if (url->is_unix)
+    if (ctx->err == REDIS_ERR_IO &&
+        (conn_errno == EMFILE || conn_errno == ENFILE))
+      /* Not the server's fault: say so (the CLI used to report it as
+       * "cannot reach Redis"). */
+      rc = dlock__fail(DLOCK_ECONN,
+                       "cannot open a socket: too many open files (%s; "
+                       "see ulimit -n)",
+                       conn_errno == EMFILE ? "this process's limit"
+                                            : "the system's limit");
+    else if (url->is_unix)
       rc = dlock__fail(DLOCK_ECONN, "cannot connect to unix:%s: %s", url->path,
                        ctx->errstr);
     else
@@ -77,6 +87,7 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
   /* Not inherited by programs the application execs (hiredis 0.14 opens
    * sockets without SOCK_CLOEXEC). */
   fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
+  dlock__fd_track(ctx->fd);
   redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
   redisReply *r = NULL;
   if (url->password) {
@@ -93,7 +104,7 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
   }
   if (!r) {
     int rc = ctx_error(ctx, c->cfg.command_timeout_ms, "handshake");
-    redisFree(ctx);
+    dlock__ctx_free(ctx);
     return rc;
   }
   if (r->type == REDIS_REPLY_ERROR) {
@@ -102,7 +113,7 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
             ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s", r->str)
             : dlock__fail(DLOCK_EREDIS, "%s", r->str);
     freeReplyObject(r);
-    redisFree(ctx);
+    dlock__ctx_free(ctx);
     return rc;
   }
   freeReplyObject(r);
@@ -117,7 +128,7 @@ int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
                  : ctx_error(ctx, c->cfg.command_timeout_ms, "SELECT");
       if (r)
         freeReplyObject(r);
-      redisFree(ctx);
+      dlock__ctx_free(ctx);
       return rc;
     }
     freeReplyObject(r);
@@ -156,13 +167,13 @@ fail_cv:
 void dlock__node_free_memory(dlock__node *n) {
   for (dlock__conn *k = n->idle; k;) {
     dlock__conn *nx = k->next;
-    redisFree(k->ctx);
+    dlock__ctx_free(k->ctx);
     free(k);
     k = nx;
   }
   n->idle = NULL;
   if (n->mux.ctx)
-    redisFree(n->mux.ctx);
+    dlock__ctx_free(n->mux.ctx);
   n->mux.ctx = NULL;
 }
 
@@ -233,11 +244,11 @@ static void pool_drop(dlock__node *n, dlock__conn *k, int all_idle) {
   }
   pthread_cond_broadcast(&n->cv);
   pthread_mutex_unlock(&n->mu);
-  redisFree(k->ctx);
+  dlock__ctx_free(k->ctx);
   free(k);
   while (stale) {
     dlock__conn *nx = stale->next;
-    redisFree(stale->ctx);
+    dlock__ctx_free(stale->ctx);
     free(stale);
     stale = nx;
   }
@@ -321,7 +332,7 @@ static int mux_connect(dlock__node *n, int *fresh) {
   }
   pthread_mutex_unlock(&m->mu);
   if (ctx)
-    redisFree(ctx); /* another thread connected meanwhile */
+    dlock__ctx_free(ctx); /* another thread connected meanwhile */
   return 0;
 }
 
@@ -340,7 +351,7 @@ static void mux_fail_all(dlock__mux *m, dlock__mreq *self, int timed_out,
   }
   m->head = m->tail = NULL;
   if (m->ctx)
-    redisFree(m->ctx);
+    dlock__ctx_free(m->ctx);
   m->ctx = NULL;
   m->broken = 0;
   pthread_cond_broadcast(&m->state_cv);
@@ -505,6 +516,13 @@ void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
  * closed. dlock writes every byte itself (dlock__write_all: send with
  * MSG_NOSIGNAL) and uses hiredis only to format and to read. On failure
  * ctx->err/errstr are set as hiredis would. */
+void dlock__ctx_free(redisContext *ctx) {
+  if (!ctx)
+    return;
+  dlock__fd_untrack(ctx->fd);
+  redisFree(ctx);
+}
+
 static int ctx_send(redisContext *ctx, const char *p, size_t len) {
   if (dlock__write_all(ctx->fd, p, len) == 0)
     return 0;

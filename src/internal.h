@@ -286,6 +286,17 @@ typedef struct dlock__cmd {
   int no_retry;
 } dlock__cmd;
 
+/* pthread_create that returns once the new thread runs fn: the thread's
+ * start-up (the C library's and a sanitizer's allocations) is over, so a
+ * fork() right after dlock_client_new cannot copy an allocator lock that a
+ * starting thread held (issue 9.9: a fork child hung in ASan's allocator).
+ * 0 or the pthread_create error. */
+int dlock__thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* A lock object's reference on its client (see dlock_client.refs). */
+void dlock__client_ref(dlock_client *c);
+void dlock__client_unref(dlock_client *c);
+
 /* Connects a blocking context to url with the client's timeouts, then AUTH
  * and SELECT. Returns 0 or DLOCK_ECONN / DLOCK_EAUTH / DLOCK_EREDIS. */
 int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
@@ -296,6 +307,13 @@ int dlock__exec_sends(void);
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
+/* The set of the library's sockets, released in fork children (util.c):
+ * track after a connection is made, untrack before it is closed. */
+void dlock__fd_track(int fd);
+void dlock__fd_untrack(int fd);
+/* Untracks the context's socket, then redisFree. Every context the library
+ * made with dlock__connect is freed with it. Accepts NULL. */
+void dlock__ctx_free(redisContext *ctx);
 /* Writes all of p to the socket fd with send(MSG_NOSIGNAL) (EINTR
  * retried): never SIGPIPE. 0 or -1 (errno). */
 int dlock__write_all(int fd, const char *p, size_t len);
@@ -341,6 +359,10 @@ struct dlock_client {
   char id[DLOCK__UUID_LEN + 1];
   unsigned fork_gen;
   atomic_int closing;
+  /* The caller's reference plus one per lock object: objects may be freed
+   * after the client (dlock_client_free stops threads and connections;
+   * the memory goes with the last reference). */
+  atomic_int refs;
   atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
   dlock__node node;       /* standalone: the only node. The router picks it. */
   int64_t latch_ttl_ms;

@@ -282,6 +282,7 @@ int dlock__mutex_create(dlock_client *c, const char *name,
     free(m);
     return rc;
   }
+  dlock__client_ref(c);
   *out = m;
   return 0;
 }
@@ -295,9 +296,11 @@ void dlock_mutex_free(dlock_mutex *m) {
     return;
   /* In a fork child the registry's mutex may have been held by a parent
    * thread at fork time: leave it alone (the client's free releases it). */
-  if (m->c->fork_gen == dlock__fork_gen())
-    dlock__reg_detach(m->c, m->e);
+  dlock_client *c = m->c;
+  if (c->fork_gen == dlock__fork_gen())
+    dlock__reg_detach(c, m->e);
   free(m);
+  dlock__client_unref(c);
 }
 
 const char *dlock_mutex_name(const dlock_mutex *m) { return m ? m->name : ""; }

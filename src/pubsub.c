@@ -294,7 +294,7 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
 
 static void on_disconnect(dlock_client *c, ps_state *ps) {
   if (ps->ctx) {
-    redisFree(ps->ctx);
+    dlock__ctx_free(ps->ctx);
     ps->ctx = NULL;
   }
   dlock__sb_reset(&ps->out);
@@ -550,7 +550,7 @@ static void *ps_main(void *arg) {
     }
   }
   if (ps.ctx)
-    redisFree(ps.ctx);
+    dlock__ctx_free(ps.ctx);
   free(ps.sent);
   dlock__sb_free(&ps.out);
   return NULL;
@@ -580,7 +580,7 @@ int dlock__pubsub_start(dlock_client *c) {
     fcntl(c->ps_pipe[i], F_SETFL, fcntl(c->ps_pipe[i], F_GETFL) | O_NONBLOCK);
     fcntl(c->ps_pipe[i], F_SETFD, FD_CLOEXEC);
   }
-  if (pthread_create(&c->ps_thread, NULL, ps_main, c) != 0)
+  if (dlock__thread_start(&c->ps_thread, ps_main, c) != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot start the pub/sub thread");
   c->ps_started = 1;
   return 0;

@@ -64,7 +64,8 @@ struct dlock_redlock {
   int64_t valid_until; /* monotonic ms */
   int64_t renewed_at;  /* t0 of the last majority (acquire or renewal) */
   uint64_t token;
-  int inflight; /* vote threads still running (free waits for them) */
+  int inflight;      /* vote threads still running (free waits for them) */
+  unsigned fork_gen; /* dlock__fork_gen() at creation */
   /* Renewal thread. */
   pthread_t rn_thread;
   int rn_started;
@@ -447,6 +448,8 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
                            i, j);
   }
   dlock_redlock *rl = dlock__calloc(1, sizeof *rl);
+  if (rl)
+    rl->fork_gen = dlock__fork_gen();
   dlock__sb tk, ch;
   dlock__sb_init(&tk);
   dlock__sb_init(&ch);
@@ -484,22 +487,41 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
   return 0;
 }
 
+static int forked(const dlock_redlock *rl) {
+  return rl->fork_gen != dlock__fork_gen();
+}
+
+static int fail_forked(const dlock_redlock *rl) {
+  return dlock__fail(DLOCK_EFORK,
+                     "redlock '%s' was created before fork(); a child process "
+                     "must create its own clients and objects",
+                     rl->name);
+}
+
 void dlock_redlock_free(dlock_redlock *rl) {
   if (!rl)
     return;
-  pthread_mutex_lock(&rl->mu);
-  rl->rn_stop = 1;
-  pthread_cond_broadcast(&rl->cv);
-  int started = rl->rn_started;
-  /* Votes still running (a paused master) end within their command
-   * timeout; they use the object until then. */
-  while (rl->inflight > 0)
-    pthread_cond_wait(&rl->cv, &rl->mu);
-  pthread_mutex_unlock(&rl->mu);
-  if (started)
-    pthread_join(rl->rn_thread, NULL);
-  pthread_cond_destroy(&rl->cv);
-  pthread_mutex_destroy(&rl->mu);
+  if (!forked(rl)) {
+    pthread_mutex_lock(&rl->mu);
+    rl->rn_stop = 1;
+    pthread_cond_broadcast(&rl->cv);
+    int started = rl->rn_started;
+    pthread_mutex_unlock(&rl->mu);
+    if (started)
+      pthread_join(rl->rn_thread, NULL);
+    /* Votes still running (a paused master) end within their command
+     * timeout; they use the object until then. Waited for after the
+     * renewal thread is gone: a round it started just before stopping
+     * counts its votes after rn_stop was set (issue 10). */
+    pthread_mutex_lock(&rl->mu);
+    while (rl->inflight > 0)
+      pthread_cond_wait(&rl->cv, &rl->mu);
+    pthread_mutex_unlock(&rl->mu);
+    pthread_cond_destroy(&rl->cv);
+    pthread_mutex_destroy(&rl->mu);
+  }
+  /* In a fork child the threads do not exist and the mutex may be a copy
+   * of a locked one: only the memory is freed. */
   free(rl->clients);
   free(rl->name);
   free(rl->token_key);
@@ -632,7 +654,7 @@ static int start_renewal(dlock_redlock *rl) {
   /* mu held */
   if (rl->rn_started)
     return 0;
-  if (pthread_create(&rl->rn_thread, NULL, renew_main, rl) != 0)
+  if (dlock__thread_start(&rl->rn_thread, renew_main, rl) != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot start the renewal thread");
   rl->rn_started = 1;
   return 0;
@@ -642,6 +664,8 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
   dlock__clear_error();
   if (!rl)
     return dlock__fail(DLOCK_EINVAL, "redlock is NULL");
+  if (forked(rl))
+    return fail_forked(rl);
   int rc0 = dlock__check_lease(lease_ms, "redlock", rl->name);
   if (rc0)
     return rc0;
@@ -715,6 +739,8 @@ int dlock_redlock_unlock(dlock_redlock *rl) {
   dlock__clear_error();
   if (!rl)
     return dlock__fail(DLOCK_EINVAL, "redlock is NULL");
+  if (forked(rl))
+    return fail_forked(rl);
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rl->mu);
   if (!rl->held || rl->owner != tid) {
@@ -740,6 +766,8 @@ int dlock_redlock_token(dlock_redlock *rl, uint64_t *token) {
   dlock__clear_error();
   if (!rl || !token)
     return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  if (forked(rl))
+    return fail_forked(rl);
   pthread_mutex_lock(&rl->mu);
   int mine = rl->held && rl->owner == dlock__tid();
   if (mine)
@@ -755,6 +783,8 @@ int dlock_redlock_validity(dlock_redlock *rl, long long *ms) {
   dlock__clear_error();
   if (!rl || !ms)
     return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  if (forked(rl))
+    return fail_forked(rl);
   pthread_mutex_lock(&rl->mu);
   int mine = rl->held && rl->owner == dlock__tid();
   int lost = mine && rl->lost;

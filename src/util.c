@@ -4,11 +4,13 @@
  * Redisson key-naming rules and a string hash map.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -200,8 +202,44 @@ uint64_t dlock__tid(void) {
 static atomic_uint g_fork_gen;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
+/* Every socket the library has open, one bit per descriptor (lock-free, so
+ * the fork handler can read it whatever the parent's threads were doing).
+ * Descriptors past DLOCK__FD_BITS are not tracked. */
+#define DLOCK__FD_BITS 65536
+static atomic_uint_fast64_t g_fds[DLOCK__FD_BITS / 64];
+
+void dlock__fd_track(int fd) {
+  if (fd >= 0 && fd < DLOCK__FD_BITS)
+    atomic_fetch_or(&g_fds[fd / 64], (uint_fast64_t)1 << (fd % 64));
+}
+
+void dlock__fd_untrack(int fd) {
+  if (fd >= 0 && fd < DLOCK__FD_BITS)
+    atomic_fetch_and(&g_fds[fd / 64], ~((uint_fast64_t)1 << (fd % 64)));
+}
+
+/* In a fork child: the library's sockets are the parent's, and a child
+ * that keeps them keeps the parent "connected" (a dead waiter still
+ * subscribed, handed locks) after the parent died. Each is replaced by
+ * /dev/null under the same number (dup3: the number stays taken, so the
+ * child's later dlock_client_free closes /dev/null, never a file the child
+ * opened meanwhile). Async-signal-safe calls only. */
+static void release_parent_sockets(void) {
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd < 0)
+    return;
+  for (int w = 0; w < DLOCK__FD_BITS / 64; w++) {
+    uint_fast64_t bits = atomic_load(&g_fds[w]);
+    for (int b = 0; bits && b < 64; b++, bits >>= 1)
+      if ((bits & 1) && w * 64 + b != null_fd)
+        (void)dup3(null_fd, w * 64 + b, O_CLOEXEC);
+  }
+  close(null_fd);
+}
+
 static void on_fork_child(void) {
   atomic_fetch_add(&g_fork_gen, 1);
+  release_parent_sockets();
   /* The child's only thread is the forking one; its generator state is a copy
    * of the parent's, so sibling children would draw the same unlock request
    * ids (and one sibling's unlock latch would swallow the other's unlock).
@@ -213,6 +251,42 @@ static void install_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 unsigned dlock__fork_gen(void) {
   pthread_once(&g_atfork_once, install_atfork);
   return atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
+}
+
+/* ---- background threads ------------------------------------------------- */
+
+typedef struct thread_start {
+  void *(*fn)(void *);
+  void *arg;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int running;
+} thread_start;
+
+static void *thread_trampoline(void *p) {
+  thread_start *ts = p;
+  void *(*fn)(void *) = ts->fn;
+  void *arg = ts->arg;
+  pthread_mutex_lock(&ts->mu);
+  ts->running = 1;
+  pthread_cond_signal(&ts->cv);
+  pthread_mutex_unlock(&ts->mu);
+  return fn(arg);
+}
+
+int dlock__thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
+  thread_start ts = {fn, arg, PTHREAD_MUTEX_INITIALIZER,
+                     PTHREAD_COND_INITIALIZER, 0};
+  int rc = pthread_create(t, NULL, thread_trampoline, &ts);
+  if (rc == 0) {
+    pthread_mutex_lock(&ts.mu);
+    while (!ts.running)
+      pthread_cond_wait(&ts.cv, &ts.mu);
+    pthread_mutex_unlock(&ts.mu);
+  }
+  pthread_cond_destroy(&ts.cv);
+  pthread_mutex_destroy(&ts.mu);
+  return rc;
 }
 
 /* ---- memory ------------------------------------------------------------- */
@@ -510,14 +584,17 @@ int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
     o->channel = buf + n + 1;
     o->channel_len = ch.len;
     pthread_mutex_init(&o->once_mu, NULL);
+    dlock__client_ref(c);
   }
   dlock__sb_free(&ch);
   return buf ? 0 : dlock__fail(DLOCK_ENOMEM, "out of memory");
 }
 
 void dlock__chobj_destroy(dlock__chobj *o) {
-  if (o->name)
+  if (o->name) {
     pthread_mutex_destroy(&o->once_mu);
+    dlock__client_unref(o->c);
+  }
   free(o->name);
   o->name = o->channel = NULL;
 }

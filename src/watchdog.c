@@ -199,7 +199,7 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
   }
   return 0;
 io_fail:
-  redisFree(st->ctx);
+  dlock__ctx_free(st->ctx);
   st->ctx = NULL;
   return dlock__fail(DLOCK_ECONN, "renewal connection failed");
 }
@@ -354,7 +354,7 @@ static void *wd_main(void *arg) {
   }
   pthread_mutex_unlock(&c->reg_mu);
   if (st.ctx)
-    redisFree(st.ctx);
+    dlock__ctx_free(st.ctx);
   free(st.items);
   free(flags);
   return NULL;
@@ -424,12 +424,12 @@ int dlock__watchdog_start(dlock_client *c) {
   pthread_condattr_destroy(&ca);
   if (cvrc != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
-  if (pthread_create(&c->wd_thread, NULL, wd_main, c) != 0) {
+  if (dlock__thread_start(&c->wd_thread, wd_main, c) != 0) {
     pthread_cond_destroy(&c->exp_cv);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
   }
   c->wd_started = 1;
-  if (pthread_create(&c->exp_thread, NULL, exp_main, c) != 0) {
+  if (dlock__thread_start(&c->exp_thread, exp_main, c) != 0) {
     dlock__watchdog_stop(c);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the expiry thread");
   }

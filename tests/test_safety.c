@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "th.h"
@@ -964,6 +965,173 @@ TH_CASE(failed_multilock_unlock_can_be_retried) {
   dlock_mutex_free(b);
   dlock_client_free(cp);
   dlock_client_free(cd);
+}
+
+static void *lock_forever(void *arg) {
+  (void)dlock_mutex_lock(arg);
+  return NULL;
+}
+
+/* A process that waits for "forked-wait" (queued for hand-over), then forks
+ * a child that lives on for 5 s without exec. */
+static int forking_waiter(void *arg) {
+  th_redis *r = arg;
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->url;
+  cfg.watchdog_timeout_ms = 10000;
+  dlock_client *c = NULL;
+  dlock_mutex *m = NULL;
+  if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, "forked-wait", &m))
+    return 2;
+  pthread_t t;
+  pthread_create(&t, NULL, lock_forever, m);
+  th_wait_llen(r, "dlock_lock_queue:{forked-wait}", 1, 10000);
+  pid_t g = fork();
+  if (g == 0) {
+    sleep(5);
+    _exit(0);
+  }
+  freeReplyObject(th_cmd(r, "SET forked 1"));
+  sleep(60);
+  return 0;
+}
+
+/* Issue 10: a waiting process that forked (no exec) and then died must not
+ * be handed the lock: its child must not keep the subscriber connection
+ * alive (old code: the child held the socket, the server saw a live
+ * subscriber, and the lock went to the dead waiter for its lease). */
+TH_CASE(forked_then_killed_waiter_is_not_handed_the_lock) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ch = th_client(r), *cn = th_client(r);
+  dlock_mutex *mh, *mn;
+  CHECK_OK(dlock_mutex_new(ch, "forked-wait", &mh));
+  CHECK_OK(dlock_mutex_new(cn, "forked-wait", &mn));
+  CHECK_OK(dlock_mutex_lock(mh));
+  pid_t w = th_fork(forking_waiter, r);
+  int64_t t0 = th_now_ms();
+  while (th_get_ll(r, "forked") != 1 && th_now_ms() - t0 < 15000)
+    th_sleep_ms(10);
+  CHECK_EQ(th_get_ll(r, "forked"), 1);
+  kill(w, SIGKILL);
+  th_wait(w, 10000);
+  CHECK_OK(dlock_mutex_unlock(mh));
+  /* Free within a moment, not after the dead waiter's 10 s lease. */
+  t0 = th_now_ms();
+  int rc;
+  while ((rc = dlock_mutex_trylock(mn)) == DLOCK_EBUSY &&
+         th_now_ms() - t0 < 3000)
+    th_sleep_ms(20);
+  CHECK_MSG(rc == 0, "lock still held %lld ms after the unlock (%s)",
+            (long long)(th_now_ms() - t0), dlock_err_name(rc));
+  CHECK_OK(dlock_mutex_unlock(mn));
+  dlock_mutex_free(mh);
+  dlock_mutex_free(mn);
+  dlock_client_free(ch);
+  dlock_client_free(cn);
+}
+
+/* Issue 10: a Redlock object used in a fork child answers DLOCK_EFORK (old
+ * code: lock blocked, free joined a thread of the parent). */
+static int redlock_in_child(void *arg) {
+  dlock_redlock *rl = arg;
+  if (dlock_redlock_trylock(rl) != DLOCK_EFORK)
+    return 3;
+  if (dlock_redlock_unlock(rl) != DLOCK_EFORK)
+    return 4;
+  dlock_redlock_free(rl); /* must return */
+  return 0;
+}
+
+TH_CASE(redlock_in_fork_child_is_efork) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->url;
+  cfg.watchdog_timeout_ms = 300; /* the renewal thread is busy */
+  dlock_client *c = th_client_cfg(r, &cfg);
+  dlock_redlock *rl;
+  CHECK_OK(dlock_redlock_new(&c, 1, "rl-fork", &rl));
+  CHECK_OK(dlock_redlock_lock(rl));
+  pid_t p = th_fork(redlock_in_child, rl);
+  CHECK_EQ(th_wait(p, 10000), 0);
+  CHECK_OK(dlock_redlock_unlock(rl));
+  dlock_redlock_free(rl);
+  dlock_client_free(c);
+}
+
+/* Issue 10: dlock_redlock_free while a watchdog Redlock is held and its
+ * renewal rounds have votes in flight (one master blackholed: its votes
+ * take the command timeout). free must wait for every vote thread,
+ * including those of a round the renewal thread started as it was being
+ * stopped (old code: waited before joining it; ASan saw the vote threads
+ * use the freed object). */
+TH_CASE(redlock_free_waits_for_renewal_votes) {
+  enum { N = 3 };
+  th_redis *r[N];
+  th_proxy *p = NULL;
+  dlock_client *c[N];
+  for (int i = 0; i < N; i++) {
+    r[i] = th_redis_new(1, NULL);
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    if (i == 0) {
+      p = th_proxy_new(r[i]->port);
+      cfg.url = th_proxy_url(p);
+    } else {
+      cfg.url = r[i]->url;
+    }
+    cfg.watchdog_timeout_ms = 90; /* renewal rounds every 30 ms */
+    cfg.command_timeout_ms = 150;
+    cfg.retry_attempts = 0;
+    CHECK_OK(dlock_client_new(&cfg, &c[i]));
+  }
+  for (int k = 0; k < 12; k++) {
+    dlock_redlock *rl;
+    CHECK_OK(dlock_redlock_new(c, N, "rl-free", &rl));
+    th_proxy_blackhole(p, 0);
+    CHECK_OK(dlock_redlock_lock(rl));
+    th_proxy_blackhole(p, 1);
+    th_sleep_ms(20 + 7 * k);
+    int64_t t0 = th_now_ms();
+    dlock_redlock_free(rl);
+    CHECK_MSG(th_now_ms() - t0 < 5000, "free took %lld ms",
+              (long long)(th_now_ms() - t0));
+  }
+  th_proxy_blackhole(p, 0);
+  for (int i = 0; i < N; i++)
+    dlock_client_free(c[i]);
+}
+
+/* Issue 10: lock objects freed after their client, one of them holding a
+ * watchdog lock: no read or write of freed memory (old code: ASan saw
+ * dlock_mutex_free read the freed client and dlock__wd_remove write into
+ * it). Calls on such objects answer DLOCK_ECLOSED. */
+TH_CASE(objects_may_be_freed_after_their_client) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m, *f;
+  dlock_rwlock *rw;
+  dlock_sem *s;
+  dlock_latch *l;
+  CHECK_OK(dlock_mutex_new(c, "after", &m));
+  CHECK_OK(dlock_mutex_new_fair(c, "after-fair", &f));
+  CHECK_OK(dlock_rwlock_new(c, "after-rw", &rw));
+  CHECK_OK(dlock_sem_new(c, "after-sem", &s));
+  CHECK_OK(dlock_latch_new(c, "after-latch", &l));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_timedlock(f, 0, 5000));
+  CHECK_OK(dlock_rwlock_rdlock(rw));
+  dlock_client_free(c);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ECLOSED);
+  CHECK_RC(dlock_mutex_trylock(f), DLOCK_ECLOSED);
+  CHECK_RC(dlock_sem_post(s), DLOCK_ECLOSED);
+  CHECK_RC(dlock_latch_count_down(l), DLOCK_ECLOSED);
+  dlock_latch_free(l);
+  dlock_mutex_free(m);
+  dlock_rwlock_free(rw);
+  dlock_sem_free(s);
+  dlock_mutex_free(f);
 }
 
 /* 9.1 for Redlock: a watchdog Redlock whose path to two of its three masters

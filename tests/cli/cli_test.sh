@@ -495,6 +495,36 @@ force_unlock)
   [ "$(R get notalock)" = x ] || fail "deleted a non-lock key"
   expect_rc 70 status notalock
   expect_rc 70 notalock -- true
+  # A hash that is not a lock (issue 10: it was deleted): refused, kept.
+  R hset userhash name bob >/dev/null
+  expect_rc 70 unlock --force userhash
+  grep -q "not a lock" "$T/last.err" || fail "hash: $(cat "$T/last.err")"
+  [ "$(R hget userhash name)" = bob ] || fail "deleted a user hash"
+  ;;
+
+status_json_bytes)
+  # A name that is not UTF-8 still gives valid JSON (issue 10).
+  name=$(printf 'x\377y\303\251')
+  expect_rc 0 status --json "$name"
+  json_check "$T/out" "d['name'] == 'x\ufffdy\u00e9'" ||
+    fail "json with raw bytes: $(od -c "$T/out" | head -3)"
+  ;;
+
+emfile)
+  # Out of descriptors is not "cannot reach Redis" (issue 10), whichever
+  # descriptor the limit hits (the CLI's signal pipe, the client's wake-up
+  # pipe, the socket).
+  for n in 4 5 6 7 8 9 10 11 12; do
+    timeout 10 sh -c 'ulimit -n $1; exec "$2" -u "unix://$3" -n em -- true' sh "$n" "$DL" "$SOCK" \
+      >"$T/out" 2>"$T/err"
+    rc=$?
+    [ "$rc" = 0 ] && continue
+    # Too few for the dynamic loader itself: not ours to word.
+    grep -q "error while loading shared libraries" "$T/err" && continue
+    grep -qi "too many open files" "$T/err" ||
+      fail "ulimit -n $n: $(cat "$T/err")"
+    grep -q "cannot reach" "$T/err" && fail "ulimit -n $n: $(cat "$T/err")"
+  done
   ;;
 
 bad_input)

@@ -1,4 +1,5 @@
 /* admin.c -- "dlock status" and "dlock unlock --force". */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,6 +64,23 @@ int cli_status(const cli_opts *o) {
   return ex;
 }
 
+/* 1 if field is a lock holder's field as Redisson and dlock write it:
+ * "<client UUID>:<thread id>", for a rwlock writer with ":write". */
+static int is_holder_field(const char *f) {
+  size_t n = strlen(f);
+  if (n < 38 || f[36] != ':')
+    return 0;
+  for (size_t i = 0; i < 36; i++) {
+    int dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? f[i] != '-' : !isxdigit((unsigned char)f[i]))
+      return 0;
+  }
+  size_t i = 37;
+  while (i < n && isdigit((unsigned char)f[i]))
+    i++;
+  return i > 37 && (i == n || strcmp(f + i, ":write") == 0);
+}
+
 int cli_unlock(const cli_opts *o) {
   dlock_client *c = NULL;
   int ex = cli_connect(o, o->watchdog_ms, NULL, NULL, &c);
@@ -77,6 +95,15 @@ int cli_unlock(const cli_opts *o) {
   if (rc) {
     ex = redis_fail(o, rc, "cannot read");
     goto out;
+  }
+  for (size_t i = 0; i < st.n_holders; i++) {
+    if (!is_holder_field(st.holders[i].owner)) {
+      cli_err("'%s' is a hash but not a lock (its field '%s' is not "
+              "<client id>:<thread id>); not deleted",
+              o->name, st.holders[i].owner);
+      ex = CLI_EX_SOFT;
+      goto out;
+    }
   }
   rc = o->fair ? dlock_mutex_new_fair(c, o->name, &m)
                : dlock_mutex_new(c, o->name, &m);

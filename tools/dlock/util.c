@@ -150,7 +150,10 @@ int cli_connect(const cli_opts *o, long long lease_ms,
     cli_err("%s", det);
     break;
   case DLOCK_ECONN:
-    cli_err("cannot reach Redis at %s: %s", red, det);
+    if (strstr(det, "too many open files"))
+      cli_err("cannot connect to Redis at %s: %s", red, det);
+    else
+      cli_err("cannot reach Redis at %s: %s", red, det);
     break;
   case DLOCK_EAUTH:
     cli_err("Redis at %s refused authentication: %s", red, det);
@@ -162,9 +165,41 @@ int cli_connect(const cli_opts *o, long long lease_ms,
   return cli_exit_code(rc);
 }
 
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if the bytes there
+ * are not one (stray continuation, overlong, surrogate, past U+10FFFF). */
+static size_t utf8_len(const unsigned char *p) {
+  unsigned c = p[0];
+  if (c < 0x80)
+    return 1;
+  size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+             : c >= 0xe0 && c <= 0xef ? 3
+             : c >= 0xf0 && c <= 0xf4 ? 4
+                                      : 0;
+  for (size_t i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) ||
+      (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f))
+    return 0;
+  return n;
+}
+
 void cli_json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p >= 0x80) {
+      /* JSON text is Unicode: a byte that is not part of valid UTF-8 (a
+       * key name can hold any bytes) becomes U+FFFD, so the output always
+       * parses. */
+      size_t n = utf8_len(p);
+      if (n == 0) {
+        fputs("\\ufffd", f);
+      } else {
+        fwrite(p, 1, n, f);
+        p += n - 1;
+      }
+      continue;
+    }
     switch (*p) {
     case '"':
       fputs("\\\"", f);
