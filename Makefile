@@ -6,7 +6,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-plain test-asan test-tsan test-valgrind \
+.PHONY: all deps build test test-plain test-asan test-tsan test-valgrind test-stress \
         demo bench bench-peers clean format tidy install man
 
 all: build
@@ -29,6 +29,12 @@ test-asan: deps
 	  ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
 
 test: test-plain test-asan
+
+# The whole suite (plain + ASan) STRESS_RUNS times in a row under a CPU hog
+# (stress-ng --cpu 4): a flaky test shows here before it blocks CI.
+STRESS_RUNS ?= 3
+test-stress: deps
+	bash scripts/test-stress.sh $(STRESS_RUNS)
 
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON $(CMAKE_FLAGS) >/dev/null

@@ -4,7 +4,7 @@
 # missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libhiredis-dev redis-server redis-tools
-      valgrind clang-format clang-tidy man-db groff-base python3)
+      valgrind clang-format clang-tidy man-db groff-base python3 stress-ng)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
