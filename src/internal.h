@@ -181,6 +181,15 @@ int dlock__once_begin(dlock__chobj *o, dlock__once *w);
  * (it changed the count): the key is no longer needed by a re-send and
  * becomes the object's "previous", deleted by the next change. */
 void dlock__once_end(dlock__chobj *o, dlock__once *w, int stored);
+struct dlock__script;
+/* Runs a counting script of o once (dlock__once): KEYS = [name, (channel
+ * when with_channel,) once, (prev)], ARGV = args[0..nargs) (nargs <= 3)
+ * then the once key's TTL. The script returns 1 when it changed the count
+ * (now or by an earlier copy), 0 when nothing changed; so does this, or a
+ * negative code. */
+int dlock__chobj_count(dlock__chobj *o, const struct dlock__script *sc,
+                       int with_channel, int nargs, const char **args,
+                       const size_t *alens);
 void dlock__suffix_name(dlock__sb *b, const char *name, const char *suffix);
 
 /* A tiny string-keyed hash map (chaining); keys are borrowed. */

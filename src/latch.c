@@ -120,31 +120,15 @@ static int check_latch(dlock_latch *l) {
   return dlock__client_check(l->o.c);
 }
 
-/* Runs one of the scripts with KEYS = [name, channel, once, (prev)] and
- * ARGV = [msg, count, ttl]; 1 done, 0 nothing changed, or a negative code. */
+/* Runs one of the scripts with ARGV = [msg, count, ttl]
+ * (dlock__chobj_count); 1 done, 0 nothing changed, or a negative code. */
 static int run(dlock_latch *l, const dlock__script *sc, const char *msg,
                long long count) {
   pthread_once(&g_once, init_scripts);
-  dlock__once w;
-  int rc = dlock__once_begin(&l->o, &w);
-  if (rc)
-    return rc;
-  char cs[24], ts[24];
-  size_t cl = dlock__fmt_i64(cs, count);
-  size_t tl = dlock__fmt_i64(ts, l->o.c->latch_ttl_ms);
-  const char *keys[4] = {l->o.name, l->o.channel, w.key.p, w.prev.p};
-  size_t klens[4] = {l->o.name_len, l->o.channel_len, w.key.len, w.prev.len};
-  const char *args[3] = {msg, cs, ts};
-  size_t alens[3] = {strlen(msg), cl, tl};
-  redisReply *r = NULL;
-  long long v = 0;
-  rc = dlock__eval(l->o.c, sc, w.has_prev ? 4 : 3, keys, klens, 3, args, alens,
-                   &r);
-  if (rc == 0)
-    rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
-  dlock__once_end(&l->o, &w, rc == 0 && v == 1);
-  return rc ? rc : v == 1;
+  char cs[24];
+  const char *args[2] = {msg, cs};
+  size_t alens[2] = {strlen(msg), dlock__fmt_i64(cs, count)};
+  return dlock__chobj_count(&l->o, sc, 1, 2, args, alens);
 }
 
 int dlock_latch_init(dlock_latch *l, long long count) {

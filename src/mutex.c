@@ -786,21 +786,24 @@ int dlock__mutex_release(dlock_mutex *m) {
   return 0;
 }
 
-int dlock_mutex_force_unlock(dlock_mutex *m) {
+/* The prologue of a public call on m: clears the error, checks m and its
+ * client. */
+static int check_mutex(dlock_mutex *m) {
   dlock__clear_error();
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
-  int rc = dlock__client_check(m->c);
+  return dlock__client_check(m->c);
+}
+
+int dlock_mutex_force_unlock(dlock_mutex *m) {
+  int rc = check_mutex(m);
   return rc ? rc : m->ops->force(m);
 }
 
 /* Runs a one-key command and returns its integer reply (or -2 for nil). */
 static int simple_int(dlock_mutex *m, const char *verb, const char *arg,
                       size_t alen, long long *v) {
-  dlock__clear_error();
-  if (!m)
-    return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
-  int rc = dlock__client_check(m->c);
+  int rc = check_mutex(m);
   if (rc)
     return rc;
   const char *argv[3] = {verb, m->name, arg};
@@ -820,10 +823,7 @@ static int simple_int(dlock_mutex *m, const char *verb, const char *arg,
 }
 
 int dlock_mutex_is_locked(dlock_mutex *m) {
-  dlock__clear_error();
-  if (!m)
-    return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
-  int rc = dlock__client_check(m->c);
+  int rc = check_mutex(m);
   if (rc)
     return rc;
   /* TYPE, not EXISTS: a key of another type under the name is not a lock,

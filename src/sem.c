@@ -132,42 +132,15 @@ static int check_sem(dlock_sem *s) {
   return dlock__client_check(s->o.c);
 }
 
-/* Runs one of the counting scripts with KEYS = [name, (channel,) once,
- * (prev)] and ARGV = [n, ttl]; 1 done, 0 nothing changed, or a negative
- * code. */
+/* Runs one of the counting scripts with ARGV = [n, ttl] (dlock__chobj_count);
+ * 1 done, 0 nothing changed, or a negative code. */
 static int run(dlock_sem *s, const dlock__script *sc, int with_channel,
                long long n) {
   pthread_once(&g_once, init_scripts);
-  dlock__once w;
-  int rc = dlock__once_begin(&s->o, &w);
-  if (rc)
-    return rc;
-  char ns[24], ts[24];
-  size_t nl = dlock__fmt_i64(ns, n);
-  size_t tl = dlock__fmt_i64(ts, s->o.c->latch_ttl_ms);
-  const char *keys[4] = {s->o.name};
-  size_t klens[4] = {s->o.name_len};
-  int nk = 1;
-  if (with_channel) {
-    keys[nk] = s->o.channel;
-    klens[nk++] = s->o.channel_len;
-  }
-  keys[nk] = w.key.p;
-  klens[nk++] = w.key.len;
-  if (w.has_prev) {
-    keys[nk] = w.prev.p;
-    klens[nk++] = w.prev.len;
-  }
-  const char *args[2] = {ns, ts};
-  size_t alens[2] = {nl, tl};
-  redisReply *r = NULL;
-  long long v = 0;
-  rc = dlock__eval(s->o.c, sc, nk, keys, klens, 2, args, alens, &r);
-  if (rc == 0)
-    rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
-  dlock__once_end(&s->o, &w, rc == 0 && v == 1);
-  return rc ? rc : v == 1;
+  char ns[24];
+  const char *args[1] = {ns};
+  size_t alens[1] = {dlock__fmt_i64(ns, n)};
+  return dlock__chobj_count(&s->o, sc, with_channel, 1, args, alens);
 }
 
 int dlock_sem_init(dlock_sem *s, long long permits) {

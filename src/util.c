@@ -626,6 +626,45 @@ int dlock__once_begin(dlock__chobj *o, dlock__once *w) {
   return 0;
 }
 
+int dlock__chobj_count(dlock__chobj *o, const struct dlock__script *sc,
+                       int with_channel, int nargs, const char **args,
+                       const size_t *alens) {
+  dlock__once w;
+  int rc = dlock__once_begin(o, &w);
+  if (rc)
+    return rc;
+  const char *keys[4] = {o->name};
+  size_t klens[4] = {o->name_len};
+  int nk = 1;
+  if (with_channel) {
+    keys[nk] = o->channel;
+    klens[nk++] = o->channel_len;
+  }
+  keys[nk] = w.key.p;
+  klens[nk++] = w.key.len;
+  if (w.has_prev) {
+    keys[nk] = w.prev.p;
+    klens[nk++] = w.prev.len;
+  }
+  const char *av[4];
+  size_t al[4];
+  for (int i = 0; i < nargs && i < 3; i++) {
+    av[i] = args[i];
+    al[i] = alens[i];
+  }
+  char ts[24];
+  av[nargs] = ts;
+  al[nargs] = dlock__fmt_i64(ts, o->c->latch_ttl_ms);
+  redisReply *r = NULL;
+  long long v = 0;
+  rc = dlock__eval(o->c, sc, nk, keys, klens, nargs + 1, av, al, &r);
+  if (rc == 0)
+    rc = dlock__reply_int(r, &v);
+  freeReplyObject(r);
+  dlock__once_end(o, &w, rc == 0 && v == 1);
+  return rc ? rc : v == 1;
+}
+
 void dlock__once_end(dlock__chobj *o, dlock__once *w, int stored) {
   if (stored) {
     /* A concurrent call may have recorded its own meanwhile; the one
