@@ -127,7 +127,12 @@ sys.exit(0 if any(x["name"]=="redlock" for x in d["skipped"]) else 1)' \
   echo "redlock: orders $orders, oversold $o, lost $l, correct $c"
   [ "$o" -eq 0 ] && [ "$l" -eq 0 ] && [ "$orders" -eq 100 ] &&
     [ "$c" = true ] || fail "redlock wrong: $(cat "$TMP/out.json")" ;;
-owner_lua_correct) never_wrong owner-lua ;;
+# owner-lua is correct only while its fixed lease outlives every critical
+# section; on a loaded machine under ASan a holder stalled past the 2 s
+# default (p99 7.6 s seen under stress-ng) and the lab rightly reported an
+# oversell. That is the lesson, not a flake of the tool: give it a lease no
+# stall reaches, and test what is promised.
+owner_lua_correct) never_wrong owner-lua --lease-ms 60000 ;;
 dlock_correct) never_wrong dlock ;;
 segmented_correct) never_wrong segmented ;;
 atomic_correct) never_wrong atomic ;;
@@ -141,7 +146,10 @@ users_dlock_no_duplicates)
     [ "$o" -le 50 ] || fail "$o orders from 50 users"
   done ;;
 json_all)
-  run --strategy all --requests 400 || fail "exited $?: $(cat "$TMP/err.txt")"
+  # --lease-ms 60000: owner-lua is asserted correct below (see
+  # owner_lua_correct for why the default 2 s lease cannot be).
+  run --strategy all --requests 400 --lease-ms 60000 ||
+    fail "exited $?: $(cat "$TMP/err.txt")"
   python3 - "$TMP/out.json" <<'PY' || fail "JSON check failed"
 import json, sys
 d = json.load(open(sys.argv[1]))
