@@ -81,7 +81,7 @@ TH_CASE(wrong_type_key_is_eredis) {
     CHECK_RC(dlock_mutex_timedlock(x, 0, -1), DLOCK_EREDIS);
     CHECK_RC(dlock_mutex_is_held(x), DLOCK_EREDIS);
     CHECK_RC(dlock_mutex_hold_count(x), DLOCK_EREDIS);
-    CHECK_RC(dlock_mutex_unlock(x), DLOCK_EPERM); /* nothing recorded */
+    CHECK_RC(dlock_mutex_unlock(x), DLOCK_EPERM);     /* nothing recorded */
     CHECK_RC(dlock_mutex_is_locked(x), DLOCK_EREDIS); /* not a lock */
   }
   /* Not retried like a transient failure: the error is immediate. */
