@@ -216,11 +216,11 @@ static void sent_push(ps_state *ps, dlock__sub *s) {
   if (ps->sent_head + ps->sent_n == ps->sent_cap) {
     if (ps->sent_head > 0) {
       memmove(ps->sent, ps->sent + ps->sent_head,
-              ps->sent_n * sizeof *ps->sent);
+              ps->sent_n * sizeof(dlock__sub *));
       ps->sent_head = 0;
     } else {
       size_t nc = ps->sent_cap ? ps->sent_cap * 2 : 16;
-      dlock__sub **ns = realloc(ps->sent, nc * sizeof *ns);
+      dlock__sub **ns = realloc(ps->sent, nc * sizeof(dlock__sub *));
       if (!ns)
         return; /* an error reply then finds no command: ignored */
       ps->sent = ns;
