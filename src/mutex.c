@@ -714,7 +714,8 @@ int dlock__mutex_release(dlock_mutex *m) {
   /* A previous unlock at this count ended without a reply: send the same
    * request id, so that if it did run, its latch answers for it. */
   char rid[33];
-  if (h->unlock_rid_count > 0 && h->unlock_rid_count == h->count)
+  const int reused = h->unlock_rid_count > 0 && h->unlock_rid_count == h->count;
+  if (reused)
     rid_to_hex(h->unlock_rid, rid);
   else
     dlock__request_id(rid);
@@ -729,7 +730,8 @@ int dlock__mutex_release(dlock_mutex *m) {
   pthread_mutex_unlock(&c->reg_mu);
 
   rc = m->ops->release(m, tid, lease, rid, prev[0] ? prev : NULL);
-  int clean = (rc == 0 || rc == 1) && dlock__exec_sends() == 1;
+  /* A reused rid had earlier copies whose arrival nobody can rule out. */
+  int clean = (rc == 0 || rc == 1) && !reused && dlock__exec_sends() == 1;
 
   pthread_mutex_lock(&c->reg_mu);
   h->releasing = 0;
