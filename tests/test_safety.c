@@ -1015,6 +1015,23 @@ TH_CASE(forked_then_killed_waiter_is_not_handed_the_lock) {
   CHECK_EQ(th_get_ll(r, "forked"), 1);
   kill(w, SIGKILL);
   th_wait(w, 10000);
+  /* The server must see the waiter's subscriber go. Its EOF can reach the
+   * server's event loop after an unlock sent now (then the grant goes to
+   * the dead waiter, a race no client can close), so wait for it, bounded:
+   * with the old code the fork child kept the socket open for 5 s. */
+  t0 = th_now_ms();
+  size_t subs = 1;
+  while (th_now_ms() - t0 < 3000) {
+    redisReply *ch_list =
+        th_cmd(r, "PUBSUB CHANNELS dlock_grant__channel:{forked-wait}:*");
+    subs = ch_list->elements;
+    freeReplyObject(ch_list);
+    if (subs == 0)
+      break;
+    th_sleep_ms(10);
+  }
+  CHECK_MSG(subs == 0, "the dead waiter's subscriber outlived it by %lld ms",
+            (long long)(th_now_ms() - t0));
   CHECK_OK(dlock_mutex_unlock(mh));
   /* Free within a moment, not after the dead waiter's 10 s lease. */
   t0 = th_now_ms();
