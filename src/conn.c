@@ -32,111 +32,6 @@
 
 #include "internal.h"
 
-static struct timeval ms_tv(int ms) {
-  struct timeval tv = {ms / 1000, (suseconds_t)(ms % 1000) * 1000};
-  return tv;
-}
-
-static int is_auth_error(const char *s) {
-  return strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
-         strstr(s, "invalid password") || strstr(s, "invalid username") ||
-         strstr(s, "without any password configured") ||
-         strstr(s, "AUTH <password> called");
-}
-
-static int ctx_error(redisContext *ctx, int timeout_ms, const char *what) {
-  if (ctx->err == REDIS_ERR_IO &&
-      (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
-    return dlock__fail(DLOCK_ECONN, "%s: no reply within %d ms", what,
-                       timeout_ms);
-  if (ctx->err == REDIS_ERR_EOF)
-    return dlock__fail(DLOCK_ECONN, "%s: server closed the connection", what);
-  return dlock__fail(DLOCK_ECONN, "%s: %s", what,
-                     ctx->errstr[0] ? ctx->errstr : strerror(errno));
-}
-
-int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out) {
-  *out = NULL;
-  struct timeval ct = ms_tv(c->cfg.connect_timeout_ms);
-  redisContext *ctx = url->is_unix
-                          ? redisConnectUnixWithTimeout(url->path, ct)
-                          : redisConnectWithTimeout(url->host, url->port, ct);
-  int conn_errno = errno;
-  if (!ctx)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
-  if (ctx->err) {
-    int rc;
-    if (ctx->err == REDIS_ERR_IO &&
-        (conn_errno == EMFILE || conn_errno == ENFILE))
-      /* Not the server's fault: say so (the CLI used to report it as
-       * "cannot reach Redis"). */
-      rc = dlock__fail(DLOCK_ECONN,
-                       "cannot open a socket: too many open files (%s; "
-                       "see ulimit -n)",
-                       conn_errno == EMFILE ? "this process's limit"
-                                            : "the system's limit");
-    else if (url->is_unix)
-      rc = dlock__fail(DLOCK_ECONN, "cannot connect to unix:%s: %s", url->path,
-                       ctx->errstr);
-    else
-      rc = dlock__fail(DLOCK_ECONN, "cannot connect to %s:%d: %s", url->host,
-                       url->port, ctx->errstr);
-    redisFree(ctx);
-    return rc;
-  }
-  /* Not inherited by programs the application execs (hiredis 0.14 opens
-   * sockets without SOCK_CLOEXEC). */
-  fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
-  dlock__fd_track(ctx->fd);
-  redisSetTimeout(ctx, ms_tv(c->cfg.command_timeout_ms));
-  redisReply *r = NULL;
-  if (url->password) {
-    const char *av[3] = {"AUTH", url->user ? url->user : url->password,
-                         url->password};
-    size_t al[3] = {4, strlen(av[1]), strlen(url->password)};
-    r = dlock__ctx_cmd(ctx, url->user ? 3 : 2, av, al);
-  } else {
-    /* No credentials: a PING tells at once whether the server wants some,
-     * so a missing password is reported at connect time too. */
-    const char *av[1] = {"PING"};
-    size_t al[1] = {4};
-    r = dlock__ctx_cmd(ctx, 1, av, al);
-  }
-  if (!r) {
-    int rc = ctx_error(ctx, c->cfg.command_timeout_ms, "handshake");
-    dlock__ctx_free(ctx);
-    return rc;
-  }
-  if (r->type == REDIS_REPLY_ERROR) {
-    int rc =
-        is_auth_error(r->str) || url->password
-            ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s", r->str)
-            : dlock__fail(DLOCK_EREDIS, "%s", r->str);
-    freeReplyObject(r);
-    dlock__ctx_free(ctx);
-    return rc;
-  }
-  freeReplyObject(r);
-  if (url->db) {
-    char dbs[24];
-    const char *av[2] = {"SELECT", dbs};
-    size_t al[2] = {6, dlock__fmt_i64(dbs, url->db)};
-    r = dlock__ctx_cmd(ctx, 2, av, al);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-      int rc = r ? dlock__fail(DLOCK_EREDIS, "SELECT %d refused: %s", url->db,
-                               r->str)
-                 : ctx_error(ctx, c->cfg.command_timeout_ms, "SELECT");
-      if (r)
-        freeReplyObject(r);
-      dlock__ctx_free(ctx);
-      return rc;
-    }
-    freeReplyObject(r);
-  }
-  *out = ctx;
-  return 0;
-}
-
 /* ---- the pool ----------------------------------------------------------- */
 
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
@@ -167,14 +62,13 @@ fail_cv:
 void dlock__node_free_memory(dlock__node *n) {
   for (dlock__conn *k = n->idle; k;) {
     dlock__conn *nx = k->next;
-    dlock__ctx_free(k->ctx);
+    dlock__link_free(k->link);
     free(k);
     k = nx;
   }
   n->idle = NULL;
-  if (n->mux.ctx)
-    dlock__ctx_free(n->mux.ctx);
-  n->mux.ctx = NULL;
+  dlock__link_free(n->mux.link);
+  n->mux.link = NULL;
 }
 
 void dlock__node_destroy(dlock__node *n) {
@@ -204,9 +98,9 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
   n->total++;
   pthread_mutex_unlock(&n->mu);
   dlock__conn *k = dlock__malloc(sizeof *k);
-  int rc = k ? dlock__connect(n->c, n->url, &k->ctx)
+  int rc = k ? dlock__link_open(n->c, n->url, &k->link)
              : dlock__fail(DLOCK_ENOMEM, "out of memory");
-  if (rc != 0 || !k || !k->ctx) {
+  if (rc != 0 || !k || !k->link) {
     free(k);
     if (rc == 0)
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -244,11 +138,11 @@ static void pool_drop(dlock__node *n, dlock__conn *k, int all_idle) {
   }
   pthread_cond_broadcast(&n->cv);
   pthread_mutex_unlock(&n->mu);
-  dlock__ctx_free(k->ctx);
+  dlock__link_free(k->link);
   free(k);
   while (stale) {
     dlock__conn *nx = stale->next;
-    dlock__ctx_free(stale->ctx);
+    dlock__link_free(stale->link);
     free(stale);
     stale = nx;
   }
@@ -315,24 +209,23 @@ static pthread_cond_t *thread_cv(void) {
 static int mux_connect(dlock__node *n, int *fresh) {
   dlock__mux *m = &n->mux;
   pthread_mutex_lock(&m->mu);
-  int have = m->ctx != NULL;
+  int have = m->link != NULL;
   pthread_mutex_unlock(&m->mu);
   if (have)
     return 0;
-  redisContext *ctx = NULL;
-  int rc = dlock__connect(n->c, n->url, &ctx);
+  dlock__link *l = NULL;
+  int rc = dlock__link_open(n->c, n->url, &l);
   if (rc)
     return rc;
   pthread_mutex_lock(&m->mu);
-  if (m->ctx == NULL) {
-    m->ctx = ctx;
+  if (m->link == NULL) {
+    m->link = l;
     m->gen++;
     *fresh = 1;
-    ctx = NULL;
+    l = NULL;
   }
   pthread_mutex_unlock(&m->mu);
-  if (ctx)
-    dlock__ctx_free(ctx); /* another thread connected meanwhile */
+  dlock__link_free(l); /* another thread connected meanwhile */
   return 0;
 }
 
@@ -350,39 +243,38 @@ static void mux_fail_all(dlock__mux *m, dlock__mreq *self, int timed_out,
     h = nx;
   }
   m->head = m->tail = NULL;
-  if (m->ctx)
-    dlock__ctx_free(m->ctx);
-  m->ctx = NULL;
+  dlock__link_free(m->link);
+  m->link = NULL;
   m->broken = 0;
   pthread_cond_broadcast(&m->state_cv);
+}
+
+/* Why l failed, in the words of the router's messages. */
+static void link_why(const dlock__link *l, int timeout_ms, char *buf,
+                     size_t n) {
+  if (l->err == DLOCK__LINK_TIMEOUT)
+    snprintf(buf, n, "no reply within %d ms", timeout_ms);
+  else
+    snprintf(buf, n, "%s", l->errstr);
 }
 
 /* Reads replies until req has one. mux.mu held, m->reader set by caller. */
 static void mux_read(dlock__node *n, dlock__mreq *req) {
   dlock__mux *m = &n->mux;
   while (!req->done) {
-    redisContext *ctx = m->ctx;
+    dlock__link *l = m->link;
     pthread_mutex_unlock(&m->mu);
-    void *r = NULL;
-    int st = redisGetReply(ctx, &r);
-    int err_no = errno;
+    redisReply *r = dlock__link_reply(l);
     pthread_mutex_lock(&m->mu);
-    if (st != REDIS_OK || !m->head) {
+    if (!r || !m->head) {
+      char why[160];
+      if (r)
+        snprintf(why, sizeof why, "reply without a request (protocol error)");
+      else
+        link_why(l, n->c->cfg.command_timeout_ms, why, sizeof why);
+      int timed_out = !r && l->err == DLOCK__LINK_TIMEOUT;
       if (r)
         freeReplyObject(r);
-      char why[160];
-      int timed_out = st != REDIS_OK && ctx->err == REDIS_ERR_IO &&
-                      (err_no == EAGAIN || err_no == EWOULDBLOCK);
-      if (st == REDIS_OK)
-        snprintf(why, sizeof why, "reply without a request (protocol error)");
-      else if (timed_out)
-        snprintf(why, sizeof why, "no reply within %d ms",
-                 n->c->cfg.command_timeout_ms);
-      else if (ctx->err == REDIS_ERR_EOF)
-        snprintf(why, sizeof why, "server closed the connection");
-      else
-        snprintf(why, sizeof why, "%s",
-                 ctx->errstr[0] ? ctx->errstr : strerror(err_no));
       mux_fail_all(m, req, timed_out, why);
       break;
     }
@@ -406,81 +298,173 @@ static void mux_read(dlock__node *n, dlock__mreq *req) {
     pthread_cond_signal(m->head->cv); /* the next reader */
 }
 
-int dlock__write_all(int fd, const char *p, size_t len) {
-  while (len) {
-    /* send(MSG_NOSIGNAL), not write(2): a write to a socket the server
-     * closed must fail with EPIPE, not raise SIGPIPE in the host. */
-    ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
+/* ---- one send of a command, on either kind of connection ----------------- */
+
+/* The outcome of one send (router.c's retry loop judges it). */
+typedef struct attempt {
+  redisReply *reply; /* NULL: failed, err says how */
+  int err;           /* DLOCK_E* when reply is NULL */
+  int connecting;    /* failed before anything was written (msg is whole) */
+  int sent;          /* bytes of the command may have reached the server */
+  int fresh;         /* the connection was opened for this attempt */
+  int timed_out;     /* no reply within the command timeout */
+  char msg[192];
+} attempt;
+
+static void attempt_fail(attempt *a, int err, const char *msg) {
+  a->reply = NULL;
+  a->err = err;
+  snprintf(a->msg, sizeof a->msg, "%s", msg);
 }
 
-/* One command on the shared connection. Returns the reply, or NULL with
- * req->err set (DLOCK_ECONN / DLOCK_ENOMEM) and req->msg telling why. */
-static redisReply *mux_roundtrip(dlock__node *n, const dlock__sb *b,
-                                 dlock__mreq *req) {
+/* Encoded command b on the shared connection (a->fresh set once). */
+static redisReply *mux_roundtrip(dlock__node *n, void *unused,
+                                 const dlock__sb *b, attempt *a) {
+  (void)unused;
   dlock__mux *m = &n->mux;
-  memset(req, 0, sizeof *req);
-  if (b->oom || !(req->cv = thread_cv())) {
-    req->err = DLOCK_ENOMEM;
-    snprintf(req->msg, sizeof req->msg, "out of memory");
+  dlock__mreq req;
+  memset(&req, 0, sizeof req);
+  if (b->oom || !(req.cv = thread_cv())) {
+    attempt_fail(a, DLOCK_ENOMEM, "out of memory");
     return NULL;
   }
-  int fresh = 0;
   for (;;) {
-    int rc = mux_connect(n, &fresh);
+    int rc = mux_connect(n, &a->fresh);
     if (rc) {
-      req->err = rc;
-      snprintf(req->msg, sizeof req->msg, "%s", dlock_last_error());
+      a->connecting = 1;
+      attempt_fail(a, rc, dlock_last_error());
       return NULL;
     }
     pthread_mutex_lock(&m->mu);
     while (m->broken)
       pthread_cond_wait(&m->state_cv, &m->mu);
-    if (m->ctx)
+    if (m->link)
       break;
     pthread_mutex_unlock(&m->mu); /* closed meanwhile: connect again */
   }
-  req->fresh = fresh;
-  if (dlock__write_all(m->ctx->fd, b->p, b->len) != 0) {
-    int e = errno;
-    int timed_out = e == EAGAIN || e == EWOULDBLOCK;
-    req->err = DLOCK_ECONN;
-    req->timed_out = timed_out;
-    snprintf(req->msg, sizeof req->msg, "%s",
-             timed_out ? "write timed out" : strerror(e));
+  a->sent = 1;
+  if (dlock__link_send(m->link, b->p, b->len) != 0) {
+    a->timed_out = m->link->err == DLOCK__LINK_TIMEOUT;
+    attempt_fail(a, DLOCK_ECONN,
+                 a->timed_out ? "write timed out" : m->link->errstr);
     if (m->reader) {
       /* Wake the reader; it fails the queue and closes the connection. */
       m->broken = 1;
-      shutdown(m->ctx->fd, SHUT_RDWR);
+      shutdown(m->link->fd, SHUT_RDWR);
     } else {
-      mux_fail_all(m, req, timed_out, req->msg);
+      mux_fail_all(m, &req, a->timed_out, a->msg);
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
   }
   if (m->tail)
-    m->tail->next = req;
+    m->tail->next = &req;
   else
-    m->head = req;
-  m->tail = req;
-  while (!req->done) {
-    if (!m->reader && m->head == req) {
+    m->head = &req;
+  m->tail = &req;
+  while (!req.done) {
+    if (!m->reader && m->head == &req) {
       m->reader = 1;
-      mux_read(n, req);
+      mux_read(n, &req);
       break;
     }
-    pthread_cond_wait(req->cv, &m->mu);
+    pthread_cond_wait(req.cv, &m->mu);
   }
   pthread_mutex_unlock(&m->mu);
-  return req->reply;
+  if (!req.reply) {
+    a->timed_out = req.timed_out;
+    attempt_fail(a, req.err, req.msg);
+  }
+  return req.reply;
+}
+
+/* Encoded command b on a pooled connection. */
+static redisReply *pool_roundtrip(dlock__node *n, void *conn,
+                                  const dlock__sb *b, attempt *a) {
+  dlock__link *l = ((dlock__conn *)conn)->link;
+  if (b->oom) {
+    attempt_fail(a, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  a->sent = 1;
+  redisReply *r =
+      dlock__link_send(l, b->p, b->len) == 0 ? dlock__link_reply(l) : NULL;
+  if (!r) {
+    char why[160];
+    link_why(l, n->c->cfg.command_timeout_ms, why, sizeof why);
+    a->timed_out = l->err == DLOCK__LINK_TIMEOUT;
+    attempt_fail(a, l->err == DLOCK__LINK_OOM ? DLOCK_ENOMEM : DLOCK_ECONN,
+                 why);
+  }
+  return r;
+}
+
+typedef redisReply *roundtrip_fn(dlock__node *n, void *conn, const dlock__sb *b,
+                                 attempt *a);
+
+/* RESP of cmd into b; with eval, EVAL and the script's body in place of
+ * EVALSHA and its digest (the router's answer to NOSCRIPT). */
+static void encode_cmd(dlock__sb *b, const dlock__cmd *cmd, int eval) {
+  dlock__sb_reset(b);
+  dlock__sb_add(b, "*", 1);
+  dlock__sb_addu64(b, (uint64_t)cmd->argc);
+  dlock__sb_add(b, "\r\n", 2);
+  for (int i = 0; i < cmd->argc; i++) {
+    const char *s = cmd->argv[i];
+    size_t l = cmd->argvlen[i];
+    if (eval && i < 2) {
+      s = i == 0 ? "EVAL" : cmd->script->body;
+      l = strlen(s);
+    }
+    dlock__sb_add(b, "$", 1);
+    dlock__sb_addu64(b, l);
+    dlock__sb_add(b, "\r\n", 2);
+    dlock__sb_add(b, s, l);
+    dlock__sb_add(b, "\r\n", 2);
+  }
+}
+
+/* One command over rt; a NOSCRIPT reply is answered with EVAL on the same
+ * connection (the server lost its script cache: SCRIPT FLUSH, restart;
+ * EVAL also caches the script for the next EVALSHA). */
+static void send_cmd(dlock__node *n, roundtrip_fn *rt, void *conn,
+                     const dlock__cmd *cmd, attempt *a) {
+  dlock__sb b;
+  char buf[1024];
+  dlock__sb_init_buf(&b, buf, sizeof buf);
+  encode_cmd(&b, cmd, 0);
+  redisReply *r = rt(n, conn, &b, a);
+  if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
+      strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    freeReplyObject(r);
+    encode_cmd(&b, cmd, 1);
+    r = rt(n, conn, &b, a);
+  }
+  a->reply = r;
+  dlock__sb_free(&b);
+}
+
+/* One send on a connection of the node: its shared one, or a pooled one
+ * (borrowed, then returned, or dropped when it failed). */
+static void node_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
+  memset(a, 0, sizeof *a);
+  if (n->use_mux) {
+    send_cmd(n, mux_roundtrip, NULL, cmd, a);
+    return;
+  }
+  dlock__conn *k = NULL;
+  int rc = pool_get(n, &k, &a->fresh);
+  if (rc) {
+    a->connecting = 1;
+    attempt_fail(a, rc, dlock_last_error());
+    return;
+  }
+  send_cmd(n, pool_roundtrip, k, cmd, a);
+  if (a->reply)
+    pool_put(n, k);
+  else
+    /* A failure most likely broke the idle ones too (server restart). */
+    pool_drop(n, k, 1);
 }
 
 /* ---- the router --------------------------------------------------------- */
@@ -512,96 +496,47 @@ void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
   }
 }
 
-/* hiredis writes with write(2), which raises SIGPIPE on a socket the server
- * closed. dlock writes every byte itself (dlock__write_all: send with
- * MSG_NOSIGNAL) and uses hiredis only to format and to read. On failure
- * ctx->err/errstr are set as hiredis would. */
-void dlock__ctx_free(redisContext *ctx) {
-  if (!ctx)
-    return;
-  dlock__fd_untrack(ctx->fd);
-  redisFree(ctx);
-}
-
-static int ctx_send(redisContext *ctx, const char *p, size_t len) {
-  if (dlock__write_all(ctx->fd, p, len) == 0)
-    return 0;
-  int e = errno;
-  ctx->err = REDIS_ERR_IO;
-  snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(e));
-  errno = e;
-  return -1;
-}
-
-redisReply *dlock__ctx_cmd(redisContext *ctx, int argc, const char **argv,
-                           const size_t *lens) {
-  dlock__sb b;
-  dlock__sb_init(&b);
-  dlock__resp_argv(&b, argc, argv, lens);
-  redisReply *r = NULL;
-  if (b.oom) {
-    ctx->err = REDIS_ERR_OOM;
-    snprintf(ctx->errstr, sizeof ctx->errstr, "out of memory");
-  } else if (ctx_send(ctx, b.p, b.len) == 0) {
-    void *v = NULL;
-    if (redisGetReply(ctx, &v) == REDIS_OK)
-      r = v;
-  }
-  dlock__sb_free(&b);
-  return r;
-}
-
-static redisReply *roundtrip(redisContext *ctx, const dlock__sb *b) {
-  if (b->oom)
-    return NULL; /* ctx->err stays 0: the caller reports DLOCK_ENOMEM */
-  if (ctx_send(ctx, b->p, b->len) != 0)
-    return NULL;
-  void *r = NULL;
-  if (redisGetReply(ctx, &r) != REDIS_OK)
-    return NULL;
-  return r;
-}
-
-/* One command: on ctx (a pooled connection), or on the node's shared
- * connection when ctx is NULL (then req tells why it failed). */
-static redisReply *send_cmd(dlock__node *n, redisContext *ctx,
-                            const dlock__cmd *cmd, dlock__mreq *req) {
-  dlock__sb b;
-  char buf[1024];
-  dlock__sb_init_buf(&b, buf, sizeof buf);
-  dlock__resp_argv(&b, cmd->argc, cmd->argv, cmd->argvlen);
-  redisReply *r = ctx   ? roundtrip(ctx, &b)
-                  : req ? mux_roundtrip(n, &b, req)
-                        : NULL;
-  if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
-      strncmp(r->str, "NOSCRIPT", 8) == 0) {
-    /* The server lost its script cache (SCRIPT FLUSH, restart): send the
-     * body once; EVAL also caches it for the next EVALSHA. */
-    freeReplyObject(r);
-    const char *a01[2] = {"EVAL", cmd->script->body};
-    size_t l01[2] = {4, strlen(cmd->script->body)};
-    dlock__sb_reset(&b);
-    dlock__sb_add(&b, "*", 1);
-    dlock__sb_addu64(&b, (uint64_t)cmd->argc);
-    dlock__sb_add(&b, "\r\n", 2);
-    for (int i = 0; i < cmd->argc; i++) {
-      const char *a = i < 2 ? a01[i] : cmd->argv[i];
-      size_t l = i < 2 ? l01[i] : cmd->argvlen[i];
-      dlock__sb_add(&b, "$", 1);
-      dlock__sb_addu64(&b, l);
-      dlock__sb_add(&b, "\r\n", 2);
-      dlock__sb_add(&b, a, l);
-      dlock__sb_add(&b, "\r\n", 2);
-    }
-    r = ctx ? roundtrip(ctx, &b) : req ? mux_roundtrip(n, &b, req) : NULL;
-  }
-  dlock__sb_free(&b);
-  return r;
-}
-
 static _Thread_local int t_sends;
 
 int dlock__exec_sends(void) { return t_sends; }
+
+enum { FINAL, RETRY, RETRY_NOW };
+
+/* Judges one attempt: FINAL (*rc is the answer, *out set on success),
+ * RETRY (*rc is the error to return if no attempt is left) or RETRY_NOW
+ * (a connection that was idle before broke without timing out -- it most
+ * likely died while idle: server restart, CLIENT KILL -- so a fresh one is
+ * tried at once, without counting as an attempt; once per call). */
+static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
+                 redisReply **out, int *rc) {
+  redisReply *r = a->reply;
+  if (r && r->type != REDIS_REPLY_ERROR) {
+    *out = r;
+    *rc = 0;
+    return FINAL;
+  }
+  if (r) {
+    int retry = retryable_reply(r->str);
+    *rc = !retry && dlock__is_auth_error(r->str)
+              ? dlock__fail(DLOCK_EAUTH, "authentication required: %s", r->str)
+              : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+    freeReplyObject(r);
+    return retry ? RETRY : FINAL;
+  }
+  if (a->err != DLOCK_ECONN) {
+    *rc = dlock__fail(a->err, "%s", a->msg);
+    return FINAL;
+  }
+  *rc = a->connecting
+            ? dlock__fail(DLOCK_ECONN, "%s", a->msg)
+            : dlock__fail(DLOCK_ECONN, "%s: %s", cmd->argv[0], a->msg);
+  if (!a->connecting && !a->fresh && !a->timed_out && !*stale_used &&
+      cmd->no_retry < 2) {
+    *stale_used = 1;
+    return RETRY_NOW;
+  }
+  return RETRY;
+}
 
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   *out = NULL;
@@ -611,93 +546,17 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
       cmd->no_retry
           ? 1
           : 1 + (c->cfg.retry_attempts > 0 ? c->cfg.retry_attempts : 0);
-  int stale_retry_used = 0;
-  int rc = DLOCK_ECONN;
-  if (n->use_mux) {
-    for (int i = 0;;) {
-      dlock__mreq req;
-      t_sends++;
-      redisReply *r = send_cmd(n, NULL, cmd, &req);
-      if (!r) {
-        if (req.err != DLOCK_ECONN)
-          return dlock__fail(req.err, "%s", req.msg);
-        rc = dlock__fail(DLOCK_ECONN, "%s: %s", cmd->argv[0], req.msg);
-        /* As with the pool below: a connection that was in use before and
-         * broke without a timeout most likely died while idle. */
-        if (!req.fresh && !req.timed_out && !stale_retry_used &&
-            cmd->no_retry < 2) {
-          stale_retry_used = 1;
-          continue;
-        }
-      } else if (r->type == REDIS_REPLY_ERROR) {
-        if (retryable_reply(r->str)) {
-          rc = dlock__fail(DLOCK_EREDIS, "%s", r->str);
-          freeReplyObject(r);
-        } else {
-          rc = is_auth_error(r->str)
-                   ? dlock__fail(DLOCK_EAUTH, "authentication required: %s",
-                                 r->str)
-                   : dlock__fail(DLOCK_EREDIS, "%s", r->str);
-          freeReplyObject(r);
-          return rc;
-        }
-      } else {
-        *out = r;
-        return 0;
-      }
-      if (++i >= attempts)
-        return rc;
-      if (atomic_load(&c->closing))
-        return dlock__fail(DLOCK_ECLOSED, "client is closing");
-      dlock__sleep_ms(c->cfg.retry_interval_ms);
-    }
-  }
+  int stale_used = 0;
   for (int i = 0;;) {
-    dlock__conn *k = NULL;
-    int fresh = 0;
-    rc = pool_get(n, &k, &fresh);
-    if (rc == DLOCK_EAUTH || rc == DLOCK_EREDIS || rc == DLOCK_ENOMEM)
+    attempt a;
+    node_send(n, cmd, &a);
+    t_sends += a.sent;
+    int rc;
+    int verdict = judge(cmd, &a, &stale_used, out, &rc);
+    if (verdict == FINAL)
       return rc;
-    if (rc == 0 && k) {
-      t_sends++;
-      redisReply *r = send_cmd(n, k->ctx, cmd, NULL);
-      if (!r) {
-        int timed_out = k->ctx->err == REDIS_ERR_IO &&
-                        (errno == EAGAIN || errno == EWOULDBLOCK);
-        rc = k->ctx->err
-                 ? ctx_error(k->ctx, c->cfg.command_timeout_ms, cmd->argv[0])
-                 : dlock__fail(DLOCK_ENOMEM, "out of memory");
-        /* A reused connection that broke without timing out most likely
-         * died while idle (server restart, CLIENT KILL): try a fresh one at
-         * once. A timeout is real trouble and waits like any failure. */
-        int eof_on_idle = !fresh && !timed_out;
-        pool_drop(n, k, 1);
-        if (rc == DLOCK_ENOMEM)
-          return rc;
-        if (eof_on_idle && !stale_retry_used && cmd->no_retry < 2) {
-          stale_retry_used = 1;
-          continue;
-        }
-      } else if (r->type == REDIS_REPLY_ERROR) {
-        if (retryable_reply(r->str)) {
-          rc = dlock__fail(DLOCK_EREDIS, "%s", r->str);
-          freeReplyObject(r);
-          pool_put(n, k);
-        } else {
-          rc = is_auth_error(r->str)
-                   ? dlock__fail(DLOCK_EAUTH, "authentication required: %s",
-                                 r->str)
-                   : dlock__fail(DLOCK_EREDIS, "%s", r->str);
-          freeReplyObject(r);
-          pool_put(n, k);
-          return rc;
-        }
-      } else {
-        pool_put(n, k);
-        *out = r;
-        return 0;
-      }
-    }
+    if (verdict == RETRY_NOW)
+      continue;
     if (++i >= attempts)
       return rc;
     if (atomic_load(&c->closing))

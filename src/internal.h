@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+#include <sys/types.h>
 
 #include <hiredis/hiredis.h>
 
@@ -245,11 +246,83 @@ enum {
 void dlock__script_init(dlock__script *s);
 const dlock__script *dlock__core_script(int id);
 
-/* ---- connections, nodes and the router (conn.c) ------------------------- */
+/* ---- links: one connection to one server (link.c) ---------------------- */
+
+typedef struct dlock__link dlock__link;
+
+/* The transport of a link: how bytes go over its socket (plain TCP and
+ * unix sockets; TLS is a second table). read/write behave like recv/send
+ * on the link's socket (> 0 bytes, 0 end of stream, -1 with errno: EAGAIN
+ * when a timeout or a non-blocking socket stopped it). pending: bytes the
+ * transport has decoded and buffered, which poll(2) on the socket cannot
+ * see. close frees the transport's state (not the socket). */
+typedef struct dlock__link_ops {
+  const char *name;
+  ssize_t (*read)(dlock__link *l, void *buf, size_t n);
+  ssize_t (*write)(dlock__link *l, const void *buf, size_t n);
+  size_t (*pending)(const dlock__link *l);
+  void (*close)(dlock__link *l);
+} dlock__link_ops;
+
+extern const dlock__link_ops dlock__plain_link_ops;
+
+/* Why a link's last operation failed (dlock__link.err). */
+enum {
+  DLOCK__LINK_OK,
+  DLOCK__LINK_IO,      /* the socket failed (errstr says how) */
+  DLOCK__LINK_EOF,     /* the server closed the connection */
+  DLOCK__LINK_TIMEOUT, /* no progress within the link's timeout */
+  DLOCK__LINK_PROTO,   /* the bytes were not RESP */
+  DLOCK__LINK_OOM
+};
+
+/* Used by one thread at a time (the pool lends it out; the multiplexed
+ * connection has one reader and serialises writers). */
+struct dlock__link {
+  const dlock__link_ops *ops;
+  int fd;
+  void *tls; /* the transport's state, when it has one */
+  redisReader *reader;
+  int err; /* DLOCK__LINK_*: the last failure */
+  char errstr[128];
+};
+
+/* Connects to url with the client's timeouts (connect_timeout_ms, then
+ * command_timeout_ms for every read and write), then AUTH (or PING) and
+ * SELECT. 0 and *out (free with dlock__link_free), or DLOCK_ECONN /
+ * DLOCK_EAUTH / DLOCK_EREDIS / DLOCK_ENOMEM with the message set. */
+int dlock__link_open(dlock_client *c, const dlock__url *url, dlock__link **out);
+/* Closes the socket (untracking it: see dlock__fd_track) and frees l.
+ * Accepts NULL. */
+void dlock__link_free(dlock__link *l);
+/* Read and write timeouts of the socket; 0 = none (block, or poll first). */
+void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms);
+/* Writes all of p. 0, or -1 with l->err set. */
+int dlock__link_send(dlock__link *l, const char *p, size_t len);
+/* One read from the socket into the reader. 0, or -1 with l->err set. */
+int dlock__link_read(dlock__link *l);
+/* The next complete reply already read, without I/O: 0 with *out (NULL
+ * when none is complete), or -1 (protocol error, l->err set). */
+int dlock__link_next(dlock__link *l, redisReply **out);
+/* The next reply, reading as needed; NULL with l->err set on failure. */
+redisReply *dlock__link_reply(dlock__link *l);
+/* Bytes the transport holds that poll(2) cannot see (read them first). */
+size_t dlock__link_pending(const dlock__link *l);
+/* One command: written, then its reply read. NULL with l->err set. */
+redisReply *dlock__link_cmd(dlock__link *l, int argc, const char **argv,
+                            const size_t *lens);
+/* Sets the thread's message for l's failure of `what` and returns the
+ * code: DLOCK_ECONN ("no reply within timeout_ms ms", "server closed the
+ * connection", the socket's error), DLOCK_EPROTO or DLOCK_ENOMEM. */
+int dlock__link_fail(const dlock__link *l, int timeout_ms, const char *what);
+/* 1 if the server's error reply s means missing or wrong credentials. */
+int dlock__is_auth_error(const char *s);
+
+/* ---- nodes and the router (conn.c) -------------------------------------- */
 
 typedef struct dlock__conn {
   struct dlock__conn *next;
-  redisContext *ctx;
+  dlock__link *link;
 } dlock__conn;
 
 /* A request waiting in a multiplexed connection (conn.c). */
@@ -261,10 +334,10 @@ typedef struct dlock__mreq dlock__mreq;
 typedef struct dlock__mux {
   pthread_mutex_t mu;
   pthread_cond_t state_cv;  /* a broken connection was closed */
-  redisContext *ctx;        /* NULL: not connected */
-  unsigned gen;             /* increases with every new ctx */
+  dlock__link *link;        /* NULL: not connected */
+  unsigned gen;             /* increases with every new link */
   int reader;               /* a thread is reading replies */
-  int broken;               /* a write failed; the reader closes ctx */
+  int broken;               /* a write failed; the reader closes the link */
   dlock__mreq *head, *tail; /* written, waiting for their replies */
 } dlock__mux;
 
@@ -306,9 +379,6 @@ int dlock__thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 void dlock__client_ref(dlock_client *c);
 void dlock__client_unref(dlock_client *c);
 
-/* Connects a blocking context to url with the client's timeouts, then AUTH
- * and SELECT. Returns 0 or DLOCK_ECONN / DLOCK_EAUTH / DLOCK_EREDIS. */
-int dlock__connect(dlock_client *c, const dlock__url *url, redisContext **out);
 /* How many times the calling thread's last dlock__exec sent its command
  * (1 = no re-send: no other copy of it exists). */
 int dlock__exec_sends(void);
@@ -320,16 +390,6 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
  * track after a connection is made, untrack before it is closed. */
 void dlock__fd_track(int fd);
 void dlock__fd_untrack(int fd);
-/* Untracks the context's socket, then redisFree. Every context the library
- * made with dlock__connect is freed with it. Accepts NULL. */
-void dlock__ctx_free(redisContext *ctx);
-/* Writes all of p to the socket fd with send(MSG_NOSIGNAL) (EINTR
- * retried): never SIGPIPE. 0 or -1 (errno). */
-int dlock__write_all(int fd, const char *p, size_t len);
-/* One command on a blocking hiredis context: written by dlock (never
- * SIGPIPE), the reply read by hiredis. NULL on failure, ctx->err set. */
-redisReply *dlock__ctx_cmd(redisContext *ctx, int argc, const char **argv,
-                           const size_t *lens);
 /* Appends the RESP encoding of argv to b. */
 void dlock__resp_argv(dlock__sb *b, int argc, const char **argv,
                       const size_t *lens);
@@ -345,7 +405,8 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
 int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **keys, const size_t *klens, int nargs,
                      const char **args, const size_t *alens, redisReply **out);
-/* Builds an EVALSHA into a pipeline on ctx (used by the watchdog). */
+/* The node of url with at most max pooled connections: 0 or DLOCK_ENOMEM.
+ * Connections are made on first use (or by dlock__node_warm). */
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
                      int max);
 void dlock__node_destroy(dlock__node *n);

@@ -202,7 +202,7 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
 /* ---- the subscriber thread ---------------------------------------------- */
 
 typedef struct ps_state {
-  redisContext *ctx;
+  dlock__link *link; /* the subscriber connection, or NULL */
   int64_t next_connect_at;
   int64_t backoff;
   /* (UN)SUBSCRIBE commands written and not yet fully confirmed, in order:
@@ -268,12 +268,12 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
   dlock__sub **pp = &c->sub_list;
   while (*pp) {
     dlock__sub *s = *pp;
-    if (s->refs > 0 && s->state == DLOCK__SUB_IDLE && ps->ctx) {
+    if (s->refs > 0 && s->state == DLOCK__SUB_IDLE && ps->link) {
       append_sub_cmd(ps, "SUBSCRIBE", s);
       s->state = DLOCK__SUB_SUBSCRIBING;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_ACTIVE) {
       int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
-      if (now >= due && ps->ctx) {
+      if (now >= due && ps->link) {
         append_sub_cmd(ps, "UNSUBSCRIBE", s);
         s->state = DLOCK__SUB_UNSUBSCRIBING;
       } else if (next < 0 || due < next) {
@@ -293,9 +293,9 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
 }
 
 static void on_disconnect(dlock_client *c, ps_state *ps) {
-  if (ps->ctx) {
-    dlock__ctx_free(ps->ctx);
-    ps->ctx = NULL;
+  if (ps->link) {
+    dlock__link_free(ps->link);
+    ps->link = NULL;
   }
   dlock__sb_reset(&ps->out);
   ps->out.oom = 0;
@@ -450,8 +450,7 @@ static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
 static int flush_out(ps_state *ps) {
   if (ps->out.oom)
     return -1;
-  int rc =
-      ps->out.len ? dlock__write_all(ps->ctx->fd, ps->out.p, ps->out.len) : 0;
+  int rc = ps->out.len ? dlock__link_send(ps->link, ps->out.p, ps->out.len) : 0;
   dlock__sb_reset(&ps->out);
   return rc;
 }
@@ -466,62 +465,97 @@ int dlock_client_cancel_waits(dlock_client *c) {
   return 0;
 }
 
+/* Connects the subscriber (when waiters want it and the back-off allows). */
+static void ps_connect(dlock_client *c, ps_state *ps) {
+  dlock__link *l;
+  if (dlock__link_open(c, &c->url, &l) != 0) {
+    on_disconnect(c, ps);
+    return;
+  }
+  /* Reads are driven by poll; a read timeout would only add noise. Writes
+   * (a few (UN)SUBSCRIBEs) keep theirs. */
+  dlock__link_set_timeout(l, 0, c->cfg.command_timeout_ms);
+  ps->link = l;
+  ps->backoff = 50;
+  pthread_mutex_lock(&c->sub_mu);
+  c->ps_connected = 1;
+  pthread_mutex_unlock(&c->sub_mu);
+}
+
+/* Reads what the subscriber connection has and handles every complete
+ * reply. 0, or -1 when the connection failed (already handled). */
+static int ps_read(dlock_client *c, ps_state *ps) {
+  do {
+    if (dlock__link_read(ps->link) != 0) {
+      on_disconnect(c, ps);
+      return -1;
+    }
+    for (;;) {
+      redisReply *rep;
+      if (dlock__link_next(ps->link, &rep) != 0) {
+        on_disconnect(c, ps);
+        return -1;
+      }
+      if (!rep)
+        break;
+      on_reply(c, ps, rep);
+      freeReplyObject(rep);
+    }
+  } while (dlock__link_pending(ps->link) > 0);
+  return 0;
+}
+
+/* A dlock_client_cancel_waits() since the last look kicks every waiter. */
+static void ps_cancels(dlock_client *c, unsigned *seen) {
+  unsigned cg = atomic_load(&c->cancel_gen);
+  if (cg == *seen)
+    return;
+  *seen = cg;
+  pthread_mutex_lock(&c->sub_mu);
+  for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+    kick_all(s);
+  pthread_mutex_unlock(&c->sub_mu);
+}
+
+/* How long poll may sleep: until a lingering subscription is due to go or
+ * (when waiters want a connection) the next connect attempt; -1 = no bound. */
+static int ps_poll_timeout(const ps_state *ps, int wanted, int64_t linger_due) {
+  int64_t now = dlock__now_ms(), t = -1;
+  if (linger_due >= 0)
+    t = linger_due > now ? linger_due - now : 0;
+  if (!ps->link && wanted) {
+    int64_t d = ps->next_connect_at > now ? ps->next_connect_at - now : 0;
+    if (t < 0 || d < t)
+      t = d;
+  }
+  return t > INT32_MAX ? INT32_MAX : (int)t;
+}
+
 static void *ps_main(void *arg) {
   dlock_client *c = arg;
   ps_state ps = {NULL, 0, 50, NULL, 0, 0, 0, {0}};
   dlock__sb_init(&ps.out);
   unsigned seen_cancel = atomic_load(&c->cancel_gen);
-  for (;;) {
-    if (atomic_load(&c->closing))
-      break;
-    unsigned cg = atomic_load(&c->cancel_gen);
-    if (cg != seen_cancel) {
-      seen_cancel = cg;
-      pthread_mutex_lock(&c->sub_mu);
-      for (dlock__sub *s = c->sub_list; s; s = s->next_all)
-        kick_all(s);
-      pthread_mutex_unlock(&c->sub_mu);
-    }
-    int64_t now = dlock__now_ms();
+  while (!atomic_load(&c->closing)) {
+    ps_cancels(c, &seen_cancel);
     pthread_mutex_lock(&c->sub_mu);
     int wanted = 0;
     for (dlock__sub *s = c->sub_list; s; s = s->next_all)
       wanted |= s->refs > 0;
     pthread_mutex_unlock(&c->sub_mu);
-    if (!ps.ctx && wanted && now >= ps.next_connect_at) {
-      redisContext *ctx;
-      if (dlock__connect(c, &c->url, &ctx) == 0) {
-        /* Reads are driven by poll; a read timeout would only add noise. */
-        struct timeval tv = {0, 0};
-        redisSetTimeout(ctx, tv);
-        ps.ctx = ctx;
-        ps.backoff = 50;
-        pthread_mutex_lock(&c->sub_mu);
-        c->ps_connected = 1;
-        pthread_mutex_unlock(&c->sub_mu);
-      } else {
-        on_disconnect(c, &ps);
-      }
-    }
+    if (!ps.link && wanted && dlock__now_ms() >= ps.next_connect_at)
+      ps_connect(c, &ps);
     pthread_mutex_lock(&c->sub_mu);
     int64_t linger_due = reconcile(c, &ps);
     pthread_mutex_unlock(&c->sub_mu);
-    if (ps.ctx && flush_out(&ps) != 0) {
+    if (ps.link && flush_out(&ps) != 0) {
       on_disconnect(c, &ps);
       continue;
     }
-    int timeout = -1;
-    now = dlock__now_ms();
-    if (linger_due >= 0)
-      timeout = (int)(linger_due > now ? linger_due - now : 0);
-    if (!ps.ctx && wanted) {
-      int64_t d = ps.next_connect_at > now ? ps.next_connect_at - now : 0;
-      if (timeout < 0 || d < timeout)
-        timeout = (int)d;
-    }
     struct pollfd pf[2] = {{c->ps_pipe[0], POLLIN, 0},
-                           {ps.ctx ? ps.ctx->fd : -1, POLLIN, 0}};
-    int pr = poll(pf, ps.ctx ? 2 : 1, timeout);
+                           {ps.link ? ps.link->fd : -1, POLLIN, 0}};
+    int pr =
+        poll(pf, ps.link ? 2 : 1, ps_poll_timeout(&ps, wanted, linger_due));
     if (pr < 0 && errno != EINTR)
       dlock__sleep_ms(10);
     if (pr <= 0)
@@ -531,26 +565,10 @@ static void *ps_main(void *arg) {
       while (read(c->ps_pipe[0], buf, sizeof buf) > 0) {
       }
     }
-    if (ps.ctx && pf[1].revents) {
-      if (redisBufferRead(ps.ctx) != REDIS_OK) {
-        on_disconnect(c, &ps);
-        continue;
-      }
-      void *rep;
-      for (;;) {
-        if (redisGetReplyFromReader(ps.ctx, &rep) != REDIS_OK) {
-          on_disconnect(c, &ps);
-          break;
-        }
-        if (!rep)
-          break;
-        on_reply(c, &ps, rep);
-        freeReplyObject(rep);
-      }
-    }
+    if (ps.link && pf[1].revents)
+      ps_read(c, &ps);
   }
-  if (ps.ctx)
-    dlock__ctx_free(ps.ctx);
+  dlock__link_free(ps.link);
   free(ps.sent);
   dlock__sb_free(&ps.out);
   return NULL;

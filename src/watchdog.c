@@ -99,108 +99,133 @@ typedef struct wd_item {
 } wd_item;
 
 typedef struct wd_state {
-  redisContext *ctx;
+  dlock__link *link; /* the watchdog's own connection, or NULL */
   wd_item *items;
+  char *flags; /* one per item: 1 renewed, 0 gone, 2 unknown */
   size_t cap;
 } wd_state;
 
-/* Sends the batch; fills flags[i] with 1 (renewed) / 0 (gone). Returns 0,
- * or a negative code if the batch as a whole failed. Called without reg_mu. */
-static int renew_batch(dlock_client *c, wd_state *st, size_t n, char *flags) {
+/* The hash field of it into buf ("<uuid>:<tid>" + the kind's suffix). */
+static size_t item_field(dlock_client *c, const wd_item *it, char *buf) {
+  size_t fl = dlock__field(c, it->tid, buf);
+  size_t sl = strlen(it->suffix);
+  if (fl + sl >= DLOCK__FIELD_MAX)
+    sl = DLOCK__FIELD_MAX - 1 - fl;
+  memcpy(buf + fl, it->suffix, sl);
+  buf[fl + sl] = '\0';
+  return fl + sl;
+}
+
+/* Writes one EVALSHA of the renew script for items[0..k). 0 or -1. */
+static int send_chunk(dlock_client *c, wd_state *st, const wd_item *items,
+                      size_t k, const char *lease, size_t ll) {
   const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
-  if (!st->ctx) {
-    int rc = dlock__connect(c, &c->url, &st->ctx);
+  const char *argv[3 + 2 * WD_CHUNK + 1];
+  size_t lens[3 + 2 * WD_CHUNK + 1];
+  static _Thread_local char fields[WD_CHUNK][DLOCK__FIELD_MAX];
+  char nk[24];
+  int argc = 0;
+  argv[argc] = "EVALSHA";
+  lens[argc++] = 7;
+  argv[argc] = s->sha;
+  lens[argc++] = 40;
+  argv[argc] = nk;
+  lens[argc++] = dlock__fmt_i64(nk, (int64_t)k);
+  for (size_t i = 0; i < k; i++) {
+    argv[argc] = items[i].name;
+    lens[argc++] = items[i].name_len;
+  }
+  argv[argc] = lease;
+  lens[argc++] = ll;
+  for (size_t i = 0; i < k; i++) {
+    argv[argc] = fields[i];
+    lens[argc++] = item_field(c, &items[i], fields[i]);
+  }
+  dlock__sb b;
+  char buf[32768];
+  dlock__sb_init_buf(&b, buf, sizeof buf);
+  dlock__resp_argv(&b, argc, argv, lens);
+  /* Written chunk by chunk: a buffer for the whole batch would grow to
+   * megabytes for 100k locks. */
+  int ok = !b.oom && dlock__link_send(st->link, b.p, b.len) == 0;
+  dlock__sb_free(&b);
+  return ok ? 0 : -1;
+}
+
+/* Reads and drops the replies of chunks [from, nchunks): the connection
+ * stays in step after a batch is abandoned. 0 or -1. */
+static int drain(wd_state *st, size_t from, size_t nchunks) {
+  for (size_t rest = from; rest < nchunks; rest++) {
+    redisReply *r = dlock__link_reply(st->link);
+    if (!r)
+      return -1;
+    freeReplyObject(r);
+  }
+  return 0;
+}
+
+/* Reads the reply of chunk ch (k items from at) into st->flags. 0, a
+ * negative code (the batch failed; retried later), or 1 on a connection
+ * failure. */
+static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
+                      size_t k) {
+  redisReply *r = dlock__link_reply(st->link);
+  if (!r)
+    return 1;
+  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    /* Script cache lost: load it, drain the chunks in flight, and let the
+     * whole batch be retried. */
+    freeReplyObject(r);
+    const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
+    const char *av[3] = {"SCRIPT", "LOAD", s->body};
+    size_t al[3] = {6, 4, strlen(s->body)};
+    if (!(r = dlock__link_cmd(st->link, 3, av, al)))
+      return 1;
+    freeReplyObject(r);
+    return drain(st, ch + 1, nchunks)
+               ? 1
+               : dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; "
+                                           "retrying");
+  }
+  if (r->type != REDIS_REPLY_STRING || r->len != k) {
+    int rc = r->type == REDIS_REPLY_ERROR
+                 ? dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str)
+                 : dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
+    freeReplyObject(r);
+    return drain(st, ch + 1, nchunks) ? 1 : rc;
+  }
+  for (size_t i = 0; i < k; i++)
+    st->flags[at + i] = (char)(r->str[i] == '1');
+  freeReplyObject(r);
+  return 0;
+}
+
+/* Renews items[0..n) in one pipeline; fills flags with 1 (renewed) / 0
+ * (gone). Returns 0, or a negative code if the batch as a whole failed.
+ * Called without reg_mu. */
+static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
+  if (!st->link) {
+    int rc = dlock__link_open(c, &c->url, &st->link);
     if (rc)
       return rc;
   }
   char lease[24];
   size_t ll = dlock__fmt_i64(lease, c->cfg.watchdog_timeout_ms);
-  const char *argv[3 + 2 * WD_CHUNK + 1];
-  size_t lens[3 + 2 * WD_CHUNK + 1];
-  static _Thread_local char fields[WD_CHUNK][DLOCK__FIELD_MAX];
-  size_t nchunks = 0;
-  for (size_t at = 0; at < n; at += WD_CHUNK, nchunks++) {
+  size_t nchunks = (n + WD_CHUNK - 1) / WD_CHUNK;
+  int rc = 0;
+  for (size_t at = 0; at < n && rc == 0; at += WD_CHUNK) {
     size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
-    char nk[24];
-    size_t nkl = dlock__fmt_i64(nk, (int64_t)k);
-    int argc = 0;
-    argv[argc] = "EVALSHA";
-    lens[argc++] = 7;
-    argv[argc] = s->sha;
-    lens[argc++] = 40;
-    argv[argc] = nk;
-    lens[argc++] = nkl;
-    for (size_t i = 0; i < k; i++) {
-      argv[argc] = st->items[at + i].name;
-      lens[argc++] = st->items[at + i].name_len;
-    }
-    argv[argc] = lease;
-    lens[argc++] = ll;
-    for (size_t i = 0; i < k; i++) {
-      const wd_item *it = &st->items[at + i];
-      size_t fl = dlock__field(c, it->tid, fields[i]);
-      size_t sl = strlen(it->suffix);
-      if (fl + sl >= DLOCK__FIELD_MAX)
-        sl = DLOCK__FIELD_MAX - 1 - fl;
-      memcpy(fields[i] + fl, it->suffix, sl);
-      fields[i][fl + sl] = '\0';
-      argv[argc] = fields[i];
-      lens[argc++] = fl + sl;
-    }
-    dlock__sb b;
-    char buf[32768];
-    dlock__sb_init_buf(&b, buf, sizeof buf);
-    dlock__resp_argv(&b, argc, argv, lens);
-    /* Written straight to the socket, chunk by chunk: hiredis's output
-     * buffer would grow to the whole batch (megabytes for 100k locks). */
-    int ok = !b.oom && dlock__write_all(st->ctx->fd, b.p, b.len) == 0;
-    dlock__sb_free(&b);
-    if (!ok)
-      goto io_fail;
+    if (send_chunk(c, st, st->items + at, k, lease, ll) != 0)
+      rc = 1;
   }
-  for (size_t ch = 0, at = 0; ch < nchunks; ch++, at += WD_CHUNK) {
-    redisReply *r = NULL;
-    if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
-      goto io_fail;
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-      /* Script cache lost: load it and resend this chunk synchronously. */
-      freeReplyObject(r);
-      const char *av[3] = {"SCRIPT", "LOAD", s->body};
-      size_t al[3] = {6, 4, strlen(s->body)};
-      r = dlock__ctx_cmd(st->ctx, 3, av, al);
-      if (!r)
-        goto io_fail;
-      freeReplyObject(r);
-      /* Drain the chunks already in flight, then retry them all later. */
-      for (size_t rest = ch + 1; rest < nchunks; rest++) {
-        if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
-          goto io_fail;
-        freeReplyObject(r);
-      }
-      return dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; retrying");
-    }
-    size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
-    if (r->type != REDIS_REPLY_STRING || r->len != k) {
-      int rc = r->type == REDIS_REPLY_ERROR
-                   ? dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str)
-                   : dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
-      freeReplyObject(r);
-      /* Keep the connection in sync: read the remaining replies. */
-      for (size_t rest = ch + 1; rest < nchunks; rest++) {
-        if (redisGetReply(st->ctx, (void **)&r) != REDIS_OK || !r)
-          goto io_fail;
-        freeReplyObject(r);
-      }
-      return rc;
-    }
-    for (size_t i = 0; i < k; i++)
-      flags[at + i] = (char)(r->str[i] == '1');
-    freeReplyObject(r);
+  for (size_t ch = 0; ch < nchunks && rc == 0; ch++) {
+    size_t at = ch * WD_CHUNK;
+    rc = read_chunk(st, ch, nchunks, at, n - at < WD_CHUNK ? n - at : WD_CHUNK);
   }
-  return 0;
-io_fail:
-  dlock__ctx_free(st->ctx);
-  st->ctx = NULL;
+  if (rc != 1)
+    return rc;
+  dlock__link_free(st->link);
+  st->link = NULL;
   return dlock__fail(DLOCK_ECONN, "renewal connection failed");
 }
 
@@ -219,144 +244,180 @@ static void note_lost(lost_note **list, const char *name) {
   *list = ln;
 }
 
+/* Runs cfg.on_lock_lost for every note (without reg_mu, which the caller
+ * holds) and frees the list. */
+static void report_lost(dlock_client *c, lost_note *lost) {
+  if (lost && c->cfg.on_lock_lost) {
+    pthread_mutex_unlock(&c->reg_mu);
+    for (lost_note *ln = lost; ln; ln = ln->next)
+      c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+    pthread_mutex_lock(&c->reg_mu);
+  }
+  while (lost) {
+    lost_note *nx = lost->next;
+    free(lost);
+    lost = nx;
+  }
+}
+
+/* The renewal rhythm of one client. */
+typedef struct wd_timing {
+  int64_t lease, period, retry;
+} wd_timing;
+
+/* Sleeps until the earliest watchdog hold is due (at most one period).
+ * Returns 1 when some hold is due now. reg_mu held. */
+static int wait_due(dlock_client *c, const wd_timing *t) {
+  int64_t now = dlock__now_ms(), due = -1;
+  for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
+    int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
+    if (due < 0 || d < due)
+      due = d;
+  }
+  if (due >= 0 && due <= now)
+    return 1;
+  if (due < 0)
+    due = now + t->period; /* idle: look again in one period */
+  struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, due - now);
+  pthread_cond_timedwait(&c->reg_cv, &c->reg_mu, &ts);
+  return 0;
+}
+
+/* Makes room for one more item. 0 or -1 (out of memory). */
+static int grow(wd_state *st, size_t n) {
+  if (n < st->cap)
+    return 0;
+  size_t nc = st->cap ? st->cap * 2 : 256;
+  wd_item *ni = realloc(st->items, nc * sizeof *ni);
+  if (ni)
+    st->items = ni;
+  char *nf = realloc(st->flags, nc);
+  if (nf)
+    st->flags = nf;
+  if (!ni || !nf)
+    return -1;
+  st->cap = nc;
+  return 0;
+}
+
+/* Collects every hold at least half a period old (or due for retry) into
+ * st->items, standard ones first. Returns how many. reg_mu held. */
+static size_t collect(dlock_client *c, wd_state *st, const wd_timing *t,
+                      int64_t now, size_t *nstd) {
+  size_t n = 0;
+  *nstd = 0;
+  for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
+    int ready =
+        h->retry_at ? now >= h->retry_at : now - h->renewed_at >= t->period / 2;
+    if (!ready || !h->e)
+      continue;
+    if (grow(st, n) != 0)
+      break;
+    const dlock__mutex_ops *ops = dlock__lockent_ops(h->e);
+    wd_item it = {h,      ops->renew ? ops : NULL,
+                  h->tid, h->count,
+                  h->gen, NULL,
+                  0,      ops->field_suffix ? ops->field_suffix : ""};
+    it.name = dlock__lockent_name(h->e, &it.name_len);
+    if (!it.ops) { /* standard holds go first: one pipelined batch */
+      if (*nstd < n)
+        st->items[n] = st->items[*nstd];
+      st->items[(*nstd)++] = it;
+    } else {
+      st->items[n] = it;
+    }
+    n++;
+  }
+  return n;
+}
+
+/* Records what a batch sent at sent_at found (reg_mu held): renewed holds
+ * get a new local deadline, gone ones are lost (noted in *lost), and ones
+ * without an answer are retried unless their deadline passed. */
+static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
+                  size_t n, size_t nstd, int batch_rc, int64_t sent_at,
+                  lost_note **lost) {
+  int64_t now = dlock__now_ms();
+  for (size_t i = 0; i < n; i++) {
+    dlock__hold *h = st->items[i].h;
+    if (!h->in_wd || h->gen != st->items[i].gen || h->count == 0)
+      continue; /* released meanwhile: the reply says nothing about it */
+    int answered = i < nstd ? batch_rc == 0 : st->flags[i] != 2;
+    if (answered && st->flags[i] == 1) {
+      h->renewed_at = sent_at;
+      h->valid_until = sent_at + t->lease - dlock__lease_margin(t->lease);
+      h->retry_at = 0;
+    } else if (answered && h->releasing) {
+      /* Gone because this thread's unlock deleted it (its reply is on
+       * the way): the unlock's answer decides, not the renewal. */
+    } else if (answered || now >= h->valid_until) {
+      h->lost = 1;
+      dlock__wd_remove(c, h);
+      note_lost(lost, st->items[i].name);
+    } else {
+      h->retry_at = now + t->retry;
+    }
+  }
+}
+
+/* One pass: renews what is due (without reg_mu, which the caller holds and
+ * gets back), then records and reports the outcome. */
+static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
+  int64_t now = dlock__now_ms();
+  size_t nstd;
+  size_t n = collect(c, st, t, now, &nstd);
+  if (n == 0) {
+    /* Allocation failed: try again shortly rather than spin. */
+    for (dlock__hold *h = c->wd_head; h; h = h->wd_next)
+      if (!h->retry_at && now - h->renewed_at >= t->period)
+        h->retry_at = now + t->retry;
+    return;
+  }
+  c->wd_busy = 1;
+  pthread_mutex_unlock(&c->reg_mu);
+  memset(st->flags, 0, n);
+  int64_t sent_at = dlock__now_ms();
+  int rc = nstd ? renew_batch(c, st, nstd) : 0;
+  for (size_t i = nstd; i < n; i++) { /* custom renewals (read locks) */
+    const wd_item *it = &st->items[i];
+    int r = it->ops->renew(c, it->name, it->name_len, it->tid, it->count);
+    st->flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
+  }
+  lost_note *lost = NULL;
+  pthread_mutex_lock(&c->reg_mu);
+  apply(c, st, t, n, nstd, rc, sent_at, &lost);
+  dlock__hold_grave_empty(c);
+  c->wd_busy = 0;
+  pthread_cond_broadcast(&c->reg_cv);
+  report_lost(c, lost);
+}
+
 static void *wd_main(void *arg) {
   dlock_client *c = arg;
-  wd_state st = {NULL, NULL, 0};
-  const int64_t lease = c->cfg.watchdog_timeout_ms;
-  const int64_t period = lease / 3 > 0 ? lease / 3 : 1;
-  const int64_t retry =
-      period / 4 < 1000 ? (period / 4 > 0 ? period / 4 : 1) : 1000;
-  char *flags = NULL; /* one per item, sized with st.cap */
+  wd_state st = {NULL, NULL, NULL, 0};
+  wd_timing t;
+  t.lease = c->cfg.watchdog_timeout_ms;
+  t.period = t.lease / 3 > 0 ? t.lease / 3 : 1;
+  t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
   pthread_mutex_lock(&c->reg_mu);
   while (!c->wd_stop) {
-    /* When is the next hold due? */
-    int64_t now = dlock__now_ms();
-    int64_t due = -1;
-    for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
-      int64_t d = h->retry_at ? h->retry_at : h->renewed_at + period;
-      if (due < 0 || d < due)
-        due = d;
-    }
-    if (due < 0 || due > now) {
-      if (due < 0)
-        due = now + period; /* idle: look again in one period */
-      {
-        struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, due - now);
-        pthread_cond_timedwait(&c->reg_cv, &c->reg_mu, &ts);
-      }
+    if (!wait_due(c, &t))
       continue;
-    }
-    /* Collect every hold at least half a period old (or due for retry). */
-    size_t n = 0;
-    for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
-      int ready =
-          h->retry_at ? now >= h->retry_at : now - h->renewed_at >= period / 2;
-      if (!ready || !h->e)
-        continue;
-      if (n == st.cap) {
-        size_t nc = st.cap ? st.cap * 2 : 256;
-        wd_item *ni = realloc(st.items, nc * sizeof *ni);
-        char *nf = realloc(flags, nc);
-        if (ni)
-          st.items = ni;
-        if (nf)
-          flags = nf;
-        if (!ni || !nf)
-          break;
-        st.cap = nc;
-      }
-      wd_item *it = &st.items[n++];
-      it->h = h;
-      const dlock__mutex_ops *ops = dlock__lockent_ops(h->e);
-      it->ops = ops->renew ? ops : NULL;
-      it->tid = h->tid;
-      it->count = h->count;
-      it->gen = h->gen;
-      it->name = dlock__lockent_name(h->e, &it->name_len);
-      it->suffix = ops->field_suffix ? ops->field_suffix : "";
-    }
-    if (n == 0) {
-      /* Allocation failed: try again shortly rather than spin. */
-      for (dlock__hold *h = c->wd_head; h; h = h->wd_next)
-        if (!h->retry_at && now - h->renewed_at >= period)
-          h->retry_at = now + retry;
-      continue;
-    }
-    c->wd_busy = 1;
-    pthread_mutex_unlock(&c->reg_mu);
-
-    /* Standard holds first (one pipelined batch), custom ones after. */
-    size_t nstd = 0;
-    for (size_t i = 0; i < n; i++)
-      if (!st.items[i].ops) {
-        wd_item t = st.items[nstd];
-        st.items[nstd++] = st.items[i];
-        st.items[i] = t;
-      }
-    memset(flags, 0, n);
-    int64_t sent_at = dlock__now_ms();
-    int rc = nstd ? renew_batch(c, &st, nstd, flags) : 0;
-    int custom_failed = 0;
-    for (size_t i = nstd; i < n; i++) {
-      const wd_item *it = &st.items[i];
-      int r = it->ops->renew(c, it->name, it->name_len, it->tid, it->count);
-      flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
-      custom_failed |= r < 0;
-    }
-    (void)custom_failed;
-
-    lost_note *lost = NULL;
-    pthread_mutex_lock(&c->reg_mu);
-    now = dlock__now_ms();
-    for (size_t i = 0; i < n; i++) {
-      dlock__hold *h = st.items[i].h;
-      if (!h->in_wd || h->gen != st.items[i].gen || h->count == 0)
-        continue; /* released meanwhile: the reply says nothing about it */
-      int ok_batch = i < nstd ? rc == 0 : flags[i] != 2;
-      if (ok_batch && flags[i] == 1) {
-        h->renewed_at = sent_at;
-        h->valid_until = sent_at + lease - dlock__lease_margin(lease);
-        h->retry_at = 0;
-      } else if (ok_batch && h->releasing) {
-        /* Gone because this thread's unlock deleted it (its reply is on
-         * the way): the unlock's answer decides, not the renewal. */
-      } else if (ok_batch || now >= h->valid_until) {
-        h->lost = 1;
-        dlock__wd_remove(c, h);
-        note_lost(&lost, st.items[i].name);
-      } else {
-        h->retry_at = now + retry;
-      }
-    }
-    dlock__hold_grave_empty(c);
-    c->wd_busy = 0;
-    pthread_cond_broadcast(&c->reg_cv);
-    if (lost && c->cfg.on_lock_lost) {
-      pthread_mutex_unlock(&c->reg_mu);
-      for (lost_note *ln = lost; ln; ln = ln->next)
-        c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
-      pthread_mutex_lock(&c->reg_mu);
-    }
-    while (lost) {
-      lost_note *nx = lost->next;
-      free(lost);
-      lost = nx;
-    }
+    renew_due(c, &st, &t);
     if (st.cap > 4096) {
       /* A pass over many holds: give the arrays back until the next one
        * (they would otherwise cost ~50 bytes per held lock for good). */
       free(st.items);
-      free(flags);
+      free(st.flags);
       st.items = NULL;
-      flags = NULL;
+      st.flags = NULL;
       st.cap = 0;
     }
   }
   pthread_mutex_unlock(&c->reg_mu);
-  if (st.ctx)
-    dlock__ctx_free(st.ctx);
+  dlock__link_free(st.link);
   free(st.items);
-  free(flags);
+  free(st.flags);
   return NULL;
 }
 
@@ -395,17 +456,7 @@ static void *exp_main(void *arg) {
       h = nx;
     }
     if (lost) {
-      if (c->cfg.on_lock_lost) {
-        pthread_mutex_unlock(&c->reg_mu);
-        for (lost_note *ln = lost; ln; ln = ln->next)
-          c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
-        pthread_mutex_lock(&c->reg_mu);
-      }
-      while (lost) {
-        lost_note *nx = lost->next;
-        free(lost);
-        lost = nx;
-      }
+      report_lost(c, lost);
       continue;
     }
     c->exp_wake_at = next;

@@ -1,0 +1,381 @@
+/*
+ * link.c -- one connection to one Redis server: the transport seam.
+ *
+ * Every byte the library exchanges with Redis goes through a dlock__link:
+ * the pooled and multiplexed connections of the router (conn.c), the
+ * subscriber (pubsub.c) and the watchdog's renewal connection
+ * (watchdog.c). A link is a socket plus a function table for reading and
+ * writing it (dlock__link_ops: plain TCP and unix sockets here; TLS plugs
+ * in as a second table), and a hiredis RESP reader. Only the reader and
+ * freeReplyObject are taken from hiredis: their API is the same in 0.14
+ * and 1.x, so the library builds on both.
+ *
+ * A link is blocking with timeouts (SO_RCVTIMEO / SO_SNDTIMEO) for the
+ * calling thread's I/O; the subscriber clears the timeouts and polls the
+ * socket instead (dlock__link_pending tells what a transport holds that
+ * poll cannot see). Writes never raise SIGPIPE (send with MSG_NOSIGNAL).
+ *
+ * dlock__link_open also does the handshake every connection needs: AUTH
+ * (ACL user or the default user) or a PING that tells at once whether the
+ * server wants a password, then SELECT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- the plain transport (TCP and unix sockets) ------------------------- */
+
+static ssize_t plain_read(dlock__link *l, void *buf, size_t n) {
+  for (;;) {
+    ssize_t r = recv(l->fd, buf, n, 0);
+    if (r < 0 && errno == EINTR)
+      continue;
+    return r;
+  }
+}
+
+static ssize_t plain_write(dlock__link *l, const void *buf, size_t n) {
+  for (;;) {
+    /* send(MSG_NOSIGNAL), not write(2): a write to a socket the server
+     * closed must fail with EPIPE, not raise SIGPIPE in the host. */
+    ssize_t w = send(l->fd, buf, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    return w;
+  }
+}
+
+static size_t plain_pending(const dlock__link *l) {
+  (void)l;
+  return 0;
+}
+
+static void plain_close(dlock__link *l) { (void)l; }
+
+const dlock__link_ops dlock__plain_link_ops = {"plain", plain_read, plain_write,
+                                               plain_pending, plain_close};
+
+/* ---- errors ---------------------------------------------------------------
+ */
+
+/* Records why the link failed: kind and text. Returns -1. */
+static int link_err(dlock__link *l, int kind, const char *what) {
+  l->err = kind;
+  snprintf(l->errstr, sizeof l->errstr, "%s", what);
+  return -1;
+}
+
+static int link_errno(dlock__link *l, int e) {
+  if (e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT)
+    return link_err(l, DLOCK__LINK_TIMEOUT, "timed out");
+  return link_err(l, DLOCK__LINK_IO, strerror(e));
+}
+
+int dlock__link_fail(const dlock__link *l, int timeout_ms, const char *what) {
+  switch (l->err) {
+  case DLOCK__LINK_TIMEOUT:
+    return dlock__fail(DLOCK_ECONN, "%s: no reply within %d ms", what,
+                       timeout_ms);
+  case DLOCK__LINK_EOF:
+    return dlock__fail(DLOCK_ECONN, "%s: server closed the connection", what);
+  case DLOCK__LINK_OOM:
+    return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", what);
+  case DLOCK__LINK_PROTO:
+    return dlock__fail(DLOCK_EPROTO, "%s: %s", what, l->errstr);
+  default:
+    return dlock__fail(DLOCK_ECONN, "%s: %s", what, l->errstr);
+  }
+}
+
+/* ---- connecting --------------------------------------------------------- */
+
+static void set_timeout(int fd, int opt, int ms) {
+  struct timeval tv = {ms / 1000, (suseconds_t)(ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
+}
+
+void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms) {
+  set_timeout(l->fd, SO_RCVTIMEO, read_ms > 0 ? read_ms : 0);
+  set_timeout(l->fd, SO_SNDTIMEO, write_ms > 0 ? write_ms : 0);
+}
+
+/* connect(2) bounded by timeout_ms. 0, or -1 with errno. */
+static int connect_within(int fd, const struct sockaddr *sa, socklen_t len,
+                          int timeout_ms) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    return -1;
+  int rc = connect(fd, sa, len);
+  if (rc < 0 && errno != EINPROGRESS)
+    return -1;
+  if (rc < 0) {
+    struct pollfd p = {fd, POLLOUT, 0};
+    int64_t until = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
+    for (;;) {
+      int64_t left = until - dlock__now_ms();
+      if (left <= 0) {
+        errno = ETIMEDOUT;
+        return -1;
+      }
+      int pr = poll(&p, 1, (int)left);
+      if (pr > 0)
+        break;
+      if (pr < 0 && errno != EINTR)
+        return -1;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+      return -1;
+    if (soerr) {
+      errno = soerr;
+      return -1;
+    }
+  }
+  return fcntl(fd, F_SETFL, fl);
+}
+
+/* A connected socket to url, or -1 with *msg (static text or strerror). */
+static int open_socket(const dlock__url *url, int timeout_ms, const char **msg,
+                       int *err_no) {
+  *err_no = 0;
+  if (url->is_unix) {
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (strlen(url->path) >= sizeof sa.sun_path) {
+      *msg = "socket path too long";
+      return -1;
+    }
+    memcpy(sa.sun_path, url->path, strlen(url->path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 &&
+        connect_within(fd, (struct sockaddr *)&sa, sizeof sa, timeout_ms) == 0)
+      return fd;
+    *err_no = errno;
+    *msg = strerror(errno);
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  char port[16];
+  snprintf(port, sizeof port, "%d", url->port);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int g = getaddrinfo(url->host, port, &hints, &res);
+  if (g != 0) {
+    *msg = gai_strerror(g);
+    if (g == EAI_SYSTEM) {
+      *err_no = errno;
+      *msg = strerror(errno);
+    }
+    return -1;
+  }
+  int fd = -1;
+  for (struct addrinfo *a = res; a; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      *err_no = errno;
+      continue;
+    }
+    if (connect_within(fd, a->ai_addr, a->ai_addrlen, timeout_ms) == 0)
+      break;
+    *err_no = errno;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) {
+    *msg = strerror(*err_no ? *err_no : ECONNREFUSED);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+static int connect_error(const dlock__url *url, const char *msg, int err_no) {
+  if (err_no == EMFILE || err_no == ENFILE)
+    /* Not the server's fault: say so (the CLI used to report it as
+     * "cannot reach Redis"). */
+    return dlock__fail(DLOCK_ECONN,
+                       "cannot open a socket: too many open files (%s; "
+                       "see ulimit -n)",
+                       err_no == EMFILE ? "this process's limit"
+                                        : "the system's limit");
+  if (url->is_unix)
+    return dlock__fail(DLOCK_ECONN, "cannot connect to unix:%s: %s", url->path,
+                       msg);
+  return dlock__fail(DLOCK_ECONN, "cannot connect to %s:%d: %s", url->host,
+                     url->port, msg);
+}
+
+static int is_auth_error(const char *s) {
+  return strncmp(s, "NOAUTH", 6) == 0 || strncmp(s, "WRONGPASS", 9) == 0 ||
+         strstr(s, "invalid password") || strstr(s, "invalid username") ||
+         strstr(s, "without any password configured") ||
+         strstr(s, "AUTH <password> called");
+}
+
+int dlock__is_auth_error(const char *s) { return is_auth_error(s); }
+
+/* AUTH (or PING) and SELECT on a fresh link. */
+static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
+  redisReply *r;
+  if (url->password) {
+    const char *av[3] = {"AUTH", url->user ? url->user : url->password,
+                         url->password};
+    size_t al[3] = {4, strlen(av[1]), strlen(url->password)};
+    r = dlock__link_cmd(l, url->user ? 3 : 2, av, al);
+  } else {
+    /* No credentials: a PING tells at once whether the server wants some,
+     * so a missing password is reported at connect time too. */
+    const char *av[1] = {"PING"};
+    size_t al[1] = {4};
+    r = dlock__link_cmd(l, 1, av, al);
+  }
+  if (!r)
+    return dlock__link_fail(l, timeout_ms, "handshake");
+  if (r->type == REDIS_REPLY_ERROR) {
+    int rc =
+        is_auth_error(r->str) || url->password
+            ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s", r->str)
+            : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+    freeReplyObject(r);
+    return rc;
+  }
+  freeReplyObject(r);
+  if (!url->db)
+    return 0;
+  char dbs[24];
+  const char *av[2] = {"SELECT", dbs};
+  size_t al[2] = {6, dlock__fmt_i64(dbs, url->db)};
+  r = dlock__link_cmd(l, 2, av, al);
+  if (!r)
+    return dlock__link_fail(l, timeout_ms, "SELECT");
+  int rc =
+      r->type == REDIS_REPLY_ERROR
+          ? dlock__fail(DLOCK_EREDIS, "SELECT %d refused: %s", url->db, r->str)
+          : 0;
+  freeReplyObject(r);
+  return rc;
+}
+
+int dlock__link_open(dlock_client *c, const dlock__url *url,
+                     dlock__link **out) {
+  *out = NULL;
+  dlock__link *l = dlock__calloc(1, sizeof *l);
+  redisReader *rd = l ? redisReaderCreate() : NULL;
+  if (!rd) {
+    free(l);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
+  }
+  const char *msg = NULL;
+  int err_no = 0;
+  int fd = open_socket(url, c->cfg.connect_timeout_ms, &msg, &err_no);
+  if (fd < 0) {
+    redisReaderFree(rd);
+    free(l);
+    return connect_error(url, msg, err_no);
+  }
+  l->ops = &dlock__plain_link_ops;
+  l->fd = fd;
+  l->reader = rd;
+  dlock__fd_track(fd);
+  dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
+                          c->cfg.command_timeout_ms);
+  int rc = handshake(l, url, c->cfg.command_timeout_ms);
+  if (rc) {
+    dlock__link_free(l);
+    return rc;
+  }
+  *out = l;
+  return 0;
+}
+
+void dlock__link_free(dlock__link *l) {
+  if (!l)
+    return;
+  l->ops->close(l);
+  dlock__fd_untrack(l->fd);
+  close(l->fd);
+  redisReaderFree(l->reader);
+  free(l);
+}
+
+/* ---- I/O -------------------------------------------------------------- */
+
+int dlock__link_send(dlock__link *l, const char *p, size_t len) {
+  while (len) {
+    ssize_t w = l->ops->write(l, p, len);
+    if (w < 0)
+      return link_errno(l, errno);
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+int dlock__link_read(dlock__link *l) {
+  char buf[16384];
+  ssize_t n = l->ops->read(l, buf, sizeof buf);
+  if (n == 0)
+    return link_err(l, DLOCK__LINK_EOF, "server closed the connection");
+  if (n < 0)
+    return link_errno(l, errno);
+  if (redisReaderFeed(l->reader, buf, (size_t)n) != REDIS_OK)
+    return link_err(l, DLOCK__LINK_OOM, "out of memory");
+  return 0;
+}
+
+int dlock__link_next(dlock__link *l, redisReply **out) {
+  void *r = NULL;
+  *out = NULL;
+  if (redisReaderGetReply(l->reader, &r) != REDIS_OK)
+    return link_err(l, DLOCK__LINK_PROTO,
+                    l->reader->errstr[0] ? l->reader->errstr
+                                         : "protocol error");
+  *out = r;
+  return 0;
+}
+
+redisReply *dlock__link_reply(dlock__link *l) {
+  redisReply *r = NULL;
+  for (;;) {
+    if (dlock__link_next(l, &r) != 0)
+      return NULL;
+    if (r)
+      return r;
+    if (dlock__link_read(l) != 0)
+      return NULL;
+  }
+}
+
+size_t dlock__link_pending(const dlock__link *l) { return l->ops->pending(l); }
+
+redisReply *dlock__link_cmd(dlock__link *l, int argc, const char **argv,
+                            const size_t *lens) {
+  dlock__sb b;
+  dlock__sb_init(&b);
+  dlock__resp_argv(&b, argc, argv, lens);
+  redisReply *r = NULL;
+  if (b.oom)
+    link_err(l, DLOCK__LINK_OOM, "out of memory");
+  else if (dlock__link_send(l, b.p, b.len) == 0)
+    r = dlock__link_reply(l);
+  dlock__sb_free(&b);
+  return r;
+}
