@@ -12,6 +12,9 @@
 #include "internal.h"
 
 static _Thread_local char t_errbuf[512];
+/* > 0: a clean-up is running whose failures must not replace the message
+ * of the error the call reports (dlock__err_keep_begin). */
+static _Thread_local int t_keep;
 
 const char *dlock_strerror(int err) {
   switch (err) {
@@ -40,6 +43,8 @@ const char *dlock_err_name(int err) {
 const char *dlock_last_error(void) { return t_errbuf; }
 
 int dlock__fail(int err, const char *fmt, ...) {
+  if (t_keep > 0)
+    return err;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(t_errbuf, sizeof t_errbuf, fmt, ap);
@@ -47,7 +52,17 @@ int dlock__fail(int err, const char *fmt, ...) {
   return err;
 }
 
-void dlock__clear_error(void) { t_errbuf[0] = '\0'; }
+void dlock__clear_error(void) {
+  if (t_keep == 0)
+    t_errbuf[0] = '\0';
+}
+
+void dlock__err_keep_begin(void) { t_keep++; }
+
+void dlock__err_keep_end(void) {
+  if (t_keep > 0)
+    t_keep--;
+}
 
 int dlock_version(void) { return DLOCK_VERSION_NUMBER; }
 

@@ -37,7 +37,14 @@
 /* Sets the calling thread's detail message and returns err. */
 int dlock__fail(int err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Only a public entry point clears the message: internal steps set it
+ * (dlock__fail) or leave it. */
 void dlock__clear_error(void);
+/* Between begin and end (they nest) the calling thread's message is frozen:
+ * a clean-up after a failure (leaving a wait queue, giving back what was
+ * taken) cannot replace the message of the error the call returns. */
+void dlock__err_keep_begin(void);
+void dlock__err_keep_end(void);
 
 /* ---- utilities (util.c) ------------------------------------------------- */
 
@@ -470,6 +477,30 @@ struct dlock_client {
  * DLOCK_ECLOSED / DLOCK_EINVAL. */
 int dlock__client_check(const dlock_client *c);
 
+/* ---- the wait budget (wait.c) -------------------------------------------- */
+
+/* When a waiting call must stop: its deadline and the cancel generation
+ * it began under. One per call, on the caller's stack; c may be NULL (a
+ * budget of time alone). */
+typedef struct dlock__budget {
+  dlock_client *c;
+  long long wait_ms;   /* as the caller gave it: -1 forever, 0 no wait */
+  int64_t started;     /* monotonic ms */
+  int64_t deadline;    /* monotonic ms; -1 none */
+  unsigned cancel_gen; /* c->cancel_gen when the call began */
+} dlock__budget;
+void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms);
+/* Milliseconds left: -1 no deadline, 0 spent. */
+int64_t dlock__budget_left(const dlock__budget *b);
+/* until (monotonic ms, -1 none) brought back to the deadline if past it. */
+int64_t dlock__budget_clamp(const dlock__budget *b, int64_t until);
+/* 1 if dlock_client_cancel_waits() was called since the budget began. */
+int dlock__budget_canceled(const dlock__budget *b);
+/* Why the wait must end now, or 0: DLOCK_ECLOSED (the client is closing),
+ * DLOCK_ECANCELED (message names `what`), DLOCK_ETIMEDOUT with no message
+ * (the caller words it: only it knows what was still missing). */
+int dlock__budget_over(const dlock__budget *b, const char *what);
+
 /* ---- pub/sub waiting (pubsub.c) ----------------------------------------- */
 
 /* A thread waiting for a lock. Lives on the waiter's stack; guarded by
@@ -538,15 +569,12 @@ int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what);
 /* The wait of the kinds without hand-over (semaphore, latch): subscribes to
  * channel, then calls check(arg) -- 1 done, 0 not yet, < 0 error -- after
  * every wake-up and at least every recheck_ms (pub/sub is at most once),
- * until it is done, the deadline (monotonic ms, -1 none) passes, the client
- * closes or dlock_client_cancel_waits() bumps cancel_gen past the value the
- * caller read before its first check. Returns 0, check's error,
- * DLOCK_ECLOSED, DLOCK_ECANCELED (message names `what`), or DLOCK_ETIMEDOUT
- * with no message (the caller words it). */
+ * until it is done or the budget b (started before the caller's first
+ * check) says stop. Returns 0, check's error, or dlock__budget_over's
+ * answer (DLOCK_ETIMEDOUT with no message: the caller words it). */
 int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
-                          int64_t deadline, int64_t recheck_ms,
-                          unsigned cancel_gen, int (*check)(void *), void *arg,
-                          const char *what);
+                          const dlock__budget *b, int64_t recheck_ms,
+                          int (*check)(void *), void *arg, const char *what);
 int dlock__pubsub_start(dlock_client *c);
 void dlock__pubsub_stop(dlock_client *c);
 

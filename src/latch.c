@@ -186,22 +186,18 @@ int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
   if (rc)
     return rc;
   dlock_client *c = l->o.c;
-  const int64_t started = dlock__now_ms();
-  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
+  dlock__budget b;
+  dlock__budget_start(&b, c, wait_ms);
   int r = is_open(l);
   if (r != 0)
     return r == 1 ? 0 : r;
   if (wait_ms == 0)
     return dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' is not open", l->o.name);
 
-  /* A budget too large to add to the clock is "forever". */
-  const int64_t deadline =
-      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   char what[300];
   snprintf(what, sizeof what, "latch '%.256s'", l->o.name);
-  rc = dlock__sub_wait_check(c, l->o.channel, DLOCK__WAKE_ALL, deadline,
-                             DLOCK__LATCH_RECHECK_MS, cancel_gen, is_open_cb, l,
-                             what);
+  rc = dlock__sub_wait_check(c, l->o.channel, DLOCK__WAKE_ALL, &b,
+                             DLOCK__LATCH_RECHECK_MS, is_open_cb, l, what);
   if (rc == DLOCK_ETIMEDOUT)
     dlock__fail(rc, "latch '%s' still closed after %lld ms", l->o.name,
                 wait_ms);

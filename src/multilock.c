@@ -109,15 +109,14 @@ static ml_hold *find_hold(dlock_multilock *ml, uint64_t tid, int create) {
 /* Releases the members marked in taken[], last first; keeps the caller's
  * error message. */
 static void release_taken(dlock_multilock *ml, unsigned char *taken) {
-  char keep[512];
-  snprintf(keep, sizeof keep, "%s", dlock_last_error());
+  dlock__err_keep_begin();
   for (size_t i = ml->n; i-- > 0;) {
     if (taken[i]) {
       (void)dlock__mutex_release(ml->locks[i]);
       taken[i] = 0;
     }
   }
-  dlock__fail(DLOCK_OK, "%s", keep);
+  dlock__err_keep_end();
 }
 
 static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
@@ -127,9 +126,9 @@ static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
   if (lease_ms > DLOCK_LEASE_MAX_MS)
     return dlock__check_lease(lease_ms, "multilock",
                               ml->n ? ml->locks[0]->name : "");
-  const int64_t now0 = dlock__now_ms();
-  const int64_t deadline =
-      wait_ms < 0 || wait_ms > INT64_MAX - now0 ? -1 : now0 + wait_ms;
+  /* Time alone: each member's wait checks its own client's cancels. */
+  dlock__budget b;
+  dlock__budget_start(&b, NULL, wait_ms);
   unsigned char *taken = dlock__calloc(ml->n, 1);
   if (!taken)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -163,8 +162,8 @@ static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
                        busy, bname);
       break;
     }
-    int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
-    if (deadline >= 0 && left <= 0) {
+    int64_t left = dlock__budget_left(&b);
+    if (left == 0) {
       rc = dlock__fail(DLOCK_ETIMEDOUT,
                        "multilock: member %zu ('%s') still held elsewhere "
                        "after %lld ms",

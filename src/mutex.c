@@ -450,47 +450,67 @@ static int confirm_handover(dlock_mutex *m, uint64_t tid, int64_t lease,
   return held;
 }
 
-/* Why a wait must end now, or 0: the client closes, a cancel came (any
- * time since the call began), or the deadline passed. */
-static int wait_over(dlock_mutex *m, unsigned cancel_gen, int64_t deadline,
-                     long long wait_ms) {
-  dlock_client *c = m->c;
-  if (atomic_load(&c->closing))
-    return dlock__fail(DLOCK_ECLOSED, "client is closing");
-  if (atomic_load(&c->cancel_gen) != cancel_gen)
-    return dlock__fail(DLOCK_ECANCELED,
-                       "wait for lock '%s' canceled by "
-                       "dlock_client_cancel_waits()",
-                       m->name);
-  if (deadline >= 0 && dlock__now_ms() >= deadline)
-    return dlock__fail(DLOCK_ETIMEDOUT,
-                       "lock '%s' still held elsewhere after %lld ms", m->name,
-                       wait_ms);
-  return 0;
+/* One acquire call: what its steps share. */
+typedef struct acq {
+  dlock_mutex *m;
+  dlock_client *c;
+  uint64_t tid;
+  int wd;        /* taken with the watchdog */
+  int64_t lease; /* ms */
+  int prior;     /* the thread's hold count before the call */
+  dlock__budget b;
+  dlock__wait w;
+  int64_t ttl;    /* the holder's PTTL from the last attempt; -1 unknown */
+  uint64_t token; /* fenced locks */
+  int64_t sent;   /* send time of the attempt that decides the hold */
+  dlock__slot slot;
+  dlock__sub *sub; /* joined wait entry, or NULL */
+  int active;      /* its subscription is confirmed */
+  int joined;      /* joined before the first attempt (queued with it) */
+} acq;
+
+/* "lock 'name'" for messages. */
+static const char *lock_what(const dlock_mutex *m, char *buf, size_t n) {
+  snprintf(buf, n, "lock '%.250s'", m->name);
+  return buf;
 }
 
-static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
-  dlock__clear_error();
+/* Why a wait must end now (the budget's verdict, worded), or 0. */
+static int wait_over(const acq *a) {
+  char what[300];
+  int rc = dlock__budget_over(&a->b, lock_what(a->m, what, sizeof what));
+  if (rc == DLOCK_ETIMEDOUT)
+    return dlock__fail(DLOCK_ETIMEDOUT,
+                       "lock '%s' still held elsewhere after %lld ms",
+                       a->m->name, a->b.wait_ms);
+  return rc;
+}
+
+/* Checks the call and the thread's existing hold; fills a. 0 or a code. */
+static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
+                     long long lease_ms) {
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
   dlock_client *c = m->c;
   int rc = dlock__client_check(c);
-  if (rc)
+  if (rc || (rc = dlock__check_lease(lease_ms, "lock", m->name)) != 0)
     return rc;
-  if ((rc = dlock__check_lease(lease_ms, "lock", m->name)) != 0)
-    return rc;
-  const uint64_t tid = dlock__tid();
-  const int wd = lease_ms <= 0;
-  const int64_t lease = wd ? c->cfg.watchdog_timeout_ms : lease_ms;
-  /* Read before the first attempt: a cancel that comes while it is in
-   * flight must end this call too (it kicks no slot: none is registered). */
-  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
-  const int64_t started = dlock__now_ms();
-
+  memset(a, 0, sizeof *a);
+  a->m = m;
+  a->c = c;
+  a->tid = dlock__tid();
+  a->wd = lease_ms <= 0;
+  a->lease = a->wd ? c->cfg.watchdog_timeout_ms : lease_ms;
+  a->ttl = -1;
+  dlock__budget_start(&a->b, c, wait_ms);
+  a->w.deadline = a->b.deadline;
+  if (wait_ms != 0)
+    a->w.id = dlock__rand64() | 1;
+  a->slot.wait_id = a->w.id;
   pthread_mutex_lock(&c->reg_mu);
-  dlock__hold *h = find_hold(m, tid);
-  int prior = h ? h->count : 0;
-  if (h && prior > 0 && !hold_valid(h, started)) {
+  dlock__hold *h = find_hold(m, a->tid);
+  a->prior = h ? h->count : 0;
+  if (h && a->prior > 0 && !hold_valid(h, a->b.started)) {
     int was_lost = h->lost;
     drop_hold(c, h);
     pthread_mutex_unlock(&c->reg_mu);
@@ -502,155 +522,144 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
                        m->name);
   }
   pthread_mutex_unlock(&c->reg_mu);
+  return 0;
+}
 
-  const int64_t deadline =
-      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
-  dlock__wait w = {0, 0, deadline};
-  if (wait_ms != 0)
-    w.id = dlock__rand64() | 1;
-  int64_t ttl = -1;
-  uint64_t token = 0;
-  /* When this client is already subscribed to the lock (other local
-   * waiters, or a lingering subscription), register as a waiter first and
-   * join the server's queue with the very first attempt. */
-  dlock__slot slot;
-  slot.wait_id = w.id;
-  dlock__sub *sub = NULL;
-  int joined = 0;
+/* One attempt of the call (target = the hold count after it); queue = join
+ * the server's wait queue if the lock is taken. 1 held, 0 taken, < 0. */
+static int attempt(acq *a, int target, int queue) {
+  int64_t left = a->b.wait_ms == 0 ? 0 : dlock__budget_left(&a->b);
+  a->sent = dlock__now_ms();
+  int rc = a->m->ops->attempt(a->m, a->tid, target, a->lease, queue, left,
+                              &a->ttl, &a->token, &a->w);
+  a->w.queued |= queue;
+  return rc;
+}
+
+/* The first attempt. When this client is already subscribed to the lock
+ * (other local waiters, or a lingering subscription), it registers as a
+ * waiter first and joins the server's queue with this very attempt. */
+static int first_attempt(acq *a) {
+  dlock_mutex *m = a->m;
+  int queue = a->b.wait_ms != 0 && m->ops->queue_first;
+  if (a->b.wait_ms != 0 &&
+      atomic_load_explicit(&a->c->n_subs, memory_order_relaxed) > 0) {
+    dlock__sb ch, gr;
+    dlock__sb_init(&ch);
+    dlock__sb_init(&gr);
+    m->ops->channels(m, a->tid, &ch, &gr);
+    if (!ch.oom && !gr.oom &&
+        dlock__sub_join_active(a->c, ch.p, &a->slot, &a->sub)) {
+      a->active = a->joined = 1;
+      queue = 1;
+    }
+    dlock__sb_free(&ch);
+    dlock__sb_free(&gr);
+  }
+  return attempt(a, a->prior + 1, queue);
+}
+
+/* Subscribes for the wait (unless first_attempt joined already). */
+static int subscribe(acq *a) {
+  if (a->sub)
+    return 0;
   dlock__sb ch, gr;
   dlock__sb_init(&ch);
   dlock__sb_init(&gr);
-  if (wait_ms != 0 &&
-      atomic_load_explicit(&c->n_subs, memory_order_relaxed) > 0) {
-    m->ops->channels(m, tid, &ch, &gr);
-    if (!ch.oom && !gr.oom)
-      joined = dlock__sub_join_active(c, ch.p, &slot, &sub);
-  }
-  int queue_now = wait_ms != 0 && (joined || m->ops->queue_first);
-  int64_t sent = dlock__now_ms();
-  rc = m->ops->attempt(m, tid, prior + 1, lease, queue_now, wait_ms, &ttl,
-                       &token, &w);
-  w.queued |= queue_now;
-  if (rc == 1 || rc < 0 || wait_ms == 0) {
-    if (joined)
-      dlock__sub_leave(c, sub, &slot);
-    dlock__sb_free(&ch);
-    dlock__sb_free(&gr);
-    if (rc < 0 && rc != DLOCK_ELOST && w.queued && prior == 0 &&
-        m->ops->cancel) {
-      /* The attempt may have queued us before its reply was lost: leave
-       * the queue so the lock is never handed to a thread not waiting. */
-      char keep[512];
-      snprintf(keep, sizeof keep, "%s", dlock_last_error());
-      int cr = m->ops->cancel(m, tid, lease, wait_ms, &token, &w);
-      if (cr == 1 && confirm_handover(m, tid, lease, sent, &sent) == 1)
-        return record_hold(m, tid, 1, wd, lease, sent, token);
-      dlock__fail(rc, "%s", keep);
-    }
-  }
-  if (rc == 1)
-    return record_hold(m, tid, prior + 1, wd, lease, sent, token);
-  if (rc == DLOCK_ELOST) {
-    pthread_mutex_lock(&c->reg_mu);
-    if ((h = find_hold(m, tid)) != NULL)
-      drop_hold(c, h);
-    pthread_mutex_unlock(&c->reg_mu);
-    return rc;
-  }
-  if (rc < 0)
-    return rc;
-  if (wait_ms == 0)
-    return dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
-
-  /* Contended: wait for a hand-over or a wake-up. */
-  int active = joined;
-  if (!joined) {
-    if (!ch.len)
-      m->ops->channels(m, tid, &ch, &gr);
-    if (ch.oom || gr.oom) {
-      dlock__sb_free(&ch);
-      dlock__sb_free(&gr);
-      return dlock__fail(DLOCK_ENOMEM, "out of memory");
-    }
-    rc = dlock__sub_join(c, ch.p, gr.len ? gr.p : NULL, m->ops->wake_policy,
-                         &slot, &sub, &active);
-  }
+  a->m->ops->channels(a->m, a->tid, &ch, &gr);
+  int rc = ch.oom || gr.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                            : dlock__sub_join(a->c, ch.p, gr.len ? gr.p : NULL,
+                                              a->m->ops->wake_policy, &a->slot,
+                                              &a->sub, &a->active);
   dlock__sb_free(&ch);
   dlock__sb_free(&gr);
+  return rc;
+}
+
+/* Sleeps until a wake-up, the holder's TTL, the kind's longest sleep or
+ * the deadline. 1 held (a grant, confirmed), 0 go on, or a code. */
+static int sleep_once(acq *a) {
+  int64_t now = dlock__now_ms();
+  int64_t until = a->ttl >= 0 ? now + (a->ttl > 0 ? a->ttl : 1) : -1;
+  int64_t max_sleep = a->m->ops->max_sleep_ms;
+  if (max_sleep > 0 && (until < 0 || until > now + max_sleep))
+    until = now + max_sleep;
+  int granted = 0;
+  dlock__sub_wait(a->c, a->sub, &a->slot, dlock__budget_clamp(&a->b, until),
+                  &granted, &a->active);
+  if (a->slot.failed) {
+    char what[300];
+    return dlock__sub_error(a->c, a->sub, lock_what(a->m, what, sizeof what));
+  }
+  if (!granted)
+    return 0;
+  /* The unlock script made us the owner (this wait's grant). Gone
+   * already (the lease ran out before we could confirm): wait on. */
+  return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
+}
+
+/* The contended part: waits for a hand-over or a wake-up, then attempts
+ * again. 1 held, or a negative code. */
+static int wait_loop(acq *a) {
+  int rc = subscribe(a);
   if (rc)
     return rc;
-  /* Already queued (joined early): just wait. Otherwise wait for the
-   * subscription unless it is already active. */
-  int need_wait = joined || !active, held = 0;
+  /* Joined early (already queued) or not yet subscribed: wait first. */
+  int need_wait = a->joined || !a->active;
   for (;;) {
     if (need_wait) {
-      if ((rc = wait_over(m, cancel_gen, deadline, wait_ms)) != 0)
-        break;
-      int64_t now = dlock__now_ms();
-      int64_t until = ttl >= 0 ? now + (ttl > 0 ? ttl : 1) : -1;
-      if (m->ops->max_sleep_ms > 0 &&
-          (until < 0 || until > now + m->ops->max_sleep_ms))
-        until = now + m->ops->max_sleep_ms;
-      if (deadline >= 0 && (until < 0 || until > deadline))
-        until = deadline;
-      int granted = 0;
-      dlock__sub_wait(c, sub, &slot, until, &granted, &active);
-      if (slot.failed) {
-        char what[300];
-        snprintf(what, sizeof what, "lock '%.250s'", m->name);
-        rc = dlock__sub_error(c, sub, what);
-        break;
-      }
-      if (granted) {
-        /* The unlock script made us the owner (this wait's grant). */
-        int cr = confirm_handover(m, tid, lease, sent, &sent);
-        if (cr == 1) {
-          held = 1;
-          rc = 0;
-          break;
-        }
-        if (cr < 0) {
-          rc = cr;
-          break;
-        }
-        /* Gone already (lease ran out before we could confirm): wait on. */
-      }
-      if ((rc = wait_over(m, cancel_gen, deadline, wait_ms)) != 0)
-        break;
+      if ((rc = wait_over(a)) != 0 || (rc = sleep_once(a)) != 0 ||
+          (rc = wait_over(a)) != 0)
+        return rc;
     }
     need_wait = 1;
-    int queue = active || m->ops->queue_first;
-    int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
-    sent = dlock__now_ms();
-    int r = m->ops->attempt(m, tid, 1, lease, queue, left, &ttl, &token, &w);
-    w.queued |= queue;
-    if (r == 1) {
-      held = 1;
-      rc = 0;
-      break;
-    }
-    if (r < 0) {
-      rc = r;
-      break;
-    }
+    if ((rc = attempt(a, 1, a->active || a->m->ops->queue_first)) != 0)
+      return rc;
   }
-  dlock__sub_leave(c, sub, &slot);
-  if (!held && w.queued && m->ops->cancel) {
-    /* Leave the queue. If the lock was handed to us in the meantime we
-     * keep it: the wait ended with the lock held. */
-    char keep[512];
-    snprintf(keep, sizeof keep, "%s", dlock_last_error());
-    int64_t left = deadline < 0 ? -1 : deadline - dlock__now_ms();
-    int cr = m->ops->cancel(m, tid, lease, left, &token, &w);
-    if (cr == 1 && confirm_handover(m, tid, lease, sent, &sent) == 1) {
-      held = 1;
-      rc = 0;
-    } else {
-      dlock__fail(rc, "%s", keep);
-    }
+}
+
+/* After a wait that ended without the lock: leaves the server's queue. If
+ * the lock was handed to us meanwhile we keep it (1: the wait ended with
+ * the lock held); the call's own error stays the one reported. */
+static int leave_queue(acq *a) {
+  if (!a->w.queued || !a->m->ops->cancel)
+    return 0;
+  dlock__err_keep_begin();
+  int cr = a->m->ops->cancel(a->m, a->tid, a->lease, dlock__budget_left(&a->b),
+                             &a->token, &a->w);
+  int held = cr == 1 &&
+             confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent) == 1;
+  dlock__err_keep_end();
+  return held;
+}
+
+static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+  acq a;
+  int rc = acq_begin(&a, m, wait_ms, lease_ms);
+  if (rc)
+    return rc;
+  rc = first_attempt(&a);
+  if (rc == 0 && wait_ms == 0)
+    rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
+  else if (rc == 0)
+    rc = wait_loop(&a);
+  if (a.sub)
+    dlock__sub_leave(a.c, a.sub, &a.slot);
+  if (rc == DLOCK_ELOST) {
+    pthread_mutex_lock(&a.c->reg_mu);
+    dlock__hold *h = find_hold(m, a.tid);
+    if (h)
+      drop_hold(a.c, h);
+    pthread_mutex_unlock(&a.c->reg_mu);
+    return rc;
   }
-  if (held)
-    return record_hold(m, tid, 1, wd, lease, sent, token);
+  /* An attempt may have queued us before its reply was lost, or the wait
+   * ended queued: leave the queue, so the lock is never handed to a thread
+   * not waiting. (A first attempt of a reentrant hold never queues.) */
+  if (rc < 0 && a.prior == 0 && leave_queue(&a))
+    rc = 1;
+  if (rc == 1)
+    return record_hold(m, a.tid, a.prior + 1, a.wd, a.lease, a.sent, a.token);
   return rc;
 }
 
@@ -659,14 +668,26 @@ int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms,
   return acquire(m, wait_ms, lease_ms);
 }
 
-int dlock_mutex_lock(dlock_mutex *m) { return acquire(m, -1, -1); }
-int dlock_mutex_trylock(dlock_mutex *m) { return acquire(m, 0, -1); }
+int dlock_mutex_lock(dlock_mutex *m) {
+  dlock__clear_error();
+  return acquire(m, -1, -1);
+}
+
+int dlock_mutex_trylock(dlock_mutex *m) {
+  dlock__clear_error();
+  return acquire(m, 0, -1);
+}
+
 int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
                           long long lease_ms) {
+  dlock__clear_error();
   return acquire(m, wait_ms, lease_ms);
 }
 
-int dlock_mutex_unlock(dlock_mutex *m) { return dlock__mutex_release(m); }
+int dlock_mutex_unlock(dlock_mutex *m) {
+  dlock__clear_error();
+  return dlock__mutex_release(m);
+}
 
 /* Request ids are 32 hex chars; a hold keeps a pending one in 16 bytes. */
 static void rid_from_hex(const char *hex, uint64_t out[2]) {
@@ -685,96 +706,101 @@ static void rid_to_hex(const uint64_t in[2], char out[33]) {
   out[32] = '\0';
 }
 
-int dlock__mutex_release(dlock_mutex *m) {
-  dlock__clear_error();
-  if (!m)
-    return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
+/* One unlock call: what its steps share. */
+typedef struct rel {
+  dlock__hold *h;
+  uint32_t gen;    /* h's generation when the unlock began */
+  int64_t lease;   /* remaining_ttl argument (dlock__remaining_lease) */
+  char rid[33];    /* this unlock's request id */
+  int reused;      /* rid is an earlier unknown-outcome unlock's */
+  char prev[33];   /* the previous clean unlock's rid ("" none) */
+  char *prev_slot; /* where the lock entry keeps it */
+} rel;
+
+/* Finds the thread's hold and prepares the unlock (reg_mu held). 0 or a
+ * code (the hold is not there, or was lost: then it is dropped). */
+static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
   dlock_client *c = m->c;
-  int rc = dlock__client_check(c);
-  if (rc)
-    return rc;
-  const uint64_t tid = dlock__tid();
-  pthread_mutex_lock(&c->reg_mu);
   dlock__hold *h = find_hold(m, tid);
-  if (!h || h->count == 0) {
-    pthread_mutex_unlock(&c->reg_mu);
+  if (!h || h->count == 0)
     return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
                        m->name);
-  }
   if (h->lost) {
     drop_hold(c, h);
-    pthread_mutex_unlock(&c->reg_mu);
     return dlock__fail(DLOCK_ELOST,
                        "lock '%s' was lost while held (renewal found it "
                        "gone, or its local deadline passed unrenewed)",
                        m->name);
   }
-  int64_t lease = dlock__remaining_lease(h, c->cfg.watchdog_timeout_ms);
-  uint32_t gen = h->gen;
+  r->h = h;
+  r->gen = h->gen;
+  r->lease = dlock__remaining_lease(h, c->cfg.watchdog_timeout_ms);
   /* A previous unlock at this count ended without a reply: send the same
    * request id, so that if it did run, its latch answers for it. */
-  char rid[33];
-  const int reused = h->unlock_rid_count > 0 && h->unlock_rid_count == h->count;
-  if (reused)
-    rid_to_hex(h->unlock_rid, rid);
+  r->reused = h->unlock_rid_count > 0 && h->unlock_rid_count == h->count;
+  if (r->reused)
+    rid_to_hex(h->unlock_rid, r->rid);
   else
-    dlock__request_id(rid);
+    dlock__request_id(r->rid);
   /* The key may vanish under a renewal batch in flight because of this very
    * unlock: not a loss to report (issue 10: spurious on_lock_lost). */
   h->releasing = 1;
   /* The latch of this lock's previous clean unlock goes with this one. */
-  char prev[33];
-  char *slot = dlock__lockent_prev_rid(m->e);
-  memcpy(prev, slot, sizeof prev);
-  slot[0] = '\0';
-  pthread_mutex_unlock(&c->reg_mu);
+  r->prev_slot = dlock__lockent_prev_rid(m->e);
+  memcpy(r->prev, r->prev_slot, sizeof r->prev);
+  r->prev_slot[0] = '\0';
+  return 0;
+}
 
-  rc = m->ops->release(m, tid, lease, rid, prev[0] ? prev : NULL);
+/* One hold fewer after a confirmed release that leaves holds (reg_mu). */
+static void drop_one(dlock_client *c, dlock__hold *h) {
+  if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
+    h->wd_count--;
+  h->count--;
+  if (h->wd_count > h->count)
+    h->wd_count = h->count;
+  if (h->wd_count == 0)
+    dlock__wd_remove(c, h);
+}
+
+/* Records the outcome rc of the release script (reg_mu held). Returns the
+ * call's answer: rc itself for an unknown outcome (the record stays, to be
+ * retried with the same request id), DLOCK_ELOST (message set) when the
+ * hold was not ours any more, or 0. */
+static int rel_end(dlock_mutex *m, rel *r, int rc) {
+  dlock_client *c = m->c;
+  dlock__hold *h = r->h;
   /* A reused rid had earlier copies whose arrival nobody can rule out. */
-  int clean = (rc == 0 || rc == 1) && !reused && dlock__exec_sends() == 1;
-
-  pthread_mutex_lock(&c->reg_mu);
+  int clean = (rc == 0 || rc == 1) && !r->reused && dlock__exec_sends() == 1;
   h->releasing = 0;
   /* Sent once and answered: no copy of it can arrive later, so its latch
    * is not needed past the next unlock. Otherwise it keeps its TTL (and a
    * prev whose delete may not have run is kept for the next one). */
   if (clean)
-    memcpy(slot, rid, 33);
-  else if (prev[0] && !slot[0])
-    memcpy(slot, prev, sizeof prev);
+    memcpy(r->prev_slot, r->rid, 33);
+  else if (r->prev[0] && !r->prev_slot[0])
+    memcpy(r->prev_slot, r->prev, sizeof r->prev);
   /* Past the local deadline the hold was not ours for sure: whatever Redis
    * answered, the caller must treat the critical section as unprotected. */
-  int expired = h->gen == gen && dlock__now_ms() >= h->valid_until;
+  int mine = h->gen == r->gen;
+  int expired = mine && dlock__now_ms() >= h->valid_until;
   if (rc < 0 && rc != DLOCK_ELOST && !expired) {
-    /* Unknown outcome after the retry policy: keep the record (renewal
-     * continues) so the caller can try again -- with the same request id
-     * (within the latch's lifetime, latch_ttl_ms). */
-    if (h->gen == gen) {
-      rid_from_hex(rid, h->unlock_rid);
+    if (mine) {
+      rid_from_hex(r->rid, h->unlock_rid);
       h->unlock_rid_count = h->count;
     }
-    pthread_mutex_unlock(&c->reg_mu);
     return rc;
   }
-  if (h->gen == gen) {
-    h->unlock_rid_count = 0;
-    if (expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1 || h->lost) {
-      if (h->lost)
-        expired = 1;
-      drop_hold(c, h);
-    } else {
-      if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
-        h->wd_count--;
-      h->count--;
-      if (h->wd_count > h->count)
-        h->wd_count = h->count;
-      if (h->wd_count == 0)
-        dlock__wd_remove(c, h);
-    }
-  } else {
+  if (!mine) {
     dlock__hold_put(c, h);
+  } else {
+    h->unlock_rid_count = 0;
+    expired |= h->lost;
+    if (expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1)
+      drop_hold(c, h);
+    else
+      drop_one(c, h);
   }
-  pthread_mutex_unlock(&c->reg_mu);
   if (rc == DLOCK_ELOST)
     return dlock__fail(DLOCK_ELOST,
                        "lock '%s' was lost while held (expired, deleted or "
@@ -786,6 +812,27 @@ int dlock__mutex_release(dlock_mutex *m) {
                        "deadline passed; another owner may have held it)",
                        m->name);
   return 0;
+}
+
+int dlock__mutex_release(dlock_mutex *m) {
+  if (!m)
+    return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
+  dlock_client *c = m->c;
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  const uint64_t tid = dlock__tid();
+  rel r;
+  pthread_mutex_lock(&c->reg_mu);
+  rc = rel_begin(m, tid, &r);
+  pthread_mutex_unlock(&c->reg_mu);
+  if (rc)
+    return rc;
+  rc = m->ops->release(m, tid, r.lease, r.rid, r.prev[0] ? r.prev : NULL);
+  pthread_mutex_lock(&c->reg_mu);
+  rc = rel_end(m, &r, rc);
+  pthread_mutex_unlock(&c->reg_mu);
+  return rc;
 }
 
 /* The prologue of a public call on m: clears the error, checks m and its

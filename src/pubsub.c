@@ -631,9 +631,8 @@ void dlock__pubsub_stop(dlock_client *c) {
 }
 
 int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
-                          int64_t deadline, int64_t recheck_ms,
-                          unsigned cancel_gen, int (*check)(void *), void *arg,
-                          const char *what) {
+                          const dlock__budget *b, int64_t recheck_ms,
+                          int (*check)(void *), void *arg, const char *what) {
   dlock__slot slot;
   slot.wait_id = 0;
   dlock__sub *sub = NULL;
@@ -647,27 +646,17 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
   int need_wait = !active;
   for (;;) {
     if (need_wait) {
-      int64_t until = dlock__now_ms() + recheck_ms;
-      if (deadline >= 0 && until > deadline)
-        until = deadline;
+      int64_t until = dlock__budget_clamp(b, dlock__now_ms() + recheck_ms);
       int granted = 0;
       /* A cancel that came before the join kicked no slot of ours. */
-      if (atomic_load(&c->cancel_gen) == cancel_gen)
+      if (!dlock__budget_canceled(b))
         dlock__sub_wait(c, sub, &slot, until, &granted, &active);
       if (slot.failed) {
         rc = dlock__sub_error(c, sub, what);
         break;
       }
-      if (atomic_load(&c->closing)) {
-        rc = dlock__fail(DLOCK_ECLOSED, "client is closing");
+      if ((rc = dlock__budget_over(b, what)) != 0 && rc != DLOCK_ETIMEDOUT)
         break;
-      }
-      if (atomic_load(&c->cancel_gen) != cancel_gen) {
-        rc = dlock__fail(DLOCK_ECANCELED,
-                         "wait for %s canceled by dlock_client_cancel_waits()",
-                         what);
-        break;
-      }
     }
     need_wait = 1;
     int r = check(arg);
@@ -675,10 +664,8 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
       rc = r == 1 ? 0 : r;
       break;
     }
-    if (deadline >= 0 && dlock__now_ms() >= deadline) {
-      rc = DLOCK_ETIMEDOUT;
+    if ((rc = dlock__budget_over(b, what)) != 0)
       break;
-    }
   }
   dlock__sub_leave(c, sub, &slot);
   return rc;

@@ -680,12 +680,10 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
                        "redlock '%s' is already held by this thread (a "
                        "Redlock is not reentrant)",
                        rl->name);
-  const int64_t start = dlock__now_ms();
-  const int64_t deadline =
-      wait_ms < 0 || wait_ms > INT64_MAX - start ? -1 : start + wait_ms;
-  unsigned cancel_gen[64] = {0};
+  /* One budget per client: each one's close and cancel end the wait. */
+  dlock__budget b[64];
   for (size_t i = 0; i < rl->n; i++)
-    cancel_gen[i] = atomic_load(&rl->clients[i]->cancel_gen);
+    dlock__budget_start(&b[i], rl->clients[i], wait_ms);
   char why[512] = "";
   for (;;) {
     uint64_t token = 0;
@@ -708,22 +706,22 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
     }
     if (wait_ms == 0)
       return dlock__fail(DLOCK_EBUSY, "%s", why);
-    int64_t now = dlock__now_ms();
-    if (deadline >= 0 && now >= deadline)
-      return dlock__fail(DLOCK_ETIMEDOUT, "%s; gave up after %lld ms", why,
-                         wait_ms);
     for (size_t i = 0; i < rl->n; i++) {
-      if (atomic_load(&rl->clients[i]->closing))
+      char what[400];
+      snprintf(what, sizeof what, "redlock '%.200s' (client %zu); %.150s",
+               rl->name, i, why);
+      int rc = dlock__budget_over(&b[i], what);
+      if (rc == DLOCK_ETIMEDOUT)
+        return dlock__fail(DLOCK_ETIMEDOUT, "%s; gave up after %lld ms", why,
+                           wait_ms);
+      if (rc == DLOCK_ECLOSED)
         return dlock__fail(DLOCK_ECLOSED, "client %zu is closing", i);
-      if (atomic_load(&rl->clients[i]->cancel_gen) != cancel_gen[i])
-        return dlock__fail(DLOCK_ECANCELED,
-                           "wait for redlock '%s' canceled by "
-                           "dlock_client_cancel_waits() (client %zu); %s",
-                           rl->name, i, why);
+      if (rc)
+        return rc;
     }
+    int64_t now = dlock__now_ms();
     int64_t pause = 20 + (int64_t)(dlock__rand64() % 181);
-    if (deadline >= 0 && now + pause > deadline)
-      pause = deadline - now;
+    pause = dlock__budget_clamp(&b[0], now + pause) - now;
     dlock__sleep_ms(pause);
   }
 }

@@ -770,8 +770,8 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   /* The write hold was lost (the exclusive section is over), or its release
    * failed and it stays recorded for another try: either way give the
    * fresh read hold back, so the thread's holds are as before the call. */
-  char keep[512];
-  snprintf(keep, sizeof keep, "%s", dlock_last_error());
+  dlock__err_keep_begin();
   (void)dlock__mutex_release(rw->rd);
-  return dlock__fail(rc, "%s", keep);
+  dlock__err_keep_end();
+  return rc;
 }

@@ -195,8 +195,8 @@ static int acquire(dlock_sem *s, long long wait_ms) {
   if (rc)
     return rc;
   dlock_client *c = s->o.c;
-  const int64_t started = dlock__now_ms();
-  const unsigned cancel_gen = atomic_load(&c->cancel_gen);
+  dlock__budget b;
+  dlock__budget_start(&b, c, wait_ms);
   int r = attempt(s);
   if (r != 0)
     return r == 1 ? 0 : r;
@@ -204,14 +204,10 @@ static int acquire(dlock_sem *s, long long wait_ms) {
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
                        s->o.name);
 
-  /* A budget too large to add to the clock is "forever". */
-  const int64_t deadline =
-      wait_ms < 0 || wait_ms > INT64_MAX - started ? -1 : started + wait_ms;
   char what[300];
   snprintf(what, sizeof what, "semaphore '%.256s'", s->o.name);
-  rc = dlock__sub_wait_check(c, s->o.channel, DLOCK__WAKE_COUNT, deadline,
-                             DLOCK__SEM_RECHECK_MS, cancel_gen, attempt_cb, s,
-                             what);
+  rc = dlock__sub_wait_check(c, s->o.channel, DLOCK__WAKE_COUNT, &b,
+                             DLOCK__SEM_RECHECK_MS, attempt_cb, s, what);
   if (rc == DLOCK_ETIMEDOUT)
     dlock__fail(rc, "semaphore '%s': no permit within %lld ms", s->o.name,
                 wait_ms);
