@@ -620,3 +620,21 @@ int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **args, const size_t *alens, redisReply **out) {
   return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, 2, out);
 }
+
+int dlock__take_int(int rc, redisReply *r, long long *v, int *nil) {
+  if (nil)
+    *nil = 0;
+  if (rc || !r) {
+    if (r)
+      freeReplyObject(r);
+    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
+  }
+  if (nil && r->type == REDIS_REPLY_NIL) {
+    *nil = 1;
+    freeReplyObject(r);
+    return 0;
+  }
+  rc = dlock__reply_int(r, v);
+  freeReplyObject(r);
+  return rc;
+}

@@ -393,11 +393,8 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   redisReply *r = NULL;
   rc = dlock__eval(m->c, &g_cancel, 4, k.keys, k.klens, 4, args, alens, &r);
   fair_keys_free(&k);
-  if (rc || !r)
-    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
   long long v = 0;
-  rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
+  rc = dlock__take_int(rc, r, &v, NULL);
   return rc ? rc : v == 1;
 }
 
@@ -465,11 +462,8 @@ static int fair_force(dlock_mutex *m) {
   redisReply *r = NULL;
   rc = dlock__eval_once(m->c, &g_force, 4, k.keys, k.klens, 3, args, alens, &r);
   fair_keys_free(&k);
-  if (rc || !r)
-    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
   long long v = 0;
-  rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
+  rc = dlock__take_int(rc, r, &v, NULL);
   return rc ? rc : (int)v;
 }
 

@@ -115,10 +115,7 @@ static int fenced_attempt(dlock_mutex *m, uint64_t tid, int target,
     return 1;
   }
   if (what == -3)
-    return dlock__fail(DLOCK_ELOST,
-                       "fenced lock '%s': this thread's hold is gone (expired "
-                       "or deleted) -- it was re-acquired in vain",
-                       m->name);
+    return dlock__reacquired_in_vain("fenced lock", m->name);
   *ttl = v;
   return 0;
 }

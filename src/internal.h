@@ -146,9 +146,25 @@ void dlock__own_name(dlock__sb *b, const char *prefix, const char *name);
 /* Redisson's unlock latch key: redisson_unlock_latch:{name}:<rid>. */
 void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
 
-/* The part of a lock kind that is a client, a name and one pub/sub channel
- * (semaphore, latch): name and channel share one allocation. */
-typedef struct dlock__chobj {
+typedef struct dlock__chobj dlock__chobj;
+
+/* What distinguishes the counting kinds (semaphore, latch): an ops table,
+ * as the mutex variants have (counter.c runs the common parts). */
+typedef struct dlock__counter_kind {
+  const char *name; /* "semaphore", "latch": messages */
+  void (*channel)(dlock__sb *b, const char *name);
+  int wake_policy;    /* DLOCK__WAKE_COUNT / DLOCK__WAKE_ALL */
+  int64_t recheck_ms; /* longest sleep without a check (pub/sub is lossy) */
+  /* One check of the waited-for condition (a permit taken, the latch
+   * open): 1 done, 0 not yet, or a negative code. */
+  int (*ready)(dlock__chobj *o);
+} dlock__counter_kind;
+
+/* The part of a counting kind that is a client, a name and one pub/sub
+ * channel: the first member of dlock_sem and dlock_latch. Name and channel
+ * share one allocation. */
+struct dlock__chobj {
+  const dlock__counter_kind *kind;
   dlock_client *c;
   char *name;
   size_t name_len;
@@ -159,14 +175,29 @@ typedef struct dlock__chobj {
    * next change (see dlock__once_begin). */
   pthread_mutex_t once_mu;
   char once_prev[33];
-} dlock__chobj;
-/* Checks c and name (messages name `kind`, e.g. "semaphore"), copies name
- * and builds the channel with chan(b, name). 0 or DLOCK_EINVAL / DLOCK_EFORK
- * / DLOCK_ENOMEM; on error nothing is left to free. */
-int dlock__chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
-                      const char *kind,
-                      void (*chan)(dlock__sb *b, const char *name));
-void dlock__chobj_destroy(dlock__chobj *o);
+};
+/* Allocates size bytes (a struct whose first member is a dlock__chobj),
+ * checks c and name (messages name k->name), copies name and builds the
+ * channel. 0 and *out, or DLOCK_EINVAL / DLOCK_EFORK / DLOCK_ENOMEM with
+ * nothing left to free. The object holds a reference on c. */
+int dlock__counter_new(dlock_client *c, const char *name,
+                       const dlock__counter_kind *k, size_t size, void **out);
+/* Frees what dlock__counter_new made (NULL accepted). */
+void dlock__counter_free(dlock__chobj *o);
+/* The prologue of a public call: DLOCK_EINVAL ("<kind> is NULL") or the
+ * client's check. */
+int dlock__counter_check(const dlock__chobj *o, const char *kind);
+/* The public read of a count: dlock__counter_check, v checked (message
+ * names vname), then dlock__counter_get. */
+int dlock__counter_read(dlock__chobj *o, const char *kind, long long *v,
+                        const char *vname);
+/* GET of the count as an integer (absent: 0). 0 or a code. */
+int dlock__counter_get(dlock__chobj *o, long long *v);
+/* The wait of a counting kind: checks ready() at once, then (wait_ms != 0)
+ * subscribes and checks after every wake-up until done or the budget
+ * ends. 0 done; DLOCK_EBUSY (no wait, not ready) or DLOCK_ETIMEDOUT with
+ * no message (the caller words them); another code with its message. */
+int dlock__counter_wait(dlock__chobj *o, long long wait_ms);
 
 /* Request ids that make a counting script (semaphore acquire/release,
  * latch count-down) count once however often the router re-sends it. The
@@ -748,6 +779,14 @@ int dlock__mutex_local_count(dlock_mutex *m);
 /* The clock-drift margin a local deadline keeps from the server's expiry:
  * lease/100 + 2 ms (Redlock's drift factor). */
 int64_t dlock__lease_margin(int64_t lease);
+/* The integer answer of a script run (rc, r from dlock__eval): frees r.
+ * Returns rc when it failed, DLOCK_EPROTO (no reply / not an integer) or
+ * 0 with *v set -- or, when nil is not NULL and the reply is nil, 0 with
+ * *nil = 1. */
+int dlock__take_int(int rc, redisReply *r, long long *v, int *nil);
+/* DLOCK_ELOST with "<kind> '<name>': this thread's hold is gone ... it was
+ * re-acquired in vain" (a reentrant attempt found the hold gone). */
+int dlock__reacquired_in_vain(const char *kind, const char *name);
 /* Parses an integer reply; DLOCK_EPROTO otherwise. */
 int dlock__reply_int(const redisReply *r, long long *v);
 

@@ -76,11 +76,6 @@ static dlock__script g_count_down = {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void init_scripts(void) {
-  dlock__script_init(&g_try_set);
-  dlock__script_init(&g_count_down);
-}
-
 static void channel_of(dlock__sb *b, const char *name) {
   /* Redisson writes this one with braces always, also around a name that
    * already has them. */
@@ -89,35 +84,27 @@ static void channel_of(dlock__sb *b, const char *name) {
   dlock__sb_adds(b, "}");
 }
 
+static int latch_ready(dlock__chobj *o);
+
+static const dlock__counter_kind g_kind = {
+    "latch", channel_of, DLOCK__WAKE_ALL, DLOCK__LATCH_RECHECK_MS, latch_ready};
+
 int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
   dlock__clear_error();
-  if (!out)
-    return dlock__fail(DLOCK_EINVAL, "out is NULL");
-  *out = NULL;
-  dlock_latch *l = dlock__calloc(1, sizeof *l);
-  if (!l)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  int rc = dlock__chobj_init(&l->o, c, name, "latch", channel_of);
-  if (rc) {
-    free(l);
-    return rc;
-  }
-  *out = l;
-  return 0;
+  return dlock__counter_new(c, name, &g_kind, sizeof(dlock_latch),
+                            (void **)out);
 }
 
-void dlock_latch_free(dlock_latch *l) {
-  if (!l)
-    return;
-  dlock__chobj_destroy(&l->o);
-  free(l);
-}
+void dlock_latch_free(dlock_latch *l) { dlock__counter_free(l ? &l->o : NULL); }
 
 static int check_latch(dlock_latch *l) {
   dlock__clear_error();
-  if (!l)
-    return dlock__fail(DLOCK_EINVAL, "latch is NULL");
-  return dlock__client_check(l->o.c);
+  return dlock__counter_check(l ? &l->o : NULL, "latch");
+}
+
+static void init_scripts(void) {
+  dlock__script_init(&g_try_set);
+  dlock__script_init(&g_count_down);
 }
 
 /* Runs one of the scripts with ARGV = [msg, count, ttl]
@@ -154,53 +141,27 @@ int dlock_latch_count_down(dlock_latch *l) {
 }
 
 int dlock_latch_count(dlock_latch *l, long long *n) {
-  int rc = check_latch(l);
-  if (rc)
-    return rc;
-  if (!n)
-    return dlock__fail(DLOCK_EINVAL, "n is NULL");
-  *n = 0;
-  const char *argv[2] = {"GET", l->o.name};
-  size_t lens[2] = {3, l->o.name_len};
-  dlock__cmd cmd = {l->o.name, NULL, 2, argv, lens, 0};
-  redisReply *r = NULL;
-  if ((rc = dlock__exec(l->o.c, &cmd, &r)) != 0)
-    return rc;
-  if (r && r->type != REDIS_REPLY_NIL)
-    rc = dlock__reply_int(r, n);
-  freeReplyObject(r);
-  return rc;
+  dlock__clear_error();
+  return dlock__counter_read(l ? &l->o : NULL, "latch", n, "n");
 }
 
 /* 1 open (count absent or <= 0), 0 closed, or a negative code. */
-static int is_open(dlock_latch *l) {
+static int latch_ready(dlock__chobj *o) {
   long long n = 0;
-  int rc = dlock_latch_count(l, &n);
+  int rc = dlock__counter_get(o, &n);
   return rc ? rc : n <= 0;
 }
-
-static int is_open_cb(void *l) { return is_open(l); }
 
 int dlock_latch_timedawait(dlock_latch *l, long long wait_ms) {
   int rc = check_latch(l);
   if (rc)
     return rc;
-  dlock_client *c = l->o.c;
-  dlock__budget b;
-  dlock__budget_start(&b, c, wait_ms);
-  int r = is_open(l);
-  if (r != 0)
-    return r == 1 ? 0 : r;
-  if (wait_ms == 0)
+  rc = dlock__counter_wait(&l->o, wait_ms);
+  if (rc == DLOCK_EBUSY)
     return dlock__fail(DLOCK_ETIMEDOUT, "latch '%s' is not open", l->o.name);
-
-  char what[300];
-  snprintf(what, sizeof what, "latch '%.256s'", l->o.name);
-  rc = dlock__sub_wait_check(c, l->o.channel, DLOCK__WAKE_ALL, &b,
-                             DLOCK__LATCH_RECHECK_MS, is_open_cb, l, what);
   if (rc == DLOCK_ETIMEDOUT)
-    dlock__fail(rc, "latch '%s' still closed after %lld ms", l->o.name,
-                wait_ms);
+    return dlock__fail(rc, "latch '%s' still closed after %lld ms", l->o.name,
+                       wait_ms);
   return rc;
 }
 

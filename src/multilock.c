@@ -119,7 +119,17 @@ static void release_taken(dlock_multilock *ml, unsigned char *taken) {
   dlock__err_keep_end();
 }
 
-static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
+/* Shorthands: wait for ever, or not at all; the watchdog keeps the lease. */
+int dlock_multilock_lock(dlock_multilock *ml) {
+  return dlock_multilock_timedlock(ml, -1, -1);
+}
+
+int dlock_multilock_trylock(dlock_multilock *ml) {
+  return dlock_multilock_timedlock(ml, 0, -1);
+}
+
+int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
+                              long long lease_ms) {
   dlock__clear_error();
   if (!ml)
     return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
@@ -197,13 +207,6 @@ static int acquire(dlock_multilock *ml, long long wait_ms, long long lease_ms) {
   }
   free(taken);
   return rc;
-}
-
-int dlock_multilock_lock(dlock_multilock *ml) { return acquire(ml, -1, -1); }
-int dlock_multilock_trylock(dlock_multilock *ml) { return acquire(ml, 0, -1); }
-int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
-                              long long lease_ms) {
-  return acquire(ml, wait_ms, lease_ms);
 }
 
 int dlock_multilock_unlock(dlock_multilock *ml) {

@@ -95,17 +95,35 @@ static size_t queue_entry(dlock_mutex *m, uint64_t tid, int64_t lease,
   return el + 16;
 }
 
+/* The queue keys and the calling thread's entry in them. */
+typedef struct qentry {
+  queue_keys k;
+  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
+  size_t fl, el;
+} qentry;
+
+static int qentry_init(dlock_mutex *m, uint64_t tid, int64_t lease,
+                       const dlock__wait *w, qentry *q) {
+  int rc = queue_keys_init(m, &q->k);
+  q->fl = dlock__field(m->c, tid, q->field);
+  q->el = queue_entry(m, tid, lease, w->id, q->entry, q->wid);
+  return rc;
+}
+
+int dlock__reacquired_in_vain(const char *kind, const char *name) {
+  return dlock__fail(DLOCK_ELOST,
+                     "%s '%s': this thread's hold is gone (expired or "
+                     "deleted) -- it was re-acquired in vain",
+                     kind, name);
+}
+
 static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
                          int64_t lease, int queue, int64_t wait_ms,
                          int64_t *ttl, uint64_t *token, const dlock__wait *w) {
   (void)wait_ms;
   (void)token;
-  dlock_client *c = m->c;
-  queue_keys k;
-  int rc = queue_keys_init(m, &k);
-  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
-  size_t fl = dlock__field(c, tid, field);
-  size_t el = queue_entry(m, tid, lease, w->id, entry, wid);
+  qentry q;
+  int rc = qentry_init(m, tid, lease, w, &q);
   char ls[24], ts[24], ds[24];
   size_t lsl = dlock__fmt_i64(ls, lease);
   size_t tsl = dlock__fmt_i64(ts, target);
@@ -118,32 +136,25 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
       left = 1;
   }
   size_t dsl = dlock__fmt_i64(ds, left);
-  const char *keys[3] = {m->name, k.q.p, k.dl.p};
-  size_t klens[3] = {m->name_len, k.q.len, k.dl.len};
+  const char *keys[3] = {m->name, q.k.q.p, q.k.dl.p};
+  size_t klens[3] = {m->name_len, q.k.q.len, q.k.dl.len};
   const char *args[8] = {
-      ls, field, ts, queue ? "1" : "0", entry, w->queued ? "1" : "0", ds, wid};
-  size_t alens[8] = {lsl, fl, tsl, 1, el, 1, dsl, 16};
+      ls, q.field, ts, queue ? "1" : "0", q.entry, w->queued ? "1" : "0",
+      ds, q.wid};
+  size_t alens[8] = {lsl, q.fl, tsl, 1, q.el, 1, dsl, 16};
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(c, dlock__core_script(DLOCK__S_ACQUIRE), 3, keys, klens, 8,
-                     args, alens, &r);
-  queue_keys_free(&k);
-  if (rc || !r)
-    return rc ? rc : DLOCK_EPROTO;
-  if (r->type == REDIS_REPLY_NIL) {
-    freeReplyObject(r);
-    return 1;
-  }
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_ACQUIRE), 3, keys, klens,
+                     8, args, alens, &r);
+  queue_keys_free(&q.k);
   long long v = 0;
-  rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
-  if (rc)
+  int nil = 0;
+  if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
     return rc;
+  if (nil)
+    return 1;
   if (v == -3)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s': this thread's hold is gone (expired or "
-                       "deleted) -- it was re-acquired in vain",
-                       m->name);
+    return dlock__reacquired_in_vain("lock", m->name);
   *ttl = v;
   return 0;
 }
@@ -184,16 +195,11 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   dlock__sb_free(&gp);
   dlock__sb_free(&prev);
   queue_keys_free(&k);
-  if (rc || !r)
-    return rc ? rc : DLOCK_EPROTO;
-  if (r->type == REDIS_REPLY_NIL) {
-    freeReplyObject(r);
-    return DLOCK_ELOST;
-  }
   long long v = 0;
-  rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
-  return rc ? rc : (v == 1 ? 1 : 0);
+  int nil = 0;
+  if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
+    return rc;
+  return nil ? DLOCK_ELOST : (v == 1 ? 1 : 0);
 }
 
 static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
@@ -201,26 +207,19 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
                         const dlock__wait *w) {
   (void)wait_ms;
   (void)token;
-  dlock_client *c = m->c;
-  queue_keys k;
-  int rc = queue_keys_init(m, &k);
-  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
-  size_t fl = dlock__field(c, tid, field);
-  size_t el = queue_entry(m, tid, lease, w->id, entry, wid);
-  const char *keys[3] = {m->name, k.q.p, k.dl.p};
-  size_t klens[3] = {m->name_len, k.q.len, k.dl.len};
-  const char *args[3] = {field, entry, wid};
-  size_t alens[3] = {fl, el, 16};
+  qentry q;
+  int rc = qentry_init(m, tid, lease, w, &q);
+  const char *keys[3] = {m->name, q.k.q.p, q.k.dl.p};
+  size_t klens[3] = {m->name_len, q.k.q.len, q.k.dl.len};
+  const char *args[3] = {q.field, q.entry, q.wid};
+  size_t alens[3] = {q.fl, q.el, 16};
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(c, dlock__core_script(DLOCK__S_CANCEL), 3, keys, klens, 3,
-                     args, alens, &r);
-  queue_keys_free(&k);
-  if (rc || !r)
-    return rc ? rc : DLOCK_EPROTO;
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 3, keys, klens,
+                     3, args, alens, &r);
+  queue_keys_free(&q.k);
   long long v = 0;
-  rc = dlock__reply_int(r, &v);
-  freeReplyObject(r);
+  rc = dlock__take_int(rc, r, &v, NULL);
   return rc ? rc : v == 1;
 }
 

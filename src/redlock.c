@@ -660,7 +660,8 @@ static int start_renewal(dlock_redlock *rl) {
   return 0;
 }
 
-static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
+int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
+                            long long lease_ms) {
   dlock__clear_error();
   if (!rl)
     return dlock__fail(DLOCK_EINVAL, "redlock is NULL");
@@ -726,11 +727,13 @@ static int acquire(dlock_redlock *rl, long long wait_ms, long long lease_ms) {
   }
 }
 
-int dlock_redlock_lock(dlock_redlock *rl) { return acquire(rl, -1, -1); }
-int dlock_redlock_trylock(dlock_redlock *rl) { return acquire(rl, 0, -1); }
-int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
-                            long long lease_ms) {
-  return acquire(rl, wait_ms, lease_ms);
+/* Shorthands: wait for ever, or not at all; the watchdog keeps the lease. */
+int dlock_redlock_lock(dlock_redlock *rl) {
+  return dlock_redlock_timedlock(rl, -1, -1);
+}
+
+int dlock_redlock_trylock(dlock_redlock *rl) {
+  return dlock_redlock_timedlock(rl, 0, -1);
 }
 
 int dlock_redlock_unlock(dlock_redlock *rl) {

@@ -262,23 +262,25 @@ static void rw_channel(dlock_mutex *m, dlock__sb *b) {
 
 static int int_reply(dlock_mutex *m, int rc, redisReply *r, long long *v,
                      int *nil) {
-  *nil = 0;
   *v = 0;
-  if (rc || !r) {
-    freeReplyObject(r);
-    return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
-  }
-  if (r->type == REDIS_REPLY_NIL) {
-    *nil = 1;
-    freeReplyObject(r);
-    return 0;
-  }
-  rc = dlock__reply_int(r, v);
-  freeReplyObject(r);
-  if (rc)
-    return dlock__fail(rc, "read-write lock '%s': %s", m->name,
-                       dlock_last_error());
-  return 0;
+  int sent_ok = rc == 0 && r;
+  rc = dlock__take_int(rc, r, v, nil);
+  if (rc && sent_ok)
+    return dlock__fail(rc, "read-write lock '%s': unexpected script reply",
+                       m->name);
+  return rc;
+}
+
+/* An unlock script's answer: 1 released, 0 holds remain, DLOCK_ELOST (nil:
+ * not ours), or a negative code. */
+static int unlock_answer(dlock_mutex *m, int rc, redisReply *r) {
+  long long v;
+  int nil;
+  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return DLOCK_ELOST;
+  return v == 1 ? 1 : 0;
 }
 
 static int lost_err(dlock_mutex *m, const char *kind) {
@@ -286,6 +288,40 @@ static int lost_err(dlock_mutex *m, const char *kind) {
                      "read-write lock '%s': this thread's %s hold is gone "
                      "(expired or deleted) -- it was re-acquired in vain",
                      m->name, kind);
+}
+
+/* An acquire script's answer: nil = held (1); -3 = a reentrant attempt
+ * found the hold gone (DLOCK_ELOST); another value (*v) is the holder's
+ * TTL (0, *ttl set) or a side's own code (< -2, 0 returned, *ttl untouched). */
+static int attempt_answer(dlock_mutex *m, int rc, redisReply *r,
+                          const char *side, long long *v, int64_t *ttl) {
+  int nil;
+  if ((rc = int_reply(m, rc, r, v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return 1;
+  if (*v == -3)
+    return lost_err(m, side);
+  if (*v >= -2)
+    *ttl = *v;
+  return 0;
+}
+
+/* The arguments both sides' acquire scripts take: the thread's read and
+ * write fields, the lease and the target hold count as text. */
+typedef struct rw_args {
+  char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[24];
+  size_t fl, lsl, tsl;
+} rw_args;
+
+static void rw_args_init(dlock_mutex *m, uint64_t tid, int64_t lease,
+                         int target, rw_args *a) {
+  pthread_once(&g_once, init_scripts);
+  a->fl = dlock__field(m->c, tid, a->field);
+  memcpy(a->wfield, a->field, a->fl);
+  memcpy(a->wfield + a->fl, ":write", 7);
+  a->lsl = dlock__fmt_i64(a->ls, lease);
+  a->tsl = dlock__fmt_i64(a->ts, target);
 }
 
 /* ---- read ops ------------------------------------------------------------ */
@@ -301,36 +337,23 @@ static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                       int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
                       const dlock__wait *w) {
   (void)queue, (void)wait_ms, (void)token, (void)w;
-  pthread_once(&g_once, init_scripts);
-  char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[16];
-  size_t fl = dlock__field(m->c, tid, field);
-  memcpy(wfield, field, fl);
-  memcpy(wfield + fl, ":write", 7);
+  rw_args a;
+  rw_args_init(m, tid, lease, target, &a);
   dlock__sb tp;
-  timeout_prefix(m, field, fl, &tp);
+  timeout_prefix(m, a.field, a.fl, &tp);
   if (tp.oom) {
     dlock__sb_free(&tp);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
-  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
-  int tsl = snprintf(ts, sizeof ts, "%d", target);
   const char *keys[2] = {m->name, tp.p};
   size_t klens[2] = {m->name_len, tp.len};
-  const char *args[4] = {ls, field, wfield, ts};
-  size_t alens[4] = {(size_t)lsl, fl, fl + 6, (size_t)tsl};
+  const char *args[4] = {a.ls, a.field, a.wfield, a.ts};
+  size_t alens[4] = {a.lsl, a.fl, a.fl + 6, a.tsl};
   redisReply *r = NULL;
   int rc = dlock__eval(m->c, &g_rd_acquire, 2, keys, klens, 4, args, alens, &r);
   dlock__sb_free(&tp);
   long long v;
-  int nil;
-  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
-    return rc;
-  if (nil)
-    return 1;
-  if (v == -3)
-    return lost_err(m, "read");
-  *ttl = v;
-  return 0;
+  return attempt_answer(m, rc, r, "read", &v, ttl);
 }
 
 static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
@@ -372,13 +395,7 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   dlock__sb_free(&kp);
   dlock__sb_free(&latch);
   dlock__sb_free(&prev);
-  long long v;
-  int nil;
-  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
-    return rc;
-  if (nil)
-    return DLOCK_ELOST;
-  return v == 1 ? 1 : 0;
+  return unlock_answer(m, rc, r);
 }
 
 static int rd_renew(dlock_client *c, const char *name, size_t name_len,
@@ -442,35 +459,22 @@ static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                       int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
                       const dlock__wait *w) {
   (void)queue, (void)wait_ms, (void)token, (void)w;
-  pthread_once(&g_once, init_scripts);
-  char field[DLOCK__FIELD_MAX], wfield[DLOCK__FIELD_MAX], ls[24], ts[16];
-  size_t fl = dlock__field(m->c, tid, field);
-  memcpy(wfield, field, fl);
-  memcpy(wfield + fl, ":write", 7);
-  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
-  int tsl = snprintf(ts, sizeof ts, "%d", target);
+  rw_args a;
+  rw_args_init(m, tid, lease, target, &a);
   const char *keys[1] = {m->name};
   size_t klens[1] = {m->name_len};
-  const char *args[4] = {ls, wfield, ts, field};
-  size_t alens[4] = {(size_t)lsl, fl + 6, (size_t)tsl, fl};
+  const char *args[4] = {a.ls, a.wfield, a.ts, a.field};
+  size_t alens[4] = {a.lsl, a.fl + 6, a.tsl, a.fl};
   redisReply *r = NULL;
   int rc = dlock__eval(m->c, &g_wr_acquire, 1, keys, klens, 4, args, alens, &r);
   long long v;
-  int nil;
-  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
+  if ((rc = attempt_answer(m, rc, r, "write", &v, ttl)) != 0 || v != -4)
     return rc;
-  if (nil)
-    return 1;
-  if (v == -3)
-    return lost_err(m, "write");
-  if (v == -4)
-    return dlock__fail(DLOCK_EDEADLK,
-                       "read-write lock '%s': this thread holds a read lock "
-                       "on it; upgrading to a write lock is refused (it "
-                       "could wait forever) -- release the read hold first",
-                       m->name);
-  *ttl = v;
-  return 0;
+  return dlock__fail(DLOCK_EDEADLK,
+                     "read-write lock '%s': this thread holds a read lock "
+                     "on it; upgrading to a write lock is refused (it "
+                     "could wait forever) -- release the read hold first",
+                     m->name);
 }
 
 static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease,
@@ -503,13 +507,7 @@ static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   dlock__sb_free(&ch);
   dlock__sb_free(&latch);
   dlock__sb_free(&prev);
-  long long v;
-  int nil;
-  if ((rc = int_reply(m, rc, r, &v, &nil)) != 0)
-    return rc;
-  if (nil)
-    return DLOCK_ELOST;
-  return v == 1 ? 1 : 0;
+  return unlock_answer(m, rc, r);
 }
 
 static int wr_force(dlock_mutex *m) { return force_mode(m, "write", "1"); }

@@ -101,35 +101,22 @@ static void channel_of(dlock__sb *b, const char *name) {
   dlock__prefix_name(b, "redisson_sc", name);
 }
 
+static int sem_ready(dlock__chobj *o);
+
+static const dlock__counter_kind g_kind = {"semaphore", channel_of,
+                                           DLOCK__WAKE_COUNT,
+                                           DLOCK__SEM_RECHECK_MS, sem_ready};
+
 int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
   dlock__clear_error();
-  if (!out)
-    return dlock__fail(DLOCK_EINVAL, "out is NULL");
-  *out = NULL;
-  dlock_sem *s = dlock__calloc(1, sizeof *s);
-  if (!s)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  int rc = dlock__chobj_init(&s->o, c, name, "semaphore", channel_of);
-  if (rc) {
-    free(s);
-    return rc;
-  }
-  *out = s;
-  return 0;
+  return dlock__counter_new(c, name, &g_kind, sizeof(dlock_sem), (void **)out);
 }
 
-void dlock_sem_free(dlock_sem *s) {
-  if (!s)
-    return;
-  dlock__chobj_destroy(&s->o);
-  free(s);
-}
+void dlock_sem_free(dlock_sem *s) { dlock__counter_free(s ? &s->o : NULL); }
 
 static int check_sem(dlock_sem *s) {
   dlock__clear_error();
-  if (!s)
-    return dlock__fail(DLOCK_EINVAL, "semaphore is NULL");
-  return dlock__client_check(s->o.c);
+  return dlock__counter_check(s ? &s->o : NULL, "semaphore");
 }
 
 /* Runs one of the counting scripts with ARGV = [n, ttl] (dlock__chobj_count);
@@ -167,50 +154,26 @@ int dlock_sem_post(dlock_sem *s) {
 }
 
 int dlock_sem_value(dlock_sem *s, long long *v) {
-  int rc = check_sem(s);
-  if (rc)
-    return rc;
-  if (!v)
-    return dlock__fail(DLOCK_EINVAL, "v is NULL");
-  *v = 0;
-  const char *argv[2] = {"GET", s->o.name};
-  size_t lens[2] = {3, s->o.name_len};
-  dlock__cmd cmd = {s->o.name, NULL, 2, argv, lens, 0};
-  redisReply *r = NULL;
-  if ((rc = dlock__exec(s->o.c, &cmd, &r)) != 0)
-    return rc;
-  if (r && r->type != REDIS_REPLY_NIL)
-    rc = dlock__reply_int(r, v);
-  freeReplyObject(r);
-  return rc;
+  dlock__clear_error();
+  return dlock__counter_read(s ? &s->o : NULL, "semaphore", v, "v");
 }
 
 /* One attempt: 1 acquired, 0 no permit, or a negative code. */
-static int attempt(dlock_sem *s) { return run(s, &g_try_acquire, 0, 1); }
-
-static int attempt_cb(void *s) { return attempt(s); }
+static int sem_ready(dlock__chobj *o) {
+  return run((dlock_sem *)o, &g_try_acquire, 0, 1);
+}
 
 static int acquire(dlock_sem *s, long long wait_ms) {
   int rc = check_sem(s);
   if (rc)
     return rc;
-  dlock_client *c = s->o.c;
-  dlock__budget b;
-  dlock__budget_start(&b, c, wait_ms);
-  int r = attempt(s);
-  if (r != 0)
-    return r == 1 ? 0 : r;
-  if (wait_ms == 0)
+  rc = dlock__counter_wait(&s->o, wait_ms);
+  if (rc == DLOCK_EBUSY)
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
                        s->o.name);
-
-  char what[300];
-  snprintf(what, sizeof what, "semaphore '%.256s'", s->o.name);
-  rc = dlock__sub_wait_check(c, s->o.channel, DLOCK__WAKE_COUNT, &b,
-                             DLOCK__SEM_RECHECK_MS, attempt_cb, s, what);
   if (rc == DLOCK_ETIMEDOUT)
-    dlock__fail(rc, "semaphore '%s': no permit within %lld ms", s->o.name,
-                wait_ms);
+    return dlock__fail(rc, "semaphore '%s': no permit within %lld ms",
+                       s->o.name, wait_ms);
   return rc;
 }
 

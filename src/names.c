@@ -1,0 +1,73 @@
+/*
+ * names.c -- the names of keys, channels and hash fields: Redisson's
+ * prefix/suffix rules, dlock's own unambiguous form, unlock latch keys,
+ * "<uuid>:<tid>" fields, and the lease bound every entry point checks.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* prefix ":{" name "}" for a name without '{'; prefix sep name for one with
+ * (sep ":" is Redisson's rule, "::" dlock's unambiguous one). */
+static void tagged(dlock__sb *b, const char *prefix, const char *sep,
+                   const char *name) {
+  dlock__sb_adds(b, prefix);
+  if (strchr(name, '{')) {
+    dlock__sb_adds(b, sep);
+    dlock__sb_adds(b, name);
+  } else {
+    dlock__sb_add(b, ":{", 2);
+    dlock__sb_adds(b, name);
+    dlock__sb_add(b, "}", 1);
+  }
+}
+
+void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name) {
+  tagged(b, prefix, ":", name);
+}
+
+void dlock__own_name(dlock__sb *b, const char *prefix, const char *name) {
+  tagged(b, prefix, "::", name);
+}
+
+void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid) {
+  dlock__prefix_name(b, "redisson_unlock_latch", name);
+  dlock__sb_add(b, ":", 1);
+  dlock__sb_add(b, rid, 32);
+}
+
+void dlock__suffix_name(dlock__sb *b, const char *name, const char *suffix) {
+  if (strchr(name, '{')) {
+    dlock__sb_adds(b, name);
+    dlock__sb_add(b, ":", 1);
+  } else {
+    dlock__sb_add(b, "{", 1);
+    dlock__sb_adds(b, name);
+    dlock__sb_add(b, "}:", 2);
+  }
+  dlock__sb_adds(b, suffix);
+}
+
+size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf) {
+  memcpy(buf, c->id, DLOCK__UUID_LEN);
+  buf[DLOCK__UUID_LEN] = ':';
+  char tmp[24];
+  int i = (int)sizeof tmp;
+  do {
+    tmp[--i] = (char)('0' + tid % 10);
+    tid /= 10;
+  } while (tid);
+  size_t n = sizeof tmp - (size_t)i;
+  memcpy(buf + DLOCK__UUID_LEN + 1, tmp + i, n);
+  buf[DLOCK__UUID_LEN + 1 + n] = '\0';
+  return DLOCK__UUID_LEN + 1 + n;
+}
+
+int dlock__check_lease(long long lease_ms, const char *what, const char *name) {
+  if (lease_ms <= DLOCK_LEASE_MAX_MS)
+    return 0;
+  return dlock__fail(DLOCK_EINVAL,
+                     "%s '%s': lease %lld ms is longer than the longest "
+                     "accepted (DLOCK_LEASE_MAX_MS, %lld ms)",
+                     what, name, lease_ms, DLOCK_LEASE_MAX_MS);
+}
