@@ -58,6 +58,44 @@ static int check_cfg(const dlock_config *cfg) {
   return 0;
 }
 
+/* The URL (copied and parsed), the client's UUID, and the unlock latch's
+ * TTL. 0 or DLOCK_EINVAL / DLOCK_ENOMEM, with nothing left to free. */
+static int identity_init(dlock_client *c, const char *url) {
+  c->url_str = dlock__strdup(url ? url : "redis://127.0.0.1:6379");
+  if (!c->url_str)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  c->cfg.url = c->url_str;
+  int rc = dlock__url_parse(c->url_str, &c->url);
+  if (rc) {
+    free(c->url_str);
+    return rc;
+  }
+  dlock__uuid4(c->id);
+  /* The latch must outlive every retry of the unlock it protects. */
+  c->latch_ttl_ms =
+      ((int64_t)c->cfg.command_timeout_ms + c->cfg.retry_interval_ms) *
+      (c->cfg.retry_attempts + 1);
+  if (c->latch_ttl_ms < 1)
+    c->latch_ttl_ms = 1;
+  return 0;
+}
+
+static void identity_free(dlock_client *c) {
+  dlock__url_free(&c->url);
+  free(c->url_str);
+}
+
+/* Connects and authenticates now, with the retry policy, so bad
+ * credentials and unreachable servers surface at creation. */
+static int warm(dlock_client *c) {
+  for (int i = 0;; i++) {
+    int rc = dlock__node_warm(&c->node);
+    if (rc == 0 || rc != DLOCK_ECONN || i >= c->cfg.retry_attempts)
+      return rc;
+    dlock__sleep_ms(c->cfg.retry_interval_ms);
+  }
+}
+
 int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
   dlock__clear_error();
   if (!out)
@@ -77,71 +115,36 @@ int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
   c->cfg = *cfg_in;
   c->fork_gen = dlock__fork_gen();
   atomic_init(&c->refs, 1); /* the caller's; each lock object adds one */
-  c->url_str =
-      dlock__strdup(cfg_in->url ? cfg_in->url : "redis://127.0.0.1:6379");
-  c->ps_pipe[0] = c->ps_pipe[1] = -1;
-  if (!c->url_str) {
-    free(c);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  }
-  c->cfg.url = c->url_str;
-  rc = dlock__url_parse(c->url_str, &c->url);
-  if (rc) {
-    free(c->url_str);
-    free(c);
-    return rc;
-  }
-  dlock__uuid4(c->id);
-  /* The latch must outlive every retry of the unlock it protects. */
-  c->latch_ttl_ms =
-      ((int64_t)c->cfg.command_timeout_ms + c->cfg.retry_interval_ms) *
-      (c->cfg.retry_attempts + 1);
-  if (c->latch_ttl_ms < 1)
-    c->latch_ttl_ms = 1;
-  int inited = 0;
+  /* Each stage is undone by the labels below it, in reverse order. */
+  if ((rc = identity_init(c, cfg_in->url)) != 0)
+    goto fail_free;
   if ((rc = dlock__node_init(&c->node, c, &c->url, c->cfg.pool_size)) != 0)
-    goto fail;
-  inited = 1;
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  int cvrc = pthread_cond_init(&c->reg_cv, &ca);
-  pthread_condattr_destroy(&ca);
-  if (pthread_mutex_init(&c->reg_mu, NULL) != 0 || cvrc != 0 ||
-      pthread_mutex_init(&c->sub_mu, NULL) != 0 ||
-      dlock__map_init(&c->subs, 64) != 0 ||
-      dlock__map_init(&c->subs_grant, 64) != 0) {
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-    goto fail;
-  }
+    goto fail_identity;
+  if ((rc = dlock__registry_init(&c->reg)) != 0)
+    goto fail_node;
+  if ((rc = dlock__pubsub_init(&c->ps)) != 0)
+    goto fail_registry;
   (void)dlock__core_script(0); /* compute script digests once */
-  if (!c->cfg.lazy_connect) {
-    /* Connect and authenticate now, with the retry policy, so bad
-     * credentials and unreachable servers surface here. */
-    for (int i = 0;; i++) {
-      rc = dlock__node_warm(&c->node);
-      if (rc == 0 || rc != DLOCK_ECONN || i >= c->cfg.retry_attempts)
-        break;
-      dlock__sleep_ms(c->cfg.retry_interval_ms);
-    }
-    if (rc)
-      goto fail;
-  }
+  if (!c->cfg.lazy_connect && (rc = warm(c)) != 0)
+    goto fail_pubsub;
   if ((rc = dlock__pubsub_start(c)) != 0)
-    goto fail;
+    goto fail_pubsub;
   if ((rc = dlock__watchdog_start(c)) != 0)
-    goto fail;
+    goto fail_threads;
   *out = c;
   return 0;
-fail:
+fail_threads:
   dlock__pubsub_stop(c);
-  dlock__watchdog_stop(c);
-  if (inited)
-    dlock__node_destroy(&c->node);
-  dlock__map_free(&c->subs);
-  dlock__map_free(&c->subs_grant);
-  dlock__url_free(&c->url);
-  free(c->url_str);
+fail_pubsub:
+  dlock__pubsub_destroy(&c->ps, 0);
+fail_registry:
+  dlock__holds_destroy(c);
+  dlock__registry_destroy(&c->reg, 0);
+fail_node:
+  dlock__node_destroy(&c->node);
+fail_identity:
+  identity_free(c);
+fail_free:
   free(c);
   return rc;
 }
@@ -152,16 +155,9 @@ fail:
 static void client_release_memory(dlock_client *c) {
   int child = c->fork_gen != dlock__fork_gen();
   dlock__holds_destroy(c);
-  dlock__map_free(&c->subs);
-  dlock__map_free(&c->subs_grant);
-  if (!child) {
-    /* In a fork child they may be copies of locked ones: left alone. */
-    pthread_mutex_destroy(&c->sub_mu);
-    pthread_mutex_destroy(&c->reg_mu);
-    pthread_cond_destroy(&c->reg_cv);
-  }
-  dlock__url_free(&c->url);
-  free(c->url_str);
+  dlock__pubsub_destroy(&c->ps, child);
+  dlock__registry_destroy(&c->reg, child);
+  identity_free(c);
   free(c);
 }
 

@@ -20,7 +20,7 @@
  *
  * LIFETIME. Objects attach to their entry when created and detach when
  * freed; the last detach forgets the entry's holds (their renewal stops)
- * and frees it. Records are freed only with c->reg_mu held; a record freed
+ * and frees it. Records are freed only with c->reg.mu held; a record freed
  * while a renewal batch may point at it goes to a graveyard emptied by the
  * watchdog when the batch ends, so the batch never reads freed memory.
  */
@@ -66,11 +66,11 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   key[0] = tag;
   memcpy(key + 1, name, name_len);
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   int rc = 0;
-  if (!c->locks.b && dlock__map_init(&c->locks, 64) != 0)
+  if (!c->reg.locks.b && dlock__map_init(&c->reg.locks, 64) != 0)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  dlock__lockent *e = rc ? NULL : dlock__map_get(&c->locks, key, kl);
+  dlock__lockent *e = rc ? NULL : dlock__map_get(&c->reg.locks, key, kl);
   if (!rc && !e) {
     e = dlock__calloc(1, sizeof *e + kl + 1);
     if (!e) {
@@ -82,7 +82,7 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
       e->name = e->key + 1;
       e->name_len = name_len;
       e->ops = ops;
-      if (dlock__map_put(&c->locks, e->key, kl, e) != 0) {
+      if (dlock__map_put(&c->reg.locks, e->key, kl, e) != 0) {
         free(e);
         e = NULL;
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -91,28 +91,28 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
   }
   if (e)
     e->objects++;
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   if (key != stackkey)
     free(key);
   *out = e;
   return rc;
 }
 
-/* Frees h now, or after the renewal batch in flight (reg_mu held). */
+/* Frees h now, or after the renewal batch in flight (reg.mu held). */
 static void hold_free(dlock_client *c, dlock__hold *h) {
   dlock__wd_remove(c, h);
-  if (c->wd_busy) {
-    h->next = c->hold_grave;
-    c->hold_grave = h;
+  if (c->wd.busy) {
+    h->next = c->reg.grave;
+    c->reg.grave = h;
   } else {
     free(h);
   }
 }
 
 void dlock__reg_detach(dlock_client *c, dlock__lockent *e) {
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   if (--e->objects > 0) {
-    pthread_mutex_unlock(&c->reg_mu);
+    pthread_mutex_unlock(&c->reg.mu);
     return;
   }
   /* The batch in flight may point at the entry's name: wait for it. */
@@ -123,8 +123,8 @@ void dlock__reg_detach(dlock_client *c, dlock__lockent *e) {
     hold_free(c, h);
     h = nx;
   }
-  dlock__map_del(&c->locks, e->key, e->key_len);
-  pthread_mutex_unlock(&c->reg_mu);
+  dlock__map_del(&c->reg.locks, e->key, e->key_len);
+  pthread_mutex_unlock(&c->reg.mu);
   free(e);
 }
 
@@ -161,8 +161,8 @@ void dlock__hold_put(dlock_client *c, dlock__hold *h) {
 }
 
 void dlock__hold_grave_empty(dlock_client *c) {
-  dlock__hold *h = c->hold_grave;
-  c->hold_grave = NULL;
+  dlock__hold *h = c->reg.grave;
+  c->reg.grave = NULL;
   while (h) {
     dlock__hold *nx = h->next;
     free(h);
@@ -173,21 +173,21 @@ void dlock__hold_grave_empty(dlock_client *c) {
 size_t dlock_client_hold_records(dlock_client *c) {
   if (!c)
     return 0;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   size_t n = 0;
-  for (size_t i = 0; c->locks.b && i < c->locks.nb; i++)
-    for (dlock__map_ent *me = c->locks.b[i]; me; me = me->next) {
+  for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
+    for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
       dlock__lockent *e = me->val;
       for (dlock__hold *h = e->holds; h; h = h->next)
         n++;
     }
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return n;
 }
 
 void dlock__holds_destroy(dlock_client *c) {
-  for (size_t i = 0; c->locks.b && i < c->locks.nb; i++)
-    for (dlock__map_ent *me = c->locks.b[i]; me; me = me->next) {
+  for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
+    for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
       dlock__lockent *e = me->val;
       dlock__hold *h = e->holds;
       while (h) {
@@ -199,8 +199,32 @@ void dlock__holds_destroy(dlock_client *c) {
       /* The entry itself belongs to its objects (freed by the last one). */
     }
   dlock__hold_grave_empty(c);
-  if (c->locks.b && c->locks.n == 0)
-    dlock__map_free(&c->locks);
+  if (c->reg.locks.b && c->reg.locks.n == 0)
+    dlock__map_free(&c->reg.locks);
 }
 
 char *dlock__lockent_prev_rid(dlock__lockent *e) { return e->prev_rid; }
+
+int dlock__registry_init(dlock__registry *r) {
+  memset(r, 0, sizeof *r);
+  if (pthread_mutex_init(&r->mu, NULL) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  /* The watchdog's sleeps are measured on the monotonic clock. */
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(&r->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0) {
+    pthread_mutex_destroy(&r->mu);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+void dlock__registry_destroy(dlock__registry *r, int forked) {
+  if (forked) /* in a fork child they may be copies of locked ones */
+    return;
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+}

@@ -460,6 +460,47 @@ typedef struct dlock__sub dlock__sub;
 typedef struct dlock__hold dlock__hold;
 typedef struct dlock__mutex_ops dlock__mutex_ops;
 
+/* The pub/sub side of a client (pubsub.c): one subscriber connection and
+ * thread, the wait entries by channel. dlock__pubsub_init makes the mutex,
+ * maps and wake pipe; dlock__pubsub_start the thread; _stop joins it and
+ * wakes every waiter; _destroy frees the rest. */
+typedef struct dlock__pubsub {
+  pthread_mutex_t mu;
+  dlock__map subs;   /* shared channel -> dlock__sub */
+  atomic_int n_subs; /* entries in subs (a lock-free hint) */
+  dlock__map grants; /* grant channel -> dlock__sub */
+  dlock__sub *list;
+  int pipe[2]; /* wakes the thread (also from a signal handler) */
+  pthread_t thread;
+  int started;
+  int connected;
+} dlock__pubsub;
+
+/* The hold registry (holds.c): one entry per lock name and family with
+ * live objects, each with its per-thread hold records. mu also guards the
+ * watchdog's lists (dlock__watchdog) and every dlock__hold. */
+typedef struct dlock__registry {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;  /* monotonic clock: the watchdog's sleeps */
+  dlock__map locks;   /* dlock__lockent by (family, name) */
+  dlock__hold *grave; /* freed holds a renewal batch may still see */
+} dlock__registry;
+
+/* Renewal and local deadlines (watchdog.c): the holds the watchdog renews,
+ * its thread and the expiry thread. Guarded by the registry's mutex. */
+typedef struct dlock__watchdog {
+  dlock__hold *head; /* holds renewed by the watchdog */
+  size_t count;
+  int busy; /* a renewal batch is in flight */
+  int stop;
+  pthread_t thread;
+  int started;
+  pthread_cond_t exp_cv;
+  pthread_t exp_thread;
+  int exp_started;
+  int64_t exp_wake_at; /* when the expiry thread looks next */
+} dlock__watchdog;
+
 struct dlock_client {
   dlock_config cfg;
   char *url_str;
@@ -475,33 +516,9 @@ struct dlock_client {
   dlock__node node;       /* standalone: the only node. The router picks it. */
   int64_t latch_ttl_ms;
 
-  /* -- pub/sub (pubsub.c) -- */
-  pthread_mutex_t sub_mu;
-  dlock__map subs;       /* shared channel -> dlock__sub */
-  atomic_int n_subs;     /* entries in subs (a lock-free hint) */
-  dlock__map subs_grant; /* grant channel -> dlock__sub */
-  dlock__sub *sub_list;
-  int ps_pipe[2];
-  pthread_t ps_thread;
-  int ps_started;
-  int ps_connected;
-
-  /* -- watchdog and hold registry (watchdog.c) -- */
-  pthread_mutex_t reg_mu;
-  pthread_cond_t reg_cv;
-  dlock__hold *wd_head; /* holds renewed by the watchdog */
-  size_t wd_count;
-  int wd_busy; /* a renewal batch is in flight */
-  int wd_stop;
-  pthread_t wd_thread;
-  int wd_started;
-  /* -- local deadlines (watchdog.c's expiry thread) -- */
-  pthread_cond_t exp_cv;
-  pthread_t exp_thread;
-  int exp_started;
-  int64_t exp_wake_at;     /* when the expiry thread looks next (reg_mu) */
-  dlock__map locks;        /* hold registry: dlock__lockent (holds.c) */
-  dlock__hold *hold_grave; /* freed holds a renewal batch may still see */
+  dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
+  dlock__registry reg; /* the hold registry (holds.c) */
+  dlock__watchdog wd;  /* renewal and local deadlines (watchdog.c) */
 };
 
 /* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
@@ -606,7 +623,14 @@ int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what);
 int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
                           const dlock__budget *b, int64_t recheck_ms,
                           int (*check)(void *), void *arg, const char *what);
+/* The mutex and maps: 0 or DLOCK_ENOMEM (nothing left to undo). */
+int dlock__pubsub_init(dlock__pubsub *ps);
+/* Frees what _init made; forked: in a fork child (the mutex is left). */
+void dlock__pubsub_destroy(dlock__pubsub *ps, int forked);
+/* The wake pipe and the subscriber thread: 0 or DLOCK_ENOMEM (undone). */
 int dlock__pubsub_start(dlock_client *c);
+/* Joins the thread, wakes every waiter (they answer DLOCK_ECLOSED), closes
+ * the pipe. Safe after a failed or no start. */
 void dlock__pubsub_stop(dlock_client *c);
 
 /* ---- the hold registry (holds.c) ----------------------------------------- */
@@ -635,6 +659,12 @@ dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid);
  * held); a renewal batch in flight defers the free to the watchdog. */
 void dlock__hold_put(dlock_client *c, dlock__hold *h);
 void dlock__hold_grave_empty(dlock_client *c); /* reg_mu held */
+/* The registry's mutex and condition variable: 0 or DLOCK_ENOMEM (nothing
+ * left to undo). The map of entries is made on first use. */
+int dlock__registry_init(dlock__registry *r);
+/* Destroys them (not in a fork child: forked). The entries and records go
+ * with dlock__holds_destroy. */
+void dlock__registry_destroy(dlock__registry *r, int forked);
 /* Client teardown: frees every record (and the registry when no object is
  * left). Touches no mutex (also used in a fork child). */
 void dlock__holds_destroy(dlock_client *c);

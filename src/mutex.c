@@ -321,7 +321,7 @@ static dlock__hold *find_hold(dlock_mutex *m, uint64_t tid) {
   return dlock__hold_find(m->e, tid);
 }
 
-/* Forgets the thread's holds and frees the record (reg_mu held). */
+/* Forgets the thread's holds and frees the record (reg.mu held). */
 static void drop_hold(dlock_client *c, dlock__hold *h) {
   h->count = 0;
   h->wd_count = 0;
@@ -334,17 +334,17 @@ static void drop_hold(dlock_client *c, dlock__hold *h) {
 
 int64_t dlock__lease_margin(int64_t lease) { return lease / 100 + 2; }
 
-/* Records a successful acquisition (takes reg_mu). sent = monotonic time
+/* Records a successful acquisition (takes reg.mu). sent = monotonic time
  * the acquiring command (or the confirmation of a hand-over) was sent: the
  * key's TTL started after it, so sent + lease - margin is a local deadline
  * the server's expiry cannot precede. */
 static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
                        int64_t lease, int64_t sent, uint64_t token) {
   dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = dlock__hold_get(m->e, tid);
   if (!h) {
-    pthread_mutex_unlock(&c->reg_mu);
+    pthread_mutex_unlock(&c->reg.mu);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
   int64_t until = sent + lease - dlock__lease_margin(lease);
@@ -372,11 +372,11 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   } else {
     h->lease_ms = lease;
   }
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return 0;
 }
 
-/* 1 if the hold number idx+1 has a fixed lease (reg_mu held). */
+/* 1 if the hold number idx+1 has a fixed lease (reg.mu held). */
 static int hold_is_fixed(const dlock__hold *h, int idx) {
   return idx >= 64 || ((h->fixed_bits >> idx) & 1);
 }
@@ -395,17 +395,17 @@ int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease) {
 }
 
 /* A hold is valid while it is not reported lost and its local deadline has
- * not passed (reg_mu held). */
+ * not passed (reg.mu held). */
 static int hold_valid(const dlock__hold *h, int64_t now) {
   return h && h->count > 0 && !h->lost && now < h->valid_until;
 }
 
 int dlock__mutex_local_count(dlock_mutex *m) {
   dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
   int n = h && !h->lost ? h->count : 0;
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return n;
 }
 
@@ -506,13 +506,13 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   if (wait_ms != 0)
     a->w.id = dlock__rand64() | 1;
   a->slot.wait_id = a->w.id;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, a->tid);
   a->prior = h ? h->count : 0;
   if (h && a->prior > 0 && !hold_valid(h, a->b.started)) {
     int was_lost = h->lost;
     drop_hold(c, h);
-    pthread_mutex_unlock(&c->reg_mu);
+    pthread_mutex_unlock(&c->reg.mu);
     return dlock__fail(DLOCK_ELOST,
                        was_lost ? "lock '%s': this thread's hold was lost "
                                   "(renewal found it gone)"
@@ -520,7 +520,7 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
                                   "lease (its local deadline passed)",
                        m->name);
   }
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return 0;
 }
 
@@ -542,7 +542,7 @@ static int first_attempt(acq *a) {
   dlock_mutex *m = a->m;
   int queue = a->b.wait_ms != 0 && m->ops->queue_first;
   if (a->b.wait_ms != 0 &&
-      atomic_load_explicit(&a->c->n_subs, memory_order_relaxed) > 0) {
+      atomic_load_explicit(&a->c->ps.n_subs, memory_order_relaxed) > 0) {
     dlock__sb ch, gr;
     dlock__sb_init(&ch);
     dlock__sb_init(&gr);
@@ -645,11 +645,11 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   if (a.sub)
     dlock__sub_leave(a.c, a.sub, &a.slot);
   if (rc == DLOCK_ELOST) {
-    pthread_mutex_lock(&a.c->reg_mu);
+    pthread_mutex_lock(&a.c->reg.mu);
     dlock__hold *h = find_hold(m, a.tid);
     if (h)
       drop_hold(a.c, h);
-    pthread_mutex_unlock(&a.c->reg_mu);
+    pthread_mutex_unlock(&a.c->reg.mu);
     return rc;
   }
   /* An attempt may have queued us before its reply was lost, or the wait
@@ -716,7 +716,7 @@ typedef struct rel {
   char *prev_slot; /* where the lock entry keeps it */
 } rel;
 
-/* Finds the thread's hold and prepares the unlock (reg_mu held). 0 or a
+/* Finds the thread's hold and prepares the unlock (reg.mu held). 0 or a
  * code (the hold is not there, or was lost: then it is dropped). */
 static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
   dlock_client *c = m->c;
@@ -751,7 +751,7 @@ static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
   return 0;
 }
 
-/* One hold fewer after a confirmed release that leaves holds (reg_mu). */
+/* One hold fewer after a confirmed release that leaves holds (reg.mu). */
 static void drop_one(dlock_client *c, dlock__hold *h) {
   if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
     h->wd_count--;
@@ -762,7 +762,7 @@ static void drop_one(dlock_client *c, dlock__hold *h) {
     dlock__wd_remove(c, h);
 }
 
-/* Records the outcome rc of the release script (reg_mu held). Returns the
+/* Records the outcome rc of the release script (reg.mu held). Returns the
  * call's answer: rc itself for an unknown outcome (the record stays, to be
  * retried with the same request id), DLOCK_ELOST (message set) when the
  * hold was not ours any more, or 0. */
@@ -822,15 +822,15 @@ int dlock__mutex_release(dlock_mutex *m) {
     return rc;
   const uint64_t tid = dlock__tid();
   rel r;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   rc = rel_begin(m, tid, &r);
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   if (rc)
     return rc;
   rc = m->ops->release(m, tid, r.lease, r.rid, r.prev[0] ? r.prev : NULL);
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   rc = rel_end(m, &r, rc);
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return rc;
 }
 
@@ -901,12 +901,12 @@ int dlock_mutex_is_locked(dlock_mutex *m) {
 static int local_state(dlock_mutex *m, int64_t *left) {
   dlock_client *c = m->c;
   int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
   int st = !h || h->count == 0 ? -1 : hold_valid(h, now);
   if (left)
     *left = st == 1 ? h->valid_until - now : 0;
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return st;
 }
 
@@ -985,12 +985,12 @@ int dlock_mutex_token(dlock_mutex *m, uint64_t *token) {
     return dlock__fail(DLOCK_ENOTSUP, "lock '%s' is not a fenced mutex",
                        m->name);
   dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
   int held = h && h->count > 0;
   if (held)
     *token = h->token;
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return held ? 0
               : dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
                             m->name);

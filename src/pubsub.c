@@ -20,7 +20,7 @@
  * one TTL, never a hang.
  *
  * Only this thread touches the subscriber connection; entries and slots are
- * guarded by c->sub_mu. API threads poke the thread through a pipe.
+ * guarded by c->ps.mu. API threads poke the thread through a pipe.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,9 +33,9 @@
 #include "internal.h"
 
 static void poke(dlock_client *c) {
-  if (c->ps_pipe[1] >= 0) {
+  if (c->ps.pipe[1] >= 0) {
     char b = 1;
-    ssize_t r = write(c->ps_pipe[1], &b, 1);
+    ssize_t r = write(c->ps.pipe[1], &b, 1);
     (void)r; /* a full pipe already means "wake up" */
   }
 }
@@ -74,7 +74,7 @@ static int slot_init(dlock__slot *slot) {
   return 0;
 }
 
-/* Appends slot to s's FIFO (sub_mu held). Returns 1 if s had no waiter. */
+/* Appends slot to s's FIFO (ps.mu held). Returns 1 if s had no waiter. */
 static int slot_link(dlock__sub *s, dlock__slot *slot) {
   slot->prev = s->slots_tail;
   if (s->slots_tail)
@@ -87,10 +87,10 @@ static int slot_link(dlock__sub *s, dlock__slot *slot) {
 
 int dlock__sub_join_active(dlock_client *c, const char *channel,
                            dlock__slot *slot, dlock__sub **out) {
-  if (atomic_load_explicit(&c->n_subs, memory_order_relaxed) == 0)
+  if (atomic_load_explicit(&c->ps.n_subs, memory_order_relaxed) == 0)
     return 0;
-  pthread_mutex_lock(&c->sub_mu);
-  dlock__sub *s = dlock__map_get(&c->subs, channel, strlen(channel));
+  pthread_mutex_lock(&c->ps.mu);
+  dlock__sub *s = dlock__map_get(&c->ps.subs, channel, strlen(channel));
   int ok = s && s->state == DLOCK__SUB_ACTIVE;
   if (ok && slot_init(slot) != 0)
     ok = 0;
@@ -98,7 +98,7 @@ int dlock__sub_join_active(dlock_client *c, const char *channel,
     slot_link(s, slot);
     *out = s;
   }
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
   return ok;
 }
 
@@ -109,8 +109,8 @@ int dlock__sub_join(dlock_client *c, const char *channel,
   if (rc)
     return rc;
 
-  pthread_mutex_lock(&c->sub_mu);
-  dlock__sub *s = dlock__map_get(&c->subs, channel, strlen(channel));
+  pthread_mutex_lock(&c->ps.mu);
+  dlock__sub *s = dlock__map_get(&c->ps.subs, channel, strlen(channel));
   int need_poke = 0;
   if (!s) {
     s = dlock__calloc(1, sizeof *s);
@@ -119,8 +119,8 @@ int dlock__sub_join(dlock_client *c, const char *channel,
       s->grant_channel = grant_channel ? dlock__strdup(grant_channel) : NULL;
     }
     if (!s || !s->channel || (grant_channel && !s->grant_channel) ||
-        dlock__map_put(&c->subs, s->channel, strlen(s->channel), s) != 0) {
-      pthread_mutex_unlock(&c->sub_mu);
+        dlock__map_put(&c->ps.subs, s->channel, strlen(s->channel), s) != 0) {
+      pthread_mutex_unlock(&c->ps.mu);
       if (s) {
         free(s->channel);
         free(s->grant_channel);
@@ -129,10 +129,10 @@ int dlock__sub_join(dlock_client *c, const char *channel,
       pthread_cond_destroy(&slot->cv);
       return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
-    if (s->grant_channel && dlock__map_put(&c->subs_grant, s->grant_channel,
+    if (s->grant_channel && dlock__map_put(&c->ps.grants, s->grant_channel,
                                            strlen(s->grant_channel), s) != 0) {
-      dlock__map_del(&c->subs, s->channel, strlen(s->channel));
-      pthread_mutex_unlock(&c->sub_mu);
+      dlock__map_del(&c->ps.subs, s->channel, strlen(s->channel));
+      pthread_mutex_unlock(&c->ps.mu);
       free(s->channel);
       free(s->grant_channel);
       free(s);
@@ -141,15 +141,15 @@ int dlock__sub_join(dlock_client *c, const char *channel,
     }
     s->wake_policy = wake_policy;
     s->state = DLOCK__SUB_IDLE;
-    s->next_all = c->sub_list;
-    c->sub_list = s;
-    atomic_fetch_add(&c->n_subs, 1);
+    s->next_all = c->ps.list;
+    c->ps.list = s;
+    atomic_fetch_add(&c->ps.n_subs, 1);
   }
   need_poke = slot_link(s, slot);
   *active = s->state == DLOCK__SUB_ACTIVE;
   slot->failed = s->state == DLOCK__SUB_FAILED;
   *out = s;
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
   if (need_poke)
     poke(c);
   return 0;
@@ -157,7 +157,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
 
 int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
                     int64_t until_ms, int *granted, int *active) {
-  pthread_mutex_lock(&c->sub_mu);
+  pthread_mutex_lock(&c->ps.mu);
   while (!slot->granted && !slot->kicked && !slot->failed &&
          !atomic_load(&c->closing)) {
     if (until_ms >= 0) {
@@ -165,21 +165,21 @@ int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
       if (now >= until_ms)
         break;
       struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, until_ms - now);
-      pthread_cond_timedwait(&slot->cv, &c->sub_mu, &ts);
+      pthread_cond_timedwait(&slot->cv, &c->ps.mu, &ts);
     } else {
-      pthread_cond_wait(&slot->cv, &c->sub_mu);
+      pthread_cond_wait(&slot->cv, &c->ps.mu);
     }
   }
   int woke = slot->granted || slot->kicked || slot->failed;
   *granted = slot->granted;
   slot->kicked = 0;
   *active = s->state == DLOCK__SUB_ACTIVE;
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
   return woke;
 }
 
 void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
-  pthread_mutex_lock(&c->sub_mu);
+  pthread_mutex_lock(&c->ps.mu);
   if (slot->prev)
     slot->prev->next = slot->next;
   else
@@ -193,7 +193,7 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
     s->idle_since = dlock__now_ms();
     poke_it = 1;
   }
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
   pthread_cond_destroy(&slot->cv);
   if (poke_it)
     poke(c);
@@ -242,10 +242,10 @@ static void sent_pop(ps_state *ps) {
 }
 
 static void free_sub(dlock_client *c, dlock__sub *s) {
-  dlock__map_del(&c->subs, s->channel, strlen(s->channel));
-  atomic_fetch_sub(&c->n_subs, 1);
+  dlock__map_del(&c->ps.subs, s->channel, strlen(s->channel));
+  atomic_fetch_sub(&c->ps.n_subs, 1);
   if (s->grant_channel)
-    dlock__map_del(&c->subs_grant, s->grant_channel, strlen(s->grant_channel));
+    dlock__map_del(&c->ps.grants, s->grant_channel, strlen(s->grant_channel));
   free(s->channel);
   free(s->grant_channel);
   free(s->error);
@@ -261,11 +261,11 @@ static void append_sub_cmd(ps_state *ps, const char *verb, dlock__sub *s) {
   sent_push(ps, s);
 }
 
-/* Brings subscriptions in line with what waiters want. sub_mu held.
+/* Brings subscriptions in line with what waiters want. ps.mu held.
  * Returns the next time (ms) it must run again for a linger, or -1. */
 static int64_t reconcile(dlock_client *c, ps_state *ps) {
   int64_t next = -1, now = dlock__now_ms();
-  dlock__sub **pp = &c->sub_list;
+  dlock__sub **pp = &c->ps.list;
   while (*pp) {
     dlock__sub *s = *pp;
     if (s->refs > 0 && s->state == DLOCK__SUB_IDLE && ps->link) {
@@ -299,15 +299,15 @@ static void on_disconnect(dlock_client *c, ps_state *ps) {
   }
   dlock__sb_reset(&ps->out);
   ps->out.oom = 0;
-  pthread_mutex_lock(&c->sub_mu);
-  c->ps_connected = 0;
+  pthread_mutex_lock(&c->ps.mu);
+  c->ps.connected = 0;
   ps->sent_head = ps->sent_n = 0;
-  for (dlock__sub *s = c->sub_list; s; s = s->next_all) {
+  for (dlock__sub *s = c->ps.list; s; s = s->next_all) {
     s->state = DLOCK__SUB_IDLE;
     s->confirms = 0;
     kick_all(s); /* messages may have been lost: everyone re-checks */
   }
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
   ps->next_connect_at = dlock__now_ms() + ps->backoff;
   ps->backoff = ps->backoff * 2;
   if (ps->backoff > c->cfg.retry_interval_ms)
@@ -336,7 +336,7 @@ static int64_t parse_i64(const char *s, size_t n, int *ok) {
 
 /* The server refused the oldest (UN)SUBSCRIBE in flight: for SUBSCRIBE
  * (e.g. an ACL user without +subscribe or without the channel), its waiters
- * learn it now instead of waiting out a lease in silence. sub_mu held. */
+ * learn it now instead of waiting out a lease in silence. ps.mu held. */
 static void on_refused(ps_state *ps, const redisReply *r) {
   dlock__sub *s = sent_head(ps);
   if (!s)
@@ -358,9 +358,9 @@ static void on_refused(ps_state *ps, const redisReply *r) {
 
 static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
   if (r->type == REDIS_REPLY_ERROR) {
-    pthread_mutex_lock(&c->sub_mu);
+    pthread_mutex_lock(&c->ps.mu);
     on_refused(ps, r);
-    pthread_mutex_unlock(&c->sub_mu);
+    pthread_mutex_unlock(&c->ps.mu);
     return;
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
@@ -370,15 +370,15 @@ static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
   const char *kind = r->element[0]->str;
   const char *ch = r->element[1]->str;
   size_t chl = r->element[1]->len;
-  pthread_mutex_lock(&c->sub_mu);
+  pthread_mutex_lock(&c->ps.mu);
   int is_grant = 0;
-  dlock__sub *s = dlock__map_get(&c->subs, ch, chl);
+  dlock__sub *s = dlock__map_get(&c->ps.subs, ch, chl);
   if (!s) {
-    s = dlock__map_get(&c->subs_grant, ch, chl);
+    s = dlock__map_get(&c->ps.grants, ch, chl);
     is_grant = s != NULL;
   }
   if (!s) {
-    pthread_mutex_unlock(&c->sub_mu);
+    pthread_mutex_unlock(&c->ps.mu);
     return;
   }
   if (strcmp(kind, "subscribe") == 0) {
@@ -443,7 +443,7 @@ static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
       }
     }
   }
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
 }
 
 /* Writes the queued (UN)SUBSCRIBEs (never SIGPIPE: dlock__write_all). */
@@ -477,9 +477,9 @@ static void ps_connect(dlock_client *c, ps_state *ps) {
   dlock__link_set_timeout(l, 0, c->cfg.command_timeout_ms);
   ps->link = l;
   ps->backoff = 50;
-  pthread_mutex_lock(&c->sub_mu);
-  c->ps_connected = 1;
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_lock(&c->ps.mu);
+  c->ps.connected = 1;
+  pthread_mutex_unlock(&c->ps.mu);
 }
 
 /* Reads what the subscriber connection has and handles every complete
@@ -511,10 +511,10 @@ static void ps_cancels(dlock_client *c, unsigned *seen) {
   if (cg == *seen)
     return;
   *seen = cg;
-  pthread_mutex_lock(&c->sub_mu);
-  for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+  pthread_mutex_lock(&c->ps.mu);
+  for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     kick_all(s);
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
 }
 
 /* How long poll may sleep: until a lingering subscription is due to go or
@@ -538,21 +538,21 @@ static void *ps_main(void *arg) {
   unsigned seen_cancel = atomic_load(&c->cancel_gen);
   while (!atomic_load(&c->closing)) {
     ps_cancels(c, &seen_cancel);
-    pthread_mutex_lock(&c->sub_mu);
+    pthread_mutex_lock(&c->ps.mu);
     int wanted = 0;
-    for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+    for (dlock__sub *s = c->ps.list; s; s = s->next_all)
       wanted |= s->refs > 0;
-    pthread_mutex_unlock(&c->sub_mu);
+    pthread_mutex_unlock(&c->ps.mu);
     if (!ps.link && wanted && dlock__now_ms() >= ps.next_connect_at)
       ps_connect(c, &ps);
-    pthread_mutex_lock(&c->sub_mu);
+    pthread_mutex_lock(&c->ps.mu);
     int64_t linger_due = reconcile(c, &ps);
-    pthread_mutex_unlock(&c->sub_mu);
+    pthread_mutex_unlock(&c->ps.mu);
     if (ps.link && flush_out(&ps) != 0) {
       on_disconnect(c, &ps);
       continue;
     }
-    struct pollfd pf[2] = {{c->ps_pipe[0], POLLIN, 0},
+    struct pollfd pf[2] = {{c->ps.pipe[0], POLLIN, 0},
                            {ps.link ? ps.link->fd : -1, POLLIN, 0}};
     int pr =
         poll(pf, ps.link ? 2 : 1, ps_poll_timeout(&ps, wanted, linger_due));
@@ -562,7 +562,7 @@ static void *ps_main(void *arg) {
       continue;
     if (pf[0].revents) {
       char buf[64];
-      while (read(c->ps_pipe[0], buf, sizeof buf) > 0) {
+      while (read(c->ps.pipe[0], buf, sizeof buf) > 0) {
       }
     }
     if (ps.link && pf[1].revents)
@@ -575,7 +575,7 @@ static void *ps_main(void *arg) {
 }
 
 int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
-  pthread_mutex_lock(&c->sub_mu);
+  pthread_mutex_lock(&c->ps.mu);
   int rc = s->grant_channel
                ? dlock__fail(DLOCK_EAUTH,
                              "waiting for %s needs SUBSCRIBE on '%s' and '%s', "
@@ -587,47 +587,80 @@ int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
                              "the server refused: %s",
                              what, s->channel,
                              s->error ? s->error : "(no reason given)");
-  pthread_mutex_unlock(&c->sub_mu);
+  pthread_mutex_unlock(&c->ps.mu);
   return rc;
 }
 
+int dlock__pubsub_init(dlock__pubsub *ps) {
+  memset(ps, 0, sizeof *ps);
+  ps->pipe[0] = ps->pipe[1] = -1;
+  if (pthread_mutex_init(&ps->mu, NULL) != 0)
+    goto fail;
+  if (dlock__map_init(&ps->subs, 64) != 0)
+    goto fail_mu;
+  if (dlock__map_init(&ps->grants, 64) != 0)
+    goto fail_subs;
+  return 0;
+fail_subs:
+  dlock__map_free(&ps->subs);
+fail_mu:
+  pthread_mutex_destroy(&ps->mu);
+fail:
+  return dlock__fail(DLOCK_ENOMEM, "out of memory");
+}
+
+void dlock__pubsub_destroy(dlock__pubsub *ps, int forked) {
+  dlock__map_free(&ps->subs);
+  dlock__map_free(&ps->grants);
+  if (!forked) /* in a fork child it may be a copy of a locked one */
+    pthread_mutex_destroy(&ps->mu);
+}
+
+static void close_pipe(dlock__pubsub *ps) {
+  for (int i = 0; i < 2; i++)
+    if (ps->pipe[i] >= 0) {
+      close(ps->pipe[i]);
+      ps->pipe[i] = -1;
+    }
+}
+
 int dlock__pubsub_start(dlock_client *c) {
-  if (pipe(c->ps_pipe) != 0)
+  if (pipe(c->ps.pipe) != 0) {
+    c->ps.pipe[0] = c->ps.pipe[1] = -1;
     return dlock__fail(DLOCK_ENOMEM, "pipe: %s", strerror(errno));
-  for (int i = 0; i < 2; i++) {
-    fcntl(c->ps_pipe[i], F_SETFL, fcntl(c->ps_pipe[i], F_GETFL) | O_NONBLOCK);
-    fcntl(c->ps_pipe[i], F_SETFD, FD_CLOEXEC);
   }
-  if (dlock__thread_start(&c->ps_thread, ps_main, c) != 0)
+  for (int i = 0; i < 2; i++) {
+    fcntl(c->ps.pipe[i], F_SETFL, fcntl(c->ps.pipe[i], F_GETFL) | O_NONBLOCK);
+    fcntl(c->ps.pipe[i], F_SETFD, FD_CLOEXEC);
+  }
+  if (dlock__thread_start(&c->ps.thread, ps_main, c) != 0) {
+    close_pipe(&c->ps);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the pub/sub thread");
-  c->ps_started = 1;
+  }
+  c->ps.started = 1;
   return 0;
 }
 
 void dlock__pubsub_stop(dlock_client *c) {
   atomic_store(&c->closing, 1);
-  if (c->ps_started) {
+  if (c->ps.started) {
     poke(c);
-    pthread_join(c->ps_thread, NULL);
-    c->ps_started = 0;
+    pthread_join(c->ps.thread, NULL);
+    c->ps.started = 0;
   }
-  pthread_mutex_lock(&c->sub_mu);
-  for (dlock__sub *s = c->sub_list; s; s = s->next_all)
+  pthread_mutex_lock(&c->ps.mu);
+  for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     kick_all(s);
-  dlock__sub *s = c->sub_list;
-  c->sub_list = NULL;
-  pthread_mutex_unlock(&c->sub_mu);
+  dlock__sub *s = c->ps.list;
+  c->ps.list = NULL;
+  pthread_mutex_unlock(&c->ps.mu);
   while (s) {
     dlock__sub *nx = s->next_all;
     if (s->refs == 0)
       free_sub(c, s);
     s = nx;
   }
-  for (int i = 0; i < 2; i++)
-    if (c->ps_pipe[i] >= 0) {
-      close(c->ps_pipe[i]);
-      c->ps_pipe[i] = -1;
-    }
+  close_pipe(&c->ps);
 }
 
 int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,

@@ -51,17 +51,17 @@ void dlock__wd_add(dlock_client *c, dlock__hold *h) {
   if (h->in_wd)
     return;
   h->wd_prev = NULL;
-  h->wd_next = c->wd_head;
-  if (c->wd_head)
-    c->wd_head->wd_prev = h;
-  c->wd_head = h;
+  h->wd_next = c->wd.head;
+  if (c->wd.head)
+    c->wd.head->wd_prev = h;
+  c->wd.head = h;
   h->in_wd = 1;
   h->retry_at = 0;
-  c->wd_count++;
+  c->wd.count++;
   /* The expiry thread sleeps until the earliest local deadline it knows;
    * wake it only if this one is earlier (rare: an old send time). */
-  if (c->exp_started && h->valid_until < c->exp_wake_at)
-    pthread_cond_signal(&c->exp_cv);
+  if (c->wd.exp_started && h->valid_until < c->wd.exp_wake_at)
+    pthread_cond_signal(&c->wd.exp_cv);
   /* No wake-up: a new hold is due one period from now, and the watchdog
    * never sleeps longer than one period (see wd_main), so it will be on
    * time. Waking it on every 0 -> 1 hold cost two context switches per
@@ -74,17 +74,17 @@ void dlock__wd_remove(dlock_client *c, dlock__hold *h) {
   if (h->wd_prev)
     h->wd_prev->wd_next = h->wd_next;
   else
-    c->wd_head = h->wd_next;
+    c->wd.head = h->wd_next;
   if (h->wd_next)
     h->wd_next->wd_prev = h->wd_prev;
   h->wd_prev = h->wd_next = NULL;
   h->in_wd = 0;
-  c->wd_count--;
+  c->wd.count--;
 }
 
 void dlock__wd_quiesce(dlock_client *c) {
-  while (c->wd_busy)
-    pthread_cond_wait(&c->reg_cv, &c->reg_mu);
+  while (c->wd.busy)
+    pthread_cond_wait(&c->reg.cv, &c->reg.mu);
 }
 
 typedef struct wd_item {
@@ -202,7 +202,7 @@ static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
 
 /* Renews items[0..n) in one pipeline; fills flags with 1 (renewed) / 0
  * (gone). Returns 0, or a negative code if the batch as a whole failed.
- * Called without reg_mu. */
+ * Called without reg.mu. */
 static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
   if (!st->link) {
     int rc = dlock__link_open(c, &c->url, &st->link);
@@ -244,14 +244,14 @@ static void note_lost(lost_note **list, const char *name) {
   *list = ln;
 }
 
-/* Runs cfg.on_lock_lost for every note (without reg_mu, which the caller
+/* Runs cfg.on_lock_lost for every note (without reg.mu, which the caller
  * holds) and frees the list. */
 static void report_lost(dlock_client *c, lost_note *lost) {
   if (lost && c->cfg.on_lock_lost) {
-    pthread_mutex_unlock(&c->reg_mu);
+    pthread_mutex_unlock(&c->reg.mu);
     for (lost_note *ln = lost; ln; ln = ln->next)
       c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
-    pthread_mutex_lock(&c->reg_mu);
+    pthread_mutex_lock(&c->reg.mu);
   }
   while (lost) {
     lost_note *nx = lost->next;
@@ -266,10 +266,10 @@ typedef struct wd_timing {
 } wd_timing;
 
 /* Sleeps until the earliest watchdog hold is due (at most one period).
- * Returns 1 when some hold is due now. reg_mu held. */
+ * Returns 1 when some hold is due now. reg.mu held. */
 static int wait_due(dlock_client *c, const wd_timing *t) {
   int64_t now = dlock__now_ms(), due = -1;
-  for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
+  for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
     if (due < 0 || d < due)
       due = d;
@@ -279,7 +279,7 @@ static int wait_due(dlock_client *c, const wd_timing *t) {
   if (due < 0)
     due = now + t->period; /* idle: look again in one period */
   struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, due - now);
-  pthread_cond_timedwait(&c->reg_cv, &c->reg_mu, &ts);
+  pthread_cond_timedwait(&c->reg.cv, &c->reg.mu, &ts);
   return 0;
 }
 
@@ -301,12 +301,12 @@ static int grow(wd_state *st, size_t n) {
 }
 
 /* Collects every hold at least half a period old (or due for retry) into
- * st->items, standard ones first. Returns how many. reg_mu held. */
+ * st->items, standard ones first. Returns how many. reg.mu held. */
 static size_t collect(dlock_client *c, wd_state *st, const wd_timing *t,
                       int64_t now, size_t *nstd) {
   size_t n = 0;
   *nstd = 0;
-  for (dlock__hold *h = c->wd_head; h; h = h->wd_next) {
+  for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int ready =
         h->retry_at ? now >= h->retry_at : now - h->renewed_at >= t->period / 2;
     if (!ready || !h->e)
@@ -331,7 +331,7 @@ static size_t collect(dlock_client *c, wd_state *st, const wd_timing *t,
   return n;
 }
 
-/* Records what a batch sent at sent_at found (reg_mu held): renewed holds
+/* Records what a batch sent at sent_at found (reg.mu held): renewed holds
  * get a new local deadline, gone ones are lost (noted in *lost), and ones
  * without an answer are retried unless their deadline passed. */
 static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
@@ -360,7 +360,7 @@ static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
   }
 }
 
-/* One pass: renews what is due (without reg_mu, which the caller holds and
+/* One pass: renews what is due (without reg.mu, which the caller holds and
  * gets back), then records and reports the outcome. */
 static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   int64_t now = dlock__now_ms();
@@ -368,13 +368,13 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   size_t n = collect(c, st, t, now, &nstd);
   if (n == 0) {
     /* Allocation failed: try again shortly rather than spin. */
-    for (dlock__hold *h = c->wd_head; h; h = h->wd_next)
+    for (dlock__hold *h = c->wd.head; h; h = h->wd_next)
       if (!h->retry_at && now - h->renewed_at >= t->period)
         h->retry_at = now + t->retry;
     return;
   }
-  c->wd_busy = 1;
-  pthread_mutex_unlock(&c->reg_mu);
+  c->wd.busy = 1;
+  pthread_mutex_unlock(&c->reg.mu);
   memset(st->flags, 0, n);
   int64_t sent_at = dlock__now_ms();
   int rc = nstd ? renew_batch(c, st, nstd) : 0;
@@ -384,11 +384,11 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
     st->flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
   }
   lost_note *lost = NULL;
-  pthread_mutex_lock(&c->reg_mu);
+  pthread_mutex_lock(&c->reg.mu);
   apply(c, st, t, n, nstd, rc, sent_at, &lost);
   dlock__hold_grave_empty(c);
-  c->wd_busy = 0;
-  pthread_cond_broadcast(&c->reg_cv);
+  c->wd.busy = 0;
+  pthread_cond_broadcast(&c->reg.cv);
   report_lost(c, lost);
 }
 
@@ -399,8 +399,8 @@ static void *wd_main(void *arg) {
   t.lease = c->cfg.watchdog_timeout_ms;
   t.period = t.lease / 3 > 0 ? t.lease / 3 : 1;
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
-  pthread_mutex_lock(&c->reg_mu);
-  while (!c->wd_stop) {
+  pthread_mutex_lock(&c->reg.mu);
+  while (!c->wd.stop) {
     if (!wait_due(c, &t))
       continue;
     renew_due(c, &st, &t);
@@ -414,7 +414,7 @@ static void *wd_main(void *arg) {
       st.cap = 0;
     }
   }
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   dlock__link_free(st.link);
   free(st.items);
   free(st.flags);
@@ -434,12 +434,12 @@ static void *exp_main(void *arg) {
   const int64_t idle = lease - dlock__lease_margin(lease) > 1
                            ? lease - dlock__lease_margin(lease)
                            : 1;
-  pthread_mutex_lock(&c->reg_mu);
-  while (!c->wd_stop) {
+  pthread_mutex_lock(&c->reg.mu);
+  while (!c->wd.stop) {
     int64_t now = dlock__now_ms();
     int64_t next = now + idle;
     lost_note *lost = NULL;
-    dlock__hold *h = c->wd_head;
+    dlock__hold *h = c->wd.head;
     while (h) {
       dlock__hold *nx = h->wd_next;
       if (h->releasing) {
@@ -459,11 +459,11 @@ static void *exp_main(void *arg) {
       report_lost(c, lost);
       continue;
     }
-    c->exp_wake_at = next;
+    c->wd.exp_wake_at = next;
     struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, next - now);
-    pthread_cond_timedwait(&c->exp_cv, &c->reg_mu, &ts);
+    pthread_cond_timedwait(&c->wd.exp_cv, &c->reg.mu, &ts);
   }
-  pthread_mutex_unlock(&c->reg_mu);
+  pthread_mutex_unlock(&c->reg.mu);
   return NULL;
 }
 
@@ -471,36 +471,36 @@ int dlock__watchdog_start(dlock_client *c) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  int cvrc = pthread_cond_init(&c->exp_cv, &ca);
+  int cvrc = pthread_cond_init(&c->wd.exp_cv, &ca);
   pthread_condattr_destroy(&ca);
   if (cvrc != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
-  if (dlock__thread_start(&c->wd_thread, wd_main, c) != 0) {
-    pthread_cond_destroy(&c->exp_cv);
+  if (dlock__thread_start(&c->wd.thread, wd_main, c) != 0) {
+    pthread_cond_destroy(&c->wd.exp_cv);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the watchdog thread");
   }
-  c->wd_started = 1;
-  if (dlock__thread_start(&c->exp_thread, exp_main, c) != 0) {
+  c->wd.started = 1;
+  if (dlock__thread_start(&c->wd.exp_thread, exp_main, c) != 0) {
     dlock__watchdog_stop(c);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the expiry thread");
   }
-  c->exp_started = 1;
+  c->wd.exp_started = 1;
   return 0;
 }
 
 void dlock__watchdog_stop(dlock_client *c) {
-  if (!c->wd_started)
+  if (!c->wd.started)
     return;
-  pthread_mutex_lock(&c->reg_mu);
-  c->wd_stop = 1;
-  pthread_cond_broadcast(&c->reg_cv);
-  pthread_cond_broadcast(&c->exp_cv);
-  pthread_mutex_unlock(&c->reg_mu);
-  pthread_join(c->wd_thread, NULL);
-  c->wd_started = 0;
-  if (c->exp_started) {
-    pthread_join(c->exp_thread, NULL);
-    c->exp_started = 0;
+  pthread_mutex_lock(&c->reg.mu);
+  c->wd.stop = 1;
+  pthread_cond_broadcast(&c->reg.cv);
+  pthread_cond_broadcast(&c->wd.exp_cv);
+  pthread_mutex_unlock(&c->reg.mu);
+  pthread_join(c->wd.thread, NULL);
+  c->wd.started = 0;
+  if (c->wd.exp_started) {
+    pthread_join(c->wd.exp_thread, NULL);
+    c->wd.exp_started = 0;
   }
-  pthread_cond_destroy(&c->exp_cv);
+  pthread_cond_destroy(&c->wd.exp_cv);
 }
