@@ -55,12 +55,12 @@ static int config_load(const dlock_config *in, size_t size, dlock_config *out) {
     return dlock__fail(DLOCK_EINVAL,
                        "dlock_config was not set up by dlock_config_init "
                        "(call it first, then set fields)");
-  size_t n = in->abi_size < size ? in->abi_size : size;
-  if (n < offsetof(dlock_config, url) || n > ABI_SIZE_MAX)
+  if (in->abi_size < offsetof(dlock_config, url) || in->abi_size > ABI_SIZE_MAX)
     return dlock__fail(DLOCK_EINVAL,
-                       "dlock_config records a size of %zu bytes: corrupted, "
+                       "dlock_config records a size of %lu bytes: corrupted, "
                        "or not set up by dlock_config_init",
-                       n);
+                       (unsigned long)in->abi_size);
+  size_t n = in->abi_size < size ? in->abi_size : size;
   const unsigned char *bytes = (const unsigned char *)in;
   for (size_t i = sizeof *out; i < n; i++)
     if (bytes[i])
