@@ -69,7 +69,7 @@ install: build
 	cmake --install build
 
 format:
-	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] \
+	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] tests/abi/*.c \
 	  $$(ls tools/*/*.c examples/*.c 2>/dev/null)
 
 tidy: deps

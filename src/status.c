@@ -19,9 +19,13 @@
 #define HAS(size, field)                                                       \
   (offsetof(dlock_status, field) + sizeof(((dlock_status *)0)->field) <= (size))
 
+/* The same for the holders pointer (sizeof of a pointer to a struct reads
+ * as a mistake to clang-tidy). A caller that has it has n_holders. */
+#define HAS_HOLDERS(size)                                                      \
+  (offsetof(dlock_status, holders) + sizeof(dlock_holder *) <= (size))
 _Static_assert(offsetof(dlock_status, n_holders) <
                    offsetof(dlock_status, holders),
-               "a caller that has holders also has n_holders");
+               "n_holders comes first");
 
 static void holders_free(dlock_holder *h, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -35,7 +39,7 @@ void dlock_status_clear_sized(dlock_status *st, size_t size) {
   if (st->abi_magic == STATUS_MAGIC) {
     if (st->abi_size < size)
       size = st->abi_size; /* filled for a shorter layout */
-    if (HAS(size, holders))
+    if (HAS_HOLDERS(size))
       holders_free(st->holders, st->n_holders);
   }
   memset(st, 0, size);
@@ -85,6 +89,8 @@ static int status_fetch(dlock_client *c, const char *name, dlock_status *s) {
     if (!h->owner) {
       freeReplyObject(r);
       holders_free(s->holders, s->n_holders);
+      s->holders = NULL;
+      s->n_holders = 0;
       return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     h->count = strtoll(v->str, NULL, 10);
@@ -103,7 +109,7 @@ static void status_hand_over(dlock_status *s, dlock_status *st, size_t size) {
     st->ttl_ms = s->ttl_ms;
   if (HAS(size, mode))
     memcpy(st->mode, s->mode, sizeof st->mode);
-  if (HAS(size, holders)) {
+  if (HAS_HOLDERS(size)) {
     st->n_holders = s->n_holders;
     st->holders = s->holders;
   } else {

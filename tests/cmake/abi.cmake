@@ -7,6 +7,9 @@
 #   read past its structs (guard bytes; ASan in the ASan build). A release
 #   saves its header there, so every later change is checked against it.
 # abi.consumer_current: the same program against include/dlock.h.
+# abi.layout: an ABI dump comparison -- the struct layouts and error codes
+#   a program bakes in, of include/ against every saved release of the same
+#   ABI generation (tests/abi/check_layout.py).
 # abi.api: SONAME = libdlock.so.<DLOCK_SOVERSION>; every call of every saved
 #   header and of include/ exported, nothing else; every call DLOCK_SINCE-
 #   tagged consistently with the saved releases (tests/abi/check_api.py).
@@ -39,4 +42,8 @@ if(Python3_FOUND)
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/abi/check_api.py
             $<TARGET_FILE:dlock> ${PROJECT_SOURCE_DIR})
   set_tests_properties(abi.api PROPERTIES TIMEOUT 60 LABELS tool)
+  add_test(NAME abi.layout
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/abi/check_layout.py
+            ${CMAKE_C_COMPILER} ${PROJECT_SOURCE_DIR})
+  set_tests_properties(abi.layout PROPERTIES TIMEOUT 60 LABELS tool)
 endif()
