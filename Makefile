@@ -69,7 +69,7 @@ install: build
 	cmake --install build
 
 format:
-	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] \
+	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] tests/abi/*.c \
 	  $$(ls tools/*/*.c examples/*.c 2>/dev/null)
 
 tidy: deps
@@ -83,8 +83,11 @@ clean:
 # needs no pandoc); run this after editing the markdown. MAN_OUT: where to
 # write it (the cli.manpage test regenerates it elsewhere to catch drift).
 MAN_OUT ?= docs/dlock.1
+# The version lives in include/dlock/version.h only.
+DLOCK_VERSION := $(shell sed -n 's/^\#define DLOCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' \
+  include/dlock/version.h | paste -sd.)
 man:
 	command -v pandoc >/dev/null || apt-get install -y pandoc
 	pandoc -s -f markdown-smart -t man -M title=DLOCK -M section=1 \
-	  -M footer="dlock 0.1.0" -M header="User Commands" \
+	  -M footer="dlock $(DLOCK_VERSION)" -M header="User Commands" \
 	  docs/dlock.1.md -o $(MAN_OUT)

@@ -21,6 +21,11 @@
  *   return quickly and must not call blocking dlock functions.
  * - fork(): a client must not be used in a child process; every call there
  *   returns DLOCK_EFORK. The child may create its own client.
+ * - Versions: DLOCK_SINCE(major, minor) names the release that added each
+ *   call. The structs the caller allocates (dlock_config, dlock_status) only
+ *   grow at the end and carry a layout record, so programs built against an
+ *   older header keep working with a newer library of the same SONAME
+ *   (libdlock.so.DLOCK_SOVERSION). The policy: docs/abi.md.
  *
  * Redis layout: the mutex is Redisson's RLock (hash <name>, field
  * "<client uuid>:<thread id>" = hold count, channel
@@ -44,6 +49,13 @@ extern "C" {
 #else
 #define DLOCK_API
 #endif
+
+/* DLOCK_SINCE(major, minor) marks the release that added a call; every call
+ * below carries one (tests/abi checks it). It expands to nothing. The 0.1
+ * series recorded no per-call versions: the calls tagged 0.1 are all those
+ * that existed when the tags were introduced (0.2), all added while the
+ * version was 0.1.0. See docs/abi.md for the API/ABI policy. */
+#define DLOCK_SINCE(major, minor)
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */
@@ -78,10 +90,12 @@ enum dlock_errno {
 
 /* Static, human-readable text for an error code; never NULL ("unknown
  * error" for codes outside the list). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_strerror(int err);
 
 /* The code's symbolic name without the prefix ("EBUSY"), or "UNKNOWN".
  * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_err_name(int err);
 
 /* The calling thread's detail message for its last failed dlock call: the
@@ -89,11 +103,14 @@ DLOCK_API const char *dlock_err_name(int err);
  * system error for DLOCK_ECONN. Empty string if nothing failed yet. The
  * pointer is valid until the same thread's next dlock call.
  * Thread-safety: any thread (per-thread storage). */
+DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_last_error(void);
 
 /* Version of the library actually linked, DLOCK_VERSION_NUMBER form, and as
  * text ("0.1.0"). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_version(void);
+DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_version_string(void);
 
 /* ------------------------------------------------------------------------ */
@@ -102,7 +119,32 @@ DLOCK_API const char *dlock_version_string(void);
 
 typedef struct dlock_client dlock_client;
 
+/* Client settings. Allocated by the caller (usually on the stack) and always
+ * prepared with dlock_config_init before anything else touches it:
+ *
+ *   dlock_config cfg;
+ *   dlock_config_init(&cfg);           (defaults and the layout record)
+ *   cfg.url = "redis://10.0.0.5:6379";
+ *   rc = dlock_client_new(&cfg, &c);
+ *
+ * The struct grows (docs/abi.md): new fields are only ever appended, never
+ * inserted, removed or resized. dlock_config_init passes the size of the
+ * struct as this header defines it; the library records it in abi_size,
+ * writes nothing past it, and dlock_client_new reads only the fields that fit
+ * in it (the rest keep their defaults). So a program built against an older
+ * header runs against a newer library unchanged, and a program built against
+ * a newer header runs against an older library unless it sets a field that
+ * library does not know (then dlock_client_new returns DLOCK_ENOTSUP).
+ * A config that did not go through dlock_config_init (an aggregate or
+ * designated initialiser, a memset, uninitialised memory) is refused by
+ * dlock_client_new with DLOCK_EINVAL. Copies of an initialised config
+ * (cfg2 = cfg) are fine. Positional initialisers ({"redis://...", 10000,
+ * ...}) are not supported: the field order starts with the layout record. */
 typedef struct dlock_config {
+  /* The layout record: private, written by dlock_config_init (a mark that
+   * it ran, and sizeof(dlock_config) in the caller's header). Never set. */
+  uint32_t abi_magic;
+  uint32_t abi_size;
   /* redis://[[user]:password@]host[:port][/db] or
    * unix:///path/to/socket[?db=N&password=...&user=...].
    * NULL means "redis://127.0.0.1:6379". Copied by dlock_client_new. */
@@ -123,7 +165,6 @@ typedef struct dlock_config {
    * lease ran out. name is valid during the call only. May be NULL. */
   void (*on_lock_lost)(const char *name, void *arg);
   void *on_lock_lost_arg;
-  /* ---- fields below are dlock extensions; new fields go at the end ---- */
   /* Keep a lock channel subscribed this long after its last waiter left, so
    * a thread that unlocks and soon locks again under contention needs no
    * SUBSCRIBE/UNSUBSCRIBE round trips and joins the hand-over queue with its
@@ -137,10 +178,38 @@ typedef struct dlock_config {
    * caller -- so concurrent threads cost Redis far fewer reads and writes.
    * 0: each command borrows a connection of a pool of pool_size. */
   int multiplex;
+  /* ---- new fields go here, at the end, with their default in
+   * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
 
-/* Fills *cfg with the documented defaults. Thread-safety: any thread. */
-DLOCK_API void dlock_config_init(dlock_config *cfg);
+/* Fills the first `size` bytes at cfg: the layout record (abi_size = size),
+ * the documented default of every field that fits in `size`, zero bytes for
+ * the rest. Writes nothing past `size`. Does nothing when cfg is NULL or
+ * size is below 8 (the layout record) or above 4096 (not a struct size).
+ * Programs call dlock_config_init, which passes sizeof(dlock_config).
+ * Thread-safety: any thread. */
+DLOCK_SINCE(0, 2)
+DLOCK_API void dlock_config_init_sized(dlock_config *cfg, size_t size);
+
+/* dlock_client_new with the size of dlock_config in the caller's header.
+ * Reads at most that many bytes of *cfg, and at most its abi_size. */
+DLOCK_SINCE(0, 2)
+DLOCK_API int dlock_client_new_sized(const dlock_config *cfg, size_t size,
+                                     dlock_client **out);
+
+/* The two calls below are inline wrappers (since 0.2) that pass this
+ * header's sizeof(dlock_config). The library also exports plain functions
+ * of these names: they keep the 0.1 layout for objects compiled against the
+ * 0.1 header, and this header does not declare them (docs/abi.md). */
+#ifndef DLOCK_BUILDING
+
+/* Fills *cfg with the documented defaults and the layout record. Required
+ * before any other use of a dlock_config (see above). NULL is ignored.
+ * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
+static inline void dlock_config_init(dlock_config *cfg) {
+  dlock_config_init_sized(cfg, sizeof(dlock_config));
+}
 
 /* Creates a client: parses cfg->url, and unless cfg->lazy_connect is set,
  * connects and authenticates (AUTH, SELECT) before returning, applying the
@@ -149,11 +218,19 @@ DLOCK_API void dlock_config_init(dlock_config *cfg);
  * cfg: borrowed for the call (strings copied); NULL means all defaults.
  * out: receives the client, freed with dlock_client_free; set to NULL on
  * failure.
- * Errors: DLOCK_EINVAL (NULL out, malformed URL, bad numbers),
+ * Errors: DLOCK_EINVAL (NULL out, malformed URL, bad numbers, a cfg that
+ * dlock_config_init did not set up), DLOCK_ENOTSUP (cfg sets a field this
+ * library does not know: the program was built against a newer dlock.h),
  * DLOCK_ECONN (unreachable after the retry policy), DLOCK_EAUTH (password or
  * ACL user refused), DLOCK_EREDIS (SELECT refused), DLOCK_ENOMEM.
  * Thread-safety: any thread. */
-DLOCK_API int dlock_client_new(const dlock_config *cfg, dlock_client **out);
+DLOCK_SINCE(0, 1)
+static inline int dlock_client_new(const dlock_config *cfg,
+                                   dlock_client **out) {
+  return dlock_client_new_sized(cfg, sizeof(dlock_config), out);
+}
+
+#endif /* !DLOCK_BUILDING */
 
 /* Stops the background threads, closes every connection and releases the
  * client. Locks still held are not released: their renewal stops and they
@@ -166,10 +243,12 @@ DLOCK_API int dlock_client_new(const dlock_config *cfg, dlock_client **out);
  * blocked in a wait counts. To shut down with waiters, call
  * dlock_client_cancel_waits (they return DLOCK_ECANCELED), join them, then
  * free. Redlock objects borrow their clients: free them first. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_client_free(dlock_client *c);
 
 /* The client's id (36-char lowercase UUID), valid for the client's
  * lifetime. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_client_id(const dlock_client *c);
 
 /* How many hold records the client keeps: one per (lock name, thread) that
@@ -177,6 +256,7 @@ DLOCK_API const char *dlock_client_id(const dlock_client *c);
  * freed when the thread holds nothing, so this is bounded by the holds, not
  * by the threads that ever locked. For diagnostics and tests; no Redis
  * traffic. 0 for NULL. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API size_t dlock_client_hold_records(dlock_client *c);
 
 /* Ends every wait in progress on this client: each thread blocked in a
@@ -185,7 +265,8 @@ DLOCK_API size_t dlock_client_hold_records(dlock_client *c);
  * call succeeds and the caller holds the lock. Calls started after this one
  * are not affected. Returns 0, or DLOCK_EINVAL for NULL.
  * Thread-safety: any thread, and async-signal-safe (it only does an atomic
- * add and a write(2)), so a signal handler may call it. Since: 0.1. */
+ * add and a write(2)), so a signal handler may call it. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_client_cancel_waits(dlock_client *c);
 
 /* ------------------------------------------------------------------------ */
@@ -197,6 +278,7 @@ typedef struct dlock_mutex dlock_mutex;
 /* Creates a lock object for the Redis key `name` (not empty, copied). No
  * Redis traffic. Errors: DLOCK_EINVAL (NULL/empty name, NULL out),
  * DLOCK_ENOMEM, DLOCK_EFORK. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_new(dlock_client *c, const char *name,
                               dlock_mutex **out);
 
@@ -211,6 +293,7 @@ DLOCK_API int dlock_mutex_new(dlock_client *c, const char *name,
  * the holder's TTL, plus its own wait budget; 300000 ms for an unbounded
  * wait). Unlock wakes only the head waiter. Errors as dlock_mutex_new.
  * See docs/fair.md. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_new_fair(dlock_client *c, const char *name,
                                    dlock_mutex **out);
 
@@ -227,6 +310,7 @@ DLOCK_API int dlock_mutex_new_fair(dlock_client *c, const char *name,
  * it accepted and reject writes carrying a lower one. Without that check
  * in the resource, the token protects nothing. Errors as dlock_mutex_new.
  * See docs/fenced.md. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_new_fenced(dlock_client *c, const char *name,
                                      dlock_mutex **out);
 
@@ -234,6 +318,7 @@ DLOCK_API int dlock_mutex_new_fenced(dlock_client *c, const char *name,
  * abandoned, not released: their renewal stops and the key expires after
  * its lease. Accepts NULL. Thread-safety: any thread, but no other thread
  * may be using the object. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_mutex_free(dlock_mutex *m);
 
 /* Acquires, waiting as long as it takes; watchdog lease (renewed while
@@ -242,10 +327,12 @@ DLOCK_API void dlock_mutex_free(dlock_mutex *m);
  * DLOCK_EAUTH, DLOCK_EREDIS (e.g. WRONGTYPE under the name), DLOCK_ELOST
  * (a reentrant acquire found this thread's hold gone; the hold is dropped),
  * DLOCK_ECLOSED, DLOCK_EFORK. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_lock(dlock_mutex *m);
 
 /* One attempt; DLOCK_EBUSY if the lock is held elsewhere. Watchdog lease.
  * Other errors as dlock_mutex_lock. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
 
 /* The longest fixed lease any call accepts (~31.7 years); longer ones are
@@ -261,6 +348,7 @@ DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
  * shortens the key's TTL (an inner hold with a shorter lease keeps the
  * outer hold's TTL). Other errors as dlock_mutex_lock. Thread-safety: any
  * thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
                                     long long lease_ms);
 
@@ -275,6 +363,7 @@ DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
  * dropped),
  * DLOCK_ECONN, DLOCK_EREDIS. Retried safely after a lost reply (idempotency
  * latch). Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
 
 /* Deletes the lock whoever holds it and publishes "0". Returns 1 if a lock
@@ -284,11 +373,13 @@ DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
  * a lock that another owner took in between): DLOCK_ECONN means the outcome
  * is unknown. DLOCK_EREDIS ("not a lock") when the key under the name is of
  * another type; it is left alone. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_force_unlock(dlock_mutex *m);
 
 /* 1 if any client holds the lock, 0 if not, or a negative error:
  * DLOCK_EREDIS ("not a lock") when the key under the name is of another
  * type, DLOCK_ECONN, DLOCK_EINVAL (NULL). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_is_locked(dlock_mutex *m);
 
 /* 1 if the calling thread holds the lock, 0 if not, or a negative error.
@@ -297,6 +388,7 @@ DLOCK_API int dlock_mutex_is_locked(dlock_mutex *m);
  * otherwise Redis is asked (HEXISTS of the thread's field), and when it
  * cannot be reached (DLOCK_ECONN) a hold still within its local deadline
  * answers 1. Thread-safety: any thread (it answers for the calling thread). */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
 
 /* *ms = how long the calling thread's hold on the lock's name is still
@@ -310,23 +402,28 @@ DLOCK_API int dlock_mutex_is_held(dlock_mutex *m);
  * Returns 0 (*ms > 0), DLOCK_EPERM (no hold; *ms = 0), DLOCK_ELOST (the hold
  * is lost or past its deadline; *ms = 0), DLOCK_EINVAL (NULL argument),
  * DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread, for itself. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_validity(dlock_mutex *m, long long *ms);
 
 /* The calling thread's hold count according to Redis (0 if none), or a
  * negative error. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_hold_count(dlock_mutex *m);
 
 /* Stores the key's PTTL in *ttl_ms (-2: no key, -1: no expiry) and returns
  * 0, or a negative error. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_ttl(dlock_mutex *m, long long *ttl_ms);
 
 /* The lock's name, valid for the object's lifetime. */
+DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_mutex_name(const dlock_mutex *m);
 
 /* Writes the holder field the calling thread uses for this lock,
  * "<client id>:<thread id>" (NUL-terminated) into buf.
  * Errors: DLOCK_EINVAL (NULL, or len too small: 58 bytes always suffice).
  * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_owner(const dlock_mutex *m, char *buf, size_t len);
 
 /* The fencing token of the calling thread's current hold on a fenced mutex:
@@ -336,6 +433,7 @@ DLOCK_API int dlock_mutex_owner(const dlock_mutex *m, char *buf, size_t len);
  * must reject tokens lower than the highest it has seen.
  * Errors: DLOCK_EPERM (no hold), DLOCK_ENOTSUP (not a fenced mutex),
  * DLOCK_EINVAL (NULL argument). Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_token(dlock_mutex *m, uint64_t *token);
 
 /* ------------------------------------------------------------------------ */
@@ -347,23 +445,55 @@ typedef struct dlock_holder {
   long long count; /* hold count */
 } dlock_holder;
 
+/* Filled by dlock_status_query, released by dlock_status_clear. Allocated
+ * by the caller; needs no init (the query writes all of it). It grows like
+ * dlock_config (docs/abi.md): fields are only appended, the calls get the
+ * caller's sizeof(dlock_status), and the library writes only the fields that
+ * fit in it (a field this library does not know reads as zero). */
 typedef struct dlock_status {
+  /* The layout record: private, written by dlock_status_query. */
+  uint32_t abi_magic;
+  uint32_t abi_size;
   int locked;       /* 1 if the key exists */
   long long ttl_ms; /* PTTL: -2 no key, -1 no expiry */
   char mode[8];     /* "" (mutex), "read" or "write" (rwlock) */
   size_t n_holders;
   dlock_holder *holders; /* n_holders entries */
+  /* ---- new fields go here, at the end (docs/abi.md) ---- */
 } dlock_status;
+
+/* dlock_status_query / dlock_status_clear with the size of dlock_status in
+ * the caller's header: they write at most `size` bytes at st. A size below
+ * 8 or above 4096 is refused (DLOCK_EINVAL) / ignored. */
+DLOCK_SINCE(0, 2)
+DLOCK_API int dlock_status_query_sized(dlock_client *c, const char *name,
+                                       dlock_status *st, size_t size);
+DLOCK_SINCE(0, 2)
+DLOCK_API void dlock_status_clear_sized(dlock_status *st, size_t size);
+
+/* Inline wrappers (since 0.2) passing this header's sizeof(dlock_status);
+ * the exported functions of these names keep the 0.1 layout (as for
+ * dlock_config_init above). */
+#ifndef DLOCK_BUILDING
 
 /* Reads the holders, their hold counts and the TTL of the lock `name`
  * (works for mutex and read-write lock layouts). *st is filled and must be
  * released with dlock_status_clear. Errors: DLOCK_EINVAL, DLOCK_EREDIS (e.g.
  * the key is not a hash), DLOCK_ECONN. Thread-safety: any thread. */
-DLOCK_API int dlock_status_query(dlock_client *c, const char *name,
-                                 dlock_status *st);
+DLOCK_SINCE(0, 1)
+static inline int dlock_status_query(dlock_client *c, const char *name,
+                                     dlock_status *st) {
+  return dlock_status_query_sized(c, name, st, sizeof(dlock_status));
+}
 
-/* Frees what dlock_status_query stored in *st and zeroes it. NULL ok. */
-DLOCK_API void dlock_status_clear(dlock_status *st);
+/* Frees what dlock_status_query stored in *st and zeroes it. NULL ok; a
+ * struct the query never filled is only zeroed. */
+DLOCK_SINCE(0, 1)
+static inline void dlock_status_clear(dlock_status *st) {
+  dlock_status_clear_sized(st, sizeof(dlock_status));
+}
+
+#endif /* !DLOCK_BUILDING */
 
 /* ------------------------------------------------------------------------ */
 /* Read-write lock (Redisson RReadWriteLock layout) -- experimental          */
@@ -383,23 +513,28 @@ typedef struct dlock_rwlock dlock_rwlock;
 /* Creates a read-write lock object for the Redis key `name` (not empty,
  * copied). No Redis traffic. Errors: DLOCK_EINVAL (NULL/empty name, NULL
  * out), DLOCK_ENOMEM, DLOCK_EFORK. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_new(dlock_client *c, const char *name,
                                dlock_rwlock **out);
 
 /* Frees the object. Holds still recorded on it are abandoned, not released:
  * their renewal stops and they expire after their lease. Accepts NULL.
  * Thread-safety: any thread, but no other thread may be using the object. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
 
 /* Read lock: waits until no other thread holds the write lock; watchdog
  * lease. Reentrant; allowed while the calling thread holds the write lock
  * (downgrade). Errors as dlock_mutex_lock. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_rdlock(dlock_rwlock *rw);
 /* One attempt; DLOCK_EBUSY if another thread holds the write lock. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_tryrdlock(dlock_rwlock *rw);
 /* wait_ms and lease_ms as dlock_mutex_timedlock (wait_ms < 0 forever, 0
  * one attempt; lease_ms <= 0 watchdog). DLOCK_ETIMEDOUT when the wait runs
  * out. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_timedrdlock(dlock_rwlock *rw, long long wait_ms,
                                        long long lease_ms);
 
@@ -409,12 +544,15 @@ DLOCK_API int dlock_rwlock_timedrdlock(dlock_rwlock *rw, long long wait_ms,
  * DLOCK_EDEADLK at once, without waiting, if the calling thread holds a
  * read lock on this name and not the write lock (upgrade refused; release
  * the read holds first). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_wrlock(dlock_rwlock *rw);
 /* One attempt; DLOCK_EBUSY if held elsewhere in any mode; DLOCK_EDEADLK as
  * dlock_rwlock_wrlock. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_trywrlock(dlock_rwlock *rw);
 /* wait_ms and lease_ms as dlock_mutex_timedlock; DLOCK_EDEADLK as
  * dlock_rwlock_wrlock. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
                                        long long lease_ms);
 
@@ -427,6 +565,7 @@ DLOCK_API int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
  * taken; every hold of that mode is forgotten), DLOCK_ECONN, DLOCK_EREDIS
  * (the hold stays recorded; the call may be repeated).
  * Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_unlock(dlock_rwlock *rw);
 
 /* Downgrade: the calling thread's most recent hold must be a write hold;
@@ -438,6 +577,7 @@ DLOCK_API int dlock_rwlock_unlock(dlock_rwlock *rw);
  * recent hold is not a write hold), DLOCK_ELOST (the write hold was lost;
  * the thread then holds neither), DLOCK_ECONN, DLOCK_EREDIS (the thread's
  * holds are as before the call). Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms);
 
 /* ------------------------------------------------------------------------ */
@@ -464,23 +604,28 @@ typedef struct dlock_multilock dlock_multilock;
  * and their clients are borrowed and must outlive the object. No Redis
  * traffic. Errors: DLOCK_EINVAL (NULL out or locks, n == 0, a NULL member,
  * the same object twice), DLOCK_ENOMEM. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_multilock_new(dlock_mutex **locks, size_t n,
                                   dlock_multilock **out);
 /* Frees the object, not the members. Holds taken through it stay with the
  * members (as holds of the threads that took them). Accepts NULL.
  * Thread-safety: no other thread may be using the object. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_multilock_free(dlock_multilock *ml);
 /* Acquires every member, waiting as long as it takes; watchdog leases.
  * Errors: those of dlock_mutex_lock from any member (the members taken in
  * this call are released first). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_multilock_lock(dlock_multilock *ml);
 /* One pass: DLOCK_EBUSY (naming the busy member) if any member is held
  * elsewhere; nothing is held then. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_multilock_trylock(dlock_multilock *ml);
 /* wait_ms < 0: forever; 0: as trylock; > 0: at most about that long, then
  * DLOCK_ETIMEDOUT (naming the member still held) with nothing held.
  * lease_ms > 0: that fixed lease on each member; <= 0: watchdog leases.
  * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
                                         long long lease_ms);
 /* Releases one hold of every member (last member first), continuing past
@@ -492,6 +637,7 @@ DLOCK_API int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
  * released); DLOCK_ELOST (some member was lost while held -- expired,
  * deleted or taken; it is named in dlock_last_error(); the others were
  * released). Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_multilock_unlock(dlock_multilock *ml);
 
 /* ------------------------------------------------------------------------ */
@@ -522,6 +668,7 @@ typedef struct dlock_redlock dlock_redlock;
  * works while masters are down (make their clients with lazy_connect).
  * Errors: DLOCK_EINVAL (NULL/empty arguments, n == 0 or > 64, a NULL or
  * repeated client), DLOCK_EFORK, DLOCK_ENOMEM. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_new(dlock_client **clients, size_t n,
                                 const char *name, dlock_redlock **out);
 /* Stops the object's renewal thread, waits for vote threads still running
@@ -529,6 +676,7 @@ DLOCK_API int dlock_redlock_new(dlock_client **clients, size_t n,
  * hold still recorded is abandoned (its keys expire after the lease).
  * Accepts NULL.
  * Thread-safety: no other thread may be using the object. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
 /* Rounds until a majority grants the lock; watchdog lease (the first
  * client's watchdog_timeout_ms, renewed every third of it on every master
@@ -539,16 +687,19 @@ DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
  * Errors: DLOCK_EDEADLK (this thread already holds it: not reentrant),
  * DLOCK_ECANCELED (dlock_client_cancel_waits on any of the clients),
  * DLOCK_ECLOSED. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_lock(dlock_redlock *rl);
 /* One round: DLOCK_EBUSY if it did not win, with dlock_last_error() naming
  * the votes ("2 of 5 masters voted, 3 needed (1 held elsewhere, 2 failed or
  * unreachable: ...)"); nothing of ours is left on any reachable master.
  * Watchdog lease. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_trylock(dlock_redlock *rl);
 /* wait_ms < 0: forever; 0: one round (DLOCK_EBUSY); > 0: rounds until
  * about that long has passed, then DLOCK_ETIMEDOUT naming the last round's
  * votes. lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease.
  * Other errors as dlock_redlock_lock. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
                                       long long lease_ms);
 /* Releases the lock on every master at once (only where our field is;
@@ -557,6 +708,7 @@ DLOCK_API int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
  * fixed lease has run out meanwhile), DLOCK_ELOST if renewal had reported
  * it lost, DLOCK_EPERM if the thread does not hold it (no Redis traffic).
  * Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_unlock(dlock_redlock *rl);
 /* The fencing token of the calling thread's current hold, drawn during the
  * acquisition (before the validity check): 1 + the highest counter reported
@@ -572,6 +724,7 @@ DLOCK_API int dlock_redlock_unlock(dlock_redlock *rl);
  * must reject writes with a token lower than the highest it has seen.
  * Errors: DLOCK_EPERM (not held by the calling thread), DLOCK_EINVAL.
  * No Redis traffic. Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_token(dlock_redlock *rl, uint64_t *token);
 /* *ms = the calling thread's remaining validity (0 once it has run out):
  * the end of the lease as measured from the start of the winning round
@@ -579,6 +732,7 @@ DLOCK_API int dlock_redlock_token(dlock_redlock *rl, uint64_t *token);
  * Work protected by the lock should finish within it. Errors: DLOCK_EPERM
  * (not held by the calling thread), DLOCK_ELOST (renewal reported the hold
  * lost), DLOCK_EINVAL. No Redis traffic. Thread-safety: the owning thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
 
 /* ------------------------------------------------------------------------ */
@@ -598,20 +752,25 @@ typedef struct dlock_sem dlock_sem;
  * Redis traffic. The object keeps the client's memory alive (see
  * dlock_client_free). Errors: DLOCK_EINVAL (NULL/empty name, NULL out),
  * DLOCK_ENOMEM, DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out);
 /* Frees the object (not the Redis key, and no permit is given back).
  * Accepts NULL. Thread-safety: not while other threads use s. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_sem_free(dlock_sem *s);
 /* Sets the number of permits if the semaphore is not set yet (Redisson
  * trySetPermits; publishes the count). Errors: DLOCK_EBUSY (already set,
  * nothing changed), DLOCK_EINVAL (permits < 0), DLOCK_ECONN, DLOCK_EREDIS
  * (e.g. WRONGTYPE). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_init(dlock_sem *s, long long permits);
 /* Takes one permit, waiting as long as it takes (dlock_sem_timedwait with
  * wait_ms < 0). */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_wait(dlock_sem *s);
 /* One attempt: takes a permit or returns DLOCK_EBUSY (none available, or the
  * semaphore is not set). Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_trywait(dlock_sem *s);
 /* Takes one permit. wait_ms < 0: wait forever; 0: one attempt (DLOCK_EBUSY);
  * > 0: at most that long (DLOCK_ETIMEDOUT). A waiting thread sleeps on the
@@ -621,6 +780,7 @@ DLOCK_API int dlock_sem_trywait(dlock_sem *s);
  * DLOCK_ETIMEDOUT, DLOCK_ECANCELED (dlock_client_cancel_waits; no permit
  * taken), DLOCK_ECLOSED, DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EINVAL (NULL).
  * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_timedwait(dlock_sem *s, long long wait_ms);
 /* Gives back one permit (Redisson release: INCRBY 1, creating the key at 1
  * if missing, then publishes the new value). Any thread or process may post;
@@ -629,10 +789,12 @@ DLOCK_API int dlock_sem_timedwait(dlock_sem *s, long long wait_ms);
  * re-sends it after a lost reply (a request id, docs/errors.md); after
  * DLOCK_ECONN the outcome is unknown, and calling again posts again.
  * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_post(dlock_sem *s);
 /* *v = the permits available now (0 if the semaphore is not set). Errors:
  * DLOCK_EINVAL (NULL), DLOCK_EPROTO (the key is not a number), DLOCK_ECONN,
  * DLOCK_EREDIS. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_sem_value(dlock_sem *s, long long *v);
 
 /* ------------------------------------------------------------------------ */
@@ -651,15 +813,18 @@ typedef struct dlock_latch dlock_latch;
  * traffic. The object keeps the client's memory alive (see dlock_client_free).
  * Errors: DLOCK_EINVAL (NULL/empty name, NULL out), DLOCK_ENOMEM, DLOCK_EFORK,
  * DLOCK_ECLOSED. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
                               dlock_latch **out);
 /* Frees the object (not the Redis key). Accepts NULL. Thread-safety: not
  * while other threads use l. */
+DLOCK_SINCE(0, 1)
 DLOCK_API void dlock_latch_free(dlock_latch *l);
 /* Closes the latch with `count` if it is open (Redisson trySetCount;
  * publishes "1"). A latch that reached zero can be set again. Errors:
  * DLOCK_EBUSY (already set, nothing changed), DLOCK_EINVAL (count <= 0),
  * DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_init(dlock_latch *l, long long count);
 /* Decrements the count; at zero deletes the key and publishes "0", which
  * wakes every waiter. On an open latch it does nothing (Redisson: the DECR
@@ -667,9 +832,11 @@ DLOCK_API int dlock_latch_init(dlock_latch *l, long long count);
  * it after a lost reply (a request id, docs/errors.md); after DLOCK_ECONN
  * the outcome is unknown, and calling again counts again. Errors:
  * DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EINVAL. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_count_down(dlock_latch *l);
 /* Waits until the latch is open (dlock_latch_timedawait with wait_ms < 0).
  * Returns at once if it was never set. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_await(dlock_latch *l);
 /* Waits until the count is zero (key absent). wait_ms < 0: forever; 0: one
  * check; > 0: at most that long. Returns 0 at once on an open or never-set
@@ -679,10 +846,12 @@ DLOCK_API int dlock_latch_await(dlock_latch *l);
  * Errors: DLOCK_ETIMEDOUT (still closed; also for wait_ms == 0),
  * DLOCK_ECANCELED (dlock_client_cancel_waits), DLOCK_ECLOSED, DLOCK_ECONN,
  * DLOCK_EREDIS, DLOCK_EINVAL. Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_timedawait(dlock_latch *l, long long wait_ms);
 /* *n = the remaining count (0 when open or never set). Errors: DLOCK_EINVAL
  * (NULL), DLOCK_EPROTO (the key is not a number), DLOCK_ECONN, DLOCK_EREDIS.
  * Thread-safety: any thread. */
+DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_count(dlock_latch *l, long long *n);
 
 #ifdef __cplusplus

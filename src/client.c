@@ -5,6 +5,7 @@
  * field), the node pool behind the router, the pub/sub thread and the
  * watchdog thread. It is shared freely between threads.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,20 +13,64 @@
 
 #include "internal.h"
 
-void dlock_config_init(dlock_config *cfg) {
-  if (!cfg)
+/* The layout record of a dlock_config (docs/abi.md): abi_magic says
+ * dlock_config_init_sized ran; abi_size is the caller's sizeof. A size above
+ * ABI_SIZE_MAX is garbage, not a struct. */
+#define CONFIG_MAGIC 0x444c4346u /* "DLCF" */
+#define ABI_SIZE_MAX 4096u
+
+void dlock_config_init_sized(dlock_config *cfg, size_t size) {
+  if (!cfg || size < offsetof(dlock_config, url) || size > ABI_SIZE_MAX)
     return;
-  memset(cfg, 0, sizeof *cfg);
-  cfg->url = NULL;
-  cfg->connect_timeout_ms = 10000;
-  cfg->command_timeout_ms = 3000;
-  cfg->retry_attempts = 3;
-  cfg->retry_interval_ms = 1500;
-  cfg->watchdog_timeout_ms = 30000;
-  cfg->pool_size = 16;
-  cfg->lazy_connect = 0;
-  cfg->subscription_linger_ms = 100;
-  cfg->multiplex = 1;
+  dlock_config d;
+  memset(&d, 0, sizeof d);
+  d.abi_magic = CONFIG_MAGIC;
+  d.abi_size = (uint32_t)size;
+  d.url = NULL;
+  d.connect_timeout_ms = 10000;
+  d.command_timeout_ms = 3000;
+  d.retry_attempts = 3;
+  d.retry_interval_ms = 1500;
+  d.watchdog_timeout_ms = 30000;
+  d.pool_size = 16;
+  d.lazy_connect = 0;
+  d.subscription_linger_ms = 100;
+  d.multiplex = 1;
+  /* The caller owns `size` bytes: the fields that fit get their defaults,
+   * bytes this library does not know (a newer header's fields) get zero. */
+  memset(cfg, 0, size);
+  memcpy(cfg, &d, size < sizeof d ? size : sizeof d);
+}
+
+/* *out = the caller's config as a whole one of this library's layout: the
+ * fields that fit in the caller's size, defaults for the rest. Reads no byte
+ * of *in past min(size, in->abi_size). NULL: all defaults. Fields are only
+ * ever appended in natural alignment, so a real size never ends inside a
+ * field. */
+static int config_load(const dlock_config *in, size_t size, dlock_config *out) {
+  dlock_config_init_sized(out, sizeof *out);
+  if (!in)
+    return 0;
+  if (size < offsetof(dlock_config, url) || in->abi_magic != CONFIG_MAGIC)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_config was not set up by dlock_config_init "
+                       "(call it first, then set fields)");
+  if (in->abi_size < offsetof(dlock_config, url) || in->abi_size > ABI_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_config records a size of %lu bytes: corrupted, "
+                       "or not set up by dlock_config_init",
+                       (unsigned long)in->abi_size);
+  size_t n = in->abi_size < size ? in->abi_size : size;
+  const unsigned char *bytes = (const unsigned char *)in;
+  for (size_t i = sizeof *out; i < n; i++)
+    if (bytes[i])
+      return dlock__fail(DLOCK_ENOTSUP,
+                         "dlock_config sets a field at byte %zu that libdlock "
+                         "%s does not know (built against a newer dlock.h)",
+                         i, dlock_version_string());
+  memcpy(out, in, n < sizeof *out ? n : sizeof *out);
+  out->abi_size = (uint32_t)sizeof *out;
+  return 0;
 }
 
 int dlock__client_check(const dlock_client *c) {
@@ -96,27 +141,24 @@ static int warm(dlock_client *c) {
   }
 }
 
-int dlock_client_new(const dlock_config *cfg_in, dlock_client **out) {
+int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
+                           dlock_client **out) {
   dlock__clear_error();
   if (!out)
     return dlock__fail(DLOCK_EINVAL, "out is NULL");
   *out = NULL;
-  dlock_config defaults;
-  if (!cfg_in) {
-    dlock_config_init(&defaults);
-    cfg_in = &defaults;
-  }
-  int rc = check_cfg(cfg_in);
-  if (rc)
+  dlock_config cfg;
+  int rc = config_load(cfg_in, cfg_size, &cfg);
+  if (rc || (rc = check_cfg(&cfg)) != 0)
     return rc;
   dlock_client *c = dlock__calloc(1, sizeof *c);
   if (!c)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  c->cfg = *cfg_in;
+  c->cfg = cfg;
   c->fork_gen = dlock__fork_gen();
   atomic_init(&c->refs, 1); /* the caller's; each lock object adds one */
   /* Each stage is undone by the labels below it, in reverse order. */
-  if ((rc = identity_init(c, cfg_in->url)) != 0)
+  if ((rc = identity_init(c, cfg.url)) != 0)
     goto fail_free;
   if ((rc = dlock__node_init(&c->node, c, &c->url, c->cfg.pool_size)) != 0)
     goto fail_identity;

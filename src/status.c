@@ -1,26 +1,53 @@
 /*
  * status.c -- who holds a lock: holders, hold counts, TTL, in one script
  * call (atomic snapshot). Understands the mutex and read-write layouts.
+ *
+ * The caller's dlock_status may be a shorter layout than this library's (a
+ * program built against an older header; docs/abi.md): the snapshot is
+ * taken into a whole struct and only the fields that fit in the caller's
+ * size are handed over.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-void dlock_status_clear(dlock_status *st) {
-  if (!st)
-    return;
-  for (size_t i = 0; i < st->n_holders; i++)
-    free(st->holders[i].owner);
-  free(st->holders);
-  memset(st, 0, sizeof *st);
+#define STATUS_MAGIC 0x444c5354u /* "DLST" */
+#define ABI_SIZE_MAX 4096u       /* a larger size is garbage, not a struct */
+/* Whether a caller's struct of `size` bytes holds the whole of `field`. */
+#define HAS(size, field)                                                       \
+  (offsetof(dlock_status, field) + sizeof(((dlock_status *)0)->field) <= (size))
+
+/* The same for the holders pointer (sizeof of a pointer to a struct reads
+ * as a mistake to clang-tidy). A caller that has it has n_holders. */
+#define HAS_HOLDERS(size)                                                      \
+  (offsetof(dlock_status, holders) + sizeof(dlock_holder *) <= (size))
+_Static_assert(offsetof(dlock_status, n_holders) <
+                   offsetof(dlock_status, holders),
+               "n_holders comes first");
+
+static void holders_free(dlock_holder *h, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(h[i].owner);
+  free(h);
 }
 
-int dlock_status_query(dlock_client *c, const char *name, dlock_status *st) {
-  dlock__clear_error();
-  if (!st)
-    return dlock__fail(DLOCK_EINVAL, "st is NULL");
-  memset(st, 0, sizeof *st);
+void dlock_status_clear_sized(dlock_status *st, size_t size) {
+  if (!st || size < offsetof(dlock_status, locked) || size > ABI_SIZE_MAX)
+    return;
+  if (st->abi_magic == STATUS_MAGIC) {
+    if (st->abi_size < size)
+      size = st->abi_size; /* filled for a shorter layout */
+    if (HAS_HOLDERS(size))
+      holders_free(st->holders, st->n_holders);
+  }
+  memset(st, 0, size);
+}
+
+/* The snapshot of `name` into the whole struct *s (zeroed by the caller).
+ * On failure *s holds nothing to free. */
+static int status_fetch(dlock_client *c, const char *name, dlock_status *s) {
   int rc = dlock__client_check(c);
   if (rc)
     return rc;
@@ -38,12 +65,12 @@ int dlock_status_query(dlock_client *c, const char *name, dlock_status *st) {
     freeReplyObject(r);
     return dlock__fail(DLOCK_EPROTO, "unexpected status reply");
   }
-  st->ttl_ms = r->element[0]->integer;
-  st->locked = st->ttl_ms != -2;
+  s->ttl_ms = r->element[0]->integer;
+  s->locked = s->ttl_ms != -2;
   redisReply *kv = r->element[1];
   size_t pairs = kv->elements / 2;
-  st->holders = dlock__calloc(pairs ? pairs : 1, sizeof *st->holders);
-  if (!st->holders) {
+  s->holders = dlock__calloc(pairs ? pairs : 1, sizeof *s->holders);
+  if (!s->holders) {
     freeReplyObject(r);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
@@ -52,21 +79,59 @@ int dlock_status_query(dlock_client *c, const char *name, dlock_status *st) {
     if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
       continue;
     if (strcmp(k->str, "mode") == 0) {
-      size_t n = v->len < sizeof st->mode - 1 ? v->len : sizeof st->mode - 1;
-      memcpy(st->mode, v->str, n);
-      st->mode[n] = '\0';
+      size_t n = v->len < sizeof s->mode - 1 ? v->len : sizeof s->mode - 1;
+      memcpy(s->mode, v->str, n);
+      s->mode[n] = '\0';
       continue;
     }
-    dlock_holder *h = &st->holders[st->n_holders];
+    dlock_holder *h = &s->holders[s->n_holders];
     h->owner = dlock__strndup(k->str, k->len);
     if (!h->owner) {
       freeReplyObject(r);
-      dlock_status_clear(st);
+      holders_free(s->holders, s->n_holders);
+      s->holders = NULL;
+      s->n_holders = 0;
       return dlock__fail(DLOCK_ENOMEM, "out of memory");
     }
     h->count = strtoll(v->str, NULL, 10);
-    st->n_holders++;
+    s->n_holders++;
   }
   freeReplyObject(r);
   return 0;
+}
+
+/* Hands the fields of *s that fit in the caller's `size` bytes to *st; the
+ * holders go with it or are freed here. */
+static void status_hand_over(dlock_status *s, dlock_status *st, size_t size) {
+  if (HAS(size, locked))
+    st->locked = s->locked;
+  if (HAS(size, ttl_ms))
+    st->ttl_ms = s->ttl_ms;
+  if (HAS(size, mode))
+    memcpy(st->mode, s->mode, sizeof st->mode);
+  if (HAS_HOLDERS(size)) {
+    st->n_holders = s->n_holders;
+    st->holders = s->holders;
+  } else {
+    holders_free(s->holders, s->n_holders);
+  }
+}
+
+int dlock_status_query_sized(dlock_client *c, const char *name,
+                             dlock_status *st, size_t size) {
+  dlock__clear_error();
+  if (!st)
+    return dlock__fail(DLOCK_EINVAL, "st is NULL");
+  if (size < offsetof(dlock_status, locked) || size > ABI_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_status size %zu is not a struct size", size);
+  memset(st, 0, size);
+  st->abi_magic = STATUS_MAGIC;
+  st->abi_size = (uint32_t)size;
+  dlock_status s;
+  memset(&s, 0, sizeof s);
+  int rc = status_fetch(c, name, &s);
+  if (rc == 0)
+    status_hand_over(&s, st, size);
+  return rc;
 }

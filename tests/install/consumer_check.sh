@@ -17,16 +17,44 @@ cc -std=c11 -Wall -Werror -o "$tmp/basic_pc" "$src_dir/examples/basic.c" \
 "$tmp/basic_pc" unix:///nonexistent/socket >/dev/null 2>&1 && {
   echo "expected a connection failure"; exit 1; } || true
 echo "pkg-config consumer: ok ($(pkg-config --modversion dlock))"
+# The version and ABI generation come from include/dlock/version.h only.
+vh="$src_dir/include/dlock/version.h"
+num() { sed -n "s/^#define DLOCK_$1 \([0-9]*\)$/\1/p" "$vh"; }
+ver="$(num VERSION_MAJOR).$(num VERSION_MINOR).$(num VERSION_PATCH)"
+so="libdlock.so.$(num SOVERSION)"
+[ "$(pkg-config --modversion dlock)" = "$ver" ] || {
+  echo "dlock.pc says $(pkg-config --modversion dlock), version.h $ver"; exit 1; }
+[ -e "$libdir/$so" ] || { echo "$so not installed in $libdir"; exit 1; }
+dyn=$(readelf -d "$libdir/$so")
+grep -qF "Library soname: [$so]" <<<"$dyn" || {
+  echo "installed SONAME is not $so:"; grep SONAME <<<"$dyn"; exit 1; }
+deps=$(ldd "$tmp/basic_pc")
+grep -qF "$so => $libdir/" <<<"$deps" || {
+  echo "basic_pc does not load $so from $libdir:"; echo "$deps"; exit 1; }
+echo "installed $so (dlock $ver): ok"
 # 2. find_package
 mkdir -p "$tmp/proj"
-cat >"$tmp/proj/CMakeLists.txt" <<'CM'
+cat >"$tmp/proj/CMakeLists.txt" <<CM
 cmake_minimum_required(VERSION 3.18)
 project(consumer C)
-find_package(dlock 0.1 REQUIRED)
-add_executable(basic ${SRC}/examples/basic.c)
+find_package(dlock ${ver%.*} REQUIRED)
+add_executable(basic \${SRC}/examples/basic.c)
 target_link_libraries(basic PRIVATE dlock::dlock)
 CM
 cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   -DSRC="$src_dir" >/dev/null
 cmake --build "$tmp/proj/build" >/dev/null
 echo "find_package consumer: ok"
+# 3. While the major version is 0, a minor release may break the API
+# (docs/abi.md): the CMake package must refuse a request for the previous one.
+if [ "$(num VERSION_MAJOR)" = 0 ] && [ "$(num VERSION_MINOR)" -gt 0 ]; then
+  prev="0.$(($(num VERSION_MINOR) - 1))"
+  mkdir -p "$tmp/old"
+  sed "s/find_package(dlock [0-9.]* REQUIRED)/find_package(dlock $prev REQUIRED)/" \
+    "$tmp/proj/CMakeLists.txt" >"$tmp/old/CMakeLists.txt"
+  if cmake -S "$tmp/old" -B "$tmp/old/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+    -DSRC="$src_dir" >/dev/null 2>&1; then
+    echo "find_package(dlock $prev) accepted dlock $ver"; exit 1
+  fi
+  echo "find_package(dlock $prev) refused: ok"
+fi
