@@ -62,7 +62,9 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 /* Error codes. The numbers are pinned: never renumbered, never reused.
- * X(name, value, message) */
+ * X(name, value, message). DLOCK_EQUORUM is not returned by this version
+ * (a Redlock round without a majority is DLOCK_EBUSY or DLOCK_ETIMEDOUT,
+ * the votes in dlock_last_error()); docs/errors.md has when each is. */
 #define DLOCK_ERRNO_MAP(X)                                                     \
   X(OK, 0, "success")                                                          \
   X(EINVAL, -1, "invalid argument")                                            \
