@@ -218,7 +218,7 @@ void dlock_client_free(dlock_client *c) {
     /* In a forked child the threads do not exist and the locks may have
      * been held by them at fork time: release memory only, touch no lock.
      * The child's copies of the sockets were replaced by /dev/null at
-     * fork (util.c); nothing is sent on them. */
+     * fork (process.c); nothing is sent on them. */
     dlock__node_free_memory(&c->node);
   } else {
     dlock__pubsub_stop(c);

@@ -46,7 +46,7 @@ void dlock__clear_error(void);
 void dlock__err_keep_begin(void);
 void dlock__err_keep_end(void);
 
-/* ---- utilities (util.c) ------------------------------------------------- */
+/* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
 int64_t dlock__now_ms(void); /* monotonic */
 int64_t dlock__now_us(void); /* monotonic */
@@ -424,7 +424,7 @@ int dlock__exec_sends(void);
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out);
-/* The set of the library's sockets, released in fork children (util.c):
+/* The set of the library's sockets, released in fork children (process.c):
  * track after a connection is made, untrack before it is closed. */
 void dlock__fd_track(int fd);
 void dlock__fd_untrack(int fd);
