@@ -48,10 +48,10 @@ static int worker(const char *url, const char *who, double t0) {
 }
 
 int main(int argc, char **argv) {
-  tool_redis srv = {0};
+  dlc_redis srv = {0};
   const char *url = argc > 1 ? argv[1] : NULL;
   if (!url) {
-    if (tool_redis_start(&srv, 0, NULL) != 0)
+    if (dlc_redis_start_private(&srv, 0, NULL) != 0)
       return 1;
     url = srv.url;
     printf("private redis-server at %s\n", url);
@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   int sa = 1, sb = 1;
   waitpid(a, &sa, 0);
   waitpid(b, &sb, 0);
-  tool_redis_stop(&srv);
+  dlc_redis_stop_private(&srv);
   int ok =
       WIFEXITED(sa) && !WEXITSTATUS(sa) && WIFEXITED(sb) && !WEXITSTATUS(sb);
   puts(ok ? "demo finished: the two processes never held the lock together"

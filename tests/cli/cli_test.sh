@@ -156,6 +156,9 @@ nonblock)
   expect_rc 1 -w 0 nb -- true
   expect_rc 3 --nonblock -q --conflict-exit-code=3 nb -- true
   [ ! -s "$T/last.err" ] || fail "-q printed: $(cat "$T/last.err")"
+  # -E 0: not acquired is success, and the command still does not run.
+  expect_rc 0 -n -q -E 0 nb -- touch "$T/ran"
+  [ ! -e "$T/ran" ] || fail "-E 0: command ran without the lock"
   note "-n gave up in $el ms"
   ;;
 

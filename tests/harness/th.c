@@ -159,149 +159,30 @@ int th_main(int argc, char **argv) {
 /* ---- redis-server ---------------------------------------------------------
  */
 
-static int free_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t l = sizeof a;
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(s, (struct sockaddr *)&a, &l) != 0) {
-    if (s >= 0)
-      close(s);
-    return 0;
-  }
-  close(s);
-  return ntohs(a.sin_port);
-}
-
-static int spawn(th_redis *r) {
-  char conf[300];
-  snprintf(conf, sizeof conf, "%s/redis.conf", r->dir);
-  FILE *f = fopen(conf, "w");
-  if (!f)
-    return -1;
-  fprintf(f,
-          "port %d\nbind 127.0.0.1\nunixsocket %s\nunixsocketperm 700\n"
-          "save \"\"\nappendonly no\ndir %s\nlogfile %s/redis.log\n"
-          "daemonize no\nenable-debug-command local\n%s",
-          r->port, r->sock, r->dir, r->dir, r->extra);
-  fclose(f);
-  pid_t pid = fork();
-  if (pid < 0)
-    return -1;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    setpgid(0, 0);
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-      dup2(devnull, 0);
-      dup2(devnull, 1);
-    }
-    execlp("redis-server", "redis-server", conf, (char *)NULL);
-    _exit(127);
-  }
-  r->pid = pid;
-  /* Wait for PING (bounded: 10 s). */
-  for (int i = 0; i < 1000; i++) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-      r->pid = 0;
-      return -1;
-    }
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectUnixWithTimeout(r->sock, tv);
-    if (c && !c->err) {
-      redisReply *rep = redisCommand(c, "PING");
-      /* A server with requirepass / a default-user password answers
-       * NOAUTH: it is up too. */
-      int ok = rep && (rep->type == REDIS_REPLY_STATUS ||
-                       (rep->type == REDIS_REPLY_ERROR &&
-                        strncmp(rep->str, "NOAUTH", 6) == 0));
-      if (rep)
-        freeReplyObject(rep);
-      redisFree(c);
-      if (ok)
-        return 0;
-    } else if (c) {
-      redisFree(c);
-    }
-    th_sleep_ms(10);
-  }
-  return -1;
-}
-
 th_redis *th_redis_new(int tcp, const char *extra_conf) {
   if (g_nservers >= TH_MAX_SERVERS)
     th_fail(__FILE__, __LINE__, "too many redis-servers in one test");
   th_redis *r = &g_server_store[g_nservers];
-  memset(r, 0, sizeof *r);
-  snprintf(r->dir, sizeof r->dir, "%s/redis-XXXXXX", g_tmpdir);
-  if (!mkdtemp(r->dir))
+  /* DEBUG (sleep, jmap, ...) from local connections, for the fault tests. */
+  char extra[sizeof r->extra];
+  snprintf(extra, sizeof extra, "enable-debug-command local\n%s",
+           extra_conf ? extra_conf : "");
+  if (dlc_redis_prepare(r, g_tmpdir, "redis-", extra) != 0)
     th_fail(__FILE__, __LINE__, "mkdtemp: %s", strerror(errno));
-  {
-    char d[sizeof r->dir], t[sizeof r->sock];
-    memcpy(d, r->dir, sizeof d);
-    snprintf(t, sizeof t, "%s/redis.sock", d);
-    memcpy(r->sock, t, sizeof t);
-  }
-  snprintf(r->extra, sizeof r->extra, "%s", extra_conf ? extra_conf : "");
   g_servers[g_nservers++] = r;
-  for (int attempt = 0; attempt < 5; attempt++) {
-    r->port = tcp ? free_port() : 0;
-    if (spawn(r) == 0) {
-      char sk[sizeof r->sock], u[sizeof r->url];
-      memcpy(sk, r->sock, sizeof sk);
-      snprintf(u, sizeof u, "unix://%s", sk);
-      memcpy(r->url, u, sizeof u);
-      if (tcp)
-        snprintf(r->tcp_url, sizeof r->tcp_url, "redis://127.0.0.1:%d",
-                 r->port);
-      return r;
-    }
-    if (!tcp)
-      break; /* a unix socket in our own dir cannot be "busy" */
-  }
-  th_fail(__FILE__, __LINE__, "redis-server did not start in %s", r->dir);
+  if (dlc_redis_start(r, tcp, 0) != 0)
+    th_fail(__FILE__, __LINE__, "redis-server did not start in %s", r->dir);
+  return r;
 }
 
-void th_redis_stop(th_redis *r) {
-  if (r->pid <= 1)
-    return;
-  kill(r->pid, SIGCONT);
-  kill(r->pid, SIGTERM);
-  for (int i = 0; i < 500; i++) {
-    int st;
-    if (waitpid(r->pid, &st, WNOHANG) == r->pid) {
-      r->pid = 0;
-      return;
-    }
-    th_sleep_ms(10);
-  }
-  kill(r->pid, SIGKILL);
-  waitpid(r->pid, NULL, 0);
-  r->pid = 0;
-}
+void th_redis_stop(th_redis *r) { dlc_redis_stop(r); }
 
-void th_redis_kill(th_redis *r) {
-  if (r->pid <= 1)
-    return;
-  kill(r->pid, SIGKILL);
-  waitpid(r->pid, NULL, 0);
-  r->pid = 0;
-}
+void th_redis_kill(th_redis *r) { dlc_redis_kill(r); }
 
 void th_redis_restart(th_redis *r) {
-  th_redis_stop(r);
-  unlink(r->sock);
-  for (int attempt = 0; attempt < 20; attempt++) {
-    if (spawn(r) == 0)
-      return;
-    th_sleep_ms(100); /* the TCP port may linger briefly */
-  }
-  th_fail(__FILE__, __LINE__, "redis-server did not restart");
+  dlc_redis_stop(r);
+  if (dlc_redis_respawn(r, 20, 0) != 0)
+    th_fail(__FILE__, __LINE__, "redis-server did not restart");
 }
 
 void th_redis_pause(th_redis *r) {

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "dlock.h"
+#include "redis_spawn.h"
 
 typedef struct th_case {
   const char *name;
@@ -89,15 +90,11 @@ void th_skip(const char *why) __attribute__((noreturn));
 
 /* ---- redis-server processes --------------------------------------------- */
 
-typedef struct th_redis {
-  pid_t pid;
-  int port;          /* 0: unix socket only */
-  char dir[160];     /* private temp dir */
-  char sock[224];    /* unix socket path */
-  char url[256];     /* unix:///... (or redis://127.0.0.1:port with tcp) */
-  char tcp_url[128]; /* redis://127.0.0.1:port when port > 0 */
-  char extra[1024];  /* extra config lines */
-} th_redis;
+/* The shared spawner's server (tools/common/redis_spawn.h): pid, port (0:
+ * unix socket only), dir (private, under the test's temp dir), sock, url
+ * (unix:///...), tcp_url (redis://127.0.0.1:port when port > 0), extra
+ * (the extra config lines). */
+typedef dlc_redis th_redis;
 
 /* Starts a redis-server: unix socket always, TCP on a free port if tcp.
  * extra_conf: more redis.conf lines ("requirepass x\n"), or NULL. Waits

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
+
 /* ---- options ------------------------------------------------------------ */
 
 typedef struct bench_opts {
@@ -40,13 +42,17 @@ typedef struct bench_opts {
   char run_id[32];       /* prefix of every key this run writes */
 } bench_opts;
 
+/* Parses the command line (args.c) into *o, with the defaults (--quick:
+ * the smaller ones) for what it does not give; *tcp: --tcp. --help prints
+ * and exits 0; a mistake prints the usage and exits 2. */
+void bench_parse_args(int argc, char **argv, bench_opts *o, int *tcp);
+
 /* 1 if scenario `name` is selected by --only. */
 int bench_selected(const bench_opts *o, const char *name);
 
 /* ---- time, CPU, memory -------------------------------------------------- */
 
-int64_t bench_now_ns(void); /* CLOCK_MONOTONIC */
-void bench_sleep_ns(int64_t ns);
+/* Clocks: dlc_now_ns, dlc_sleep_ns (tools/common/clock.h). */
 /* user+system CPU of the whole process / of the calling thread, in µs. */
 double bench_cpu_us(void);
 double bench_thread_cpu_us(void);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "json.h"
 #include "dlock.h"
 
 typedef struct metric {
@@ -274,37 +275,14 @@ static int print_targets(void) {
   return missed;
 }
 
-static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      printf("\\%c", ch);
-    else if (ch < 0x20)
-      printf("\\u%04x", ch);
-    else
-      putchar(ch);
-  }
-  putchar('"');
-}
-
-static void json_num(double v) {
-  if (isnan(v) || isinf(v))
-    printf("null");
-  else if (v == floor(v) && fabs(v) < 1e15)
-    printf("%.0f", v);
-  else
-    printf("%.6g", v);
-}
-
 static void print_json(const bench_opts *o, double wall_s) {
   printf("{\"tool\":\"dlock-bench\",\"dlock_version\":");
-  json_str(dlock_version_string());
+  dlc_json_str(stdout, dlock_version_string());
   printf(",\"quick\":%s,\"server\":", o->quick ? "true" : "false");
-  json_str(o->private_server ? "private" : o->url);
+  dlc_json_str(stdout, o->private_server ? "private" : o->url);
   printf(",\"threads\":%d,\"procs\":%d,\"workers\":%d,\"wall_s\":", o->threads,
          o->procs, o->workers);
-  json_num(wall_s);
+  dlc_json_num(stdout, wall_s);
   printf(",\"scenarios\":{");
   /* Group metrics by scenario, in first-appearance order. */
   char done[64][32];
@@ -318,7 +296,7 @@ static void print_json(const bench_opts *o, double wall_s) {
     memcpy(done[nd++], g_m[i].scen, sizeof done[0]);
     if (nd > 1)
       putchar(',');
-    json_str(g_m[i].scen);
+    dlc_json_str(stdout, g_m[i].scen);
     printf(":{");
     int first = 1;
     for (int k = i; k < g_nm; k++) {
@@ -327,9 +305,9 @@ static void print_json(const bench_opts *o, double wall_s) {
       if (!first)
         putchar(',');
       first = 0;
-      json_str(g_m[k].key);
+      dlc_json_str(stdout, g_m[k].key);
       putchar(':');
-      json_num(g_m[k].v);
+      dlc_json_num(stdout, g_m[k].v);
     }
     printf("}");
   }
@@ -337,21 +315,21 @@ static void print_json(const bench_opts *o, double wall_s) {
   for (int i = 0; i < g_nt; i++) {
     target *t = &g_t[i];
     printf("%s{\"id\":", i ? "," : "");
-    json_str(t->id);
+    dlc_json_str(stdout, t->id);
     printf(",\"requirement\":");
-    json_str(t->req);
+    dlc_json_str(stdout, t->req);
     printf(",\"measured\":");
-    json_num(t->measured);
+    dlc_json_num(stdout, t->measured);
     printf(",\"unit\":");
-    json_str(t->unit);
+    dlc_json_str(stdout, t->unit);
     printf(",\"reference\":");
-    json_num(t->ref);
+    dlc_json_num(stdout, t->ref);
     printf(",\"reference_is\":");
-    json_str(t->ref_label);
+    dlc_json_str(stdout, t->ref_label);
     printf(",\"ratio\":");
-    json_num(t->ratio);
+    dlc_json_num(stdout, t->ratio);
     printf(",\"target\":");
-    json_str(t->limit);
+    dlc_json_str(stdout, t->limit);
     printf(",\"result\":\"%s\"}", t->result < 0 ? "SKIP"
                                   : t->result   ? "PASS"
                                                 : "MISS");
@@ -360,7 +338,7 @@ static void print_json(const bench_opts *o, double wall_s) {
   for (int i = 0; i < g_nnotes; i++) {
     if (i)
       putchar(',');
-    json_str(g_notes[i]);
+    dlc_json_str(stdout, g_notes[i]);
   }
   printf("]}\n");
 }

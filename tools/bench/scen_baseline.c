@@ -61,18 +61,18 @@ static void rtt_run(redisContext *c, const fmtcmd *f, long n, int64_t limit,
   bench_cmdstats a, b, d;
   bench_cmdstats_read(c, &a);
   double cpu0 = bench_cpu_us();
-  int64_t t0 = bench_now_ns();
+  int64_t t0 = dlc_now_ns();
   long done = 0;
   while (done < n) {
-    int64_t s0 = bench_now_ns();
+    int64_t s0 = dlc_now_ns();
     one(c, f);
-    int64_t s1 = bench_now_ns();
+    int64_t s1 = dlc_now_ns();
     bs_add(&s, (double)(s1 - s0) / 1e3);
     done++;
     if (s1 > limit)
       break;
   }
-  double wall = (double)(bench_now_ns() - t0) / 1e9;
+  double wall = (double)(dlc_now_ns() - t0) / 1e9;
   double cpu = bench_cpu_us() - cpu0;
   bench_cmdstats_read(c, &b);
   bench_cmdstats_delta(&a, &b, &d);
@@ -125,13 +125,13 @@ static void rtt_phase(const bench_opts *o, redisContext *c, const fmtcmd *ping,
     one(c, ev);
   }
   rtt_block bp[MAX_REPS], be[MAX_REPS];
-  int64_t limit = bench_now_ns() + (int64_t)(o->quick ? 5e9 : 30e9);
+  int64_t limit = dlc_now_ns() + (int64_t)(o->quick ? 5e9 : 30e9);
   int ran = 0;
   for (int r = 0; r < reps; r++) {
     rtt_run(c, ping, per, limit, &bp[r]);
     rtt_run(c, ev, per, limit, &be[r]);
     ran++;
-    if (bench_now_ns() > limit)
+    if (dlc_now_ns() > limit)
       break;
   }
   if (ran < reps || be[ran - 1].done < per)
@@ -157,9 +157,9 @@ static void *conc_thread(void *p) {
     one(c, a->f);
   atomic_fetch_add(a->ready, 1);
   while (!atomic_load(a->go))
-    bench_sleep_ns(100000);
+    dlc_sleep_ns(100000);
   long n = 0;
-  while (bench_now_ns() < a->until && n < 100000000L) {
+  while (dlc_now_ns() < a->until && n < 100000000L) {
     one(c, a->f);
     n++;
   }
@@ -187,8 +187,8 @@ static double conc_phase(const bench_opts *o, const fmtcmd *f, int n,
     if (pthread_create(&th[i], NULL, conc_thread, &args[i]) != 0)
       bench_die("pthread_create failed");
   while (atomic_load(&ready) < n)
-    bench_sleep_ns(1000000);
-  int64_t t0 = bench_now_ns();
+    dlc_sleep_ns(1000000);
+  int64_t t0 = dlc_now_ns();
   int64_t until = t0 + (int64_t)(secs * 1e9);
   for (int i = 0; i < n; i++)
     args[i].until = until;
@@ -198,7 +198,7 @@ static double conc_phase(const bench_opts *o, const fmtcmd *f, int n,
     pthread_join(th[i], NULL);
     total += args[i].count;
   }
-  double wall = (double)(bench_now_ns() - t0) / 1e9;
+  double wall = (double)(dlc_now_ns() - t0) / 1e9;
   free(args);
   free(th);
   return (double)total / wall;
@@ -208,10 +208,10 @@ static double conc_phase(const bench_opts *o, const fmtcmd *f, int n,
 static double pipe_phase(const bench_opts *o, redisContext *c,
                          const fmtcmd *f) {
   int depth = o->pipeline_depth > 0 ? o->pipeline_depth : 1;
-  int64_t t0 = bench_now_ns();
+  int64_t t0 = dlc_now_ns();
   int64_t until = t0 + (int64_t)(o->many_secs * 1e9);
   long n = 0;
-  while (bench_now_ns() < until) {
+  while (dlc_now_ns() < until) {
     for (int i = 0; i < depth; i++)
       if (redisAppendFormattedCommand(c, f->p, (size_t)f->len) != REDIS_OK)
         bench_die("pipeline: %s", c->errstr);
@@ -223,7 +223,7 @@ static double pipe_phase(const bench_opts *o, redisContext *c,
     }
     n += depth;
   }
-  return (double)n / ((double)(bench_now_ns() - t0) / 1e9);
+  return (double)n / ((double)(dlc_now_ns() - t0) / 1e9);
 }
 
 void scen_baseline(const bench_opts *o) {

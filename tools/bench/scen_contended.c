@@ -52,11 +52,11 @@ static void worker(int i, void *p) {
   redisContext *r = bench_connect(a->o);
   float *samples = sh->samples + (size_t)i * (size_t)sh->cap;
   atomic_fetch_add(&sh->ready, 1);
-  int64_t give_up = bench_now_ns() + (int64_t)60e9;
+  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
   while (!atomic_load(&sh->go)) {
-    if (bench_now_ns() > give_up)
+    if (dlc_now_ns() > give_up)
       _exit(1);
-    bench_sleep_ns(100000);
+    dlc_sleep_ns(100000);
   }
   int64_t until = atomic_load(&sh->until);
   double cpu0 = bench_cpu_us();
@@ -65,9 +65,9 @@ static void worker(int i, void *p) {
   char val[32];
   const char *set[3] = {"SET", a->counter, val};
   for (;;) {
-    int64_t t0 = bench_now_ns();
+    int64_t t0 = dlc_now_ns();
     int rc = dlock_mutex_lock(m);
-    int64_t t1 = bench_now_ns();
+    int64_t t1 = dlc_now_ns();
     if (rc) {
       snprintf(sh->w[i].err, sizeof sh->w[i].err, "lock: %s: %s",
                dlock_err_name(rc), dlock_last_error());
@@ -92,7 +92,7 @@ static void worker(int i, void *p) {
       break;
   }
   sh->w[i].cpu_us = bench_cpu_us() - cpu0;
-  sh->w[i].end_ns = bench_now_ns();
+  sh->w[i].end_ns = dlc_now_ns();
   sh->w[i].count = n;
   sh->w[i].nsamples = n < sh->cap ? n : sh->cap;
   sh->w[i].ok = sh->w[i].err[0] == '\0';
@@ -128,10 +128,10 @@ static void run(const bench_opts *o, int workers, double secs, const char *tag,
   redisContext *ctl = bench_connect(o);
   freeReplyObject(bench_cmdf(ctl, "DEL %s", a.counter));
   int *pids = bench_fork(workers, worker, &a);
-  int64_t wait_end = bench_now_ns() + (int64_t)60e9;
-  while (atomic_load(&sh->ready) < workers && bench_now_ns() < wait_end)
-    bench_sleep_ns(1000000);
-  int64_t t0 = bench_now_ns();
+  int64_t wait_end = dlc_now_ns() + (int64_t)60e9;
+  while (atomic_load(&sh->ready) < workers && dlc_now_ns() < wait_end)
+    dlc_sleep_ns(1000000);
+  int64_t t0 = dlc_now_ns();
   atomic_store(&sh->until, t0 + (int64_t)(secs * 1e9));
   atomic_store(&sh->go, 1);
   res->failed = bench_reap(pids, workers, t0 + (int64_t)((secs + 60) * 1e9));

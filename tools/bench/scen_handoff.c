@@ -49,13 +49,13 @@ typedef struct ho_arg {
 
 /* Waits (bounded) until *v >= want. 0 on success. */
 static int wait_for(atomic_long *v, long want, int64_t limit_ns) {
-  int64_t end = bench_now_ns() + limit_ns;
+  int64_t end = dlc_now_ns() + limit_ns;
   int spins = 0;
   while (atomic_load(v) < want) {
-    if (bench_now_ns() > end)
+    if (dlc_now_ns() > end)
       return -1;
     if (++spins > 200)
-      bench_sleep_ns(20000);
+      dlc_sleep_ns(20000);
   }
   return 0;
 }
@@ -94,7 +94,7 @@ static void player(int i, void *p) {
         break;
       atomic_store(&sh->waiting, rd);
       rc = dlock_mutex_lock(m);
-      int64_t t = bench_now_ns();
+      int64_t t = dlc_now_ns();
       if (rc)
         fail(sh, i, "lock", rc);
       T_ACQ(sh, rd) = t;
@@ -102,24 +102,24 @@ static void player(int i, void *p) {
     } else { /* holder */
       if (rd >= atomic_load(&sh->stop_at))
         break;
-      if (bench_now_ns() > sh->deadline)
+      if (dlc_now_ns() > sh->deadline)
         atomic_store(&sh->stop_at, rd + 1); /* this last one still runs */
       if (wait_for(&sh->waiting, rd, step_limit))
         _exit(1);
       /* Is the waiter queued yet? */
       int queued = 0;
       if (!fallback) {
-        int64_t end = bench_now_ns() + 50000000LL;
-        while (bench_now_ns() < end) {
+        int64_t end = dlc_now_ns() + 50000000LL;
+        while (dlc_now_ns() < end) {
           redisReply *x = bench_cmd(r, 2, llen);
           queued = x->type == REDIS_REPLY_INTEGER && x->integer > 0;
           freeReplyObject(x);
           if (queued)
             break;
-          bench_sleep_ns(20000);
+          dlc_sleep_ns(20000);
         }
       } else {
-        bench_sleep_ns(3000000);
+        dlc_sleep_ns(3000000);
       }
       if (queued) {
         atomic_fetch_add(&sh->confirmed, 1);
@@ -128,9 +128,9 @@ static void player(int i, void *p) {
         if (u >= 5 && atomic_load(&sh->confirmed) == 0)
           fallback = 1; /* the queue key is not where we look */
       }
-      T_CALL(sh, rd) = bench_now_ns();
+      T_CALL(sh, rd) = dlc_now_ns();
       rc = dlock_mutex_unlock(m);
-      T_RET(sh, rd) = bench_now_ns();
+      T_RET(sh, rd) = dlc_now_ns();
       if (rc)
         fail(sh, i, "unlock", rc);
       if (rd + 1 >= atomic_load(&sh->stop_at))
@@ -154,7 +154,7 @@ void scen_handoff(const bench_opts *o) {
   sh->rounds = rounds;
   atomic_store(&sh->stop_at, rounds + 1);
   atomic_store(&sh->acquired, -1);
-  sh->deadline = bench_now_ns() + (int64_t)(o->quick ? 8e9 : 60e9);
+  sh->deadline = dlc_now_ns() + (int64_t)(o->quick ? 8e9 : 60e9);
   ho_arg a;
   a.o = o;
   a.sh = sh;

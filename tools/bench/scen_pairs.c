@@ -58,9 +58,9 @@ static void run_pairs(dlock_client *c, const char *prefix, long n, int fresh,
       snprintf(name, sizeof name, "%s:%ld", prefix, i);
       m = new_mutex(c, name);
     }
-    int64_t t0 = bench_now_ns();
+    int64_t t0 = dlc_now_ns();
     pair(m);
-    int64_t t1 = bench_now_ns();
+    int64_t t1 = dlc_now_ns();
     if (s)
       bs_add(s, (double)(t1 - t0) / 1e3);
     if (fresh)
@@ -137,20 +137,20 @@ static void raw_block(raw_pair *rp, const char *prefix, long n,
   bs_init(&s);
   char key[128];
   double cpu0 = bench_cpu_us(), csw0 = bench_ctxsw();
-  int64_t t0 = bench_now_ns();
+  int64_t t0 = dlc_now_ns();
   long i = 0;
   for (; i < n; i++) {
     snprintf(key, sizeof key, "%s:%ld", prefix, i);
-    int64_t s0 = bench_now_ns();
+    int64_t s0 = dlc_now_ns();
     raw_one(rp, key);
-    int64_t s1 = bench_now_ns();
+    int64_t s1 = dlc_now_ns();
     bs_add(&s, (double)(s1 - s0) / 1e3);
     if (s1 > limit_ns) {
       i++;
       break;
     }
   }
-  double wall = (double)(bench_now_ns() - t0) / 1e9;
+  double wall = (double)(dlc_now_ns() - t0) / 1e9;
   b->cpu = (bench_cpu_us() - cpu0) / (double)i;
   b->csw = (bench_ctxsw() - csw0) / (double)i;
   b->p50 = bs_pct(&s, 50);
@@ -167,9 +167,9 @@ static void lib_block(dlock_client *c, redisContext *ctl, const char *prefix,
   bench_cmdstats a, z;
   bench_cmdstats_read(ctl, &a);
   double cpu0 = bench_cpu_us(), csw0 = bench_ctxsw();
-  int64_t t0 = bench_now_ns();
+  int64_t t0 = dlc_now_ns();
   run_pairs(c, prefix, n, fresh, &s, limit_ns, &b->done);
-  double wall = (double)(bench_now_ns() - t0) / 1e9;
+  double wall = (double)(dlc_now_ns() - t0) / 1e9;
   b->cpu = (bench_cpu_us() - cpu0) / (double)b->done;
   b->csw = (bench_ctxsw() - csw0) / (double)b->done;
   bench_cmdstats_read(ctl, &z);
@@ -288,7 +288,7 @@ void scen_uncontended(const bench_opts *o) {
     raw_one(&rp, prefix);
 
   block raw[MAX_REPS], fr[MAX_REPS], sm[MAX_REPS];
-  int64_t limit = bench_now_ns() + (int64_t)(o->quick ? 8e9 : 90e9);
+  int64_t limit = dlc_now_ns() + (int64_t)(o->quick ? 8e9 : 90e9);
   int ran = 0;
   for (int r = 0; r < reps; r++) {
     snprintf(prefix, sizeof prefix, "%s:u:raw:%d", o->run_id, r);
@@ -298,7 +298,7 @@ void scen_uncontended(const bench_opts *o) {
     snprintf(prefix, sizeof prefix, "%s:u:same:%d", o->run_id, r);
     lib_block(c, ctl, prefix, per, 0, limit, &sm[r]);
     ran++;
-    if (bench_now_ns() > limit)
+    if (dlc_now_ns() > limit)
       break;
   }
   if (ran < reps || fr[ran - 1].done < per || sm[ran - 1].done < per)
@@ -341,7 +341,7 @@ static long loop_until(dlock_mutex *m, int64_t until) {
   while (n < 100000000L) {
     pair(m);
     n++;
-    if ((n & 7) == 0 && bench_now_ns() >= until)
+    if ((n & 7) == 0 && dlc_now_ns() >= until)
       break;
   }
   return n;
@@ -356,7 +356,7 @@ static void *many_main(void *p) {
     pair(m);
   atomic_fetch_add(t->ready, 1);
   while (!atomic_load(t->go))
-    bench_sleep_ns(100000);
+    dlc_sleep_ns(100000);
   t->count = loop_until(m, atomic_load(t->until));
   dlock_mutex_free(m);
   return NULL;
@@ -387,16 +387,16 @@ static void many_proc(int i, void *arg) {
   for (int k = 0; k < 50; k++)
     pair(m);
   atomic_fetch_add(&a->sh->ready, 1);
-  int64_t give_up = bench_now_ns() + (int64_t)60e9;
+  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
   while (!atomic_load(&a->sh->go)) {
-    if (bench_now_ns() > give_up)
+    if (dlc_now_ns() > give_up)
       _exit(1);
-    bench_sleep_ns(100000);
+    dlc_sleep_ns(100000);
   }
   double cpu0 = bench_cpu_us();
   a->sh->w[i].count = loop_until(m, atomic_load(&a->sh->until));
   a->sh->w[i].cpu_us = bench_cpu_us() - cpu0;
-  a->sh->w[i].end_ns = bench_now_ns();
+  a->sh->w[i].end_ns = dlc_now_ns();
   a->sh->w[i].ok = 1;
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -422,11 +422,11 @@ static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
       bench_die("pthread_create failed");
   }
   while (atomic_load(&ready) < o->threads)
-    bench_sleep_ns(1000000);
+    dlc_sleep_ns(1000000);
   bench_cmdstats a, b, d;
   bench_cmdstats_read(ctl, &a);
   double cpu0 = bench_cpu_us();
-  int64_t t0 = bench_now_ns();
+  int64_t t0 = dlc_now_ns();
   atomic_store(&until, t0 + (int64_t)(o->many_secs * 1e9));
   atomic_store(&go, 1);
   long total = 0;
@@ -434,7 +434,7 @@ static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
     pthread_join(th[i], NULL);
     total += t[i].count;
   }
-  double wall = (double)(bench_now_ns() - t0) / 1e9;
+  double wall = (double)(dlc_now_ns() - t0) / 1e9;
   double cpu = bench_cpu_us() - cpu0;
   bench_cmdstats_read(ctl, &b);
   bench_cmdstats_delta(&a, &b, &d);
@@ -454,16 +454,16 @@ static void many_procs(const bench_opts *o, redisContext *ctl, many_fig *f) {
   atomic_store(&sh->until, INT64_MAX);
   many_proc_arg pa = {o, sh};
   int *pids = bench_fork(o->procs, many_proc, &pa);
-  int64_t wait_end = bench_now_ns() + (int64_t)60e9;
-  while (atomic_load(&sh->ready) < o->procs && bench_now_ns() < wait_end)
-    bench_sleep_ns(1000000);
+  int64_t wait_end = dlc_now_ns() + (int64_t)60e9;
+  while (atomic_load(&sh->ready) < o->procs && dlc_now_ns() < wait_end)
+    dlc_sleep_ns(1000000);
   bench_cmdstats a, b, d;
   bench_cmdstats_read(ctl, &a);
-  int64_t t0 = bench_now_ns();
+  int64_t t0 = dlc_now_ns();
   atomic_store(&sh->until, t0 + (int64_t)(o->many_secs * 1e9));
   atomic_store(&sh->go, 1);
   int bad = bench_reap(pids, o->procs,
-                       bench_now_ns() + (int64_t)((o->many_secs + 30) * 1e9));
+                       dlc_now_ns() + (int64_t)((o->many_secs + 30) * 1e9));
   bench_cmdstats_read(ctl, &b);
   bench_cmdstats_delta(&a, &b, &d);
   long total = 0;

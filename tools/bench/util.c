@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "url.h"
 #include "dlock.h"
 
 /* ---- logging ------------------------------------------------------------ */
@@ -61,20 +62,6 @@ int bench_selected(const bench_opts *o, const char *name) {
 }
 
 /* ---- time, CPU, memory -------------------------------------------------- */
-
-int64_t bench_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-void bench_sleep_ns(int64_t ns) {
-  if (ns <= 0)
-    return;
-  struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
 
 static double ru_us(const struct rusage *ru) {
   return (double)ru->ru_utime.tv_sec * 1e6 + (double)ru->ru_utime.tv_usec +
@@ -185,95 +172,11 @@ double bs_min(bench_samples *s) { return bs_pct(s, 0); }
 
 /* ---- Redis -------------------------------------------------------------- */
 
-typedef struct url_parts {
-  int is_unix;
-  char host[256];
-  int port;
-  char path[512];
-  char user[128], pass[256];
-  int db;
-} url_parts;
-
-static void parse_url(const char *url, url_parts *u) {
-  memset(u, 0, sizeof *u);
-  u->port = 6379;
-  if (strncmp(url, "unix://", 7) == 0) {
-    u->is_unix = 1;
-    const char *p = url + 7;
-    const char *q = strchr(p, '?');
-    size_t l = q ? (size_t)(q - p) : strlen(p);
-    if (l >= sizeof u->path)
-      bench_die("socket path too long in %s", url);
-    memcpy(u->path, p, l);
-    while (q && *q) {
-      q++;
-      const char *e = strchr(q, '&');
-      size_t pl = e ? (size_t)(e - q) : strlen(q);
-      if (strncmp(q, "db=", 3) == 0)
-        u->db = atoi(q + 3);
-      else if (strncmp(q, "password=", 9) == 0 && pl - 9 < sizeof u->pass)
-        memcpy(u->pass, q + 9, pl - 9);
-      else if (strncmp(q, "user=", 5) == 0 && pl - 5 < sizeof u->user)
-        memcpy(u->user, q + 5, pl - 5);
-      q = e;
-    }
-    return;
-  }
-  if (strncmp(url, "redis://", 8) != 0)
-    bench_die("unsupported URL %s (redis://host:port or unix:///path)", url);
-  const char *p = url + 8;
-  const char *at = strrchr(p, '@');
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    if (colon) {
-      size_t ul = (size_t)(colon - p), pl = (size_t)(at - colon - 1);
-      if (ul < sizeof u->user && pl < sizeof u->pass) {
-        memcpy(u->user, p, ul);
-        memcpy(u->pass, colon + 1, pl);
-      }
-    } else if ((size_t)(at - p) < sizeof u->pass) {
-      memcpy(u->pass, p, (size_t)(at - p));
-    }
-    p = at + 1;
-  }
-  const char *slash = strchr(p, '/');
-  size_t hl = slash ? (size_t)(slash - p) : strlen(p);
-  const char *colon = memchr(p, ':', hl);
-  size_t nl = colon ? (size_t)(colon - p) : hl;
-  if (nl == 0)
-    snprintf(u->host, sizeof u->host, "127.0.0.1");
-  else if (nl < sizeof u->host)
-    memcpy(u->host, p, nl);
-  if (colon)
-    u->port = atoi(colon + 1);
-  if (slash && slash[1])
-    u->db = atoi(slash + 1);
-}
-
 redisContext *bench_connect(const bench_opts *o) {
-  url_parts u;
-  parse_url(o->url, &u);
-  struct timeval tv = {10, 0};
-  redisContext *c = u.is_unix ? redisConnectUnixWithTimeout(u.path, tv)
-                              : redisConnectWithTimeout(u.host, u.port, tv);
-  if (!c || c->err)
-    bench_die("cannot connect to %s: %s", o->url,
-              c ? c->errstr : "out of memory");
-  struct timeval ct = {30, 0};
-  redisSetTimeout(c, ct);
-  if (u.pass[0]) {
-    redisReply *r = u.user[0] ? bench_cmdf(c, "AUTH %s %s", u.user, u.pass)
-                              : bench_cmdf(c, "AUTH %s", u.pass);
-    if (r->type == REDIS_REPLY_ERROR)
-      bench_die("AUTH refused: %s", r->str);
-    freeReplyObject(r);
-  }
-  if (u.db) {
-    redisReply *r = bench_cmdf(c, "SELECT %d", u.db);
-    if (r->type == REDIS_REPLY_ERROR)
-      bench_die("SELECT refused: %s", r->str);
-    freeReplyObject(r);
-  }
+  char err[512];
+  redisContext *c = dlc_redis_connect(o->url, 10, 30, err, sizeof err);
+  if (!c)
+    bench_die("cannot connect to %s: %s", o->url, err);
   return c;
 }
 
@@ -481,7 +384,7 @@ int bench_reap(int *pids, int n, int64_t deadline_ns) {
     }
     if (left == 0)
       break;
-    if (bench_now_ns() > deadline_ns) {
+    if (dlc_now_ns() > deadline_ns) {
       for (int i = 0; i < n; i++) {
         if (pids[i] <= 0)
           continue;
@@ -493,7 +396,7 @@ int bench_reap(int *pids, int n, int64_t deadline_ns) {
       bench_log("workers did not finish in time: killed");
       break;
     }
-    bench_sleep_ns(2000000);
+    dlc_sleep_ns(2000000);
   }
   free(pids);
   return bad;

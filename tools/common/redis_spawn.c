@@ -1,4 +1,8 @@
-/* redis_spawn.c -- see redis_spawn.h. */
+/*
+ * redis_spawn.c -- starting and stopping private redis-server processes
+ * (see redis_spawn.h), shared by the tools and the test harness.
+ * Modelled on how redis's own test suite runs servers.
+ */
 #include "redis_spawn.h"
 
 #include <errno.h>
@@ -12,15 +16,11 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static void nap_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
+#include "clock.h"
 
+/* A loopback TCP port nobody listens on right now (0 if none found). */
 static int free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a;
@@ -37,102 +37,128 @@ static int free_port(void) {
   return port;
 }
 
-static char g_extra[1024];
-
-static int spawn(tool_redis *r) {
-  char conf[200];
-  snprintf(conf, sizeof conf, "%s/redis.conf", r->dir);
-  FILE *f = fopen(conf, "w");
-  if (!f) {
-    fprintf(stderr, "cannot write %s: %s\n", conf, strerror(errno));
+int dlc_redis_prepare(dlc_redis *r, const char *parent, const char *prefix,
+                      const char *extra_conf) {
+  memset(r, 0, sizeof *r);
+  char d[sizeof r->dir];
+  snprintf(d, sizeof d, "%s/%sXXXXXX", parent, prefix);
+  if (!mkdtemp(d))
     return -1;
-  }
+  memcpy(r->dir, d, sizeof d);
+  char t[sizeof r->sock];
+  snprintf(t, sizeof t, "%s/redis.sock", d);
+  memcpy(r->sock, t, sizeof t);
+  snprintf(r->extra, sizeof r->extra, "%s", extra_conf ? extra_conf : "");
+  return 0;
+}
+
+static int write_conf(const dlc_redis *r, const char *conf) {
+  FILE *f = fopen(conf, "w");
+  if (!f)
+    return -1;
   fprintf(f,
           "port %d\nbind 127.0.0.1\nunixsocket %s\nunixsocketperm 700\n"
           "save \"\"\nappendonly no\ndir %s\nlogfile %s/redis.log\n"
           "daemonize no\nmaxclients 10000\n%s",
-          r->port, r->sock, r->dir, r->dir, g_extra);
-  fclose(f);
+          r->port, r->sock, r->dir, r->dir, r->extra);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* In the child: never outlive the parent; stdin (and stdout, stderr when
+ * quiet) from /dev/null. */
+static void exec_server(const char *conf, int quiet) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  setpgid(0, 0);
+  int dn = open("/dev/null", O_RDWR);
+  if (dn >= 0) {
+    dup2(dn, 0);
+    dup2(dn, 1);
+    if (quiet)
+      dup2(dn, 2);
+  }
+  execlp("redis-server", "redis-server", conf, (char *)NULL);
+  _exit(127);
+}
+
+/* 1 if the server on r->sock answers PING. A server with requirepass (or a
+ * default-user password) answers NOAUTH: it is up too. */
+static int answers_ping(const dlc_redis *r) {
+  struct timeval tv = {1, 0};
+  redisContext *c = redisConnectUnixWithTimeout(r->sock, tv);
+  int ok = 0;
+  if (c && !c->err) {
+    redisReply *rep = redisCommand(c, "PING");
+    ok = rep && (rep->type == REDIS_REPLY_STATUS ||
+                 (rep->type == REDIS_REPLY_ERROR &&
+                  strncmp(rep->str, "NOAUTH", 6) == 0));
+    if (rep)
+      freeReplyObject(rep);
+  }
+  if (c)
+    redisFree(c);
+  return ok;
+}
+
+/* One start on r->port: fork, exec, wait for PING (bounded: 10 s). */
+static int spawn(dlc_redis *r, int quiet) {
+  char conf[sizeof r->dir + 16];
+  snprintf(conf, sizeof conf, "%s/redis.conf", r->dir);
+  if (write_conf(r, conf) != 0)
+    return DLC_REDIS_FAILED;
   pid_t pid = fork();
   if (pid < 0)
-    return -1;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setpgid(0, 0);
-    int dn = open("/dev/null", O_RDWR);
-    if (dn >= 0) {
-      dup2(dn, 0);
-      dup2(dn, 1);
-      dup2(dn, 2);
-    }
-    execlp("redis-server", "redis-server", conf, (char *)NULL);
-    _exit(127);
-  }
+    return DLC_REDIS_FAILED;
+  if (pid == 0)
+    exec_server(conf, quiet);
   r->pid = pid;
   for (int i = 0; i < 1000; i++) {
     int st;
     if (waitpid(pid, &st, WNOHANG) == pid) {
       r->pid = 0;
-      if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
-        fprintf(stderr,
-                "redis-server not found (run scripts/install-deps.sh)\n");
-      return -1;
+      return WIFEXITED(st) && WEXITSTATUS(st) == 127 ? DLC_REDIS_NOTFOUND
+                                                     : DLC_REDIS_FAILED;
     }
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectUnixWithTimeout(r->sock, tv);
-    int ok = 0;
-    if (c && !c->err) {
-      redisReply *rep = redisCommand(c, "PING");
-      ok = rep && rep->type == REDIS_REPLY_STATUS;
-      if (rep)
-        freeReplyObject(rep);
-    }
-    if (c)
-      redisFree(c);
-    if (ok)
+    if (answers_ping(r))
       return 0;
-    nap_ms(10);
+    dlc_sleep_ms(10);
   }
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  r->pid = 0;
-  return -1;
+  dlc_redis_kill(r);
+  return DLC_REDIS_FAILED;
 }
 
-int tool_redis_start(tool_redis *r, int tcp, const char *extra_conf) {
-  memset(r, 0, sizeof *r);
-  snprintf(g_extra, sizeof g_extra, "%s", extra_conf ? extra_conf : "");
-  const char *tmp = getenv("TMPDIR");
-  char d[sizeof r->dir];
-  snprintf(d, sizeof d, "%s/dlock-redis-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(d)) {
-    fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-    return -1;
-  }
-  memcpy(r->dir, d, sizeof d);
-  char t[sizeof r->sock];
-  snprintf(t, sizeof t, "%s/redis.sock", d);
-  memcpy(r->sock, t, sizeof t);
+int dlc_redis_start(dlc_redis *r, int tcp, int quiet) {
+  int rc = DLC_REDIS_FAILED;
   for (int attempt = 0; attempt < 5; attempt++) {
     r->port = tcp ? free_port() : 0;
-    if (spawn(r) == 0) {
-      char u[sizeof r->url];
-      snprintf(u, sizeof u, "unix://%s", t);
+    rc = spawn(r, quiet);
+    if (rc == 0) {
+      char sk[sizeof r->sock], u[sizeof r->url];
+      memcpy(sk, r->sock, sizeof sk);
+      snprintf(u, sizeof u, "unix://%s", sk);
       memcpy(r->url, u, sizeof u);
       if (tcp)
         snprintf(r->tcp_url, sizeof r->tcp_url, "redis://127.0.0.1:%d",
                  r->port);
       return 0;
     }
-    if (!tcp)
-      break;
+    if (!tcp || rc == DLC_REDIS_NOTFOUND)
+      break; /* a unix socket in our own dir cannot be "busy" */
   }
-  fprintf(stderr, "could not start a private redis-server (see %s/redis.log)\n",
-          r->dir);
-  return -1;
+  return rc;
 }
 
-static void stop_proc(tool_redis *r) {
+int dlc_redis_respawn(dlc_redis *r, int attempts, int quiet) {
+  unlink(r->sock);
+  int rc = DLC_REDIS_FAILED;
+  for (int i = 0; i < attempts; i++) {
+    if ((rc = spawn(r, quiet)) == 0 || rc == DLC_REDIS_NOTFOUND)
+      return rc;
+    dlc_sleep_ms(100);
+  }
+  return rc;
+}
+
+void dlc_redis_stop(dlc_redis *r) {
   if (r->pid <= 1)
     return;
   kill(r->pid, SIGCONT);
@@ -142,38 +168,51 @@ static void stop_proc(tool_redis *r) {
       r->pid = 0;
       return;
     }
-    nap_ms(10);
+    dlc_sleep_ms(10);
   }
+  dlc_redis_kill(r);
+}
+
+void dlc_redis_kill(dlc_redis *r) {
+  if (r->pid <= 1)
+    return;
   kill(r->pid, SIGKILL);
-  waitpid(r->pid, NULL, 0);
+  while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR) {
+  }
   r->pid = 0;
 }
 
-void tool_redis_stop(tool_redis *r) {
-  stop_proc(r);
-  if (r->dir[0]) {
-    char p[sizeof r->dir + 32];
-    const char *files[] = {"redis.conf", "redis.log", "redis.sock", "dump.rdb"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-      snprintf(p, sizeof p, "%s/%s", r->dir, files[i]);
-      unlink(p);
-    }
-    rmdir(r->dir);
-    r->dir[0] = '\0';
+void dlc_redis_remove_dir(dlc_redis *r) {
+  if (!r->dir[0])
+    return;
+  char p[sizeof r->dir + 32];
+  const char *files[] = {"redis.conf", "redis.log", "redis.sock", "dump.rdb"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", r->dir, files[i]);
+    unlink(p);
   }
+  rmdir(r->dir);
+  r->dir[0] = '\0';
 }
 
-int tool_redis_restart(tool_redis *r) {
-  if (r->pid > 1) {
-    kill(r->pid, SIGKILL);
-    waitpid(r->pid, NULL, 0);
-    r->pid = 0;
+int dlc_redis_start_private(dlc_redis *r, int tcp, const char *extra_conf) {
+  const char *tmp = getenv("TMPDIR");
+  if (dlc_redis_prepare(r, tmp && *tmp ? tmp : "/tmp", "dlock-redis-",
+                        extra_conf) != 0) {
+    fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+    return -1;
   }
-  unlink(r->sock);
-  for (int i = 0; i < 20; i++) {
-    if (spawn(r) == 0)
-      return 0;
-    nap_ms(100);
-  }
+  int rc = dlc_redis_start(r, tcp, 1);
+  if (rc == 0)
+    return 0;
+  if (rc == DLC_REDIS_NOTFOUND)
+    fprintf(stderr, "redis-server not found (run scripts/install-deps.sh)\n");
+  fprintf(stderr, "could not start a private redis-server (see %s/redis.log)\n",
+          r->dir);
   return -1;
+}
+
+void dlc_redis_stop_private(dlc_redis *r) {
+  dlc_redis_stop(r);
+  dlc_redis_remove_dir(r);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "json.h"
 
 static int redis_fail(const cli_opts *o, int rc, const char *what) {
   char det[2048];
@@ -15,16 +16,16 @@ static int redis_fail(const cli_opts *o, int rc, const char *what) {
 static void print_status(const cli_opts *o, const dlock_status *st) {
   if (o->json) {
     fputs("{\"name\":", stdout);
-    cli_json_str(stdout, o->name);
+    dlc_json_str(stdout, o->name);
     printf(",\"locked\":%s,\"mode\":", st->locked ? "true" : "false");
     if (st->mode[0])
-      cli_json_str(stdout, st->mode);
+      dlc_json_str(stdout, st->mode);
     else
       fputs("null", stdout);
     printf(",\"ttl_ms\":%lld,\"holders\":[", st->ttl_ms);
     for (size_t i = 0; i < st->n_holders; i++) {
       fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
-      cli_json_str(stdout, st->holders[i].owner);
+      dlc_json_str(stdout, st->holders[i].owner);
       printf(",\"count\":%lld}", st->holders[i].count);
     }
     fputs("]}\n", stdout);
@@ -37,7 +38,8 @@ static void print_status(const cli_opts *o, const dlock_status *st) {
   char ttl[64] = "no expiry";
   if (st->ttl_ms >= 0) {
     cli_fmt_secs(st->ttl_ms, ttl, sizeof ttl - 2);
-    strcat(ttl, " s");
+    size_t n = strlen(ttl);
+    snprintf(ttl + n, sizeof ttl - n, " s");
   }
   printf("lock '%s' is held%s%s%s, ttl %s\n", o->name, st->mode[0] ? " (" : "",
          st->mode, st->mode[0] ? " mode)" : "", ttl);

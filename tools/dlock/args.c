@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "opts.h"
 
 enum {
   O_URL,
@@ -34,58 +35,57 @@ enum {
   O_VERSION
 };
 
-/* Which subcommands accept an option. */
+/* Which subcommands accept an option (dlc_opt.scope). */
 #define FOR_RUN 1u
 #define FOR_STATUS 2u
 #define FOR_UNLOCK 4u
 #define FOR_ALL 7u
 
-typedef struct optspec {
-  const char *lng;
-  char shrt; /* 0: long only */
-  int has_arg;
-  int id;
-  unsigned cmds;
-} optspec;
-
-static const optspec g_opts[] = {
-    {"url", 'u', 1, O_URL, FOR_ALL},
-    {"nonblock", 'n', 0, O_NONBLOCK, FOR_RUN},
-    {"nb", 0, 0, O_NONBLOCK, FOR_RUN},
-    {"wait", 'w', 1, O_WAIT, FOR_RUN},
-    {"timeout", 0, 1, O_WAIT, FOR_RUN},
-    {"lease", 'l', 1, O_LEASE, FOR_RUN},
-    {"conflict-exit-code", 'E', 1, O_CONFLICT, FOR_RUN},
-    {"watchdog", 0, 1, O_WATCHDOG, FOR_RUN},
-    {"kill-after", 0, 1, O_KILL_AFTER, FOR_RUN},
-    {"verbose", 'v', 0, O_VERBOSE, FOR_ALL},
-    {"quiet", 'q', 0, O_QUIET, FOR_ALL},
-    {"command", 'c', 1, O_COMMAND, FOR_RUN},
-    {"json", 0, 0, O_JSON, FOR_STATUS},
-    {"force", 0, 0, O_FORCE, FOR_UNLOCK},
-    {"fair", 0, 0, O_FAIR, FOR_RUN | FOR_UNLOCK},
-    {"shared", 's', 0, O_SHARED, FOR_RUN},
-    {"exclusive", 'x', 0, O_EXCLUSIVE, FOR_RUN},
-    {"fence", 0, 0, O_FENCE, FOR_RUN},
-    {"help", 'h', 0, O_HELP, FOR_ALL},
-    {"version", 'V', 0, O_VERSION, FOR_ALL},
+/* In --help order; -c, --json and --force are shown in the usage lines,
+ * --nb and --timeout are aliases. Must fit an 80x24 terminal with the
+ * rest of --help: at most 23 lines of at most 79 columns. */
+static const dlc_opt g_opts[] = {
+    {"url", 'u', "URL", O_URL, FOR_ALL,
+     "redis://[[user]:pass@]host[:port][/db] or unix:///path\n"
+     "(default: $DLOCK_URL, else redis://127.0.0.1:6379)"},
+    {"nonblock", 'n', NULL, O_NONBLOCK, FOR_RUN,
+     "fail at once if the lock is held (same as -w 0)"},
+    {"nb", 0, NULL, O_NONBLOCK, FOR_RUN, NULL},
+    {"wait", 'w', "SECS", O_WAIT, FOR_RUN,
+     "give up after SECS (fractions allowed; default: forever)"},
+    {"timeout", 0, "SECS", O_WAIT, FOR_RUN, NULL},
+    {"conflict-exit-code", 'E', "N", O_CONFLICT, FOR_RUN,
+     "exit code if not acquired (default 1)"},
+    {"lease", 'l', "SECS", O_LEASE, FOR_RUN,
+     "fixed lease, no renewal (the command must end in time)"},
+    {"watchdog", 0, "SECS", O_WATCHDOG, FOR_RUN,
+     "renewed lease while the command runs (default 30)"},
+    {"kill-after", 0, "SECS", O_KILL_AFTER, FOR_RUN,
+     "SIGTERM-to-SIGKILL grace (default 10)"},
+    {"fair", 0, NULL, O_FAIR, FOR_RUN | FOR_UNLOCK, "FIFO lock"},
+    {"shared", 's', NULL, O_SHARED, FOR_RUN,
+     "shared/exclusive (read-write lock)", "-s/-x", DLC_OPT_JOIN},
+    {"exclusive", 'x', NULL, O_EXCLUSIVE, FOR_RUN, NULL},
+    {"fence", 0, NULL, O_FENCE, FOR_RUN,
+     "export a fencing token as DLOCK_TOKEN"},
+    {"verbose", 'v', NULL, O_VERBOSE, FOR_ALL, "report waits and releases"},
+    {"quiet", 'q', NULL, O_QUIET, FOR_ALL, "no notes", NULL, DLC_OPT_JOIN},
+    {"help", 'h', NULL, O_HELP, FOR_ALL, ""},
+    {"version", 'V', NULL, O_VERSION, FOR_ALL, "", NULL, DLC_OPT_JOIN},
+    {"command", 'c', "STRING", O_COMMAND, FOR_RUN, NULL},
+    {"json", 0, NULL, O_JSON, FOR_STATUS, NULL},
+    {"force", 0, NULL, O_FORCE, FOR_UNLOCK, NULL},
 };
-#define N_OPTS (sizeof g_opts / sizeof g_opts[0])
+
+static const dlc_optset g_optset = {g_opts, sizeof g_opts / sizeof g_opts[0],
+                                    21, 1, 0};
 
 typedef struct perr {
   char *buf;
   size_t len;
 } perr;
 
-static int fail(perr *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int fail(perr *e, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->buf, e->len, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+#define fail(e, ...) dlc_opt_fail((e)->buf, (e)->len, __VA_ARGS__)
 
 /* Seconds: digits with an optional fraction ("5", "0.5", ".25"), at most
  * 1e9. No sign, exponent, hex, blanks, nan or inf. */
@@ -120,42 +120,36 @@ static int parse_code(const char *s, int *code, perr *e) {
   return 0;
 }
 
-static const optspec *find_long(const char *name, size_t n) {
-  for (size_t i = 0; i < N_OPTS; i++)
-    if (strlen(g_opts[i].lng) == n && strncmp(g_opts[i].lng, name, n) == 0)
-      return &g_opts[i];
-  return NULL;
-}
-
-static const optspec *find_short(char c) {
-  for (size_t i = 0; i < N_OPTS; i++)
-    if (g_opts[i].shrt == c)
-      return &g_opts[i];
-  return NULL;
-}
-
 typedef struct pstate {
   cli_opts *o;
   const char *bad_for[3]; /* per subcommand: first option it rejects */
-  int nonblock, wait_set;
+  int nonblock;
+  int name_set;
 } pstate;
 
-static int apply(pstate *ps, const optspec *sp, const char *arg, perr *e) {
+/* The options that only set a flag: sets it; 0 if id is not one. */
+static int set_flag(pstate *ps, int id) {
   cli_opts *o = ps->o;
-  for (int k = 0; k < 3; k++)
-    if (!(sp->cmds & (1u << k)) && !ps->bad_for[k])
-      ps->bad_for[k] = sp->lng;
-  switch (sp->id) {
-  case O_URL:
-    if (!*arg)
-      return fail(e, "invalid URL '': empty");
-    o->url = arg;
-    return 0;
-  case O_NONBLOCK:
-    ps->nonblock = 1;
-    return 0;
+  const struct {
+    int id;
+    int *flag;
+  } t[] = {{O_NONBLOCK, &ps->nonblock}, {O_VERBOSE, &o->verbose},
+           {O_QUIET, &o->quiet},        {O_JSON, &o->json},
+           {O_FORCE, &o->force},        {O_FAIR, &o->fair},
+           {O_SHARED, &o->shared},      {O_EXCLUSIVE, &o->exclusive},
+           {O_FENCE, &o->fence}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (t[i].id == id) {
+      *t[i].flag = 1;
+      return 1;
+    }
+  return 0;
+}
+
+/* The options with a number of seconds. */
+static int apply_secs(cli_opts *o, int id, const char *arg, perr *e) {
+  switch (id) {
   case O_WAIT:
-    ps->wait_set = 1;
     return parse_secs("wait", arg, &o->wait_ms, e);
   case O_LEASE:
     if (parse_secs("lease", arg, &o->lease_ms, e))
@@ -163,8 +157,6 @@ static int apply(pstate *ps, const optspec *sp, const char *arg, perr *e) {
     if (o->lease_ms < 10)
       return fail(e, "invalid lease '%s': must be at least 0.01 seconds", arg);
     return 0;
-  case O_CONFLICT:
-    return parse_code(arg, &o->conflict_code, e);
   case O_WATCHDOG:
     if (parse_secs("watchdog timeout", arg, &o->watchdog_ms, e))
       return -1;
@@ -177,89 +169,45 @@ static int apply(pstate *ps, const optspec *sp, const char *arg, perr *e) {
                   "seconds",
                   arg);
     return 0;
-  case O_KILL_AFTER:
+  default: /* O_KILL_AFTER */
     return parse_secs("kill-after grace", arg, &o->kill_after_ms, e);
-  case O_VERBOSE:
-    o->verbose = 1;
-    return 0;
-  case O_QUIET:
-    o->quiet = 1;
-    return 0;
-  case O_COMMAND:
-    if (o->shell_cmd)
-      return fail(e, "-c given twice");
-    if (!*arg)
-      return fail(e, "empty shell command after -c");
-    o->shell_cmd = arg;
-    return 0;
-  case O_JSON:
-    o->json = 1;
-    return 0;
-  case O_FORCE:
-    o->force = 1;
-    return 0;
-  case O_FAIR:
-    o->fair = 1;
-    return 0;
-  case O_SHARED:
-    o->shared = 1;
-    return 0;
-  case O_EXCLUSIVE:
-    o->exclusive = 1;
-    return 0;
-  case O_FENCE:
-    o->fence = 1;
-    return 0;
-  case O_HELP:
-    o->cmd = CLI_HELP;
-    return 0;
-  case O_VERSION:
-    o->cmd = CLI_VERSION;
-    return 0;
   }
-  return fail(e, "internal: unhandled option --%s", sp->lng);
 }
 
-/* One option word at argv[*i]; may consume the next word as its value. */
-static int parse_option(int argc, char **argv, int *i, pstate *ps, perr *e) {
-  const char *a = argv[*i];
-  if (a[1] == '-') {
-    const char *nm = a + 2, *eq = strchr(nm, '=');
-    size_t n = eq ? (size_t)(eq - nm) : strlen(nm);
-    const optspec *sp = find_long(nm, n);
-    if (!sp)
-      return fail(e, "unknown option '--%.*s'", (int)n, nm);
-    const char *val = NULL;
-    if (sp->has_arg) {
-      if (eq)
-        val = eq + 1;
-      else if (*i + 1 < argc)
-        val = argv[++*i];
-      else
-        return fail(e, "option '--%s' needs a value", sp->lng);
-    } else if (eq) {
-      return fail(e, "option '--%s' takes no value", sp->lng);
-    }
-    return apply(ps, sp, val, e);
+static int apply(void *ctx, const dlc_opt *sp, const char *arg, char *err,
+                 size_t errlen) {
+  pstate *ps = ctx;
+  cli_opts *o = ps->o;
+  perr e = {err, errlen};
+  for (int k = 0; k < 3; k++)
+    if (!(sp->scope & (1u << k)) && !ps->bad_for[k])
+      ps->bad_for[k] = sp->lng;
+  if (set_flag(ps, sp->id))
+    return 0;
+  if (sp->id == O_HELP || sp->id == O_VERSION) {
+    o->cmd = sp->id == O_HELP ? CLI_HELP : CLI_VERSION;
+    return 0;
   }
-  for (const char *p = a + 1; *p; p++) {
-    const optspec *sp = find_short(*p);
-    if (!sp)
-      return fail(e, "unknown option '-%c'", *p);
-    if (sp->has_arg) {
-      const char *val;
-      if (p[1])
-        val = p + 1;
-      else if (*i + 1 < argc)
-        val = argv[++*i];
-      else
-        return fail(e, "option '-%c' needs a value", *p);
-      return apply(ps, sp, val, e);
-    }
-    if (apply(ps, sp, NULL, e))
-      return -1;
+  if (!arg) /* every other option has a value */
+    return fail(&e, "option '--%s' needs a value", sp->lng);
+  switch (sp->id) {
+  case O_URL:
+    if (!*arg)
+      return fail(&e, "invalid URL '': empty");
+    o->url = arg;
+    return 0;
+  case O_CONFLICT:
+    return parse_code(arg, &o->conflict_code, &e);
+  case O_COMMAND:
+    if (o->shell_cmd)
+      return fail(&e, "-c given twice");
+    if (!*arg)
+      return fail(&e, "empty shell command after -c");
+    o->shell_cmd = arg;
+    return 0;
+  default:
+    return apply_secs(o, sp->id, arg, &e);
   }
-  return 0;
 }
 
 static int is_subcommand(const char *a, cli_cmd *cmd) {
@@ -274,6 +222,83 @@ static int is_subcommand(const char *a, cli_cmd *cmd) {
   return 1;
 }
 
+/* The words before the command: options, the subcommand, the lock name.
+ * Returns the index where the command starts (argc: none), or -1. */
+static int scan(int argc, char **argv, pstate *ps, perr *e) {
+  cli_opts *o = ps->o;
+  int have_sub = 0, i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) {
+      i++;
+      if (!ps->name_set && i < argc) {
+        o->name = argv[i++];
+        ps->name_set = 1;
+        if (i < argc && strcmp(argv[i], "--") == 0)
+          i++;
+      }
+      return i; /* the rest is the command */
+    }
+    if (a[0] == '-' && a[1] != '\0') {
+      if (dlc_opt_word(&g_optset, argc, argv, &i, apply, ps, e->buf, e->len))
+        return -1;
+      continue;
+    }
+    if (ps->name_set)
+      return i; /* flock style: the command starts here */
+    cli_cmd sc;
+    if (!have_sub && is_subcommand(a, &sc)) {
+      have_sub = 1;
+      o->cmd = sc;
+      continue;
+    }
+    have_sub = 1; /* a later "status" is a command word, not a subcommand */
+    o->name = a;
+    ps->name_set = 1;
+  }
+  return i;
+}
+
+/* What every subcommand needs: options that apply, a lock name. */
+static int check_common(const pstate *ps, perr *e) {
+  const cli_opts *o = ps->o;
+  const char *cmdname = o->cmd == CLI_RUN      ? "run"
+                        : o->cmd == CLI_STATUS ? "status"
+                                               : "unlock";
+  int k = o->cmd == CLI_RUN ? 0 : o->cmd == CLI_STATUS ? 1 : 2;
+  if (ps->bad_for[k])
+    return fail(e, "option '--%s' does not apply to '%s'", ps->bad_for[k],
+                cmdname);
+  if (!ps->name_set)
+    return fail(e, "missing lock name");
+  if (!*o->name)
+    return fail(e, "empty lock name");
+  if (o->verbose && o->quiet)
+    return fail(e, "-v and -q cannot be combined");
+  return 0;
+}
+
+/* run: a command (words or -c, not both), and lock kinds that combine. */
+static int check_run(const pstate *ps, int argc, char **argv, int i, perr *e) {
+  cli_opts *o = ps->o;
+  if (i < argc) {
+    if (o->shell_cmd)
+      return fail(e, "give either -c or a command, not both");
+    o->argv = argv + i;
+  } else if (!o->shell_cmd) {
+    return fail(e, "missing command (dlock NAME -- COMMAND, or -c)");
+  }
+  if (ps->nonblock)
+    o->wait_ms = 0;
+  if (o->shared && o->exclusive)
+    return fail(e, "-s/--shared and -x/--exclusive cannot be combined");
+  if (o->fair && (o->shared || o->exclusive))
+    return fail(e, "--fair cannot be combined with -s or -x");
+  if (o->fence && (o->fair || o->shared || o->exclusive))
+    return fail(e, "--fence cannot be combined with --fair, -s or -x");
+  return 0;
+}
+
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   perr e = {err, errlen};
   memset(o, 0, sizeof *o);
@@ -285,84 +310,24 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   pstate ps;
   memset(&ps, 0, sizeof ps);
   ps.o = o;
-  int have_sub = 0, name_set = 0;
-  int i = 1;
-  for (; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--") == 0) {
-      i++;
-      if (!name_set) {
-        if (i >= argc)
-          break;
-        o->name = argv[i++];
-        name_set = 1;
-        if (i < argc && strcmp(argv[i], "--") == 0)
-          i++;
-      }
-      break; /* the rest is the command */
-    }
-    if (a[0] == '-' && a[1] != '\0') {
-      if (parse_option(argc, argv, &i, &ps, &e))
-        return -1;
-      continue;
-    }
-    if (!name_set) {
-      cli_cmd sc;
-      if (!have_sub && is_subcommand(a, &sc)) {
-        have_sub = 1;
-        o->cmd = sc;
-        continue;
-      }
-      have_sub = 1; /* a later "status" is a command word, not a subcommand */
-      o->name = a;
-      name_set = 1;
-      continue;
-    }
-    break; /* flock style: the command starts here */
-  }
+  int i = scan(argc, argv, &ps, &e);
+  if (i < 0)
+    return -1;
   if (o->cmd == CLI_HELP || o->cmd == CLI_VERSION)
     return 0;
-  const char *cmdname = o->cmd == CLI_RUN      ? "run"
-                        : o->cmd == CLI_STATUS ? "status"
-                                               : "unlock";
-  int k = o->cmd == CLI_RUN ? 0 : o->cmd == CLI_STATUS ? 1 : 2;
-  if (ps.bad_for[k])
-    return fail(&e, "option '--%s' does not apply to '%s'", ps.bad_for[k],
-                cmdname);
-  if (!name_set)
-    return fail(&e, "missing lock name");
-  if (!*o->name)
-    return fail(&e, "empty lock name");
-  if (o->verbose && o->quiet)
-    return fail(&e, "-v and -q cannot be combined");
-  if (o->cmd != CLI_RUN) {
-    if (i < argc)
-      return fail(&e, "unexpected argument '%s' after the lock name", argv[i]);
-    if (o->cmd == CLI_UNLOCK && !o->force)
-      return fail(&e, "unlock needs --force (a lock is released by the dlock "
-                      "that holds it when its command ends)");
-    return 0;
-  }
-  if (i < argc) {
-    if (o->shell_cmd)
-      return fail(&e, "give either -c or a command, not both");
-    o->argv = argv + i;
-  } else if (!o->shell_cmd) {
-    return fail(&e, "missing command (dlock NAME -- COMMAND, or -c)");
-  }
-  if (ps.nonblock)
-    o->wait_ms = 0;
-  if (o->shared && o->exclusive)
-    return fail(&e, "-s/--shared and -x/--exclusive cannot be combined");
-  if (o->fair && (o->shared || o->exclusive))
-    return fail(&e, "--fair cannot be combined with -s or -x");
-  if (o->fence && (o->fair || o->shared || o->exclusive))
-    return fail(&e, "--fence cannot be combined with --fair, -s or -x");
+  if (check_common(&ps, &e))
+    return -1;
+  if (o->cmd == CLI_RUN)
+    return check_run(&ps, argc, argv, i, &e);
+  if (i < argc)
+    return fail(&e, "unexpected argument '%s' after the lock name", argv[i]);
+  if (o->cmd == CLI_UNLOCK && !o->force)
+    return fail(&e, "unlock needs --force (a lock is released by the dlock "
+                    "that holds it when its command ends)");
   return 0;
 }
 
 void cli_usage(FILE *f) {
-  /* Must fit an 80x24 terminal: at most 23 lines of at most 79 columns. */
   fputs("Usage: dlock [options] NAME -- COMMAND [ARG...]  run COMMAND holding "
         "lock NAME\n"
         "       dlock [options] NAME -c 'SHELL COMMAND'\n"
@@ -371,29 +336,10 @@ void cli_usage(FILE *f) {
         "       dlock status [--json] NAME              holders, counts, TTL\n"
         "       dlock unlock --force NAME               delete it, whoever "
         "holds it\n"
-        "Options:\n"
-        "  -u, --url URL      redis://[[user]:pass@]host[:port][/db] or "
-        "unix:///path\n"
-        "                     (default: $DLOCK_URL, else "
-        "redis://127.0.0.1:6379)\n"
-        "  -n, --nonblock     fail at once if the lock is held (same as -w "
-        "0)\n"
-        "  -w, --wait SECS    give up after SECS (fractions allowed; default: "
-        "forever)\n"
-        "  -E, --conflict-exit-code N  exit code if not acquired (default "
-        "1)\n"
-        "  -l, --lease SECS   fixed lease, no renewal (the command must end "
-        "in time)\n"
-        "      --watchdog SECS  renewed lease while the command runs (default "
-        "30)\n"
-        "      --kill-after SECS  SIGTERM-to-SIGKILL grace (default 10)\n"
-        "      --fair         FIFO lock   -s/-x  shared/exclusive "
-        "(read-write lock)\n"
-        "      --fence        export a fencing token as DLOCK_TOKEN\n"
-        "  -v, --verbose      report waits and releases   -q, --quiet  no "
-        "notes\n"
-        "  -h, --help   -V, --version\n"
-        "The command gets DLOCK_NAME and DLOCK_OWNER, runs in its own process "
+        "Options:\n",
+        f);
+  dlc_opt_help(f, &g_optset);
+  fputs("The command gets DLOCK_NAME and DLOCK_OWNER, runs in its own process "
         "group,\n"
         "and its exit status is dlock's. Not acquired: the -E code. 64 usage, "
         "69 Redis\n"

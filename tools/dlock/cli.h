@@ -1,10 +1,11 @@
 /*
  * cli.h -- the dlock command-line tool: "flock(1) across machines".
  *
- * Files: args.c (command line -> cli_opts), run.c (acquire, run the
- * command, supervise it, release), admin.c (status, unlock --force),
- * util.c (messages, exit codes, JSON, URL redaction), main.c.
- * Only the public API of <dlock.h> is used.
+ * Files: args.c (command line -> cli_opts, --help), run.c and the files
+ * run.h lists (acquire, run the command, supervise it, release), admin.c
+ * (status, unlock --force), util.c (messages, exit codes, the client
+ * policy), main.c. Only the public API of <dlock.h> is used, and
+ * tools/common (clocks, JSON, URL redaction, option parsing).
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "clock.h"
 #include "dlock.h"
 
 /* Exit codes (sysexits.h values; the conflict code is -E, default 1). */
@@ -68,14 +70,8 @@ void cli_note(const cli_opts *o, const char *fmt, ...)
 void cli_debug(const cli_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Monotonic clock in ms. */
-long long cli_now_ms(void);
-
 /* The URL to use (option, $DLOCK_URL, default). */
 const char *cli_url(const cli_opts *o);
-
-/* url with its password replaced by "***" (for messages). */
-void cli_redact_url(const char *url, char *buf, size_t len);
 
 /* The calling thread's dlock_last_error(), with the raw URL replaced by its
  * redacted form (the library quotes malformed URLs verbatim). */
@@ -90,9 +86,6 @@ int cli_exit_code(int rc);
 int cli_connect(const cli_opts *o, long long lease_ms,
                 void (*on_lost)(const char *, void *), void *arg,
                 dlock_client **out);
-
-/* Writes s as a JSON string literal (with quotes). */
-void cli_json_str(FILE *f, const char *s);
 
 /* Formats ms as seconds ("0.5", "30", "1.25"). */
 void cli_fmt_secs(long long ms, char *buf, size_t len);

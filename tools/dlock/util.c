@@ -1,11 +1,11 @@
-/* util.c -- messages, exit codes, the client policy, JSON, URL redaction. */
+/* util.c -- messages, exit codes, the client policy, formatting seconds. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
+#include "url.h"
 
 static void vmsg(const char *fmt, va_list ap) {
   char line[2048];
@@ -40,12 +40,6 @@ void cli_debug(const cli_opts *o, const char *fmt, ...) {
   va_end(ap);
 }
 
-long long cli_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 const char *cli_url(const cli_opts *o) {
   if (o->url)
     return o->url;
@@ -55,45 +49,10 @@ const char *cli_url(const cli_opts *o) {
   return CLI_DEFAULT_URL;
 }
 
-void cli_redact_url(const char *url, char *buf, size_t len) {
-  snprintf(buf, len, "%s", url);
-  char *scheme = strstr(buf, "://");
-  if (!scheme)
-    return;
-  char *auth = scheme + 3;
-  /* redis://user:PASSWORD@host -> redis://user:***@host */
-  size_t alen = strcspn(auth, "/?#");
-  char *at = NULL;
-  for (size_t i = 0; i < alen; i++)
-    if (auth[i] == '@')
-      at = auth + i;
-  if (at) {
-    char *colon = memchr(auth, ':', (size_t)(at - auth));
-    if (colon) {
-      char tail[1024];
-      snprintf(tail, sizeof tail, "%s", at);
-      snprintf(colon + 1, len - (size_t)(colon + 1 - buf), "***%s", tail);
-    }
-  }
-  /* unix:///path?password=SECRET&db=1 */
-  char *q = strchr(buf, '?');
-  while (q) {
-    char *p = strstr(q, "password=");
-    if (!p)
-      break;
-    p += 9;
-    size_t n = strcspn(p, "&");
-    char tail[1024];
-    snprintf(tail, sizeof tail, "%s", p + n);
-    snprintf(p, len - (size_t)(p - buf), "***%s", tail);
-    q = p + 3;
-  }
-}
-
 void cli_detail(const char *url, char *buf, size_t len) {
   const char *d = dlock_last_error();
   char red[1024];
-  cli_redact_url(url, red, sizeof red);
+  dlc_url_redact(url, red, sizeof red);
   const char *hit = *url ? strstr(d, url) : NULL;
   if (!hit || strcmp(red, url) == 0) {
     snprintf(buf, len, "%s", d);
@@ -143,7 +102,7 @@ int cli_connect(const cli_opts *o, long long lease_ms,
   if (rc == 0)
     return 0;
   char red[1024], det[2048];
-  cli_redact_url(url, red, sizeof red);
+  dlc_url_redact(url, red, sizeof red);
   cli_detail(url, det, sizeof det);
   switch (rc) {
   case DLOCK_EINVAL:
@@ -163,67 +122,6 @@ int cli_connect(const cli_opts *o, long long lease_ms,
     break;
   }
   return cli_exit_code(rc);
-}
-
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if the bytes there
- * are not one (stray continuation, overlong, surrogate, past U+10FFFF). */
-static size_t utf8_len(const unsigned char *p) {
-  unsigned c = p[0];
-  if (c < 0x80)
-    return 1;
-  size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-             : c >= 0xe0 && c <= 0xef ? 3
-             : c >= 0xf0 && c <= 0xf4 ? 4
-                                      : 0;
-  for (size_t i = 1; i < n; i++)
-    if ((p[i] & 0xc0) != 0x80)
-      return 0;
-  if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) ||
-      (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f))
-    return 0;
-  return n;
-}
-
-void cli_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p >= 0x80) {
-      /* JSON text is Unicode: a byte that is not part of valid UTF-8 (a
-       * key name can hold any bytes) becomes U+FFFD, so the output always
-       * parses. */
-      size_t n = utf8_len(p);
-      if (n == 0) {
-        fputs("\\ufffd", f);
-      } else {
-        fwrite(p, 1, n, f);
-        p += n - 1;
-      }
-      continue;
-    }
-    switch (*p) {
-    case '"':
-      fputs("\\\"", f);
-      break;
-    case '\\':
-      fputs("\\\\", f);
-      break;
-    case '\n':
-      fputs("\\n", f);
-      break;
-    case '\r':
-      fputs("\\r", f);
-      break;
-    case '\t':
-      fputs("\\t", f);
-      break;
-    default:
-      if (*p < 0x20)
-        fprintf(f, "\\u%04x", *p);
-      else
-        fputc(*p, f);
-    }
-  }
-  fputc('"', f);
 }
 
 void cli_fmt_secs(long long ms, char *buf, size_t len) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dlock.h"
+#include "json.h"
 #include "seckill.h"
 
 const char *sk_lesson(const sk_result *r, char *buf, size_t len,
@@ -103,24 +104,10 @@ void sk_report_table(const sk_opts *o, const sk_result *res, int n,
          good, bad, total_s);
 }
 
-static void json_str(const char *s) {
-  putchar('"');
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
-
 void sk_report_json(const sk_opts *o, const sk_result *res, int n,
                     double total_s) {
   printf("{\"tool\":\"dlock-seckill\",\"version\":");
-  json_str(dlock_version_string());
+  dlc_json_str(stdout, dlock_version_string());
   printf(",\"params\":{\"stock\":%lld,\"procs\":%lld,\"threads\":%lld,"
          "\"requests\":%lld,\"work_ms\":[%g,%g],\"lease_ms\":%lld,"
          "\"watchdog_ms\":%lld,\"deadline_ms\":%lld,\"kill_holder\":%s,"
@@ -137,7 +124,7 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
       continue;
     printf("%s{\"name\":", first ? "" : ",");
     first = 0;
-    json_str(r->s->name);
+    dlc_json_str(stdout, r->s->name);
     printf(",\"correct\":%s,\"orders\":%lld,\"final_stock\":%lld,"
            "\"oversold\":%lld,\"lost_updates\":%lld,\"rejected\":%lld,"
            "\"rejected_soldout\":%lld,\"rejected_duplicate\":%lld,"
@@ -154,9 +141,9 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
            r->stuck_lock ? "true" : "false", r->dup_users, r->dup_orders,
            r->throughput, r->p50_ms, r->p99_ms, r->wall_ms,
            r->stopped ? "true" : "false");
-    json_str(sk_lesson(r, buf, sizeof buf, o));
+    dlc_json_str(stdout, sk_lesson(r, buf, sizeof buf, o));
     printf(",\"first_error\":");
-    json_str(r->first_error);
+    dlc_json_str(stdout, r->first_error);
     printf("}");
   }
   printf("],\"skipped\":[");
@@ -166,9 +153,9 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
       continue;
     printf("%s{\"name\":", first ? "" : ",");
     first = 0;
-    json_str(res[i].s->name);
+    dlc_json_str(stdout, res[i].s->name);
     printf(",\"reason\":");
-    json_str(res[i].skipped);
+    dlc_json_str(stdout, res[i].skipped);
     printf("}");
   }
   printf("]}\n");

@@ -17,7 +17,11 @@
 #include <hiredis/hiredis.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
+
+#include "clock.h"
+#include "url.h"
 
 #define SK_MAX_STRATEGIES 16
 #define SK_MAX_SEGMENTS 64
@@ -68,7 +72,12 @@ extern const sk_strategy sk_strategies[];
 extern const int sk_n_strategies;
 const sk_strategy *sk_strategy_find(const char *name);
 
-/* ---- options (main.c) --------------------------------------------------- */
+/* ---- options (args.c) --------------------------------------------------- */
+
+/* Exit codes (sysexits.h values). */
+#define SK_EX_USAGE 64
+#define SK_EX_UNAVAILABLE 69
+#define SK_EX_SOFTWARE 70
 
 typedef struct sk_opts {
   const sk_strategy *list[SK_MAX_STRATEGIES];
@@ -87,6 +96,12 @@ typedef struct sk_opts {
   const char *redlock_urls[SK_REDLOCK_SERVERS];
   int tty; /* stderr is a terminal: live progress line */
 } sk_opts;
+
+/* Parses the command line into o (which holds the defaults). Returns 0, or
+ * the exit status after printing why (one line on stderr). --help and
+ * --version print and set *exit_now (the return value is the status). */
+int sk_parse_args(int argc, char **argv, sk_opts *o, int *exit_now);
+void sk_usage(FILE *f);
 
 /* ---- shared state of one run ------------------------------------------- */
 
@@ -152,14 +167,13 @@ typedef struct sk_result {
   char first_error[256];
 } sk_result;
 
-/* ---- redis helpers (rconn.c) -------------------------------------------- */
+/* ---- redis helpers (tools/common) --------------------------------------- */
 
-/* Connects to a redis:// or unix:// URL (the forms dlock accepts), AUTH and
- * SELECT as the URL says. NULL after writing why into err. */
-redisContext *sk_connect(const char *url, char *err, size_t errlen);
-long long sk_now_us(void);
-long long sk_wall_ms(void);
-void sk_sleep_us(long long us);
+/* Plain hiredis connections (the naive strategies, the checks) come from
+ * dlc_redis_connect: the URL forms dlock accepts, AUTH and SELECT as the
+ * URL says, these timeouts. */
+#define SK_CONNECT_S 5
+#define SK_COMMAND_S 10
 
 /* ---- worker (worker.c) -------------------------------------------------- */
 
@@ -171,6 +185,31 @@ long long sk_stall_ms(const sk_opts *o, const sk_strategy *s);
 /* Runs one strategy: keys, workers, watching, checking (run.c). */
 void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
                      sk_result *res);
+
+/* ---- the parent's side of one run (watch.c, outcome.c) ------------------ */
+
+#define SK_MAX_PROCS 64
+
+typedef struct sk_procs {
+  pid_t pid[SK_MAX_PROCS]; /* > 0 running; reaped: its negation */
+  int status[SK_MAX_PROCS];
+  int n; /* forked */
+} sk_procs;
+
+/* Forks the workers (each drops the parent's connection pc). On a fork
+ * failure the ones forked so far run and res->first_error says why. */
+void sk_fork_workers(const sk_run *r, redisContext *pc, sk_procs *ps,
+                     sk_result *res);
+/* Waits (bounded) until every worker thread is connected, then starts
+ * them together; then watches them until they are done, stuck or past
+ * the deadline (--kill-holder: kills worker 0 at its kill point), and
+ * stops what is left in bounded time. Returns when the run stopped
+ * (monotonic us). */
+long long sk_watch_workers(const sk_run *r, sk_procs *ps, sk_result *res);
+/* Counts the outcome of every request, the throughput and latencies, and
+ * why workers failed, into res. */
+void sk_tally(const sk_run *r, const sk_procs *ps, long long t_start,
+              long long t_stop, sk_result *res);
 
 /* Runs worker number `w` in a freshly forked child; never returns. */
 void sk_worker_main(const sk_run *r, int w) __attribute__((noreturn));

@@ -91,7 +91,8 @@ static redisReply *cmd(sk_thread *th, const char *fmt, ...) {
   for (int attempt = 0; attempt < 2; attempt++) {
     if (!th->rc) {
       char err[200];
-      th->rc = sk_connect(th->p->o->url, err, sizeof err);
+      th->rc = dlc_redis_connect(th->p->o->url, SK_CONNECT_S, SK_COMMAND_S, err,
+                                 sizeof err);
       if (!th->rc) {
         note_error(th, "%s", err);
         return NULL;
@@ -137,7 +138,7 @@ static int get_ll(sk_thread *th, const char *key, long long *v) {
 static int spin_wait(sk_thread *th) {
   if (aborted(th))
     return 1;
-  sk_sleep_us(500 + (long long)(rng_next(&th->rng) % 1500));
+  dlc_sleep_us(500 + (long long)(rng_next(&th->rng) % 1500));
   return aborted(th);
 }
 
@@ -148,7 +149,7 @@ static void business_work(sk_thread *th) {
   long long us = lo;
   if (hi > lo)
     us += (long long)(rng_next(&th->rng) % (uint64_t)(hi - lo + 1));
-  sk_sleep_us(us);
+  dlc_sleep_us(us);
 }
 
 /* --kill-holder: the victim worker (number 0), once it has finished a
@@ -165,7 +166,7 @@ static void killpoint(sk_thread *th, enum sk_killpoint kp) {
     return;
   atomic_store(&p->sh->victim_at_killpoint, 1);
   for (int i = 0; i < 500 && !aborted(th); i++)
-    sk_sleep_us(10000);
+    dlc_sleep_us(10000);
 }
 
 static void seg_key(char *buf, size_t n, const char *base, long long seg,
@@ -209,7 +210,7 @@ static int lock_setnx(sk_thread *th, const char *key, int with_expire) {
 static int lock_getset(sk_thread *th, const char *key) {
   long long lease = th->p->o->lease_ms;
   for (;;) {
-    long long mine = sk_wall_ms() + lease + 1;
+    long long mine = dlc_wall_ms() + lease + 1;
     redisReply *r = cmd(th, "SETNX %s %lld", key, mine);
     if (!r)
       return SK_O_ERROR;
@@ -221,14 +222,14 @@ static int lock_getset(sk_thread *th, const char *key) {
     int have = get_ll(th, key, &cur);
     if (have < 0)
       return SK_O_ERROR;
-    if (have == 1 && cur < sk_wall_ms()) {
-      mine = sk_wall_ms() + lease + 1;
+    if (have == 1 && cur < dlc_wall_ms()) {
+      mine = dlc_wall_ms() + lease + 1;
       r = cmd(th, "GETSET %s %lld", key, mine);
       if (!r)
         return SK_O_ERROR;
       int took = r->type == REDIS_REPLY_NIL ||
                  (r->type == REDIS_REPLY_STRING &&
-                  strtoll(r->str, NULL, 10) < sk_wall_ms());
+                  strtoll(r->str, NULL, 10) < dlc_wall_ms());
       freeReplyObject(r);
       if (took)
         return 0;
@@ -527,7 +528,7 @@ static void *watcher_main(void *arg) {
           dlock_client_cancel_waits(p->rlc[i]);
 #endif
     }
-    sk_sleep_us(cancelling ? 20000 : 10000);
+    dlc_sleep_us(cancelling ? 20000 : 10000);
   }
   return NULL;
 }
@@ -537,23 +538,24 @@ static void *thread_main(void *arg) {
   sk_proc *p = th->p;
   sk_shared *sh = p->sh;
   char err[200];
-  th->rc = sk_connect(p->o->url, err, sizeof err);
+  th->rc =
+      dlc_redis_connect(p->o->url, SK_CONNECT_S, SK_COMMAND_S, err, sizeof err);
   if (!th->rc)
     note_error(th, "%s", err);
   atomic_fetch_add(&sh->ready, 1);
   for (int i = 0; i < 60000 && !atomic_load(&sh->go); i++) {
     if (atomic_load(&sh->abort))
       break;
-    sk_sleep_us(1000);
+    dlc_sleep_us(1000);
   }
   while (atomic_load(&sh->go) && !aborted(th)) {
     long long i = atomic_fetch_add(&p->next, 1);
     if (i >= p->count)
       break;
     long long idx = p->first + i;
-    long long t0 = sk_now_us();
+    long long t0 = dlc_now_us();
     int out = request(th, idx);
-    long long t1 = sk_now_us();
+    long long t1 = dlc_now_us();
     sh->lat_us[idx] =
         (uint32_t)(t1 - t0 > 0xffffffffLL ? 0xffffffffLL : t1 - t0);
     sh->outcome[idx] = (uint8_t)out;
@@ -680,7 +682,7 @@ void sk_worker_main(const sk_run *r, int w) {
     ths[t].p = &p;
     ths[t].t = t;
     ths[t].rng = mix64(((uint64_t)getpid() << 20) ^ (uint64_t)t ^
-                       (uint64_t)sk_now_us()) |
+                       (uint64_t)dlc_now_us()) |
                  1;
     if (pthread_create(&tid[t], NULL, thread_main, &ths[t]) != 0) {
       atomic_fetch_add(&p.sh->ready, nt - t);

@@ -1,0 +1,159 @@
+/*
+ * url.c -- the tools' side of URL handling (see url.h): a wrapper around
+ * the library's internal parser (src/url.c, compiled into this layer),
+ * the redaction used in messages, and connecting hiredis to a URL.
+ *
+ * src/url.c reports through three internal helpers of the library; the
+ * tools link the shared library, which does not export them, so the ones
+ * below stand in (same contracts as src/error.c and src/util.c).
+ */
+#include "url.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- what src/url.c needs from the library ------------------------------ */
+
+static _Thread_local char t_urlerr[512];
+
+int dlock__fail(int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t_urlerr, sizeof t_urlerr, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+void *dlock__malloc(size_t n) { return malloc(n ? n : 1); }
+
+char *dlock__strndup(const char *s, size_t n) {
+  char *p = dlock__malloc(n + 1);
+  if (p) {
+    memcpy(p, s, n);
+    p[n] = '\0';
+  }
+  return p;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+int dlc_url_parse(const char *url, dlc_url *u, char *err, size_t errlen) {
+  dlock__url in;
+  memset(u, 0, sizeof *u);
+  t_urlerr[0] = '\0';
+  if (dlock__url_parse(url, &in) != 0) {
+    snprintf(err, errlen, "%s", t_urlerr);
+    return -1;
+  }
+  u->is_unix = in.is_unix;
+  u->host = in.host;
+  u->port = in.port;
+  u->path = in.path;
+  u->user = in.user;
+  u->password = in.password;
+  u->db = in.db;
+  return 0;
+}
+
+void dlc_url_free(dlc_url *u) {
+  free(u->host);
+  free(u->path);
+  free(u->user);
+  free(u->password);
+  memset(u, 0, sizeof *u);
+}
+
+void dlc_url_redact(const char *url, char *buf, size_t len) {
+  snprintf(buf, len, "%s", url);
+  char *scheme = strstr(buf, "://");
+  if (!scheme)
+    return;
+  char *auth = scheme + 3;
+  /* redis://user:PASSWORD@host -> redis://user:***@host */
+  size_t alen = strcspn(auth, "/?#");
+  char *at = NULL;
+  for (size_t i = 0; i < alen; i++)
+    if (auth[i] == '@')
+      at = auth + i;
+  if (at) {
+    char *colon = memchr(auth, ':', (size_t)(at - auth));
+    if (colon) {
+      char tail[1024];
+      snprintf(tail, sizeof tail, "%s", at);
+      snprintf(colon + 1, len - (size_t)(colon + 1 - buf), "***%s", tail);
+    }
+  }
+  /* unix:///path?password=SECRET&db=1 */
+  char *q = strchr(buf, '?');
+  while (q) {
+    char *p = strstr(q, "password=");
+    if (!p)
+      break;
+    p += 9;
+    size_t n = strcspn(p, "&");
+    char tail[1024];
+    snprintf(tail, sizeof tail, "%s", p + n);
+    snprintf(p, len - (size_t)(p - buf), "***%s", tail);
+    q = p + 3;
+  }
+}
+
+/* ---- connecting --------------------------------------------------------- */
+
+/* 1 if r is a reply other than an error; else writes why into err. Frees
+ * r. */
+static int ok_reply(redisContext *c, redisReply *r, const char *what, char *err,
+                    size_t errlen) {
+  int ok = r && r->type != REDIS_REPLY_ERROR;
+  if (!ok)
+    snprintf(err, errlen, "%s: %s", what,
+             r ? r->str : (c->errstr[0] ? c->errstr : "no reply"));
+  if (r)
+    freeReplyObject(r);
+  return ok;
+}
+
+/* AUTH and SELECT as u says. 0 or -1 (err written). */
+static int login(redisContext *c, const dlc_url *u, char *err, size_t el) {
+  if (u->password) {
+    redisReply *r = u->user
+                        ? redisCommand(c, "AUTH %s %s", u->user, u->password)
+                        : redisCommand(c, "AUTH %s", u->password);
+    if (!ok_reply(c, r, "AUTH", err, el))
+      return -1;
+  }
+  if (u->db &&
+      !ok_reply(c, redisCommand(c, "SELECT %d", u->db), "SELECT", err, el))
+    return -1;
+  return 0;
+}
+
+redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
+                                char *err, size_t errlen) {
+  dlc_url u;
+  if (dlc_url_parse(url, &u, err, errlen) != 0)
+    return NULL;
+  struct timeval tv = {connect_s, 0};
+  redisContext *c = u.is_unix ? redisConnectUnixWithTimeout(u.path, tv)
+                              : redisConnectWithTimeout(u.host, u.port, tv);
+  if (!c || c->err) {
+    snprintf(err, errlen, "%s", c ? c->errstr : "out of memory");
+    if (c)
+      redisFree(c);
+    dlc_url_free(&u);
+    return NULL;
+  }
+  struct timeval ct = {cmd_s, 0};
+  redisSetTimeout(c, ct);
+  int rc = login(c, &u, err, errlen);
+  dlc_url_free(&u);
+  if (rc != 0) {
+    redisFree(c);
+    return NULL;
+  }
+  return c;
+}

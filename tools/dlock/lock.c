@@ -1,0 +1,120 @@
+/*
+ * lock.c -- the lock kinds of the CLI behind one interface (plain, --fair,
+ * --fence, -s/-x), the holder field the lock is held under, the holder to
+ * name in messages, and the message and exit code of a failed lock call.
+ */
+#include <string.h>
+
+#include "run.h"
+#include "url.h"
+
+int lk_kind(const cli_opts *o) {
+  return o->fair        ? K_FAIR
+         : o->fence     ? K_FENCED
+         : o->shared    ? K_READ
+         : o->exclusive ? K_WRITE
+                        : K_MUTEX;
+}
+
+const char *lk_kind_option(int kind) {
+  switch (kind) {
+  case K_FAIR:
+    return "--fair";
+  case K_FENCED:
+    return "--fence";
+  case K_READ:
+    return "-s/--shared";
+  case K_WRITE:
+    return "-x/--exclusive";
+  default:
+    return "the plain lock";
+  }
+}
+
+int lk_new(dlock_client *c, const char *name, lockobj *lk) {
+  switch (lk->kind) {
+  case K_FAIR:
+    return dlock_mutex_new_fair(c, name, &lk->m);
+  case K_FENCED:
+    return dlock_mutex_new_fenced(c, name, &lk->m);
+  case K_READ:
+  case K_WRITE:
+#ifdef DLOCK_CLI_HAVE_RWLOCK
+    return dlock_rwlock_new(c, name, &lk->rw);
+#else
+    return DLOCK_ENOTSUP;
+#endif
+  default:
+    return dlock_mutex_new(c, name, &lk->m);
+  }
+}
+
+int lk_timed(lockobj *lk, long long wait_ms, long long lease_ms) {
+#ifdef DLOCK_CLI_HAVE_RWLOCK
+  if (lk->kind == K_READ)
+    return dlock_rwlock_timedrdlock(lk->rw, wait_ms, lease_ms);
+  if (lk->kind == K_WRITE)
+    return dlock_rwlock_timedwrlock(lk->rw, wait_ms, lease_ms);
+#endif
+  return dlock_mutex_timedlock(lk->m, wait_ms, lease_ms);
+}
+
+int lk_unlock(lockobj *lk) {
+#ifdef DLOCK_CLI_HAVE_RWLOCK
+  if (lk->kind == K_READ || lk->kind == K_WRITE)
+    return dlock_rwlock_unlock(lk->rw);
+#endif
+  return dlock_mutex_unlock(lk->m);
+}
+
+void lk_free(lockobj *lk) {
+#ifdef DLOCK_CLI_HAVE_RWLOCK
+  dlock_rwlock_free(lk->rw);
+  lk->rw = NULL;
+#endif
+  dlock_mutex_free(lk->m);
+  lk->m = NULL;
+}
+
+int lk_owner(dlock_client *c, const char *name, int kind, char *owner,
+             size_t len) {
+  dlock_mutex *probe = NULL;
+  int rc = dlock_mutex_new(c, name, &probe);
+  if (rc == 0)
+    rc = dlock_mutex_owner(probe, owner, len);
+  dlock_mutex_free(probe);
+  if (rc == 0 && kind == K_WRITE)
+    strncat(owner, ":write", len - strlen(owner) - 1);
+  return rc;
+}
+
+int lk_error(const cli_opts *o, int kind, int rc, const char *what) {
+  if (rc == DLOCK_ENOTSUP) {
+    cli_err("%s is not supported by this build of libdlock",
+            lk_kind_option(kind));
+    return CLI_EX_USAGE;
+  }
+  char det[1024], red[512];
+  cli_detail(cli_url(o), det, sizeof det);
+  dlc_url_redact(cli_url(o), red, sizeof red);
+  if (rc == DLOCK_ECONN)
+    cli_err("cannot %s lock '%s': Redis at %s unreachable: %s", what, o->name,
+            red, det);
+  else
+    cli_err("cannot %s lock '%s': %s (%s)", what, o->name, det,
+            dlock_err_name(rc));
+  return cli_exit_code(rc);
+}
+
+/* The holder to name in messages ("" if unknown). */
+void run_holder_of(run_state *rs, char *buf, size_t len) {
+  dlock_status st;
+  buf[0] = '\0';
+  if (dlock_status_query(rs->c, rs->o->name, &st) != 0)
+    return;
+  if (st.n_holders)
+    snprintf(buf, len, "%s", st.holders[0].owner);
+  else if (st.locked)
+    snprintf(buf, len, "a client of another kind");
+  dlock_status_clear(&st);
+}
