@@ -39,39 +39,29 @@ int lk_new(dlock_client *c, const char *name, lockobj *lk) {
     return dlock_mutex_new_fenced(c, name, &lk->m);
   case K_READ:
   case K_WRITE:
-#ifdef DLOCK_CLI_HAVE_RWLOCK
     return dlock_rwlock_new(c, name, &lk->rw);
-#else
-    return DLOCK_ENOTSUP;
-#endif
   default:
     return dlock_mutex_new(c, name, &lk->m);
   }
 }
 
 int lk_timed(lockobj *lk, long long wait_ms, long long lease_ms) {
-#ifdef DLOCK_CLI_HAVE_RWLOCK
   if (lk->kind == K_READ)
     return dlock_rwlock_timedrdlock(lk->rw, wait_ms, lease_ms);
   if (lk->kind == K_WRITE)
     return dlock_rwlock_timedwrlock(lk->rw, wait_ms, lease_ms);
-#endif
   return dlock_mutex_timedlock(lk->m, wait_ms, lease_ms);
 }
 
 int lk_unlock(lockobj *lk) {
-#ifdef DLOCK_CLI_HAVE_RWLOCK
   if (lk->kind == K_READ || lk->kind == K_WRITE)
     return dlock_rwlock_unlock(lk->rw);
-#endif
   return dlock_mutex_unlock(lk->m);
 }
 
 void lk_free(lockobj *lk) {
-#ifdef DLOCK_CLI_HAVE_RWLOCK
   dlock_rwlock_free(lk->rw);
   lk->rw = NULL;
-#endif
   dlock_mutex_free(lk->m);
   lk->m = NULL;
 }

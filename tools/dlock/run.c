@@ -164,14 +164,6 @@ static int run_locked(run_state *rs, const run_sigs *sg, plan *p, sup *s,
 int cli_run(const cli_opts *o) {
   run_state rs = {.o = o, .evt_rd = -1, .evt_wr = -1, .lease_end = -1};
   rs.lk.kind = lk_kind(o);
-#ifndef DLOCK_CLI_HAVE_RWLOCK
-  if (rs.lk.kind == K_READ || rs.lk.kind == K_WRITE) {
-    cli_err("%s is not supported by this build of libdlock (no read-write "
-            "lock)",
-            lk_kind_option(rs.lk.kind));
-    return CLI_EX_USAGE;
-  }
-#endif
   run_sigs sg;
   sigs_block(&sg);
   plan p;

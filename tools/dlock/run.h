@@ -46,9 +46,7 @@ enum { K_MUTEX, K_FAIR, K_FENCED, K_READ, K_WRITE };
 typedef struct lockobj {
   int kind;
   dlock_mutex *m;
-#ifdef DLOCK_CLI_HAVE_RWLOCK
   dlock_rwlock *rw;
-#endif
 } lockobj;
 
 /* The kind the options ask for. */

@@ -100,10 +100,6 @@ void sk_usage(FILE *f) {
   for (int i = 0; i < sk_n_strategies; i++) {
     const sk_strategy *s = &sk_strategies[i];
     const char *note = "";
-#ifndef SK_HAVE_REDLOCK
-    if (s->kind == SK_REDLOCK)
-      note = " [not in this build]";
-#endif
     fprintf(f, "  %-13s %s%s\n", s->name, s->summary, note);
   }
   fputs("\n"

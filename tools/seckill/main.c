@@ -89,9 +89,6 @@ static int start_servers(sk_opts *o) {
     snprintf(o->url_shown, sizeof o->url_shown, "private redis-server");
   }
   for (int i = 0; i < o->n_list; i++) {
-#ifndef SK_HAVE_REDLOCK
-    break;
-#endif
     if (o->list[i]->kind != SK_REDLOCK)
       continue;
     for (int j = 0; j < SK_REDLOCK_SERVERS; j++) {

@@ -211,12 +211,6 @@ void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
                      sk_result *res) {
   memset(res, 0, sizeof *res);
   res->s = s;
-#ifndef SK_HAVE_REDLOCK
-  if (s->kind == SK_REDLOCK) {
-    snprintf(res->skipped, sizeof res->skipped, "not built");
-    return;
-  }
-#endif
   sk_run run = {
       .o = o, .s = s, .segments = s->kind == SK_SEGMENTED ? o->segments : 1};
   make_keys(&run.k, index, s->name);

@@ -36,10 +36,8 @@ typedef struct sk_proc {
   dlock_mutex *m[SK_MAX_SEGMENTS];
   atomic_ullong empty_mask; /* segmented: segments seen empty (they never
                                refill) */
-#ifdef SK_HAVE_REDLOCK
   dlock_client *rlc[SK_REDLOCK_SERVERS];
   dlock_redlock *rl;
-#endif
   atomic_int threads_left; /* the watcher stops when this reaches 0 */
 } sk_proc;
 
@@ -298,7 +296,6 @@ static int unlock_dlock(sk_thread *th, dlock_mutex *m) {
   return 0;
 }
 
-#ifdef SK_HAVE_REDLOCK
 static int lock_redlock(sk_thread *th) {
   for (;;) {
     if (aborted(th))
@@ -315,7 +312,6 @@ static int lock_redlock(sk_thread *th) {
     }
   }
 }
-#endif
 
 /* Acquires the run's lock for segment `seg`. */
 static int lock_acquire(sk_thread *th, long long seg) {
@@ -341,10 +337,8 @@ static int lock_acquire(sk_thread *th, long long seg) {
   case SK_FAIR:
   case SK_SEGMENTED:
     return lock_dlock(th, p->m[seg]);
-#ifdef SK_HAVE_REDLOCK
   case SK_REDLOCK:
     return lock_redlock(th);
-#endif
   default:
     return 0;
   }
@@ -376,7 +370,6 @@ static int lock_release(sk_thread *th, long long seg) {
   case SK_FAIR:
   case SK_SEGMENTED:
     return unlock_dlock(th, p->m[seg]);
-#ifdef SK_HAVE_REDLOCK
   case SK_REDLOCK: {
     int rc = dlock_redlock_unlock(p->rl);
     if (rc != 0) {
@@ -386,7 +379,6 @@ static int lock_release(sk_thread *th, long long seg) {
     }
     return 0;
   }
-#endif
   default:
     return 0;
   }
@@ -522,11 +514,9 @@ static void *watcher_main(void *arg) {
     if (cancelling) {
       if (p->dc)
         dlock_client_cancel_waits(p->dc);
-#ifdef SK_HAVE_REDLOCK
       for (int i = 0; i < SK_REDLOCK_SERVERS; i++)
         if (p->rlc[i])
           dlock_client_cancel_waits(p->rlc[i]);
-#endif
     }
     dlc_sleep_us(cancelling ? 20000 : 10000);
   }
@@ -591,7 +581,6 @@ static int setup_dlock(sk_proc *p, char *err, size_t el) {
   if (o->threads > cfg.pool_size)
     cfg.pool_size = (int)(o->threads > 64 ? 64 : o->threads);
   if (kind == SK_REDLOCK) {
-#ifdef SK_HAVE_REDLOCK
     for (int i = 0; i < SK_REDLOCK_SERVERS; i++) {
       cfg.url = o->redlock_urls[i];
       int rc = dlock_client_new(&cfg, &p->rlc[i]);
@@ -608,10 +597,6 @@ static int setup_dlock(sk_proc *p, char *err, size_t el) {
       return -1;
     }
     return 0;
-#else
-    snprintf(err, el, "redlock is not in this build");
-    return -1;
-#endif
   }
   int rc = dlock_client_new(&cfg, &p->dc);
   if (rc != 0) {
@@ -636,11 +621,9 @@ static void teardown_dlock(sk_proc *p) {
   for (long long s = 0; s < p->r->segments; s++)
     dlock_mutex_free(p->m[s]);
   dlock_client_free(p->dc);
-#ifdef SK_HAVE_REDLOCK
   dlock_redlock_free(p->rl);
   for (int i = 0; i < SK_REDLOCK_SERVERS; i++)
     dlock_client_free(p->rlc[i]);
-#endif
 }
 
 void sk_worker_main(const sk_run *r, int w) {
