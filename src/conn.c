@@ -454,7 +454,7 @@ static void node_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
   }
   dlock__conn *k = NULL;
   int rc = pool_get(n, &k, &a->fresh);
-  if (rc) {
+  if (rc || !k) {
     a->connecting = 1;
     attempt_fail(a, rc, dlock_last_error());
     return;
