@@ -51,9 +51,10 @@ typedef struct th_case {
 /* Cases one test binary can hold; registering more is reported at start. */
 #define TH_MAX_CASES 256
 /* A case's limit unless TH_CASE_T says otherwise. Default cases take up to
- * 3 s, also in the ASan build on a 2-core machine at load 12 (20x margin);
- * the ones that wait out leases and watchdog periods (3-8 s) are
- * TH_CASE_T(name, 120, "slow"). */
+ * 3 s plain and in the ASan build, at most 7.5 s in the ASan build at load
+ * 45 on 2 cores. Those that wait out leases and watchdog periods (3-8 s)
+ * are TH_CASE_T(name, 120, "slow"), two CPU-bound ones TH_CASE_T(name,
+ * 120, ""). */
 #define TH_DEFAULT_TIMEOUT_S 60
 
 /* Called by TH_CASE / TH_CASE_T before main; never fails (an error is kept
