@@ -36,14 +36,17 @@ STRESS_RUNS ?= 3
 test-stress: deps
 	bash scripts/test-stress.sh $(STRESS_RUNS)
 
+# DLOCK_TEST_TIMEOUT_MULT: at configure time for the harness cases (their
+# timeouts and ctest's, tests/CMakeLists.txt), at run time for the others.
 test-tsan: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON $(CMAKE_FLAGS) >/dev/null
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON -DDLOCK_TEST_TIMEOUT_MULT=3 \
+	  $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-tsan -j$(JOBS)
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  DLOCK_TEST_TIMEOUT_MULT=3 ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
 
 test-valgrind: deps
-	cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=Debug \
+	cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TEST_TIMEOUT_MULT=4 \
 	  "-DDLOCK_TEST_PREFIX=valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--track-fds=no;--quiet" \
 	  $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-valgrind -j$(JOBS)

@@ -10,13 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Timing slack factor: 1 plain, more under TSan/valgrind (the Makefile sets
- * DLOCK_TEST_TIMEOUT_MULT there). */
-static int64_t slow(void) {
-  const char *m = getenv("DLOCK_TEST_TIMEOUT_MULT");
-  int v = m ? atoi(m) : 1;
-  return v > 1 ? v : 1;
-}
+/* Timing slack factor: 1 plain, more under TSan/valgrind (th.h). */
+static int64_t slow(void) { return th_timeout_mult(); }
 
 /* A TCP port on 127.0.0.1 that nobody listens on (bound and released). */
 static int dead_port(void) {

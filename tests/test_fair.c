@@ -184,7 +184,7 @@ TH_CASE(layout_reentrancy_owner) {
   dlock_client_free(c2);
 }
 
-TH_CASE(lease_and_watchdog) {
+TH_CASE_T(lease_and_watchdog, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg;
   dlock_config_init(&cfg);
@@ -409,7 +409,7 @@ static int forever_waiter_proc(void *arg) {
 /* Issue 10: a waiter that waits forever and is SIGKILLed holds the queue
  * for seconds, not for Redisson's 300 s + the holder's lease (the old code
  * kept every later fair waiter out for minutes). */
-TH_CASE(killed_forever_waiter_holds_queue_seconds) {
+TH_CASE_T(killed_forever_waiter_holds_queue_seconds, 120, "slow") {
   g_r = th_redis_new(0, NULL);
   dlock_client *c = th_client(g_r), *c2 = th_client(g_r);
   dlock_mutex *m, *m2;
@@ -458,7 +458,7 @@ static int live_waiter_proc(void *arg) {
   return 0;
 }
 
-TH_CASE(dead_waiter_skipped) {
+TH_CASE_T(dead_waiter_skipped, 120, "slow") {
   g_r = th_redis_new(0, NULL);
   pid_t a = th_fork(dead_waiter_proc, NULL);
   pid_t b = th_fork(live_waiter_proc, NULL);

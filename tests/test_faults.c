@@ -9,11 +9,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-static int64_t slow(void) {
-  const char *m = getenv("DLOCK_TEST_TIMEOUT_MULT");
-  int v = m ? atoi(m) : 1;
-  return v > 1 ? v : 1;
-}
+static int64_t slow(void) { return th_timeout_mult(); }
 
 /* cfg.multiplex for cfg_quick(): the default (1), or 0 in the "_pool"
  * variants of the cases whose failure handling differs per transport. */
@@ -101,7 +97,7 @@ TH_CASE(wrong_type_key_is_eredis) {
 
 /* One held lock whose key is overwritten with a string must not stop the
  * watchdog from renewing the client's OTHER locks (renewals are batched). */
-TH_CASE(wrong_type_key_does_not_starve_other_renewals) {
+TH_CASE_T(wrong_type_key_does_not_starve_other_renewals, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg = cfg_quick(900);
   cfg.on_lock_lost = on_lost;

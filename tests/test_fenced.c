@@ -139,7 +139,7 @@ TH_CASE(tokens_layout_reentrancy) {
   dlock_client_free(c2);
 }
 
-TH_CASE(watchdog_renewal) {
+TH_CASE_T(watchdog_renewal, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg;
   dlock_config_init(&cfg);

@@ -17,11 +17,7 @@
 
 static th_redis *g_r;
 
-static int64_t slow(void) {
-  const char *m = getenv("DLOCK_TEST_TIMEOUT_MULT");
-  int v = m ? atoi(m) : 1;
-  return v > 1 ? v : 1;
-}
+static int64_t slow(void) { return th_timeout_mult(); }
 
 static int64_t now_us(void) {
   struct timespec ts;
@@ -458,7 +454,7 @@ static void on_lost(const char *name, void *arg) {
   atomic_fetch_add(&g_lost_calls, 1);
 }
 
-TH_CASE(watchdog_keeps_lock_and_stops_after_unlock) {
+TH_CASE_T(watchdog_keeps_lock_and_stops_after_unlock, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
   const int wd = 600; /* renewed every 200 ms */
   dlock_client *c = client_wd(r, wd, on_lost, NULL);

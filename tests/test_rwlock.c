@@ -292,7 +292,7 @@ static void wait_ready(th_redis *r, long long n) {
   }
 }
 
-TH_CASE(dead_reader_expires) {
+TH_CASE_T(dead_reader_expires, 120, "slow") {
   g_r = th_redis_new(0, NULL);
   pid_t a = th_fork(dead_reader_proc, NULL);
   static char gate2[] = "rwdead:go2";
@@ -336,7 +336,7 @@ TH_CASE(dead_reader_expires) {
   dlock_client_free(c);
 }
 
-TH_CASE(read_watchdog_renewal) {
+TH_CASE_T(read_watchdog_renewal, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg;
   dlock_config_init(&cfg);

@@ -18,9 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-th_case th_cases[TH_MAX_CASES];
-int th_ncases;
-
 #define TH_MAX_SERVERS 16
 static th_redis g_server_store[TH_MAX_SERVERS];
 static th_redis *g_servers[TH_MAX_SERVERS];
@@ -101,17 +98,6 @@ void th_skip(const char *why) {
   _exit(77);
 }
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "FAIL: test timed out (SIGALRM)\n";
-  ssize_t w = write(2, msg, sizeof msg - 1);
-  (void)w;
-  for (int i = 0; i < g_nservers; i++)
-    if (g_servers[i]->pid > 1)
-      kill(g_servers[i]->pid, SIGKILL);
-  _exit(1);
-}
-
 const char *th_tmpfile(const char *name) {
   static char buf[8][256];
   static int k;
@@ -120,39 +106,268 @@ const char *th_tmpfile(const char *name) {
   return b;
 }
 
-int th_main(int argc, char **argv) {
-  g_owner = getpid();
-  if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-    for (int i = 0; i < th_ncases; i++)
-      printf("%s\n", th_cases[i].name);
+/* ---- the case registry and the runner ------------------------------------
+ * Cases register before main (TH_CASE's constructor); th_main checks the
+ * table, then runs one case in this process (ctest) or every case in a
+ * child process each. A case's own timeout is enforced here with SIGALRM:
+ * the one clock ctest's TIMEOUT is derived from (tests/CMakeLists.txt). */
+
+static th_case g_cases[TH_MAX_CASES];
+static int g_ncases;
+static int g_nrejected;      /* registered past TH_MAX_CASES */
+static const char *g_badreg; /* first case with an unusable timeout or tag */
+static int64_t g_case_t0;    /* when the running case started (ms) */
+static unsigned g_limit_s;   /* its limit: timeout_s x the multiplier */
+
+#define TH_EXIT_TIMEOUT 124 /* as timeout(1) */
+#define TH_EXIT_SKIP 77     /* ctest's SKIP_RETURN_CODE */
+#define TH_WAIT_MARGIN_MS 30000
+
+/* Tags become ctest LABELS through CMake's regex: words of [A-Za-z0-9_-]. */
+static int tags_ok(const char *t) {
+  for (; *t; t++)
+    if (!(*t == ' ' || *t == '_' || *t == '-' || (*t >= 'a' && *t <= 'z') ||
+          (*t >= 'A' && *t <= 'Z') || (*t >= '0' && *t <= '9')))
+      return 0;
+  return 1;
+}
+
+void th_register(const char *name, void (*fn)(void), int timeout_s,
+                 const char *tags) {
+  if (g_ncases >= TH_MAX_CASES) {
+    g_nrejected++;
+    return;
+  }
+  if (!tags)
+    tags = "";
+  if ((timeout_s <= 0 || !tags_ok(tags)) && !g_badreg)
+    g_badreg = name;
+  g_cases[g_ncases++] = (th_case){name, fn, timeout_s, tags};
+}
+
+int th_timeout_mult(void) {
+  const char *m = getenv("DLOCK_TEST_TIMEOUT_MULT");
+  int v = m ? atoi(m) : 1;
+  return v < 1 ? 1 : v > 100 ? 100 : v;
+}
+
+/* Async-signal-safe text building for the timeout handler. */
+static size_t put_s(char *b, size_t cap, size_t at, const char *s) {
+  while (*s && at + 1 < cap)
+    b[at++] = *s++;
+  b[at] = '\0';
+  return at;
+}
+
+static size_t put_n(char *b, size_t cap, size_t at, long long v) {
+  char d[24];
+  int n = 0;
+  if (v < 0)
+    v = 0;
+  do {
+    d[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v && n < (int)sizeof d);
+  while (n > 0 && at + 1 < cap)
+    b[at++] = d[--n];
+  b[at] = '\0';
+  return at;
+}
+
+static void write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w <= 0)
+      return;
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* th_fail's dump_file with system calls only. */
+static void dump_file_raw(const char *dir, const char *name) {
+  char path[300], line[400];
+  size_t at = put_s(path, sizeof path, 0, dir);
+  put_s(path, sizeof path, at, name);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return;
+  at = put_s(line, sizeof line, 0, "----- redis-server log (");
+  at = put_s(line, sizeof line, at, path);
+  at = put_s(line, sizeof line, at, ") -----\n");
+  write_all(2, line, at);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0)
+    write_all(2, buf, (size_t)n);
+  close(fd);
+  write_all(2, "----- end -----\n", 16);
+}
+
+/* SIGALRM: the case ran past its limit. Says so, kills the servers it
+ * started (its workers die with it: PR_SET_PDEATHSIG), prints their logs
+ * and keeps the temp dir for a post-mortem. */
+static void on_timeout(int sig) {
+  (void)sig;
+  char m[600];
+  size_t at = put_s(m, sizeof m, 0, "FAIL ");
+  at = put_s(m, sizeof m, at, g_current);
+  at = put_s(m, sizeof m, at, ": timed out after ");
+  at = put_n(m, sizeof m, at, th_now_ms() - g_case_t0);
+  at = put_s(m, sizeof m, at, " ms (its limit: ");
+  at = put_n(m, sizeof m, at, g_limit_s);
+  at = put_s(m, sizeof m, at,
+             " s = TH_CASE_T timeout x DLOCK_TEST_TIMEOUT_MULT); killing its ");
+  at = put_n(m, sizeof m, at, g_nservers);
+  at = put_s(m, sizeof m, at, " redis-server(s); temp dir kept: ");
+  at = put_s(m, sizeof m, at, g_tmpdir);
+  at = put_s(m, sizeof m, at, "\n");
+  write_all(2, m, at);
+  for (int i = 0; i < g_nservers; i++)
+    if (g_servers[i]->pid > 1)
+      kill(g_servers[i]->pid, SIGKILL);
+  for (int i = 0; i < g_nservers; i++)
+    dump_file_raw(g_servers[i]->dir, "/redis.log");
+  _exit(TH_EXIT_TIMEOUT);
+}
+
+/* Under ctest, TH_CMAKE_META is what tests/CMakeLists.txt read from the
+ * source ("<cases in the file>:<timeout_s>:<tags>"); it must be what the
+ * case declares, or ctest's TIMEOUT is no longer derived from ours. */
+static int check_cmake_meta(const th_case *c) {
+  const char *got = getenv("TH_CMAKE_META");
+  if (!got)
     return 0;
+  char want[300];
+  snprintf(want, sizeof want, "%d:%d:%s", g_ncases, c->timeout_s, c->tags);
+  if (strcmp(got, want) == 0)
+    return 0;
+  fprintf(stderr,
+          "FAIL %s: tests/CMakeLists.txt read cases:timeout:tags \"%s\" from "
+          "the source, the binary has \"%s\" (re-run cmake; start every "
+          "TH_CASE/TH_CASE_T at column 0, with literal arguments)\n",
+          c->name, got, want);
+  return 1;
+}
+
+/* Runs one case in this process; returns its exit status (or exits). */
+static int run_case(const th_case *c) {
+  g_owner = getpid();
+  g_current = c->name;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines survive a timeout */
+  if (check_cmake_meta(c))
+    return 1;
+  snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/dlock-test-XXXXXX");
+  if (!mkdtemp(g_tmpdir)) {
+    perror("mkdtemp");
+    return 1;
   }
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s NAME | --list\n", argv[0]);
-    return 2;
+  atexit(stop_all);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_timeout;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  g_limit_s = (unsigned)c->timeout_s * (unsigned)th_timeout_mult();
+  g_case_t0 = th_now_ms();
+  alarm(g_limit_s);
+  c->fn();
+  printf("PASS %s (%lld ms)\n", g_current,
+         (long long)(th_now_ms() - g_case_t0));
+  stop_all();
+  alarm(0);
+  return 0;
+}
+
+/* Waits for a case's child: its own alarm ends it; past that and a margin
+ * it is killed here. Returns the exit status, -signal, or -1000 (killed). */
+static int wait_case(pid_t pid, const th_case *c) {
+  int64_t end = th_now_ms() + (int64_t)c->timeout_s * th_timeout_mult() * 1000 +
+                TH_WAIT_MARGIN_MS;
+  for (;;) {
+    int st;
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+    if (w < 0 || th_now_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      return -1000;
+    }
+    th_sleep_ms(20);
   }
-  for (int i = 0; i < th_ncases; i++) {
-    if (strcmp(th_cases[i].name, argv[1]) != 0)
-      continue;
-    g_current = th_cases[i].name;
-    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/dlock-test-XXXXXX");
-    if (!mkdtemp(g_tmpdir)) {
-      perror("mkdtemp");
+}
+
+static const char *verdict(int st) {
+  switch (st) {
+  case 0:
+    return "passed";
+  case TH_EXIT_SKIP:
+    return "skipped";
+  case TH_EXIT_TIMEOUT:
+    return "TIMED OUT";
+  case -1000:
+    return "KILLED (did not end after its timeout)";
+  default:
+    return st < 0 ? "CRASHED" : "FAILED";
+  }
+}
+
+/* No arguments: every case in its own process, as ctest runs them. */
+static int run_all(const char *prog) {
+  int passed = 0, skipped = 0, failed = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (int i = 0; i < g_ncases; i++) {
+    const th_case *c = &g_cases[i];
+    fflush(NULL);
+    int64_t t0 = th_now_ms();
+    pid_t pid = fork();
+    if (pid < 0) {
+      perror("fork");
       return 1;
     }
-    atexit(stop_all);
-    signal(SIGALRM, on_alarm);
-    signal(SIGPIPE, SIG_IGN);
-    const char *mult = getenv("DLOCK_TEST_TIMEOUT_MULT");
-    unsigned secs = 120u * (unsigned)(mult ? atoi(mult) : 1);
-    alarm(secs ? secs : 120);
-    int64_t t0 = th_now_ms();
-    th_cases[i].fn();
-    printf("PASS %s (%lld ms)\n", g_current, (long long)(th_now_ms() - t0));
-    stop_all();
+    if (pid == 0)
+      exit(run_case(c));
+    int st = wait_case(pid, c);
+    passed += st == 0;
+    skipped += st == TH_EXIT_SKIP;
+    failed += st != 0 && st != TH_EXIT_SKIP;
+    printf("[%d/%d] %s %s (%lld ms)\n", i + 1, g_ncases, c->name, verdict(st),
+           (long long)(th_now_ms() - t0));
+  }
+  printf("%s: %d cases, %d passed, %d skipped, %d failed\n", prog, g_ncases,
+         passed, skipped, failed);
+  return failed ? 1 : 0;
+}
+
+int th_main(int argc, char **argv) {
+  if (g_nrejected) {
+    fprintf(stderr,
+            "%s: %d cases registered, the table holds %d (TH_MAX_CASES in "
+            "tests/harness/th.h): raise it or split the file\n",
+            argv[0], g_ncases + g_nrejected, TH_MAX_CASES);
+    return 2;
+  }
+  if (g_badreg) {
+    fprintf(stderr,
+            "%s: case %s: the timeout must be > 0 and tags words of "
+            "[A-Za-z0-9_-]\n",
+            argv[0], g_badreg);
+    return 2;
+  }
+  if (argc < 2)
+    return run_all(argv[0]);
+  if (strcmp(argv[1], "--list") == 0) {
+    for (int i = 0; i < g_ncases; i++)
+      printf("%s\n", g_cases[i].name);
     return 0;
   }
-  fprintf(stderr, "no test named %s\n", argv[1]);
+  for (int i = 0; argc == 2 && i < g_ncases; i++)
+    if (strcmp(g_cases[i].name, argv[1]) == 0)
+      return run_case(&g_cases[i]);
+  fprintf(stderr, "usage: %s [NAME | --list]  (no test named %s)\n", argv[0],
+          argv[1]);
   return 2;
 }
 

@@ -2,10 +2,32 @@
  * th.h -- the test harness: a tiny runner (one ctest case per test, each in
  * its own process), assertions that print both sides and are never compiled
  * out, and real redis-server processes started in a private temp dir and
- * stopped however the test ends (atexit, SIGALRM timeout, parent death).
+ * stopped however the test ends (atexit, the case's timeout, parent death).
  *
  * Test files:  TH_CASE(name) { ... }   and at the end  TH_MAIN()
- * Run:         ./test_x NAME | ./test_x --list
+ *   TH_CASE(name)                       default timeout, no extra tags
+ *   TH_CASE_T(name, timeout_s, "tags")  its own timeout in seconds (an
+ *                                       integer literal) and space-separated
+ *                                       ctest labels ("" for none)
+ * Start each TH_CASE / TH_CASE_T at column 0 with literal arguments:
+ * tests/CMakeLists.txt reads them with a regex (a wrapped argument list is
+ * fine) to register the ctest case "<file without test_>.<name>" with
+ * LABELS "unit <tags>" and TIMEOUT = the harness's limit + a margin. A case
+ * it cannot read stops the configure. Label "slow": the cases that wait out
+ * leases and watchdog periods (ctest -LE slow for a quick run).
+ *
+ * One clock: the harness itself ends a case that runs past timeout_s x
+ * DLOCK_TEST_TIMEOUT_MULT (default 1; CMake passes its configured value to
+ * every case), printing the case, the elapsed time and the logs of the
+ * redis-servers it started, which it kills. ctest's TIMEOUT is only the
+ * backstop. When run by ctest, the case also checks that CMake read the
+ * same timeout and tags as it declares (TH_CMAKE_META), so the two cannot
+ * drift apart.
+ *
+ * Run:  ./test_x          every case, each in its own process, a line each
+ *                         and a summary; exit 1 if any failed
+ *       ./test_x NAME     one case in this process (what ctest runs)
+ *       ./test_x --list   the case names, one a line
  */
 #ifndef DLOCK_TH_H
 #define DLOCK_TH_H
@@ -23,19 +45,32 @@
 typedef struct th_case {
   const char *name;
   void (*fn)(void);
+  int timeout_s;    /* before DLOCK_TEST_TIMEOUT_MULT */
+  const char *tags; /* space-separated ctest labels, "" for none */
 } th_case;
 
+/* Cases one test binary can hold; registering more is reported at start. */
 #define TH_MAX_CASES 256
-extern th_case th_cases[TH_MAX_CASES];
-extern int th_ncases;
+/* A case's limit unless TH_CASE_T says otherwise. Default cases take up to
+ * 3 s plain and in the ASan build, at most 7.5 s in the ASan build at load
+ * 45 on 2 cores. Those that wait out leases and watchdog periods (3-8 s)
+ * are TH_CASE_T(name, 120, "slow"), two CPU-bound ones TH_CASE_T(name,
+ * 120, ""). */
+#define TH_DEFAULT_TIMEOUT_S 60
 
-#define TH_CASE(nm)                                                            \
+/* Called by TH_CASE / TH_CASE_T before main; never fails (an error is kept
+ * and reported by th_main). */
+void th_register(const char *name, void (*fn)(void), int timeout_s,
+                 const char *tags);
+
+#define TH_CASE_T(nm, timeout_s, tags)                                         \
   static void th_case_##nm(void);                                              \
   __attribute__((constructor)) static void th_reg_##nm(void) {                 \
-    th_cases[th_ncases].name = #nm;                                            \
-    th_cases[th_ncases++].fn = th_case_##nm;                                   \
+    th_register(#nm, th_case_##nm, timeout_s, tags);                           \
   }                                                                            \
   static void th_case_##nm(void)
+
+#define TH_CASE(nm) TH_CASE_T(nm, TH_DEFAULT_TIMEOUT_S, "")
 
 #define TH_MAIN()                                                              \
   int main(int argc, char **argv) { return th_main(argc, argv); }
@@ -132,6 +167,10 @@ dlock_client *th_client_cfg(th_redis *r, const dlock_config *cfg);
 /* ---- processes and time ---------------------------------------------- */
 
 int64_t th_now_ms(void);
+/* DLOCK_TEST_TIMEOUT_MULT (1 to 100, default 1): the slack factor of slow
+ * builds (TSan, valgrind). Scales every case's timeout; tests scale their
+ * own time bounds with it too. */
+int th_timeout_mult(void);
 void th_sleep_ms(int64_t ms);
 /* Forks a worker that runs fn(arg) and _exit()s with its return value;
  * workers never run the parent's atexit handlers. */
