@@ -105,7 +105,7 @@ static void hold_free(dlock_client *c, dlock__hold *h) {
     h->next = c->reg.grave;
     c->reg.grave = h;
   } else {
-    free(h);
+    dlock__hold_free(h);
   }
 }
 
@@ -165,7 +165,7 @@ void dlock__hold_grave_empty(dlock_client *c) {
   c->reg.grave = NULL;
   while (h) {
     dlock__hold *nx = h->next;
-    free(h);
+    dlock__hold_free(h);
     h = nx;
   }
 }
@@ -192,7 +192,7 @@ void dlock__holds_destroy(dlock_client *c) {
       dlock__hold *h = e->holds;
       while (h) {
         dlock__hold *nx = h->next;
-        free(h);
+        dlock__hold_free(h);
         h = nx;
       }
       e->holds = NULL;
@@ -227,4 +227,49 @@ void dlock__registry_destroy(dlock__registry *r, int forked) {
     return;
   pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
+}
+
+void dlock__hold_free(dlock__hold *h) {
+  if (!h)
+    return;
+  free(h->modes);
+  free(h->marks);
+  free(h);
+}
+
+dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid,
+                                  int create) {
+  for (dlock__hold *h = *list; h; h = h->next)
+    if (h->tid == tid)
+      return h;
+  if (!create)
+    return NULL;
+  dlock__hold *h = dlock__calloc(1, sizeof *h);
+  if (h) {
+    h->tid = tid;
+    h->next = *list;
+    *list = h;
+  }
+  return h;
+}
+
+void dlock__holdlist_free(dlock__hold **list) {
+  while (*list) {
+    dlock__hold *nx = (*list)->next;
+    dlock__hold_free(*list);
+    *list = nx;
+  }
+}
+
+int dlock__hold_push_mode(dlock__hold *h, char mode) {
+  if (h->nmodes == h->modes_cap) {
+    size_t nc = h->modes_cap ? h->modes_cap * 2 : 8;
+    char *nm = realloc(h->modes, nc);
+    if (!nm)
+      return DLOCK_ENOMEM;
+    h->modes = nm;
+    h->modes_cap = nc;
+  }
+  h->modes[h->nmodes++] = mode;
+  return 0;
 }

@@ -665,6 +665,16 @@ int dlock__registry_init(dlock__registry *r);
 /* Destroys them (not in a fork child: forked). The entries and records go
  * with dlock__holds_destroy. */
 void dlock__registry_destroy(dlock__registry *r, int forked);
+/* A composite object's list of hold records (one per thread; the object's
+ * own mutex held): the thread's record, created when missing and create
+ * is set (NULL only on OOM or when absent). */
+dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid, int create);
+/* Frees every record of the list. */
+void dlock__holdlist_free(dlock__hold **list);
+/* Appends mode to h->modes: 0 or DLOCK_ENOMEM. */
+int dlock__hold_push_mode(dlock__hold *h, char mode);
+/* Frees one record and what it owns (modes, marks). */
+void dlock__hold_free(dlock__hold *h);
 /* Client teardown: frees every record (and the registry when no object is
  * left). Touches no mutex (also used in a fork child). */
 void dlock__holds_destroy(dlock_client *c);
@@ -702,6 +712,13 @@ struct dlock__hold {
   uint64_t token;    /* fenced locks */
   int releasing;     /* the final unlock is in flight: not a loss */
   dlock__lockent *e; /* the lock: its name and family */
+  /* Read-write lock: the modes of the thread's holds in acquisition order
+   * ('R' / 'W'), modes[0..nmodes). */
+  char *modes;
+  size_t nmodes, modes_cap;
+  /* Multilock: the members an unfinished unlock released (one byte each),
+   * so a retry releases only the rest; NULL = no unlock in progress. */
+  unsigned char *marks;
 };
 
 /* The lease argument of an unlock that leaves holds, for the scripts'

@@ -27,22 +27,14 @@
 
 #include "internal.h"
 
-typedef struct ml_hold {
-  struct ml_hold *next;
-  uint64_t tid;
-  int count;
-  /* An unlock that could not release every member (e.g. DLOCK_ECONN on
-   * one) leaves count as it was and marks here the members it did release
-   * (or found lost), so the caller's retry releases only the rest. NULL
-   * or all zero: no unlock in progress. */
-  unsigned char *released;
-} ml_hold;
-
 struct dlock_multilock {
   size_t n;
   dlock_mutex **locks;
   pthread_mutex_t mu;
-  ml_hold *holds;
+  /* Per thread: count, and in marks the members an unlock that could not
+   * release every one (e.g. DLOCK_ECONN on one) did release or found lost,
+   * so the caller's retry releases only the rest. */
+  dlock__hold *holds;
 };
 
 int dlock_multilock_new(dlock_mutex **locks, size_t n, dlock_multilock **out) {
@@ -78,32 +70,15 @@ int dlock_multilock_new(dlock_mutex **locks, size_t n, dlock_multilock **out) {
 void dlock_multilock_free(dlock_multilock *ml) {
   if (!ml)
     return;
-  ml_hold *h = ml->holds;
-  while (h) {
-    ml_hold *nx = h->next;
-    free(h->released);
-    free(h);
-    h = nx;
-  }
+  dlock__holdlist_free(&ml->holds);
   pthread_mutex_destroy(&ml->mu);
   free(ml->locks);
   free(ml);
 }
 
 /* The calling thread's record (ml->mu held); created if create. */
-static ml_hold *find_hold(dlock_multilock *ml, uint64_t tid, int create) {
-  for (ml_hold *h = ml->holds; h; h = h->next)
-    if (h->tid == tid)
-      return h;
-  if (!create)
-    return NULL;
-  ml_hold *h = dlock__calloc(1, sizeof *h);
-  if (h) {
-    h->tid = tid;
-    h->next = ml->holds;
-    ml->holds = h;
-  }
-  return h;
+static dlock__hold *find_hold(dlock_multilock *ml, uint64_t tid, int create) {
+  return dlock__holdlist_find(&ml->holds, tid, create);
 }
 
 /* Releases the members marked in taken[], last first; keeps the caller's
@@ -196,7 +171,7 @@ int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
   }
   if (rc == 0) {
     pthread_mutex_lock(&ml->mu);
-    ml_hold *h = find_hold(ml, dlock__tid(), 1);
+    dlock__hold *h = find_hold(ml, dlock__tid(), 1);
     if (h)
       h->count++;
     pthread_mutex_unlock(&ml->mu);
@@ -214,11 +189,11 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
   if (!ml)
     return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
   pthread_mutex_lock(&ml->mu);
-  ml_hold *h = find_hold(ml, dlock__tid(), 0);
+  dlock__hold *h = find_hold(ml, dlock__tid(), 0);
   int held = h && h->count > 0;
-  if (held && !h->released)
-    h->released = dlock__calloc(ml->n, 1);
-  int oom = held && !h->released;
+  if (held && !h->marks)
+    h->marks = dlock__calloc(ml->n, 1);
+  int oom = held && !h->marks;
   pthread_mutex_unlock(&ml->mu);
   if (!held)
     return dlock__fail(DLOCK_EPERM, "multilock is not held by this thread");
@@ -232,11 +207,11 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
   size_t lost_i = 0, other_i = 0;
   char other_msg[512] = "";
   for (size_t i = ml->n; i-- > 0;) {
-    if (h->released[i])
+    if (h->marks[i])
       continue;
     int rc = dlock__mutex_release(ml->locks[i]);
     if (rc == 0 || rc == DLOCK_ELOST)
-      h->released[i] = 1;
+      h->marks[i] = 1;
     if (rc == DLOCK_ELOST && !lost) {
       lost = rc;
       lost_i = i;
@@ -249,7 +224,7 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
   if (!other) {
     pthread_mutex_lock(&ml->mu);
     h->count--;
-    memset(h->released, 0, ml->n);
+    memset(h->marks, 0, ml->n);
     pthread_mutex_unlock(&ml->mu);
   }
   if (other)

@@ -54,16 +54,10 @@ struct dlock_redlock {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  /* The hold (a Redlock is exclusive: one record). Guarded by mu. */
-  int held;
-  uint64_t owner;
-  uint32_t gen;
-  int wd;
-  int lost;
-  int64_t lease_ms;
-  int64_t valid_until; /* monotonic ms */
-  int64_t renewed_at;  /* t0 of the last majority (acquire or renewal) */
-  uint64_t token;
+  /* The hold (a Redlock is exclusive: one record, count 0 or 1; tid the
+   * owner, wd_count 1 with the watchdog, valid_until the local deadline,
+   * renewed_at the t0 of the last majority). Guarded by mu. */
+  dlock__hold hold;
   int inflight;      /* vote threads still running (free waits for them) */
   unsigned fork_gen; /* dlock__fork_gen() at creation */
   /* Renewal thread. */
@@ -674,7 +668,7 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
   const int wd = lease_ms <= 0;
   const int64_t lease = wd ? rl->clients[0]->cfg.watchdog_timeout_ms : lease_ms;
   pthread_mutex_lock(&rl->mu);
-  int mine = rl->held && rl->owner == tid;
+  int mine = rl->hold.count && rl->hold.tid == tid;
   pthread_mutex_unlock(&rl->mu);
   if (mine)
     return dlock__fail(DLOCK_EDEADLK,
@@ -691,15 +685,15 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
     int64_t t0 = 0, valid_until = 0;
     if (one_round(rl, tid, lease, &token, &t0, &valid_until, why, sizeof why)) {
       pthread_mutex_lock(&rl->mu);
-      rl->held = 1;
-      rl->owner = tid;
-      rl->gen++;
-      rl->wd = wd;
-      rl->lost = 0;
-      rl->lease_ms = lease;
-      rl->renewed_at = t0;
-      rl->valid_until = valid_until;
-      rl->token = token;
+      rl->hold.count = 1;
+      rl->hold.tid = tid;
+      rl->hold.gen++;
+      rl->hold.wd_count = wd;
+      rl->hold.lost = 0;
+      rl->hold.lease_ms = lease;
+      rl->hold.renewed_at = t0;
+      rl->hold.valid_until = valid_until;
+      rl->hold.token = token;
       int rc = wd ? start_renewal(rl) : 0;
       pthread_cond_broadcast(&rl->cv);
       pthread_mutex_unlock(&rl->mu);
@@ -744,14 +738,14 @@ int dlock_redlock_unlock(dlock_redlock *rl) {
     return fail_forked(rl);
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rl->mu);
-  if (!rl->held || rl->owner != tid) {
+  if (!rl->hold.count || rl->hold.tid != tid) {
     pthread_mutex_unlock(&rl->mu);
     return dlock__fail(DLOCK_EPERM, "redlock '%s' is not held by this thread",
                        rl->name);
   }
-  int lost = rl->lost;
-  rl->held = 0;
-  rl->gen++;
+  int lost = rl->hold.lost;
+  rl->hold.count = 0;
+  rl->hold.gen++;
   pthread_mutex_unlock(&rl->mu);
   vote vs[64];
   round_all(rl, vs, OP_RELEASE, tid, 0, 0);
@@ -770,9 +764,9 @@ int dlock_redlock_token(dlock_redlock *rl, uint64_t *token) {
   if (forked(rl))
     return fail_forked(rl);
   pthread_mutex_lock(&rl->mu);
-  int mine = rl->held && rl->owner == dlock__tid();
+  int mine = rl->hold.count && rl->hold.tid == dlock__tid();
   if (mine)
-    *token = rl->token;
+    *token = rl->hold.token;
   pthread_mutex_unlock(&rl->mu);
   return mine
              ? 0
@@ -787,9 +781,9 @@ int dlock_redlock_validity(dlock_redlock *rl, long long *ms) {
   if (forked(rl))
     return fail_forked(rl);
   pthread_mutex_lock(&rl->mu);
-  int mine = rl->held && rl->owner == dlock__tid();
-  int lost = mine && rl->lost;
-  int64_t left = rl->valid_until - dlock__now_ms();
+  int mine = rl->hold.count && rl->hold.tid == dlock__tid();
+  int lost = mine && rl->hold.lost;
+  int64_t left = rl->hold.valid_until - dlock__now_ms();
   pthread_mutex_unlock(&rl->mu);
   if (!mine)
     return dlock__fail(DLOCK_EPERM, "redlock '%s' is not held by this thread",
@@ -808,19 +802,19 @@ static void *renew_main(void *arg) {
   pthread_mutex_lock(&rl->mu);
   int64_t retry_at = 0;
   while (!rl->rn_stop) {
-    if (!rl->held || !rl->wd || rl->lost) {
+    if (!rl->hold.count || !rl->hold.wd_count || rl->hold.lost) {
       pthread_cond_wait(&rl->cv, &rl->mu);
       retry_at = 0;
       continue;
     }
-    int64_t due = rl->renewed_at + rl->lease_ms / 3;
+    int64_t due = rl->hold.renewed_at + rl->hold.lease_ms / 3;
     if (retry_at > 0)
       due = retry_at;
     int64_t now = dlock__now_ms();
-    if (now >= rl->valid_until) {
+    if (now >= rl->hold.valid_until) {
       /* The local deadline passed without a confirmed round: lost now,
        * before any other client can have taken the majority (issue 9.1). */
-      rl->lost = 1;
+      rl->hold.lost = 1;
       dlock_client *c = rl->clients[0];
       pthread_mutex_unlock(&rl->mu);
       if (c->cfg.on_lock_lost)
@@ -828,8 +822,8 @@ static void *renew_main(void *arg) {
       pthread_mutex_lock(&rl->mu);
       continue;
     }
-    if (due > rl->valid_until)
-      due = rl->valid_until;
+    if (due > rl->hold.valid_until)
+      due = rl->hold.valid_until;
     if (now < due) {
       /* Sleep until due (CLOCK_REALTIME condvar: bound by the relative
        * amount, re-checked against the monotonic clock). */
@@ -837,12 +831,12 @@ static void *renew_main(void *arg) {
       pthread_cond_timedwait(&rl->cv, &rl->mu, &ts);
       continue;
     }
-    uint32_t gen = rl->gen;
-    uint64_t tid = rl->owner;
-    int64_t lease = rl->lease_ms;
+    uint32_t gen = rl->hold.gen;
+    uint64_t tid = rl->hold.tid;
+    int64_t lease = rl->hold.lease_ms;
     /* A round never waits past the local deadline: its answers would come
      * too late to matter, and the loss must be reported at the deadline. */
-    const int64_t until = rl->valid_until;
+    const int64_t until = rl->hold.valid_until;
     pthread_mutex_unlock(&rl->mu);
 
     vote vs[64];
@@ -856,14 +850,14 @@ static void *renew_main(void *arg) {
     }
     int report = 0;
     pthread_mutex_lock(&rl->mu);
-    if (rl->held && rl->gen == gen && !rl->lost) {
+    if (rl->hold.count && rl->hold.gen == gen && !rl->hold.lost) {
       if (ok >= rl->quorum) {
-        rl->renewed_at = t0;
-        rl->valid_until = t0 + lease - drift_ms(lease);
+        rl->hold.renewed_at = t0;
+        rl->hold.valid_until = t0 + lease - drift_ms(lease);
         retry_at = 0;
       } else if (gone > rl->n - rl->quorum ||
-                 dlock__now_ms() >= rl->valid_until) {
-        rl->lost = 1;
+                 dlock__now_ms() >= rl->hold.valid_until) {
+        rl->hold.lost = 1;
         report = 1;
       } else {
         int64_t step = lease / 10 > 50 ? lease / 10 : 50;

@@ -523,68 +523,39 @@ static const dlock__mutex_ops wr_ops = {
 /* ---- the rwlock object ----------------------------------------------------
  * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). */
 
-typedef struct rw_stack {
-  struct rw_stack *next;
-  uint64_t tid;
-  char *k;
-  size_t n, cap;
-} rw_stack;
-
 struct dlock_rwlock {
   dlock_client *c;
   dlock_mutex *rd, *wr;
   pthread_mutex_t mu;
-  rw_stack *stacks;
+  dlock__hold *stacks; /* per thread: modes of its holds, in order */
 };
 
-static rw_stack *find_stack(dlock_rwlock *rw, uint64_t tid, int create) {
-  for (rw_stack *s = rw->stacks; s; s = s->next)
-    if (s->tid == tid)
-      return s;
-  if (!create)
-    return NULL;
-  rw_stack *s = dlock__calloc(1, sizeof *s);
-  if (!s)
-    return NULL;
-  s->tid = tid;
-  s->next = rw->stacks;
-  rw->stacks = s;
-  return s;
+static dlock__hold *find_stack(dlock_rwlock *rw, uint64_t tid, int create) {
+  return dlock__holdlist_find(&rw->stacks, tid, create);
 }
 
 /* Records a new hold of kind (rw->mu held). */
 static int push_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
-  rw_stack *s = find_stack(rw, tid, 1);
-  if (!s)
-    return DLOCK_ENOMEM;
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 8;
-    char *nk = realloc(s->k, nc);
-    if (!nk)
-      return DLOCK_ENOMEM;
-    s->k = nk;
-    s->cap = nc;
-  }
-  s->k[s->n++] = kind;
-  return 0;
+  dlock__hold *s = find_stack(rw, tid, 1);
+  return s ? dlock__hold_push_mode(s, kind) : DLOCK_ENOMEM;
 }
 
 /* Forgets every hold of kind (the mutex layer dropped them: lost). */
 static void drop_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
-  rw_stack *s = find_stack(rw, tid, 0);
+  dlock__hold *s = find_stack(rw, tid, 0);
   if (!s)
     return;
   size_t j = 0;
-  for (size_t i = 0; i < s->n; i++)
-    if (s->k[i] != kind)
-      s->k[j++] = s->k[i];
-  s->n = j;
+  for (size_t i = 0; i < s->nmodes; i++)
+    if (s->modes[i] != kind)
+      s->modes[j++] = s->modes[i];
+  s->nmodes = j;
 }
 
-static int count_kind(const rw_stack *s, char kind) {
+static int count_kind(const dlock__hold *s, char kind) {
   int n = 0;
-  for (size_t i = 0; s && i < s->n; i++)
-    n += s->k[i] == kind;
+  for (size_t i = 0; s && i < s->nmodes; i++)
+    n += s->modes[i] == kind;
   return n;
 }
 
@@ -617,13 +588,7 @@ void dlock_rwlock_free(dlock_rwlock *rw) {
     return;
   dlock_mutex_free(rw->rd);
   dlock_mutex_free(rw->wr);
-  rw_stack *s = rw->stacks;
-  while (s) {
-    rw_stack *nx = s->next;
-    free(s->k);
-    free(s);
-    s = nx;
-  }
+  dlock__holdlist_free(&rw->stacks);
   pthread_mutex_destroy(&rw->mu);
   free(rw);
 }
@@ -637,7 +602,7 @@ static int acquire(dlock_rwlock *rw, char kind, long long wait_ms,
   const uint64_t tid = dlock__tid();
   if (kind == 'W') {
     pthread_mutex_lock(&rw->mu);
-    rw_stack *s = find_stack(rw, tid, 0);
+    dlock__hold *s = find_stack(rw, tid, 0);
     int reads = count_kind(s, 'R'), writes = count_kind(s, 'W');
     pthread_mutex_unlock(&rw->mu);
     if (reads > 0 && writes == 0)
@@ -682,12 +647,12 @@ static int release_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
   dlock_mutex *m = kind == 'R' ? rw->rd : rw->wr;
   int rc = dlock__mutex_release(m);
   pthread_mutex_lock(&rw->mu);
-  rw_stack *s = find_stack(rw, tid, 0);
+  dlock__hold *s = find_stack(rw, tid, 0);
   if (rc == 0 && s) {
-    for (size_t i = s->n; i-- > 0;)
-      if (s->k[i] == kind) {
-        memmove(s->k + i, s->k + i + 1, s->n - i - 1);
-        s->n--;
+    for (size_t i = s->nmodes; i-- > 0;)
+      if (s->modes[i] == kind) {
+        memmove(s->modes + i, s->modes + i + 1, s->nmodes - i - 1);
+        s->nmodes--;
         break;
       }
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
@@ -703,10 +668,10 @@ int dlock_rwlock_unlock(dlock_rwlock *rw) {
     return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rw->mu);
-  rw_stack *s = find_stack(rw, tid, 0);
+  dlock__hold *s = find_stack(rw, tid, 0);
   char kind = 0;
-  if (s && s->n)
-    kind = s->k[s->n - 1];
+  if (s && s->nmodes)
+    kind = s->modes[s->nmodes - 1];
   pthread_mutex_unlock(&rw->mu);
   if (!kind)
     return dlock__fail(DLOCK_EPERM,
@@ -724,10 +689,10 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
     return rc0;
   const uint64_t tid = dlock__tid();
   pthread_mutex_lock(&rw->mu);
-  rw_stack *s = find_stack(rw, tid, 0);
+  dlock__hold *s = find_stack(rw, tid, 0);
   char kind = 0;
-  if (s && s->n)
-    kind = s->k[s->n - 1];
+  if (s && s->nmodes)
+    kind = s->modes[s->nmodes - 1];
   pthread_mutex_unlock(&rw->mu);
   if (kind != 'W')
     return dlock__fail(DLOCK_EPERM,
@@ -758,7 +723,8 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   rc = dlock__mutex_release(rw->wr);
   pthread_mutex_lock(&rw->mu);
   if (rc == 0) {
-    s->k[s->n - 1] = 'R'; /* the read hold takes the write hold's place */
+    s->modes[s->nmodes - 1] =
+        'R'; /* the read hold takes the write hold's place */
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
     drop_kind(rw, tid, 'W');
   }
