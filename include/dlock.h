@@ -82,7 +82,8 @@ extern "C" {
   X(ECANCELED, -13, "operation canceled")                                      \
   X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
   X(ENOTSUP, -15, "not supported")                                             \
-  X(EQUORUM, -16, "no majority of masters granted the lock")
+  X(EQUORUM, -16, "no majority of masters granted the lock")                  \
+  X(ETLS, -17, "TLS handshake or certificate verification failed")
 
 enum dlock_errno {
 #define DLOCK__ERR_ENUM(name, value, msg) DLOCK_##name = (value),
@@ -180,6 +181,27 @@ typedef struct dlock_config {
    * caller -- so concurrent threads cost Redis far fewer reads and writes.
    * 0: each command borrows a connection of a pool of pool_size. */
   int multiplex;
+  /* ---- since 0.2: TLS (rediss:// URLs; docs/security.md) ---- */
+  /* PEM bundle of the CAs trusted to sign the server's certificate; NULL
+   * (default) = the system's store. */
+  const char *tls_ca_file;
+  /* A directory of hashed CA certificates (c_rehash); default NULL. */
+  const char *tls_ca_dir;
+  /* The client's certificate and its private key (PEM), for servers that
+   * require mutual TLS (tls-auth-clients yes); default NULL (none). */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  /* The name sent as SNI and verified against the server's certificate;
+   * NULL (default) = the URL's host. */
+  const char *tls_server_name;
+  /* 1 (default): verify the server's certificate chain and name. 0: accept
+   * any certificate -- the connection is encrypted but not authenticated
+   * (anyone on the path can impersonate the server). The library never
+   * prints; the CLI warns. */
+  int tls_verify;
+  /* Private: what dlock_config_load allocated (freed by
+   * dlock_config_dispose). Never set. */
+  void *loaded;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -233,6 +255,29 @@ static inline int dlock_client_new(const dlock_config *cfg,
 }
 
 #endif /* !DLOCK_BUILDING */
+
+/* Reads the YAML file at path (Redisson's vocabulary: lockWatchdogTimeout,
+ * singleServerConfig / clusterServersConfig / sentinelServersConfig, ...;
+ * docs/config.md has every key) into cfg, which dlock_config_init prepared:
+ * the keys the file sets replace cfg's values, the others stay. Strings are
+ * copied into memory the config owns until dlock_config_dispose; values may
+ * come from the environment (${VAR}). Writes no field past cfg's recorded
+ * size (docs/abi.md).
+ * Errors: DLOCK_EINVAL (NULL argument, cfg not set up by dlock_config_init,
+ * an unreadable file, a YAML syntax error, an unknown key, a wrong type or
+ * a bad value, an unset ${VAR}: dlock_last_error() names the file, line and
+ * column), DLOCK_ENOMEM. On error cfg is unchanged.
+ * Thread-safety: any thread, on a cfg no other thread uses. */
+DLOCK_SINCE(0, 2)
+DLOCK_API int dlock_config_load(const char *path, dlock_config *cfg);
+
+/* Frees what dlock_config_load allocated for cfg and resets the string
+ * fields it set to NULL (the other fields keep their values). A config that
+ * was never loaded is left as it is. NULL is ignored. dlock_client_new
+ * copies what it needs: disposing a config after creating clients with it
+ * is fine. Thread-safety: any thread, on a cfg no other thread uses. */
+DLOCK_SINCE(0, 2)
+DLOCK_API void dlock_config_dispose(dlock_config *cfg);
 
 /* Stops the background threads, closes every connection and releases the
  * client. Locks still held are not released: their renewal stops and they

@@ -36,6 +36,7 @@ void dlock_config_init_sized(dlock_config *cfg, size_t size) {
   d.lazy_connect = 0;
   d.subscription_linger_ms = 100;
   d.multiplex = 1;
+  d.tls_verify = 1;
   /* The caller owns `size` bytes: the fields that fit get their defaults,
    * bytes this library does not know (a newer header's fields) get zero. */
   memset(cfg, 0, size);
