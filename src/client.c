@@ -104,6 +104,23 @@ static int check_cfg(const dlock_config *cfg) {
   return 0;
 }
 
+/* A rediss:// client's TLS context, and its own copy of the name links
+ * verify: the caller's strings are borrowed for dlock_client_new only. */
+static int tls_init(dlock_client *c) {
+  int rc = dlock__tls_ctx_new(&c->cfg, &c->tls_ctx);
+  c->cfg.tls_ca_file = c->cfg.tls_ca_dir = NULL; /* loaded: not kept */
+  c->cfg.tls_cert_file = c->cfg.tls_key_file = NULL;
+  if (rc == 0 && c->cfg.tls_server_name &&
+      !(c->cfg.tls_server_name = c->tls_name =
+            dlock__strdup(c->cfg.tls_server_name)))
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  if (rc) {
+    dlock__tls_ctx_free(c->tls_ctx);
+    c->tls_ctx = NULL;
+  }
+  return rc;
+}
+
 /* The URL (copied and parsed), the client's UUID, and the unlock latch's
  * TTL. 0 or DLOCK_EINVAL / DLOCK_ENOMEM, with nothing left to free. */
 static int identity_init(dlock_client *c, const char *url) {
@@ -113,6 +130,11 @@ static int identity_init(dlock_client *c, const char *url) {
   c->cfg.url = c->url_str;
   int rc = dlock__url_parse(c->url_str, &c->url);
   if (rc) {
+    free(c->url_str);
+    return rc;
+  }
+  if (c->url.tls && (rc = tls_init(c)) != 0) {
+    dlock__url_free(&c->url);
     free(c->url_str);
     return rc;
   }
@@ -127,6 +149,8 @@ static int identity_init(dlock_client *c, const char *url) {
 }
 
 static void identity_free(dlock_client *c) {
+  dlock__tls_ctx_free(c->tls_ctx);
+  free(c->tls_name);
   dlock__url_free(&c->url);
   free(c->url_str);
 }

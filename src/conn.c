@@ -190,7 +190,7 @@ struct dlock__mreq {
   int err;       /* DLOCK_E* when done without a reply */
   int timed_out; /* the read timed out */
   int fresh;     /* the connection was opened for this request */
-  char msg[192];
+  char msg[256];
 };
 
 static _Thread_local pthread_cond_t t_mux_cv;
@@ -267,7 +267,7 @@ static void mux_read(dlock__node *n, dlock__mreq *req) {
     redisReply *r = dlock__link_reply(l);
     pthread_mutex_lock(&m->mu);
     if (!r || !m->head) {
-      char why[160];
+      char why[200];
       if (r)
         snprintf(why, sizeof why, "reply without a request (protocol error)");
       else
@@ -308,7 +308,7 @@ typedef struct attempt {
   int sent;          /* bytes of the command may have reached the server */
   int fresh;         /* the connection was opened for this attempt */
   int timed_out;     /* no reply within the command timeout */
-  char msg[192];
+  char msg[256];
 } attempt;
 
 static void attempt_fail(attempt *a, int err, const char *msg) {
@@ -390,10 +390,13 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
   redisReply *r =
       dlock__link_send(l, b->p, b->len) == 0 ? dlock__link_reply(l) : NULL;
   if (!r) {
-    char why[160];
+    char why[200];
     link_why(l, n->c->cfg.command_timeout_ms, why, sizeof why);
     a->timed_out = l->err == DLOCK__LINK_TIMEOUT;
-    attempt_fail(a, l->err == DLOCK__LINK_OOM ? DLOCK_ENOMEM : DLOCK_ECONN,
+    attempt_fail(a,
+                 l->err == DLOCK__LINK_OOM   ? DLOCK_ENOMEM
+                 : l->err == DLOCK__LINK_TLS ? DLOCK_ETLS
+                                             : DLOCK_ECONN,
                  why);
   }
   return r;
@@ -517,7 +520,17 @@ static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
   }
   if (r) {
     int retry = retryable_reply(r->str);
-    *rc = !retry && dlock__is_auth_error(r->str)
+    if (strstr(r->str, "NOPERM") ||
+        strstr(r->str, "can't run this command or subcommand"))
+      *rc = dlock__fail(DLOCK_EAUTH,
+                        "the ACL user lacks a permission dlock needs%s%s%s "
+                        "(docs/security.md has the minimal rule): %s",
+                        cmd->script ? " (in its script '" : "",
+                        cmd->script ? cmd->script->name : "",
+                        cmd->script ? "')" : "", r->str);
+    else
+      *rc =
+          !retry && dlock__is_auth_error(r->str)
               ? dlock__fail(DLOCK_EAUTH, "authentication required: %s", r->str)
               : dlock__fail(DLOCK_EREDIS, "%s", r->str);
     freeReplyObject(r);

@@ -253,6 +253,7 @@ void *dlock__map_del(dlock__map *m, const char *key, size_t klen);
 
 typedef struct dlock__url {
   int is_unix;
+  int tls;    /* rediss:// */
   char *host; /* TCP */
   int port;
   char *path; /* unix */
@@ -303,6 +304,22 @@ typedef struct dlock__link_ops {
 } dlock__link_ops;
 
 extern const dlock__link_ops dlock__plain_link_ops;
+extern const dlock__link_ops dlock__tls_link_ops;
+
+/* ---- TLS (tls.c) ---- */
+/* The client's TLS context from cfg's tls_* fields (CA file/dir or the
+ * system store, client certificate and key, verification): 0 and *out, or
+ * DLOCK_ETLS (a file that does not load, with OpenSSL's reason) /
+ * DLOCK_EINVAL / DLOCK_ENOMEM. */
+int dlock__tls_ctx_new(const dlock_config *cfg, void **out);
+void dlock__tls_ctx_free(void *ctx);
+/* Runs the TLS handshake on l's connected socket to host:port (bounded by
+ * timeout_ms)
+ * verifying the server as `name` (SNI too, unless an address) when verify;
+ * from then on l uses dlock__tls_link_ops. 0, or DLOCK_ETLS with the failed
+ * check in words (the caller frees l either way). */
+int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
+                      const char *name, int port, int verify, int timeout_ms);
 
 /* Why a link's last operation failed (dlock__link.err). */
 enum {
@@ -311,7 +328,8 @@ enum {
   DLOCK__LINK_EOF,     /* the server closed the connection */
   DLOCK__LINK_TIMEOUT, /* no progress within the link's timeout */
   DLOCK__LINK_PROTO,   /* the bytes were not RESP */
-  DLOCK__LINK_OOM
+  DLOCK__LINK_OOM,
+  DLOCK__LINK_TLS /* the TLS layer failed (errstr says how): DLOCK_ETLS */
 };
 
 /* Used by one thread at a time (the pool lends it out; the multiplexed
@@ -322,7 +340,9 @@ struct dlock__link {
   void *tls; /* the transport's state, when it has one */
   redisReader *reader;
   int err; /* DLOCK__LINK_*: the last failure */
-  char errstr[128];
+  char errstr[192];
+  int read_ms, write_ms; /* timeouts (0 = none), for transports that poll */
+  int tls_error;         /* the transport's last failure was TLS's own */
 };
 
 /* Connects to url with the client's timeouts (connect_timeout_ms, then
@@ -514,6 +534,8 @@ struct dlock_client {
   atomic_int refs;
   atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
   dlock__node node;       /* standalone: the only node. The router picks it. */
+  void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
+  char *tls_name;         /* copy of cfg.tls_server_name */
   int64_t latch_ttl_ms;
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */

@@ -77,9 +77,26 @@ static int link_err(dlock__link *l, int kind, const char *what) {
 }
 
 static int link_errno(dlock__link *l, int e) {
+  if (l->tls_error) {
+    l->tls_error = 0;
+    l->err = DLOCK__LINK_TLS; /* errstr was set by the transport */
+    return -1;
+  }
   if (e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT)
     return link_err(l, DLOCK__LINK_TIMEOUT, "timed out");
   return link_err(l, DLOCK__LINK_IO, strerror(e));
+}
+
+/* A TLS failure after the handshake. With TLS 1.3 a server that requires a
+ * client certificate refuses it only after the client's handshake is done:
+ * the alert arrives with the first reply. */
+static int tls_fail(const dlock__link *l, const char *what) {
+  if (strstr(l->errstr, "certificate required"))
+    return dlock__fail(DLOCK_ETLS,
+                       "%s: the server requires a client certificate "
+                       "(tls_cert_file and tls_key_file; mutual TLS): %s",
+                       what, l->errstr);
+  return dlock__fail(DLOCK_ETLS, "%s: %s", what, l->errstr);
 }
 
 int dlock__link_fail(const dlock__link *l, int timeout_ms, const char *what) {
@@ -93,6 +110,8 @@ int dlock__link_fail(const dlock__link *l, int timeout_ms, const char *what) {
     return dlock__fail(DLOCK_ENOMEM, "%s: out of memory", what);
   case DLOCK__LINK_PROTO:
     return dlock__fail(DLOCK_EPROTO, "%s: %s", what, l->errstr);
+  case DLOCK__LINK_TLS:
+    return tls_fail(l, what);
   default:
     return dlock__fail(DLOCK_ECONN, "%s: %s", what, l->errstr);
   }
@@ -106,6 +125,8 @@ static void set_timeout(int fd, int opt, int ms) {
 }
 
 void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms) {
+  l->read_ms = read_ms > 0 ? read_ms : 0;
+  l->write_ms = write_ms > 0 ? write_ms : 0;
   set_timeout(l->fd, SO_RCVTIMEO, read_ms > 0 ? read_ms : 0);
   set_timeout(l->fd, SO_SNDTIMEO, write_ms > 0 ? write_ms : 0);
 }
@@ -297,7 +318,15 @@ int dlock__link_open(dlock_client *c, const dlock__url *url,
   dlock__fd_track(fd);
   dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
                           c->cfg.command_timeout_ms);
-  int rc = handshake(l, url, c->cfg.command_timeout_ms);
+  int rc = 0;
+  if (url->tls) {
+    const char *name =
+        c->cfg.tls_server_name ? c->cfg.tls_server_name : url->host;
+    rc = dlock__tls_attach(l, c->tls_ctx, url->host, name, url->port,
+                           c->cfg.tls_verify, c->cfg.connect_timeout_ms);
+  }
+  if (rc == 0)
+    rc = handshake(l, url, c->cfg.command_timeout_ms);
   if (rc) {
     dlock__link_free(l);
     return rc;

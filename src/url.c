@@ -2,6 +2,7 @@
  * url.c -- parses the two URL forms the client accepts:
  *
  *   redis://[[user]:password@]host[:port][/db]
+ *   rediss://...  the same over TLS (link.c, tls.c)
  *   unix:///path/to/socket[?db=N&password=...&user=...]
  *
  * User and password may be percent-encoded. Every rejection names what is
@@ -243,7 +244,12 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     return parse_tcp(url, url + 8, u);
   if (strncmp(url, "unix://", 7) == 0)
     return parse_unix(url, url + 7, u);
-  if (strncmp(url, "rediss://", 9) == 0)
-    return bad(u, url, "TLS (rediss://) is not supported by this build");
-  return bad(u, url, "unknown scheme (expected redis:// or unix://)");
+  if (strncmp(url, "rediss://", 9) == 0) {
+    u->tls = 1;
+    int rc = parse_tcp(url, url + 9, u);
+    u->tls = rc == 0;
+    return rc;
+  }
+  return bad(u, url,
+             "unknown scheme (expected redis://, rediss:// or unix://)");
 }

@@ -1,0 +1,324 @@
+/*
+ * tls.c -- the TLS transport of a link (OpenSSL), for rediss:// URLs.
+ *
+ * A client whose URL is rediss:// makes one SSL_CTX (dlock__tls_ctx_new:
+ * the trusted CAs, the client certificate, verification on or off) and
+ * every link it opens runs a handshake over its connected socket
+ * (dlock__tls_attach), after which the link's function table is this
+ * file's: the router, the subscriber and the watchdog read and write
+ * through it unchanged.
+ *
+ * THREADS. The shared (multiplexed) connection has writers and one reader
+ * at a time working on it concurrently; one SSL object cannot be used by
+ * two threads at once. So a TLS link's socket is non-blocking and every
+ * SSL_read / SSL_write runs under the link's own mutex for one
+ * non-blocking step; the waiting (poll, bounded by the link's timeouts)
+ * happens outside it. A reader waiting for a reply never keeps a writer
+ * from sending.
+ *
+ * ERRORS are DLOCK_ETLS with the failed check in words: the certificate
+ * verification error ("unable to get local issuer certificate", "Hostname
+ * mismatch" with the name expected and the names the certificate holds),
+ * or the server's alert (a client certificate it requires and did not
+ * get).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "internal.h"
+
+typedef struct tls_state {
+  SSL *ssl;
+  pthread_mutex_t mu; /* one SSL call at a time */
+} tls_state;
+
+/* ---- the client's context ------------------------------------------------ */
+
+/* The last OpenSSL error in words (and the queue cleared). */
+static const char *ssl_err_text(char *buf, size_t n) {
+  unsigned long e = ERR_get_error();
+  if (!e)
+    snprintf(buf, n, "%s", "no detail from OpenSSL");
+  else
+    ERR_error_string_n(e, buf, n);
+  ERR_clear_error();
+  return buf;
+}
+
+static int ctx_fail(SSL_CTX *ctx, const char *what, const char *path) {
+  char e[200];
+  ssl_err_text(e, sizeof e);
+  SSL_CTX_free(ctx);
+  return dlock__fail(DLOCK_ETLS, "TLS: %s '%s': %s", what, path ? path : "", e);
+}
+
+int dlock__tls_ctx_new(const dlock_config *cfg, void **out) {
+  *out = NULL;
+  SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+  if (!ctx)
+    return dlock__fail(DLOCK_ENOMEM, "TLS: cannot create a context");
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (cfg->tls_ca_file || cfg->tls_ca_dir) {
+    if (SSL_CTX_load_verify_locations(ctx, cfg->tls_ca_file, cfg->tls_ca_dir) !=
+        1)
+      return ctx_fail(ctx, "cannot load the CA certificates",
+                      cfg->tls_ca_file ? cfg->tls_ca_file : cfg->tls_ca_dir);
+  } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    return ctx_fail(ctx, "cannot load the system's CA store", NULL);
+  }
+  if ((cfg->tls_cert_file != NULL) != (cfg->tls_key_file != NULL)) {
+    SSL_CTX_free(ctx);
+    return dlock__fail(DLOCK_EINVAL, "TLS: tls_cert_file and tls_key_file go "
+                                     "together (a client certificate needs "
+                                     "its key)");
+  }
+  if (cfg->tls_cert_file) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_file) != 1)
+      return ctx_fail(ctx, "cannot load the client certificate",
+                      cfg->tls_cert_file);
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key_file, SSL_FILETYPE_PEM) !=
+        1)
+      return ctx_fail(ctx, "cannot load the client key", cfg->tls_key_file);
+    if (SSL_CTX_check_private_key(ctx) != 1)
+      return ctx_fail(ctx, "the client key does not match the certificate",
+                      cfg->tls_key_file);
+  }
+  SSL_CTX_set_verify(ctx, cfg->tls_verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
+                     NULL);
+  *out = ctx;
+  return 0;
+}
+
+void dlock__tls_ctx_free(void *ctx) { SSL_CTX_free(ctx); }
+
+/* ---- waiting on the non-blocking socket ---------------------------------- */
+
+/* Waits until fd is ready for events, at most ms (0 = no bound). 0, or -1
+ * with errno EAGAIN (timed out) or poll's error. */
+static int wait_fd(int fd, short events, int ms) {
+  int64_t until = ms > 0 ? dlock__now_ms() + ms : -1;
+  for (;;) {
+    int left = -1;
+    if (until >= 0) {
+      int64_t l = until - dlock__now_ms();
+      if (l <= 0) {
+        errno = EAGAIN;
+        return -1;
+      }
+      left = (int)l;
+    }
+    struct pollfd p = {fd, events, 0};
+    int r = poll(&p, 1, left);
+    if (r > 0)
+      return 0;
+    if (r < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+/* What an SSL call's failure asks for: 1 wait for reading, 2 for writing,
+ * 0 the stream ended cleanly, -1 an error (errno set; the link's errstr
+ * says what OpenSSL said). */
+static int ssl_want(dlock__link *l, int ret) {
+  tls_state *t = l->tls;
+  int e = SSL_get_error(t->ssl, ret);
+  if (e == SSL_ERROR_WANT_READ)
+    return 1;
+  if (e == SSL_ERROR_WANT_WRITE)
+    return 2;
+  if (e == SSL_ERROR_ZERO_RETURN)
+    return 0;
+  if (e == SSL_ERROR_SYSCALL) {
+    ERR_clear_error();
+    if (errno == 0)
+      errno = ECONNRESET;
+    return -1;
+  }
+  char buf[160];
+  snprintf(l->errstr, sizeof l->errstr, "TLS: %s",
+           ssl_err_text(buf, sizeof buf));
+  l->tls_error = 1;
+  errno = EPROTO;
+  return -1;
+}
+
+/* One SSL_read or SSL_write of up to n bytes, waiting as it asks, bounded
+ * by the link's timeout. Like recv/send: > 0, 0 (end), -1 with errno. */
+static ssize_t ssl_io(dlock__link *l, void *buf, size_t n, int writing) {
+  tls_state *t = l->tls;
+  int ms = writing ? l->write_ms : l->read_ms;
+  int cap = n > INT32_MAX ? INT32_MAX : (int)n;
+  for (;;) {
+    pthread_mutex_lock(&t->mu);
+    ERR_clear_error();
+    int r = writing ? SSL_write(t->ssl, buf, cap) : SSL_read(t->ssl, buf, cap);
+    int want = r > 0 ? 3 : ssl_want(l, r);
+    pthread_mutex_unlock(&t->mu);
+    if (want == 3)
+      return r;
+    if (want <= 0)
+      return want;
+    if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, ms) != 0)
+      return -1;
+  }
+}
+
+static ssize_t tls_read(dlock__link *l, void *buf, size_t n) {
+  return ssl_io(l, buf, n, 0);
+}
+
+static ssize_t tls_write(dlock__link *l, const void *buf, size_t n) {
+  return ssl_io(l, (void *)buf, n, 1);
+}
+
+static size_t tls_pending(const dlock__link *l) {
+  tls_state *t = l->tls;
+  pthread_mutex_lock(&t->mu);
+  int p = SSL_pending(t->ssl);
+  pthread_mutex_unlock(&t->mu);
+  return p > 0 ? (size_t)p : 0;
+}
+
+static void tls_close(dlock__link *l) {
+  tls_state *t = l->tls;
+  if (!t)
+    return;
+  /* No close_notify: it could block on a dead peer, and Redis does not
+   * need one. */
+  SSL_free(t->ssl);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+  l->tls = NULL;
+}
+
+const dlock__link_ops dlock__tls_link_ops = {"tls", tls_read, tls_write,
+                                             tls_pending, tls_close};
+
+/* ---- the handshake --------------------------------------------------------
+ */
+
+/* What the verification refused, captured by the callback (one handshake
+ * per thread at a time). */
+static _Thread_local char t_verify_why[400];
+
+static void cert_names(X509 *cert, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = '\0';
+  GENERAL_NAMES *names =
+      X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+  for (int i = 0; names && i < sk_GENERAL_NAME_num(names) && len < n; i++) {
+    const GENERAL_NAME *g = sk_GENERAL_NAME_value(names, i);
+    char ip[64] = "";
+    if (g->type == GEN_DNS)
+      len +=
+          (size_t)snprintf(buf + len, n - len, "%sDNS:%s", len ? ", " : "",
+                           (const char *)ASN1_STRING_get0_data(g->d.dNSName));
+    else if (g->type == GEN_IPADD && g->d.iPAddress->length == 4 &&
+             inet_ntop(AF_INET, ASN1_STRING_get0_data(g->d.iPAddress), ip,
+                       sizeof ip))
+      len +=
+          (size_t)snprintf(buf + len, n - len, "%sIP:%s", len ? ", " : "", ip);
+  }
+  GENERAL_NAMES_free(names);
+  if (len == 0) {
+    X509_NAME_oneline(X509_get_subject_name(cert), buf, (int)n);
+  }
+}
+
+static int verify_cb(int ok, X509_STORE_CTX *st) {
+  if (ok || t_verify_why[0])
+    return ok;
+  int e = X509_STORE_CTX_get_error(st);
+  X509 *cert = X509_STORE_CTX_get_current_cert(st);
+  char names[240] = "";
+  if (cert)
+    cert_names(cert, names, sizeof names);
+  snprintf(t_verify_why, sizeof t_verify_why,
+           "certificate verification failed: %s (certificate at depth %d: "
+           "%s)",
+           X509_verify_cert_error_string(e), X509_STORE_CTX_get_error_depth(st),
+           names);
+  return ok;
+}
+
+/* 1 if s is an IPv4 or IPv6 address literal. */
+static int is_ip(const char *s) {
+  unsigned char b[16];
+  return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
+}
+
+/* The expected name: SNI (not for an address) and the verified host. */
+static int set_peer_name(SSL *ssl, const char *name, int verify) {
+  if (!is_ip(name) && SSL_set_tlsext_host_name(ssl, name) != 1)
+    return -1;
+  if (!verify)
+    return 0;
+  if (is_ip(name))
+    return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 ? 0
+                                                                         : -1;
+  return SSL_set1_host(ssl, name) == 1 ? 0 : -1;
+}
+
+static int handshake_fail(dlock__link *l, const char *host, const char *name,
+                          int port, int timed_out) {
+  char e[200];
+  if (timed_out)
+    return dlock__fail(DLOCK_ETLS,
+                       "TLS handshake with %s:%d: no answer in time", host,
+                       port);
+  if (t_verify_why[0])
+    return dlock__fail(DLOCK_ETLS,
+                       "TLS handshake with %s:%d refused the server: %s "
+                       "(expected name '%s')",
+                       host, port, t_verify_why, name);
+  return dlock__fail(DLOCK_ETLS, "TLS handshake with %s:%d failed: %s", host,
+                     port,
+                     l->errstr[0] ? l->errstr : ssl_err_text(e, sizeof e));
+}
+
+int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
+                      const char *name, int port, int verify, int timeout_ms) {
+  tls_state *t = dlock__calloc(1, sizeof *t);
+  SSL *ssl = t ? SSL_new(ctx) : NULL;
+  if (!ssl) {
+    free(t);
+    return dlock__fail(DLOCK_ENOMEM, "TLS: cannot create a session");
+  }
+  pthread_mutex_init(&t->mu, NULL);
+  t->ssl = ssl;
+  l->tls = t;
+  l->ops = &dlock__tls_link_ops; /* from now on close frees the session */
+  int fl = fcntl(l->fd, F_GETFL);
+  if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+      SSL_set_fd(ssl, l->fd) != 1 || set_peer_name(ssl, name, verify) != 0)
+    return dlock__fail(DLOCK_ETLS, "TLS: cannot set up the session for %s",
+                       name);
+  if (verify)
+    SSL_set_verify(ssl, SSL_VERIFY_PEER, verify_cb);
+  t_verify_why[0] = '\0';
+  l->errstr[0] = '\0';
+  for (;;) {
+    ERR_clear_error();
+    int r = SSL_connect(ssl);
+    if (r == 1)
+      return 0;
+    int want = ssl_want(l, r);
+    if (want <= 0)
+      return handshake_fail(l, host, name, port, 0);
+    if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, timeout_ms) != 0)
+      return handshake_fail(l, host, name, port, errno == EAGAIN);
+  }
+}

@@ -1,0 +1,313 @@
+/*
+ * test_tls.c -- rediss:// against a real TLS-only redis-server, with a CA,
+ * server and client certificates made by openssl(1) at test time (nothing
+ * committed); and ACL users with exactly the permissions dlock needs.
+ */
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "th.h"
+
+typedef struct certs {
+  char ca[512], srv_crt[512], srv_key[512], cli_crt[512], cli_key[512];
+  char other_ca[512];
+} certs;
+
+static void sh(const char *cmd) {
+  int rc = system(cmd);
+  CHECK_MSG(rc == 0, "command failed (%d): %s", rc, cmd);
+}
+
+/* A CA, a server certificate for localhost / 127.0.0.1 and a client
+ * certificate signed by it, and a second CA that signed nothing we use. */
+static void make_certs(certs *k) {
+  snprintf(k->ca, sizeof k->ca, "%s", th_tmpfile("ca.crt"));
+  snprintf(k->srv_crt, sizeof k->srv_crt, "%s", th_tmpfile("srv.crt"));
+  snprintf(k->srv_key, sizeof k->srv_key, "%s", th_tmpfile("srv.key"));
+  snprintf(k->cli_crt, sizeof k->cli_crt, "%s", th_tmpfile("cli.crt"));
+  snprintf(k->cli_key, sizeof k->cli_key, "%s", th_tmpfile("cli.key"));
+  snprintf(k->other_ca, sizeof k->other_ca, "%s", th_tmpfile("other.crt"));
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", k->ca);
+  *strrchr(dir, '/') = '\0';
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && exec >openssl.log 2>&1 && set -e && "
+           "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
+           "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 "
+           "  -subj /CN=dlock-test-ca && "
+           "openssl req -x509 $K -keyout other.key -out other.crt -days 2 "
+           "  -subj /CN=dlock-other-ca && "
+           "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' >srv.ext && "
+           "openssl req $K -keyout srv.key -out srv.csr -subj /CN=localhost && "
+           "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key "
+           "  -CAcreateserial -out srv.crt -days 2 -extfile srv.ext && "
+           "openssl req $K -keyout cli.key -out cli.csr -subj /CN=dlock-client "
+           "&& openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key "
+           "  -CAcreateserial -out cli.crt -days 2",
+           dir);
+  sh(cmd);
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* A TLS-only server (its unix socket stays plain, for the harness). */
+static th_redis *tls_server(const certs *k, int auth_clients, int *port) {
+  *port = free_port();
+  char conf[4096];
+  snprintf(conf, sizeof conf,
+           "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+           "tls-ca-cert-file %s\ntls-auth-clients %s\n",
+           *port, k->srv_crt, k->srv_key, k->ca, auth_clients ? "yes" : "no");
+  return th_redis_new(0, conf);
+}
+
+static dlock_config tls_cfg(const certs *k, int port, char *url, size_t n) {
+  snprintf(url, n, "rediss://127.0.0.1:%d", port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.tls_ca_file = k->ca;
+  cfg.connect_timeout_ms = 3000;
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 100;
+  return cfg;
+}
+
+typedef struct waiter {
+  dlock_mutex *m;
+  int rc;
+} waiter;
+
+static void *wait_lock(void *p) {
+  waiter *w = p;
+  w->rc = dlock_mutex_timedlock(w->m, 20000, -1);
+  if (w->rc == 0)
+    w->rc = dlock_mutex_unlock(w->m);
+  return NULL;
+}
+
+/* Lock, a waiter woken over pub/sub, watchdog renewals and force unlock,
+ * everything over TLS; on both transports. */
+static void everything_over_tls(int multiplex) {
+  certs k;
+  make_certs(&k);
+  int port;
+  th_redis *r = tls_server(&k, 0, &port);
+  char url[128];
+  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
+  cfg.multiplex = multiplex;
+  cfg.watchdog_timeout_ms = 900;
+  dlock_client *a, *b;
+  CHECK_OK(dlock_client_new(&cfg, &a));
+  CHECK_OK(dlock_client_new(&cfg, &b));
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new(a, "tls-lock", &ma));
+  CHECK_OK(dlock_mutex_new(b, "tls-lock", &mb));
+  CHECK_OK(dlock_mutex_lock(ma));
+  CHECK_EQ(th_cmd_int(r, "EXISTS tls-lock"), 1);
+  waiter w = {mb, 1};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_lock, &w);
+  th_sleep_ms(2000); /* two watchdog periods at least: renewed over TLS */
+  CHECK_EQ(dlock_mutex_is_held(ma), 1);
+  CHECK_EQ(th_cmd_int(r, "EXISTS tls-lock"), 1);
+  CHECK_OK(dlock_mutex_unlock(ma));
+  pthread_join(t, NULL);
+  CHECK_OK(w.rc); /* handed over through the TLS subscriber */
+  CHECK_OK(dlock_mutex_lock(mb));
+  CHECK_EQ(dlock_mutex_force_unlock(ma), 1);
+  CHECK_EQ(th_cmd_int(r, "EXISTS tls-lock"), 0);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TH_CASE_T(lock_wait_renew_force_over_tls, 120, "slow") {
+  everything_over_tls(1);
+}
+
+TH_CASE_T(lock_wait_renew_force_over_tls_pool, 120, "slow") {
+  everything_over_tls(0);
+}
+
+static void expect_tls_error(dlock_config *cfg, const char *a, const char *b) {
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_new(cfg, &c), DLOCK_ETLS);
+  const char *e = dlock_last_error();
+  CHECK_MSG(strstr(e, a) && (!b || strstr(e, b)), "message: %s", e);
+  CHECK(c == NULL);
+}
+
+TH_CASE(wrong_ca_refused) {
+  certs k;
+  make_certs(&k);
+  int port;
+  th_redis_new(0, NULL); /* a plain one too: nothing leaks between them */
+  tls_server(&k, 0, &port);
+  char url[128];
+  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
+  cfg.tls_ca_file = k.other_ca;
+  expect_tls_error(&cfg, "certificate verification failed", "dlock-test-ca");
+  /* The system store does not know the test CA either. */
+  cfg.tls_ca_file = NULL;
+  expect_tls_error(&cfg, "certificate verification failed", NULL);
+  /* Verification off: encrypted, not authenticated -- and it works. */
+  cfg.tls_ca_file = k.other_ca;
+  cfg.tls_verify = 0;
+  dlock_client *c;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "tls-noverify", &m));
+  CHECK_OK(dlock_mutex_trylock(m));
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(wrong_server_name_refused) {
+  certs k;
+  make_certs(&k);
+  int port;
+  tls_server(&k, 0, &port);
+  char url[128];
+  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
+  cfg.tls_server_name = "wrong.example";
+  expect_tls_error(&cfg, "hostname mismatch", "wrong.example");
+  CHECK_MSG(strstr(dlock_last_error(), "DNS:localhost"), "message: %s",
+            dlock_last_error());
+  /* The certificate's own names pass: "localhost", and the address. */
+  cfg.tls_server_name = "localhost";
+  dlock_client *c;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_client_free(c);
+  char url2[128];
+  snprintf(url2, sizeof url2, "rediss://localhost:%d", port);
+  cfg.url = url2;
+  cfg.tls_server_name = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_client_free(c);
+}
+
+TH_CASE(mutual_tls) {
+  certs k;
+  make_certs(&k);
+  int port;
+  tls_server(&k, 1, &port);
+  char url[128];
+  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
+  expect_tls_error(&cfg, "client certificate", NULL);
+  cfg.tls_cert_file = k.cli_crt;
+  dlock_client *c;
+  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_EINVAL); /* no key given */
+  cfg.tls_key_file = k.cli_key;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "tls-mutual", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  cfg.tls_key_file = k.srv_key; /* not this certificate's key */
+  expect_tls_error(&cfg, "client key", "mismatch");
+}
+
+/* ---- ACL users ------------------------------------------------------------
+ * The minimal rule of docs/security.md: the commands dlock sends and the
+ * ones its scripts call, nothing else. */
+#define DLOCK_ACL_COMMANDS                                                     \
+  "-@all +ping +auth +select +evalsha +eval +script|load +subscribe "          \
+  "+unsubscribe +publish +get +set +del +exists +type +pttl +pexpire +time "   \
+  "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
+  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
+  "+zrange +zrem +zscore"
+
+static dlock_client *acl_client(th_redis *r, const char *user) {
+  char url[512];
+  snprintf(url, sizeof url, "unix://%s?user=%s&password=pw-%s", r->sock, user,
+           user);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.retry_attempts = 0;
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  return c;
+}
+
+static void set_user(th_redis *r, const char *user, const char *rule) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "ACL SETUSER %s on >pw-%s ~* &* %s", user, user,
+           rule);
+  redisReply *x = th_cmd(r, cmd);
+  CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "ACL SETUSER failed: %s",
+            x && x->str ? x->str : "(no reply)");
+  freeReplyObject(x);
+}
+
+TH_CASE(acl_minimal_user_works_and_missing_rights_are_named) {
+  th_redis *r = th_redis_new(0, NULL);
+  set_user(r, "dlock", DLOCK_ACL_COMMANDS);
+  dlock_client *c = acl_client(r, "dlock"), *c2 = acl_client(r, "dlock");
+  dlock_mutex *m, *m2;
+  CHECK_OK(dlock_mutex_new(c, "acl-lock", &m));
+  CHECK_OK(dlock_mutex_new(c2, "acl-lock", &m2));
+  CHECK_OK(dlock_mutex_lock(m));
+  waiter w = {m2, 1};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_lock, &w);
+  th_sleep_ms(300);
+  CHECK_OK(dlock_mutex_unlock(m));
+  pthread_join(t, NULL);
+  CHECK_OK(w.rc);
+  dlock_sem *s;
+  CHECK_OK(dlock_sem_new(c, "acl-sem", &s));
+  CHECK_OK(dlock_sem_init(s, 1));
+  CHECK_OK(dlock_sem_wait(s));
+  CHECK_OK(dlock_sem_post(s));
+  dlock_sem_free(s);
+  dlock_mutex_free(m);
+  dlock_mutex_free(m2);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+
+  set_user(r, "noeval", "-@all +ping +auth +select");
+  c = acl_client(r, "noeval");
+  CHECK_OK(dlock_mutex_new(c, "acl-lock", &m));
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EAUTH);
+  CHECK_MSG(strstr(dlock_last_error(), "evalsha") &&
+                strstr(dlock_last_error(), "docs/security.md"),
+            "message: %s", dlock_last_error());
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+
+  set_user(r, "nopublish", DLOCK_ACL_COMMANDS " -publish");
+  c = acl_client(r, "nopublish");
+  CHECK_OK(dlock_mutex_new(c, "acl-lock2", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EAUTH);
+  CHECK_MSG(strstr(dlock_last_error(), "'unlock'") &&
+                strstr(dlock_last_error(), "docs/security.md"),
+            "message: %s", dlock_last_error());
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_MAIN()
