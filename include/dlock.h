@@ -149,7 +149,8 @@ typedef struct dlock_config {
   uint32_t abi_magic;
   uint32_t abi_size;
   /* redis://[[user]:password@]host[:port][/db] or
-   * unix:///path/to/socket[?db=N&password=...&user=...].
+   * unix:///path/to/socket[?db=N&password=...&user=...], or
+   * rediss://... (the redis:// form over TLS: the tls_* fields below).
    * NULL means "redis://127.0.0.1:6379". Copied by dlock_client_new. */
   const char *url;
   int connect_timeout_ms;  /* per connection attempt; default 10000 */

@@ -522,7 +522,9 @@ static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
     int retry = retryable_reply(r->str);
     if (strstr(r->str, "NOPERM") ||
         strstr(r->str, "can't run this command or subcommand"))
-      *rc = dlock__fail(DLOCK_EAUTH,
+      /* DLOCK_EREDIS, as every refusal by the server after login (issue
+       * 9.7's callers rely on it); the message says what to grant. */
+      *rc = dlock__fail(DLOCK_EREDIS,
                         "the ACL user lacks a permission dlock needs%s%s%s "
                         "(docs/security.md has the minimal rule): %s",
                         cmd->script ? " (in its script '" : "",

@@ -291,7 +291,7 @@ TH_CASE(acl_minimal_user_works_and_missing_rights_are_named) {
   set_user(r, "noeval", "-@all +ping +auth +select");
   c = acl_client(r, "noeval");
   CHECK_OK(dlock_mutex_new(c, "acl-lock", &m));
-  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EAUTH);
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EREDIS);
   CHECK_MSG(strstr(dlock_last_error(), "evalsha") &&
                 strstr(dlock_last_error(), "docs/security.md"),
             "message: %s", dlock_last_error());
@@ -302,7 +302,7 @@ TH_CASE(acl_minimal_user_works_and_missing_rights_are_named) {
   c = acl_client(r, "nopublish");
   CHECK_OK(dlock_mutex_new(c, "acl-lock2", &m));
   CHECK_OK(dlock_mutex_lock(m));
-  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EAUTH);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_EREDIS);
   CHECK_MSG(strstr(dlock_last_error(), "'unlock'") &&
                 strstr(dlock_last_error(), "docs/security.md"),
             "message: %s", dlock_last_error());
