@@ -472,9 +472,11 @@ static void ps_connect(dlock_client *c, ps_state *ps) {
     on_disconnect(c, ps);
     return;
   }
-  /* Reads are driven by poll; a read timeout would only add noise. Writes
-   * (a few (UN)SUBSCRIBEs) keep theirs. */
-  dlock__link_set_timeout(l, 0, c->cfg.command_timeout_ms);
+  /* Reads are driven by poll, so a plain read never waits; the timeout
+   * bounds a TLS record that arrived in part (the rest never coming
+   * would otherwise hold this thread, and dlock_client_free with it). */
+  dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
+                          c->cfg.command_timeout_ms);
   ps->link = l;
   ps->backoff = 50;
   pthread_mutex_lock(&c->ps.mu);

@@ -148,6 +148,63 @@ TH_CASE_T(lock_wait_renew_force_over_tls_pool, 120, "slow") {
   everything_over_tls(0);
 }
 
+/* Many threads on one multiplexed TLS connection: writers and the reader
+ * work on one SSL session at once (tls.c serialises each SSL call). The
+ * counter, read and written under the lock, comes out exact. */
+typedef struct pounder {
+  dlock_client *c;
+  th_redis *r;
+  int errors;
+} pounder;
+
+static void *pound(void *p) {
+  pounder *a = p;
+  dlock_mutex *m;
+  if (dlock_mutex_new(a->c, "tls-shared", &m) != 0) {
+    a->errors++;
+    return NULL;
+  }
+  for (int i = 0; i < 150; i++) {
+    if (dlock_mutex_lock(m) != 0) {
+      a->errors++;
+      continue;
+    }
+    long long v = th_get_ll(a->r, "tls-counter");
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "SET tls-counter %lld", v + 1);
+    freeReplyObject(th_cmd(a->r, cmd));
+    if (dlock_mutex_unlock(m) != 0)
+      a->errors++;
+  }
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+TH_CASE_T(threads_share_one_tls_connection, 120, "slow") {
+  certs k;
+  make_certs(&k);
+  int port;
+  th_redis *r = tls_server(&k, 0, &port);
+  char url[128];
+  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
+  dlock_client *c;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  freeReplyObject(th_cmd(r, "SET tls-counter 0"));
+  enum { N = 6 };
+  pthread_t t[N];
+  pounder a[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (pounder){c, r, 0};
+    pthread_create(&t[i], NULL, pound, &a[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ(a[i].errors, 0);
+  }
+  CHECK_EQ(th_get_ll(r, "tls-counter"), N * 150);
+  dlock_client_free(c);
+}
+
 static void expect_tls_error(dlock_config *cfg, const char *a, const char *b) {
   dlock_client *c = NULL;
   CHECK_RC(dlock_client_new(cfg, &c), DLOCK_ETLS);
