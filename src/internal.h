@@ -313,6 +313,8 @@ extern const dlock__link_ops dlock__tls_link_ops;
  * DLOCK_EINVAL / DLOCK_ENOMEM. */
 int dlock__tls_ctx_new(const dlock_config *cfg, void **out);
 void dlock__tls_ctx_free(void *ctx);
+/* 1 if the TLS link l presents a client certificate. */
+int dlock__tls_has_client_cert(const dlock__link *l);
 /* Runs the TLS handshake on l's connected socket to host:port (bounded by
  * timeout_ms)
  * verifying the server as `name` (SNI too, unless an address) when verify;

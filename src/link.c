@@ -253,6 +253,25 @@ static int is_auth_error(const char *s) {
 
 int dlock__is_auth_error(const char *s) { return is_auth_error(s); }
 
+/* The first command on a link failed. Over TLS 1.3 a server that wants a
+ * client certificate we did not send refuses only after our handshake is
+ * done: its alert comes with the first reply -- or, when our command
+ * reaches it after it closed, a reset that discards the alert. Either way
+ * the caller hears what most likely happened. */
+static int first_reply_failed(const dlock__link *l, int timeout_ms) {
+  int closed = l->err == DLOCK__LINK_EOF ||
+               (l->err == DLOCK__LINK_IO && strstr(l->errstr, "reset"));
+  if (l->ops == &dlock__tls_link_ops && closed &&
+      !dlock__tls_has_client_cert(l))
+    return dlock__fail(DLOCK_ETLS,
+                       "handshake: the server closed the TLS connection "
+                       "right after the TLS handshake: it most likely "
+                       "requires a client certificate (tls_cert_file and "
+                       "tls_key_file; mutual TLS) (%s)",
+                       l->errstr);
+  return dlock__link_fail(l, timeout_ms, "handshake");
+}
+
 /* AUTH (or PING) and SELECT on a fresh link. */
 static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
   redisReply *r;
@@ -269,7 +288,7 @@ static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
     r = dlock__link_cmd(l, 1, av, al);
   }
   if (!r)
-    return dlock__link_fail(l, timeout_ms, "handshake");
+    return first_reply_failed(l, timeout_ms);
   if (r->type == REDIS_REPLY_ERROR) {
     int rc =
         is_auth_error(r->str) || url->password

@@ -184,6 +184,11 @@ static ssize_t tls_write(dlock__link *l, const void *buf, size_t n) {
   return ssl_io(l, (void *)buf, n, 1);
 }
 
+int dlock__tls_has_client_cert(const dlock__link *l) {
+  tls_state *t = l->tls;
+  return t && SSL_get_certificate(t->ssl) != NULL;
+}
+
 static size_t tls_pending(const dlock__link *l) {
   tls_state *t = l->tls;
   pthread_mutex_lock(&t->mu);
@@ -276,9 +281,8 @@ static int handshake_fail(dlock__link *l, const char *host, const char *name,
                           int port, int timed_out) {
   char e[200];
   if (timed_out)
-    return dlock__fail(DLOCK_ETLS,
-                       "TLS handshake with %s:%d: no answer in time", host,
-                       port);
+    return dlock__fail(
+        DLOCK_ETLS, "TLS handshake with %s:%d: no answer in time", host, port);
   if (t_verify_why[0])
     return dlock__fail(DLOCK_ETLS,
                        "TLS handshake with %s:%d refused the server: %s "
