@@ -815,6 +815,10 @@ static void add_db(const loader *ld, dlock__sb *b) {
 
 static int bad_address(const loader *ld, yaml_mark_t m, const char *addr,
                        const char *forms) {
+  if (strchr(addr, '@')) /* not echoed: it may hold a password */
+    return at(ld, m,
+              "an address holds no credentials: give them as username and "
+              "password");
   return at(ld, m, "address '%.80s' is not %s", addr, forms);
 }
 
