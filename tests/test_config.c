@@ -450,17 +450,22 @@ TH_CASE(error_values) {
 TH_CASE(error_addresses) {
   const char *single = "is not redis://host:port, rediss://host:port or "
                        "unix:///path/to/socket";
-  const char *bad[] = {"http://h:1",    "redis://",        "redis://h:0",
-                       "redis://h:x",   "redis://h:65536", "redis://u:p@h",
-                       "redis://h:1/2", "redis://h?x=1",   "redis://:1",
-                       "redis://[::1",  "unix://relative", "unix:///s?db=1",
-                       "redis://a b:1", "redis://h1,h2"};
+  const char *bad[] = {"http://h:1",      "redis://",        "redis://h:0",
+                       "redis://h:x",     "redis://h:65536", "redis://h:1/2",
+                       "redis://h?x=1",   "redis://:1",      "redis://[::1",
+                       "unix://relative", "unix:///s?db=1",  "redis://a b:1",
+                       "redis://h1,h2"};
   char text[256];
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(text, sizeof text, "singleServerConfig:\n  address: '%s'\n",
              bad[i]);
     expect_error(text, "2:12", single);
   }
+  /* Not echoed: the address may hold a password. */
+  expect_error("singleServerConfig:\n  address: redis://u:secret@h\n", "2:12",
+               "an address holds no credentials: give them as username and "
+               "password");
+  CHECK(strstr(dlock_last_error(), "secret") == NULL);
   expect_error("singleServerConfig:\n  password: x\n", "1:1",
                "singleServerConfig needs an address");
   expect_error("singleServerConfig:\n", "1:1",
