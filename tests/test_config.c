@@ -27,14 +27,15 @@ static int load_text(const char *text, dlock_config *cfg) {
 /* The file fails to load with DLOCK_EINVAL, the message "PATH:POS: ..."
  * containing want, and cfg (loaded with a first file) unchanged. */
 static void expect_error(const char *text, const char *pos, const char *want) {
-  dlock_config cfg, before;
+  dlock_config cfg;
   dlock_config_init(&cfg);
   CHECK_OK(load_text("singleServerConfig:\n"
                      "  address: redis://first:1\n"
                      "  sslCaFile: /first/ca.pem\n",
                      &cfg));
   cfg.pool_size = 7;
-  before = cfg;
+  unsigned char before[sizeof cfg]; /* every byte, padding included */
+  memcpy(before, &cfg, sizeof cfg);
   const char *path = write_file("bad.yaml", text);
   CHECK_RC(dlock_config_load(path, &cfg), DLOCK_EINVAL);
   char prefix[512];
@@ -42,7 +43,7 @@ static void expect_error(const char *text, const char *pos, const char *want) {
   const char *e = dlock_last_error();
   CHECK_MSG(strncmp(e, prefix, strlen(prefix)) == 0 && strstr(e, want),
             "file:\n%s\nerror '%s', expected '%s...%s'", text, e, prefix, want);
-  CHECK_MSG(memcmp(&cfg, &before, sizeof cfg) == 0,
+  CHECK_MSG(memcmp((const unsigned char *)&cfg, before, sizeof cfg) == 0,
             "a failed load changed the config (%s)", e);
   CHECK_STR(cfg.url, "redis://first:1");
   CHECK_STR(cfg.tls_ca_file, "/first/ca.pem");
