@@ -3,8 +3,9 @@
 # what is missing. Idempotent; needs root (or sudo) only when something is
 # missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl redis-server redis-tools
-      valgrind clang-format clang-tidy man-db groff-base python3 stress-ng)
+pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
+      libyaml-dev redis-server redis-tools valgrind clang-format clang-tidy
+      man-db groff-base python3 stress-ng)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

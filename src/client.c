@@ -5,6 +5,7 @@
  * field), the node pool behind the router, the pub/sub thread and the
  * watchdog thread. It is shared freely between threads.
  */
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,20 @@ void dlock_config_init_sized(dlock_config *cfg, size_t size) {
   memcpy(cfg, &d, size < sizeof d ? size : sizeof d);
 }
 
+int dlock__config_check_record(const dlock_config *cfg, size_t size) {
+  if (size < offsetof(dlock_config, url) || cfg->abi_magic != CONFIG_MAGIC)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_config was not set up by dlock_config_init "
+                       "(call it first, then set fields)");
+  if (cfg->abi_size < offsetof(dlock_config, url) ||
+      cfg->abi_size > ABI_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_config records a size of %lu bytes: corrupted, "
+                       "or not set up by dlock_config_init",
+                       (unsigned long)cfg->abi_size);
+  return 0;
+}
+
 /* *out = the caller's config as a whole one of this library's layout: the
  * fields that fit in the caller's size, defaults for the rest. Reads no byte
  * of *in past min(size, in->abi_size). NULL: all defaults. Fields are only
@@ -52,15 +67,9 @@ static int config_load(const dlock_config *in, size_t size, dlock_config *out) {
   dlock_config_init_sized(out, sizeof *out);
   if (!in)
     return 0;
-  if (size < offsetof(dlock_config, url) || in->abi_magic != CONFIG_MAGIC)
-    return dlock__fail(DLOCK_EINVAL,
-                       "dlock_config was not set up by dlock_config_init "
-                       "(call it first, then set fields)");
-  if (in->abi_size < offsetof(dlock_config, url) || in->abi_size > ABI_SIZE_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "dlock_config records a size of %lu bytes: corrupted, "
-                       "or not set up by dlock_config_init",
-                       (unsigned long)in->abi_size);
+  int rc = dlock__config_check_record(in, size);
+  if (rc)
+    return rc;
   size_t n = in->abi_size < size ? in->abi_size : size;
   const unsigned char *bytes = (const unsigned char *)in;
   for (size_t i = sizeof *out; i < n; i++)
@@ -86,21 +95,38 @@ int dlock__client_check(const dlock_client *c) {
   return 0;
 }
 
+/* The lowest value dlock_client_new accepts for each int field with a
+ * bound (the config file loader applies the same ones). */
+static const struct {
+  size_t off;
+  int min;
+  const char *name;
+} g_int_min[] = {
+    {offsetof(dlock_config, connect_timeout_ms), 1, "connect_timeout_ms"},
+    {offsetof(dlock_config, command_timeout_ms), 1, "command_timeout_ms"},
+    {offsetof(dlock_config, retry_attempts), 0, "retry_attempts"},
+    {offsetof(dlock_config, retry_interval_ms), 0, "retry_interval_ms"},
+    {offsetof(dlock_config, watchdog_timeout_ms), 3, "watchdog_timeout_ms"},
+    {offsetof(dlock_config, pool_size), 1, "pool_size"},
+    {offsetof(dlock_config, subscription_linger_ms), 0,
+     "subscription_linger_ms"},
+};
+
+int dlock__config_int_min(size_t off) {
+  for (size_t i = 0; i < sizeof g_int_min / sizeof g_int_min[0]; i++)
+    if (g_int_min[i].off == off)
+      return g_int_min[i].min;
+  return INT_MIN;
+}
+
 static int check_cfg(const dlock_config *cfg) {
-  if (cfg->connect_timeout_ms <= 0)
-    return dlock__fail(DLOCK_EINVAL, "connect_timeout_ms must be > 0");
-  if (cfg->command_timeout_ms <= 0)
-    return dlock__fail(DLOCK_EINVAL, "command_timeout_ms must be > 0");
-  if (cfg->retry_attempts < 0)
-    return dlock__fail(DLOCK_EINVAL, "retry_attempts must be >= 0");
-  if (cfg->retry_interval_ms < 0)
-    return dlock__fail(DLOCK_EINVAL, "retry_interval_ms must be >= 0");
-  if (cfg->watchdog_timeout_ms < 3)
-    return dlock__fail(DLOCK_EINVAL, "watchdog_timeout_ms must be >= 3");
-  if (cfg->pool_size <= 0)
-    return dlock__fail(DLOCK_EINVAL, "pool_size must be > 0");
-  if (cfg->subscription_linger_ms < 0)
-    return dlock__fail(DLOCK_EINVAL, "subscription_linger_ms must be >= 0");
+  for (size_t i = 0; i < sizeof g_int_min / sizeof g_int_min[0]; i++) {
+    int v;
+    memcpy(&v, (const char *)cfg + g_int_min[i].off, sizeof v);
+    if (v < g_int_min[i].min)
+      return dlock__fail(DLOCK_EINVAL, "%s must be >= %d", g_int_min[i].name,
+                         g_int_min[i].min);
+  }
   return 0;
 }
 

@@ -249,7 +249,20 @@ void *dlock__map_get(const dlock__map *m, const char *key, size_t klen);
 int dlock__map_put(dlock__map *m, const char *key, size_t klen, void *val);
 void *dlock__map_del(dlock__map *m, const char *key, size_t klen);
 
+/* ---- config (client.c) ------------------------------------------------- */
+
+/* 0 if cfg carries the layout record dlock_config_init_sized writes (size:
+ * the bytes the caller's header gives the struct, at least the record), else
+ * DLOCK_EINVAL with why in the thread's message. */
+int dlock__config_check_record(const dlock_config *cfg, size_t size);
+/* The lowest value dlock_client_new accepts for the int field of
+ * dlock_config at byte offset off; INT_MIN for a field without a bound. */
+int dlock__config_int_min(size_t off);
+
 /* ---- URL (url.c) -------------------------------------------------------- */
+
+/* The highest database number a URL may select. */
+#define DLOCK__DB_MAX 1000000
 
 typedef struct dlock__url {
   int is_unix;

@@ -146,7 +146,7 @@ static int parse_unix(const char *url, const char *rest, dlock__url *u) {
     size_t vlen = len - nlen - 1;
     int badesc = 0;
     if (nlen == 2 && memcmp(p, "db", 2) == 0) {
-      long db = parse_num(v, vlen, 0, 1000000);
+      long db = parse_num(v, vlen, 0, DLOCK__DB_MAX);
       if (db < 0)
         return bad(u, url, "db must be a non-negative integer");
       u->db = (int)db;
@@ -226,7 +226,7 @@ static int parse_tcp(const char *url, const char *rest, dlock__url *u) {
     u->port = (int)p;
   }
   if (slash && slash[1]) {
-    long db = parse_num(slash + 1, strlen(slash + 1), 0, 1000000);
+    long db = parse_num(slash + 1, strlen(slash + 1), 0, DLOCK__DB_MAX);
     if (db < 0)
       return bad(u, url,
                  "database (after '/') must be a non-negative "

@@ -749,6 +749,112 @@ fair)
   [ $? = 75 ] || fail "force-unlocked holder did not exit 75"
   ;;
 
+config)
+  # --config FILE and $DLOCK_CONFIG: the file's address, password (from
+  # ${VAR}), database and watchdog lease reach the client.
+  start_redis "$T/pw.sock" --requirepass cfgpw
+  cat >"$T/c.yaml" <<EOF
+lockWatchdogTimeout: 7000
+singleServerConfig:
+  address: "unix://$T/pw.sock"
+  password: \${DLOCK_T_PW}
+  database: 2
+  retryInterval: 100
+codec: !<org.redisson.codec.Kryo5Codec> {}
+EOF
+  export DLOCK_T_PW=cfgpw
+  unset DLOCK_URL # it beats the file
+  PR="redis-cli -s $T/pw.sock -a cfgpw --no-auth-warning -n 2"
+  expect_rc 0 --config "$T/c.yaml" cf -- sh -c "$PR pttl cf > $T/pttl"
+  p=$(cat "$T/pttl")
+  [ "$p" -gt 4000 ] && [ "$p" -le 7000 ] || fail "lease $p ms, not the file's 7 s"
+  DLOCK_CONFIG="$T/c.yaml" expect_rc 0 cf2 -- sh -c "$PR exists cf2 > $T/ex"
+  [ "$(cat "$T/ex")" = 1 ] || fail "DLOCK_CONFIG: lock not in the file's database"
+  DLOCK_CONFIG="$T/c.yaml" expect_rc 0 status --json cf2
+  DLOCK_CONFIG="$T/c.yaml" expect_rc 0 unlock --force cf2
+  # Precedence: flag > environment > file > defaults.
+  expect_rc 0 --config "$T/c.yaml" --watchdog 20 cf -- sh -c "$PR pttl cf > $T/pttl"
+  [ "$(cat "$T/pttl")" -gt 15000 ] || fail "--watchdog did not beat the file"
+  DLOCK_URL="unix://$SOCK" expect_rc 0 --config "$T/c.yaml" -v ce -- sh -c \
+    "redis-cli -s $SOCK exists ce > $T/ex"
+  [ "$(cat "$T/ex")" = 1 ] || fail "\$DLOCK_URL did not beat the file"
+  grep -qF "settings: unix://$SOCK (from \$DLOCK_URL)" "$T/last.err" ||
+    fail "-v: $(cat "$T/last.err")"
+  DLOCK_URL="unix://$T/none.sock" expect_rc 0 -u "unix://$SOCK" \
+    --config "$T/c.yaml" cu -- sh -c "redis-cli -s $SOCK exists cu > $T/ex"
+  [ "$(cat "$T/ex")" = 1 ] || fail "-u did not beat \$DLOCK_URL"
+  printf 'nonsense: [\n' >"$T/bad.yaml"
+  DLOCK_CONFIG="$T/bad.yaml" expect_rc 0 --config "$T/c.yaml" cc -- true
+  expect_rc 0 --config "$T/c.yaml" -v cv -- true
+  grep -qF "settings: unix://$T/pw.sock?db=2&password=*** (from $T/c.yaml)" \
+    "$T/last.err" || fail "-v: $(cat "$T/last.err")"
+  grep -q cfgpw "$T/last.err" && fail "password printed: $(cat "$T/last.err")"
+  # A wrong password from the file is an authentication error.
+  DLOCK_T_PW=bad-pw-42 expect_rc 77 --config "$T/c.yaml" cw -- true
+  grep -q bad-pw-42 "$T/last.err" && fail "password printed: $(cat "$T/last.err")"
+  ;;
+
+config_errors)
+  # A bad file: one line naming FILE:LINE:COLUMN, exit 64, nothing run.
+  bad_cfg() { # WANT ARGS...
+    local want=$1 rc
+    shift
+    dl "$@" >"$T/out" 2>"$T/last.err"
+    rc=$?
+    ! grep -q Sanitizer "$T/last.err" || fail "dlock $*: sanitizer report"
+    [ "$rc" = 64 ] || fail "dlock $* exited $rc, expected 64: $(cat "$T/last.err")"
+    [ "$(wc -l <"$T/last.err")" = 1 ] || fail "dlock $*: not one line: $(cat "$T/last.err")"
+    grep -qF -- "dlock: $want" "$T/last.err" ||
+      fail "dlock $*: $(cat "$T/last.err"), expected 'dlock: $want'"
+  }
+  printf 'singleServerConfig:\n  address: unix://%s\n  timeout: -1\n' "$SOCK" >"$T/neg.yaml"
+  bad_cfg "$T/neg.yaml:3:12: 'timeout' must be an integer from 1 to" \
+    --config "$T/neg.yaml" x -- touch "$T/ran"
+  DLOCK_CONFIG="$T/neg.yaml" bad_cfg "$T/neg.yaml:3:12:" x -- touch "$T/ran"
+  bad_cfg "$T/neg.yaml:3:12:" status --config "$T/neg.yaml" x
+  bad_cfg "$T/neg.yaml:3:12:" unlock --force --config "$T/neg.yaml" x
+  printf 'singleServerConfig:\n  adress: unix://%s\n' "$SOCK" >"$T/typo.yaml"
+  bad_cfg "$T/typo.yaml:2:3: unknown key 'adress' in singleServerConfig (did you mean 'address'?)" \
+    --config "$T/typo.yaml" x -- touch "$T/ran"
+  printf 'singleServerConfig:\n  address: "unix://%s\n' "$SOCK" >"$T/syntax.yaml"
+  bad_cfg "$T/syntax.yaml:3:1: YAML syntax error" --config "$T/syntax.yaml" x -- true
+  printf 'singleServerConfig:\n  address: unix://%s\n  password: ${DLOCK_T_NOPE}\n' \
+    "$SOCK" >"$T/env.yaml"
+  unset DLOCK_T_NOPE
+  bad_cfg "$T/env.yaml:3:13: 'password': environment variable DLOCK_T_NOPE is not set" \
+    --config "$T/env.yaml" x -- true
+  bad_cfg "$T/none.yaml:1:1: cannot open the file: No such file or directory" \
+    --config "$T/none.yaml" x -- true
+  printf 'singleServerConfig:\n  address: "redis://u:topsecret@h:1"\n' >"$T/cred.yaml"
+  bad_cfg "$T/cred.yaml:2:12: an address holds no credentials" --config "$T/cred.yaml" x -- true
+  grep -q topsecret "$T/last.err" && fail "password printed: $(cat "$T/last.err")"
+  bad_cfg "option '--config' needs a file name" --config '' x -- true
+  bad_cfg "option '--config' needs a value" x --config
+  [ ! -e "$T/ran" ] || fail "a command ran"
+  key_gone x || fail "a lock was taken"
+  ;;
+
+tls_flags)
+  # The TLS flags reach the settings (-v shows them); TLS itself is tested
+  # against a TLS server elsewhere. Turning verification off always warns.
+  expect_rc 0 -v --tls-ca "$T/ca.pem" --tls-cert "$T/c.pem" --tls-key "$T/k.pem" tf -- true
+  grep -qF "TLS CA $T/ca.pem, certificate $T/c.pem, key $T/k.pem, verify on" \
+    "$T/last.err" || fail "-v: $(cat "$T/last.err")"
+  grep -q warning "$T/last.err" && fail "warned: $(cat "$T/last.err")"
+  expect_rc 0 --tls-insecure -q tf -- true
+  grep -q "^dlock: warning: TLS certificates are not verified (--tls-insecure)" \
+    "$T/last.err" || fail "no warning: $(cat "$T/last.err")"
+  printf 'singleServerConfig:\n  address: unix://%s\n  sslCaFile: /f/ca.pem\n  sslVerify: false\n' \
+    "$SOCK" >"$T/t.yaml"
+  expect_rc 0 -v --config "$T/t.yaml" --tls-key "$T/k.pem" status tf
+  grep -qF "TLS CA /f/ca.pem, certificate (none), key $T/k.pem, verify OFF" \
+    "$T/last.err" || fail "-v: $(cat "$T/last.err")"
+  grep -qF "warning: TLS certificates are not verified ($T/t.yaml)" \
+    "$T/last.err" || fail "no warning: $(cat "$T/last.err")"
+  expect_rc 64 --tls-ca '' tf -- true
+  expect_rc 64 tf --tls-cert
+  ;;
+
 *)
   fail "unknown case"
   ;;

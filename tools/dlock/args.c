@@ -16,6 +16,11 @@
 
 enum {
   O_URL,
+  O_CONFIG,
+  O_TLS_CA,
+  O_TLS_CERT,
+  O_TLS_KEY,
+  O_TLS_INSECURE,
   O_NONBLOCK,
   O_WAIT,
   O_LEASE,
@@ -47,7 +52,14 @@ enum {
 static const dlc_opt g_opts[] = {
     {"url", 'u', "URL", O_URL, FOR_ALL,
      "redis://[[user]:pass@]host[:port][/db] or unix:///path\n"
-     "(default: $DLOCK_URL, else redis://127.0.0.1:6379)"},
+     "(default: $DLOCK_URL, the file's, redis://127.0.0.1:6379)"},
+    {"config", 0, "FILE", O_CONFIG, FOR_ALL, "YAML ($DLOCK_CONFIG)"},
+    {"tls-insecure", 0, NULL, O_TLS_INSECURE, FOR_ALL, "skip cert check",
+     "--tls-insecure", DLC_OPT_JOIN},
+    {"tls-ca", 0, "FILE", O_TLS_CA, FOR_ALL, "CA bundle, client cert, its key",
+     "    --tls-ca, --tls-cert, --tls-key FILE"},
+    {"tls-cert", 0, "FILE", O_TLS_CERT, FOR_ALL, NULL},
+    {"tls-key", 0, "FILE", O_TLS_KEY, FOR_ALL, NULL},
     {"nonblock", 'n', NULL, O_NONBLOCK, FOR_RUN,
      "fail at once if the lock is held (same as -w 0)"},
     {"nb", 0, NULL, O_NONBLOCK, FOR_RUN, NULL},
@@ -137,7 +149,7 @@ static int set_flag(pstate *ps, int id) {
            {O_QUIET, &o->quiet},        {O_JSON, &o->json},
            {O_FORCE, &o->force},        {O_FAIR, &o->fair},
            {O_SHARED, &o->shared},      {O_EXCLUSIVE, &o->exclusive},
-           {O_FENCE, &o->fence}};
+           {O_FENCE, &o->fence},        {O_TLS_INSECURE, &o->tls_insecure}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (t[i].id == id) {
       *t[i].flag = 1;
@@ -160,6 +172,7 @@ static int apply_secs(cli_opts *o, int id, const char *arg, perr *e) {
   case O_WATCHDOG:
     if (parse_secs("watchdog timeout", arg, &o->watchdog_ms, e))
       return -1;
+    o->watchdog_set = 1;
     if (o->watchdog_ms > 2000000000LL)
       return fail(e, "invalid watchdog timeout '%s': at most 2000000 seconds",
                   arg);
@@ -172,6 +185,18 @@ static int apply_secs(cli_opts *o, int id, const char *arg, perr *e) {
   default: /* O_KILL_AFTER */
     return parse_secs("kill-after grace", arg, &o->kill_after_ms, e);
   }
+}
+
+/* The options whose value is a file name. */
+static int set_file(cli_opts *o, const dlc_opt *sp, const char *arg, perr *e) {
+  if (!*arg)
+    return fail(e, "option '--%s' needs a file name, not ''", sp->lng);
+  const char **dst = sp->id == O_CONFIG     ? &o->config
+                     : sp->id == O_TLS_CA   ? &o->tls_ca
+                     : sp->id == O_TLS_CERT ? &o->tls_cert
+                                            : &o->tls_key;
+  *dst = arg;
+  return 0;
 }
 
 static int apply(void *ctx, const dlc_opt *sp, const char *arg, char *err,
@@ -196,6 +221,11 @@ static int apply(void *ctx, const dlc_opt *sp, const char *arg, char *err,
       return fail(&e, "invalid URL '': empty");
     o->url = arg;
     return 0;
+  case O_CONFIG:
+  case O_TLS_CA:
+  case O_TLS_CERT:
+  case O_TLS_KEY:
+    return set_file(o, sp, arg, &e);
   case O_CONFLICT:
     return parse_code(arg, &o->conflict_code, &e);
   case O_COMMAND:

@@ -35,17 +35,26 @@ typedef enum cli_cmd {
 
 typedef struct cli_opts {
   cli_cmd cmd;
-  const char *url;       /* -u; NULL: $DLOCK_URL, else the default */
+  const char *url;      /* -u; NULL: $DLOCK_URL, the file's, the default */
+  const char *config;   /* --config; NULL: $DLOCK_CONFIG, else none */
+  const char *tls_ca;   /* --tls-ca, --tls-cert, --tls-key: NULL if not */
+  const char *tls_cert; /* given (the file's, else none) */
+  const char *tls_key;
+  int tls_insecure;      /* --tls-insecure */
   const char *name;      /* the lock */
   char **argv;           /* the command (NULL-terminated), or NULL */
   const char *shell_cmd; /* -c STRING, or NULL */
   long long wait_ms;     /* -1: forever; 0: one attempt */
   long long lease_ms;    /* 0: watchdog lease */
-  long long watchdog_ms; /* --watchdog */
+  long long watchdog_ms; /* --watchdog, else the file's, else 30 s */
+  int watchdog_set;      /* --watchdog was given */
   long long kill_after_ms;
   int conflict_code; /* -E */
   int verbose, quiet, json, force;
   int fair, shared, exclusive, fence;
+  /* The client's settings (cli_settings): the CLI's defaults, then the
+   * config file, then $DLOCK_URL, then the flags. */
+  dlock_config cfg;
 } cli_opts;
 
 #define CLI_DEFAULT_URL "redis://127.0.0.1:6379"
@@ -70,7 +79,15 @@ void cli_note(const cli_opts *o, const char *fmt, ...)
 void cli_debug(const cli_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* The URL to use (option, $DLOCK_URL, default). */
+/* Fills o->cfg from, lowest first: the CLI's defaults (see cli_connect),
+ * the config file (--config, else $DLOCK_CONFIG), $DLOCK_URL, the flags;
+ * takes the file's lockWatchdogTimeout unless --watchdog was given. Warns
+ * on stderr when TLS certificates will not be verified. 0, or the exit
+ * code after printing why (a bad file: 64). Free with dlock_config_dispose
+ * (&o->cfg). */
+int cli_settings(cli_opts *o);
+
+/* The URL to use (o->cfg.url, after cli_settings). */
 const char *cli_url(const cli_opts *o);
 
 /* The calling thread's dlock_last_error(), with the raw URL replaced by its

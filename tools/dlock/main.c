@@ -10,19 +10,19 @@ int main(int argc, char **argv) {
     cli_err("%s (see dlock --help)", err);
     return CLI_EX_USAGE;
   }
-  switch (o.cmd) {
-  case CLI_HELP:
+  if (o.cmd == CLI_HELP) {
     cli_usage(stdout);
     return fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
-  case CLI_VERSION:
+  }
+  if (o.cmd == CLI_VERSION) {
     printf("dlock %s\n", dlock_version_string());
     return fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
-  case CLI_STATUS:
-    return cli_status(&o);
-  case CLI_UNLOCK:
-    return cli_unlock(&o);
-  case CLI_RUN:
-  default:
-    return cli_run(&o);
   }
+  int ex = cli_settings(&o);
+  if (ex == 0)
+    ex = o.cmd == CLI_STATUS   ? cli_status(&o)
+         : o.cmd == CLI_UNLOCK ? cli_unlock(&o)
+                               : cli_run(&o);
+  dlock_config_dispose(&o.cfg);
+  return ex;
 }

@@ -40,14 +40,83 @@ void cli_debug(const cli_opts *o, const char *fmt, ...) {
   va_end(ap);
 }
 
-const char *cli_url(const cli_opts *o) {
-  if (o->url)
-    return o->url;
-  const char *env = getenv("DLOCK_URL");
-  if (env && *env)
-    return env;
-  return CLI_DEFAULT_URL;
+static const char *env_value(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
 }
+
+/* The environment and the flags over the file's values; returns where the
+ * URL came from. */
+static const char *apply_flags(const cli_opts *o, dlock_config *cfg,
+                               const char *file) {
+  const char *env = env_value("DLOCK_URL"), *from = "--url";
+  if (!o->url && env)
+    from = "$DLOCK_URL";
+  else if (!o->url)
+    from = cfg->url ? file : "the default";
+  cfg->url = o->url     ? o->url
+             : env      ? env
+             : cfg->url ? cfg->url
+                        : CLI_DEFAULT_URL;
+  if (o->tls_ca)
+    cfg->tls_ca_file = o->tls_ca;
+  if (o->tls_cert)
+    cfg->tls_cert_file = o->tls_cert;
+  if (o->tls_key)
+    cfg->tls_key_file = o->tls_key;
+  if (o->tls_insecure)
+    cfg->tls_verify = 0;
+  cfg->watchdog_timeout_ms = (int)o->watchdog_ms;
+  return from;
+}
+
+/* -v, when a file or a TLS flag is in play: what the settings came to. */
+static void show_settings(const cli_opts *o, const char *file,
+                          const char *from) {
+  const dlock_config *cfg = &o->cfg;
+  if (!file && !o->tls_ca && !o->tls_cert && !o->tls_key && !o->tls_insecure)
+    return;
+  char red[1024];
+  dlc_url_redact(cfg->url, red, sizeof red);
+  cli_debug(o,
+            "settings: %s (from %s), TLS CA %s, certificate %s, key %s, "
+            "verify %s",
+            red, from, cfg->tls_ca_file ? cfg->tls_ca_file : "(system)",
+            cfg->tls_cert_file ? cfg->tls_cert_file : "(none)",
+            cfg->tls_key_file ? cfg->tls_key_file : "(none)",
+            cfg->tls_verify ? "on" : "OFF");
+}
+
+int cli_settings(cli_opts *o) {
+  dlock_config *cfg = &o->cfg;
+  dlock_config_init(cfg);
+  /* A CLI should say "unreachable" within seconds, not after the library's
+   * service-oriented defaults (10 s connect, 3 tries 1.5 s apart): 2 s per
+   * connection attempt, 3 tries 0.25 s apart. command_timeout_ms 0: a third
+   * of the lease (cli_connect), unless the file sets one. */
+  cfg->connect_timeout_ms = 2000;
+  cfg->command_timeout_ms = 0;
+  cfg->retry_attempts = 2;
+  cfg->retry_interval_ms = 250;
+  cfg->watchdog_timeout_ms = (int)o->watchdog_ms;
+  cfg->pool_size = 4;
+  const char *file = o->config ? o->config : env_value("DLOCK_CONFIG");
+  int rc = file ? dlock_config_load(file, cfg) : 0;
+  if (rc) {
+    cli_err("%s", dlock_last_error());
+    return cli_exit_code(rc);
+  }
+  if (!o->watchdog_set)
+    o->watchdog_ms = cfg->watchdog_timeout_ms;
+  show_settings(o, file, apply_flags(o, cfg, file));
+  if (!cfg->tls_verify)
+    cli_err("warning: TLS certificates are not verified (%s): anyone on the "
+            "network path can impersonate the server",
+            o->tls_insecure ? "--tls-insecure" : file);
+  return 0;
+}
+
+const char *cli_url(const cli_opts *o) { return o->cfg.url; }
 
 void cli_detail(const char *url, char *buf, size_t len) {
   const char *d = dlock_last_error();
@@ -81,21 +150,13 @@ int cli_connect(const cli_opts *o, long long lease_ms,
                 void (*on_lost)(const char *, void *), void *arg,
                 dlock_client **out) {
   const char *url = cli_url(o);
-  dlock_config cfg;
-  dlock_config_init(&cfg);
-  cfg.url = url;
-  /* A CLI should say "unreachable" within seconds, not after the library's
-   * service-oriented defaults (10 s connect, 3 tries 1.5 s apart): 2 s per
-   * connection attempt, 3 tries 0.25 s apart. A reply must come within a
-   * third of the lease (0.25..2 s) so that a slow server is noticed while
-   * the lease still has time left. */
+  dlock_config cfg = o->cfg; /* cli_settings */
+  /* Unless the config file sets it, a reply must come within a third of
+   * the lease (0.25..2 s) so that a slow server is noticed while the lease
+   * still has time left. */
   long long ct = lease_ms / 3;
-  cfg.connect_timeout_ms = 2000;
-  cfg.command_timeout_ms = (int)(ct < 250 ? 250 : ct > 2000 ? 2000 : ct);
-  cfg.retry_attempts = 2;
-  cfg.retry_interval_ms = 250;
-  cfg.watchdog_timeout_ms = (int)o->watchdog_ms;
-  cfg.pool_size = 4;
+  if (cfg.command_timeout_ms == 0)
+    cfg.command_timeout_ms = (int)(ct < 250 ? 250 : ct > 2000 ? 2000 : ct);
   cfg.on_lock_lost = on_lost;
   cfg.on_lock_lost_arg = arg;
   int rc = dlock_client_new(&cfg, out);

@@ -1,0 +1,1015 @@
+/*
+ * config.c -- dlock_config_load and dlock_config_dispose: a YAML file in
+ * Redisson's vocabulary (docs/config.md), read with libyaml's document API.
+ *
+ * It owns: the table of keys (which key sets which dlock_config field, which
+ * Redisson keys are accepted and ignored, which are refused), ${VAR}
+ * substitution, composing cfg->url from a server section's address(es),
+ * credentials and database, and the memory a load allocates (the strings the
+ * config points to, recorded in the private cfg->loaded). Every error names
+ * FILE:LINE:COLUMN, 1-based. A load works on a copy of the config and
+ * commits it only when the whole file was good; it writes no field past the
+ * caller's recorded size (docs/abi.md).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "internal.h"
+
+/* A config file larger than this is not one. */
+#define FILE_MAX (1u << 20)
+
+/* Where a key may appear. */
+enum where { IN_ROOT = 1, IN_SINGLE = 2, IN_CLUSTER = 4, IN_SENTINEL = 8 };
+#define IN_MULTI (IN_CLUSTER | IN_SENTINEL)
+#define IN_SERVERS (IN_SINGLE | IN_MULTI)
+
+enum kind {
+  K_INT,     /* an int field; the lower bound is dlock_client_new's */
+  K_BOOL,    /* an int field set to 1 / 0 */
+  K_VERIFY,  /* tls_verify from Redisson's sslVerificationMode */
+  K_STR,     /* a string field, copied */
+  K_PART,    /* a string that goes into the URL (enum part) */
+  K_DB,      /* the database, into the URL */
+  K_LIST,    /* the list of addresses, into the URL */
+  K_SECTION, /* a server section (part = its IN_ bit) */
+  K_IGNORED, /* Redisson's, no use to dlock: any value is accepted */
+  K_REFUSED  /* Redisson's, cannot be honoured: an error unless null */
+};
+
+/* The URL's pieces a server section gives. */
+enum part { P_ADDRESS, P_USER, P_PASSWORD, P_MASTER, P_SUSER, P_SPASS, NPART };
+
+typedef struct key_def {
+  const char *name;
+  unsigned char where;
+  unsigned char kind;
+  unsigned char part; /* K_PART: enum part; K_SECTION: its IN_ bit */
+  size_t off;         /* K_INT, K_BOOL, K_VERIFY, K_STR: the field */
+  const char *field;  /* the field's name; K_REFUSED: why */
+} key_def;
+
+#define FIELD(f) offsetof(dlock_config, f), #f
+#define IGNORED(name, where)                                                   \
+  { name, where, K_IGNORED, 0, 0, NULL }
+
+static const key_def g_keys[] = {
+    {"lockWatchdogTimeout", IN_ROOT, K_INT, 0, FIELD(watchdog_timeout_ms)},
+    {"singleServerConfig", IN_ROOT, K_SECTION, IN_SINGLE, 0, NULL},
+    {"clusterServersConfig", IN_ROOT, K_SECTION, IN_CLUSTER, 0, NULL},
+    {"sentinelServersConfig", IN_ROOT, K_SECTION, IN_SENTINEL, 0, NULL},
+    {"address", IN_SINGLE, K_PART, P_ADDRESS, 0, NULL},
+    {"nodeAddresses", IN_CLUSTER, K_LIST, 0, 0, NULL},
+    {"sentinelAddresses", IN_SENTINEL, K_LIST, 0, 0, NULL},
+    {"masterName", IN_SENTINEL, K_PART, P_MASTER, 0, NULL},
+    {"username", IN_SERVERS, K_PART, P_USER, 0, NULL},
+    {"password", IN_SERVERS, K_PART, P_PASSWORD, 0, NULL},
+    {"sentinelUsername", IN_SENTINEL, K_PART, P_SUSER, 0, NULL},
+    {"sentinelPassword", IN_SENTINEL, K_PART, P_SPASS, 0, NULL},
+    {"database", IN_SINGLE | IN_SENTINEL, K_DB, 0, 0, NULL},
+    {"connectTimeout", IN_SERVERS, K_INT, 0, FIELD(connect_timeout_ms)},
+    {"timeout", IN_SERVERS, K_INT, 0, FIELD(command_timeout_ms)},
+    {"retryAttempts", IN_SERVERS, K_INT, 0, FIELD(retry_attempts)},
+    {"retryInterval", IN_SERVERS, K_INT, 0, FIELD(retry_interval_ms)},
+    {"connectionPoolSize", IN_SINGLE, K_INT, 0, FIELD(pool_size)},
+    {"masterConnectionPoolSize", IN_MULTI, K_INT, 0, FIELD(pool_size)},
+    {"sslCaFile", IN_SERVERS, K_STR, 0, FIELD(tls_ca_file)},
+    {"sslCaDir", IN_SERVERS, K_STR, 0, FIELD(tls_ca_dir)},
+    {"sslCertFile", IN_SERVERS, K_STR, 0, FIELD(tls_cert_file)},
+    {"sslKeyFile", IN_SERVERS, K_STR, 0, FIELD(tls_key_file)},
+    {"sslServerName", IN_SERVERS, K_STR, 0, FIELD(tls_server_name)},
+    {"sslVerify", IN_SERVERS, K_BOOL, 0, FIELD(tls_verify)},
+    {"sslEnableEndpointIdentification", IN_SERVERS, K_BOOL, 0,
+     FIELD(tls_verify)},
+    {"sslVerificationMode", IN_SERVERS, K_VERIFY, 0, FIELD(tls_verify)},
+    {"sslTruststore", IN_SERVERS, K_REFUSED, 0, 0,
+     "a Java keystore; dlock reads PEM: use sslCaFile or sslCaDir"},
+    {"sslTruststorePassword", IN_SERVERS, K_REFUSED, 0, 0,
+     "a Java keystore; dlock reads PEM: use sslCaFile or sslCaDir"},
+    {"sslKeystore", IN_SERVERS, K_REFUSED, 0, 0,
+     "a Java keystore; dlock reads PEM: use sslCertFile and sslKeyFile"},
+    {"sslKeystorePassword", IN_SERVERS, K_REFUSED, 0, 0,
+     "a Java keystore; dlock reads PEM: use sslCertFile and sslKeyFile"},
+    {"masterSlaveServersConfig", IN_ROOT, K_REFUSED, 0, 0,
+     "not supported: use singleServerConfig, clusterServersConfig or "
+     "sentinelServersConfig"},
+    {"replicatedServersConfig", IN_ROOT, K_REFUSED, 0, 0,
+     "not supported: use singleServerConfig, clusterServersConfig or "
+     "sentinelServersConfig"},
+    IGNORED("threads", IN_ROOT),
+    IGNORED("nettyThreads", IN_ROOT),
+    IGNORED("codec", IN_ROOT),
+    IGNORED("transportMode", IN_ROOT),
+    IGNORED("referenceEnabled", IN_ROOT),
+    IGNORED("keepPubSubOrder", IN_ROOT),
+    IGNORED("useScriptCache", IN_ROOT),
+    IGNORED("minCleanUpDelay", IN_ROOT),
+    IGNORED("maxCleanUpDelay", IN_ROOT),
+    IGNORED("cleanUpKeysAmount", IN_ROOT),
+    IGNORED("lazyInitialization", IN_ROOT),
+    IGNORED("protocol", IN_ROOT),
+    IGNORED("checkLockSyncedSlaves", IN_ROOT),
+    IGNORED("slavesSyncTimeout", IN_ROOT),
+    IGNORED("reliableTopicWatchdogTimeout", IN_ROOT),
+    IGNORED("useThreadClassLoader", IN_ROOT),
+    IGNORED("nettyHook", IN_ROOT),
+    IGNORED("addressResolverGroupFactory", IN_ROOT),
+    IGNORED("connectionListener", IN_ROOT),
+    IGNORED("idleConnectionTimeout", IN_SERVERS),
+    IGNORED("subscriptionsPerConnection", IN_SERVERS),
+    IGNORED("subscriptionConnectionMinimumIdleSize", IN_SERVERS),
+    IGNORED("subscriptionConnectionPoolSize", IN_SERVERS),
+    IGNORED("subscriptionTimeout", IN_SERVERS),
+    IGNORED("clientName", IN_SERVERS),
+    IGNORED("pingConnectionInterval", IN_SERVERS),
+    IGNORED("keepAlive", IN_SERVERS),
+    IGNORED("tcpNoDelay", IN_SERVERS),
+    IGNORED("tcpKeepAliveCount", IN_SERVERS),
+    IGNORED("tcpKeepAliveIdle", IN_SERVERS),
+    IGNORED("tcpKeepAliveInterval", IN_SERVERS),
+    IGNORED("tcpUserTimeout", IN_SERVERS),
+    IGNORED("dnsMonitoringInterval", IN_SERVERS),
+    IGNORED("retryDelay", IN_SERVERS),
+    IGNORED("reconnectionDelay", IN_SERVERS),
+    IGNORED("nameMapper", IN_SERVERS),
+    IGNORED("commandMapper", IN_SERVERS),
+    IGNORED("credentialsResolver", IN_SERVERS),
+    IGNORED("sslProvider", IN_SERVERS),
+    IGNORED("sslProtocols", IN_SERVERS),
+    IGNORED("sslCiphers", IN_SERVERS),
+    IGNORED("sslKeystoreType", IN_SERVERS),
+    IGNORED("connectionMinimumIdleSize", IN_SINGLE),
+    IGNORED("masterConnectionMinimumIdleSize", IN_MULTI),
+    IGNORED("slaveConnectionMinimumIdleSize", IN_MULTI),
+    IGNORED("slaveConnectionPoolSize", IN_MULTI),
+    IGNORED("failedSlaveReconnectionInterval", IN_MULTI),
+    IGNORED("failedSlaveCheckInterval", IN_MULTI),
+    IGNORED("readMode", IN_MULTI),
+    IGNORED("subscriptionMode", IN_MULTI),
+    IGNORED("loadBalancer", IN_MULTI),
+    IGNORED("scanInterval", IN_MULTI),
+    IGNORED("natMapper", IN_MULTI),
+    IGNORED("checkSlotsCoverage", IN_CLUSTER),
+    IGNORED("shardedSubscriptionMode", IN_CLUSTER),
+    IGNORED("checkSentinelsList", IN_SENTINEL),
+    IGNORED("checkSlaveStatusWithSyncing", IN_SENTINEL),
+    IGNORED("sentinelsDiscovery", IN_SENTINEL),
+};
+#define NKEYS (sizeof g_keys / sizeof g_keys[0])
+
+/* The string fields a load may set; loaded_mem.str[i] is what the field at
+ * g_str_off[i] points to. */
+static const size_t g_str_off[] = {offsetof(dlock_config, url),
+                                   offsetof(dlock_config, tls_ca_file),
+                                   offsetof(dlock_config, tls_ca_dir),
+                                   offsetof(dlock_config, tls_cert_file),
+                                   offsetof(dlock_config, tls_key_file),
+                                   offsetof(dlock_config, tls_server_name)};
+#define NSTR (sizeof g_str_off / sizeof g_str_off[0])
+
+/* What cfg->loaded points to. */
+typedef struct loaded_mem {
+  char *str[NSTR];
+} loaded_mem;
+
+typedef struct loader {
+  const char *path;
+  dlock__sb text; /* the file */
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  dlock_config cfg; /* the working copy, this library's layout */
+  size_t size;      /* the caller's struct: bytes that may be written */
+  loaded_mem *mem;  /* what this load allocated (and carried over) */
+  unsigned section; /* IN_SINGLE...; 0: none yet */
+  const char *section_name;
+  yaml_mark_t section_mark;
+  char *part[NPART];
+  yaml_mark_t part_mark[NPART];
+  yaml_node_t *list; /* nodeAddresses / sentinelAddresses */
+  long db;           /* -1: not set */
+} loader;
+
+/* Whether the caller's struct holds the field of `width` bytes at off. */
+static int fits(const loader *ld, size_t off, size_t width) {
+  return off + width <= ld->size;
+}
+#define FIELD_OFF(f) offsetof(dlock_config, f)
+#define FITS(ld, f) fits(ld, FIELD_OFF(f), sizeof(((dlock_config *)0)->f))
+
+static void *field_at(dlock_config *cfg, size_t off) {
+  return (char *)cfg + off;
+}
+
+/* DLOCK_EINVAL with "FILE:LINE:COLUMN: what" (libyaml counts from 0). */
+static int at(const loader *ld, yaml_mark_t m, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int at(const loader *ld, yaml_mark_t m, const char *fmt, ...) {
+  char what[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  (void)dlock__fail(DLOCK_EINVAL, "%s:%lu:%lu: %s", ld->path,
+                    (unsigned long)m.line + 1, (unsigned long)m.column + 1,
+                    what);
+  return DLOCK_EINVAL; /* not dlock__fail's value: the analyzer sees this */
+}
+
+static yaml_mark_t mark_start(void) {
+  yaml_mark_t m = {0, 0, 0};
+  return m;
+}
+
+static int oom(void) {
+  (void)dlock__fail(DLOCK_ENOMEM, "out of memory loading the config file");
+  return DLOCK_ENOMEM;
+}
+
+static const char *text_of(const yaml_node_t *n) {
+  return (const char *)n->data.scalar.value;
+}
+
+static const char *type_name(const yaml_node_t *n) {
+  return n->type == YAML_MAPPING_NODE    ? "mapping"
+         : n->type == YAML_SEQUENCE_NODE ? "list"
+                                         : "scalar";
+}
+
+/* "at the top level", "in singleServerConfig"... (the lowest bit set). */
+static const char *where_name(unsigned where) {
+  return where & IN_ROOT      ? "at the top level"
+         : where & IN_SINGLE  ? "in singleServerConfig"
+         : where & IN_CLUSTER ? "in clusterServersConfig"
+                              : "in sentinelServersConfig";
+}
+
+/* null, ~ or nothing, unquoted: the key is as good as absent. */
+static int is_null(const yaml_node_t *n) {
+  if (n->type != YAML_SCALAR_NODE ||
+      n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+    return 0;
+  const char *s = text_of(n);
+  return !*s || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 ||
+         strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+static void mem_free(loaded_mem *m) {
+  if (!m)
+    return;
+  for (size_t i = 0; i < NSTR; i++)
+    free(m->str[i]);
+  free(m);
+}
+
+static size_t str_slot(size_t off) {
+  size_t i = 0;
+  while (i < NSTR - 1 && g_str_off[i] != off)
+    i++;
+  return i;
+}
+
+/* The string field at off now points to s, which the load owns. */
+static void set_str(loader *ld, size_t off, char *s) {
+  size_t i = str_slot(off);
+  free(ld->mem->str[i]);
+  ld->mem->str[i] = s;
+  memcpy(field_at(&ld->cfg, off), &s, sizeof s);
+}
+
+/* The previous load's memory, if the caller's struct records one. */
+static loaded_mem *previous(const dlock_config *cfg, size_t size) {
+  if (FIELD_OFF(loaded) + sizeof cfg->loaded > size)
+    return NULL;
+  return cfg->loaded;
+}
+
+/* The working copy of cfg, with the strings a previous load set copied into
+ * this load's memory: keys this file does not set keep their values when
+ * the previous load's memory is freed at commit. */
+static int loader_init(loader *ld, const char *path, const dlock_config *cfg) {
+  memset(ld, 0, sizeof *ld);
+  ld->path = path;
+  ld->db = -1;
+  dlock__sb_init(&ld->text);
+  ld->size = cfg->abi_size < sizeof ld->cfg ? cfg->abi_size : sizeof ld->cfg;
+  dlock_config_init_sized(&ld->cfg, sizeof ld->cfg);
+  memcpy(&ld->cfg, cfg, ld->size);
+  if (!(ld->mem = dlock__calloc(1, sizeof *ld->mem)))
+    return oom();
+  const loaded_mem *old = previous(cfg, ld->size);
+  for (size_t i = 0; old && i < NSTR; i++) {
+    const char *cur;
+    if (!old->str[i] || !fits(ld, g_str_off[i], sizeof cur))
+      continue;
+    memcpy(&cur, field_at(&ld->cfg, g_str_off[i]), sizeof cur);
+    if (cur != old->str[i])
+      continue;
+    char *copy = dlock__strdup(cur);
+    if (!copy)
+      return oom();
+    set_str(ld, g_str_off[i], copy);
+  }
+  return 0;
+}
+
+static void loader_free(loader *ld) {
+  mem_free(ld->mem);
+  for (int i = 0; i < NPART; i++)
+    free(ld->part[i]);
+  yaml_document_delete(&ld->doc);
+  yaml_parser_delete(&ld->parser);
+  dlock__sb_free(&ld->text);
+}
+
+/* ---- reading and parsing ------------------------------------------------ */
+
+static int read_file(loader *ld) {
+  FILE *f = fopen(ld->path, "rb");
+  if (!f)
+    return at(ld, mark_start(), "cannot open the file: %s", strerror(errno));
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0 && ld->text.len + n <= FILE_MAX)
+    dlock__sb_add(&ld->text, buf, n);
+  int err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (err)
+    return at(ld, mark_start(), "cannot read the file: %s", strerror(err));
+  if (n > 0)
+    return at(ld, mark_start(), "larger than %u bytes: not a config file",
+              FILE_MAX);
+  return ld->text.oom ? oom() : 0;
+}
+
+/* The mark of byte offset off of the file (reader errors give only that). */
+static yaml_mark_t mark_of_offset(const loader *ld, size_t off) {
+  yaml_mark_t m = {off, 0, 0};
+  for (size_t i = 0; i < off && i < ld->text.len; i++) {
+    if (ld->text.p[i] == '\n') {
+      m.line++;
+      m.column = 0;
+    } else {
+      m.column++;
+    }
+  }
+  return m;
+}
+
+static int syntax_error(const loader *ld) {
+  const yaml_parser_t *p = &ld->parser;
+  if (p->error == YAML_MEMORY_ERROR)
+    return oom();
+  yaml_mark_t m = p->error == YAML_READER_ERROR
+                      ? mark_of_offset(ld, p->problem_offset)
+                      : p->problem_mark;
+  const char *problem = p->problem ? p->problem : "malformed";
+  if (!p->context)
+    return at(ld, m, "YAML syntax error: %s", problem);
+  return at(ld, m, "YAML syntax error: %s (%s at line %lu, column %lu)",
+            problem, p->context, (unsigned long)p->context_mark.line + 1,
+            (unsigned long)p->context_mark.column + 1);
+}
+
+/* The root of the file's one document (a mapping), or NULL with *rc set
+ * (*rc is 0 on entry). */
+static yaml_node_t *parse(loader *ld, int *rc) {
+  if (!yaml_parser_initialize(&ld->parser))
+    return *rc = oom(), NULL;
+  yaml_parser_set_input_string(&ld->parser, (const unsigned char *)ld->text.p,
+                               ld->text.len);
+  yaml_document_t next;
+  if (!yaml_parser_load(&ld->parser, &ld->doc) ||
+      !yaml_parser_load(&ld->parser, &next))
+    return *rc = syntax_error(ld), NULL;
+  yaml_node_t *second = yaml_document_get_root_node(&next);
+  yaml_mark_t second_mark = second ? second->start_mark : mark_start();
+  yaml_document_delete(&next);
+  yaml_node_t *root = yaml_document_get_root_node(&ld->doc);
+  if (second)
+    *rc = at(ld, second_mark,
+             "a second YAML document: the file must hold only one");
+  else if (!root)
+    *rc = at(ld, mark_start(),
+             "empty: expected singleServerConfig, clusterServersConfig or "
+             "sentinelServersConfig");
+  else if (root->type != YAML_MAPPING_NODE)
+    *rc = at(ld, root->start_mark,
+             "the top level must be a mapping of keys "
+             "(lockWatchdogTimeout, singleServerConfig...), not a %s",
+             type_name(root));
+  return *rc ? NULL : root;
+}
+
+/* ---- keys --------------------------------------------------------------- */
+
+static const key_def *find_key(const char *name, unsigned where) {
+  for (size_t i = 0; i < NKEYS; i++)
+    if ((g_keys[i].where & where) && strcmp(g_keys[i].name, name) == 0)
+      return &g_keys[i];
+  return NULL;
+}
+
+/* Case-insensitive edit distance, or a large number for long words. */
+static size_t distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), row[64];
+  if (la >= 64 || lb >= 64)
+    return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t same =
+          tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+      size_t best = diag + !same;
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* The key of `where` closest to name, if it is close enough to be a typo. */
+static const key_def *closest(const char *name, unsigned where) {
+  const key_def *best = NULL;
+  size_t best_d = strlen(name) < 6 ? 2 : 3;
+  for (size_t i = 0; i < NKEYS; i++) {
+    size_t d =
+        (g_keys[i].where & where) ? distance(name, g_keys[i].name) : SIZE_MAX;
+    if (d < best_d) {
+      best = &g_keys[i];
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+static int unknown_key(const loader *ld, unsigned where, const yaml_node_t *k) {
+  const char *name = text_of(k);
+  const key_def *other = find_key(name, ~where & (IN_ROOT | IN_SERVERS));
+  if (other)
+    return at(ld, k->start_mark, "'%s' does not belong %s (it belongs %s)",
+              name, where_name(where), where_name(other->where));
+  const key_def *near = closest(name, where);
+  if (near)
+    return at(ld, k->start_mark, "unknown key '%s' %s (did you mean '%s'?)",
+              name, where_name(where), near->name);
+  return at(ld, k->start_mark,
+            "unknown key '%s' %s (docs/config.md lists the keys)", name,
+            where_name(where));
+}
+
+/* ---- values ------------------------------------------------------------- */
+
+#define VAR_CHARS                                                              \
+  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_."
+
+/* Appends the value of the ${NAME} or ${NAME:-default} whose NAME starts at
+ * p; *end = the byte after its '}'. */
+static int expand_var(const loader *ld, const yaml_node_t *v, const char *key,
+                      const char *p, dlock__sb *b, const char **end) {
+  size_t n = strspn(p, VAR_CHARS);
+  const char *def = n && strncmp(p + n, ":-", 2) == 0 ? p + n + 2 : NULL;
+  const char *close = def ? strchr(def, '}') : p[n] == '}' ? p + n : NULL;
+  if (n == 0 || !close)
+    return at(ld, v->start_mark,
+              "'%s': malformed ${...}: expected ${NAME} or ${NAME:-default} "
+              "(NAME of letters, digits, _ and .; $${ is a literal ${)",
+              key);
+  char name[128];
+  if (n >= sizeof name)
+    return at(ld, v->start_mark, "'%s': variable name too long", key);
+  memcpy(name, p, n);
+  name[n] = '\0';
+  const char *val = getenv(name);
+  if (!val && !def)
+    return at(ld, v->start_mark, "'%s': environment variable %s is not set",
+              key, name);
+  if (val)
+    dlock__sb_adds(b, val);
+  else
+    dlock__sb_add(b, def, (size_t)(close - def));
+  *end = close + 1;
+  return 0;
+}
+
+/* *out = the scalar's text with ${...} replaced (a new string). */
+static int expand(const loader *ld, const yaml_node_t *v, const char *key,
+                  char **out) {
+  const char *s = text_of(v);
+  dlock__sb b;
+  dlock__sb_init(&b);
+  int rc = 0;
+  while (*s && rc == 0) {
+    const char *dollar = strchr(s, '$');
+    if (!dollar) {
+      dlock__sb_adds(&b, s);
+      break;
+    }
+    dlock__sb_add(&b, s, (size_t)(dollar - s));
+    if (strncmp(dollar, "$${", 3) == 0) {
+      dlock__sb_add(&b, "${", 2);
+      s = dollar + 3;
+    } else if (dollar[1] == '{') {
+      rc = expand_var(ld, v, key, dollar + 2, &b, &s);
+    } else {
+      dlock__sb_add(&b, "$", 1);
+      s = dollar + 1;
+    }
+  }
+  if (rc == 0 && (b.oom || !(*out = dlock__strndup(b.p, b.len))))
+    rc = oom();
+  dlock__sb_free(&b);
+  return rc;
+}
+
+/* A decimal integer in [lo, hi]; -1 with *v untouched if not one. */
+static int parse_long(const char *s, long lo, long hi, long *v) {
+  const char *digits = *s == '-' ? s + 1 : s;
+  if (!isdigit((unsigned char)*digits))
+    return -1;
+  char *end = NULL;
+  errno = 0;
+  long x = strtol(s, &end, 10);
+  if (*end || errno || x < lo || x > hi)
+    return -1;
+  *v = x;
+  return 0;
+}
+
+/* tls_verify from true/false, or from sslVerificationMode's STRICT/NONE. */
+static int parse_flag(const key_def *d, const char *s, int *v) {
+  static const char *const words[][2] = {
+      {"false", "true"}, {"False", "True"}, {"FALSE", "TRUE"}};
+  static const char *const modes[2] = {"NONE", "STRICT"};
+  for (int yes = 0; yes < 2; yes++) {
+    int match = d->kind == K_VERIFY && strcmp(s, modes[yes]) == 0;
+    for (size_t i = 0; d->kind == K_BOOL && i < 3; i++)
+      match |= strcmp(s, words[i][yes]) == 0;
+    if (match) {
+      *v = yes;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static int bad_value(const loader *ld, const yaml_node_t *v, const key_def *d,
+                     const char *s) {
+  long lo = d->kind == K_DB ? 0 : dlock__config_int_min(d->off);
+  long hi = d->kind == K_DB ? DLOCK__DB_MAX : INT_MAX;
+  if (d->kind == K_BOOL)
+    return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
+              d->name, s);
+  if (d->kind == K_VERIFY)
+    return at(ld, v->start_mark,
+              "'%s' must be STRICT or NONE, not '%.40s' (dlock checks the "
+              "certificate and the name, or nothing)",
+              d->name, s);
+  return at(ld, v->start_mark,
+            "'%s' must be an integer from %ld to %ld, not "
+            "'%.40s'",
+            d->name, lo, hi, s);
+}
+
+/* Stores the expanded value s of key d (s is the load's from here on). */
+static int set_value(loader *ld, const key_def *d, const yaml_node_t *v,
+                     char *s) {
+  long n = 0;
+  int val = 0, bad = 0;
+  switch (d->kind) {
+  case K_STR:
+    set_str(ld, d->off, s);
+    return 0;
+  case K_PART:
+    free(ld->part[d->part]);
+    ld->part[d->part] = s;
+    ld->part_mark[d->part] = v->start_mark;
+    return 0;
+  case K_INT:
+    bad = parse_long(s, dlock__config_int_min(d->off), INT_MAX, &n);
+    val = (int)n;
+    break;
+  case K_DB:
+    bad = parse_long(s, 0, DLOCK__DB_MAX, &ld->db);
+    break;
+  default: /* K_BOOL, K_VERIFY */
+    bad = parse_flag(d, s, &val);
+    break;
+  }
+  int rc = bad ? bad_value(ld, v, d, s) : 0;
+  if (!bad && d->kind != K_DB)
+    memcpy(field_at(&ld->cfg, d->off), &val, sizeof val);
+  free(s);
+  return rc;
+}
+
+/* What a key of kind d->kind must be, for wrong-type messages. */
+static const char *expected(const key_def *d) {
+  switch (d->kind) {
+  case K_INT:
+  case K_DB:
+    return "an integer";
+  case K_BOOL:
+    return "true or false";
+  case K_VERIFY:
+    return "STRICT or NONE";
+  default:
+    return "a string";
+  }
+}
+
+/* A key whose value is a scalar (or a list of them, K_LIST). */
+static int set_key(loader *ld, const key_def *d, const yaml_node_t *k,
+                   yaml_node_t *v) {
+  if (d->kind == K_LIST) {
+    if (v->type != YAML_SEQUENCE_NODE)
+      return at(ld, v->start_mark,
+                "'%s' must be a list of addresses (lines '- redis://host:port'"
+                "), not a %s",
+                d->name, type_name(v));
+    ld->list = v;
+    return 0;
+  }
+  if (v->type != YAML_SCALAR_NODE)
+    return at(ld, v->start_mark, "'%s' must be %s, not a %s", d->name,
+              expected(d), type_name(v));
+  if (d->kind != K_PART && d->kind != K_DB &&
+      !fits(ld, d->off, d->kind == K_STR ? sizeof(char *) : sizeof(int)))
+    return at(ld, k->start_mark,
+              "'%s' sets dlock_config.%s, which this program's dlock_config "
+              "(%zu bytes, built against an older dlock.h) does not have",
+              d->name, d->field, ld->size);
+  char *s = NULL;
+  int rc = expand(ld, v, d->name, &s);
+  return rc ? rc : set_value(ld, d, v, s);
+}
+
+static int walk_map(loader *ld, unsigned where, const yaml_node_t *map);
+
+static int enter_section(loader *ld, const key_def *d, const yaml_node_t *k,
+                         const yaml_node_t *v) {
+  if (ld->section)
+    return at(ld, k->start_mark,
+              "a second server section '%s' (%s is at line %lu, column %lu): "
+              "give exactly one",
+              d->name, ld->section_name,
+              (unsigned long)ld->section_mark.line + 1,
+              (unsigned long)ld->section_mark.column + 1);
+  ld->section = d->part;
+  ld->section_name = d->name;
+  ld->section_mark = k->start_mark;
+  if (is_null(v))
+    return 0;
+  if (v->type != YAML_MAPPING_NODE)
+    return at(ld, v->start_mark, "'%s' must be a mapping of keys, not a %s",
+              d->name, type_name(v));
+  return walk_map(ld, d->part, v);
+}
+
+static int apply_key(loader *ld, unsigned where, const yaml_node_t *k,
+                     yaml_node_t *v) {
+  const key_def *d = find_key(text_of(k), where);
+  if (!d)
+    return unknown_key(ld, where, k);
+  if (d->kind == K_SECTION)
+    return enter_section(ld, d, k, v);
+  if (d->kind == K_IGNORED || is_null(v))
+    return 0;
+  if (d->kind == K_REFUSED)
+    return at(ld, k->start_mark, "'%s': %s", d->name, d->field);
+  return set_key(ld, d, k, v);
+}
+
+static int walk_map(loader *ld, unsigned where, const yaml_node_t *map) {
+  const yaml_node_pair_t *first = map->data.mapping.pairs.start;
+  for (const yaml_node_pair_t *p = first; p < map->data.mapping.pairs.top;
+       p++) {
+    const yaml_node_t *k = yaml_document_get_node(&ld->doc, p->key);
+    yaml_node_t *v = yaml_document_get_node(&ld->doc, p->value);
+    if (k->type != YAML_SCALAR_NODE)
+      return at(ld, k->start_mark, "a key must be a name, not a %s",
+                type_name(k));
+    for (const yaml_node_pair_t *q = first; q < p; q++) {
+      const yaml_node_t *qk = yaml_document_get_node(&ld->doc, q->key);
+      if (qk->type == YAML_SCALAR_NODE && strcmp(text_of(qk), text_of(k)) == 0)
+        return at(ld, k->start_mark,
+                  "duplicate key '%s' (first at line %lu, column %lu)",
+                  text_of(k), (unsigned long)qk->start_mark.line + 1,
+                  (unsigned long)qk->start_mark.column + 1);
+    }
+    int rc = apply_key(ld, where, k, v);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* ---- the URL ------------------------------------------------------------ */
+
+enum scheme { S_BAD, S_REDIS, S_REDISS, S_UNIX };
+
+/* The scheme of a Redisson address; *rest = what follows "://". */
+static enum scheme split_scheme(const char *addr, const char **rest) {
+  static const struct {
+    const char *prefix;
+    enum scheme s;
+  } t[] = {{"redis://", S_REDIS}, {"rediss://", S_REDISS}, {"unix://", S_UNIX}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    size_t n = strlen(t[i].prefix);
+    if (strncmp(addr, t[i].prefix, n) == 0) {
+      *rest = addr + n;
+      return t[i].s;
+    }
+  }
+  return S_BAD;
+}
+
+/* host, host:port, [v6] or [v6]:port; no credentials, path or query. */
+static int hostport_ok(const char *s) {
+  if (!*s || s[strcspn(s, "/@?#,% \t")])
+    return 0;
+  const char *port;
+  if (*s == '[') {
+    const char *rb = strchr(s, ']');
+    if (!rb || rb == s + 1)
+      return 0;
+    port = rb + 1;
+  } else {
+    port = s + strcspn(s, ":");
+    if (port == s)
+      return 0;
+  }
+  long p;
+  return !*port || (*port == ':' && parse_long(port + 1, 1, 65535, &p) == 0);
+}
+
+/* s percent-encoded: every byte but A-Z a-z 0-9 - . _ ~ (url.c decodes). */
+static void add_encoded(dlock__sb *b, const char *s) {
+  static const char hex[] = "0123456789ABCDEF";
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (isalnum(*p) || strchr("-._~", *p)) {
+      dlock__sb_add(b, (const char *)p, 1);
+    } else {
+      char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+      dlock__sb_add(b, e, 3);
+    }
+  }
+}
+
+/* "?name=value" or "&name=value", if value is set. */
+static void add_query(dlock__sb *b, int *first, const char *name,
+                      const char *value) {
+  if (!value)
+    return;
+  dlock__sb_adds(b, *first ? "?" : "&");
+  dlock__sb_adds(b, name);
+  dlock__sb_adds(b, "=");
+  add_encoded(b, value);
+  *first = 0;
+}
+
+/* A user without a password authenticates nowhere (AUTH needs both). */
+static int check_user(const loader *ld, int user, int pass) {
+  if (!ld->part[user] || ld->part[pass])
+    return 0;
+  return at(ld, ld->part_mark[user],
+            "'%s' needs '%s' too (Redis authenticates a user with AUTH "
+            "user password)",
+            user == P_USER ? "username" : "sentinelUsername",
+            user == P_USER ? "password" : "sentinelPassword");
+}
+
+/* "[user]:password@" when a password is set. */
+static void add_userinfo(const loader *ld, dlock__sb *b) {
+  if (!ld->part[P_PASSWORD])
+    return;
+  if (ld->part[P_USER])
+    add_encoded(b, ld->part[P_USER]);
+  dlock__sb_adds(b, ":");
+  add_encoded(b, ld->part[P_PASSWORD]);
+  dlock__sb_adds(b, "@");
+}
+
+static void add_db(const loader *ld, dlock__sb *b) {
+  if (ld->db < 0)
+    return;
+  dlock__sb_adds(b, "/");
+  dlock__sb_addi64(b, ld->db);
+}
+
+static int bad_address(const loader *ld, yaml_mark_t m, const char *addr,
+                       const char *forms) {
+  if (strchr(addr, '@')) /* not echoed: it may hold a password */
+    return at(ld, m,
+              "an address holds no credentials: give them as username and "
+              "password");
+  return at(ld, m, "address '%.80s' is not %s", addr, forms);
+}
+
+static int compose_single(loader *ld, dlock__sb *b) {
+  const char *addr = ld->part[P_ADDRESS], *rest = NULL;
+  yaml_mark_t m = ld->part_mark[P_ADDRESS];
+  if (!addr)
+    return at(ld, ld->section_mark,
+              "singleServerConfig needs an address (redis://host:port)");
+  enum scheme s = split_scheme(addr, &rest);
+  const char *forms =
+      "redis://host:port, rediss://host:port or unix:///path/to/socket";
+  if (s == S_BAD || (s != S_UNIX && !hostport_ok(rest)) ||
+      (s == S_UNIX && (*rest != '/' || strchr(rest, '?'))))
+    return bad_address(ld, m, addr, forms);
+  if (s != S_UNIX) {
+    dlock__sb_adds(b, s == S_REDISS ? "rediss://" : "redis://");
+    add_userinfo(ld, b);
+    dlock__sb_adds(b, rest);
+    add_db(ld, b);
+    return 0;
+  }
+  int first = 1;
+  char db[24];
+  dlock__fmt_i64(db, ld->db);
+  dlock__sb_adds(b, addr);
+  add_query(b, &first, "db", ld->db >= 0 ? db : NULL);
+  add_query(b, &first, "user",
+            ld->part[P_USER]); /* check_user: has a password */
+  add_query(b, &first, "password", ld->part[P_PASSWORD]);
+  return 0;
+}
+
+/* One item of an address list: its host:port appended to b (after a ','
+ * unless it is the first); *seen = its scheme, which all items share. */
+static int add_host(const loader *ld, const yaml_node_t *v, const char *key,
+                    dlock__sb *b, enum scheme *seen) {
+  if (v->type != YAML_SCALAR_NODE)
+    return at(ld, v->start_mark, "'%s': an address must be a string, not a %s",
+              key, type_name(v));
+  char *addr = NULL;
+  const char *rest = NULL;
+  int rc = expand(ld, v, key, &addr);
+  if (rc)
+    return rc;
+  enum scheme s = split_scheme(addr, &rest);
+  if ((s != S_REDIS && s != S_REDISS) || !hostport_ok(rest)) {
+    rc = bad_address(ld, v->start_mark, addr,
+                     "redis://host:port or rediss://host:port");
+  } else if (*seen != S_BAD && s != *seen) {
+    rc = at(ld, v->start_mark, "'%s': mixes redis:// and rediss:// addresses",
+            key);
+  } else {
+    dlock__sb_adds(b, *seen == S_BAD ? "" : ",");
+    dlock__sb_adds(b, rest);
+    *seen = s;
+  }
+  free(addr);
+  return rc;
+}
+
+/* The list's host:port items joined by ','; *tls = they are rediss://. */
+static int add_hosts(loader *ld, dlock__sb *b, const char *key, int *tls) {
+  enum scheme seen = S_BAD;
+  for (const yaml_node_item_t *it = ld->list->data.sequence.items.start;
+       it < ld->list->data.sequence.items.top; it++) {
+    int rc = add_host(ld, yaml_document_get_node(&ld->doc, *it), key, b, &seen);
+    if (rc)
+      return rc;
+  }
+  *tls = seen == S_REDISS;
+  return 0;
+}
+
+/* redis[s]-cluster://[user:pass@]h1:p1,h2:p2 or
+ * redis[s]-sentinel://[user:pass@]h1:p1,h2:p2/master[/db][?sentinel_...]. */
+static int compose_multi(loader *ld, dlock__sb *b) {
+  int sentinel = ld->section == IN_SENTINEL, tls = 0;
+  const char *key = sentinel ? "sentinelAddresses" : "nodeAddresses";
+  if (!ld->list ||
+      ld->list->data.sequence.items.start == ld->list->data.sequence.items.top)
+    return at(ld, ld->section_mark, "%s needs %s (a list of redis://host:port)",
+              ld->section_name, key);
+  if (sentinel && !ld->part[P_MASTER])
+    return at(ld, ld->section_mark, "sentinelServersConfig needs masterName");
+  dlock__sb hosts;
+  dlock__sb_init(&hosts);
+  int rc = add_hosts(ld, &hosts, key, &tls);
+  if (rc == 0) {
+    dlock__sb_adds(b, tls ? "rediss-" : "redis-");
+    dlock__sb_adds(b, sentinel ? "sentinel://" : "cluster://");
+    add_userinfo(ld, b);
+    dlock__sb_add(b, hosts.p, hosts.len);
+    rc = hosts.oom ? oom() : 0;
+  }
+  dlock__sb_free(&hosts);
+  if (rc || !sentinel)
+    return rc;
+  int first = 1;
+  dlock__sb_adds(b, "/");
+  add_encoded(b, ld->part[P_MASTER]);
+  add_db(ld, b);
+  add_query(b, &first, "sentinel_user", ld->part[P_SUSER]);
+  add_query(b, &first, "sentinel_password", ld->part[P_SPASS]);
+  return 0;
+}
+
+static int compose(loader *ld) {
+  if (!ld->section)
+    return at(ld, mark_start(),
+              "no server section: give one of singleServerConfig, "
+              "clusterServersConfig or sentinelServersConfig");
+  int rc = check_user(ld, P_USER, P_PASSWORD);
+  if (rc == 0)
+    rc = check_user(ld, P_SUSER, P_SPASS);
+  if (rc)
+    return rc;
+  dlock__sb b;
+  dlock__sb_init(&b);
+  rc =
+      ld->section == IN_SINGLE ? compose_single(ld, &b) : compose_multi(ld, &b);
+  char *url = NULL;
+  if (rc == 0 && (b.oom || !(url = dlock__strndup(b.p, b.len))))
+    rc = oom();
+  if (rc == 0)
+    set_str(ld, FIELD_OFF(url), url);
+  dlock__sb_free(&b);
+  return rc;
+}
+
+/* ---- the calls ---------------------------------------------------------- */
+
+/* The working copy replaces *cfg; the previous load's memory goes. */
+static int commit(loader *ld, dlock_config *cfg) {
+  if (!FITS(ld, loaded))
+    return dlock__fail(DLOCK_EINVAL,
+                       "%s: this program's dlock_config (%zu bytes) predates "
+                       "dlock_config_load: it was built against a dlock.h "
+                       "older than 0.2",
+                       ld->path, ld->size);
+  loaded_mem *old = previous(cfg, ld->size);
+  ld->cfg.loaded = ld->mem;
+  ld->mem = NULL;
+  memcpy(cfg, &ld->cfg, ld->size);
+  mem_free(old);
+  return 0;
+}
+
+static int load(loader *ld, dlock_config *cfg) {
+  int rc = read_file(ld);
+  yaml_node_t *root = rc ? NULL : parse(ld, &rc);
+  if (!root)
+    return rc;
+  if ((rc = walk_map(ld, IN_ROOT, root)) != 0 || (rc = compose(ld)) != 0)
+    return rc;
+  return commit(ld, cfg);
+}
+
+int dlock_config_load(const char *path, dlock_config *cfg) {
+  dlock__clear_error();
+  if (!path || !cfg)
+    return dlock__fail(DLOCK_EINVAL, "dlock_config_load: %s is NULL",
+                       path ? "cfg" : "path");
+  int rc = dlock__config_check_record(cfg, offsetof(dlock_config, url));
+  if (rc)
+    return rc;
+  loader ld;
+  if ((rc = loader_init(&ld, path, cfg)) == 0)
+    rc = load(&ld, cfg);
+  loader_free(&ld);
+  return rc;
+}
+
+void dlock_config_dispose(dlock_config *cfg) {
+  if (!cfg)
+    return;
+  dlock__err_keep_begin(); /* a call that cannot fail leaves no message */
+  int bad = dlock__config_check_record(cfg, offsetof(dlock_config, url));
+  dlock__err_keep_end();
+  size_t size = bad ? 0 : cfg->abi_size;
+  loaded_mem *m = previous(cfg, size < sizeof *cfg ? size : sizeof *cfg);
+  if (!m)
+    return;
+  for (size_t i = 0; i < NSTR; i++) {
+    const char *cur;
+    if (g_str_off[i] + sizeof cur > size)
+      continue;
+    memcpy(&cur, field_at(cfg, g_str_off[i]), sizeof cur);
+    if (cur == m->str[i])
+      memset(field_at(cfg, g_str_off[i]), 0, sizeof cur);
+  }
+  mem_free(m);
+  cfg->loaded = NULL;
+}

@@ -1,0 +1,749 @@
+/* dlock_config_load / dlock_config_dispose (docs/config.md): every key and
+ * the field or URL it gives, Redisson's own example file, ${VAR}
+ * substitution, every kind of error with its FILE:LINE:COLUMN and the config
+ * left unchanged, memory (dispose, reloads; ASan/valgrind find leaks), a
+ * caller built against an older header (guard bytes), and loaded configs
+ * used for real against redis-servers (TCP, unix socket, ACL user with the
+ * password from the environment). */
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "th.h"
+
+/* Writes text to a file of the test's temp dir; returns its path. */
+static const char *write_file(const char *name, const char *text) {
+  const char *path = th_tmpfile(name);
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  CHECK_EQ(fputs(text, f) >= 0, 1);
+  CHECK_EQ(fclose(f), 0);
+  return path;
+}
+
+static int load_text(const char *text, dlock_config *cfg) {
+  return dlock_config_load(write_file("c.yaml", text), cfg);
+}
+
+/* The file fails to load with DLOCK_EINVAL, the message "PATH:POS: ..."
+ * containing want, and cfg (loaded with a first file) unchanged. */
+static void expect_error(const char *text, const char *pos, const char *want) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://first:1\n"
+                     "  sslCaFile: /first/ca.pem\n",
+                     &cfg));
+  cfg.pool_size = 7;
+  unsigned char before[sizeof cfg]; /* every byte, padding included */
+  memcpy(before, &cfg, sizeof cfg);
+  const char *path = write_file("bad.yaml", text);
+  CHECK_RC(dlock_config_load(path, &cfg), DLOCK_EINVAL);
+  char prefix[512];
+  snprintf(prefix, sizeof prefix, "%s:%s: ", path, pos);
+  const char *e = dlock_last_error();
+  CHECK_MSG(strncmp(e, prefix, strlen(prefix)) == 0 && strstr(e, want),
+            "file:\n%s\nerror '%s', expected '%s...%s'", text, e, prefix, want);
+  CHECK_MSG(memcmp((const unsigned char *)&cfg, before, sizeof cfg) == 0,
+            "a failed load changed the config (%s)", e);
+  CHECK_STR(cfg.url, "redis://first:1");
+  CHECK_STR(cfg.tls_ca_file, "/first/ca.pem");
+  dlock_config_dispose(&cfg);
+}
+
+/* The URL the file gives. */
+static void expect_url(const char *text, const char *url) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  int rc = load_text(text, &cfg);
+  CHECK_MSG(rc == 0, "file:\n%s\nfailed: %s", text, dlock_last_error());
+  CHECK_STR(cfg.url, url);
+  dlock_config_dispose(&cfg);
+}
+
+/* ---- keys and the fields they set ------------------------------------- */
+
+TH_CASE(single_every_key) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.lazy_connect = 1; /* not a file key: stays */
+  CHECK_OK(load_text("lockWatchdogTimeout: 12000\n"
+                     "singleServerConfig:\n"
+                     "  address: \"redis://10.0.0.5:6380\"\n"
+                     "  username: app\n"
+                     "  password: s3cret\n"
+                     "  database: 3\n"
+                     "  connectTimeout: 1500\n"
+                     "  timeout: 2500\n"
+                     "  retryAttempts: 0\n"
+                     "  retryInterval: 0\n"
+                     "  connectionPoolSize: 5\n"
+                     "  sslCaFile: /etc/ssl/ca.pem\n"
+                     "  sslCaDir: /etc/ssl/certs\n"
+                     "  sslCertFile: client.crt\n"
+                     "  sslKeyFile: client.key\n"
+                     "  sslServerName: redis.internal\n"
+                     "  sslVerify: false\n",
+                     &cfg));
+  CHECK_STR(cfg.url, "redis://app:s3cret@10.0.0.5:6380/3");
+  CHECK_EQ(cfg.watchdog_timeout_ms, 12000);
+  CHECK_EQ(cfg.connect_timeout_ms, 1500);
+  CHECK_EQ(cfg.command_timeout_ms, 2500);
+  CHECK_EQ(cfg.retry_attempts, 0);
+  CHECK_EQ(cfg.retry_interval_ms, 0);
+  CHECK_EQ(cfg.pool_size, 5);
+  CHECK_STR(cfg.tls_ca_file, "/etc/ssl/ca.pem");
+  CHECK_STR(cfg.tls_ca_dir, "/etc/ssl/certs");
+  CHECK_STR(cfg.tls_cert_file, "client.crt");
+  CHECK_STR(cfg.tls_key_file, "client.key");
+  CHECK_STR(cfg.tls_server_name, "redis.internal");
+  CHECK_EQ(cfg.tls_verify, 0);
+  CHECK_EQ(cfg.lazy_connect, 1);
+  CHECK_EQ(cfg.multiplex, 1);
+  CHECK_EQ(cfg.subscription_linger_ms, 100);
+  /* The two other spellings of tls_verify. */
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://h:1\n"
+                     "  sslEnableEndpointIdentification: true\n",
+                     &cfg));
+  CHECK_EQ(cfg.tls_verify, 1);
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://h:1\n"
+                     "  sslVerificationMode: NONE\n",
+                     &cfg));
+  CHECK_EQ(cfg.tls_verify, 0);
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://h:1\n"
+                     "  sslVerificationMode: STRICT\n",
+                     &cfg));
+  CHECK_EQ(cfg.tls_verify, 1);
+  dlock_config_dispose(&cfg);
+}
+
+/* Only what the file sets changes; the bounds are dlock_client_new's. */
+TH_CASE(single_defaults_and_bounds) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.connect_timeout_ms = 777;
+  CHECK_OK(load_text("singleServerConfig:\n  address: redis://h\n", &cfg));
+  CHECK_STR(cfg.url, "redis://h");
+  CHECK_EQ(cfg.connect_timeout_ms, 777);
+  CHECK_EQ(cfg.command_timeout_ms, 3000);
+  CHECK_EQ(cfg.watchdog_timeout_ms, 30000);
+  CHECK_EQ(cfg.tls_verify, 1);
+  CHECK(cfg.tls_ca_file == NULL);
+  /* The lowest accepted values, and the highest. */
+  CHECK_OK(load_text("lockWatchdogTimeout: 3\n"
+                     "singleServerConfig:\n"
+                     "  address: redis://h\n"
+                     "  connectTimeout: 1\n"
+                     "  timeout: 2147483647\n"
+                     "  connectionPoolSize: 1\n"
+                     "  database: 1000000\n",
+                     &cfg));
+  CHECK_EQ(cfg.watchdog_timeout_ms, 3);
+  CHECK_EQ(cfg.connect_timeout_ms, 1);
+  CHECK_EQ(cfg.command_timeout_ms, 2147483647);
+  CHECK_EQ(cfg.pool_size, 1);
+  CHECK_STR(cfg.url, "redis://h/1000000");
+  dlock_config_dispose(&cfg);
+}
+
+TH_CASE(single_url_forms) {
+  const char *head = "singleServerConfig:\n";
+  char text[512];
+  struct {
+    const char *keys, *url;
+  } t[] = {
+      {"  address: rediss://db.example.com:6380\n",
+       "rediss://db.example.com:6380"},
+      {"  address: redis://[::1]:7000\n  database: 2\n",
+       "redis://[::1]:7000/2"},
+      {"  address: redis://h:1\n  password: pw\n", "redis://:pw@h:1"},
+      /* Every byte outside A-Z a-z 0-9 - . _ ~ is percent-encoded. */
+      {"  address: redis://h:1\n  username: \"u:@%/\"\n"
+       "  password: \"p@ss:w/o%rd?&#+= \\u00e9\"\n",
+       "redis://u%3A%40%25%2F:p%40ss%3Aw%2Fo%25rd%3F%26%23%2B%3D%20%C3%A9@h:1"},
+      {"  address: unix:///run/redis.sock\n", "unix:///run/redis.sock"},
+      {"  address: unix:///run/redis.sock\n  database: 4\n  username: u\n"
+       "  password: \"a&b=c\"\n",
+       "unix:///run/redis.sock?db=4&user=u&password=a%26b%3Dc"},
+      {"  address: unix:///run/redis.sock\n  password: x\n",
+       "unix:///run/redis.sock?password=x"},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    snprintf(text, sizeof text, "%s%s", head, t[i].keys);
+    expect_url(text, t[i].url);
+  }
+}
+
+TH_CASE(cluster_url) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("clusterServersConfig:\n"
+                     "  nodeAddresses:\n"
+                     "  - \"redis://10.0.0.1:7000\"\n"
+                     "  - \"redis://10.0.0.2:7001\"\n"
+                     "  - redis://node3\n"
+                     "  username: app\n"
+                     "  password: pw\n"
+                     "  masterConnectionPoolSize: 9\n"
+                     "  timeout: 1234\n"
+                     "  scanInterval: 1000\n"
+                     "  readMode: SLAVE\n",
+                     &cfg));
+  CHECK_STR(cfg.url,
+            "redis-cluster://app:pw@10.0.0.1:7000,10.0.0.2:7001,node3");
+  CHECK_EQ(cfg.pool_size, 9);
+  CHECK_EQ(cfg.command_timeout_ms, 1234);
+  dlock_config_dispose(&cfg);
+  expect_url("clusterServersConfig:\n"
+             "  nodeAddresses: [rediss://a:1, 'rediss://b:2']\n"
+             "  sslCaFile: ca.pem\n",
+             "rediss-cluster://a:1,b:2");
+}
+
+TH_CASE(sentinel_url) {
+  expect_url("sentinelServersConfig:\n"
+             "  sentinelAddresses:\n"
+             "  - redis://s1:26379\n"
+             "  - redis://s2:26380\n"
+             "  masterName: mymaster\n",
+             "redis-sentinel://s1:26379,s2:26380/mymaster");
+  expect_url("sentinelServersConfig:\n"
+             "  sentinelAddresses: [rediss://s1:26379]\n"
+             "  masterName: \"my master\"\n"
+             "  database: 2\n"
+             "  username: app\n"
+             "  password: pw\n"
+             "  sentinelUsername: sent\n"
+             "  sentinelPassword: \"s&p\"\n"
+             "  masterConnectionPoolSize: 3\n"
+             "  checkSentinelsList: false\n",
+             "rediss-sentinel://app:pw@s1:26379/my%20master/2"
+             "?sentinel_user=sent&sentinel_password=s%26p");
+  expect_url("sentinelServersConfig:\n"
+             "  sentinelAddresses: [redis://s1]\n"
+             "  masterName: m\n"
+             "  sentinelPassword: sp\n",
+             "redis-sentinel://s1/m?sentinel_password=sp");
+}
+
+/* A file as Redisson users write it (its documented single-server example,
+ * with the keys dlock ignores), including nulls and a tagged codec. */
+TH_CASE(redisson_example_file) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("---\n"
+                     "singleServerConfig:\n"
+                     "  idleConnectionTimeout: 10000\n"
+                     "  connectTimeout: 10000\n"
+                     "  timeout: 3000\n"
+                     "  retryAttempts: 3\n"
+                     "  retryInterval: 1500\n"
+                     "  password: null\n"
+                     "  subscriptionsPerConnection: 5\n"
+                     "  clientName: null\n"
+                     "  address: \"redis://127.0.0.1:6379\"\n"
+                     "  subscriptionConnectionMinimumIdleSize: 1\n"
+                     "  subscriptionConnectionPoolSize: 50\n"
+                     "  connectionMinimumIdleSize: 24\n"
+                     "  connectionPoolSize: 64\n"
+                     "  database: 0\n"
+                     "  dnsMonitoringInterval: 5000\n"
+                     "  sslTruststore: null\n"
+                     "  pingConnectionInterval: 30000\n"
+                     "  keepAlive: false\n"
+                     "  tcpNoDelay: true\n"
+                     "threads: 16\n"
+                     "nettyThreads: 32\n"
+                     "codec: !<org.redisson.codec.Kryo5Codec> {}\n"
+                     "transportMode: \"NIO\"\n"
+                     "lockWatchdogTimeout: 30000\n"
+                     "keepPubSubOrder: true\n"
+                     "useScriptCache: false\n",
+                     &cfg));
+  CHECK_STR(cfg.url, "redis://127.0.0.1:6379/0");
+  CHECK_EQ(cfg.pool_size, 64);
+  CHECK_EQ(cfg.connect_timeout_ms, 10000);
+  CHECK_EQ(cfg.retry_attempts, 3);
+  dlock_config_dispose(&cfg);
+  /* Redisson's cluster example. */
+  expect_url("clusterServersConfig:\n"
+             "  idleConnectionTimeout: 10000\n"
+             "  connectTimeout: 10000\n"
+             "  timeout: 3000\n"
+             "  retryAttempts: 3\n"
+             "  retryInterval: 1500\n"
+             "  failedSlaveReconnectionInterval: 3000\n"
+             "  failedSlaveCheckInterval: 60000\n"
+             "  password: null\n"
+             "  subscriptionsPerConnection: 5\n"
+             "  clientName: null\n"
+             "  loadBalancer: !<org.redisson.connection.balancer."
+             "RoundRobinLoadBalancer> {}\n"
+             "  subscriptionConnectionMinimumIdleSize: 1\n"
+             "  subscriptionConnectionPoolSize: 50\n"
+             "  slaveConnectionMinimumIdleSize: 24\n"
+             "  slaveConnectionPoolSize: 64\n"
+             "  masterConnectionMinimumIdleSize: 24\n"
+             "  masterConnectionPoolSize: 64\n"
+             "  readMode: \"SLAVE\"\n"
+             "  subscriptionMode: \"SLAVE\"\n"
+             "  nodeAddresses:\n"
+             "  - \"redis://127.0.0.1:7004\"\n"
+             "  - \"redis://127.0.0.1:7001\"\n"
+             "  - \"redis://127.0.0.1:7000\"\n"
+             "  scanInterval: 1000\n"
+             "  pingConnectionInterval: 30000\n"
+             "  keepAlive: false\n"
+             "  tcpNoDelay: true\n"
+             "threads: 16\n"
+             "nettyThreads: 32\n"
+             "codec: !<org.redisson.codec.Kryo5Codec> {}\n"
+             "transportMode: \"NIO\"\n",
+             "redis-cluster://127.0.0.1:7004,127.0.0.1:7001,127.0.0.1:7000");
+}
+
+/* ---- ${VAR} ---------------------------------------------------------------
+ */
+
+TH_CASE(env_substitution) {
+  CHECK_EQ(setenv("DLOCK_T_HOST", "10.1.2.3", 1), 0);
+  CHECK_EQ(setenv("DLOCK_T_PORT", "7777", 1), 0);
+  CHECK_EQ(setenv("DLOCK_T_PW", "p@ss word", 1), 0);
+  CHECK_EQ(setenv("DLOCK_T_MS", "4500", 1), 0);
+  CHECK_EQ(setenv("DLOCK_T_EMPTY", "", 1), 0);
+  unsetenv("DLOCK_T_UNSET");
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://${DLOCK_T_HOST}:${DLOCK_T_PORT}\n"
+                     "  password: ${DLOCK_T_PW}\n"
+                     "  timeout: ${DLOCK_T_MS}\n"
+                     "  retryAttempts: ${DLOCK_T_UNSET:-5}\n"
+                     "  retryInterval: ${DLOCK_T_MS:-9}\n"
+                     "  sslCaFile: \"$${literal}/$x/${DLOCK_T_EMPTY}ca\"\n",
+                     &cfg));
+  CHECK_STR(cfg.url, "redis://:p%40ss%20word@10.1.2.3:7777");
+  CHECK_EQ(cfg.command_timeout_ms, 4500);
+  CHECK_EQ(cfg.retry_attempts, 5);
+  CHECK_EQ(cfg.retry_interval_ms, 4500);
+  CHECK_STR(cfg.tls_ca_file, "${literal}/$x/ca");
+  dlock_config_dispose(&cfg);
+  /* In list items too. */
+  expect_url("clusterServersConfig:\n"
+             "  nodeAddresses: [\"redis://${DLOCK_T_HOST}:1\"]\n",
+             "redis-cluster://10.1.2.3:1");
+  /* An unset variable is named, at its value. */
+  expect_error("singleServerConfig:\n"
+               "  address: redis://h\n"
+               "  password: \"${DLOCK_T_UNSET}\"\n",
+               "3:13", "environment variable DLOCK_T_UNSET is not set");
+  expect_error("clusterServersConfig:\n"
+               "  nodeAddresses:\n"
+               "    - redis://${DLOCK_T_UNSET}:1\n",
+               "3:7", "DLOCK_T_UNSET is not set");
+  expect_error("singleServerConfig:\n  address: redis://${DLOCK_T_HOST\n",
+               "2:12", "malformed ${...}");
+  expect_error("singleServerConfig:\n  address: redis://${}\n", "2:12",
+               "malformed ${...}");
+  /* A substituted value is checked like a literal one. */
+  CHECK_EQ(setenv("DLOCK_T_MS", "-1", 1), 0);
+  expect_error("singleServerConfig:\n  address: redis://h\n"
+               "  timeout: ${DLOCK_T_MS}\n",
+               "3:12", "'timeout' must be an integer from 1 to 2147483647");
+}
+
+/* ---- errors ----------------------------------------------------------------
+ */
+
+TH_CASE(error_unknown_keys) {
+  expect_error("singleServerConfig:\n  adress: redis://h\n", "2:3",
+               "unknown key 'adress' in singleServerConfig (did you mean "
+               "'address'?)");
+  expect_error("singleServerConfig:\n  address: redis://h\n"
+               "  connectTimeOut: 5\n",
+               "3:3", "did you mean 'connectTimeout'?");
+  expect_error("lockWatchdogTimout: 1\n", "1:1",
+               "unknown key 'lockWatchdogTimout' at the top level (did you "
+               "mean 'lockWatchdogTimeout'?)");
+  expect_error("singleServerConfig:\n  address: redis://h\n  frobnicate: 1\n",
+               "3:3",
+               "unknown key 'frobnicate' in singleServerConfig "
+               "(docs/config.md lists the keys)");
+  /* Known, but in another place. */
+  expect_error("singleServerConfig:\n  nodeAddresses: [redis://h]\n", "2:3",
+               "'nodeAddresses' does not belong in singleServerConfig (it "
+               "belongs in clusterServersConfig)");
+  expect_error("singleServerConfig:\n  address: redis://h\n"
+               "  lockWatchdogTimeout: 5\n",
+               "3:3", "(it belongs at the top level)");
+  expect_error("timeout: 5\nsingleServerConfig:\n  address: redis://h\n", "1:1",
+               "'timeout' does not belong at the top level");
+  expect_error("clusterServersConfig:\n  nodeAddresses: [redis://h]\n"
+               "  database: 1\n",
+               "3:3", "'database' does not belong in clusterServersConfig");
+  /* Redisson keys dlock cannot honour. */
+  expect_error("singleServerConfig:\n  address: rediss://h\n"
+               "  sslTruststore: file:truststore.jks\n",
+               "3:3", "'sslTruststore': a Java keystore; dlock reads PEM");
+  expect_error("masterSlaveServersConfig:\n  masterAddress: redis://h\n", "1:1",
+               "'masterSlaveServersConfig': not supported");
+}
+
+TH_CASE(error_types) {
+  expect_error("singleServerConfig:\n  address: redis://h\n"
+               "  timeout: [1, 2]\n",
+               "3:12", "'timeout' must be an integer, not a list");
+  expect_error("singleServerConfig:\n  address: redis://h\n"
+               "  password:\n    a: b\n",
+               "4:5", "'password' must be a string, not a mapping");
+  expect_error("singleServerConfig:\n  address: [redis://h]\n", "2:12",
+               "'address' must be a string, not a list");
+  expect_error("clusterServersConfig:\n  nodeAddresses: redis://h:1\n", "2:18",
+               "'nodeAddresses' must be a list of addresses");
+  expect_error("clusterServersConfig:\n  nodeAddresses:\n  - [redis://h:1]\n",
+               "3:5",
+               "'nodeAddresses': an address must be a string, not a "
+               "list");
+  expect_error("singleServerConfig: redis://h\n", "1:21",
+               "'singleServerConfig' must be a mapping of keys, not a scalar");
+  expect_error("- singleServerConfig\n", "1:1",
+               "the top level must be a mapping of keys");
+  expect_error("singleServerConfig:\n  address: redis://h\n"
+               "  sslVerify: yes\n",
+               "3:14", "'sslVerify' must be true or false, not 'yes'");
+  expect_error("? [a, b]\n: 1\n", "1:3", "a key must be a name, not a list");
+}
+
+TH_CASE(error_values) {
+  const char *head = "singleServerConfig:\n  address: redis://h\n";
+  struct {
+    const char *line, *pos, *want;
+  } t[] = {
+      {"  timeout: -5\n", "3:12",
+       "'timeout' must be an integer from 1 to 2147483647, not '-5'"},
+      {"  connectTimeout: 0\n", "3:19", "from 1 to"},
+      {"  retryAttempts: -1\n", "3:18", "from 0 to"},
+      {"  retryInterval: 1.5\n", "3:18", "not '1.5'"},
+      {"  connectionPoolSize: 0\n", "3:23", "from 1 to"},
+      {"  timeout: 10s\n", "3:12", "not '10s'"},
+      {"  timeout: 2147483648\n", "3:12", "not '2147483648'"},
+      {"  timeout: \" 5\"\n", "3:12", "not ' 5'"},
+      {"  database: 1000001\n", "3:13", "from 0 to 1000000"},
+      {"  sslVerificationMode: CA_ONLY\n", "3:24",
+       "must be STRICT or NONE, not 'CA_ONLY'"},
+      {"  username: u\n", "3:13", "'username' needs 'password' too"},
+  };
+  char text[256];
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    snprintf(text, sizeof text, "%s%s", head, t[i].line);
+    expect_error(text, t[i].pos, t[i].want);
+  }
+  expect_error("lockWatchdogTimeout: 2\nsingleServerConfig:\n"
+               "  address: redis://h\n",
+               "1:22", "from 3 to");
+  expect_error("sentinelServersConfig:\n  sentinelAddresses: [redis://s]\n"
+               "  masterName: m\n  sentinelUsername: su\n",
+               "4:21", "'sentinelUsername' needs 'sentinelPassword' too");
+}
+
+TH_CASE(error_addresses) {
+  const char *single = "is not redis://host:port, rediss://host:port or "
+                       "unix:///path/to/socket";
+  const char *bad[] = {"http://h:1",      "redis://",        "redis://h:0",
+                       "redis://h:x",     "redis://h:65536", "redis://h:1/2",
+                       "redis://h?x=1",   "redis://:1",      "redis://[::1",
+                       "unix://relative", "unix:///s?db=1",  "redis://a b:1",
+                       "redis://h1,h2"};
+  char text[256];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, "singleServerConfig:\n  address: '%s'\n",
+             bad[i]);
+    expect_error(text, "2:12", single);
+  }
+  /* Not echoed: the address may hold a password. */
+  expect_error("singleServerConfig:\n  address: redis://u:secret@h\n", "2:12",
+               "an address holds no credentials: give them as username and "
+               "password");
+  CHECK(strstr(dlock_last_error(), "secret") == NULL);
+  expect_error("singleServerConfig:\n  password: x\n", "1:1",
+               "singleServerConfig needs an address");
+  expect_error("singleServerConfig:\n", "1:1",
+               "singleServerConfig needs an address");
+  expect_error("clusterServersConfig:\n  nodeAddresses: []\n", "1:1",
+               "clusterServersConfig needs nodeAddresses");
+  expect_error("clusterServersConfig:\n  password: x\n", "1:1",
+               "clusterServersConfig needs nodeAddresses");
+  expect_error("clusterServersConfig:\n  nodeAddresses:\n"
+               "  - redis://a:1\n  - unix:///s\n",
+               "4:5", "is not redis://host:port or rediss://host:port");
+  expect_error("clusterServersConfig:\n  nodeAddresses:\n"
+               "  - redis://a:1\n  - rediss://b:1\n",
+               "4:5", "mixes redis:// and rediss:// addresses");
+  expect_error("sentinelServersConfig:\n  sentinelAddresses: [redis://s]\n",
+               "1:1", "sentinelServersConfig needs masterName");
+}
+
+TH_CASE(error_structure) {
+  expect_error("singleServerConfig:\n  address: redis://a\n"
+               "clusterServersConfig:\n  nodeAddresses: [redis://b]\n",
+               "3:1",
+               "a second server section 'clusterServersConfig' "
+               "(singleServerConfig is at line 1, column 1): give exactly one");
+  expect_error("singleServerConfig:\n  address: redis://a\n"
+               "  timeout: 1\n  timeout: 2\n",
+               "4:3", "duplicate key 'timeout' (first at line 3, column 3)");
+  expect_error("lockWatchdogTimeout: 5000\n", "1:1", "no server section");
+  expect_error("", "1:1", "empty");
+  expect_error("# only a comment\n", "1:1", "empty");
+  expect_error("singleServerConfig:\n  address: redis://a\n---\nthreads: 1\n",
+               "4:1", "a second YAML document");
+  /* YAML syntax errors, where libyaml finds them. */
+  expect_error("singleServerConfig:\n  address: redis://a\n timeout: 5\n",
+               "3:2",
+               "YAML syntax error: did not find expected key (while parsing a "
+               "block mapping at line 1, column 1)");
+  expect_error("singleServerConfig:\n  address: redis://a: b\n", "2:21",
+               "YAML syntax error: mapping values are not allowed");
+  expect_error("singleServerConfig:\n  address: \"redis://a\n", "3:1",
+               "YAML syntax error: found unexpected end of stream (while "
+               "scanning a quoted scalar at line 2, column 12)");
+  expect_error("singleServerConfig:\n  address: *nope\n", "2:12",
+               "YAML syntax error: found undefined alias");
+  expect_error("a: \xff\n", "1:4", "YAML syntax error: invalid");
+  expect_error("a:\tb\n\tc: d\n", "2:1", "YAML syntax error");
+}
+
+TH_CASE(error_files_and_arguments) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  const char *missing = th_tmpfile("no-such.yaml");
+  CHECK_RC(dlock_config_load(missing, &cfg), DLOCK_EINVAL);
+  char want[512];
+  snprintf(want, sizeof want, "%s:1:1: cannot open the file: No such file",
+           missing);
+  CHECK_MSG(strncmp(dlock_last_error(), want, strlen(want)) == 0, "'%s'",
+            dlock_last_error());
+  const char *dir = th_tmpfile("a-dir");
+  CHECK_EQ(mkdir(dir, 0700), 0);
+  CHECK_RC(dlock_config_load(dir, &cfg), DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(), ":1:1: cannot read the file: Is a "
+                                       "directory") != NULL,
+            "'%s'", dlock_last_error());
+  const char *ok = write_file("ok.yaml", "singleServerConfig:\n"
+                                         "  address: redis://h\n");
+  CHECK_RC(dlock_config_load(NULL, &cfg), DLOCK_EINVAL);
+  CHECK_RC(dlock_config_load(ok, NULL), DLOCK_EINVAL);
+  dlock_config raw;
+  memset(&raw, 0, sizeof raw);
+  CHECK_RC(dlock_config_load(ok, &raw), DLOCK_EINVAL);
+  CHECK(strstr(dlock_last_error(), "dlock_config_init") != NULL);
+  CHECK(raw.url == NULL);
+  dlock_config_dispose(&raw); /* not set up: left alone */
+  dlock_config_dispose(NULL);
+  dlock_config_dispose(&cfg); /* never loaded: nothing to do */
+  CHECK(cfg.url == NULL);
+  CHECK_OK(dlock_config_load(ok, &cfg));
+  CHECK_STR(dlock_last_error(), "");
+  dlock_config_dispose(&cfg);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+TH_CASE(dispose_and_reload) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://a:1\n"
+                     "  timeout: 111\n"
+                     "  sslCaFile: /a/ca.pem\n"
+                     "  sslServerName: a.example\n",
+                     &cfg));
+  /* A field the caller sets itself after a load is the caller's. */
+  cfg.tls_cert_file = "mine.crt";
+  /* The second file sets the URL and the key only: the CA and the name
+   * stay, although the first load's memory is gone. */
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://b:2\n"
+                     "  sslKeyFile: /b/key.pem\n"
+                     "  sslServerName: null\n",
+                     &cfg));
+  CHECK_STR(cfg.url, "redis://b:2");
+  CHECK_EQ(cfg.command_timeout_ms, 111);
+  CHECK_STR(cfg.tls_ca_file, "/a/ca.pem");
+  CHECK_STR(cfg.tls_server_name, "a.example");
+  CHECK_STR(cfg.tls_key_file, "/b/key.pem");
+  CHECK_STR(cfg.tls_cert_file, "mine.crt");
+  /* Many loads: ASan / valgrind would report what each one leaked. */
+  for (int i = 0; i < 200; i++)
+    CHECK_OK(load_text("singleServerConfig:\n"
+                       "  address: redis://c:3\n"
+                       "  sslCertFile: c.crt\n",
+                       &cfg));
+  CHECK_STR(cfg.tls_ca_file, "/a/ca.pem");
+  CHECK_STR(cfg.tls_cert_file, "c.crt");
+  dlock_config_dispose(&cfg);
+  CHECK(cfg.url == NULL);
+  CHECK(cfg.tls_ca_file == NULL);
+  CHECK(cfg.tls_cert_file == NULL);
+  CHECK(cfg.tls_key_file == NULL);
+  CHECK(cfg.tls_server_name == NULL);
+  CHECK_EQ(cfg.command_timeout_ms, 111); /* numbers keep their values */
+  dlock_config_dispose(&cfg);            /* twice: nothing left to do */
+  /* A failed load after a good one leaves the good one whole. */
+  CHECK_OK(load_text("singleServerConfig:\n  address: redis://d:4\n", &cfg));
+  CHECK_RC(load_text("singleServerConfig:\n  address: redis://e:5\n"
+                     "  bogus: 1\n",
+                     &cfg),
+           DLOCK_EINVAL);
+  CHECK_STR(cfg.url, "redis://d:4");
+  dlock_config_dispose(&cfg);
+}
+
+/* ---- a caller built against an older dlock.h ------------------------------
+ */
+
+#define GUARD 0xA5
+#define GUARD_LEN 64
+
+static void check_guard(const unsigned char *p, size_t size) {
+  for (size_t i = 0; i < GUARD_LEN; i++)
+    CHECK_MSG(p[size + i] == GUARD, "byte %zu past a %zu-byte struct written",
+              i, size);
+}
+
+/* The struct as a 0.1 program has it (no TLS fields, no `loaded`): a file
+ * with a TLS key fails naming the key and the missing field; any other file
+ * fails because the struct cannot record what a load allocates. Nothing is
+ * written, not even past the struct. */
+TH_CASE(older_struct) {
+  size_t size = offsetof(dlock_config, tls_ca_file);
+  unsigned char *p = malloc(size + GUARD_LEN);
+  CHECK(p != NULL);
+  memset(p, GUARD, size + GUARD_LEN);
+  dlock_config *cfg = (dlock_config *)p;
+  dlock_config_init_sized(cfg, size);
+  unsigned char before[sizeof(dlock_config)];
+  memcpy(before, p, size);
+  CHECK_RC(load_text("singleServerConfig:\n"
+                     "  address: rediss://h\n"
+                     "  timeout: 5\n"
+                     "  sslCaFile: ca.pem\n",
+                     cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(),
+                   ":4:3: 'sslCaFile' sets dlock_config.tls_ca_file, which "
+                   "this program's dlock_config") != NULL,
+            "'%s'", dlock_last_error());
+  CHECK_RC(load_text("singleServerConfig:\n  address: redis://h\n", cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(), "predates dlock_config_load") != NULL,
+            "'%s'", dlock_last_error());
+  CHECK_EQ(memcmp(before, p, size), 0);
+  check_guard(p, size);
+  dlock_config_dispose(cfg);
+  check_guard(p, size);
+  free(p);
+}
+
+/* ---- loaded configs used for real ------------------------------------------
+ */
+
+/* A client on the loaded config takes and releases a lock on r. */
+static void lock_with(th_redis *r, const dlock_config *cfg, const char *name) {
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(cfg, &c));
+  dlock_mutex *m = NULL;
+  CHECK_OK(dlock_mutex_new(c, name, &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(th_cmd_int(r, "HLEN %s", name), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(th_cmd_int(r, "EXISTS %s", name), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(live_tcp_and_unix) {
+  th_redis *r = th_redis_new(1, NULL);
+  char text[512];
+  snprintf(text, sizeof text,
+           "lockWatchdogTimeout: 9000\n"
+           "singleServerConfig:\n"
+           "  address: \"redis://127.0.0.1:%d\"\n"
+           "  connectTimeout: 2000\n"
+           "  retryInterval: 100\n"
+           "  connectionPoolSize: 2\n"
+           "codec: !<org.redisson.codec.JsonJacksonCodec> {}\n",
+           r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text(text, &cfg));
+  lock_with(r, &cfg, "cfg:tcp");
+  snprintf(text, sizeof text, "singleServerConfig:\n  address: \"unix://%s\"\n",
+           r->sock);
+  CHECK_OK(load_text(text, &cfg));
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  /* The client copied what it needs: disposing the config is fine. */
+  dlock_config_dispose(&cfg);
+  dlock_mutex *m = NULL;
+  CHECK_OK(dlock_mutex_new(c, "cfg:unix", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(th_cmd_int(r, "PTTL cfg:unix") > 8000, 1); /* the file's 9 s */
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* An ACL user whose password has every character a URL cares about, given
+ * through ${VAR}; and the default user's password with a database over the
+ * unix socket. */
+TH_CASE(live_password_from_env) {
+  th_redis *r = th_redis_new(1, "user alice on >P@ss:w/o%rd?&#+=x ~* &* +@all\n"
+                                "requirepass defpw\n");
+  CHECK_EQ(setenv("DLOCK_T_ALICE_PW", "P@ss:w/o%rd?&#+=x", 1), 0);
+  CHECK_EQ(setenv("DLOCK_T_DEF_PW", "defpw", 1), 0);
+  char text[512];
+  const char *fmt = "singleServerConfig:\n"
+                    "  address: redis://127.0.0.1:%d\n"
+                    "  username: alice\n"
+                    "  password: ${DLOCK_T_ALICE_PW}\n"
+                    "  database: %d\n";
+  snprintf(text, sizeof text, fmt, r->port, 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text(text, &cfg));
+  lock_with(r, &cfg, "cfg:acl");
+  snprintf(text, sizeof text, fmt, r->port, 5);
+  CHECK_OK(load_text(text, &cfg));
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m = NULL;
+  CHECK_OK(dlock_mutex_new(c, "cfg:db5", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(th_cmd_int(r, "EXISTS cfg:db5"), 0);
+  redisReply *x = th_cmd(r, "CLIENT LIST");
+  CHECK(x && x->type == REDIS_REPLY_STRING);
+  CHECK_MSG(strstr(x->str, "user=alice") && strstr(x->str, "db=5"), "%s",
+            x->str);
+  freeReplyObject(x);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  snprintf(text, sizeof text,
+           "singleServerConfig:\n"
+           "  address: unix://%s\n"
+           "  password: ${DLOCK_T_DEF_PW}\n",
+           r->sock);
+  CHECK_OK(load_text(text, &cfg));
+  lock_with(r, &cfg, "cfg:default");
+  /* A wrong password is the server's refusal, not a config error. */
+  CHECK_EQ(setenv("DLOCK_T_DEF_PW", "wrong", 1), 0);
+  CHECK_OK(load_text(text, &cfg));
+  c = NULL;
+  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_EAUTH);
+  dlock_config_dispose(&cfg);
+}
+
+TH_MAIN()
