@@ -855,6 +855,43 @@ tls_flags)
   expect_rc 64 tf --tls-cert
   ;;
 
+tls_server)
+  # The CLI over TLS: certificates made here by openssl(1), a TLS-only
+  # listener (its unix socket stays plain, for redis-cli), and the lock
+  # taken through a config file, through flags, and refused with a wrong CA.
+  (
+    cd "$T" && set -e && exec >openssl.log 2>&1
+    K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'
+    openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=cli-ca
+    openssl req -x509 $K -keyout other.key -out other.crt -days 2 -subj /CN=other
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >srv.ext
+    openssl req $K -keyout srv.key -out srv.csr -subj /CN=localhost
+    openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+      -out srv.crt -days 2 -extfile srv.ext
+  ) || fail "openssl: $(cat "$T/openssl.log")"
+  TP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  start_redis "$T/tls.sock" --tls-port "$TP" --tls-cert-file "$T/srv.crt" \
+    --tls-key-file "$T/srv.key" --tls-ca-cert-file "$T/ca.crt" \
+    --tls-auth-clients no
+  unset DLOCK_URL
+  printf 'singleServerConfig:\n  address: "rediss://127.0.0.1:%s"\n  sslCaFile: "%s"\n' \
+    "$TP" "$T/ca.crt" >"$T/tls.yaml"
+  expect_rc 0 --config "$T/tls.yaml" tls-lock -- sh -c \
+    "redis-cli -s '$T/tls.sock' exists tls-lock >'$T/held.out'"
+  [ "$(cat "$T/held.out")" = 1 ] || fail "lock not held over TLS: $(cat "$T/held.out")"
+  [ "$(redis-cli -s "$T/tls.sock" exists tls-lock)" = 0 ] || fail "not released"
+  DLOCK_CONFIG="$T/tls.yaml" expect_rc 0 status tls-lock
+  expect_rc 0 -u "rediss://localhost:$TP" --tls-ca "$T/ca.crt" tls-lock -- true
+  # A flag beats the file: the wrong CA refuses the server, and says why.
+  expect_rc 77 --config "$T/tls.yaml" --tls-ca "$T/other.crt" tls-lock -- true
+  grep -q "certificate verification failed" "$T/last.err" ||
+    fail "wrong CA: $(cat "$T/last.err")"
+  expect_rc 0 --config "$T/tls.yaml" --tls-ca "$T/other.crt" --tls-insecure \
+    tls-lock -- true
+  grep -q "warning: TLS certificates are not verified" "$T/last.err" ||
+    fail "no warning: $(cat "$T/last.err")"
+  ;;
+
 *)
   fail "unknown case"
   ;;

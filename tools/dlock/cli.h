@@ -21,7 +21,7 @@
 #define CLI_EX_UNAVAIL 69 /* EX_UNAVAILABLE: Redis unreachable */
 #define CLI_EX_SOFT 70    /* EX_SOFTWARE: any other Redis error */
 #define CLI_EX_LOST 75    /* EX_TEMPFAIL: the lock was lost */
-#define CLI_EX_AUTH 77    /* EX_NOPERM: authentication refused */
+#define CLI_EX_AUTH 77    /* EX_NOPERM: authentication or TLS refused */
 #define CLI_EX_NOEXEC 126 /* the command could not be executed */
 #define CLI_EX_NOTFOUND 127
 

@@ -138,6 +138,7 @@ int cli_exit_code(int rc) {
   case DLOCK_ECONN:
     return CLI_EX_UNAVAIL;
   case DLOCK_EAUTH:
+  case DLOCK_ETLS:
     return CLI_EX_AUTH;
   case DLOCK_ELOST:
     return CLI_EX_LOST;
@@ -177,6 +178,9 @@ int cli_connect(const cli_opts *o, long long lease_ms,
     break;
   case DLOCK_EAUTH:
     cli_err("Redis at %s refused authentication: %s", red, det);
+    break;
+  case DLOCK_ETLS:
+    cli_err("TLS with Redis at %s failed: %s", red, det);
     break;
   default:
     cli_err("cannot use Redis at %s: %s (%s)", red, det, dlock_err_name(rc));
