@@ -90,6 +90,22 @@ static dlock_config tls_cfg(const certs *k, int port, char *url, size_t n) {
   return cfg;
 }
 
+/* What every case starts with: certificates, a TLS server (client
+ * certificates required or not) and a config that trusts its CA. */
+typedef struct fixture {
+  certs k;
+  int port;
+  th_redis *r;
+  char url[128];
+  dlock_config cfg;
+} fixture;
+
+static void fixture_init(fixture *f, int auth_clients) {
+  make_certs(&f->k);
+  f->r = tls_server(&f->k, auth_clients, &f->port);
+  f->cfg = tls_cfg(&f->k, f->port, f->url, sizeof f->url);
+}
+
 typedef struct waiter {
   dlock_mutex *m;
   int rc;
@@ -106,34 +122,30 @@ static void *wait_lock(void *p) {
 /* Lock, a waiter woken over pub/sub, watchdog renewals and force unlock,
  * everything over TLS; on both transports. */
 static void everything_over_tls(int multiplex) {
-  certs k;
-  make_certs(&k);
-  int port;
-  th_redis *r = tls_server(&k, 0, &port);
-  char url[128];
-  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
-  cfg.multiplex = multiplex;
-  cfg.watchdog_timeout_ms = 900;
+  fixture f;
+  fixture_init(&f, 0);
+  f.cfg.multiplex = multiplex;
+  f.cfg.watchdog_timeout_ms = 900;
   dlock_client *a, *b;
-  CHECK_OK(dlock_client_new(&cfg, &a));
-  CHECK_OK(dlock_client_new(&cfg, &b));
+  CHECK_OK(dlock_client_new(&f.cfg, &a));
+  CHECK_OK(dlock_client_new(&f.cfg, &b));
   dlock_mutex *ma, *mb;
   CHECK_OK(dlock_mutex_new(a, "tls-lock", &ma));
   CHECK_OK(dlock_mutex_new(b, "tls-lock", &mb));
   CHECK_OK(dlock_mutex_lock(ma));
-  CHECK_EQ(th_cmd_int(r, "EXISTS tls-lock"), 1);
+  CHECK_EQ(th_cmd_int(f.r, "EXISTS tls-lock"), 1);
   waiter w = {mb, 1};
   pthread_t t;
   pthread_create(&t, NULL, wait_lock, &w);
   th_sleep_ms(2000); /* two watchdog periods at least: renewed over TLS */
   CHECK_EQ(dlock_mutex_is_held(ma), 1);
-  CHECK_EQ(th_cmd_int(r, "EXISTS tls-lock"), 1);
+  CHECK_EQ(th_cmd_int(f.r, "EXISTS tls-lock"), 1);
   CHECK_OK(dlock_mutex_unlock(ma));
   pthread_join(t, NULL);
   CHECK_OK(w.rc); /* handed over through the TLS subscriber */
   CHECK_OK(dlock_mutex_lock(mb));
   CHECK_EQ(dlock_mutex_force_unlock(ma), 1);
-  CHECK_EQ(th_cmd_int(r, "EXISTS tls-lock"), 0);
+  CHECK_EQ(th_cmd_int(f.r, "EXISTS tls-lock"), 0);
   dlock_mutex_free(ma);
   dlock_mutex_free(mb);
   dlock_client_free(a);
@@ -181,27 +193,23 @@ static void *pound(void *p) {
 }
 
 TH_CASE_T(threads_share_one_tls_connection, 120, "slow") {
-  certs k;
-  make_certs(&k);
-  int port;
-  th_redis *r = tls_server(&k, 0, &port);
-  char url[128];
-  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
+  fixture f;
+  fixture_init(&f, 0);
   dlock_client *c;
-  CHECK_OK(dlock_client_new(&cfg, &c));
-  freeReplyObject(th_cmd(r, "SET tls-counter 0"));
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
+  freeReplyObject(th_cmd(f.r, "SET tls-counter 0"));
   enum { N = 6 };
   pthread_t t[N];
   pounder a[N];
   for (int i = 0; i < N; i++) {
-    a[i] = (pounder){c, r, 0};
+    a[i] = (pounder){c, f.r, 0};
     pthread_create(&t[i], NULL, pound, &a[i]);
   }
   for (int i = 0; i < N; i++) {
     pthread_join(t[i], NULL);
     CHECK_EQ(a[i].errors, 0);
   }
-  CHECK_EQ(th_get_ll(r, "tls-counter"), N * 150);
+  CHECK_EQ(th_get_ll(f.r, "tls-counter"), N * 150);
   dlock_client_free(c);
 }
 
@@ -214,23 +222,19 @@ static void expect_tls_error(dlock_config *cfg, const char *a, const char *b) {
 }
 
 TH_CASE(wrong_ca_refused) {
-  certs k;
-  make_certs(&k);
-  int port;
   th_redis_new(0, NULL); /* a plain one too: nothing leaks between them */
-  tls_server(&k, 0, &port);
-  char url[128];
-  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
-  cfg.tls_ca_file = k.other_ca;
-  expect_tls_error(&cfg, "certificate verification failed", "dlock-test-ca");
+  fixture f;
+  fixture_init(&f, 0);
+  f.cfg.tls_ca_file = f.k.other_ca;
+  expect_tls_error(&f.cfg, "certificate verification failed", "dlock-test-ca");
   /* The system store does not know the test CA either. */
-  cfg.tls_ca_file = NULL;
-  expect_tls_error(&cfg, "certificate verification failed", NULL);
+  f.cfg.tls_ca_file = NULL;
+  expect_tls_error(&f.cfg, "certificate verification failed", NULL);
   /* Verification off: encrypted, not authenticated -- and it works. */
-  cfg.tls_ca_file = k.other_ca;
-  cfg.tls_verify = 0;
+  f.cfg.tls_ca_file = f.k.other_ca;
+  f.cfg.tls_verify = 0;
   dlock_client *c;
-  CHECK_OK(dlock_client_new(&cfg, &c));
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "tls-noverify", &m));
   CHECK_OK(dlock_mutex_trylock(m));
@@ -240,50 +244,42 @@ TH_CASE(wrong_ca_refused) {
 }
 
 TH_CASE(wrong_server_name_refused) {
-  certs k;
-  make_certs(&k);
-  int port;
-  tls_server(&k, 0, &port);
-  char url[128];
-  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
-  cfg.tls_server_name = "wrong.example";
-  expect_tls_error(&cfg, "hostname mismatch", "wrong.example");
+  fixture f;
+  fixture_init(&f, 0);
+  f.cfg.tls_server_name = "wrong.example";
+  expect_tls_error(&f.cfg, "hostname mismatch", "wrong.example");
   CHECK_MSG(strstr(dlock_last_error(), "DNS:localhost"), "message: %s",
             dlock_last_error());
   /* The certificate's own names pass: "localhost", and the address. */
-  cfg.tls_server_name = "localhost";
+  f.cfg.tls_server_name = "localhost";
   dlock_client *c;
-  CHECK_OK(dlock_client_new(&cfg, &c));
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
   dlock_client_free(c);
   char url2[128];
-  snprintf(url2, sizeof url2, "rediss://localhost:%d", port);
-  cfg.url = url2;
-  cfg.tls_server_name = NULL;
-  CHECK_OK(dlock_client_new(&cfg, &c));
+  snprintf(url2, sizeof url2, "rediss://localhost:%d", f.port);
+  f.cfg.url = url2;
+  f.cfg.tls_server_name = NULL;
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
   dlock_client_free(c);
 }
 
 TH_CASE(mutual_tls) {
-  certs k;
-  make_certs(&k);
-  int port;
-  tls_server(&k, 1, &port);
-  char url[128];
-  dlock_config cfg = tls_cfg(&k, port, url, sizeof url);
-  expect_tls_error(&cfg, "client certificate", NULL);
-  cfg.tls_cert_file = k.cli_crt;
+  fixture f;
+  fixture_init(&f, 1);
+  expect_tls_error(&f.cfg, "client certificate", NULL);
+  f.cfg.tls_cert_file = f.k.cli_crt;
   dlock_client *c;
-  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_EINVAL); /* no key given */
-  cfg.tls_key_file = k.cli_key;
-  CHECK_OK(dlock_client_new(&cfg, &c));
+  CHECK_RC(dlock_client_new(&f.cfg, &c), DLOCK_EINVAL); /* no key given */
+  f.cfg.tls_key_file = f.k.cli_key;
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "tls-mutual", &m));
   CHECK_OK(dlock_mutex_lock(m));
   CHECK_OK(dlock_mutex_unlock(m));
   dlock_mutex_free(m);
   dlock_client_free(c);
-  cfg.tls_key_file = k.srv_key; /* not this certificate's key */
-  expect_tls_error(&cfg, "client key", "mismatch");
+  f.cfg.tls_key_file = f.k.srv_key; /* not this certificate's key */
+  expect_tls_error(&f.cfg, "client key", "mismatch");
 }
 
 /* ---- ACL users ------------------------------------------------------------
