@@ -82,7 +82,7 @@ extern "C" {
   X(ECANCELED, -13, "operation canceled")                                      \
   X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
   X(ENOTSUP, -15, "not supported")                                             \
-  X(EQUORUM, -16, "no majority of masters granted the lock")                  \
+  X(EQUORUM, -16, "no majority of masters granted the lock")                   \
   X(ETLS, -17, "TLS handshake or certificate verification failed")
 
 enum dlock_errno {
