@@ -68,8 +68,17 @@ bench: build
 bench-peers: build
 	bash tools/bench/peers/run_peers.sh --bench ./build/tools/bench/dlock-bench $(PEERS_FLAGS)
 
+# make install [PREFIX=/usr/local] [DESTDIR=staging-dir]: the library, its
+# headers, pkg-config and CMake files, every tool and the man page. The tools
+# find libdlock relative to themselves, so any PREFIX works; a pkg-config
+# build against a PREFIX the loader does not search needs
+# -Wl,-rpath,$$(pkg-config --variable=libdir dlock) (README). ldconfig runs
+# after a real (non-DESTDIR) install as root.
+PREFIX ?= /usr/local
 install: build
-	cmake --install build
+	DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+	  ldconfig; fi
 
 format:
 	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] tests/abi/*.c \

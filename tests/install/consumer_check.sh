@@ -17,6 +17,15 @@ cc -std=c11 -Wall -Werror -o "$tmp/basic_pc" "$src_dir/examples/basic.c" \
 "$tmp/basic_pc" unix:///nonexistent/socket >/dev/null 2>&1 && {
   echo "expected a connection failure"; exit 1; } || true
 echo "pkg-config consumer: ok ($(pkg-config --modversion dlock))"
+# Every installed tool starts with a clean environment: no LD_LIBRARY_PATH,
+# the library found through the tools' $ORIGIN-relative runtime path.
+for t in "dlock --version" "dlock-seckill --version" "dlock-bench --help"; do
+  bin=${t%% *}
+  [ -x "$tmp/prefix/bin/$bin" ] || { echo "$bin not installed"; exit 1; }
+  env -i PATH=/usr/bin:/bin "$tmp/prefix/bin/$bin" ${t#* } >"$tmp/out" 2>&1 || {
+    echo "installed $bin does not run:"; cat "$tmp/out"; exit 1; }
+done
+echo "installed tools run from $tmp/prefix: ok"
 # The version and ABI generation come from include/dlock/version.h only.
 vh="$src_dir/include/dlock/version.h"
 num() { sed -n "s/^#define DLOCK_$1 \([0-9]*\)$/\1/p" "$vh"; }
