@@ -6,22 +6,29 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-plain test-asan test-tsan test-valgrind test-stress \
+.PHONY: all deps deps-build deps-test deps-dev build test test-plain test-asan test-tsan test-valgrind test-stress \
         demo bench bench-peers clean format tidy install man
 
 all: build
 
-deps:
-	@bash scripts/install-deps.sh
+# What each target installs first (scripts/install-deps.sh): the demo only
+# what building needs; the tests a few tools more; developer targets the
+# rest (valgrind, clang-format, clang-tidy, stress-ng).
+deps-build:
+	@bash scripts/install-deps.sh build
+deps-test:
+	@bash scripts/install-deps.sh test
+deps deps-dev:
+	@bash scripts/install-deps.sh dev
 
-build: deps
+build: deps-build
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	cmake --build build -j$(JOBS)
 
-test-plain: build
+test-plain: build deps-test
 	cd build && ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
 
-test-asan: deps
+test-asan: deps-test
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_ASAN=ON $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -33,19 +40,19 @@ test: test-plain test-asan
 # The whole suite (plain + ASan) STRESS_RUNS times in a row under a CPU hog
 # (stress-ng --cpu 4): a flaky test shows here before it blocks CI.
 STRESS_RUNS ?= 3
-test-stress: deps
+test-stress: deps-dev
 	bash scripts/test-stress.sh $(STRESS_RUNS)
 
 # DLOCK_TEST_TIMEOUT_MULT: at configure time for the harness cases (their
 # timeouts and ctest's, tests/CMakeLists.txt), at run time for the others.
-test-tsan: deps
+test-tsan: deps-test
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON -DDLOCK_TEST_TIMEOUT_MULT=3 \
 	  $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-tsan -j$(JOBS)
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  DLOCK_TEST_TIMEOUT_MULT=3 ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
 
-test-valgrind: deps
+test-valgrind: deps-dev
 	cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TEST_TIMEOUT_MULT=4 \
 	  "-DDLOCK_TEST_PREFIX=valgrind;--error-exitcode=99;--leak-check=full;--errors-for-leak-kinds=definite;--track-fds=no;--quiet" \
 	  $(CMAKE_FLAGS) >/dev/null
@@ -84,7 +91,7 @@ format:
 	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] tests/abi/*.c \
 	  $$(ls tools/*/*.c examples/*.c 2>/dev/null)
 
-tidy: deps
+tidy: deps-dev
 	cmake -S . -B build-tidy -DDLOCK_CLANG_TIDY=ON >/dev/null
 	cmake --build build-tidy -j$(JOBS)
 

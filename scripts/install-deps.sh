@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
-# Installs what building, testing and the demo need on Debian 12, and only
-# what is missing. Idempotent; needs root (or sudo) only when something is
-# missing.
+# Installs what a profile needs on Debian 12, and only what is missing.
+# Idempotent; needs root (or sudo) only when something is missing.
+#   install-deps.sh build   building the library and tools, and `make demo`
+#   install-deps.sh test    + what `make test` uses (man, groff, python3)
+#   install-deps.sh dev     + developer tools: valgrind, clang-format,
+#                             clang-tidy, stress-ng (the default)
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
-      libyaml-dev redis-server redis-tools valgrind clang-format clang-tidy
-      man-db groff-base python3 stress-ng)
+profile=${1:-dev}
+build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
+       libyaml-dev redis-server redis-tools)
+test=(man-db groff-base python3)
+dev=(valgrind clang-format clang-tidy stress-ng)
+case "$profile" in
+  build) pkgs=("${build[@]}") ;;
+  test) pkgs=("${build[@]}" "${test[@]}") ;;
+  dev) pkgs=("${build[@]}" "${test[@]}" "${dev[@]}") ;;
+  *) echo "usage: install-deps.sh [build|test|dev]" >&2; exit 64 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
