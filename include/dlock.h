@@ -17,8 +17,9 @@
  *   number of threads. A held lock belongs to the thread that acquired it
  *   (pthread semantics): only that thread may unlock it. Each function states
  *   its own rule in a "Thread-safety:" line.
- * - Callbacks (on_lock_lost) run on the client's background thread. They must
- *   return quickly and must not call blocking dlock functions.
+ * - Callbacks (on_lock_lost) run on one of the client's background threads
+ *   (the watchdog or the expiry thread). They must return quickly and must
+ *   not call blocking dlock functions.
  * - fork(): a client must not be used in a child process; every call there
  *   returns DLOCK_EFORK. The child may create its own client.
  * - Versions: DLOCK_SINCE(major, minor) names the release that added each
@@ -164,7 +165,7 @@ typedef struct dlock_config {
   int lazy_connect; /* 0: dlock_client_new connects and authenticates before
                        it returns; 1: it returns at once and the first
                        operation reports connection errors. Default 0. */
-  /* Called on the background thread when a renewal finds a held lock gone
+  /* Called on a background thread when a renewal finds a held lock gone
    * (expired, deleted or taken), or when renewals kept failing until the
    * lease ran out. name is valid during the call only. May be NULL. */
   void (*on_lock_lost)(const char *name, void *arg);
@@ -238,8 +239,10 @@ static inline void dlock_config_init(dlock_config *cfg) {
 
 /* Creates a client: parses cfg->url, and unless cfg->lazy_connect is set,
  * connects and authenticates (AUTH, SELECT) before returning, applying the
- * retry policy to unreachable servers. Starts one background thread (lock
- * renewal and pub/sub wake-ups). The client id is a fresh random UUID v4.
+ * retry policy to unreachable servers. Starts three background threads:
+ * pub/sub wake-ups, lease renewal (the watchdog), and the expiry thread that
+ * reports a hold lost the moment its local deadline passes
+ * (docs/threading.md). The client id is a fresh random UUID v4.
  * cfg: borrowed for the call (strings copied); NULL means all defaults.
  * out: receives the client, freed with dlock_client_free; set to NULL on
  * failure.

@@ -1,0 +1,10 @@
+# Docs that must match the code: docs/errors.md's table against the error
+# codes of include/dlock.h.
+find_program(DLOCK_PYTHON3_DOCS python3)
+if(DLOCK_PYTHON3_DOCS)
+  add_test(NAME docs.errors_table
+    COMMAND ${DLOCK_PYTHON3_DOCS}
+            ${CMAKE_CURRENT_LIST_DIR}/../docs/errors_table_check.py
+            ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs.errors_table PROPERTIES TIMEOUT 30 LABELS tool)
+endif()
