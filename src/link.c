@@ -290,10 +290,14 @@ static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
   if (!r)
     return first_reply_failed(l, timeout_ms);
   if (r->type == REDIS_REPLY_ERROR) {
-    int rc =
-        is_auth_error(r->str) || url->password
-            ? dlock__fail(DLOCK_EAUTH, "authentication refused: %s", r->str)
-            : dlock__fail(DLOCK_EREDIS, "%s", r->str);
+    int rc = is_auth_error(r->str) || url->password
+                 ? dlock__fail(DLOCK_EAUTH, "%s: %s",
+                               url->user       ? "AUTH with user and password"
+                               : url->password ? "AUTH with a password"
+                                               : "the server wants a "
+                                                 "password",
+                               r->str)
+                 : dlock__fail(DLOCK_EREDIS, "%s", r->str);
     freeReplyObject(r);
     return rc;
   }
