@@ -7,8 +7,9 @@
  * Conventions used by every function below
  * -----------------------------------------
  * - Return values: 0 (DLOCK_OK) on success, a negative DLOCK_E* code on
- *   failure. Predicates return 1/0 or a negative code. The calling thread's
- *   detail message for its last failure is dlock_last_error().
+ *   failure. Predicates return 1/0 or a negative code. The detail message of
+ *   the calling thread's most recent call is dlock_last_error() (empty after
+ *   a call that succeeded).
  * - Objects are opaque and created by *_new, destroyed by *_free. Every *_free
  *   accepts NULL.
  * - Strings passed in are copied unless a comment says otherwise; the caller
@@ -102,10 +103,12 @@ DLOCK_API const char *dlock_strerror(int err);
 DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_err_name(int err);
 
-/* The calling thread's detail message for its last failed dlock call: the
+/* The detail message of the calling thread's most recent dlock call: the
  * server's error text for DLOCK_EREDIS, what is wrong for DLOCK_EINVAL, the
- * system error for DLOCK_ECONN. Empty string if nothing failed yet. The
- * pointer is valid until the same thread's next dlock call.
+ * system error for DLOCK_ECONN. Every call that can fail starts by clearing
+ * it, so it is the empty string after a call that succeeded (and before the
+ * first call): read it right after the failing call. The pointer is valid
+ * until the same thread's next dlock call.
  * Thread-safety: any thread (per-thread storage). */
 DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_last_error(void);
