@@ -185,7 +185,7 @@ static void identity_free(dlock_client *c) {
  * credentials and unreachable servers surface at creation. */
 static int warm(dlock_client *c) {
   for (int i = 0;; i++) {
-    int rc = dlock__node_warm(&c->node);
+    int rc = c->cl ? dlock__cluster_refresh(c) : dlock__node_warm(&c->node);
     if (rc == 0 || rc != DLOCK_ECONN || i >= c->cfg.retry_attempts)
       return rc;
     dlock__sleep_ms(c->cfg.retry_interval_ms);
@@ -213,6 +213,8 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
     goto fail_free;
   if ((rc = dlock__node_init(&c->node, c, &c->url, c->cfg.pool_size)) != 0)
     goto fail_identity;
+  if ((rc = dlock__cluster_init(c)) != 0)
+    goto fail_node;
   if ((rc = dlock__registry_init(&c->reg)) != 0)
     goto fail_node;
   if ((rc = dlock__pubsub_init(&c->ps)) != 0)
@@ -234,6 +236,7 @@ fail_registry:
   dlock__holds_destroy(c);
   dlock__registry_destroy(&c->reg, 0);
 fail_node:
+  dlock__cluster_destroy(c, 0);
   dlock__node_destroy(&c->node);
 fail_identity:
   identity_free(c);
@@ -271,10 +274,12 @@ void dlock_client_free(dlock_client *c) {
      * The child's copies of the sockets were replaced by /dev/null at
      * fork (process.c); nothing is sent on them. */
     dlock__node_free_memory(&c->node);
+    dlock__cluster_destroy(c, 1);
   } else {
     dlock__pubsub_stop(c);
     dlock__watchdog_stop(c);
     dlock__node_destroy(&c->node);
+    dlock__cluster_destroy(c, 0);
   }
   /* Lock objects still alive keep the memory (registry, mutexes) until
    * they are freed; their calls answer DLOCK_ECLOSED meanwhile. */

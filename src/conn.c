@@ -2,8 +2,9 @@
  * conn.c -- connections, the per-node pool, and the router.
  *
  * Every Redis command of the library goes through dlock__exec. It is the one
- * place that knows which node serves a key (today: the single standalone
- * node; Sentinel and Cluster plug in here: slot routing, MOVED/ASK), owns the
+ * place that knows which node serves a key (the single standalone node,
+ * or on a cluster the slot's master: cluster.c's map, MOVED and ASK
+ * redirects followed here without counting as retries), owns the
  * retry policy, turns NOSCRIPT into an EVAL on the same connection, and maps
  * failures to DLOCK_E* codes with a detail message.
  *
@@ -472,14 +473,40 @@ static void node_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
 
 /* ---- the router --------------------------------------------------------- */
 
+/* The node serving key: the only one of a standalone client, the slot's
+ * master of a cluster client (NULL when none is known). */
 static dlock__node *route(dlock_client *c, const char *key) {
-  (void)key; /* standalone: one node serves every key */
-  return &c->node;
+  return c->cl ? dlock__cluster_route(c, key) : &c->node;
 }
 
 static int retryable_reply(const char *s) {
   return strncmp(s, "LOADING", 7) == 0 || strncmp(s, "BUSY", 4) == 0 ||
-         strncmp(s, "TRYAGAIN", 8) == 0 || strncmp(s, "MASTERDOWN", 10) == 0;
+         strncmp(s, "TRYAGAIN", 8) == 0 || strncmp(s, "MASTERDOWN", 10) == 0 ||
+         strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "READONLY", 8) == 0;
+}
+
+/* "MOVED <slot> <host>:<port>" / "ASK ...": 1 with slot, host (into buf)
+ * and port, else 0. */
+static int parse_redirect(const char *s, const char *verb, unsigned *slot,
+                          char *host, size_t cap, int *port) {
+  size_t vl = strlen(verb);
+  if (strncmp(s, verb, vl) != 0 || s[vl] != ' ')
+    return 0;
+  char *end;
+  unsigned long sl = strtoul(s + vl + 1, &end, 10);
+  if (*end != ' ' || sl >= DLOCK__SLOTS)
+    return 0;
+  const char *addr = end + 1, *colon = strrchr(addr, ':');
+  if (!colon || (size_t)(colon - addr) >= cap || colon == addr)
+    return 0;
+  long p = strtol(colon + 1, &end, 10);
+  if (*end || p <= 0 || p > 65535)
+    return 0;
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = '\0';
+  *slot = (unsigned)sl;
+  *port = (int)p;
+  return 1;
 }
 
 /* RESP encoding of argv into b. hiredis's own formatter goes through sds
@@ -553,6 +580,83 @@ static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
   return RETRY;
 }
 
+/* Redirects followed for one command before it fails: a slot moving
+ * twice in one call is possible, a chain longer than this is a loop. */
+#define MAX_REDIRECTS 8
+
+/* cmd on node n after an ASK: ASKING and the command written together on a
+ * connection of its own (a shared one could put another thread's command
+ * between them), both replies read; NOSCRIPT answered with EVAL. */
+static void ask_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
+  memset(a, 0, sizeof *a);
+  a->fresh = 1;
+  dlock__link *l;
+  int rc = dlock__link_open(n->c, n->url, &l);
+  if (rc) {
+    a->connecting = 1;
+    attempt_fail(a, rc, dlock_last_error());
+    return;
+  }
+  dlock__sb b, one;
+  dlock__sb_init(&b);
+  dlock__sb_init(&one);
+  redisReply *r = NULL;
+  for (int eval = 0; eval < 2 && !r; eval++) {
+    dlock__sb_reset(&b);
+    dlock__sb_adds(&b, "*1\r\n$6\r\nASKING\r\n");
+    encode_cmd(&one, cmd, eval);
+    dlock__sb_add(&b, one.p, one.len);
+    a->sent = 1;
+    redisReply *ok = b.oom || dlock__link_send(l, b.p, b.len) != 0
+                         ? NULL
+                         : dlock__link_reply(l);
+    r = ok ? dlock__link_reply(l) : NULL;
+    if (ok)
+      freeReplyObject(ok);
+    if (!r) {
+      char why[200];
+      link_why(l, n->c->cfg.command_timeout_ms, why, sizeof why);
+      a->timed_out = l->err == DLOCK__LINK_TIMEOUT;
+      attempt_fail(a, b.oom ? DLOCK_ENOMEM : DLOCK_ECONN, why);
+      break;
+    }
+    if (cmd->script && !eval && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+      freeReplyObject(r);
+      r = NULL;
+    }
+  }
+  a->reply = r;
+  dlock__sb_free(&b);
+  dlock__sb_free(&one);
+  dlock__link_free(l);
+}
+
+/* A MOVED or ASK reply r on a cluster client: the node to send to next
+ * (*ask set for ASK; a MOVED updates the slot map). NULL: no redirect. */
+static dlock__node *redirect(dlock_client *c, const redisReply *r, int *ask) {
+  *ask = 0;
+  if (!c->cl || !r || r->type != REDIS_REPLY_ERROR)
+    return NULL;
+  unsigned slot;
+  char host[256];
+  int port;
+  int moved = parse_redirect(r->str, "MOVED", &slot, host, sizeof host, &port);
+  if (!moved &&
+      !(*ask = parse_redirect(r->str, "ASK", &slot, host, sizeof host, &port)))
+    return NULL;
+  dlock__node *to = dlock__cluster_node_at(c, host, port);
+  if (to && moved)
+    dlock__cluster_moved(c, slot, to);
+  return to;
+}
+
+/* The answer to a redirect on a standalone client: the URL is wrong. */
+static int cluster_hint(const redisReply *r) {
+  return r && r->type == REDIS_REPLY_ERROR &&
+         (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
+}
+
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   *out = NULL;
   t_sends = 0;
@@ -561,11 +665,38 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
       cmd->no_retry
           ? 1
           : 1 + (c->cfg.retry_attempts > 0 ? c->cfg.retry_attempts : 0);
-  int stale_used = 0;
+  int stale_used = 0, redirects = 0, ask = 0;
   for (int i = 0;;) {
     attempt a;
-    node_send(n, cmd, &a);
+    if (!n) {
+      memset(&a, 0, sizeof a);
+      a.connecting = 1;
+      attempt_fail(&a, DLOCK_ECONN, dlock_last_error());
+    } else if (ask) {
+      ask_send(n, cmd, &a);
+    } else {
+      node_send(n, cmd, &a);
+    }
+    dlock__node *to = redirect(c, a.reply, &ask);
+    if (to) { /* the command did not run there: not a send, not a retry */
+      freeReplyObject(a.reply);
+      if (++redirects > MAX_REDIRECTS)
+        return dlock__fail(DLOCK_EREDIS,
+                           "%s: more than %d cluster redirects (MOVED/ASK "
+                           "loop); the cluster's slot map is inconsistent",
+                           cmd->argv[0], MAX_REDIRECTS);
+      n = to;
+      continue;
+    }
     t_sends += a.sent;
+    if (!c->cl && cluster_hint(a.reply)) {
+      int rc = dlock__fail(DLOCK_EREDIS,
+                           "the server is a Redis Cluster node (it answered "
+                           "'%s'): use a redis-cluster:// URL",
+                           a.reply->str);
+      freeReplyObject(a.reply);
+      return rc;
+    }
     int rc;
     int verdict = judge(cmd, &a, &stale_used, out, &rc);
     if (verdict == FINAL)
@@ -576,7 +707,10 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
       return rc;
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
+    dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     dlock__sleep_ms(c->cfg.retry_interval_ms);
+    if (c->cl)
+      n = route(c, cmd->key);
   }
 }
 

@@ -272,6 +272,11 @@ typedef struct dlock__url {
   char *path; /* unix */
   char *user, *password;
   int db;
+  /* redis-cluster://: the seed nodes (host/port above is the first). */
+  int cluster;
+  int nseeds;
+  char **seed_hosts;
+  int *seed_ports;
 } dlock__url;
 int dlock__url_parse(const char *url, dlock__url *out);
 void dlock__url_free(dlock__url *u);
@@ -488,6 +493,60 @@ void dlock__node_free_memory(dlock__node *n);
 /* Establishes one pooled connection now (non-lazy client creation). */
 int dlock__node_warm(dlock__node *n);
 
+/* ---- Redis Cluster (cluster.c) ------------------------------------------- */
+
+#define DLOCK__SLOTS 16384
+#define DLOCK__CLUSTER_MAX_NODES 512
+/* The slot map is refreshed at least this often (ms). */
+#define DLOCK__CLUSTER_REFRESH_MS 5000
+
+typedef struct dlock__cnode dlock__cnode;
+
+/* The topology of a redis-cluster:// client: nodes[0..n) are every master
+ * seen (never freed before the client), owner[slot] the index of the
+ * slot's master or -1. */
+typedef struct dlock__cluster {
+  pthread_mutex_t mu;         /* node creation */
+  pthread_mutex_t refresh_mu; /* one refresh at a time */
+  dlock__cnode *nodes[DLOCK__CLUSTER_MAX_NODES];
+  atomic_int n;
+  _Atomic int16_t owner[DLOCK__SLOTS];
+  atomic_int stale;          /* refresh before the next lookup */
+  atomic_uint epoch;         /* bumped by every change of the map */
+  _Atomic int64_t refreshed_at; /* monotonic ms; 0 never */
+} dlock__cluster;
+
+/* The slot of key[0..len): CRC16 of its hash tag (or the whole key) mod
+ * 16384. */
+unsigned dlock__key_slot(const char *key, size_t len);
+/* On a cluster client: DLOCK_EINVAL (message naming kind and name) when
+ * the keys and channels derived from name would not share one slot -- a
+ * name with '{' but no valid hash tag, or (always_wrapped: the latch,
+ * whose channel wraps the name in braces) any '{'. Else 0. */
+int dlock__cluster_name_check(const dlock_client *c, const char *name,
+                              const char *kind, int always_wrapped);
+/* c->cl for a redis-cluster:// URL (no I/O): 0 or DLOCK_ENOMEM. */
+int dlock__cluster_init(dlock_client *c);
+/* Frees the topology and its nodes (closing their connections unless
+ * forked). NULL c->cl accepted. */
+void dlock__cluster_destroy(dlock_client *c, int forked);
+/* Asks the known masters, then the seeds, for the slot map. 0 or
+ * DLOCK_ECONN / DLOCK_ENOMEM (the old map is kept). */
+int dlock__cluster_refresh(dlock_client *c);
+/* The master serving key (NULL: any), refreshing the map first when it is
+ * stale; NULL with the message set when no master is known. */
+dlock__node *dlock__cluster_route(dlock_client *c, const char *key);
+/* The node at host:port, made when missing (redirect targets); NULL on
+ * OOM or a full table. */
+dlock__node *dlock__cluster_node_at(dlock_client *c, const char *host,
+                                    int port);
+/* A MOVED reply: slot now belongs to `to`; the map is refreshed soon. */
+void dlock__cluster_moved(dlock_client *c, unsigned slot, dlock__node *to);
+void dlock__cluster_mark_stale(dlock_client *c);
+/* The distinct masters owning slots, up to max into out; returns how many
+ * there are. */
+int dlock__cluster_masters(dlock_client *c, dlock__node **out, int max);
+
 /* ---- client ------------------------------------------------------------- */
 
 typedef struct dlock__slot dlock__slot;
@@ -549,6 +608,7 @@ struct dlock_client {
   atomic_int refs;
   atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
   dlock__node node;       /* standalone: the only node. The router picks it. */
+  dlock__cluster *cl;     /* redis-cluster://: the masters; else NULL */
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
   int64_t latch_ttl_ms;

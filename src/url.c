@@ -4,6 +4,8 @@
  *   redis://[[user]:password@]host[:port][/db]
  *   rediss://...  the same over TLS (link.c, tls.c)
  *   unix:///path/to/socket[?db=N&password=...&user=...]
+ *   redis-cluster://[[user]:password@]host:port[,host:port...]  seed nodes
+ *       of a Redis Cluster (cluster.c discovers the rest)
  *
  * User and password may be percent-encoded. Every rejection names what is
  * wrong, because "invalid URL" alone sends people guessing.
@@ -70,6 +72,10 @@ void dlock__url_free(dlock__url *u) {
   free(u->path);
   free(u->user);
   free(u->password);
+  for (int i = 0; i < u->nseeds; i++)
+    free(u->seed_hosts[i]);
+  free(u->seed_hosts);
+  free(u->seed_ports);
   memset(u, 0, sizeof *u);
 }
 
@@ -236,6 +242,64 @@ static int parse_tcp(const char *url, const char *rest, dlock__url *u) {
   return 0;
 }
 
+/* redis-cluster://[[user]:password@]h:p[,h:p...][/0]: each seed is parsed
+ * as the redis:// URL "redis://<userinfo>@h:p", so host and port follow
+ * the same rules and messages. */
+static int parse_cluster(const char *url, const char *rest, dlock__url *u) {
+  const char *slash = strchr(rest, '/');
+  size_t alen = slash ? (size_t)(slash - rest) : strlen(rest);
+  const char *at = NULL;
+  for (size_t i = 0; i < alen; i++)
+    if (rest[i] == '@')
+      at = rest + i;
+  if (slash && slash[1] && strcmp(slash + 1, "0") != 0)
+    return bad(u, url, "a cluster has only database 0");
+  const char *hosts = at ? at + 1 : rest;
+  size_t ulen = at ? (size_t)(at + 1 - rest) : 0;
+  int n = 1;
+  for (const char *p = hosts; p < rest + alen; p++)
+    n += *p == ',';
+  if (n > 64)
+    return bad(u, url, "more than 64 seed nodes");
+  u->cluster = 1;
+  if (!(u->seed_hosts = dlock__calloc((size_t)n, sizeof *u->seed_hosts)) ||
+      !(u->seed_ports = dlock__calloc((size_t)n, sizeof *u->seed_ports)))
+    return oom(u);
+  const char *p = hosts;
+  for (int i = 0; i < n; i++) {
+    const char *comma = memchr(p, ',', (size_t)(rest + alen - p));
+    size_t hl = comma ? (size_t)(comma - p) : (size_t)(rest + alen - p);
+    if (hl == 0)
+      return bad(u, url, "empty seed node in the list");
+    char one[512];
+    int w = snprintf(one, sizeof one, "redis://%.*s%.*s", (int)ulen, rest,
+                     (int)hl, p);
+    if (w < 0 || (size_t)w >= sizeof one)
+      return bad(u, url, "seed node too long");
+    dlock__url s;
+    if (parse_tcp(one, one + 8, &s) != 0) {
+      dlock__url_free(u);
+      return DLOCK_EINVAL; /* parse_tcp's message names the seed */
+    }
+    if (i == 0) {
+      u->user = s.user;
+      u->password = s.password;
+      u->host = dlock__strdup(s.host);
+      u->port = s.port;
+      s.user = s.password = NULL;
+    }
+    u->seed_hosts[i] = s.host;
+    u->seed_ports[i] = s.port;
+    s.host = NULL;
+    u->nseeds = i + 1;
+    dlock__url_free(&s);
+    if (!u->host)
+      return oom(u);
+    p += hl + 1;
+  }
+  return 0;
+}
+
 int dlock__url_parse(const char *url, dlock__url *u) {
   memset(u, 0, sizeof *u);
   if (!url || !*url)
@@ -244,6 +308,8 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     return parse_tcp(url, url + 8, u);
   if (strncmp(url, "unix://", 7) == 0)
     return parse_unix(url, url + 7, u);
+  if (strncmp(url, "redis-cluster://", 16) == 0)
+    return parse_cluster(url, url + 16, u);
   if (strncmp(url, "rediss://", 9) == 0) {
     u->tls = 1;
     int rc = parse_tcp(url, url + 9, u);
@@ -251,5 +317,6 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     return rc;
   }
   return bad(u, url,
-             "unknown scheme (expected redis://, rediss:// or unix://)");
+             "unknown scheme (expected redis://, rediss://, unix:// or "
+             "redis-cluster://)");
 }

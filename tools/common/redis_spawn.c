@@ -20,8 +20,7 @@
 
 #include "clock.h"
 
-/* A loopback TCP port nobody listens on right now (0 if none found). */
-static int free_port(void) {
+int dlc_free_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a;
   memset(&a, 0, sizeof a);
@@ -129,7 +128,7 @@ static int spawn(dlc_redis *r, int quiet) {
 int dlc_redis_start(dlc_redis *r, int tcp, int quiet) {
   int rc = DLC_REDIS_FAILED;
   for (int attempt = 0; attempt < 5; attempt++) {
-    r->port = tcp ? free_port() : 0;
+    r->port = tcp ? dlc_free_port() : 0;
     rc = spawn(r, quiet);
     if (rc == 0) {
       char sk[sizeof r->sock], u[sizeof r->url];

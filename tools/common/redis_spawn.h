@@ -21,6 +21,9 @@ typedef struct dlc_redis {
   char extra[1024];  /* more redis.conf lines */
 } dlc_redis;
 
+/* A loopback TCP port nobody listens on right now (0 if none found). */
+int dlc_free_port(void);
+
 /* dlc_redis_spawn's failures. */
 #define DLC_REDIS_FAILED (-1)   /* exited, or no PING answer in 10 s */
 #define DLC_REDIS_NOTFOUND (-2) /* redis-server is not installed */

@@ -30,6 +30,10 @@ int dlock__fail(int err, const char *fmt, ...) {
 
 void *dlock__malloc(size_t n) { return malloc(n ? n : 1); }
 
+void *dlock__calloc(size_t n, size_t m) { return calloc(n ? n : 1, m ? m : 1); }
+
+char *dlock__strdup(const char *s) { return dlock__strndup(s, strlen(s)); }
+
 char *dlock__strndup(const char *s, size_t n) {
   char *p = dlock__malloc(n + 1);
   if (p) {
@@ -56,6 +60,9 @@ int dlc_url_parse(const char *url, dlc_url *u, char *err, size_t errlen) {
   u->user = in.user;
   u->password = in.password;
   u->db = in.db;
+  u->cluster = in.cluster;
+  in.host = in.path = in.user = in.password = NULL;
+  dlock__url_free(&in); /* a cluster URL's seed list */
   return 0;
 }
 

@@ -21,6 +21,7 @@ typedef struct dlc_url {
   char *path; /* unix */
   char *user, *password;
   int db;
+  int cluster; /* redis-cluster://: host/port is the first seed */
 } dlc_url;
 
 /* 0, or -1 with the library's message ("malformed URL '...': why", the
