@@ -61,29 +61,22 @@ unsigned dlock__key_slot(const char *key, size_t len) {
 }
 
 int dlock__cluster_name_check(const dlock_client *c, const char *name,
-                              const char *kind, int always_wrapped) {
+                              const char *kind) {
   if (!c->cl || !strchr(name, '{'))
     return 0;
   /* Derived names are "prefix:" name (Redisson's rule for a name with a
-   * '{'), whose tag is the name's own only when the name has a valid one;
-   * the latch's channel always wraps the name in braces, which moves a
-   * braced name's tag. */
+   * '{'), whose tag is the name's own only when the name has a valid one. */
   const char *p;
   size_t n, len = strlen(name);
   hash_part(name, len, &p, &n);
-  int valid = p != name || n != len;
-  if (valid && !always_wrapped)
+  if (p != name || n != len)
     return 0;
-  return dlock__fail(
-      DLOCK_EINVAL,
-      "%s '%s': on a cluster its keys and channels would fall into "
-      "different slots (CROSSSLOT): %s",
-      kind, name,
-      always_wrapped
-          ? "this kind wraps the name in braces, so the name may not "
-            "contain '{'"
-          : "a name with '{' must carry a valid hash tag, '{tag}' with "
-            "something between the braces");
+  return dlock__fail(DLOCK_EINVAL,
+                     "%s '%s': on a cluster its keys and channels would fall "
+                     "into different slots (CROSSSLOT): a name with '{' must "
+                     "carry a valid hash tag, '{tag}' with something between "
+                     "the braces",
+                     kind, name);
 }
 
 /* ---- the node table --------------------------------------------------------
@@ -298,6 +291,8 @@ static int ask_topology(dlock_client *c, const dlock__url *u, int16_t *map) {
   size_t al[2] = {7, 6};
   redisReply *r = dlock__link_cmd(l, 2, av, al);
   int shards = 1;
+  if (r && r->type == REDIS_REPLY_ARRAY)
+    atomic_store(&c->cl->sharded, 1);      /* Redis 7: SSUBSCRIBE, SPUBLISH */
   if (r && r->type == REDIS_REPLY_ERROR) { /* Redis < 7 */
     freeReplyObject(r);
     av[1] = "SLOTS";
@@ -408,6 +403,11 @@ dlock__node *dlock__cluster_route(dlock_client *c, const char *key) {
       dlock__cluster_refresh(c);
     }
   }
+  return dlock__cluster_lookup(c, key);
+}
+
+dlock__node *dlock__cluster_lookup(dlock_client *c, const char *key) {
+  dlock__cluster *cl = c->cl;
   unsigned slot = key ? dlock__key_slot(key, strlen(key)) : 0;
   int o = atomic_load_explicit(&cl->owner[slot], memory_order_relaxed);
   if (o < 0 && !key) { /* any master will do */
@@ -427,4 +427,8 @@ dlock__node *dlock__cluster_route(dlock_client *c, const char *key) {
 void dlock__cluster_mark_stale(dlock_client *c) {
   if (c->cl)
     atomic_store(&c->cl->stale, 1);
+}
+
+const char *dlock__publish_cmd(const dlock_client *c) {
+  return c->cl && atomic_load(&c->cl->sharded) ? "SPUBLISH" : "PUBLISH";
 }

@@ -22,6 +22,16 @@ static int chobj_init(dlock__chobj *o, dlock_client *c, const char *name,
   dlock__sb_init(&ch);
   k->channel(&ch, name);
   size_t n = strlen(name);
+  if (c->cl && !ch.oom &&
+      dlock__key_slot(name, n) != dlock__key_slot(ch.p, ch.len)) {
+    dlock__sb_free(&ch);
+    return dlock__fail(DLOCK_EINVAL,
+                       "%s '%s': on a cluster its key and its channel would "
+                       "fall into different slots (CROSSSLOT): the channel "
+                       "wraps the name in braces, so the name may contain "
+                       "neither '{' nor '}'",
+                       k->name, name);
+  }
   char *buf = ch.oom ? NULL : dlock__malloc(n + 1 + ch.len + 1);
   if (buf) {
     memcpy(buf, name, n + 1);
@@ -162,8 +172,8 @@ int dlock__chobj_count(dlock__chobj *o, const struct dlock__script *sc,
     keys[nk] = w.prev.p;
     klens[nk++] = w.prev.len;
   }
-  const char *av[4];
-  size_t al[4];
+  const char *av[5];
+  size_t al[5];
   for (int i = 0; i < nargs && i < 3; i++) {
     av[i] = args[i];
     al[i] = alens[i];
@@ -171,9 +181,11 @@ int dlock__chobj_count(dlock__chobj *o, const struct dlock__script *sc,
   char ts[24];
   av[nargs] = ts;
   al[nargs] = dlock__fmt_i64(ts, o->c->latch_ttl_ms);
+  av[nargs + 1] = dlock__publish_cmd(o->c);
+  al[nargs + 1] = strlen(av[nargs + 1]);
   redisReply *r = NULL;
   long long v = 0;
-  rc = dlock__eval(o->c, sc, nk, keys, klens, nargs + 1, av, al, &r);
+  rc = dlock__eval(o->c, sc, nk, keys, klens, nargs + 2, av, al, &r);
   if (rc == 0)
     rc = dlock__reply_int(r, &v);
   freeReplyObject(r);

@@ -337,11 +337,18 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   int wsl = snprintf(ws, sizeof ws, "%lld", (long long)wait);
   int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
   int tsl = snprintf(ts, sizeof ts, "%d", target);
-  const char *args[6] = {ls, field,    queue ? ws : ns, queue ? ns : ws,
-                         ts, "PUBLISH"};
-  size_t alens[6] = {
-      (size_t)lsl, fl, (size_t)(queue ? wsl : nsl), (size_t)(queue ? nsl : wsl),
-      (size_t)tsl, 7};
+  const char *args[6] = {ls,
+                         field,
+                         queue ? ws : ns,
+                         queue ? ns : ws,
+                         ts,
+                         dlock__publish_cmd(m->c)};
+  size_t alens[6] = {(size_t)lsl,
+                     fl,
+                     (size_t)(queue ? wsl : nsl),
+                     (size_t)(queue ? nsl : wsl),
+                     (size_t)tsl,
+                     strlen(dlock__publish_cmd(m->c))};
   redisReply *r = NULL;
   rc = dlock__eval(m->c, queue ? &g_acquire : &g_try, 4, k.keys, k.klens, 6,
                    args, alens, &r);
@@ -388,8 +395,9 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   size_t fl = dlock__field(m->c, tid, field);
   int wsl = snprintf(ws, sizeof ws, "%lld", (long long)wait);
   int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
-  const char *args[4] = {field, ws, "PUBLISH", ns};
-  size_t alens[4] = {fl, (size_t)wsl, 7, (size_t)nsl};
+  const char *args[4] = {field, ws, dlock__publish_cmd(m->c), ns};
+  size_t alens[4] = {fl, (size_t)wsl, strlen(dlock__publish_cmd(m->c)),
+                     (size_t)nsl};
   redisReply *r = NULL;
   rc = dlock__eval(m->c, &g_cancel, 4, k.keys, k.klens, 4, args, alens, &r);
   fair_keys_free(&k);
@@ -428,8 +436,13 @@ static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
   int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
-  const char *args[6] = {"0", ls, field, ns, "PUBLISH", lt};
-  size_t alens[6] = {1, (size_t)lsl, fl, (size_t)nsl, 7, (size_t)ltl};
+  const char *args[6] = {"0", ls, field, ns, dlock__publish_cmd(m->c), lt};
+  size_t alens[6] = {1,
+                     (size_t)lsl,
+                     fl,
+                     (size_t)nsl,
+                     strlen(dlock__publish_cmd(m->c)),
+                     (size_t)ltl};
   redisReply *r = NULL;
   rc = dlock__eval(c, &g_unlock, prev_rid ? 6 : 5, keys, klens, 6, args, alens,
                    &r);
@@ -457,8 +470,8 @@ static int fair_force(dlock_mutex *m) {
   }
   char ns[24];
   int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
-  const char *args[3] = {"0", ns, "PUBLISH"};
-  size_t alens[3] = {1, (size_t)nsl, 7};
+  const char *args[3] = {"0", ns, dlock__publish_cmd(m->c)};
+  size_t alens[3] = {1, (size_t)nsl, strlen(dlock__publish_cmd(m->c))};
   redisReply *r = NULL;
   rc = dlock__eval_once(m->c, &g_force, 4, k.keys, k.klens, 3, args, alens, &r);
   fair_keys_free(&k);

@@ -512,6 +512,7 @@ typedef struct dlock__cluster {
   atomic_int n;
   _Atomic int16_t owner[DLOCK__SLOTS];
   atomic_int stale;          /* refresh before the next lookup */
+  atomic_int sharded;        /* the servers have SSUBSCRIBE/SPUBLISH (7+) */
   atomic_uint epoch;         /* bumped by every change of the map */
   _Atomic int64_t refreshed_at; /* monotonic ms; 0 never */
 } dlock__cluster;
@@ -520,11 +521,11 @@ typedef struct dlock__cluster {
  * 16384. */
 unsigned dlock__key_slot(const char *key, size_t len);
 /* On a cluster client: DLOCK_EINVAL (message naming kind and name) when
- * the keys and channels derived from name would not share one slot -- a
- * name with '{' but no valid hash tag, or (always_wrapped: the latch,
- * whose channel wraps the name in braces) any '{'. Else 0. */
+ * the keys and channels derived from name would not share one slot (a
+ * name with '{' but no valid hash tag). Else 0. The counting kinds compare
+ * their key's and channel's slots themselves (counter.c). */
 int dlock__cluster_name_check(const dlock_client *c, const char *name,
-                              const char *kind, int always_wrapped);
+                              const char *kind);
 /* c->cl for a redis-cluster:// URL (no I/O): 0 or DLOCK_ENOMEM. */
 int dlock__cluster_init(dlock_client *c);
 /* Frees the topology and its nodes (closing their connections unless
@@ -536,6 +537,11 @@ int dlock__cluster_refresh(dlock_client *c);
 /* The master serving key (NULL: any), refreshing the map first when it is
  * stale; NULL with the message set when no master is known. */
 dlock__node *dlock__cluster_route(dlock_client *c, const char *key);
+/* The master serving key as the map says now (no refresh); NULL if none. */
+dlock__node *dlock__cluster_lookup(dlock_client *c, const char *key);
+/* "SPUBLISH" on a cluster with sharded pub/sub, else "PUBLISH": the
+ * publish command the scripts are given. */
+const char *dlock__publish_cmd(const dlock_client *c);
 /* The node at host:port, made when missing (redirect targets); NULL on
  * OOM or a full table. */
 dlock__node *dlock__cluster_node_at(dlock_client *c, const char *host,
@@ -685,6 +691,8 @@ struct dlock__sub {
   int state;
   int refs;     /* waiting threads */
   int confirms; /* (un)subscribe confirmations still expected */
+  int conn;     /* the subscriber connection it is on (pubsub.c), or -1 */
+  int64_t retry_at; /* a transient refusal: subscribe again from then */
   int64_t idle_since;
   char *error;        /* the server's refusal, when FAILED */
   dlock__slot *slots; /* FIFO */

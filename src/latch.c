@@ -47,14 +47,14 @@ struct dlock_latch {
 static dlock__script g_try_set = {
     "latch_try_set_count",
     /* KEYS[1] count, [2] channel, [3] once, [4] prev. ARGV[1] message
-     * ("1"), [2] count, [3] ttl. 1 = set (now or by an earlier copy), 0 =
-     * already set. Redisson RCountDownLatch.trySetCount. */
+     * ("1"), [2] count, [3] ttl, [4] publish command. 1 = set (now or by an
+     * earlier copy), 0 = already set. Redisson RCountDownLatch.trySetCount. */
     "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
     "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  redis.call('set', KEYS[3], 1, 'px', ARGV[3])\n"
     "  redis.call('set', KEYS[1], ARGV[2])\n"
-    "  redis.call('publish', KEYS[2], ARGV[1])\n"
+    "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
     "  return 1\n"
     "end\n"
     "return 0\n",
@@ -63,14 +63,14 @@ static dlock__script g_try_set = {
 static dlock__script g_count_down = {
     "latch_count_down",
     /* KEYS[1] count, [2] channel, [3] once, [4] prev. ARGV[1] message
-     * ("0"), [2] unused, [3] ttl. Returns 1. Redisson
+     * ("0"), [2] unused, [3] ttl, [4] publish command. Returns 1. Redisson
      * RCountDownLatch.countDown. */
     "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
     "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
     "redis.call('set', KEYS[3], 1, 'px', ARGV[3])\n"
     "local v = redis.call('decr', KEYS[1])\n"
     "if v <= 0 then redis.call('del', KEYS[1]) end\n"
-    "if v == 0 then redis.call('publish', KEYS[2], ARGV[1]) end\n"
+    "if v == 0 then redis.call(ARGV[4], KEYS[2], ARGV[1]) end\n"
     "return 1\n",
     {0}};
 

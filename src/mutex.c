@@ -182,8 +182,8 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   const char *keys[7] = {m->name, ch.p, latch.p, k.q.p, gp.p, k.dl.p, prev.p};
   size_t klens[7] = {m->name_len, ch.len,   latch.len, k.q.len,
                      gp.len,      k.dl.len, prev.len};
-  const char *args[5] = {"0", ls, field, "PUBLISH", lt};
-  size_t alens[5] = {1, lsl, fl, 7, ltl};
+  const char *args[5] = {"0", ls, field, dlock__publish_cmd(m->c), lt};
+  size_t alens[5] = {1, lsl, fl, strlen(dlock__publish_cmd(m->c)), ltl};
   redisReply *r = NULL;
   if (!rc && (ch.oom || latch.oom || gp.oom || prev.oom))
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -229,7 +229,7 @@ static int plain_force(dlock_mutex *m) {
   dlock__prefix_name(&ch, "redisson_lock__channel", m->name);
   const char *keys[2] = {m->name, ch.p};
   size_t klens[2] = {m->name_len, ch.len};
-  const char *args[2] = {"0", "PUBLISH"};
+  const char *args[2] = {"0", dlock__publish_cmd(m->c)};
   redisReply *r = NULL;
   int rc =
       ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
@@ -269,6 +269,8 @@ int dlock__mutex_create(dlock_client *c, const char *name,
     return rc;
   if (!name || !*name)
     return dlock__fail(DLOCK_EINVAL, "lock name is NULL or empty");
+  if ((rc = dlock__cluster_name_check(c, name, ops->kind_name)) != 0)
+    return rc;
   size_t n = strlen(name);
   dlock_mutex *m = dlock__malloc(sizeof *m + n + 1);
   if (!m)

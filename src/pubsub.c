@@ -141,6 +141,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
     }
     s->wake_policy = wake_policy;
     s->state = DLOCK__SUB_IDLE;
+    s->conn = -1;
     s->next_all = c->ps.list;
     c->ps.list = s;
     atomic_fetch_add(&c->ps.n_subs, 1);
@@ -199,10 +200,21 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
     poke(c);
 }
 
-/* ---- the subscriber thread ---------------------------------------------- */
+/* ---- the subscriber thread ----------------------------------------------
+ *
+ * One subscriber connection per node that serves a channel some thread
+ * waits on: the only node of a standalone client; on a cluster, the master
+ * owning the channel's slot (a channel embeds its lock's hash tag, so the
+ * lock channel and the grant channel of one lock share it), subscribed with
+ * SSUBSCRIBE when the servers have sharded pub/sub (Redis 7), so the unlock
+ * scripts' SPUBLISH reaches it and PUBLISH-style receiver counts stay
+ * exact. A slot that moves makes its master drop the subscription
+ * ("sunsubscribe" without a request): the waiters are kicked (they re-check
+ * at once) and the subscription is made again on the new owner. */
 
-typedef struct ps_state {
-  dlock__link *link; /* the subscriber connection, or NULL */
+typedef struct ps_conn {
+  dlock__node *node; /* whose address it connects to */
+  dlock__link *link; /* or NULL */
   int64_t next_connect_at;
   int64_t backoff;
   /* (UN)SUBSCRIBE commands written and not yet fully confirmed, in order:
@@ -210,38 +222,56 @@ typedef struct ps_state {
   dlock__sub **sent;
   size_t sent_head, sent_n, sent_cap;
   dlock__sb out; /* commands not yet written (flush_out) */
+  int wanted;    /* a subscription waits for this connection */
+} ps_conn;
+
+typedef struct ps_state {
+  ps_conn *conns;
+  int n, cap;
+  int refresh; /* the cluster's map is stale: refresh it (outside ps.mu) */
 } ps_state;
 
-static void sent_push(ps_state *ps, dlock__sub *s) {
-  if (ps->sent_head + ps->sent_n == ps->sent_cap) {
-    if (ps->sent_head > 0) {
-      memmove(ps->sent, ps->sent + ps->sent_head,
-              ps->sent_n * sizeof(dlock__sub *));
-      ps->sent_head = 0;
+static void sent_push(ps_conn *pc, dlock__sub *s) {
+  if (pc->sent_head + pc->sent_n == pc->sent_cap) {
+    if (pc->sent_head > 0) {
+      memmove(pc->sent, pc->sent + pc->sent_head,
+              pc->sent_n * sizeof(dlock__sub *));
+      pc->sent_head = 0;
     } else {
-      size_t nc = ps->sent_cap ? ps->sent_cap * 2 : 16;
-      dlock__sub **ns = realloc(ps->sent, nc * sizeof(dlock__sub *));
+      size_t nc = pc->sent_cap ? pc->sent_cap * 2 : 16;
+      dlock__sub **ns = realloc(pc->sent, nc * sizeof(dlock__sub *));
       if (!ns)
         return; /* an error reply then finds no command: ignored */
-      ps->sent = ns;
-      ps->sent_cap = nc;
+      pc->sent = ns;
+      pc->sent_cap = nc;
     }
   }
-  ps->sent[ps->sent_head + ps->sent_n++] = s;
+  pc->sent[pc->sent_head + pc->sent_n++] = s;
 }
 
-static dlock__sub *sent_head(ps_state *ps) {
-  return ps->sent_n ? ps->sent[ps->sent_head] : NULL;
+static dlock__sub *sent_head(ps_conn *pc) {
+  return pc->sent_n ? pc->sent[pc->sent_head] : NULL;
 }
 
-static void sent_pop(ps_state *ps) {
-  if (ps->sent_n) {
-    ps->sent_head++;
-    ps->sent_n--;
+static void sent_pop(ps_conn *pc) {
+  if (pc->sent_n) {
+    pc->sent_head++;
+    pc->sent_n--;
   }
 }
 
-static void free_sub(dlock_client *c, dlock__sub *s) {
+/* Forgets s in every queue of commands in flight (it is being freed). */
+static void sent_forget(ps_state *ps, const dlock__sub *s) {
+  for (int i = 0; ps && i < ps->n; i++) {
+    ps_conn *pc = &ps->conns[i];
+    for (size_t k = 0; k < pc->sent_n; k++)
+      if (pc->sent[pc->sent_head + k] == s)
+        pc->sent[pc->sent_head + k] = NULL;
+  }
+}
+
+static void free_sub(dlock_client *c, ps_state *ps, dlock__sub *s) {
+  sent_forget(ps, s);
   dlock__map_del(&c->ps.subs, s->channel, strlen(s->channel));
   atomic_fetch_sub(&c->ps.n_subs, 1);
   if (s->grant_channel)
@@ -252,29 +282,83 @@ static void free_sub(dlock_client *c, dlock__sub *s) {
   free(s);
 }
 
-static void append_sub_cmd(ps_state *ps, const char *verb, dlock__sub *s) {
+static int sharded(const dlock_client *c) {
+  return c->cl && atomic_load(&c->cl->sharded);
+}
+
+static void append_sub_cmd(dlock_client *c, ps_conn *pc, int subscribe,
+                           dlock__sub *s) {
+  const char *verb = sharded(c) ? (subscribe ? "SSUBSCRIBE" : "SUNSUBSCRIBE")
+                                : (subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
   const char *argv[3] = {verb, s->channel, s->grant_channel};
   size_t lens[3] = {strlen(verb), strlen(s->channel),
                     s->grant_channel ? strlen(s->grant_channel) : 0};
-  dlock__resp_argv(&ps->out, s->grant_channel ? 3 : 2, argv, lens);
+  dlock__resp_argv(&pc->out, s->grant_channel ? 3 : 2, argv, lens);
   s->confirms = s->grant_channel ? 2 : 1;
-  sent_push(ps, s);
+  sent_push(pc, s);
+}
+
+/* The connection to node, made (unconnected) when missing; -1 on OOM. */
+static int conn_for(ps_state *ps, dlock__node *node) {
+  for (int i = 0; i < ps->n; i++)
+    if (ps->conns[i].node == node)
+      return i;
+  if (ps->n == ps->cap) {
+    int nc = ps->cap ? ps->cap * 2 : 4;
+    ps_conn *nv = realloc(ps->conns, (size_t)nc * sizeof *nv);
+    if (!nv)
+      return -1;
+    ps->conns = nv;
+    ps->cap = nc;
+  }
+  ps_conn *pc = &ps->conns[ps->n];
+  memset(pc, 0, sizeof *pc);
+  pc->node = node;
+  pc->backoff = 50;
+  dlock__sb_init(&pc->out);
+  return ps->n++;
+}
+
+/* A subscription that wants to be made: on the connection of the node
+ * serving its channel, once that is connected. ps.mu held. */
+static void want_sub(dlock_client *c, ps_state *ps, dlock__sub *s,
+                     int64_t now) {
+  if (s->retry_at > now)
+    return;
+  dlock__node *node = c->cl ? dlock__cluster_lookup(c, s->channel) : &c->node;
+  int i = node ? conn_for(ps, node) : -1;
+  if (i < 0) {
+    ps->refresh = c->cl != NULL;
+    return;
+  }
+  ps_conn *pc = &ps->conns[i];
+  pc->wanted = 1;
+  if (!pc->link)
+    return;
+  append_sub_cmd(c, pc, 1, s);
+  s->conn = i;
+  s->state = DLOCK__SUB_SUBSCRIBING;
 }
 
 /* Brings subscriptions in line with what waiters want. ps.mu held.
- * Returns the next time (ms) it must run again for a linger, or -1. */
+ * Returns the next time (ms) it must run again (a linger, a retry), or -1. */
 static int64_t reconcile(dlock_client *c, ps_state *ps) {
   int64_t next = -1, now = dlock__now_ms();
+  for (int i = 0; i < ps->n; i++)
+    ps->conns[i].wanted = 0;
   dlock__sub **pp = &c->ps.list;
   while (*pp) {
     dlock__sub *s = *pp;
-    if (s->refs > 0 && s->state == DLOCK__SUB_IDLE && ps->link) {
-      append_sub_cmd(ps, "SUBSCRIBE", s);
-      s->state = DLOCK__SUB_SUBSCRIBING;
+    ps_conn *pc = s->conn >= 0 ? &ps->conns[s->conn] : NULL;
+    if (s->refs > 0 && s->state == DLOCK__SUB_IDLE) {
+      want_sub(c, ps, s, now);
+      if (s->state == DLOCK__SUB_IDLE && s->retry_at > now &&
+          (next < 0 || s->retry_at < next))
+        next = s->retry_at;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_ACTIVE) {
       int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
-      if (now >= due && ps->link) {
-        append_sub_cmd(ps, "UNSUBSCRIBE", s);
+      if (now >= due && pc && pc->link) {
+        append_sub_cmd(c, pc, 0, s);
         s->state = DLOCK__SUB_UNSUBSCRIBING;
       } else if (next < 0 || due < next) {
         next = due;
@@ -284,34 +368,47 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
       continue;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_IDLE) {
       *pp = s->next_all;
-      free_sub(c, s);
+      free_sub(c, ps, s);
       continue;
     }
+    if (pc && s->state != DLOCK__SUB_IDLE)
+      pc->wanted = 1;
     pp = &s->next_all;
   }
   return next;
 }
 
-static void on_disconnect(dlock_client *c, ps_state *ps) {
-  if (ps->link) {
-    dlock__link_free(ps->link);
-    ps->link = NULL;
+/* s lost its subscription (connection gone, slot moved): its waiters
+ * re-check at once -- messages may have been lost -- and it is made again
+ * when the next reconcile finds where. ps.mu held. */
+static void sub_reset(dlock__sub *s) {
+  s->state = DLOCK__SUB_IDLE;
+  s->confirms = 0;
+  s->conn = -1;
+  kick_all(s);
+}
+
+static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
+  ps_conn *pc = &ps->conns[i];
+  if (pc->link) {
+    dlock__link_free(pc->link);
+    pc->link = NULL;
   }
-  dlock__sb_reset(&ps->out);
-  ps->out.oom = 0;
+  dlock__sb_reset(&pc->out);
+  pc->out.oom = 0;
   pthread_mutex_lock(&c->ps.mu);
-  c->ps.connected = 0;
-  ps->sent_head = ps->sent_n = 0;
-  for (dlock__sub *s = c->ps.list; s; s = s->next_all) {
-    s->state = DLOCK__SUB_IDLE;
-    s->confirms = 0;
-    kick_all(s); /* messages may have been lost: everyone re-checks */
-  }
+  pc->sent_head = pc->sent_n = 0;
+  for (dlock__sub *s = c->ps.list; s; s = s->next_all)
+    if (s->conn == i)
+      sub_reset(s);
   pthread_mutex_unlock(&c->ps.mu);
-  ps->next_connect_at = dlock__now_ms() + ps->backoff;
-  ps->backoff = ps->backoff * 2;
-  if (ps->backoff > c->cfg.retry_interval_ms)
-    ps->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms : 50;
+  /* On a cluster the node may have failed over: look again. */
+  ps->refresh = c->cl != NULL;
+  dlock__cluster_mark_stale(c);
+  pc->next_connect_at = dlock__now_ms() + pc->backoff;
+  pc->backoff = pc->backoff * 2;
+  if (pc->backoff > c->cfg.retry_interval_ms)
+    pc->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms : 50;
 }
 
 static int64_t parse_i64(const char *s, size_t n, int *ok) {
@@ -334,15 +431,29 @@ static int64_t parse_i64(const char *s, size_t n, int *ok) {
   return neg ? -v : v;
 }
 
-/* The server refused the oldest (UN)SUBSCRIBE in flight: for SUBSCRIBE
- * (e.g. an ACL user without +subscribe or without the channel), its waiters
- * learn it now instead of waiting out a lease in silence. ps.mu held. */
-static void on_refused(ps_state *ps, const redisReply *r) {
-  dlock__sub *s = sent_head(ps);
+/* A refusal that says "not here, not now" (a slot moving, a cluster
+ * failing over): not the waiters' problem, the subscription is retried. */
+static int transient_refusal(const char *s) {
+  return strncmp(s, "MOVED", 5) == 0 || strncmp(s, "ASK", 3) == 0 ||
+         strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "TRYAGAIN", 8) == 0 ||
+         strncmp(s, "LOADING", 7) == 0;
+}
+
+/* The server refused the oldest (UN)SUBSCRIBE in flight on pc: for
+ * SUBSCRIBE (e.g. an ACL user without +subscribe or without the channel),
+ * its waiters learn it now instead of waiting out a lease in silence; a
+ * transient refusal is retried shortly. ps.mu held. */
+static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
+                       const redisReply *r) {
+  dlock__sub *s = sent_head(pc);
+  sent_pop(pc);
   if (!s)
     return;
-  sent_pop(ps);
-  if (s->state == DLOCK__SUB_SUBSCRIBING) {
+  if (s->state == DLOCK__SUB_SUBSCRIBING && transient_refusal(r->str)) {
+    sub_reset(s);
+    s->retry_at = dlock__now_ms() + 100;
+    ps->refresh = c->cl != NULL;
+  } else if (s->state == DLOCK__SUB_SUBSCRIBING) {
     s->state = DLOCK__SUB_FAILED;
     free(s->error);
     s->error = dlock__strndup(r->str, r->len);
@@ -356,10 +467,96 @@ static void on_refused(ps_state *ps, const redisReply *r) {
   s->confirms = 0;
 }
 
-static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
+/* A grant message's payload "<tid>|<wait id>" (16 hex digits): the wait
+ * the unlock script handed the lock to. A grant for another (older) wait of
+ * the thread is never taken as this wait's: it only kicks the thread, whose
+ * next attempt finds its field (if the hand-over wrote it) with its own
+ * lease. No slot: the thread gave up and its cancel already settled the
+ * outcome, or will find the grant itself. ps.mu held. */
+static void on_grant(dlock__sub *s, const char *p, size_t pl) {
+  const char *bar = memchr(p, '|', pl);
+  uint64_t wid = 0;
+  int okw = bar && pl - (size_t)(bar - p) - 1 == 16, ok = 0;
+  for (size_t i = 0; okw && i < 16; i++) {
+    char hc = bar[1 + i];
+    int d = hc >= '0' && hc <= '9'   ? hc - '0'
+            : hc >= 'a' && hc <= 'f' ? hc - 'a' + 10
+                                     : -1;
+    if (d < 0)
+      okw = 0;
+    wid = (wid << 4) | (uint64_t)(d & 15);
+  }
+  int64_t v = okw ? parse_i64(p, (size_t)(bar - p), &ok) : 0;
+  for (dlock__slot *sl = s->slots; okw && ok && sl; sl = sl->next)
+    if (sl->tid == (uint64_t)v) {
+      if (sl->wait_id == wid)
+        sl->granted = 1;
+      else
+        sl->kicked = 1;
+      slot_signal(sl);
+      break;
+    }
+}
+
+/* A message on a shared channel: wakes waiters by s's policy. */
+static void on_message(dlock__sub *s, const redisReply *m) {
+  int ok;
+  int64_t v = parse_i64(m->str, m->len, &ok);
+  if (!ok)
+    return;
+  if (s->wake_policy == DLOCK__WAKE_ALL ||
+      (s->wake_policy == DLOCK__WAKE_LOCK && v == 1)) {
+    for (dlock__slot *sl = s->slots; sl; sl = sl->next)
+      sl->all = 1;
+    kick_all(s);
+  } else if (s->wake_policy == DLOCK__WAKE_COUNT) {
+    kick_n(s, v > 0 ? v : 0);
+  } else {
+    kick_n(s, 1);
+  }
+}
+
+/* "subscribe"/"ssubscribe" (what = 1), "unsubscribe"/"sunsubscribe" (2),
+ * "message"/"smessage" (3), else 0. */
+static int push_kind(const char *k) {
+  if (*k == 's' && strcmp(k, "subscribe") != 0)
+    k++;
+  return strcmp(k, "subscribe") == 0     ? 1
+         : strcmp(k, "unsubscribe") == 0 ? 2
+         : strcmp(k, "message") == 0     ? 3
+                                         : 0;
+}
+
+/* A confirmation or an unsolicited sunsubscribe (the slot moved away: the
+ * server dropped the subscription) for s on pc. ps.mu held. */
+static void on_confirm(dlock_client *c, ps_state *ps, ps_conn *pc,
+                       dlock__sub *s, int kind) {
+  if (kind == 1 && s->state == DLOCK__SUB_SUBSCRIBING) {
+    if (--s->confirms == 0) {
+      s->state = DLOCK__SUB_ACTIVE;
+      kick_all(s); /* now they can queue for a direct hand-over */
+      if (sent_head(pc) == s)
+        sent_pop(pc);
+    }
+  } else if (kind == 2 && s->state == DLOCK__SUB_UNSUBSCRIBING) {
+    if (--s->confirms == 0) {
+      s->state = DLOCK__SUB_IDLE; /* reconcile frees or resubscribes */
+      s->conn = -1;
+      if (sent_head(pc) == s)
+        sent_pop(pc);
+    }
+  } else if (kind == 2 && s->state == DLOCK__SUB_ACTIVE) {
+    sub_reset(s);
+    ps->refresh = c->cl != NULL;
+    dlock__cluster_mark_stale(c);
+  }
+}
+
+static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
+  ps_conn *pc = &ps->conns[ci];
   if (r->type == REDIS_REPLY_ERROR) {
     pthread_mutex_lock(&c->ps.mu);
-    on_refused(ps, r);
+    on_refused(c, ps, pc, r);
     pthread_mutex_unlock(&c->ps.mu);
     return;
   }
@@ -367,7 +564,7 @@ static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
       r->element[0]->type != REDIS_REPLY_STRING ||
       r->element[1]->type != REDIS_REPLY_STRING)
     return;
-  const char *kind = r->element[0]->str;
+  int kind = push_kind(r->element[0]->str);
   const char *ch = r->element[1]->str;
   size_t chl = r->element[1]->len;
   pthread_mutex_lock(&c->ps.mu);
@@ -377,81 +574,23 @@ static void on_reply(dlock_client *c, ps_state *ps, redisReply *r) {
     s = dlock__map_get(&c->ps.grants, ch, chl);
     is_grant = s != NULL;
   }
-  if (!s) {
-    pthread_mutex_unlock(&c->ps.mu);
-    return;
-  }
-  if (strcmp(kind, "subscribe") == 0) {
-    if (s->state == DLOCK__SUB_SUBSCRIBING && --s->confirms == 0) {
-      s->state = DLOCK__SUB_ACTIVE;
-      kick_all(s); /* now they can queue for a direct hand-over */
-      if (sent_head(ps) == s)
-        sent_pop(ps);
-    }
-  } else if (strcmp(kind, "unsubscribe") == 0) {
-    if (s->state == DLOCK__SUB_UNSUBSCRIBING && --s->confirms == 0) {
-      s->state = DLOCK__SUB_IDLE; /* reconcile frees or resubscribes */
-      if (sent_head(ps) == s)
-        sent_pop(ps);
-    }
-  } else if (strcmp(kind, "message") == 0 &&
-             r->element[2]->type == REDIS_REPLY_STRING) {
-    int ok;
-    int64_t v = parse_i64(r->element[2]->str, r->element[2]->len, &ok);
-    if (is_grant) {
-      /* Payload "<tid>|<wait id>": the wait the unlock script handed the
-       * lock to. A grant for another (older) wait of the thread is never
-       * taken as this wait's: it only kicks the thread, whose next attempt
-       * finds its field (if the hand-over wrote it) with its own lease. */
-      const char *p = r->element[2]->str;
-      size_t pl = r->element[2]->len;
-      const char *bar = memchr(p, '|', pl);
-      uint64_t wid = 0;
-      int okw = bar && pl - (size_t)(bar - p) - 1 == 16;
-      for (size_t i = 0; okw && i < 16; i++) {
-        char hc = bar[1 + i];
-        int d = hc >= '0' && hc <= '9'   ? hc - '0'
-                : hc >= 'a' && hc <= 'f' ? hc - 'a' + 10
-                                         : -1;
-        if (d < 0)
-          okw = 0;
-        wid = (wid << 4) | (uint64_t)(d & 15);
-      }
-      if (okw)
-        v = parse_i64(p, (size_t)(bar - p), &ok);
-      for (dlock__slot *sl = s->slots; okw && ok && sl; sl = sl->next)
-        if (sl->tid == (uint64_t)v) {
-          if (sl->wait_id == wid)
-            sl->granted = 1;
-          else
-            sl->kicked = 1;
-          slot_signal(sl);
-          break;
-        }
-      /* No slot: the thread gave up and its cancel already settled the
-       * outcome, or will find the grant itself. Nothing to do. */
-    } else if (ok) {
-      if (s->wake_policy == DLOCK__WAKE_ALL ||
-          (s->wake_policy == DLOCK__WAKE_LOCK && v == 1)) {
-        for (dlock__slot *sl = s->slots; sl; sl = sl->next)
-          sl->all = 1;
-        kick_all(s);
-      } else if (s->wake_policy == DLOCK__WAKE_COUNT) {
-        kick_n(s, v > 0 ? v : 0);
-      } else {
-        kick_n(s, 1);
-      }
-    }
+  if (s && (kind == 1 || kind == 2) && (s->conn == ci || s->conn < 0))
+    on_confirm(c, ps, pc, s, kind);
+  else if (s && kind == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+    if (is_grant)
+      on_grant(s, r->element[2]->str, r->element[2]->len);
+    else
+      on_message(s, r->element[2]);
   }
   pthread_mutex_unlock(&c->ps.mu);
 }
 
 /* Writes the queued (UN)SUBSCRIBEs (never SIGPIPE: dlock__write_all). */
-static int flush_out(ps_state *ps) {
-  if (ps->out.oom)
+static int flush_out(ps_conn *pc) {
+  if (pc->out.oom)
     return -1;
-  int rc = ps->out.len ? dlock__link_send(ps->link, ps->out.p, ps->out.len) : 0;
-  dlock__sb_reset(&ps->out);
+  int rc = pc->out.len ? dlock__link_send(pc->link, pc->out.p, pc->out.len) : 0;
+  dlock__sb_reset(&pc->out);
   return rc;
 }
 
@@ -465,11 +604,13 @@ int dlock_client_cancel_waits(dlock_client *c) {
   return 0;
 }
 
-/* Connects the subscriber (when waiters want it and the back-off allows). */
-static void ps_connect(dlock_client *c, ps_state *ps) {
+/* Connects connection i (when a subscription wants it and the back-off
+ * allows). */
+static void ps_connect(dlock_client *c, ps_state *ps, int i) {
+  ps_conn *pc = &ps->conns[i];
   dlock__link *l;
-  if (dlock__link_open(c, &c->url, &l) != 0) {
-    on_disconnect(c, ps);
+  if (dlock__link_open(c, pc->node->url, &l) != 0) {
+    on_disconnect(c, ps, i);
     return;
   }
   /* Reads are driven by poll, so a plain read never waits; the timeout
@@ -477,33 +618,31 @@ static void ps_connect(dlock_client *c, ps_state *ps) {
    * would otherwise hold this thread, and dlock_client_free with it). */
   dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
                           c->cfg.command_timeout_ms);
-  ps->link = l;
-  ps->backoff = 50;
-  pthread_mutex_lock(&c->ps.mu);
-  c->ps.connected = 1;
-  pthread_mutex_unlock(&c->ps.mu);
+  pc->link = l;
+  pc->backoff = 50;
 }
 
-/* Reads what the subscriber connection has and handles every complete
- * reply. 0, or -1 when the connection failed (already handled). */
-static int ps_read(dlock_client *c, ps_state *ps) {
+/* Reads what connection i has and handles every complete reply. 0, or -1
+ * when the connection failed (already handled). */
+static int ps_read(dlock_client *c, ps_state *ps, int i) {
   do {
-    if (dlock__link_read(ps->link) != 0) {
-      on_disconnect(c, ps);
+    dlock__link *l = ps->conns[i].link;
+    if (dlock__link_read(l) != 0) {
+      on_disconnect(c, ps, i);
       return -1;
     }
     for (;;) {
       redisReply *rep;
-      if (dlock__link_next(ps->link, &rep) != 0) {
-        on_disconnect(c, ps);
+      if (dlock__link_next(l, &rep) != 0) {
+        on_disconnect(c, ps, i);
         return -1;
       }
       if (!rep)
         break;
-      on_reply(c, ps, rep);
+      on_reply(c, ps, i, rep);
       freeReplyObject(rep);
     }
-  } while (dlock__link_pending(ps->link) > 0);
+  } while (dlock__link_pending(ps->conns[i].link) > 0);
   return 0;
 }
 
@@ -519,45 +658,80 @@ static void ps_cancels(dlock_client *c, unsigned *seen) {
   pthread_mutex_unlock(&c->ps.mu);
 }
 
-/* How long poll may sleep: until a lingering subscription is due to go or
- * (when waiters want a connection) the next connect attempt; -1 = no bound. */
-static int ps_poll_timeout(const ps_state *ps, int wanted, int64_t linger_due) {
+/* How long poll may sleep: until the next timed event of reconcile, or
+ * the next connect attempt of a wanted connection; -1 = no bound. */
+static int ps_poll_timeout(const ps_state *ps, int64_t due) {
   int64_t now = dlock__now_ms(), t = -1;
-  if (linger_due >= 0)
-    t = linger_due > now ? linger_due - now : 0;
-  if (!ps->link && wanted) {
-    int64_t d = ps->next_connect_at > now ? ps->next_connect_at - now : 0;
-    if (t < 0 || d < t)
-      t = d;
-  }
+  if (due >= 0)
+    t = due > now ? due - now : 0;
+  for (int i = 0; i < ps->n; i++)
+    if (!ps->conns[i].link && ps->conns[i].wanted) {
+      int64_t at = ps->conns[i].next_connect_at;
+      int64_t d = at > now ? at - now : 0;
+      if (t < 0 || d < t)
+        t = d;
+    }
+  if (ps->refresh && (t < 0 || t > 100))
+    t = 100;
   return t > INT32_MAX ? INT32_MAX : (int)t;
+}
+
+/* One round of connection upkeep: the cluster's map refreshed when a
+ * subscription found it stale, wanted connections made, queued commands
+ * written. Returns reconcile's next due time. */
+static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
+  if (ps->refresh) {
+    ps->refresh = 0;
+    dlock__cluster_refresh(c);
+  }
+  pthread_mutex_lock(&c->ps.mu);
+  int64_t due = reconcile(c, ps);
+  pthread_mutex_unlock(&c->ps.mu);
+  int64_t now = dlock__now_ms();
+  int connected = 0;
+  for (int i = 0; i < ps->n; i++)
+    if (!ps->conns[i].link && ps->conns[i].wanted &&
+        now >= ps->conns[i].next_connect_at) {
+      ps_connect(c, ps, i);
+      connected |= ps->conns[i].link != NULL;
+    }
+  if (connected) { /* subscribe on the new connections at once */
+    pthread_mutex_lock(&c->ps.mu);
+    due = reconcile(c, ps);
+    pthread_mutex_unlock(&c->ps.mu);
+  }
+  for (int i = 0; i < ps->n; i++)
+    if (ps->conns[i].link && flush_out(&ps->conns[i]) != 0)
+      on_disconnect(c, ps, i);
+  return due;
+}
+
+static void ps_free(ps_state *ps) {
+  for (int i = 0; i < ps->n; i++) {
+    dlock__link_free(ps->conns[i].link);
+    free(ps->conns[i].sent);
+    dlock__sb_free(&ps->conns[i].out);
+  }
+  free(ps->conns);
 }
 
 static void *ps_main(void *arg) {
   dlock_client *c = arg;
-  ps_state ps = {NULL, 0, 50, NULL, 0, 0, 0, {0}};
-  dlock__sb_init(&ps.out);
+  ps_state ps = {NULL, 0, 0, 0};
   unsigned seen_cancel = atomic_load(&c->cancel_gen);
+  enum { MAXFD = 64 };
   while (!atomic_load(&c->closing)) {
     ps_cancels(c, &seen_cancel);
-    pthread_mutex_lock(&c->ps.mu);
-    int wanted = 0;
-    for (dlock__sub *s = c->ps.list; s; s = s->next_all)
-      wanted |= s->refs > 0;
-    pthread_mutex_unlock(&c->ps.mu);
-    if (!ps.link && wanted && dlock__now_ms() >= ps.next_connect_at)
-      ps_connect(c, &ps);
-    pthread_mutex_lock(&c->ps.mu);
-    int64_t linger_due = reconcile(c, &ps);
-    pthread_mutex_unlock(&c->ps.mu);
-    if (ps.link && flush_out(&ps) != 0) {
-      on_disconnect(c, &ps);
-      continue;
-    }
-    struct pollfd pf[2] = {{c->ps.pipe[0], POLLIN, 0},
-                           {ps.link ? ps.link->fd : -1, POLLIN, 0}};
-    int pr =
-        poll(pf, ps.link ? 2 : 1, ps_poll_timeout(&ps, wanted, linger_due));
+    int64_t due = ps_upkeep(c, &ps);
+    struct pollfd pf[MAXFD + 1];
+    int map[MAXFD + 1], nf = 1;
+    pf[0] = (struct pollfd){c->ps.pipe[0], POLLIN, 0};
+    for (int i = 0; i < ps.n && nf <= MAXFD; i++)
+      if (ps.conns[i].link) {
+        pf[nf] = (struct pollfd){ps.conns[i].link->fd, POLLIN, 0};
+        map[nf++] = i;
+      }
+    int pr = poll(pf, (nfds_t)nf, ps_poll_timeout(&ps, due));
     if (pr < 0 && errno != EINTR)
       dlock__sleep_ms(10);
     if (pr <= 0)
@@ -567,12 +741,11 @@ static void *ps_main(void *arg) {
       while (read(c->ps.pipe[0], buf, sizeof buf) > 0) {
       }
     }
-    if (ps.link && pf[1].revents)
-      ps_read(c, &ps);
+    for (int k = 1; k < nf; k++)
+      if (pf[k].revents && ps.conns[map[k]].link)
+        ps_read(c, &ps, map[k]);
   }
-  dlock__link_free(ps.link);
-  free(ps.sent);
-  dlock__sb_free(&ps.out);
+  ps_free(&ps);
   return NULL;
 }
 
@@ -659,7 +832,7 @@ void dlock__pubsub_stop(dlock_client *c) {
   while (s) {
     dlock__sub *nx = s->next_all;
     if (s->refs == 0)
-      free_sub(c, s);
+      free_sub(c, NULL, s);
     s = nx;
   }
   close_pipe(&c->ps);

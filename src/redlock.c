@@ -84,11 +84,11 @@ static dlock__script g_acquire = {
 
 static dlock__script g_release = {
     "redlock_release",
-    /* KEYS[1] lock, KEYS[2] channel. ARGV[1] field. 1 = deleted (publishes
-     * "0" so waiters retry), 0 = not ours / absent. */
+    /* KEYS[1] lock, KEYS[2] channel. ARGV[1] field, [2] publish command.
+     * 1 = deleted (publishes "0" so waiters retry), 0 = not ours / absent. */
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
     "  redis.call('del', KEYS[1])\n"
-    "  redis.call('publish', KEYS[2], '0')\n"
+    "  redis.call(ARGV[2], KEYS[2], '0')\n"
     "  return 1\n"
     "end\n"
     "return 0\n",
@@ -194,9 +194,10 @@ static void run_vote(vote *v) {
   case OP_RELEASE: {
     const char *k[2] = {rl->name, rl->channel};
     size_t kl[2] = {rl->name_len, rl->channel_len};
-    const char *a[1] = {field};
-    size_t alen[1] = {fl};
-    v->rc = eval_once(c, &g_release, 2, k, kl, 1, a, alen, &r);
+    const char *pub = dlock__publish_cmd(c);
+    const char *a[2] = {field, pub};
+    size_t alen[2] = {fl, strlen(pub)};
+    v->rc = eval_once(c, &g_release, 2, k, kl, 2, a, alen, &r);
     break;
   }
   case OP_RENEW: {
@@ -434,6 +435,9 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
       return dlock__fail(DLOCK_EINVAL, "client %zu is NULL", i);
     if (clients[i]->fork_gen != dlock__fork_gen())
       return dlock__client_check(clients[i]);
+    int rc = dlock__cluster_name_check(clients[i], name, "redlock");
+    if (rc)
+      return rc;
     for (size_t j = 0; j < i; j++)
       if (clients[j] == clients[i])
         return dlock__fail(DLOCK_EINVAL,

@@ -383,8 +383,8 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
   const char *keys[6] = {m->name, ch.p, tp.p, kp.p, latch.p, prev.p};
   size_t klens[6] = {m->name_len, ch.len, tp.len, kp.len, latch.len, prev.len};
-  const char *args[4] = {"0", field, "PUBLISH", lt};
-  size_t alens[4] = {1, fl, 7, (size_t)ltl};
+  const char *args[4] = {"0", field, dlock__publish_cmd(m->c), lt};
+  size_t alens[4] = {1, fl, strlen(dlock__publish_cmd(m->c)), (size_t)ltl};
   redisReply *r = NULL;
   int rc = ch.oom || tp.oom || kp.oom || latch.oom || prev.oom
                ? dlock__fail(DLOCK_ENOMEM, "out of memory")
@@ -438,7 +438,7 @@ static int force_mode(dlock_mutex *m, const char *mode, const char *msg) {
   rw_channel(m, &ch);
   const char *keys[2] = {m->name, ch.p};
   size_t klens[2] = {m->name_len, ch.len};
-  const char *args[3] = {mode, msg, "PUBLISH"};
+  const char *args[3] = {mode, msg, dlock__publish_cmd(m->c)};
   redisReply *r = NULL;
   int rc = ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                   : dlock__eval_once(m->c, &g_force, 2, keys, klens, 3, args,
@@ -497,8 +497,9 @@ static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
   const char *keys[4] = {m->name, ch.p, latch.p, prev.p};
   size_t klens[4] = {m->name_len, ch.len, latch.len, prev.len};
-  const char *args[5] = {"1", ls, field, "PUBLISH", lt};
-  size_t alens[5] = {1, (size_t)lsl, fl, 7, (size_t)ltl};
+  const char *args[5] = {"1", ls, field, dlock__publish_cmd(m->c), lt};
+  size_t alens[5] = {1, (size_t)lsl, fl, strlen(dlock__publish_cmd(m->c)),
+                     (size_t)ltl};
   redisReply *r = NULL;
   int rc = ch.oom || latch.oom || prev.oom
                ? dlock__fail(DLOCK_ENOMEM, "out of memory")

@@ -65,25 +65,27 @@ static dlock__script g_try_acquire = {
 static dlock__script g_release = {
     "sem_release",
     /* KEYS[1] permits, [2] channel, [3] once, [4] prev. ARGV[1] n, [2]
-     * ttl. Publishes the new value. Redisson RSemaphore.release. */
+     * ttl, [3] publish command. Publishes the new value. Redisson
+     * RSemaphore.release. */
     "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
     "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
     "redis.call('set', KEYS[3], 1, 'px', ARGV[2])\n"
     "local v = redis.call('incrby', KEYS[1], ARGV[1])\n"
-    "redis.call('publish', KEYS[2], v)\n"
+    "redis.call(ARGV[3], KEYS[2], v)\n"
     "return 1\n",
     {0}};
 
 static dlock__script g_try_set = {
     "sem_try_set_permits",
     /* KEYS[1] permits, [2] channel, [3] once, [4] prev. ARGV[1] n, [2]
-     * ttl. 0 = already set. Redisson RSemaphore.trySetPermits. */
+     * ttl, [3] publish command. 0 = already set. Redisson
+     * RSemaphore.trySetPermits. */
     "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
     "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
     "if redis.call('get', KEYS[1]) == false then\n"
     "  redis.call('set', KEYS[3], 1, 'px', ARGV[2])\n"
     "  redis.call('set', KEYS[1], ARGV[1])\n"
-    "  redis.call('publish', KEYS[2], ARGV[1])\n"
+    "  redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
     "  return 1\n"
     "end\n"
     "return 0\n",
