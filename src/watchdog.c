@@ -96,13 +96,23 @@ typedef struct wd_item {
   const char *name;
   size_t name_len;
   const char *suffix; /* field suffix, e.g. ":write" */
+  dlock__node *node;  /* the master serving it (cluster), else &c->node */
+  unsigned slot;      /* its key's slot (cluster), else 0 */
 } wd_item;
 
+/* The watchdog's own connection to one node. */
+typedef struct wd_link {
+  dlock__node *node;
+  dlock__link *link; /* or NULL */
+} wd_link;
+
 typedef struct wd_state {
-  dlock__link *link; /* the watchdog's own connection, or NULL */
+  wd_link *links; /* one per node renewals went to */
+  int nlinks, links_cap;
   wd_item *items;
   char *flags; /* one per item: 1 renewed, 0 gone, 2 unknown */
   size_t cap;
+  int script_loads; /* SCRIPT LOADs pipelined in this node's batch */
 } wd_state;
 
 /* The hash field of it into buf ("<uuid>:<tid>" + the kind's suffix). */
@@ -117,7 +127,7 @@ static size_t item_field(dlock_client *c, const wd_item *it, char *buf) {
 }
 
 /* Writes one EVALSHA of the renew script for items[0..k). 0 or -1. */
-static int send_chunk(dlock_client *c, wd_state *st, const wd_item *items,
+static int send_chunk(dlock_client *c, dlock__link *l, const wd_item *items,
                       size_t k, const char *lease, size_t ll) {
   const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
   const char *argv[3 + 2 * WD_CHUNK + 1];
@@ -147,52 +157,55 @@ static int send_chunk(dlock_client *c, wd_state *st, const wd_item *items,
   dlock__resp_argv(&b, argc, argv, lens);
   /* Written chunk by chunk: a buffer for the whole batch would grow to
    * megabytes for 100k locks. */
-  int ok = !b.oom && dlock__link_send(st->link, b.p, b.len) == 0;
+  int ok = !b.oom && dlock__link_send(l, b.p, b.len) == 0;
   dlock__sb_free(&b);
   return ok ? 0 : -1;
 }
 
-/* Reads and drops the replies of chunks [from, nchunks): the connection
- * stays in step after a batch is abandoned. 0 or -1. */
-static int drain(wd_state *st, size_t from, size_t nchunks) {
-  for (size_t rest = from; rest < nchunks; rest++) {
-    redisReply *r = dlock__link_reply(st->link);
-    if (!r)
-      return -1;
-    freeReplyObject(r);
-  }
-  return 0;
+/* Where the chunk starting at item `at` ends (items before `to`): at most
+ * WD_CHUNK items, all of one slot (a script's keys must share one on a
+ * cluster). */
+static size_t chunk_end(const wd_state *st, size_t at, size_t to) {
+  size_t e = at + 1;
+  while (e < to && e - at < WD_CHUNK && st->items[e].slot == st->items[at].slot)
+    e++;
+  return e;
 }
 
-/* Reads the reply of chunk ch (k items from at) into st->flags. 0, a
- * negative code (the batch failed; retried later), or 1 on a connection
- * failure. */
-static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
+/* Reads the reply of the chunk items[at..at+k) into st->flags (1 renewed,
+ * 0 gone; left at 2, unknown, when the chunk failed). 0, or 1 when the
+ * connection failed or fell out of step (the rest is unknown too). */
+static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
                       size_t k) {
-  redisReply *r = dlock__link_reply(st->link);
+  redisReply *r = dlock__link_reply(l);
   if (!r)
     return 1;
   if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-    /* Script cache lost: load it, drain the chunks in flight, and let the
-     * whole batch be retried. */
+    /* Script cache lost: load it for the next batch; this chunk's items
+     * stay unknown and are retried shortly. */
     freeReplyObject(r);
     const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
     const char *av[3] = {"SCRIPT", "LOAD", s->body};
     size_t al[3] = {6, 4, strlen(s->body)};
-    if (!(r = dlock__link_cmd(st->link, 3, av, al)))
-      return 1;
-    freeReplyObject(r);
-    return drain(st, ch + 1, nchunks)
-               ? 1
-               : dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; "
-                                           "retrying");
+    dlock__sb b;
+    dlock__sb_init(&b);
+    dlock__resp_argv(&b, 3, av, al);
+    /* Pipelined behind the chunks in flight: its reply comes last. */
+    int bad = b.oom || dlock__link_send(l, b.p, b.len) != 0;
+    dlock__sb_free(&b);
+    st->script_loads += !bad;
+    dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; retrying");
+    return bad;
   }
   if (r->type != REDIS_REPLY_STRING || r->len != k) {
-    int rc = r->type == REDIS_REPLY_ERROR
-                 ? dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str)
-                 : dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
+    if (r->type == REDIS_REPLY_ERROR) {
+      dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str);
+      dlock__cluster_mark_stale(c); /* MOVED, CLUSTERDOWN: look again */
+    } else {
+      dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
+    }
     freeReplyObject(r);
-    return drain(st, ch + 1, nchunks) ? 1 : rc;
+    return 0;
   }
   for (size_t i = 0; i < k; i++)
     st->flags[at + i] = (char)(r->str[i] == '1');
@@ -200,33 +213,98 @@ static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
   return 0;
 }
 
-/* Renews items[0..n) in one pipeline; fills flags with 1 (renewed) / 0
- * (gone). Returns 0, or a negative code if the batch as a whole failed.
- * Called without reg.mu. */
+/* The watchdog's link to node, connected when missing: NULL on failure. */
+static dlock__link *node_link(dlock_client *c, wd_state *st, dlock__node *node,
+                              wd_link **out) {
+  int i = 0;
+  while (i < st->nlinks && st->links[i].node != node)
+    i++;
+  if (i == st->nlinks) {
+    if (st->nlinks == st->links_cap) {
+      int nc = st->links_cap ? st->links_cap * 2 : 4;
+      wd_link *nl = realloc(st->links, (size_t)nc * sizeof *nl);
+      if (!nl)
+        return NULL;
+      st->links = nl;
+      st->links_cap = nc;
+    }
+    st->links[st->nlinks++] = (wd_link){node, NULL};
+  }
+  *out = &st->links[i];
+  if (!st->links[i].link && dlock__link_open(c, node->url, &st->links[i].link))
+    return NULL;
+  return st->links[i].link;
+}
+
+/* Renews items[from..to), all served by one node, in one pipeline. 0, or
+ * a negative code when the node's connection failed (its items stay
+ * unknown). */
+static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
+                      const char *lease, size_t ll) {
+  wd_link *wl;
+  dlock__link *l = node_link(c, st, st->items[from].node, &wl);
+  if (!l)
+    return dlock_last_error()[0] ? DLOCK_ECONN
+                                 : dlock__fail(DLOCK_ENOMEM, "out of memory");
+  int rc = 0;
+  size_t sent_to = from;
+  st->script_loads = 0;
+  for (size_t at = from; at < to && rc == 0; at = sent_to) {
+    sent_to = chunk_end(st, at, to);
+    if (send_chunk(c, l, st->items + at, sent_to - at, lease, ll) != 0)
+      rc = 1;
+  }
+  for (size_t at = from, e; at < sent_to && rc == 0; at = e) {
+    e = chunk_end(st, at, to);
+    rc = read_chunk(c, l, st, at, e - at);
+  }
+  for (int i = 0; i < st->script_loads && rc == 0; i++) {
+    redisReply *r = dlock__link_reply(l);
+    rc = r ? 0 : 1;
+    freeReplyObject(r);
+  }
+  if (rc == 0)
+    return 0;
+  dlock__link_free(wl->link);
+  wl->link = NULL;
+  dlock__cluster_mark_stale(c);
+  return dlock__fail(DLOCK_ECONN, "renewal connection failed");
+}
+
+static int item_order(const void *a, const void *b) {
+  const wd_item *x = a, *y = b;
+  if (x->node != y->node)
+    return (uintptr_t)x->node < (uintptr_t)y->node ? -1 : 1;
+  return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Renews items[0..n) in one pipeline per node; fills flags with 1
+ * (renewed) / 0 (gone) / 2 (no answer). Returns 0, or the last node
+ * failure's code. Called without reg.mu. */
 static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
-  if (!st->link) {
-    int rc = dlock__link_open(c, &c->url, &st->link);
-    if (rc)
-      return rc;
+  if (c->cl) {
+    (void)dlock__cluster_route(c, NULL); /* refreshes a stale map */
+    for (size_t i = 0; i < n; i++) {
+      st->items[i].slot =
+          dlock__key_slot(st->items[i].name, st->items[i].name_len);
+      st->items[i].node = dlock__cluster_lookup(c, st->items[i].name);
+    }
+    qsort(st->items, n, sizeof *st->items, item_order);
   }
   char lease[24];
   size_t ll = dlock__fmt_i64(lease, c->cfg.watchdog_timeout_ms);
-  size_t nchunks = (n + WD_CHUNK - 1) / WD_CHUNK;
+  memset(st->flags, 2, n);
   int rc = 0;
-  for (size_t at = 0; at < n && rc == 0; at += WD_CHUNK) {
-    size_t k = n - at < WD_CHUNK ? n - at : WD_CHUNK;
-    if (send_chunk(c, st, st->items + at, k, lease, ll) != 0)
-      rc = 1;
+  for (size_t at = 0, e; at < n; at = e) {
+    e = at + 1;
+    while (e < n && st->items[e].node == st->items[at].node)
+      e++;
+    int r = st->items[at].node ? renew_node(c, st, at, e, lease, ll)
+                               : DLOCK_ECONN; /* no master known */
+    if (r)
+      rc = r;
   }
-  for (size_t ch = 0; ch < nchunks && rc == 0; ch++) {
-    size_t at = ch * WD_CHUNK;
-    rc = read_chunk(st, ch, nchunks, at, n - at < WD_CHUNK ? n - at : WD_CHUNK);
-  }
-  if (rc != 1)
-    return rc;
-  dlock__link_free(st->link);
-  st->link = NULL;
-  return dlock__fail(DLOCK_ECONN, "renewal connection failed");
+  return rc;
 }
 
 typedef struct lost_note {
@@ -314,10 +392,11 @@ static size_t collect(dlock_client *c, wd_state *st, const wd_timing *t,
     if (grow(st, n) != 0)
       break;
     const dlock__mutex_ops *ops = dlock__lockent_ops(h->e);
-    wd_item it = {h,      ops->renew ? ops : NULL,
-                  h->tid, h->count,
-                  h->gen, NULL,
-                  0,      ops->field_suffix ? ops->field_suffix : ""};
+    wd_item it = {h,        ops->renew ? ops : NULL,
+                  h->tid,   h->count,
+                  h->gen,   NULL,
+                  0,        ops->field_suffix ? ops->field_suffix : "",
+                  &c->node, 0};
     it.name = dlock__lockent_name(h->e, &it.name_len);
     if (!it.ops) { /* standard holds go first: one pipelined batch */
       if (*nstd < n)
@@ -335,14 +414,13 @@ static size_t collect(dlock_client *c, wd_state *st, const wd_timing *t,
  * get a new local deadline, gone ones are lost (noted in *lost), and ones
  * without an answer are retried unless their deadline passed. */
 static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
-                  size_t n, size_t nstd, int batch_rc, int64_t sent_at,
-                  lost_note **lost) {
+                  size_t n, int64_t sent_at, lost_note **lost) {
   int64_t now = dlock__now_ms();
   for (size_t i = 0; i < n; i++) {
     dlock__hold *h = st->items[i].h;
     if (!h->in_wd || h->gen != st->items[i].gen || h->count == 0)
       continue; /* released meanwhile: the reply says nothing about it */
-    int answered = i < nstd ? batch_rc == 0 : st->flags[i] != 2;
+    int answered = st->flags[i] != 2; /* a failed node's items: 2 */
     if (answered && st->flags[i] == 1) {
       h->renewed_at = sent_at;
       h->valid_until = sent_at + t->lease - dlock__lease_margin(t->lease);
@@ -377,7 +455,8 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   pthread_mutex_unlock(&c->reg.mu);
   memset(st->flags, 0, n);
   int64_t sent_at = dlock__now_ms();
-  int rc = nstd ? renew_batch(c, st, nstd) : 0;
+  if (nstd)
+    (void)renew_batch(c, st, nstd);   /* failures: flags stay 2 */
   for (size_t i = nstd; i < n; i++) { /* custom renewals (read locks) */
     const wd_item *it = &st->items[i];
     int r = it->ops->renew(c, it->name, it->name_len, it->tid, it->count);
@@ -385,7 +464,7 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   }
   lost_note *lost = NULL;
   pthread_mutex_lock(&c->reg.mu);
-  apply(c, st, t, n, nstd, rc, sent_at, &lost);
+  apply(c, st, t, n, sent_at, &lost);
   dlock__hold_grave_empty(c);
   c->wd.busy = 0;
   pthread_cond_broadcast(&c->reg.cv);
@@ -394,7 +473,7 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
 
 static void *wd_main(void *arg) {
   dlock_client *c = arg;
-  wd_state st = {NULL, NULL, NULL, 0};
+  wd_state st = {0};
   wd_timing t;
   t.lease = c->cfg.watchdog_timeout_ms;
   t.period = t.lease / 3 > 0 ? t.lease / 3 : 1;
@@ -415,7 +494,9 @@ static void *wd_main(void *arg) {
     }
   }
   pthread_mutex_unlock(&c->reg.mu);
-  dlock__link_free(st.link);
+  for (int i = 0; i < st.nlinks; i++)
+    dlock__link_free(st.links[i].link);
+  free(st.links);
   free(st.items);
   free(st.flags);
   return NULL;
