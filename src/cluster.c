@@ -415,6 +415,7 @@ dlock__node *dlock__cluster_lookup(dlock_client *c, const char *key) {
       o = atomic_load_explicit(&cl->owner[s], memory_order_relaxed);
   }
   if (o < 0 || o >= atomic_load(&cl->n)) {
+    atomic_store(&cl->stale, 1); /* e.g. a failover in progress: ask again */
     char last[256];
     snprintf(last, sizeof last, "%s", dlock_last_error());
     dlock__fail(DLOCK_ECONN, "no master of the cluster serves slot %u%s%s",

@@ -708,6 +708,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
+    redirects = 0; /* a bound per attempt: the attempts are bounded */
     dlock__sleep_ms(c->cfg.retry_interval_ms);
     if (c->cl)
       n = route(c, cmd->key);

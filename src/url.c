@@ -277,6 +277,7 @@ static int parse_cluster(const char *url, const char *rest, dlock__url *u) {
     if (w < 0 || (size_t)w >= sizeof one)
       return bad(u, url, "seed node too long");
     dlock__url s;
+    memset(&s, 0, sizeof s);
     if (parse_tcp(one, one + 8, &s) != 0) {
       dlock__url_free(u);
       return DLOCK_EINVAL; /* parse_tcp's message names the seed */

@@ -4,6 +4,7 @@
  * updates, wake-ups by sharded pub/sub after the move), a master killed
  * under a held lock (its replica takes over, the holder keeps renewing). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,4 +59,409 @@ TH_CASE_T(names_spread_over_masters, 120, "cluster") {
     CHECK(seen[k] > 0);
   dlock_client_free(c);
 }
+
+/* A name with its own hash tag lives in the tag's slot; names whose keys
+ * would be CROSSSLOT are refused with DLOCK_EINVAL before anything is sent
+ * (the same names are fine on a standalone client). */
+TH_CASE_T(hash_tags_and_refused_names, 120, "cluster") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  dlock_client *c = cl_client(cl);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "{user42}:lock", &m));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 60000));
+  unsigned slot = th_cluster_slot(cl, "user42");
+  CHECK_EQ(th_cluster_slot(cl, "{user42}:lock"), slot);
+  CHECK_EQ(th_cmd_int(cl->node[th_cluster_master_of(cl, slot)],
+                      "EXISTS {user42}:lock"),
+           1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  const char *bad[] = {"a{b", "a{}b", "{}x"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    dlock_mutex *x = NULL;
+    CHECK_RC(dlock_mutex_new(c, bad[i], &x), DLOCK_EINVAL);
+    CHECK(strstr(dlock_last_error(), "CROSSSLOT") != NULL);
+    CHECK(x == NULL);
+    dlock_rwlock *rw = NULL;
+    CHECK_RC(dlock_rwlock_new(c, bad[i], &rw), DLOCK_EINVAL);
+  }
+  dlock_latch *l = NULL;
+  CHECK_RC(dlock_latch_new(c, "{tag}x", &l), DLOCK_EINVAL);
+  CHECK(strstr(dlock_last_error(), "CROSSSLOT") != NULL);
+  dlock_sem *sm = NULL;
+  CHECK_OK(dlock_sem_new(c, "{tag}x", &sm)); /* its channel keeps the tag */
+  dlock_sem_free(sm);
+  dlock_client_free(c);
+}
+
+/* ---- every kind, with waiters woken by sharded pub/sub ------------------- */
+
+typedef struct waiter {
+  dlock_client *c;
+  const char *name;
+  int kind; /* 0 mutex, 1 fair, 2 fenced, 3 rwlock write, 4 sem, 5 latch */
+  int rc;
+  int64_t done_at;
+} waiter;
+
+static void *wait_thread(void *arg) {
+  waiter *w = arg;
+  if (w->kind <= 2) {
+    dlock_mutex *m;
+    int rc = w->kind == 0   ? dlock_mutex_new(w->c, w->name, &m)
+             : w->kind == 1 ? dlock_mutex_new_fair(w->c, w->name, &m)
+                            : dlock_mutex_new_fenced(w->c, w->name, &m);
+    w->rc = rc ? rc : dlock_mutex_timedlock(m, 20000, 30000);
+    w->done_at = th_now_ms();
+    if (!rc && w->rc == 0)
+      dlock_mutex_unlock(m);
+    if (!rc)
+      dlock_mutex_free(m);
+  } else if (w->kind == 3) {
+    dlock_rwlock *rw;
+    w->rc = dlock_rwlock_new(w->c, w->name, &rw);
+    if (!w->rc)
+      w->rc = dlock_rwlock_timedwrlock(rw, 20000, 30000);
+    w->done_at = th_now_ms();
+    if (!w->rc)
+      dlock_rwlock_unlock(rw);
+    dlock_rwlock_free(rw);
+  } else if (w->kind == 4) {
+    dlock_sem *sm;
+    w->rc = dlock_sem_new(w->c, w->name, &sm);
+    if (!w->rc)
+      w->rc = dlock_sem_timedwait(sm, 20000);
+    w->done_at = th_now_ms();
+    dlock_sem_free(sm);
+  } else {
+    dlock_latch *l;
+    w->rc = dlock_latch_new(w->c, w->name, &l);
+    if (!w->rc)
+      w->rc = dlock_latch_timedawait(l, 20000);
+    w->done_at = th_now_ms();
+    dlock_latch_free(l);
+  }
+  return NULL;
+}
+
+/* One kind: a holder (client a) blocks, a waiter (client b) waits; the
+ * release wakes the waiter by pub/sub: within a second, where the
+ * holder's lease (30 s) or the kinds' re-check would take far longer. */
+static void one_kind(dlock_client *a, dlock_client *b, int kind,
+                     const char *name) {
+  dlock_mutex *m = NULL;
+  dlock_rwlock *rw = NULL;
+  dlock_sem *sm = NULL;
+  dlock_latch *l = NULL;
+  if (kind <= 2) {
+    CHECK_OK(kind == 0   ? dlock_mutex_new(a, name, &m)
+             : kind == 1 ? dlock_mutex_new_fair(a, name, &m)
+                         : dlock_mutex_new_fenced(a, name, &m));
+    CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
+  } else if (kind == 3) {
+    CHECK_OK(dlock_rwlock_new(a, name, &rw));
+    CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 30000));
+  } else if (kind == 4) {
+    CHECK_OK(dlock_sem_new(a, name, &sm));
+    CHECK_OK(dlock_sem_init(sm, 0));
+  } else {
+    CHECK_OK(dlock_latch_new(a, name, &l));
+    CHECK_OK(dlock_latch_init(l, 1));
+  }
+  waiter w = {b, name, kind, -100, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_thread, &w);
+  usleep(300 * 1000); /* the waiter subscribes and sleeps */
+  int64_t released = th_now_ms();
+  if (m)
+    CHECK_OK(dlock_mutex_unlock(m));
+  if (rw)
+    CHECK_OK(dlock_rwlock_unlock(rw));
+  if (sm)
+    CHECK_OK(dlock_sem_post(sm));
+  if (l)
+    CHECK_OK(dlock_latch_count_down(l));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_OK);
+  int64_t lat = w.done_at - released;
+  printf("kind %d (%s): woken %lld ms after the release\n", kind, name,
+         (long long)lat);
+  CHECK(lat < 1000 * th_timeout_mult());
+  dlock_mutex_free(m);
+  dlock_rwlock_free(rw);
+  dlock_sem_free(sm);
+  dlock_latch_free(l);
+}
+
+TH_CASE_T(every_kind_wakes_by_sharded_pubsub, 180, "cluster") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  dlock_client *a = cl_client(cl), *b = cl_client(cl);
+  const char *names[] = {"k-mutex", "k-fair", "k-fenced",
+                         "k-rw",    "k-sem",  "k-latch"};
+  for (int k = 0; k < 6; k++)
+    one_kind(a, b, k, names[k]);
+  /* The mutex's channel was subscribed with SSUBSCRIBE on its master. */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(a, "k-mutex", &m));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
+  waiter w = {b, "k-mutex", 0, -100, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_thread, &w);
+  int owner = th_cluster_master_of(cl, th_cluster_slot(cl, "k-mutex"));
+  int64_t until = th_now_ms() + 5000 * th_timeout_mult();
+  long long subs = 0;
+  while (subs != 1 && th_now_ms() < until) {
+    redisReply *r = th_cmd(
+        cl->node[owner], "PUBSUB SHARDNUMSUB redisson_lock__channel:{k-mutex}");
+    subs = r && r->elements == 2 ? r->element[1]->integer : 0;
+    freeReplyObject(r);
+    usleep(20 * 1000);
+  }
+  CHECK_EQ(subs, 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_OK);
+  dlock_mutex_free(m);
+  /* A multilock over members in different slots. */
+  dlock_mutex *mm[3];
+  int seen[TH_CLUSTER_MAX] = {0}, masters = 0;
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "ml-%d", i * 7);
+    CHECK_OK(dlock_mutex_new(a, name, &mm[i]));
+    int o = th_cluster_master_of(cl, th_cluster_slot(cl, name));
+    masters += !seen[o]++;
+  }
+  CHECK(masters >= 2);
+  dlock_multilock *ml;
+  CHECK_OK(dlock_multilock_new(mm, 3, &ml));
+  CHECK_OK(dlock_multilock_timedlock(ml, 0, 30000));
+  CHECK_OK(dlock_multilock_unlock(ml));
+  dlock_multilock_free(ml);
+  for (int i = 0; i < 3; i++)
+    dlock_mutex_free(mm[i]);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* ---- contention through a slot migration --------------------------------- */
+
+typedef struct contender {
+  const char *url;
+  const char *name;
+  const char *counter; /* a file: read, +1, write -- not atomic */
+  int64_t until;       /* monotonic ms: stop then */
+} contender;
+
+static int contend(void *arg) {
+  const contender *k = arg;
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = k->url;
+  cfg.retry_attempts = 40;
+  cfg.retry_interval_ms = 100;
+  cfg.command_timeout_ms = 1000;
+  cfg.watchdog_timeout_ms = 10000;
+  dlock_client *c;
+  dlock_mutex *m;
+  if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, k->name, &m))
+    return 10;
+  int n = 0;
+  while (th_now_ms() < k->until) {
+    int rc = dlock_mutex_timedlock(m, 30000, -1);
+    if (rc) {
+      fprintf(stderr, "lock: %s: %s\n", dlock_err_name(rc), dlock_last_error());
+      return 11;
+    }
+    FILE *f = fopen(k->counter, "r+");
+    long v = 0;
+    if (!f || fscanf(f, "%ld", &v) != 1)
+      return 12;
+    usleep(500);
+    rewind(f);
+    fprintf(f, "%ld\n", v + 1);
+    fclose(f);
+    n++;
+    if ((rc = dlock_mutex_unlock(m)) != 0) {
+      fprintf(stderr, "unlock: %s: %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      return 13;
+    }
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  /* How many increments: the exit status is too small, a file per child. */
+  char path[512];
+  snprintf(path, sizeof path, "%s.%d", k->counter, (int)getpid());
+  FILE *f = fopen(path, "w");
+  fprintf(f, "%d\n", n);
+  fclose(f);
+  return 0;
+}
+
+static long read_long(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  if (f) {
+    if (fscanf(f, "%ld", &v) != 1)
+      v = -1;
+    fclose(f);
+  }
+  return v;
+}
+
+/* 4 processes run a non-atomic read-modify-write under one lock while the
+ * lock's slot moves to another master and back (clients meet MOVED, ASK
+ * and TRYAGAIN): no increment is lost and every process finishes; then a
+ * waiter is still woken by (sharded) pub/sub, in milliseconds. */
+TH_CASE_T(slot_migration_under_contention, 240, "cluster") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  const char *name = "migrating-lock";
+  unsigned slot = th_cluster_slot(cl, name);
+  int from = th_cluster_master_of(cl, slot), to = (from + 1) % 3;
+  const char *counter = th_tmpfile("counter");
+  FILE *f = fopen(counter, "w");
+  fprintf(f, "0\n");
+  fclose(f);
+  contender k = {cl->url, name, counter, th_now_ms() + 6000};
+  pid_t pids[4];
+  for (int i = 0; i < 4; i++)
+    pids[i] = th_fork(contend, &k);
+  usleep(1000 * 1000);
+  th_cluster_move_slot(cl, slot, from, to, 1500);
+  CHECK_EQ(th_cluster_master_of(cl, slot), to);
+  usleep(300 * 1000);
+  th_cluster_move_slot(cl, slot, to, from, 800);
+  long total = 0;
+  for (int i = 0; i < 4; i++) {
+    CHECK_EQ(th_wait(pids[i], 60000), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d", counter, (int)pids[i]);
+    long n = read_long(path);
+    CHECK(n > 0);
+    total += n;
+  }
+  printf("%ld increments by 4 processes through two slot moves\n", total);
+  fflush(stdout);
+  CHECK_EQ(read_long(counter), total);
+  /* After the moves: a hand-over is still woken by pub/sub. */
+  th_cluster_move_slot(cl, slot, from, to, 0);
+  dlock_client *a = cl_client(cl), *b = cl_client(cl);
+  one_kind(a, b, 0, name);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* ---- failover ---------------------------------------------------------- */
+
+static atomic_int g_lost;
+static void on_lost(const char *name, void *arg) {
+  (void)arg;
+  printf("lost: %s (%lld)\n", name, (long long)th_now_ms());
+  fflush(stdout);
+  atomic_fetch_add(&g_lost, 1);
+}
+
+/* 1 when node i (a replica) has key, read with READONLY. */
+static int replica_has(th_cluster *cl, int i, const char *key) {
+  redisContext *rc = th_redis_raw(cl->node[i]);
+  redisReply *r = redisCommand(rc, "READONLY");
+  freeReplyObject(r);
+  r = redisCommand(rc, "EXISTS %s", key);
+  int has = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  freeReplyObject(r);
+  redisFree(rc);
+  return has;
+}
+
+/* The replica of master m: the node whose ROLE names m's port. */
+static int replica_of(th_cluster *cl, int m) {
+  for (int i = 0; i < cl->n; i++) {
+    redisReply *r = th_cmd(cl->node[i], "ROLE");
+    int is = r && r->elements >= 3 &&
+             strcmp(r->element[0]->str, "slave") == 0 &&
+             r->element[2]->integer == cl->node[m]->port;
+    freeReplyObject(r);
+    if (is)
+      return i;
+  }
+  return -1;
+}
+
+/* kill -9 of the master that owns a held lock while 4 processes contend
+ * on another lock of the same master: its replica takes over; the
+ * contenders finish with no increment lost; the holder's watchdog renews
+ * on the new master (the hold is not reported lost) and its unlock works;
+ * a hold whose key the new master lacks is reported lost there. */
+TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
+  th_cluster *cl = th_cluster_new(3, 1, 1000);
+  const char *held = "{fo}held", *busy = "{fo}busy", *gone = "{fo}gone";
+  unsigned slot = th_cluster_slot(cl, "fo");
+  int master = th_cluster_master_of(cl, slot), replica = replica_of(cl, master);
+  CHECK(replica >= 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = cl->url;
+  cfg.retry_attempts = 40;
+  cfg.retry_interval_ms = 200;
+  cfg.command_timeout_ms = 1000;
+  cfg.watchdog_timeout_ms = 9000;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *h, *g;
+  CHECK_OK(dlock_mutex_new(c, held, &h));
+  CHECK_OK(dlock_mutex_new(c, gone, &g));
+  CHECK_OK(dlock_mutex_lock(h));
+  CHECK_OK(dlock_mutex_lock(g));
+  int64_t until = th_now_ms() + 5000 * th_timeout_mult();
+  while (!(replica_has(cl, replica, held) && replica_has(cl, replica, gone)))
+    CHECK(th_now_ms() < until);
+  const char *counter = th_tmpfile("counter");
+  FILE *f = fopen(counter, "w");
+  fprintf(f, "0\n");
+  fclose(f);
+  contender k = {cl->url, busy, counter, th_now_ms() + 7000};
+  pid_t pids[4];
+  for (int i = 0; i < 4; i++)
+    pids[i] = th_fork(contend, &k);
+  usleep(1500 * 1000);
+  int64_t killed = th_now_ms();
+  printf("kill at %lld\n", (long long)killed);
+  th_redis_kill(cl->node[master]);
+  int nm = th_cluster_wait_new_master(cl, slot, master, 20000);
+  CHECK_EQ(nm, replica);
+  printf("replica took over %lld ms after the kill\n",
+         (long long)(th_now_ms() - killed));
+  fflush(stdout);
+  long total = 0;
+  for (int i = 0; i < 4; i++) {
+    CHECK_EQ(th_wait(pids[i], 60000), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d", counter, (int)pids[i]);
+    long n = read_long(path);
+    CHECK(n > 0);
+    total += n;
+  }
+  printf("%ld increments by 4 processes through a master kill\n", total);
+  fflush(stdout);
+  CHECK_EQ(read_long(counter), total);
+  /* The new master lacks one hold's key (as if its write had not
+   * replicated): the watchdog's next renewal there reports it lost. */
+  CHECK_EQ(th_cmd_int(cl->node[nm], "DEL %s", gone), 1);
+  until = th_now_ms() + 12000 * th_timeout_mult();
+  while (atomic_load(&g_lost) == 0 && th_now_ms() < until)
+    usleep(20 * 1000);
+  CHECK_EQ(atomic_load(&g_lost), 1);
+  CHECK_RC(dlock_mutex_unlock(g), DLOCK_ELOST);
+  /* The other hold survived and was renewed on the new master. */
+  CHECK_EQ(dlock_mutex_is_held(h), 1);
+  CHECK(th_cmd_int(cl->node[nm], "PTTL %s", held) > 3000);
+  CHECK_OK(dlock_mutex_unlock(h));
+  CHECK_EQ(th_cmd_int(cl->node[nm], "EXISTS %s", held), 0);
+  dlock_mutex_free(h);
+  dlock_mutex_free(g);
+  dlock_client_free(c);
+}
+
 TH_MAIN()
