@@ -347,17 +347,24 @@ int dlock__cluster_refresh(dlock_client *c) {
   dlock__cluster *cl = c->cl;
   unsigned epoch = atomic_load(&cl->epoch);
   pthread_mutex_lock(&cl->refresh_mu);
-  if (atomic_load(&cl->epoch) != epoch) { /* another thread just did it */
+  int64_t now = dlock__now_ms();
+  if (atomic_load(&cl->epoch) != epoch || /* another thread just did it */
+      now - cl->tried_at < DLOCK__CLUSTER_MIN_REFRESH_MS) {
+    /* At most one round of questions per interval: during a failover
+     * every failing call wants one, and the answer changes only when the
+     * cluster has decided. */
     pthread_mutex_unlock(&cl->refresh_mu);
     return 0;
   }
+  cl->tried_at = now;
   enum { MAXC = 96 };
   dlock__url *cand = dlock__calloc(MAXC, sizeof *cand);
   int16_t *map = dlock__malloc(DLOCK__SLOTS * sizeof *map);
   int rc = cand && map ? 0 : DLOCK_ENOMEM;
   int n = rc ? 0 : candidates(c, cand, MAXC), got = 0;
-  for (int i = 0; i < n && !got && !atomic_load(&c->closing); i++)
+  for (int i = 0; i < n && !got && !atomic_load(&c->closing); i++) {
     got = ask_topology(c, &cand[i], map);
+  }
   if (got == 1) {
     for (int s = 0; s < DLOCK__SLOTS; s++)
       atomic_store_explicit(&cl->owner[s], map[s], memory_order_relaxed);

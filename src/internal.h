@@ -499,6 +499,8 @@ int dlock__node_warm(dlock__node *n);
 #define DLOCK__CLUSTER_MAX_NODES 512
 /* The slot map is refreshed at least this often (ms). */
 #define DLOCK__CLUSTER_REFRESH_MS 5000
+/* ... and at most once per this many ms. */
+#define DLOCK__CLUSTER_MIN_REFRESH_MS 50
 
 typedef struct dlock__cnode dlock__cnode;
 
@@ -511,10 +513,11 @@ typedef struct dlock__cluster {
   dlock__cnode *nodes[DLOCK__CLUSTER_MAX_NODES];
   atomic_int n;
   _Atomic int16_t owner[DLOCK__SLOTS];
-  atomic_int stale;          /* refresh before the next lookup */
-  atomic_int sharded;        /* the servers have SSUBSCRIBE/SPUBLISH (7+) */
-  atomic_uint epoch;         /* bumped by every change of the map */
+  atomic_int stale;             /* refresh before the next lookup */
+  atomic_int sharded;           /* the servers have SSUBSCRIBE/SPUBLISH (7+) */
+  atomic_uint epoch;            /* bumped by every change of the map */
   _Atomic int64_t refreshed_at; /* monotonic ms; 0 never */
+  int64_t tried_at;             /* last round of questions (refresh_mu) */
 } dlock__cluster;
 
 /* The slot of key[0..len): CRC16 of its hash tag (or the whole key) mod
@@ -689,9 +692,9 @@ struct dlock__sub {
   char *grant_channel; /* per-client grant channel, or NULL */
   int wake_policy;
   int state;
-  int refs;     /* waiting threads */
-  int confirms; /* (un)subscribe confirmations still expected */
-  int conn;     /* the subscriber connection it is on (pubsub.c), or -1 */
+  int refs;         /* waiting threads */
+  int confirms;     /* (un)subscribe confirmations still expected */
+  int conn;         /* the subscriber connection it is on (pubsub.c), or -1 */
   int64_t retry_at; /* a transient refusal: subscribe again from then */
   int64_t idle_since;
   char *error;        /* the server's refusal, when FAILED */

@@ -243,9 +243,11 @@ static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
                       const char *lease, size_t ll) {
   wd_link *wl;
   dlock__link *l = node_link(c, st, st->items[from].node, &wl);
-  if (!l)
+  if (!l) {
+    dlock__cluster_mark_stale(c); /* the master may have failed over */
     return dlock_last_error()[0] ? DLOCK_ECONN
                                  : dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
   int rc = 0;
   size_t sent_to = from;
   st->script_loads = 0;
