@@ -38,7 +38,8 @@ static const dlc_opt g_opts[] = {
     {"json", 0, NULL, OPT_JSON, 0, "also print one JSON object (last line)"},
     {"url", 0, "URL", OPT_URL, 0,
      "use this server (redis://host:port[/db],\n"
-     "unix:///path); default: a private one"},
+     "unix:///path, redis-cluster://h:p[,h:p]:\n"
+     "'many' per master); default: a private one"},
     {"tcp", 0, NULL, OPT_TCP, 0,
      "private server over loopback TCP instead of\n"
      "its unix socket"},

@@ -159,6 +159,8 @@ void scen_baseline(const bench_opts *o);
 double bench_evalsha_conc_rps(const bench_opts *o, int conns, double secs);
 void scen_uncontended(const bench_opts *o);
 void scen_many(const bench_opts *o);
+/* "many" on a redis-cluster:// URL: one-master reference, then spread. */
+void scen_cluster_many(const bench_opts *o);
 void scen_contended(const bench_opts *o);
 void scen_watchdog(const bench_opts *o);
 void scen_handoff(const bench_opts *o);

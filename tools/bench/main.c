@@ -72,9 +72,19 @@ static void run_scenarios(const bench_opts *o) {
   } k[] = {{"baseline", scen_baseline}, {"uncontended", scen_uncontended},
            {"many", scen_many},         {"contended", scen_contended},
            {"watchdog", scen_watchdog}, {"handoff", scen_handoff}};
-  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-    if (bench_selected(o, k[i].name))
+  int cluster = strncmp(o->url, "redis-cluster://", 16) == 0;
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (!bench_selected(o, k[i].name))
+      continue;
+    if (!cluster)
       k[i].run(o);
+    else if (k[i].run == scen_many)
+      scen_cluster_many(o);
+    else
+      bm_note("%s: not run on a cluster (it measures round trips to one "
+              "server); 'many' runs per master",
+              k[i].name);
+  }
 }
 
 int main(int argc, char **argv) {
