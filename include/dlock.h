@@ -154,7 +154,10 @@ typedef struct dlock_config {
   uint32_t abi_size;
   /* redis://[[user]:password@]host[:port][/db] or
    * unix:///path/to/socket[?db=N&password=...&user=...], or
-   * rediss://... (the redis:// form over TLS: the tls_* fields below).
+   * rediss://... (the redis:// form over TLS: the tls_* fields below), or
+   * redis-cluster://[[user]:password@]host:port[,host:port...] (a Redis
+   * Cluster: any reachable seed; rediss-cluster:// over TLS; every call
+   * works unchanged, docs/cluster.md).
    * NULL means "redis://127.0.0.1:6379". Copied by dlock_client_new. */
   const char *url;
   int connect_timeout_ms;  /* per connection attempt; default 10000 */

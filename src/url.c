@@ -5,7 +5,8 @@
  *   rediss://...  the same over TLS (link.c, tls.c)
  *   unix:///path/to/socket[?db=N&password=...&user=...]
  *   redis-cluster://[[user]:password@]host:port[,host:port...]  seed nodes
- *       of a Redis Cluster (cluster.c discovers the rest)
+ *       of a Redis Cluster (cluster.c discovers the rest);
+ *       rediss-cluster://... the same over TLS
  *
  * User and password may be percent-encoded. Every rejection names what is
  * wrong, because "invalid URL" alone sends people guessing.
@@ -311,6 +312,11 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     return parse_unix(url, url + 7, u);
   if (strncmp(url, "redis-cluster://", 16) == 0)
     return parse_cluster(url, url + 16, u);
+  if (strncmp(url, "rediss-cluster://", 17) == 0) {
+    int rc = parse_cluster(url, url + 17, u);
+    u->tls = rc == 0;
+    return rc;
+  }
   if (strncmp(url, "rediss://", 9) == 0) {
     u->tls = 1;
     int rc = parse_tcp(url, url + 9, u);

@@ -60,6 +60,52 @@ TH_CASE_T(names_spread_over_masters, 120, "cluster") {
   dlock_client_free(c);
 }
 
+/* redis-cluster:// URLs: accepted forms, and every malformed one refused
+ * with a message that says what is wrong (no server needed: lazy). */
+TH_CASE(cluster_urls) {
+  const char *good[] = {"redis-cluster://127.0.0.1:7000",
+                        "redis-cluster://u:p@127.0.0.1:7000,127.0.0.1:7001",
+                        "redis-cluster://:p@h1:1,[::1]:2/0",
+                        "rediss-cluster://127.0.0.1:7000"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    cfg.url = good[i];
+    cfg.lazy_connect = 1;
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(&cfg, &c);
+    if (rc != DLOCK_OK && strncmp(good[i], "rediss", 6) != 0)
+      th_fail(__FILE__, __LINE__, "%s: %s", good[i], dlock_last_error());
+    dlock_client_free(c);
+  }
+  const struct {
+    const char *url, *why;
+  } bad[] = {{"redis-cluster://", "empty seed"},
+             {"redis-cluster://a:1,,b:2", "empty seed"},
+             {"redis-cluster://a:1,b:2/3", "only database 0"},
+             {"redis-cluster://a:99999", "port"},
+             {"redis-cluster://a:1,b:x", "port"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    cfg.url = bad[i].url;
+    cfg.lazy_connect = 1;
+    dlock_client *c = NULL;
+    CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_EINVAL);
+    if (!strstr(dlock_last_error(), bad[i].why))
+      th_fail(__FILE__, __LINE__, "%s: message '%s' lacks '%s'", bad[i].url,
+              dlock_last_error(), bad[i].why);
+  }
+  /* Nobody listening: the client says so at creation. */
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = "redis-cluster://127.0.0.1:1,127.0.0.1:2";
+  cfg.retry_attempts = 0;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_ECONN);
+  CHECK(strstr(dlock_last_error(), "topology") != NULL);
+}
+
 /* A name with its own hash tag lives in the tag's slot; names whose keys
  * would be CROSSSLOT are refused with DLOCK_EINVAL before anything is sent
  * (the same names are fine on a standalone client). */
@@ -92,6 +138,26 @@ TH_CASE_T(hash_tags_and_refused_names, 120, "cluster") {
   CHECK_OK(dlock_sem_new(c, "{tag}x", &sm)); /* its channel keeps the tag */
   dlock_sem_free(sm);
   dlock_client_free(c);
+  /* A redis:// client pointed at a cluster node is told what to use. */
+  dlock_client *one = th_client_cfg(cl->node[0], NULL);
+  int hit = 0;
+  for (int i = 0; i < 20 && !hit; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "plain-%d", i);
+    dlock_mutex *x;
+    CHECK_OK(dlock_mutex_new(one, name, &x));
+    int rc = dlock_mutex_timedlock(x, 0, 1000);
+    if (rc == DLOCK_EREDIS) {
+      CHECK(strstr(dlock_last_error(), "redis-cluster://") != NULL);
+      hit = 1;
+    } else {
+      CHECK_OK(rc);
+      CHECK_OK(dlock_mutex_unlock(x));
+    }
+    dlock_mutex_free(x);
+  }
+  CHECK(hit);
+  dlock_client_free(one);
 }
 
 /* ---- every kind, with waiters woken by sharded pub/sub ------------------- */
