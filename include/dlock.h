@@ -162,7 +162,9 @@ typedef struct dlock_config {
   const char *url;
   int connect_timeout_ms;  /* per connection attempt; default 10000 */
   int command_timeout_ms;  /* per reply; default 3000 */
-  int retry_attempts;      /* retries after the first try; default 3 */
+  int retry_attempts;      /* retries after the first try; default 3; a
+                              timed call retries only within its wait
+                              budget (see dlock_mutex_timedlock) */
   int retry_interval_ms;   /* pause between tries; default 1500 */
   int watchdog_timeout_ms; /* lease of watchdog locks; renewed every third;
                               default 30000 */
@@ -400,11 +402,19 @@ DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
 
 /* wait_ms < 0: wait forever; 0: one attempt (DLOCK_EBUSY if held
  * elsewhere); > 0: wait at most that long (DLOCK_ETIMEDOUT when it runs
- * out). lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease;
- * above DLOCK_LEASE_MAX_MS: DLOCK_EINVAL. A reentrant acquire never
- * shortens the key's TTL (an inner hold with a shorter lease keeps the
- * outer hold's TTL). Other errors as dlock_mutex_lock. Thread-safety: any
- * thread. */
+ * out). The budget bounds the whole call, retries included: a command
+ * that fails (connection refused, reset, a transient server state) is
+ * retried under the retry policy (retry_attempts, retry_interval_ms) only
+ * while the budget lasts, so against a dead server the call returns
+ * DLOCK_ECONN after about wait_ms (plus at most one connection attempt,
+ * connect_timeout_ms, or one reply, command_timeout_ms, when the network
+ * swallows packets instead of refusing them). With wait_ms < 0 or 0 the
+ * whole retry policy applies. The same holds for every timed call of the
+ * library (rwlock, multilock, semaphore, latch). lease_ms > 0: fixed
+ * lease, no renewal; <= 0: watchdog lease; above DLOCK_LEASE_MAX_MS:
+ * DLOCK_EINVAL. A reentrant acquire never shortens the key's TTL (an inner hold
+ * with a shorter lease keeps the outer hold's TTL). Other errors as
+ * dlock_mutex_lock. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
                                     long long lease_ms);

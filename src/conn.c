@@ -17,7 +17,11 @@
  * absolute hold count, unlock has its latch, renew and reads are
  * idempotent), so any command is retried after a connection error, a
  * timeout, or a transient server state (LOADING, BUSY, TRYAGAIN,
- * MASTERDOWN), up to cfg.retry_attempts times, cfg.retry_interval_ms apart.
+ * MASTERDOWN, CLUSTERDOWN, READONLY), up to cfg.retry_attempts times,
+ * cfg.retry_interval_ms apart -- but never past the deadline of a call
+ * with a finite wait budget (dlock__call_deadline): a timedlock of 1000 ms
+ * against a dead server returns after about 1000 ms, not after the whole
+ * retry policy.
  * A failure on a pooled connection that was idle (typically: the server
  * restarted) first drops the idle ones and retries at once on a fresh
  * connection, without counting as an attempt.
@@ -657,6 +661,20 @@ static int cluster_hint(const redisReply *r) {
          (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
 }
 
+/* 1 when the calling public call's wait budget (dlock__call_deadline) is
+ * spent: no more retries. Else 0, with *pause cut to what is left. */
+static int budget_spent(int64_t *pause) {
+  int64_t dl = dlock__call_deadline();
+  if (dl < 0)
+    return 0;
+  int64_t left = dl - dlock__now_ms();
+  if (left <= 0)
+    return 1;
+  if (*pause > left)
+    *pause = left;
+  return 0;
+}
+
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   *out = NULL;
   t_sends = 0;
@@ -707,9 +725,12 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
       return rc;
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
+    int64_t pause = c->cfg.retry_interval_ms;
+    if (budget_spent(&pause))
+      return rc; /* the call's wait budget ends its retries too */
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0; /* a bound per attempt: the attempts are bounded */
-    dlock__sleep_ms(c->cfg.retry_interval_ms);
+    dlock__sleep_ms(pause);
     if (c->cl)
       n = route(c, cmd->key);
   }

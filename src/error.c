@@ -55,6 +55,7 @@ int dlock__fail(int err, const char *fmt, ...) {
 void dlock__clear_error(void) {
   if (t_keep == 0)
     t_errbuf[0] = '\0';
+  dlock__call_deadline_reset(); /* a new public call: no budget yet */
 }
 
 void dlock__err_keep_begin(void) { t_keep++; }

@@ -644,6 +644,11 @@ typedef struct dlock__budget {
   unsigned cancel_gen; /* c->cancel_gen when the call began */
 } dlock__budget;
 void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms);
+/* The deadline (monotonic ms) of the calling thread's current public call
+ * when its wait budget is finite and positive, else -1: the router stops
+ * retrying there. Public entry points reset it (dlock__clear_error). */
+int64_t dlock__call_deadline(void);
+void dlock__call_deadline_reset(void);
 /* Milliseconds left: -1 no deadline, 0 spent. */
 int64_t dlock__budget_left(const dlock__budget *b);
 /* until (monotonic ms, -1 none) brought back to the deadline if past it. */

@@ -15,6 +15,16 @@
 
 #include "internal.h"
 
+/* The deadline of the calling thread's current public call, when it has a
+ * finite positive wait budget (-1: none): the router's retries stop at it
+ * (dlock__exec), so "wait at most wait_ms" holds for connection failures
+ * too. Set by dlock__budget_start, cleared by the next public call. */
+static _Thread_local int64_t t_deadline = -1;
+
+int64_t dlock__call_deadline(void) { return t_deadline; }
+
+void dlock__call_deadline_reset(void) { t_deadline = -1; }
+
 void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms) {
   b->c = c;
   b->wait_ms = wait_ms;
@@ -27,6 +37,7 @@ void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms) {
    * flight must end the call too (it kicks no waiter: none is registered
    * yet). */
   b->cancel_gen = c ? atomic_load(&c->cancel_gen) : 0;
+  t_deadline = wait_ms > 0 ? b->deadline : -1;
 }
 
 int64_t dlock__budget_left(const dlock__budget *b) {

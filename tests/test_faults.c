@@ -700,4 +700,39 @@ TH_CASE(lock_econn_when_server_stays_down_pool) {
   lock_econn_when_server_stays_down_body();
 }
 
+/* Issue 18: "wait at most that long" holds against a dead server too. With
+ * the default retry policy (3 retries 1.5 s apart: 4.5 s) a timedlock of
+ * 1000 ms returns DLOCK_ECONN after about 1000 ms; a lock() without a
+ * budget keeps the whole retry policy. (On the old code: 4.5 s.) */
+TH_CASE(timedlock_budget_bounds_connection_retries) {
+  th_redis *dead = th_redis_new(1, NULL); /* an address nobody serves */
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", dead->port);
+  th_redis_kill(dead);
+  dlock_config cfg;
+  dlock_config_init(&cfg); /* the defaults */
+  cfg.url = url;
+  cfg.lazy_connect = 1;
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "budget", &m));
+  for (int i = 0; i < 2; i++) {
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_mutex_timedlock(m, 1000, -1), DLOCK_ECONN);
+    int64_t took = th_now_ms() - t0;
+    printf("timedlock(1000) against a dead server: %lld ms: %s\n",
+           (long long)took, dlock_last_error());
+    CHECK_MSG(took >= 900 && took <= 1500 * slow(), "took %lld ms",
+              (long long)took);
+  }
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_lock(m), DLOCK_ECONN);
+  int64_t took = th_now_ms() - t0;
+  CHECK_MSG(took >= (int64_t)cfg.retry_attempts * cfg.retry_interval_ms - 200,
+            "lock() gave up after %lld ms", (long long)took);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TH_MAIN()
