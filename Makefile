@@ -71,6 +71,13 @@ fuzz: deps-dev
 	cmake --build build-fuzz -j$(JOBS)
 	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# Worker processes on every lock kind under a random fault schedule for
+# SOAK_MINUTES, then a checker (tests/soak/soak.h); not part of make test.
+SOAK_MINUTES ?= 10
+SOAK_FLAGS ?=
+soak: build
+	SOAK_MINUTES=$(SOAK_MINUTES) ./build/tests/dlock_soak $(SOAK_FLAGS)
+
 demo: build
 	@if [ -x build/tools/seckill/dlock-seckill ]; then \
 	  ./build/tools/seckill/dlock-seckill --strategy all; \
