@@ -41,6 +41,7 @@ static int64_t g_faults[4096][2];
 static int g_nf;
 static struct {
   long sections[8], elost, lost_reports, fences_rejected, fences_ok;
+  long fences_down; /* the store could not be reached (Redis down) */
   int leaks_fd, leaks_mem, workers_clean, workers;
 } g;
 
@@ -112,7 +113,7 @@ static void read_line(const char *ln, hold *cur, int64_t *wait_from,
     break;
   case 'S':
     if (sscanf(ln, "S %63s %lld %lld", res, &a, &b) == 3)
-      b == 1 ? g.fences_ok++ : g.fences_rejected++;
+      b == 1 ? g.fences_ok++ : b == 0 ? g.fences_rejected++ : g.fences_down++;
     break;
   case 'L':
     g.lost_reports++;
@@ -287,8 +288,8 @@ int soak_check(const char *dir, const char *direct_url, int paused_in_cs) {
          g.workers_clean);
   printf("mutual-exclusion violations: %d\n", viol);
   printf("fenced store: %ld writes accepted, %ld stale rejected, %ld stale "
-         "accepted\n",
-         g.fences_ok, g.fences_rejected, fenced_stale);
+         "accepted (%ld not delivered: Redis down)\n",
+         g.fences_ok, g.fences_rejected, fenced_stale, g.fences_down);
   printf("without fencing (the same writes, plain register): %ld stale "
          "writes accepted%s\n",
          plain_stale, plain_stale ? " <- Kleppmann scenario caught" : "");

@@ -228,7 +228,8 @@ int main(int argc, char **argv) {
     printf("RESULT: %s (%d problems)\n", problems ? "FAIL" : "PASS", problems);
     return problems ? 1 : 0;
   }
-  double minutes = getenv("SOAK_MINUTES") ? atof(getenv("SOAK_MINUTES")) : 10;
+  const char *env_min = getenv("SOAK_MINUTES");
+  double minutes = env_min ? atof(env_min) : 10;
   unsigned seed = (unsigned)time(NULL);
   int keep = 0;
   g.n = 8;

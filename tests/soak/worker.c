@@ -142,7 +142,7 @@ static void one_section(int idx, soak_shared *sh, objs *o, int i,
     sh->phase[idx] = PH_HOLD;
     int64_t lease = SOAK_LEASE_MS - (SOAK_LEASE_MS / 100 + 2);
     logf_("A %s 0 %lld %lld\n", r->name, (long long)t,
-          (long long)(t0 + lease * 1000));
+          (long long)t0 + (long long)lease * 1000);
   } else {
     sh->phase[idx] = r->kind == K_FENCED ? PH_PRE_WRITE : PH_HOLD;
     if (r->kind == K_FENCED)
