@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps deps-build deps-test deps-dev build test test-plain test-asan test-tsan test-valgrind test-stress \
-        demo bench bench-peers clean format tidy install man
+        demo bench bench-peers clean format tidy install man fuzz soak
 
 all: build
 
@@ -60,6 +60,24 @@ test-valgrind: deps-dev
 	cd build-valgrind && DLOCK_TEST_TIMEOUT_MULT=4 ctest --output-on-failure \
 	  -j$(JOBS) -L unit $(CTEST_FLAGS)
 
+# libFuzzer targets (tests/fuzz: URL, config file, server replies, the CLI's
+# command line), clang with ASan+UBSan, FUZZ_SECONDS each. `make test`
+# replays their committed corpora (fuzz.* cases) in every build.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= url config args reply
+fuzz: deps-dev
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DDLOCK_FUZZ=ON -DBUILD_TESTING=OFF -DDLOCK_BUILD_TOOLS=OFF $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-fuzz -j$(JOBS)
+	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Worker processes on every lock kind under a random fault schedule for
+# SOAK_MINUTES, then a checker (tests/soak/soak.h); not part of make test.
+SOAK_MINUTES ?= 10
+SOAK_FLAGS ?=
+soak: build
+	SOAK_MINUTES=$(SOAK_MINUTES) ./build/tests/dlock_soak $(SOAK_FLAGS)
+
 demo: build
 	@if [ -x build/tools/seckill/dlock-seckill ]; then \
 	  ./build/tools/seckill/dlock-seckill --strategy all; \
@@ -96,7 +114,7 @@ tidy: deps-dev
 	cmake --build build-tidy -j$(JOBS)
 
 clean:
-	rm -rf build build-asan build-tsan build-valgrind build-tidy
+	rm -rf build build-asan build-tsan build-valgrind build-tidy build-fuzz build-soak
 
 # docs/dlock.1 is generated from docs/dlock.1.md and committed (building
 # needs no pandoc); run this after editing the markdown. MAN_OUT: where to

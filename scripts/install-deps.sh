@@ -2,15 +2,16 @@
 # Installs what a profile needs on Debian 12, and only what is missing.
 # Idempotent; needs root (or sudo) only when something is missing.
 #   install-deps.sh build   building the library and tools, and `make demo`
-#   install-deps.sh test    + what `make test` uses (man, groff, python3)
+#   install-deps.sh test    + what `make test` uses (man, groff, python3,
+#                             ip for the partition test, libfaketime)
 #   install-deps.sh dev     + developer tools: valgrind, clang-format,
-#                             clang-tidy, stress-ng (the default)
+#                             clang-tidy, stress-ng, clang (make fuzz) (the default)
 set -euo pipefail
 profile=${1:-dev}
 build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
        libyaml-dev redis-server redis-tools)
-test=(man-db groff-base python3)
-dev=(valgrind clang-format clang-tidy stress-ng)
+test=(man-db groff-base python3 iproute2 libfaketime)
+dev=(valgrind clang-format clang-tidy stress-ng clang)
 case "$profile" in
   build) pkgs=("${build[@]}") ;;
   test) pkgs=("${build[@]}" "${test[@]}") ;;

@@ -8,3 +8,11 @@ if(DLOCK_PYTHON3_DOCS)
             ${PROJECT_SOURCE_DIR})
   set_tests_properties(docs.errors_table PROPERTIES TIMEOUT 30 LABELS tool)
 endif()
+# docs/guarantees.md: every test it names as the proof of a line exists.
+if(DLOCK_PYTHON3_DOCS)
+  add_test(NAME docs.guarantees_tests
+    COMMAND ${DLOCK_PYTHON3_DOCS}
+            ${CMAKE_CURRENT_LIST_DIR}/../docs/guarantees_check.py
+            ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs.guarantees_tests PROPERTIES TIMEOUT 30 LABELS tool)
+endif()

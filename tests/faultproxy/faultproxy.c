@@ -1,0 +1,330 @@
+/*
+ * faultproxy.c -- the fault-injecting proxy of faultproxy.h: an accept
+ * thread, and per connection one thread per direction. The request thread
+ * parses commands and queues, per command, the fault it carries (usually
+ * none); the reply thread parses replies, pops the queue in order and
+ * applies the fault to that reply's bytes.
+ */
+#include "faultproxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "th.h"
+
+#define FP_QUEUE 4096 /* commands in flight per connection */
+
+struct fp_proxy {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int lfd, port, target_port;
+  char host[64];
+  char url[64];
+  char match[128]; /* armed fault: match[0] != 0 */
+  int mode, delay_ms;
+  int fired;
+  char count_match[128];
+  int count;
+};
+
+typedef struct fp_conn {
+  fp_proxy *p;
+  int cfd, sfd;
+  pthread_mutex_t mu;
+  int refs;
+  int q[FP_QUEUE], delay[FP_QUEUE]; /* per command: mode (0 none), delay */
+  unsigned head, tail;
+} fp_conn;
+
+static int write_all(int fd, const char *b, size_t n) {
+  while (n > 0) {
+    ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static void conn_kill(fp_conn *c) {
+  shutdown(c->cfd, SHUT_RDWR);
+  shutdown(c->sfd, SHUT_RDWR);
+}
+
+static void conn_unref(fp_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  int last = --c->refs == 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!last)
+    return;
+  close(c->cfd);
+  close(c->sfd);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+static int req_contains(const redisReply *r, const char *m) {
+  if (r->type != REDIS_REPLY_ARRAY)
+    return 0;
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_STRING && memmem(e->str, e->len, m, strlen(m)))
+      return 1;
+  }
+  return 0;
+}
+
+/* The fault the request r carries (claiming an armed one), queued. */
+static void classify(fp_conn *c, const redisReply *r) {
+  fp_proxy *p = c->p;
+  int mode = 0, delay = 0;
+  pthread_mutex_lock(&p->mu);
+  if (p->count_match[0] && req_contains(r, p->count_match))
+    p->count++;
+  if (p->match[0] && req_contains(r, p->match)) {
+    mode = p->mode;
+    delay = p->delay_ms;
+    p->match[0] = '\0';
+  }
+  pthread_mutex_unlock(&p->mu);
+  pthread_mutex_lock(&c->mu);
+  if (c->tail - c->head < FP_QUEUE) {
+    c->q[c->tail % FP_QUEUE] = mode;
+    c->delay[c->tail % FP_QUEUE] = delay;
+    c->tail++;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void *requests(void *arg) {
+  fp_conn *c = arg;
+  redisReader *rd = redisReaderCreate();
+  char buf[16384];
+  while (rd) {
+    ssize_t n = recv(c->cfd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0 || redisReaderFeed(rd, buf, (size_t)n) != REDIS_OK)
+      break;
+    void *req;
+    while (redisReaderGetReply(rd, &req) == REDIS_OK && req) {
+      classify(c, req);
+      freeReplyObject(req);
+    }
+    if (write_all(c->sfd, buf, (size_t)n) != 0)
+      break;
+  }
+  redisReaderFree(rd);
+  conn_kill(c);
+  conn_unref(c);
+  return NULL;
+}
+
+static int pop_fault(fp_conn *c, int *delay) {
+  int mode = 0;
+  pthread_mutex_lock(&c->mu);
+  if (c->head != c->tail) {
+    mode = c->q[c->head % FP_QUEUE];
+    *delay = c->delay[c->head % FP_QUEUE];
+    c->head++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return mode;
+}
+
+static void fired(fp_proxy *p) {
+  pthread_mutex_lock(&p->mu);
+  p->fired++;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Passes on or faults one reply (bytes b[0..n)); -1 to end the
+ * connection. */
+static int one_reply(fp_conn *c, const redisReply *r, const char *b, size_t n) {
+  int delay = 0, mode = pop_fault(c, &delay);
+  if (mode && r->type == REDIS_REPLY_ERROR &&
+      strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    /* Not run: the fault moves to the EVAL the client sends next. */
+    pthread_mutex_lock(&c->p->mu);
+    /* The client's EVAL carries the same keys: match them again. */
+    c->p->mode = mode;
+    c->p->delay_ms = delay;
+    if (!c->p->match[0])
+      snprintf(c->p->match, sizeof c->p->match, "%s", c->p->count_match);
+    pthread_mutex_unlock(&c->p->mu);
+    mode = 0;
+  }
+  switch (mode) {
+  case FP_LOSE:
+    fired(c->p);
+    return -1;
+  case FP_CUT:
+    (void)write_all(c->cfd, b, n / 2);
+    fired(c->p);
+    return -1;
+  case FP_DELAY:
+    th_sleep_ms(delay);
+    fired(c->p);
+    break;
+  default:
+    break;
+  }
+  return write_all(c->cfd, b, n);
+}
+
+static void *replies(void *arg) {
+  fp_conn *c = arg;
+  redisReader *rd = redisReaderCreate();
+  size_t cap = 65536, len = 0;
+  char *pend = malloc(cap);
+  int alive = rd && pend;
+  while (alive) {
+    if (cap - len < 16384) {
+      char *np = realloc(pend, cap * 2);
+      if (!np)
+        break;
+      pend = np;
+      cap *= 2;
+    }
+    ssize_t n = recv(c->sfd, pend + len, cap - len, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0 || redisReaderFeed(rd, pend + len, (size_t)n) != REDIS_OK)
+      break;
+    len += (size_t)n;
+    void *rep;
+    while (alive && redisReaderGetReply(rd, &rep) == REDIS_OK && rep) {
+      size_t end = len - (rd->len - rd->pos); /* this reply's last byte + 1 */
+      alive = one_reply(c, rep, pend, end) == 0;
+      freeReplyObject(rep);
+      memmove(pend, pend + end, len - end);
+      len -= end;
+    }
+  }
+  free(pend);
+  redisReaderFree(rd);
+  conn_kill(c);
+  conn_unref(c);
+  return NULL;
+}
+
+static int connect_target(const fp_proxy *p) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_port = htons((uint16_t)p->target_port);
+  inet_pton(AF_INET, p->host, &sa.sin_addr);
+  if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof sa) == 0)
+    return s;
+  if (s >= 0)
+    close(s);
+  return -1;
+}
+
+static void *accept_main(void *arg) {
+  fp_proxy *p = arg;
+  for (;;) {
+    int cfd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (cfd < 0)
+      continue;
+    int sfd = connect_target(p);
+    fp_conn *c = sfd >= 0 ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+      close(cfd);
+      if (sfd >= 0)
+        close(sfd);
+      continue;
+    }
+    c->p = p;
+    c->cfd = cfd;
+    c->sfd = sfd;
+    c->refs = 2;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_t t1, t2;
+    if (pthread_create(&t1, NULL, requests, c) != 0 ||
+        pthread_create(&t2, NULL, replies, c) != 0)
+      abort(); /* a half-started pair cannot be cleaned up */
+    pthread_detach(t1);
+    pthread_detach(t2);
+  }
+  return NULL;
+}
+
+fp_proxy *fp_new(const char *host, int target_port) {
+  fp_proxy *p = calloc(1, sizeof *p);
+  CHECK(p != NULL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  snprintf(p->host, sizeof p->host, "%s", host ? host : "127.0.0.1");
+  p->target_port = target_port;
+  p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  CHECK(p->lfd >= 0);
+  CHECK(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+  CHECK(listen(p->lfd, 128) == 0);
+  CHECK(getsockname(p->lfd, (struct sockaddr *)&sa, &sl) == 0);
+  p->port = ntohs(sa.sin_port);
+  snprintf(p->url, sizeof p->url, "redis://127.0.0.1:%d", p->port);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, accept_main, p) == 0);
+  pthread_detach(t);
+  return p;
+}
+
+const char *fp_url(const fp_proxy *p) { return p->url; }
+int fp_port(const fp_proxy *p) { return p->port; }
+
+void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms) {
+  pthread_mutex_lock(&p->mu);
+  snprintf(p->match, sizeof p->match, "%s", match);
+  snprintf(p->count_match, sizeof p->count_match, "%s", match);
+  p->count = 0;
+  p->mode = mode;
+  p->delay_ms = delay_ms;
+  pthread_mutex_unlock(&p->mu);
+}
+
+int fp_fired(fp_proxy *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = p->fired;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+int fp_wait_fired(fp_proxy *p, int n, int64_t timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  while (fp_fired(p) < n) {
+    if (th_now_ms() >= end)
+      return -1;
+    th_sleep_ms(5);
+  }
+  return 0;
+}
+
+void fp_count_reset(fp_proxy *p, const char *match) {
+  pthread_mutex_lock(&p->mu);
+  snprintf(p->count_match, sizeof p->count_match, "%s", match);
+  p->count = 0;
+  pthread_mutex_unlock(&p->mu);
+}
+
+int fp_count(fp_proxy *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = p->count;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}

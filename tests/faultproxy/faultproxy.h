@@ -1,0 +1,49 @@
+/*
+ * faultproxy.h -- a RESP-aware TCP proxy between a test's client and its
+ * redis-server that injects the faults of an unreliable network into ONE
+ * chosen command: the first command, from the moment it is armed, whose
+ * name or arguments contain a given string. It parses both directions
+ * (requests and replies, in order, per connection), so the fault lands on
+ * exactly that command's reply:
+ *
+ *   FP_LOSE   the command reaches the server and runs; its reply is
+ *             dropped and the connection closed (both sides). The caller
+ *             cannot know whether it ran: the ambiguous outcome.
+ *   FP_DELAY  the reply (and what follows on that connection) is held for
+ *             delay_ms before it is passed on: past the command timeout.
+ *   FP_CUT    the first half of the reply's bytes is passed on, then the
+ *             connection is closed: a reply cut mid-way.
+ *
+ * A NOSCRIPT error reply is passed on and the fault stays armed (the
+ * router's EVAL that follows is the command that runs). Connections that
+ * carry no matching command are forwarded untouched (pub/sub included).
+ * Two threads per connection, blocking I/O; the process's end stops them.
+ */
+#ifndef FAULTPROXY_H
+#define FAULTPROXY_H
+
+#include <stdint.h>
+
+typedef struct fp_proxy fp_proxy;
+
+enum { FP_LOSE = 1, FP_DELAY, FP_CUT };
+
+/* Listens on a free 127.0.0.1 port, forwarding to host:target_port
+ * (host NULL: 127.0.0.1). Fails the test on error. */
+fp_proxy *fp_new(const char *host, int target_port);
+/* "redis://127.0.0.1:<port>" of the proxy. */
+const char *fp_url(const fp_proxy *p);
+int fp_port(const fp_proxy *p);
+/* Arms one fault (replacing an armed one that has not fired): mode on the
+ * reply of the next command containing match. delay_ms for FP_DELAY. */
+void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms);
+/* Faults applied so far (a reply dropped, delayed or cut). */
+int fp_fired(fp_proxy *p);
+/* Waits (bounded) until fp_fired reaches n; 0, or -1 when time ran out. */
+int fp_wait_fired(fp_proxy *p, int n, int64_t timeout_ms);
+/* Commands seen so far whose text contains match (counted from when
+ * fp_count_reset was last called with this match; one match at a time). */
+void fp_count_reset(fp_proxy *p, const char *match);
+int fp_count(fp_proxy *p);
+
+#endif

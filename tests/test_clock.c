@@ -1,0 +1,269 @@
+/*
+ * test_clock.c -- clocks that jump (issue 17):
+ *
+ * - the server's wall clock jumps forward: Redis expires keys by its wall
+ *   clock, so the lease ends early on the server. What the holder sees:
+ *   nothing until its next renewal (at most a third of the lease later),
+ *   which finds the lock gone and reports it lost; meanwhile another
+ *   client can acquire -- two holders, which only fencing tokens expose.
+ *   The case shows exactly that (it is the documented hazard, not a
+ *   guarantee). The server runs with tests/clockshim preloaded (Debian's
+ *   redis-server does not start under libfaketime: jemalloc recursion).
+ * - the client's own wall clock jumps (forward and back, hours): nothing
+ *   changes -- leases, renewals, local deadlines and wait timeouts all
+ *   run on CLOCK_MONOTONIC. The client runs in a child process started
+ *   with libfaketime preloaded (the monotonic clock left real); the case
+ *   SKIPs without Debian's libfaketime.
+ */
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "th.h"
+
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+static const char *faketime_lib(void) {
+  const char *p = getenv("DLOCK_FAKETIME_LIB");
+  if (!p)
+    p = FAKETIME_LIB;
+  if (access(p, R_OK) != 0)
+    th_skip("libfaketime not installed (Debian: libfaketime)");
+  return p;
+}
+
+/* Sets the offset libfaketime applies ("+0", "+60", "-3600"). */
+static void set_offset(const char *file, const char *spec) {
+  FILE *f = fopen(file, "w");
+  CHECK(f != NULL);
+  fprintf(f, "%s\n", spec);
+  CHECK(fclose(f) == 0);
+}
+
+static void faketime_env(const char *file, int on) {
+  if (on) {
+    setenv("LD_PRELOAD", faketime_lib(), 1);
+    setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
+    setenv("FAKETIME_NO_CACHE", "1", 1);
+    setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+  } else {
+    unsetenv("LD_PRELOAD");
+    unsetenv("FAKETIME_TIMESTAMP_FILE");
+    unsetenv("FAKETIME_NO_CACHE");
+    unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+  }
+}
+
+/* Steps the clockshim'd server's wall clock to `ms` ahead of real time:
+ * one fixed-width pwrite, so the server never reads a half-written file. */
+static void shim_offset(int fd, long long ms) {
+  char b[24];
+  snprintf(b, sizeof b, "%-22lld\n", ms);
+  CHECK(pwrite(fd, b, 23, 0) == 23);
+}
+
+static long long server_time_s(th_redis *r) {
+  redisReply *x = th_cmd(r, "TIME");
+  CHECK(x->type == REDIS_REPLY_ARRAY && x->elements == 2);
+  long long s = atoll(x->element[0]->str);
+  freeReplyObject(x);
+  return s;
+}
+
+static atomic_llong g_lost_at;
+static void on_lost(const char *name, void *arg) {
+  (void)name;
+  (void)arg;
+  long long zero = 0;
+  atomic_compare_exchange_strong(&g_lost_at, &zero, (long long)th_now_ms());
+}
+
+TH_CASE_T(server_clock_jump_expires_lease_early, 120, "slow") {
+  const char *file = th_tmpfile("clockshim");
+  int fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  CHECK(fd >= 0);
+  shim_offset(fd, 0);
+  setenv("LD_PRELOAD", DLOCK_CLOCKSHIM, 1);
+  setenv("DLOCK_CLOCKSHIM_FILE", file, 1);
+  th_redis *r = th_redis_new(0, NULL);
+  unsetenv("LD_PRELOAD");
+  unsetenv("DLOCK_CLOCKSHIM_FILE");
+  long long t0 = server_time_s(r);
+  shim_offset(fd, 3600 * 1000LL);
+  CHECK_MSG(server_time_s(r) - t0 >= 3000, "the clock shim had no effect");
+  shim_offset(fd, 0);
+
+  int wd = 3000 * th_timeout_mult();
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = wd;
+  cfg.on_lock_lost = on_lost;
+  cfg.retry_interval_ms = 100;
+  dlock_client *a = th_client_cfg(r, &cfg), *b = th_client(r);
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new_fenced(a, "clk", &ma));
+  CHECK_OK(dlock_mutex_new_fenced(b, "clk", &mb));
+  CHECK_OK(dlock_mutex_lock(ma));
+  uint64_t ta, tb;
+  CHECK_OK(dlock_mutex_token(ma, &ta));
+  CHECK_RC(dlock_mutex_trylock(mb), DLOCK_EBUSY);
+
+  shim_offset(fd, 60000); /* the server's clock steps 60 s forward */
+  int64_t t_jump = th_now_ms();
+  int rc;
+  while ((rc = dlock_mutex_trylock(mb)) == DLOCK_EBUSY) {
+    CHECK_MSG(th_now_ms() - t_jump < 2LL * wd, "lock never freed");
+    th_sleep_ms(10);
+  }
+  CHECK_OK(rc);
+  int64_t t_b = th_now_ms();
+  long long a_valid = -1;
+  int vrc = dlock_mutex_validity(ma, &a_valid);
+  int a_asks = dlock_mutex_is_held(ma); /* asks Redis */
+  /* The hazard: B holds while A's local deadline has not passed. */
+  CHECK_MSG(t_b - t_jump < wd / 2, "B acquired %lld ms after the jump",
+            (long long)(t_b - t_jump));
+  CHECK_OK(vrc); /* A's local deadline has not passed: validity > 0 ... */
+  CHECK_MSG(a_valid > 0, "validity %lld", a_valid);
+  CHECK_EQ(a_asks, 0); /* ... but asking Redis tells the truth */
+  /* A hears of it at its next renewal: within a third of the lease plus a
+   * command round (and load). */
+  while (atomic_load(&g_lost_at) == 0) {
+    CHECK_MSG(th_now_ms() - t_jump < wd, "A never told");
+    th_sleep_ms(10);
+  }
+  long long t_lost = atomic_load(&g_lost_at) - t_jump;
+  printf("server clock +60 s at 0 ms; B acquired at %lld ms while A's "
+         "validity still said %lld ms (is_held, which asks Redis: %d); A told "
+         "at %lld ms (lease %d ms, renewal every %d ms)\n",
+         (long long)(t_b - t_jump), a_valid, a_asks, t_lost, wd, wd / 3);
+  CHECK_MSG(t_lost <= wd / 3 + 1000LL * th_timeout_mult(),
+            "A told %lld ms after the jump", t_lost);
+  CHECK_RC(dlock_mutex_unlock(ma), DLOCK_ELOST);
+  CHECK_OK(dlock_mutex_token(mb, &tb));
+  CHECK_MSG(tb > ta, "B's token %llu not above A's %llu",
+            (unsigned long long)tb, (unsigned long long)ta);
+  CHECK_OK(dlock_mutex_unlock(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  close(fd);
+}
+
+/* ---- the client's wall clock jumps ------------------------------------ */
+
+#define CHILD_ENV "DLOCK_CLOCK_CHILD_URL"
+
+/* In the child (libfaketime preloaded): 0 all fine, 77 faketime inert,
+ * else the number of the check that failed. */
+static int child_body(const char *url, const char *file) {
+  set_offset(file, "+0");
+  time_t w0 = time(NULL);
+  set_offset(file, "+3600");
+  time_t w1 = time(NULL);
+  set_offset(file, "+0");
+  if (w1 - w0 < 3000)
+    return 77;
+  int wd = 1500 * th_timeout_mult();
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.watchdog_timeout_ms = wd;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c;
+  dlock_mutex *m, *fixed, *busy;
+  if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, "clk-wd", &m) ||
+      dlock_mutex_new(c, "clk-fixed", &fixed) ||
+      dlock_mutex_new(c, "clk-busy", &busy))
+    return 2;
+  if (dlock_mutex_lock(m) || dlock_mutex_timedlock(fixed, 0, 60000))
+    return 3;
+  int64_t t0 = th_now_ms();
+  static const char *const jumps[] = {"+3600", "-3600", "+86400", "-86400",
+                                      "+0"};
+  /* 2.5 leases of jumps; every step checks the holds still stand. */
+  for (int i = 0; th_now_ms() - t0 < wd * 5 / 2; i++) {
+    set_offset(file, jumps[i % 5]);
+    th_sleep_ms(100);
+    if (dlock_mutex_is_held(m) != 1 || atomic_load(&g_lost_at) != 0)
+      return 4;
+  }
+  /* A timed wait on a lock held elsewhere lasts its time, not an hour
+   * and not zero, with the wall clock jumping meanwhile. */
+  set_offset(file, "-3600");
+  int64_t w = th_now_ms();
+  int rc = dlock_mutex_timedlock(busy, 1000, -1);
+  set_offset(file, "+86400");
+  int64_t took = th_now_ms() - w;
+  if (rc != DLOCK_ETIMEDOUT || took < 950 ||
+      took > 1000 + 2000LL * th_timeout_mult())
+    return 5;
+  long long v;
+  int64_t held_for = th_now_ms() - t0;
+  if (dlock_mutex_validity(fixed, &v) || v <= 0 || v > 60000 - held_for + 50 ||
+      v < 60000 - held_for - 2000)
+    return 6;
+  if (dlock_mutex_unlock(m) || dlock_mutex_unlock(fixed))
+    return 7;
+  set_offset(file, "+0");
+  dlock_mutex_free(m);
+  dlock_mutex_free(fixed);
+  dlock_mutex_free(busy);
+  dlock_client_free(c);
+  return 0;
+}
+
+TH_CASE_T(client_wall_clock_jumps_change_nothing, 120, "slow") {
+  const char *child_url = getenv(CHILD_ENV);
+  if (child_url) /* the re-executed child */
+    _exit(child_body(child_url, getenv("DLOCK_CLOCK_FILE")));
+  const char *lib = faketime_lib();
+  (void)lib;
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *other = th_client(r);
+  dlock_mutex *busy;
+  CHECK_OK(dlock_mutex_new(other, "clk-busy", &busy));
+  CHECK_OK(dlock_mutex_timedlock(busy, 0, 60000));
+  const char *file = th_tmpfile("faketime-client");
+  set_offset(file, "+0");
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    faketime_env(file, 1);
+    /* Sanitizer builds: ASan insists on being first in the library list;
+     * libfaketime preloaded before it is fine for this test. */
+    char asan[512];
+    const char *ao = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "",
+             ao && *ao ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    setenv(CHILD_ENV, r->url, 1);
+    setenv("DLOCK_CLOCK_FILE", file, 1);
+    /* The path, not /proc/self/exe itself: under valgrind only readlink
+     * names this program. */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+      _exit(126);
+    self[n] = '\0';
+    execl(self, "test_clock", "client_wall_clock_jumps_change_nothing",
+          (char *)NULL);
+    _exit(126);
+  }
+  int st = th_wait(pid, 60000);
+  if (st == 77)
+    th_skip("libfaketime had no effect on the client");
+  CHECK_MSG(st == 0, "client under wall-clock jumps: check %d failed", st);
+  CHECK_OK(dlock_mutex_unlock(busy));
+  dlock_mutex_free(busy);
+  dlock_client_free(other);
+}
+
+TH_MAIN()
