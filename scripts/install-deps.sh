@@ -8,7 +8,7 @@
 set -euo pipefail
 profile=${1:-dev}
 build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
-       libyaml-dev redis-server redis-tools)
+       libyaml-dev libevent-dev libuv1-dev redis-server redis-tools)
 test=(man-db groff-base python3)
 dev=(valgrind clang-format clang-tidy stress-ng)
 case "$profile" in
