@@ -263,6 +263,8 @@ TH_CASE(contention_libuv) { contention(1); }
  */
 
 static th_redis *g_r;
+/* th_tmpfile's buffers are a ring: the paths are kept here. */
+static char g_held[256], g_release[256];
 
 /* Child: holds "x" with the blocking API until the flag file appears. */
 static int blocking_holder(void *arg) {
@@ -271,7 +273,7 @@ static int blocking_holder(void *arg) {
   dlock_mutex *m;
   if (dlock_mutex_new(c, "x", &m) || dlock_mutex_lock(m))
     return 10;
-  FILE *f = fopen(th_tmpfile("held"), "w");
+  FILE *f = fopen(g_held, "w");
   if (f)
     fclose(f);
   for (int i = 0; i < 2000 && access(flag, F_OK) != 0; i++)
@@ -302,10 +304,12 @@ static int blocking_waiter(void *arg) {
 
 static void vs_blocking(int uv) {
   g_r = th_redis_new(0, NULL);
-  const char *flag = th_tmpfile("release");
+  snprintf(g_held, sizeof g_held, "%s", th_tmpfile("held"));
+  snprintf(g_release, sizeof g_release, "%s", th_tmpfile("release"));
+  const char *flag = g_release;
   pid_t holder = th_fork(blocking_holder, (void *)flag);
   int64_t end = th_now_ms() + 10000;
-  while (access(th_tmpfile("held"), F_OK) != 0 && th_now_ms() < end)
+  while (access(g_held, F_OK) != 0 && th_now_ms() < end)
     th_sleep_ms(5);
   CHECK_EQ(th_cmd_int(g_r, "EXISTS x"), 1);
   tloop l;
