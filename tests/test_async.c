@@ -639,6 +639,25 @@ static void free_in_callback(int uv) {
 TH_CASE(free_in_callback_libevent) { free_in_callback(0); }
 TH_CASE(free_in_callback_libuv) { free_in_callback(1); }
 
+/* examples/async_libevent.c --demo: 400 jobs on 4 keys in one loop, none
+ * overlapping another of its key. */
+TH_CASE(example_demo) {
+  th_redis *r = th_redis_new(0, NULL);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s %s --demo 400 >%s 2>&1", DLOCK_ASYNC_EXAMPLE,
+           r->url, th_tmpfile("demo.out"));
+  int st = system(cmd);
+  char out[512] = "";
+  FILE *f = fopen(th_tmpfile("demo.out"), "r");
+  if (f) {
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+  }
+  CHECK_MSG(st == 0, "example exited %d: %s", st, out);
+  CHECK_MSG(strstr(out, "400 done, 0 failed, 0 overlapped"), "%s", out);
+}
+
 /* Creation: no I/O, what is refused. */
 TH_CASE(new_and_refusals) {
   dlock_config cfg;
