@@ -57,13 +57,20 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
                               const char **keys, const size_t *klens, int nargs,
                               const char **args, const size_t *alens,
                               dlock__areq_fn *fn, void *arg) {
+  enum { STACK = 32 };
+  const char *av_stack[STACK];
+  size_t al_stack[STACK];
   int argc = 3 + nkeys + nargs;
-  const char **av = dlock__calloc((size_t)argc, sizeof *av);
-  size_t *al = dlock__calloc((size_t)argc, sizeof *al);
+  const char **av =
+      argc <= STACK ? av_stack : dlock__calloc((size_t)argc, sizeof *av);
+  size_t *al =
+      argc <= STACK ? al_stack : dlock__calloc((size_t)argc, sizeof *al);
   dlock__areq *r = av && al ? dlock__calloc(1, sizeof *r) : NULL;
   if (!r) {
-    free(av);
-    free(al);
+    if (av != av_stack)
+      free(av);
+    if (al != al_stack)
+      free(al);
     return NULL;
   }
   char nk[24];
@@ -78,7 +85,8 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
   memcpy(av + 3 + nkeys, args, (size_t)nargs * sizeof *av);
   memcpy(al + 3 + nkeys, alens, (size_t)nargs * sizeof *al);
   dlock__sb b;
-  dlock__sb_init(&b);
+  char buf[1024];
+  dlock__sb_init_buf(&b, buf, sizeof buf);
   dlock__resp_argv(&b, argc, av, al);
   if (!b.oom && (r->cmd = dlock__malloc(b.len)) != NULL) {
     memcpy(r->cmd, b.p, b.len);
@@ -88,8 +96,10 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
     r->arg = arg;
   }
   dlock__sb_free(&b);
-  free(av);
-  free(al);
+  if (av != av_stack)
+    free(av);
+  if (al != al_stack)
+    free(al);
   if (!r->cmd) {
     free(r);
     r = NULL;
@@ -536,13 +546,8 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
   if (!k->head)
     k->tail = NULL;
   r->next = NULL;
-  dlock__async_untimer(k->a, &k->timeout);
-  if (k->head && !k->unsent)
-    dlock__async_timer(k->a, &k->timeout,
-                       k->head->sent_at + k->a->cfg.command_timeout_ms);
-  else if (k->head && k->unsent != k->head)
-    dlock__async_timer(k->a, &k->timeout,
-                       k->head->sent_at + k->a->cfg.command_timeout_ms);
+  /* The reply timer stays armed for the old head's due time: when it
+   * fires, it re-arms itself for the head of then (timeout_fired). */
   if (rep->type == REDIS_REPLY_ERROR && r->script && !r->eval &&
       strncmp(rep->str, "NOSCRIPT", 8) == 0 && to_eval(r) == 0) {
     freeReplyObject(rep);
