@@ -53,41 +53,36 @@ void dlock__aconn_init(dlock__aconn *k, dlock_async *a, const char *what) {
 
 /* ---- requests ------------------------------------------------------------ */
 
+/* Appends one bulk string of RESP. */
+static void bulk(dlock__sb *b, const char *p, size_t n) {
+  dlock__sb_add(b, "$", 1);
+  dlock__sb_addu64(b, n);
+  dlock__sb_add(b, "\r\n", 2);
+  dlock__sb_add(b, p, n);
+  dlock__sb_add(b, "\r\n", 2);
+}
+
 dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
                               const char **keys, const size_t *klens, int nargs,
                               const char **args, const size_t *alens,
                               dlock__areq_fn *fn, void *arg) {
-  enum { STACK = 32 };
-  const char *av_stack[STACK];
-  size_t al_stack[STACK];
-  int argc = 3 + nkeys + nargs;
-  const char **av =
-      argc <= STACK ? av_stack : dlock__calloc((size_t)argc, sizeof *av);
-  size_t *al =
-      argc <= STACK ? al_stack : dlock__calloc((size_t)argc, sizeof *al);
-  dlock__areq *r = av && al ? dlock__calloc(1, sizeof *r) : NULL;
-  if (!r) {
-    if (av != av_stack)
-      free(av);
-    if (al != al_stack)
-      free(al);
+  dlock__areq *r = dlock__calloc(1, sizeof *r);
+  if (!r)
     return NULL;
-  }
-  char nk[24];
-  av[0] = "EVALSHA";
-  al[0] = 7;
-  av[1] = s->sha;
-  al[1] = 40;
-  av[2] = nk;
-  al[2] = dlock__fmt_i64(nk, nkeys);
-  memcpy(av + 3, keys, (size_t)nkeys * sizeof *av);
-  memcpy(al + 3, klens, (size_t)nkeys * sizeof *al);
-  memcpy(av + 3 + nkeys, args, (size_t)nargs * sizeof *av);
-  memcpy(al + 3 + nkeys, alens, (size_t)nargs * sizeof *al);
   dlock__sb b;
   char buf[1024];
   dlock__sb_init_buf(&b, buf, sizeof buf);
-  dlock__resp_argv(&b, argc, av, al);
+  char nk[24];
+  dlock__sb_add(&b, "*", 1);
+  dlock__sb_addu64(&b, (uint64_t)(3 + nkeys + nargs));
+  dlock__sb_add(&b, "\r\n", 2);
+  bulk(&b, "EVALSHA", 7);
+  bulk(&b, s->sha, 40);
+  bulk(&b, nk, dlock__fmt_i64(nk, nkeys));
+  for (int i = 0; i < nkeys; i++)
+    bulk(&b, keys[i], klens[i]);
+  for (int i = 0; i < nargs; i++)
+    bulk(&b, args[i], alens[i]);
   if (!b.oom && (r->cmd = dlock__malloc(b.len)) != NULL) {
     memcpy(r->cmd, b.p, b.len);
     r->len = b.len;
@@ -96,10 +91,6 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
     r->arg = arg;
   }
   dlock__sb_free(&b);
-  if (av != av_stack)
-    free(av);
-  if (al != al_stack)
-    free(al);
   if (!r->cmd) {
     free(r);
     r = NULL;

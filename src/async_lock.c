@@ -198,6 +198,8 @@ static void held(dlock__aop *op) {
 }
 
 static void timed_out(dlock__aop *op);
+static void attempt_done(dlock__areq *r, redisReply *reply, int err,
+                         const char *why);
 
 static void cancel_done(dlock__areq *r, redisReply *reply, int err,
                         const char *why) {
@@ -217,32 +219,41 @@ static void cancel_done(dlock__areq *r, redisReply *reply, int err,
   timed_out(op);
 }
 
+/* Sends the acquire script (target = the hold count after it; queue =
+ * join the hand-over queue when taken), or with cancel the cancel script
+ * (leave the queue). 0, or DLOCK_ENOMEM with nothing sent. */
+static int send_call(dlock__aop *op, int target, int queue, int cancel) {
+  dlock__ahold *h = op->h;
+  dlock__acq_call k;
+  int rc = dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                                target, op->lease, queue, &op->w);
+  dlock__areq *r =
+      rc ? NULL
+      : cancel
+          ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 3, k.keys,
+                             k.klens, 3, k.cargs, k.calens, cancel_done, op)
+          : dlock__areq_eval(dlock__core_script(DLOCK__S_ACQUIRE), 3, k.keys,
+                             k.klens, 8, k.args, k.alens, attempt_done, op);
+  dlock__acq_call_free(&k);
+  if (!r)
+    return DLOCK_ENOMEM;
+  op->in_flight = 1;
+  op->sent = dlock__async_now();
+  dlock__aconn_submit(&op->a->cmd, r);
+  return 0;
+}
+
 /* The wait ran out: leave the server's queue first if this wait may be in
  * it. */
 static void timed_out(dlock__aop *op) {
-  if (!op->w.queued) {
-    complete(op, DLOCK_ETIMEDOUT,
-             "lock '%s' still held elsewhere after %lld ms", op->h->key,
-             op->wait_ms);
-    return;
-  }
-  dlock__ahold *h = op->h;
-  dlock__acq_call k;
-  int rc = dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl, 1,
-                                op->lease, 0, &op->w);
-  dlock__areq *r =
-      rc ? NULL
-         : dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 3, k.keys,
-                            k.klens, 3, k.cargs, k.calens, cancel_done, op);
-  dlock__acq_call_free(&k);
-  if (!r) {
+  if (op->w.queued) {
+    op->cancelling = 1;
+    if (send_call(op, 1, 0, 1) == 0)
+      return;
     op->w.queued = 0;
-    timed_out(op);
-    return;
   }
-  op->in_flight = 1;
-  op->cancelling = 1;
-  dlock__aconn_submit(&op->a->cmd, r);
+  complete(op, DLOCK_ETIMEDOUT, "lock '%s' still held elsewhere after %lld ms",
+           op->h->key, op->wait_ms);
 }
 
 static void deadline_fired(dlock__atimer *t) {
@@ -324,29 +335,14 @@ static void attempt_done(dlock__areq *r, redisReply *reply, int err,
   }
 }
 
-/* Sends one acquire attempt (target = the hold count after it; queue = join
- * the hand-over queue when taken). */
+/* One acquire attempt (send_call). */
 static void attempt(dlock__aop *op, int target, int queue) {
-  dlock__ahold *h = op->h;
   op->target = target;
-  int64_t wait_left = op->w.deadline;
-  (void)wait_left;
-  dlock__acq_call k;
-  int rc = dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
-                                target, op->lease, queue, &op->w);
-  dlock__areq *r =
-      rc ? NULL
-         : dlock__areq_eval(dlock__core_script(DLOCK__S_ACQUIRE), 3, k.keys,
-                            k.klens, 8, k.args, k.alens, attempt_done, op);
-  dlock__acq_call_free(&k);
-  if (!r) {
+  if (send_call(op, target, queue, 0) != 0) {
     complete(op, DLOCK_ENOMEM, "out of memory");
     return;
   }
   op->w.queued |= queue;
-  op->in_flight = 1;
-  op->sent = dlock__async_now();
-  dlock__aconn_submit(&op->a->cmd, r);
 }
 
 static void lock_begin(dlock__aop *op) {

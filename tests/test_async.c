@@ -87,6 +87,17 @@ static void tl_free(tloop *l) {
   }
 }
 
+/* Runs the loop until LLEN key is n (a waiter joined the hand-over queue);
+ * returns the last length seen. */
+static long long tl_until_llen(tloop *l, th_redis *r, const char *key,
+                               long long n) {
+  int64_t end = th_now_ms() + 5000 * th_timeout_mult();
+  long long len;
+  while ((len = th_cmd_int(r, "LLEN %s", key)) < n && th_now_ms() < end)
+    tl_for(l, 5);
+  return len;
+}
+
 /* ---- results ------------------------------------------------------------- */
 
 typedef struct res {
@@ -118,6 +129,25 @@ static dlock_async *new_async(th_redis *r, dlock_config *cfg_in) {
   return a;
 }
 
+/* A case's server, loop and client. */
+typedef struct fx {
+  th_redis *r;
+  tloop l;
+  dlock_async *a;
+} fx;
+
+static void fx_begin(fx *f, int uv, dlock_config *cfg) {
+  f->r = th_redis_new(0, NULL);
+  tl_init(&f->l, uv);
+  f->a = new_async(f->r, cfg);
+  tl_attach(&f->l, f->a);
+}
+
+static void fx_end(fx *f) {
+  dlock_async_free(f->a);
+  tl_free(&f->l);
+}
+
 static int threads_now(void) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -130,37 +160,38 @@ static int threads_now(void) {
   return n;
 }
 
-/* ---- 1,000 locks in flight ------------------------------------------------
- */
+/* ---- 1,000 locks in flight */
+
+/* Runs the loop until every one of v[0..n) has called back (want_ok: with
+ * DLOCK_OK); returns how many have. */
+static int tl_until_all(tloop *l, const res *v, int n, int want_ok) {
+  int64_t end = th_now_ms() + 20000 * th_timeout_mult();
+  for (;;) {
+    int done = 0;
+    for (int i = 0; i < n; i++)
+      done += want_ok ? v[i].ok : v[i].n;
+    if (done == n || th_now_ms() > end)
+      return done;
+    tl_once(l);
+  }
+}
 
 static void many_in_flight(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
-  dlock_async *a = new_async(r, NULL);
-  tl_attach(&l, a);
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   enum { N = 1000 };
   static res locked[N], unlocked[N];
   memset(locked, 0, sizeof locked);
   memset(unlocked, 0, sizeof unlocked);
-  static int done;
-  done = 0;
   char name[64];
   for (int i = 0; i < N; i++) {
     snprintf(name, sizeof name, "many:%d", i);
     CHECK_OK(dlock_async_lock(a, name, 7, 5000, -1, on_res, &locked[i]));
   }
   CHECK_EQ(threads_now(), 1);
-  int64_t t0 = th_now_ms();
-  for (;;) {
-    done = 0;
-    for (int i = 0; i < N; i++)
-      done += locked[i].n;
-    if (done == N || th_now_ms() - t0 > 20000 * th_timeout_mult())
-      break;
-    tl_once(&l);
-  }
-  CHECK_EQ(done, N);
+  CHECK_EQ(tl_until_all(&f.l, locked, N, 0), N);
   for (int i = 0; i < N; i++)
     CHECK_MSG(locked[i].n == 1 && locked[i].last == DLOCK_OK,
               "lock %d: %d callbacks, rc %d", i, locked[i].n, locked[i].last);
@@ -178,55 +209,35 @@ static void many_in_flight(int uv) {
     snprintf(name, sizeof name, "many:%d", i);
     CHECK_OK(dlock_async_unlock(a, name, 7, on_res, &unlocked[i]));
   }
-  t0 = th_now_ms();
-  for (;;) {
-    done = 0;
-    for (int i = 0; i < N; i++)
-      done += unlocked[i].ok;
-    if (done == N || th_now_ms() - t0 > 20000 * th_timeout_mult())
-      break;
-    tl_once(&l);
-  }
-  CHECK_EQ(done, N);
+  CHECK_EQ(tl_until_all(&f.l, unlocked, N, 1), N);
   CHECK_EQ(th_cmd_int(r, "EXISTS many:0 many:500 many:999"), 0);
   CHECK_EQ(threads_now(), 1);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
 TH_CASE(many_in_flight_libevent) { many_in_flight(0); }
 TH_CASE(many_in_flight_libuv) { many_in_flight(1); }
 
-/* ---- owners contending in one loop: the pub/sub hand-over -----------------
- */
+/* ---- owners contending in one loop: the pub/sub hand-over */
 
 static void contention(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
-  dlock_async *a = new_async(r, NULL);
-  tl_attach(&l, a);
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   res r1 = {0}, r2 = {0}, r3 = {0}, u1 = {0}, u2 = {0}, u3 = {0};
   CHECK_OK(dlock_async_lock(a, "c", 1, -1, -1, on_res, &r1));
-  CHECK(tl_until(&l, &r1.n, 1, 5000));
+  CHECK(tl_until(&f.l, &r1.n, 1, 5000));
   CHECK_RC(r1.last, DLOCK_OK);
   /* Owners 2 then 3 wait: they join the hand-over queue in that order. */
   CHECK_OK(dlock_async_lock(a, "c", 2, 10000, -1, on_res, &r2));
-  int64_t end = th_now_ms() + 5000;
-  long long qlen = 0;
-  while ((qlen = th_cmd_int(r, "LLEN dlock_lock_queue:{c}")) < 1 &&
-         th_now_ms() < end)
-    tl_for(&l, 5);
-  CHECK_EQ(qlen, 1);
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{c}", 1), 1);
   CHECK_OK(dlock_async_lock(a, "c", 3, 10000, -1, on_res, &r3));
-  while ((qlen = th_cmd_int(r, "LLEN dlock_lock_queue:{c}")) < 2 &&
-         th_now_ms() < end)
-    tl_for(&l, 5);
-  CHECK_EQ(qlen, 2);
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{c}", 2), 2);
   CHECK_EQ(r2.n + r3.n, 0);
   /* Each unlock hands the lock to the head of the queue, by grant. */
   CHECK_OK(dlock_async_unlock(a, "c", 1, on_res, &u1));
-  CHECK(tl_until(&l, &r2.n, 1, 5000));
+  CHECK(tl_until(&f.l, &r2.n, 1, 5000));
   CHECK_RC(r2.last, DLOCK_OK);
   CHECK_EQ(r3.n, 0);
   CHECK_EQ(u1.last, DLOCK_OK);
@@ -234,33 +245,31 @@ static void contention(int uv) {
   snprintf(field, sizeof field, "%s:2", dlock_async_id(a));
   CHECK_EQ(th_cmd_int(r, "HEXISTS c %s", field), 1);
   CHECK_OK(dlock_async_unlock(a, "c", 2, on_res, &u2));
-  CHECK(tl_until(&l, &r3.n, 1, 5000));
+  CHECK(tl_until(&f.l, &r3.n, 1, 5000));
   CHECK_RC(r3.last, DLOCK_OK);
   CHECK_OK(dlock_async_unlock(a, "c", 3, on_res, &u3));
-  CHECK(tl_until(&l, &u3.n, 1, 5000));
+  CHECK(tl_until(&f.l, &u3.n, 1, 5000));
   CHECK_RC(u3.last, DLOCK_OK);
   CHECK_EQ(th_cmd_int(r, "EXISTS c"), 0);
   /* A wait that runs out: ETIMEDOUT, and the queue is left. */
   res t1 = {0}, t2 = {0};
   CHECK_OK(dlock_async_lock(a, "c", 1, -1, 20000, on_res, &t1));
-  CHECK(tl_until(&l, &t1.n, 1, 5000));
+  CHECK(tl_until(&f.l, &t1.n, 1, 5000));
   CHECK_OK(dlock_async_lock(a, "c", 2, 200, -1, on_res, &t2));
-  CHECK(tl_until(&l, &t2.n, 1, 5000));
+  CHECK(tl_until(&f.l, &t2.n, 1, 5000));
   CHECK_RC(t2.last, DLOCK_ETIMEDOUT);
   CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{c}"), 0);
   res t3 = {0};
   CHECK_OK(dlock_async_lock(a, "c", 2, 0, -1, on_res, &t3));
-  CHECK(tl_until(&l, &t3.n, 1, 5000));
+  CHECK(tl_until(&f.l, &t3.n, 1, 5000));
   CHECK_RC(t3.last, DLOCK_EBUSY);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
 TH_CASE(contention_libevent) { contention(0); }
 TH_CASE(contention_libuv) { contention(1); }
 
-/* ---- against a blocking dlock_mutex in another process --------------------
- */
+/* ---- against a blocking dlock_mutex in another process */
 
 static th_redis *g_r;
 /* th_tmpfile's buffers are a ring: the paths are kept here. */
@@ -303,7 +312,10 @@ static int blocking_waiter(void *arg) {
 }
 
 static void vs_blocking(int uv) {
-  g_r = th_redis_new(0, NULL);
+  fx f;
+  fx_begin(&f, uv, NULL);
+  g_r = f.r;
+  dlock_async *a = f.a;
   snprintf(g_held, sizeof g_held, "%s", th_tmpfile("held"));
   snprintf(g_release, sizeof g_release, "%s", th_tmpfile("release"));
   const char *flag = g_release;
@@ -312,65 +324,50 @@ static void vs_blocking(int uv) {
   while (access(g_held, F_OK) != 0 && th_now_ms() < end)
     th_sleep_ms(5);
   CHECK_EQ(th_cmd_int(g_r, "EXISTS x"), 1);
-  tloop l;
-  tl_init(&l, uv);
-  dlock_async *a = new_async(g_r, NULL);
-  tl_attach(&l, a);
   /* async waits for the blocking holder; it is handed over on unlock. */
   res got = {0}, rel = {0};
   CHECK_OK(dlock_async_lock(a, "x", 5, 15000, -1, on_res, &got));
-  long long q = 0;
-  while ((q = th_cmd_int(g_r, "LLEN dlock_lock_queue:{x}")) < 1 &&
-         th_now_ms() < end)
-    tl_for(&l, 5);
-  CHECK_EQ(q, 1);
+  CHECK_EQ(tl_until_llen(&f.l, g_r, "dlock_lock_queue:{x}", 1), 1);
   CHECK_EQ(got.n, 0);
-  FILE *f = fopen(flag, "w");
-  CHECK(f);
-  fclose(f);
-  CHECK(tl_until(&l, &got.n, 1, 10000));
+  FILE *fl = fopen(flag, "w");
+  CHECK(fl);
+  fclose(fl);
+  CHECK(tl_until(&f.l, &got.n, 1, 10000));
   CHECK_RC(got.last, DLOCK_OK);
   CHECK_EQ(th_wait(holder, 10000), 0);
   CHECK_OK(dlock_async_unlock(a, "x", 5, on_res, &rel));
-  CHECK(tl_until(&l, &rel.n, 1, 5000));
+  CHECK(tl_until(&f.l, &rel.n, 1, 5000));
   CHECK_RC(rel.last, DLOCK_OK);
   /* The reverse: the blocking waiter is handed the async owner's lock. */
   res hy = {0}, uy = {0};
   CHECK_OK(dlock_async_lock(a, "y", 6, -1, -1, on_res, &hy));
-  CHECK(tl_until(&l, &hy.n, 1, 5000));
+  CHECK(tl_until(&f.l, &hy.n, 1, 5000));
   CHECK_RC(hy.last, DLOCK_OK);
   pid_t waiter = th_fork(blocking_waiter, NULL);
-  end = th_now_ms() + 10000;
-  while ((q = th_cmd_int(g_r, "LLEN dlock_lock_queue:{y}")) < 1 &&
-         th_now_ms() < end)
-    tl_for(&l, 5);
-  CHECK_EQ(q, 1);
+  CHECK_EQ(tl_until_llen(&f.l, g_r, "dlock_lock_queue:{y}", 1), 1);
   CHECK_OK(dlock_async_unlock(a, "y", 6, on_res, &uy));
-  CHECK(tl_until(&l, &uy.n, 1, 5000));
+  CHECK(tl_until(&f.l, &uy.n, 1, 5000));
   CHECK_RC(uy.last, DLOCK_OK);
   CHECK_EQ(th_wait(waiter, 15000), 0);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
 TH_CASE(vs_blocking_libevent) { vs_blocking(0); }
 TH_CASE(vs_blocking_libuv) { vs_blocking(1); }
 
-/* ---- reentrancy per owner
- * ----------------------------------------------------- */
+/* ---- reentrancy per owner */
 
 static void reentrant(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
-  dlock_async *a = new_async(r, NULL);
-  tl_attach(&l, a);
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   res x[8];
   memset(x, 0, sizeof x);
   /* Queued back to back: one owner's calls run in call order. */
   CHECK_OK(dlock_async_lock(a, "re", 1, 0, -1, on_res, &x[0]));
   CHECK_OK(dlock_async_lock(a, "re", 1, 0, 20000, on_res, &x[1]));
-  CHECK(tl_until(&l, &x[1].n, 1, 5000));
+  CHECK(tl_until(&f.l, &x[1].n, 1, 5000));
   CHECK_RC(x[0].last, DLOCK_OK);
   CHECK_RC(x[1].last, DLOCK_OK);
   char field[80];
@@ -379,17 +376,17 @@ static void reentrant(int uv) {
   CHECK_STR(h->str, "2");
   freeReplyObject(h);
   CHECK_OK(dlock_async_lock(a, "re", 2, 0, -1, on_res, &x[2]));
-  CHECK(tl_until(&l, &x[2].n, 1, 5000));
+  CHECK(tl_until(&f.l, &x[2].n, 1, 5000));
   CHECK_RC(x[2].last, DLOCK_EBUSY);
   CHECK_OK(dlock_async_unlock(a, "re", 1, on_res, &x[3]));
-  CHECK(tl_until(&l, &x[3].n, 1, 5000));
+  CHECK(tl_until(&f.l, &x[3].n, 1, 5000));
   CHECK_RC(x[3].last, DLOCK_OK);
   h = th_cmd(r, "HGET re %s", field);
   CHECK_STR(h->str, "1");
   freeReplyObject(h);
   CHECK_OK(dlock_async_unlock(a, "re", 1, on_res, &x[4]));
   CHECK_OK(dlock_async_unlock(a, "re", 1, on_res, &x[5]));
-  CHECK(tl_until(&l, &x[5].n, 1, 5000));
+  CHECK(tl_until(&f.l, &x[5].n, 1, 5000));
   CHECK_RC(x[4].last, DLOCK_OK);
   CHECK_RC(x[5].last, DLOCK_EPERM);
   CHECK_EQ(th_cmd_int(r, "EXISTS re"), 0);
@@ -399,52 +396,51 @@ static void reentrant(int uv) {
       dlock_async_lock(a, "re", 1, 0, DLOCK_LEASE_MAX_MS + 1, on_res, &x[6]),
       DLOCK_EINVAL);
   CHECK_RC(dlock_async_unlock(a, "re", 1, NULL, NULL), DLOCK_EINVAL);
-  tl_for(&l, 20);
+  tl_for(&f.l, 20);
   CHECK_EQ(x[6].n, 0);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
 TH_CASE(reentrant_libevent) { reentrant(0); }
 TH_CASE(reentrant_libuv) { reentrant(1); }
 
-/* ---- the watchdog, single-threaded
- * ----------------------------------------------- */
+/* ---- the watchdog, single-threaded */
+
+/* Renewed every WD_MS / 3: a loaded machine may delay a turn of the loop
+ * by a good part of that, never by the 2/3 of it a renewal may be late. */
+enum { WD_MS = 1500 };
 
 static void watchdog(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
   dlock_config cfg;
   dlock_config_init(&cfg);
-  cfg.watchdog_timeout_ms = 600;
-  dlock_async *a = new_async(r, &cfg);
-  tl_attach(&l, a);
+  cfg.watchdog_timeout_ms = WD_MS;
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   res h = {0}, u = {0};
   CHECK_OK(dlock_async_lock(a, "wd", 1, 0, -1, on_res, &h));
-  CHECK(tl_until(&l, &h.n, 1, 5000));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
   CHECK_RC(h.last, DLOCK_OK);
-  /* 3 x the watchdog timeout: the lease (600 ms) would have run out
-   * three times without renewals. */
-  int64_t end = th_now_ms() + 3 * 600;
+  /* 3 x the watchdog timeout: the lease would have run out three times
+   * without renewals. */
+  int64_t end = th_now_ms() + 3 * WD_MS;
   while (th_now_ms() < end) {
-    tl_for(&l, 50);
+    tl_for(&f.l, 50);
     long long pttl = th_cmd_int(r, "PTTL wd");
     CHECK_MSG(pttl > 0, "pttl %lld", pttl);
   }
   CHECK_EQ(threads_now(), 1);
   CHECK_OK(dlock_async_unlock(a, "wd", 1, on_res, &u));
-  CHECK(tl_until(&l, &u.n, 1, 5000));
+  CHECK(tl_until(&f.l, &u.n, 1, 5000));
   CHECK_RC(u.last, DLOCK_OK);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
-TH_CASE(watchdog_libevent) { watchdog(0); }
-TH_CASE(watchdog_libuv) { watchdog(1); }
+TH_CASE_T(watchdog_libevent, 120, "slow") { watchdog(0); }
+TH_CASE_T(watchdog_libuv, 120, "slow") { watchdog(1); }
 
-/* ---- a lock deleted under its holder
- * ------------------------------------------------- */
+/* ---- a lock deleted under its holder */
 
 typedef struct lost_seen {
   int n;
@@ -462,9 +458,6 @@ static void on_lost(const char *name, void *arg) {
 }
 
 static void lost(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
   g_main = pthread_self();
   lost_seen seen = {0};
   dlock_config cfg;
@@ -472,35 +465,32 @@ static void lost(int uv) {
   cfg.watchdog_timeout_ms = 600;
   cfg.on_lock_lost = on_lost;
   cfg.on_lock_lost_arg = &seen;
-  dlock_async *a = new_async(r, &cfg);
-  tl_attach(&l, a);
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   res h = {0}, u = {0};
   CHECK_OK(dlock_async_lock(a, "gone", 1, 0, -1, on_res, &h));
-  CHECK(tl_until(&l, &h.n, 1, 5000));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
   CHECK_RC(h.last, DLOCK_OK);
   CHECK_EQ(th_cmd_int(r, "DEL gone"), 1);
-  CHECK(tl_until(&l, &seen.n, 1, 5000));
+  CHECK(tl_until(&f.l, &seen.n, 1, 5000));
   CHECK_EQ(seen.n, 1);
   CHECK(seen.on_main);
   CHECK_STR(seen.name, "gone");
   CHECK_OK(dlock_async_unlock(a, "gone", 1, on_res, &u));
-  CHECK(tl_until(&l, &u.n, 1, 5000));
+  CHECK(tl_until(&f.l, &u.n, 1, 5000));
   CHECK_RC(u.last, DLOCK_ELOST);
   CHECK_EQ(threads_now(), 1);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
 TH_CASE(lost_libevent) { lost(0); }
 TH_CASE(lost_libuv) { lost(1); }
 
-/* ---- Redis killed and restarted with calls pending
- * --------------------------------- */
+/* ---- Redis killed and restarted with calls pending */
 
 static void restart(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
   lost_seen seen = {0};
   dlock_config cfg;
   dlock_config_init(&cfg);
@@ -511,11 +501,13 @@ static void restart(int uv) {
   cfg.on_lock_lost = on_lost;
   cfg.on_lock_lost_arg = &seen;
   g_main = pthread_self();
-  dlock_async *a = new_async(r, &cfg);
-  tl_attach(&l, a);
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   res h = {0};
   CHECK_OK(dlock_async_lock(a, "held", 1, 0, -1, on_res, &h));
-  CHECK(tl_until(&l, &h.n, 1, 5000));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
   CHECK_RC(h.last, DLOCK_OK);
   th_redis_kill(r);
   enum { N = 20 };
@@ -526,7 +518,7 @@ static void restart(int uv) {
     snprintf(name, sizeof name, "pend:%d", i);
     CHECK_OK(dlock_async_lock(a, name, 1, 5000, -1, on_res, &p[i]));
   }
-  CHECK(tl_until(&l, &p[N - 1].n, 1, 10000));
+  CHECK(tl_until(&f.l, &p[N - 1].n, 1, 10000));
   for (int i = 0; i < N; i++) {
     CHECK_EQ(p[i].n, 1);
     CHECK_RC(p[i].last, DLOCK_ECONN);
@@ -536,20 +528,18 @@ static void restart(int uv) {
    * is reported lost by the watchdog. */
   res q = {0};
   CHECK_OK(dlock_async_lock(a, "after", 1, 0, -1, on_res, &q));
-  CHECK(tl_until(&l, &q.n, 1, 10000));
+  CHECK(tl_until(&f.l, &q.n, 1, 10000));
   CHECK_RC(q.last, DLOCK_OK);
-  CHECK(tl_until(&l, &seen.n, 1, 10000));
+  CHECK(tl_until(&f.l, &seen.n, 1, 10000));
   CHECK_STR(seen.name, "held");
   CHECK_EQ(th_cmd_int(r, "EXISTS after"), 1);
-  dlock_async_free(a);
-  tl_free(&l);
+  fx_end(&f);
 }
 
 TH_CASE(restart_libevent) { restart(0); }
 TH_CASE(restart_libuv) { restart(1); }
 
-/* ---- free with calls pending
- * ------------------------------------------------- */
+/* ---- free with calls pending */
 
 static dlock_async *g_freeing;
 static res g_late;
@@ -562,29 +552,23 @@ static void on_closed_relock(int rc, void *arg) {
 }
 
 static void free_pending(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
-  dlock_async *a = new_async(r, NULL);
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
   g_freeing = a;
-  tl_attach(&l, a);
   res held = {0}, waiting = {0}, queued = {0};
   enum { N = 50 };
   res fresh[N];
   memset(fresh, 0, sizeof fresh);
   memset(&g_late, 0, sizeof g_late);
   CHECK_OK(dlock_async_lock(a, "f", 1, 0, -1, on_res, &held));
-  CHECK(tl_until(&l, &held.n, 1, 5000));
+  CHECK(tl_until(&f.l, &held.n, 1, 5000));
   CHECK_RC(held.last, DLOCK_OK);
   /* One waiting on pub/sub, one queued behind it (same owner), fifty
    * not sent yet. */
   CHECK_OK(dlock_async_lock(a, "f", 2, -1, -1, on_closed_relock, &waiting));
-  long long q = 0;
-  int64_t end = th_now_ms() + 5000;
-  while ((q = th_cmd_int(r, "LLEN dlock_lock_queue:{f}")) < 1 &&
-         th_now_ms() < end)
-    tl_for(&l, 5);
-  CHECK_EQ(q, 1);
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{f}", 1), 1);
   CHECK_OK(dlock_async_lock(a, "f", 2, -1, -1, on_res, &queued));
   for (int i = 0; i < N; i++) {
     char name[32];
@@ -601,10 +585,10 @@ static void free_pending(int uv) {
     CHECK_RC(fresh[i].last, DLOCK_ECLOSED);
   }
   CHECK_EQ(g_late.n, 0);
-  tl_for(&l, 100); /* nothing calls back later */
+  tl_for(&f.l, 100); /* nothing calls back later */
   CHECK_EQ(held.n, 1);
   CHECK_EQ(waiting.n + queued.n + g_late.n, 2);
-  tl_free(&l);
+  tl_free(&f.l);
 }
 
 TH_CASE(free_pending_libevent) { free_pending(0); }
@@ -618,22 +602,20 @@ static void on_first_frees(int rc, void *arg) {
 }
 
 static void free_in_callback(int uv) {
-  th_redis *r = th_redis_new(0, NULL);
-  tloop l;
-  tl_init(&l, uv);
-  dlock_async *a = new_async(r, NULL);
+  fx f;
+  fx_begin(&f, uv, NULL);
+  dlock_async *a = f.a;
   g_freeing = a;
-  tl_attach(&l, a);
   res first = {0}, other = {0};
   CHECK_OK(dlock_async_lock(a, "cb", 1, 0, -1, on_first_frees, &first));
   CHECK_OK(dlock_async_lock(a, "cb", 2, -1, -1, on_res, &other));
-  CHECK(tl_until(&l, &other.n, 1, 5000));
+  CHECK(tl_until(&f.l, &other.n, 1, 5000));
   CHECK_EQ(first.n, 1);
   CHECK_RC(first.last, DLOCK_OK);
   CHECK_RC(other.last, DLOCK_ECLOSED);
-  tl_for(&l, 50);
+  tl_for(&f.l, 50);
   CHECK_EQ(other.n, 1);
-  tl_free(&l);
+  tl_free(&f.l);
 }
 
 TH_CASE(free_in_callback_libevent) { free_in_callback(0); }
