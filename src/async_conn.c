@@ -74,7 +74,7 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
   dlock__sb_init_buf(&b, buf, sizeof buf);
   char nk[24];
   dlock__sb_add(&b, "*", 1);
-  dlock__sb_addu64(&b, (uint64_t)(3 + nkeys + nargs));
+  dlock__sb_addu64(&b, (uint64_t)nkeys + (uint64_t)nargs + 3);
   dlock__sb_add(&b, "\r\n", 2);
   bulk(&b, "EVALSHA", 7);
   bulk(&b, s->sha, 40);

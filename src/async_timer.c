@@ -64,7 +64,7 @@ int dlock__aheap_add(dlock__aheap *h, dlock__atimer *t, int64_t at) {
   }
   if (h->n == h->cap) {
     size_t cap = h->cap ? h->cap * 2 : 64;
-    dlock__atimer **v = realloc(h->v, cap * sizeof *v);
+    dlock__atimer **v = realloc(h->v, cap * sizeof(dlock__atimer *));
     if (!v)
       return DLOCK_ENOMEM;
     h->v = v;

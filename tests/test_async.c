@@ -64,7 +64,7 @@ static void tl_once(tloop *l) {
 
 /* Runs the loop until *n >= want or ms pass; returns whether it got there. */
 static int tl_until(tloop *l, const int *n, int want, int64_t ms) {
-  int64_t end = th_now_ms() + ms * th_timeout_mult();
+  int64_t end = th_now_ms() + ms * (int64_t)th_timeout_mult();
   while (*n < want && th_now_ms() < end)
     tl_once(l);
   return *n >= want;
@@ -91,7 +91,7 @@ static void tl_free(tloop *l) {
  * returns the last length seen. */
 static long long tl_until_llen(tloop *l, th_redis *r, const char *key,
                                long long n) {
-  int64_t end = th_now_ms() + 5000 * th_timeout_mult();
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
   long long len;
   while ((len = th_cmd_int(r, "LLEN %s", key)) < n && th_now_ms() < end)
     tl_for(l, 5);
@@ -165,7 +165,7 @@ static int threads_now(void) {
 /* Runs the loop until every one of v[0..n) has called back (want_ok: with
  * DLOCK_OK); returns how many have. */
 static int tl_until_all(tloop *l, const res *v, int n, int want_ok) {
-  int64_t end = th_now_ms() + 20000 * th_timeout_mult();
+  int64_t end = th_now_ms() + 20000LL * th_timeout_mult();
   for (;;) {
     int done = 0;
     for (int i = 0; i < n; i++)
@@ -424,7 +424,7 @@ static void watchdog(int uv) {
   CHECK_RC(h.last, DLOCK_OK);
   /* 3 x the watchdog timeout: the lease would have run out three times
    * without renewals. */
-  int64_t end = th_now_ms() + 3 * WD_MS;
+  int64_t end = th_now_ms() + 3LL * WD_MS;
   while (th_now_ms() < end) {
     tl_for(&f.l, 50);
     long long pttl = th_cmd_int(r, "PTTL wd");

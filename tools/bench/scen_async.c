@@ -111,7 +111,7 @@ void scen_async(const bench_opts *o) {
   bench_cmdstats_read(ctl, &b);
   bench_cmdstats_delta(&a, &b, &d);
   bm_put("async", "pairs_per_s", "pairs/s, 1 thread, 1000 in flight",
-         pairs / wall, "pairs/s");
+         (double)pairs / wall, "pairs/s");
   bm_put("async", "cpu_us", "client CPU per pair (async)",
          pairs ? cpu / (double)pairs : NAN, "µs");
   bm_put("async", "scripts", "script calls per pair (async)",
