@@ -139,12 +139,21 @@ static int to_eval(dlock__areq *r) {
 
 /* ---- interest and the socket --------------------------------------------- */
 
+/* The adapter could not watch the socket: the connection fails from the
+ * timer (not from here, in the middle of a state change). */
+static void hook_refused(dlock__aconn *k) {
+  k->refused = 1;
+  dlock__async_timer(k->a, &k->timeout, dlock__async_now());
+}
+
 static void want_read(dlock__aconn *k, int on) {
   dlock_async *a = k->a;
   if (!k->w || on == k->reading)
     return;
-  if (on && a->hooks.add_read(a->hooks.data, k->w) != 0)
+  if (on && a->hooks.add_read(a->hooks.data, k->w) != 0) {
+    hook_refused(k);
     return;
+  }
   if (!on)
     a->hooks.del_read(a->hooks.data, k->w);
   k->reading = on;
@@ -154,8 +163,10 @@ static void want_write(dlock__aconn *k, int on) {
   dlock_async *a = k->a;
   if (!k->w || on == k->writing)
     return;
-  if (on && a->hooks.add_write(a->hooks.data, k->w) != 0)
+  if (on && a->hooks.add_write(a->hooks.data, k->w) != 0) {
+    hook_refused(k);
     return;
+  }
   if (!on)
     a->hooks.del_write(a->hooks.data, k->w);
   k->writing = on;
@@ -170,7 +181,7 @@ static void close_socket(dlock__aconn *k) {
     free(k->w);
     k->w = NULL;
   }
-  k->reading = k->writing = 0;
+  k->reading = k->writing = k->refused = 0;
   if (k->reader) {
     redisReaderFree(k->reader);
     k->reader = NULL;
@@ -637,6 +648,14 @@ void dlock__aconn_writable(dlock__aconn *k) {
 static void timeout_fired(dlock__atimer *t) {
   dlock__aconn *k = t->arg;
   char why[256];
+  if (k->refused) {
+    snprintf(why, sizeof why,
+             "%s: the event loop's adapter could not watch "
+             "the socket",
+             k->what);
+    conn_fail(k, DLOCK_ENOMEM, why, 0);
+    return;
+  }
   if (k->state == DLOCK__AC_CONNECTING) {
     snprintf(why, sizeof why, "no connection within %d ms",
              k->a->cfg.connect_timeout_ms);

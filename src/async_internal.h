@@ -75,6 +75,7 @@ struct dlock__aconn {
   int state;
   dlock_async_watch *w; /* while a socket is open */
   int reading, writing; /* interest given to the adapter */
+  int refused;          /* an add_* hook failed: fail from the timer */
   redisReader *reader;
   dlock__sb out; /* bytes to write */
   size_t out_off;

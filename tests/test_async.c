@@ -640,6 +640,52 @@ TH_CASE(example_demo) {
   CHECK_MSG(strstr(out, "400 done, 0 failed, 0 overlapped"), "%s", out);
 }
 
+/* An adapter of the test's own (the hooks are public): its loop is
+ * libevent's timer only, and it refuses to watch any socket. The call must
+ * still call back, once, with an error -- not hang. */
+static int refuse_watch(void *data, dlock_async_watch *w) {
+  (void)data;
+  (void)w;
+  return -1;
+}
+static void no_watch(void *data, dlock_async_watch *w) {
+  (void)data;
+  (void)w;
+}
+static void refusing_cleanup(void *data) { (void)data; }
+
+TH_CASE(adapter_refuses_socket) {
+  th_redis *r = th_redis_new(0, NULL);
+  tloop l;
+  tl_init(&l, 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.retry_attempts = 0;
+  dlock_async *a = new_async(r, &cfg);
+  dlock_libevent__ctx ctx = {l.base,
+                             evtimer_new(l.base, dlock_libevent__on_timer, a)};
+  dlock_async_hooks h = {&ctx,
+                         refuse_watch,
+                         no_watch,
+                         refuse_watch,
+                         no_watch,
+                         no_watch,
+                         dlock_libevent__schedule,
+                         dlock_libevent__cancel,
+                         refusing_cleanup};
+  CHECK_OK(dlock_async_attach(a, &h));
+  CHECK_RC(dlock_async_attach(a, &h), DLOCK_EINVAL);
+  res x = {0};
+  CHECK_OK(dlock_async_lock(a, "refused", 1, -1, -1, on_res, &x));
+  CHECK(tl_until(&l, &x.n, 1, 5000));
+  CHECK_RC(x.last, DLOCK_ENOMEM);
+  tl_for(&l, 50);
+  CHECK_EQ(x.n, 1);
+  dlock_async_free(a);
+  event_free(ctx.timer);
+  tl_free(&l);
+}
+
 /* Creation: no I/O, what is refused. */
 TH_CASE(new_and_refusals) {
   dlock_config cfg;
