@@ -9,7 +9,7 @@
 set -euo pipefail
 profile=${1:-dev}
 build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
-       libyaml-dev redis-server redis-tools)
+       libyaml-dev libevent-dev libuv1-dev redis-server redis-tools)
 test=(man-db groff-base python3 iproute2 libfaketime)
 dev=(valgrind clang-format clang-tidy stress-ng clang)
 case "$profile" in

@@ -130,6 +130,13 @@ static int check_cfg(const dlock_config *cfg) {
   return 0;
 }
 
+int dlock__config_resolve(const dlock_config *in, dlock_config *out) {
+  int rc = in ? dlock__config_check_record(in, in->abi_size) : 0;
+  if (rc == 0)
+    rc = config_load(in, in ? in->abi_size : 0, out);
+  return rc ? rc : check_cfg(out);
+}
+
 /* A rediss:// client's TLS context, and its own copy of the name links
  * verify: the caller's strings are borrowed for dlock_client_new only. */
 static int tls_init(dlock_client *c) {
@@ -165,13 +172,15 @@ static int identity_init(dlock_client *c, const char *url) {
     return rc;
   }
   dlock__uuid4(c->id);
-  /* The latch must outlive every retry of the unlock it protects. */
-  c->latch_ttl_ms =
-      ((int64_t)c->cfg.command_timeout_ms + c->cfg.retry_interval_ms) *
-      (c->cfg.retry_attempts + 1);
-  if (c->latch_ttl_ms < 1)
-    c->latch_ttl_ms = 1;
+  c->latch_ttl_ms = dlock__latch_ttl(&c->cfg);
   return 0;
+}
+
+int64_t dlock__latch_ttl(const dlock_config *cfg) {
+  /* The latch must outlive every retry of the unlock it protects. */
+  int64_t t = ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
+              (cfg->retry_attempts + 1);
+  return t < 1 ? 1 : t;
 }
 
 static void identity_free(dlock_client *c) {

@@ -483,7 +483,7 @@ static dlock__node *route(dlock_client *c, const char *key) {
   return c->cl ? dlock__cluster_route(c, key) : &c->node;
 }
 
-static int retryable_reply(const char *s) {
+int dlock__retryable_reply(const char *s) {
   return strncmp(s, "LOADING", 7) == 0 || strncmp(s, "BUSY", 4) == 0 ||
          strncmp(s, "TRYAGAIN", 8) == 0 || strncmp(s, "MASTERDOWN", 10) == 0 ||
          strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "READONLY", 8) == 0;
@@ -550,7 +550,7 @@ static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
     return FINAL;
   }
   if (r) {
-    int retry = retryable_reply(r->str);
+    int retry = dlock__retryable_reply(r->str);
     if (strstr(r->str, "NOPERM") ||
         strstr(r->str, "can't run this command or subcommand"))
       /* DLOCK_EREDIS, as every refusal by the server after login (issue

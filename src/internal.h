@@ -255,6 +255,12 @@ void *dlock__map_del(dlock__map *m, const char *key, size_t klen);
  * the bytes the caller's header gives the struct, at least the record), else
  * DLOCK_EINVAL with why in the thread's message. */
 int dlock__config_check_record(const dlock_config *cfg, size_t size);
+/* *out = the caller's config (sized by its own layout record) checked and
+ * completed as dlock_client_new does it: 0, or DLOCK_EINVAL / DLOCK_ENOTSUP
+ * with the message set. NULL in: all defaults. Strings stay borrowed. */
+int dlock__config_resolve(const dlock_config *in, dlock_config *out);
+/* How long an unlock latch must live: past every retry of its unlock. */
+int64_t dlock__latch_ttl(const dlock_config *cfg);
 /* The lowest value dlock_client_new accepts for the int field of
  * dlock_config at byte offset off; INT_MIN for a field without a bound. */
 int dlock__config_int_min(size_t off);
@@ -460,6 +466,9 @@ void dlock__client_unref(dlock_client *c);
 /* How many times the calling thread's last dlock__exec sent its command
  * (1 = no re-send: no other copy of it exists). */
 int dlock__exec_sends(void);
+/* 1 if the server's error reply s is a transient state the retry policy
+ * retries (LOADING, BUSY, TRYAGAIN, MASTERDOWN). */
+int dlock__retryable_reply(const char *s);
 /* Runs cmd with the retry policy; *out gets the reply (freeReplyObject).
  * Error replies become DLOCK_EREDIS (text in dlock_last_error), except the
  * ones the router handles (NOSCRIPT, LOADING, BUSY, TRYAGAIN). */
@@ -851,6 +860,10 @@ void dlock__watchdog_stop(dlock_client *c);
 
 /* Writes "<uuid>:<tid>" into buf (>= DLOCK__FIELD_MAX). Returns length. */
 size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf);
+/* "<id>:<owner>" (owner in signed decimal, as Redisson writes a thread id)
+ * into buf (>= DLOCK__FIELD_MAX); id is a client id (36 chars). Returns
+ * the length. */
+size_t dlock__field_owner(const char *id, long long owner, char *buf);
 
 /* ---- lock objects (mutex.c) --------------------------------------------- */
 
@@ -949,5 +962,66 @@ int dlock__take_int(int rc, redisReply *r, long long *v, int *nil);
 int dlock__reacquired_in_vain(const char *kind, const char *name);
 /* Parses an integer reply; DLOCK_EPROTO otherwise. */
 int dlock__reply_int(const redisReply *r, long long *v);
+
+/* The bookkeeping of one acquisition on a hold record (no lock taken, no
+ * watchdog list touched): count = target, the hold's lease kind (fixed_bits,
+ * wd_count), lease_ms, and the local deadline sent + lease - margin (a
+ * first hold resets the record; a reentrant one never shortens it). */
+void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
+                      int64_t sent, uint64_t token);
+/* One hold fewer after a release that leaves holds: count and wd_count.
+ * Returns 1 when no watchdog hold remains (leave the watchdog's list). */
+int dlock__hold_drop_one(dlock__hold *h);
+
+/* The calls of the plain mutex's scripts, KEYS and ARGV ready to send:
+ * what the blocking mutex (mutex.c) and the event-loop client (async_lock.c)
+ * both send, built in one place. */
+typedef struct dlock__acq_call {
+  dlock__sb q, dl; /* the queue and its deadlines (dlock's own keys) */
+  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
+  char ls[24], ts[24], ds[24];
+  size_t fl, el;
+  const char *keys[3]; /* acquire and cancel: lock, queue, deadlines */
+  size_t klens[3];
+  const char *args[8]; /* acquire's ARGV (scripts.c) */
+  size_t alens[8];
+  const char *cargs[3]; /* cancel's ARGV: field, entry, wait id */
+  size_t calens[3];
+} dlock__acq_call;
+/* The acquire (and cancel) call of `field` on lock `name`: target = the
+ * hold count after it, queue = join the wait queue on failure, w = the wait
+ * (its id names the queue entry; its deadline bounds the entry's life).
+ * 0 or DLOCK_ENOMEM; free with dlock__acq_call_free either way. */
+int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
+                         const char *field, size_t fl, int target,
+                         int64_t lease, int queue, const dlock__wait *w);
+void dlock__acq_call_free(dlock__acq_call *k);
+/* The acquire script's answer (rc, r from the eval; r is freed): 1 held,
+ * 0 taken elsewhere (*ttl = the holder's PTTL), DLOCK_ELOST (a reentrant
+ * acquire found the hold gone) or another negative code. */
+int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl);
+
+typedef struct dlock__rel_call {
+  dlock__sb ch, latch, gp, prev, q, dl;
+  char field[DLOCK__FIELD_MAX], ls[24], lt[24];
+  int nkeys; /* 6, or 7 with the previous unlock's latch */
+  const char *keys[7];
+  size_t klens[7];
+  const char *args[5];
+  size_t alens[5];
+} dlock__rel_call;
+/* The unlock call of `field` on lock `name`: lease = the remaining holds'
+ * (dlock__remaining_lease), rid = this unlock's request id (32 hex), prev_rid
+ * = the previous clean unlock's (NULL none), pub = the publish command
+ * (dlock__publish_cmd). 0 or DLOCK_ENOMEM; free with dlock__rel_call_free
+ * either way. */
+int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
+                         const char *field, size_t fl, int64_t lease,
+                         int64_t latch_ttl_ms, const char *rid,
+                         const char *prev_rid, const char *pub);
+void dlock__rel_call_free(dlock__rel_call *k);
+/* The unlock script's answer (r is freed): 1 released (or handed over),
+ * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
+int dlock__rel_reply(int rc, redisReply *r);
 
 #endif

@@ -62,32 +62,17 @@ static void plain_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
   dlock__sb_add(grant, m->c->id, DLOCK__UUID_LEN);
 }
 
-/* The queue and its deadlines hash, dlock's own keys for the lock. */
-typedef struct queue_keys {
-  dlock__sb q, dl;
-} queue_keys;
+/* ---- the plain scripts' calls (shared with the event-loop client) ------ */
 
-static int queue_keys_init(dlock_mutex *m, queue_keys *k) {
-  dlock__sb_init(&k->q);
-  dlock__sb_init(&k->dl);
-  dlock__own_name(&k->q, "dlock_lock_queue", m->name);
-  dlock__own_name(&k->dl, "dlock_lock_waits", m->name);
-  return k->q.oom || k->dl.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory") : 0;
-}
-
-static void queue_keys_free(queue_keys *k) {
-  dlock__sb_free(&k->q);
-  dlock__sb_free(&k->dl);
-}
-
-/* "<uuid>:<tid>|<lease>|<wait id>" and the wait id (16 hex digits). */
-static size_t queue_entry(dlock_mutex *m, uint64_t tid, int64_t lease,
+/* "<field>|<lease>|<wait id>" and the wait id (16 hex digits). */
+static size_t queue_entry(const char *field, size_t fl, int64_t lease,
                           uint64_t wait_id, char *entry, char wid[17]) {
   static const char hx[] = "0123456789abcdef";
   for (int i = 0; i < 16; i++)
     wid[i] = hx[(wait_id >> (4 * (15 - i))) & 15];
   wid[16] = '\0';
-  size_t el = dlock__field(m->c, tid, entry);
+  memcpy(entry, field, fl);
+  size_t el = fl;
   entry[el++] = '|';
   el += dlock__fmt_i64(entry + el, lease);
   entry[el++] = '|';
@@ -95,19 +80,118 @@ static size_t queue_entry(dlock_mutex *m, uint64_t tid, int64_t lease,
   return el + 16;
 }
 
-/* The queue keys and the calling thread's entry in them. */
-typedef struct qentry {
-  queue_keys k;
-  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
-  size_t fl, el;
-} qentry;
+int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
+                         const char *field, size_t fl, int target,
+                         int64_t lease, int queue, const dlock__wait *w) {
+  dlock__sb_init(&k->q);
+  dlock__sb_init(&k->dl);
+  dlock__own_name(&k->q, "dlock_lock_queue", name);
+  dlock__own_name(&k->dl, "dlock_lock_waits", name);
+  memcpy(k->field, field, fl + 1);
+  k->fl = fl;
+  k->el = queue_entry(field, fl, lease, w->id, k->entry, k->wid);
+  size_t lsl = dlock__fmt_i64(k->ls, lease);
+  size_t tsl = dlock__fmt_i64(k->ts, target);
+  /* How long the entry may be handed the lock: until the wait's deadline
+   * (an entry left behind by a cancel that failed dies with it). */
+  int64_t left = 0;
+  if (w->deadline >= 0) {
+    left = w->deadline - dlock__now_ms();
+    if (left < 1)
+      left = 1;
+  }
+  size_t dsl = dlock__fmt_i64(k->ds, left);
+  const char *keys[3] = {name, k->q.p, k->dl.p};
+  size_t klens[3] = {name_len, k->q.len, k->dl.len};
+  const char *args[8] = {k->ls,    k->field,
+                         k->ts,    queue ? "1" : "0",
+                         k->entry, w->queued ? "1" : "0",
+                         k->ds,    k->wid};
+  size_t alens[8] = {lsl, fl, tsl, 1, k->el, 1, dsl, 16};
+  memcpy(k->keys, keys, sizeof keys);
+  memcpy(k->klens, klens, sizeof klens);
+  memcpy(k->args, args, sizeof args);
+  memcpy(k->alens, alens, sizeof alens);
+  /* The cancel script's ARGV: field, entry, wait id. */
+  k->cargs[0] = k->field;
+  k->cargs[1] = k->entry;
+  k->cargs[2] = k->wid;
+  k->calens[0] = fl;
+  k->calens[1] = k->el;
+  k->calens[2] = 16;
+  return k->q.oom || k->dl.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory") : 0;
+}
 
-static int qentry_init(dlock_mutex *m, uint64_t tid, int64_t lease,
-                       const dlock__wait *w, qentry *q) {
-  int rc = queue_keys_init(m, &q->k);
-  q->fl = dlock__field(m->c, tid, q->field);
-  q->el = queue_entry(m, tid, lease, w->id, q->entry, q->wid);
-  return rc;
+void dlock__acq_call_free(dlock__acq_call *k) {
+  dlock__sb_free(&k->q);
+  dlock__sb_free(&k->dl);
+}
+
+int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
+                         const char *field, size_t fl, int64_t lease,
+                         int64_t latch_ttl_ms, const char *rid,
+                         const char *prev_rid, const char *pub) {
+  dlock__sb_init(&k->ch);
+  dlock__sb_init(&k->latch);
+  dlock__sb_init(&k->gp);
+  dlock__sb_init(&k->prev);
+  dlock__sb_init(&k->q);
+  dlock__sb_init(&k->dl);
+  dlock__own_name(&k->q, "dlock_lock_queue", name);
+  dlock__own_name(&k->dl, "dlock_lock_waits", name);
+  dlock__prefix_name(&k->ch, "redisson_lock__channel", name);
+  dlock__unlock_latch_key(&k->latch, name, rid);
+  if (prev_rid)
+    dlock__unlock_latch_key(&k->prev, name, prev_rid);
+  dlock__own_name(&k->gp, "dlock_grant__channel", name);
+  memcpy(k->field, field, fl + 1);
+  size_t lsl = dlock__fmt_i64(k->ls, lease);
+  size_t ltl = dlock__fmt_i64(k->lt, latch_ttl_ms);
+  const char *keys[7] = {name,    k->ch.p, k->latch.p, k->q.p,
+                         k->gp.p, k->dl.p, k->prev.p};
+  size_t klens[7] = {name_len,  k->ch.len, k->latch.len, k->q.len,
+                     k->gp.len, k->dl.len, k->prev.len};
+  const char *args[5] = {"0", k->ls, k->field, pub, k->lt};
+  size_t alens[5] = {1, lsl, fl, strlen(pub), ltl};
+  memcpy(k->keys, keys, sizeof keys);
+  memcpy(k->klens, klens, sizeof klens);
+  memcpy(k->args, args, sizeof args);
+  memcpy(k->alens, alens, sizeof alens);
+  k->nkeys = prev_rid ? 7 : 6;
+  return k->ch.oom || k->latch.oom || k->gp.oom || k->prev.oom || k->q.oom ||
+                 k->dl.oom
+             ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+             : 0;
+}
+
+void dlock__rel_call_free(dlock__rel_call *k) {
+  dlock__sb_free(&k->ch);
+  dlock__sb_free(&k->latch);
+  dlock__sb_free(&k->gp);
+  dlock__sb_free(&k->prev);
+  dlock__sb_free(&k->q);
+  dlock__sb_free(&k->dl);
+}
+
+int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl) {
+  long long v = 0;
+  int nil = 0;
+  if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
+    return rc;
+  if (nil)
+    return 1;
+  if (v == -3)
+    return dlock__reacquired_in_vain("lock", name);
+  *ttl = v;
+  return 0;
+}
+
+int dlock__rel_reply(int rc, redisReply *r) {
+  long long v = 0;
+  int nil = 0;
+  if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
+    return rc;
+  return nil ? DLOCK_ELOST : (v == 1 ? 1 : 0);
 }
 
 int dlock__reacquired_in_vain(const char *kind, const char *name) {
@@ -122,84 +206,34 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
                          int64_t *ttl, uint64_t *token, const dlock__wait *w) {
   (void)wait_ms;
   (void)token;
-  qentry q;
-  int rc = qentry_init(m, tid, lease, w, &q);
-  char ls[24], ts[24], ds[24];
-  size_t lsl = dlock__fmt_i64(ls, lease);
-  size_t tsl = dlock__fmt_i64(ts, target);
-  /* How long the entry may be handed the lock: until the wait's deadline
-   * (an entry left behind by a cancel that failed dies with it). */
-  int64_t left = 0;
-  if (w->deadline >= 0) {
-    left = w->deadline - dlock__now_ms();
-    if (left < 1)
-      left = 1;
-  }
-  size_t dsl = dlock__fmt_i64(ds, left);
-  const char *keys[3] = {m->name, q.k.q.p, q.k.dl.p};
-  size_t klens[3] = {m->name_len, q.k.q.len, q.k.dl.len};
-  const char *args[8] = {
-      ls, q.field, ts, queue ? "1" : "0", q.entry, w->queued ? "1" : "0",
-      ds, q.wid};
-  size_t alens[8] = {lsl, q.fl, tsl, 1, q.el, 1, dsl, 16};
+  char field[DLOCK__FIELD_MAX];
+  size_t fl = dlock__field(m->c, tid, field);
+  dlock__acq_call k;
+  int rc = dlock__acq_call_init(&k, m->name, m->name_len, field, fl, target,
+                                lease, queue, w);
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_ACQUIRE), 3, keys, klens,
-                     8, args, alens, &r);
-  queue_keys_free(&q.k);
-  long long v = 0;
-  int nil = 0;
-  if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
-    return rc;
-  if (nil)
-    return 1;
-  if (v == -3)
-    return dlock__reacquired_in_vain("lock", m->name);
-  *ttl = v;
-  return 0;
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_ACQUIRE), 3, k.keys,
+                     k.klens, 8, k.args, k.alens, &r);
+  dlock__acq_call_free(&k);
+  return dlock__acq_reply(rc, r, m->name, ttl);
 }
 
 static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
                          const char *rid, const char *prev_rid) {
   dlock_client *c = m->c;
-  dlock__sb ch, latch, gp, prev;
-  queue_keys k;
-  int rc = queue_keys_init(m, &k);
-  dlock__sb_init(&ch);
-  dlock__sb_init(&latch);
-  dlock__sb_init(&gp);
-  dlock__sb_init(&prev);
-  dlock__prefix_name(&ch, "redisson_lock__channel", m->name);
-  dlock__unlock_latch_key(&latch, m->name, rid);
-  if (prev_rid)
-    dlock__unlock_latch_key(&prev, m->name, prev_rid);
-  dlock__own_name(&gp, "dlock_grant__channel", m->name);
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
-  char ls[24], lt[24];
-  size_t lsl = dlock__fmt_i64(ls, lease);
-  size_t ltl = dlock__fmt_i64(lt, c->latch_ttl_ms);
-  const char *keys[7] = {m->name, ch.p, latch.p, k.q.p, gp.p, k.dl.p, prev.p};
-  size_t klens[7] = {m->name_len, ch.len,   latch.len, k.q.len,
-                     gp.len,      k.dl.len, prev.len};
-  const char *args[5] = {"0", ls, field, dlock__publish_cmd(m->c), lt};
-  size_t alens[5] = {1, lsl, fl, strlen(dlock__publish_cmd(m->c)), ltl};
+  dlock__rel_call k;
+  int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, lease,
+                                c->latch_ttl_ms, rid, prev_rid,
+                                dlock__publish_cmd(c));
   redisReply *r = NULL;
-  if (!rc && (ch.oom || latch.oom || gp.oom || prev.oom))
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (!rc)
-    rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), prev_rid ? 7 : 6,
-                     keys, klens, 5, args, alens, &r);
-  dlock__sb_free(&ch);
-  dlock__sb_free(&latch);
-  dlock__sb_free(&gp);
-  dlock__sb_free(&prev);
-  queue_keys_free(&k);
-  long long v = 0;
-  int nil = 0;
-  if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
-    return rc;
-  return nil ? DLOCK_ELOST : (v == 1 ? 1 : 0);
+    rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), k.nkeys, k.keys,
+                     k.klens, 5, k.args, k.alens, &r);
+  dlock__rel_call_free(&k);
+  return dlock__rel_reply(rc, r);
 }
 
 static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
@@ -207,17 +241,16 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
                         const dlock__wait *w) {
   (void)wait_ms;
   (void)token;
-  qentry q;
-  int rc = qentry_init(m, tid, lease, w, &q);
-  const char *keys[3] = {m->name, q.k.q.p, q.k.dl.p};
-  size_t klens[3] = {m->name_len, q.k.q.len, q.k.dl.len};
-  const char *args[3] = {q.field, q.entry, q.wid};
-  size_t alens[3] = {q.fl, q.el, 16};
+  char field[DLOCK__FIELD_MAX];
+  size_t fl = dlock__field(m->c, tid, field);
+  dlock__acq_call k;
+  int rc =
+      dlock__acq_call_init(&k, m->name, m->name_len, field, fl, 1, lease, 0, w);
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 3, keys, klens,
-                     3, args, alens, &r);
-  queue_keys_free(&q.k);
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 3, k.keys,
+                     k.klens, 3, k.cargs, k.calens, &r);
+  dlock__acq_call_free(&k);
   long long v = 0;
   rc = dlock__take_int(rc, r, &v, NULL);
   return rc ? rc : v == 1;
@@ -336,19 +369,8 @@ static void drop_hold(dlock_client *c, dlock__hold *h) {
 
 int64_t dlock__lease_margin(int64_t lease) { return lease / 100 + 2; }
 
-/* Records a successful acquisition (takes reg.mu). sent = monotonic time
- * the acquiring command (or the confirmation of a hand-over) was sent: the
- * key's TTL started after it, so sent + lease - margin is a local deadline
- * the server's expiry cannot precede. */
-static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
-                       int64_t lease, int64_t sent, uint64_t token) {
-  dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg.mu);
-  dlock__hold *h = dlock__hold_get(m->e, tid);
-  if (!h) {
-    pthread_mutex_unlock(&c->reg.mu);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory");
-  }
+void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
+                      int64_t sent, uint64_t token) {
   int64_t until = sent + lease - dlock__lease_margin(lease);
   if (h->count == 0) {
     h->gen++;
@@ -368,12 +390,28 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
     uint64_t bit = (uint64_t)1 << (target - 1);
     h->fixed_bits = wd ? h->fixed_bits & ~bit : h->fixed_bits | bit;
   }
-  if (wd) {
+  if (wd)
     h->wd_count++;
-    dlock__wd_add(c, h);
-  } else {
+  else
     h->lease_ms = lease;
+}
+
+/* Records a successful acquisition (takes reg.mu). sent = monotonic time
+ * the acquiring command (or the confirmation of a hand-over) was sent: the
+ * key's TTL started after it, so sent + lease - margin is a local deadline
+ * the server's expiry cannot precede. */
+static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
+                       int64_t lease, int64_t sent, uint64_t token) {
+  dlock_client *c = m->c;
+  pthread_mutex_lock(&c->reg.mu);
+  dlock__hold *h = dlock__hold_get(m->e, tid);
+  if (!h) {
+    pthread_mutex_unlock(&c->reg.mu);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
+  dlock__hold_note(h, target, wd, lease, sent, token);
+  if (wd)
+    dlock__wd_add(c, h);
   pthread_mutex_unlock(&c->reg.mu);
   return 0;
 }
@@ -381,6 +419,15 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
 /* 1 if the hold number idx+1 has a fixed lease (reg.mu held). */
 static int hold_is_fixed(const dlock__hold *h, int idx) {
   return idx >= 64 || ((h->fixed_bits >> idx) & 1);
+}
+
+int dlock__hold_drop_one(dlock__hold *h) {
+  if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
+    h->wd_count--;
+  h->count--;
+  if (h->wd_count > h->count)
+    h->wd_count = h->count;
+  return h->wd_count == 0;
 }
 
 int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease) {
@@ -758,12 +805,7 @@ static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
 
 /* One hold fewer after a confirmed release that leaves holds (reg.mu). */
 static void drop_one(dlock_client *c, dlock__hold *h) {
-  if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
-    h->wd_count--;
-  h->count--;
-  if (h->wd_count > h->count)
-    h->wd_count = h->count;
-  if (h->wd_count == 0)
+  if (dlock__hold_drop_one(h))
     dlock__wd_remove(c, h);
 }
 

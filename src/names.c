@@ -63,6 +63,12 @@ size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf) {
   return DLOCK__UUID_LEN + 1 + n;
 }
 
+size_t dlock__field_owner(const char *id, long long owner, char *buf) {
+  memcpy(buf, id, DLOCK__UUID_LEN);
+  buf[DLOCK__UUID_LEN] = ':';
+  return DLOCK__UUID_LEN + 1 + dlock__fmt_i64(buf + DLOCK__UUID_LEN + 1, owner);
+}
+
 int dlock__check_lease(long long lease_ms, const char *what, const char *name) {
   if (lease_ms <= DLOCK_LEASE_MAX_MS)
     return 0;

@@ -109,6 +109,8 @@ typedef struct bench_cmdstats {
 void bench_cmdstats_read(redisContext *c, bench_cmdstats *out);
 void bench_cmdstats_delta(const bench_cmdstats *a, const bench_cmdstats *b,
                           bench_cmdstats *d);
+/* The server's CPU so far (INFO cpu: used_cpu_user + used_cpu_sys), s. */
+double bench_redis_cpu_s(redisContext *c);
 
 /* MONITOR-based classification: what a short phase sent at top level
  * (EVALSHA, EVAL, other) versus what scripts called inside (redis.call).
@@ -164,6 +166,8 @@ void scen_cluster_many(const bench_opts *o);
 void scen_contended(const bench_opts *o);
 void scen_watchdog(const bench_opts *o);
 void scen_handoff(const bench_opts *o);
+/* The event-loop client: 1,000 pairs in flight from one thread. */
+void scen_async(const bench_opts *o);
 
 /* A dlock client for o->url with defaults (pool grown to `threads`);
  * exits on failure. watchdog_ms <= 0: the library default. */

@@ -27,8 +27,9 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
-static const char *const k_scenarios[] = {
-    "baseline", "uncontended", "many", "contended", "watchdog", "handoff"};
+static const char *const k_scenarios[] = {"baseline",  "uncontended", "many",
+                                          "contended", "watchdog",    "handoff",
+                                          "async"};
 
 /* Every name in the --scenario list must be one we know. */
 static int check_scenarios(const char *list) {
@@ -42,7 +43,7 @@ static int check_scenarios(const char *list) {
     if (!ok && l > 0) {
       fprintf(stderr,
               "dlock-bench: unknown scenario '%.*s' (known: "
-              "baseline,uncontended,many,contended,watchdog,handoff)\n",
+              "baseline,uncontended,many,contended,watchdog,handoff,async)\n",
               (int)l, p);
       return -1;
     }
@@ -71,7 +72,8 @@ static void run_scenarios(const bench_opts *o) {
     void (*run)(const bench_opts *);
   } k[] = {{"baseline", scen_baseline}, {"uncontended", scen_uncontended},
            {"many", scen_many},         {"contended", scen_contended},
-           {"watchdog", scen_watchdog}, {"handoff", scen_handoff}};
+           {"watchdog", scen_watchdog}, {"handoff", scen_handoff},
+           {"async", scen_async}};
   int cluster = strncmp(o->url, "redis-cluster://", 16) == 0;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (!bench_selected(o, k[i].name))

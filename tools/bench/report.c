@@ -200,6 +200,20 @@ static void build_targets(const bench_opts *o) {
            o->procs, o->threads);
   add_target("many.procs", req, bm_get("many", "procs_pairs_per_s"), "pairs/s",
              nrps / 2, many_floor, CMP_GE, 0.9);
+  /* issue 15: one thread of the event-loop client against the blocking
+   * client's threads, same run. */
+  snprintf(req, sizeof req,
+           "async pairs/s (1 thread, 1000 in flight) >= %d-thread blocking",
+           o->threads);
+  add_target("async.rate", req, bm_get("async", "pairs_per_s"), "pairs/s",
+             bm_get("many", "threads_pairs_per_s"), "many threads pairs/s",
+             CMP_GE, 1.0);
+  snprintf(req, sizeof req,
+           "async client CPU per pair <= 1/3 of the %d-thread blocking one",
+           o->threads);
+  add_target("async.cpu", req, bm_get("async", "cpu_us"), "us",
+             bm_get("many", "threads_cpu_us"), "many threads CPU per pair",
+             CMP_LE, 1.0 / 3);
   snprintf(req, sizeof req, "%d workers acq/s >= 0.6 x serial reference",
            o->workers);
   add_target("contended.rate", req, bm_get("contended", "acq_per_s"), "acq/s",

@@ -403,7 +403,7 @@ static void many_proc(int i, void *arg) {
 }
 
 typedef struct many_fig {
-  double rate, cpu, scripts;
+  double rate, cpu, scripts, redis_pct;
 } many_fig;
 
 /* --threads threads sharing one client, own lock each, for --secs. */
@@ -425,6 +425,7 @@ static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
     dlc_sleep_ns(1000000);
   bench_cmdstats a, b, d;
   bench_cmdstats_read(ctl, &a);
+  double rcpu0 = bench_redis_cpu_s(ctl);
   double cpu0 = bench_cpu_us();
   int64_t t0 = dlc_now_ns();
   atomic_store(&until, t0 + (int64_t)(o->many_secs * 1e9));
@@ -436,6 +437,7 @@ static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
   }
   double wall = (double)(dlc_now_ns() - t0) / 1e9;
   double cpu = bench_cpu_us() - cpu0;
+  f->redis_pct = 100.0 * (bench_redis_cpu_s(ctl) - rcpu0) / wall;
   bench_cmdstats_read(ctl, &b);
   bench_cmdstats_delta(&a, &b, &d);
   free(t);
@@ -519,6 +521,8 @@ void scen_many(const bench_opts *o) {
          med3(th, reps, offsetof(many_fig, cpu)), "µs");
   bm_put("many", "threads_scripts", "script calls per pair (threads)",
          med3(th, reps, offsetof(many_fig, scripts)), "calls");
+  bm_put("many", "threads_redis_cpu_pct", "Redis CPU (threads run)",
+         med3(th, reps, offsetof(many_fig, redis_pct)), "% of a core");
   snprintf(label, sizeof label, "pairs/s, %d processes", o->procs);
   bm_put("many", "procs_pairs_per_s", label,
          med3(pr, reps, offsetof(many_fig, rate)), "pairs/s");

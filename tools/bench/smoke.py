@@ -21,7 +21,7 @@ EXPECTED_TARGETS = [
     "uncontended.scripts.same", "many.threads", "many.procs",
     "contended.rate", "contended.p99", "contended.lost", "watchdog.cpu",
     "watchdog.renewed", "watchdog.batches", "watchdog.lost", "watchdog.mem",
-    "handoff.p50",
+    "handoff.p50", "async.rate", "async.cpu",
 ]
 
 

@@ -197,6 +197,21 @@ redisReply *bench_cmdf(redisContext *c, const char *fmt, ...) {
   return r;
 }
 
+double bench_redis_cpu_s(redisContext *c) {
+  redisReply *r = bench_cmdf(c, "INFO cpu");
+  if (r->type != REDIS_REPLY_STRING)
+    bench_die("INFO cpu: unexpected reply");
+  double user = 0, sys = 0;
+  const char *u = strstr(r->str, "used_cpu_user:");
+  const char *s = strstr(r->str, "used_cpu_sys:");
+  if (u)
+    user = strtod(u + 14, NULL);
+  if (s)
+    sys = strtod(s + 13, NULL);
+  freeReplyObject(r);
+  return user + sys;
+}
+
 void bench_cmdstats_read(redisContext *c, bench_cmdstats *out) {
   memset(out, 0, sizeof *out);
   redisReply *r = bench_cmdf(c, "INFO commandstats");

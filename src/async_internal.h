@@ -1,0 +1,230 @@
+/*
+ * async_internal.h -- what the event-loop client's files share (async*.c).
+ * Nothing here is API. Everything runs on the loop's thread: no locks.
+ *
+ *   async.c        the client object, the loop's entry points, completions
+ *   async_timer.c  the client's timers (one heap, one loop timer)
+ *   async_conn.c   a non-blocking connection: connect, AUTH/SELECT,
+ *                  pipelined requests, the retry policy
+ *   async_sub.c    the subscriber connection and the channel entries
+ *   async_lock.c   lock and unlock calls, the hold records
+ *   async_wd.c     the watchdog timer: batched renewals, lost holds
+ */
+#ifndef DLOCK_ASYNC_INTERNAL_H
+#define DLOCK_ASYNC_INTERNAL_H
+
+#include "dlock/async.h"
+#include "internal.h"
+
+/* ---- timers (async_timer.c) ------------------------------------------- */
+
+typedef struct dlock__atimer dlock__atimer;
+typedef void dlock__atimer_fn(dlock__atimer *t);
+struct dlock__atimer {
+  int64_t at;  /* monotonic ms */
+  size_t slot; /* heap index + 1; 0 = not armed */
+  dlock__atimer_fn *fn;
+  void *arg;
+};
+typedef struct dlock__aheap {
+  dlock__atimer **v;
+  size_t n, cap;
+} dlock__aheap;
+/* Arms t for `at` (re-arms an armed one). 0 or DLOCK_ENOMEM. */
+int dlock__aheap_add(dlock__aheap *h, dlock__atimer *t, int64_t at);
+void dlock__aheap_del(dlock__aheap *h, dlock__atimer *t); /* if armed */
+dlock__atimer *dlock__aheap_top(const dlock__aheap *h);
+void dlock__aheap_free(dlock__aheap *h);
+
+/* ---- connections (async_conn.c) ---------------------------------------- */
+
+typedef struct dlock__areq dlock__areq;
+typedef struct dlock__aconn dlock__aconn;
+/* A request's end: reply (freed by the callee) or err with why. */
+typedef void dlock__areq_fn(dlock__areq *r, redisReply *reply, int err,
+                            const char *why);
+
+/* One command on the command connection, kept until its reply: its bytes
+ * (re-sent by the retry policy), and who waits for it. */
+struct dlock__areq {
+  dlock__areq *next;
+  char *cmd;
+  size_t len;
+  const dlock__script *script; /* NOSCRIPT: re-sent as EVAL */
+  int eval;                    /* cmd is the EVAL form */
+  int tries;                   /* sends so far */
+  int no_retry;                /* one send: the caller retries (renewals) */
+  int64_t sent_at;             /* when its bytes went out (monotonic ms) */
+  dlock__atimer retry;         /* armed while waiting for a re-send */
+  dlock__areq *rnext, *rprev;  /* in the connection's waiting-for-retry list */
+  dlock__aconn *k;             /* the connection, while waiting */
+  dlock__areq_fn *fn;
+  void *arg;
+};
+
+enum {
+  DLOCK__AC_IDLE,
+  DLOCK__AC_CONNECTING,
+  DLOCK__AC_HANDSHAKE,
+  DLOCK__AC_READY
+};
+
+struct dlock__aconn {
+  dlock_async *a;
+  const char *what; /* "command", "subscriber": messages */
+  int state;
+  dlock_async_watch *w; /* while a socket is open */
+  int reading, writing; /* interest given to the adapter */
+  int refused;          /* an add_* hook failed: fail from the timer */
+  redisReader *reader;
+  dlock__sb out; /* bytes to write */
+  size_t out_off;
+  int hs_left;                 /* handshake replies still expected */
+  dlock__areq *head, *tail;    /* sent or queued, in order */
+  dlock__areq *unsent;         /* first of them whose bytes are not in out */
+  dlock__areq *retrying;       /* waiting for their re-send */
+  struct addrinfo *ai, *ai_at; /* TCP addresses, the one being tried */
+  dlock__atimer timeout;       /* connect, or the oldest reply */
+  dlock__atimer reconnect;     /* subscriber: the next try */
+  /* subscriber only: replies with no request (confirmations, messages),
+   * and the connection's state changes. */
+  void (*on_push)(dlock__aconn *k, redisReply *r);
+  void (*on_ready)(dlock__aconn *k);
+  void (*on_down)(dlock__aconn *k, int err, const char *why);
+};
+
+void dlock__aconn_init(dlock__aconn *k, dlock_async *a, const char *what);
+/* Queues r (its cmd set by dlock__areq_set) and starts the connection if
+ * needed. */
+void dlock__aconn_submit(dlock__aconn *k, dlock__areq *r);
+/* Subscriber: appends raw command bytes (only when READY). */
+void dlock__aconn_write(dlock__aconn *k, const char *p, size_t n);
+/* Opens the socket when idle (attached client). */
+void dlock__aconn_start(dlock__aconn *k);
+/* Closes everything; requests are freed without their callbacks. */
+void dlock__aconn_close(dlock__aconn *k);
+/* Events from async.c. */
+void dlock__aconn_readable(dlock__aconn *k);
+void dlock__aconn_writable(dlock__aconn *k);
+
+/* A request for an EVALSHA of s with keys and args, calling fn(arg) at its
+ * end. NULL on OOM. */
+dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
+                              const char **keys, const size_t *klens, int nargs,
+                              const char **args, const size_t *alens,
+                              dlock__areq_fn *fn, void *arg);
+void dlock__areq_free(dlock__areq *r);
+
+/* ---- the client (async.c) ------------------------------------------------ */
+
+typedef struct dlock__aop dlock__aop;
+typedef struct dlock__ahold dlock__ahold;
+typedef struct dlock__asub dlock__asub;
+
+struct dlock_async {
+  dlock_config cfg;
+  char *url_str;
+  dlock__url url;
+  char id[DLOCK__UUID_LEN + 1];
+  int64_t latch_ttl_ms;
+  dlock_async_hooks hooks;
+  int attached;
+  int closing; /* dlock_async_free began */
+  int depth;   /* entry points of the loop on the stack */
+  int gone;    /* freed inside a callback: release when depth drops to 0 */
+  dlock__aheap timers;
+  int64_t sched_at; /* the loop timer's due time; -1 none */
+  dlock__atimer flush;
+  dlock__aop *done, *done_tail; /* completed, their callbacks not yet run */
+  dlock__aop *ops;              /* every call not completed */
+  dlock__aconn cmd, sub;
+  dlock__map holds;  /* "<name>\0<owner>" -> dlock__ahold */
+  uint64_t hold_gen; /* stamps hold records */
+  dlock__map subs;   /* lock name -> dlock__asub */
+  dlock__map chans;  /* channel and grant channel -> dlock__asub */
+  dlock__asub *sub_list;
+  dlock__ahold *wd_head; /* holds the watchdog renews */
+  dlock__atimer wd_timer;
+  int wd_batches; /* renewal requests in flight */
+};
+
+int64_t dlock__async_now(void);
+/* Arms a timer of a (the loop timer follows at the next sync). */
+void dlock__async_timer(dlock_async *a, dlock__atimer *t, int64_t at);
+void dlock__async_untimer(dlock_async *a, dlock__atimer *t);
+/* Re-schedules the loop timer for the heap's first timer. */
+void dlock__async_sync(dlock_async *a);
+
+/* ---- calls and holds (async_lock.c) ------------------------------------- */
+
+/* One hold record: what owner holds on name (count, lease kinds, local
+ * deadline, lost) in the blocking client's dlock__hold, plus the calls of
+ * that (name, owner) waiting their turn. */
+struct dlock__ahold {
+  dlock__hold h;
+  long long owner;
+  uint64_t gen;
+  dlock__ahold *wd_prev, *wd_next;
+  int in_wd;
+  dlock__aop *busy;            /* the call running */
+  dlock__aop *q_head, *q_tail; /* waiting their turn */
+  char field[DLOCK__FIELD_MAX];
+  size_t fl;
+  size_t name_len, key_len;
+  char key[]; /* name '\0' owner */
+};
+
+/* One lock or unlock call, from dlock_async_lock/unlock to its callback. */
+struct dlock__aop {
+  dlock_async *a;
+  dlock__aop *prev, *next;   /* a->ops: every call not completed */
+  dlock__aop *qnext;         /* its record's queue, then the done list */
+  dlock__aop *wprev, *wnext; /* its subscription entry's waiters */
+  int unlock;
+  dlock__ahold *h;
+  dlock_async_cb *cb;
+  void *arg;
+  int rc;
+  char msg[256];
+  long long wait_ms;
+  int64_t lease;
+  int wd;     /* lease from the watchdog */
+  int target; /* the hold count after the attempt in flight */
+  dlock__wait w;
+  int64_t sent; /* send time of the last attempt */
+  int in_flight, again, expired, cancelling;
+  dlock__asub *sub; /* joined subscription entry */
+  int active;       /* its subscription is confirmed */
+  dlock__atimer deadline_t, ttl_t;
+};
+
+/* Completes every pending call with DLOCK_ECLOSED and frees the records
+ * (dlock_async_free). */
+void dlock__async_ops_close(dlock_async *a);
+/* Runs the callbacks of completed calls, in order. */
+void dlock__async_flush(dlock_async *a);
+/* A pub/sub wake-up for op (a message, a grant, a new subscription). */
+void dlock__aop_wake(dlock__aop *op);
+/* Subscription refused: the call ends with err (message why). */
+void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why);
+/* The watchdog found the hold gone or past its deadline. */
+void dlock__ahold_lost(dlock_async *a, dlock__ahold *h);
+
+/* ---- subscriptions (async_sub.c) ----------------------------------------- */
+
+void dlock__asub_init(dlock_async *a);
+/* Joins the waiters of `name` (subscribing if needed): 1 if its
+ * subscription is active already, 0 if not yet, or DLOCK_ENOMEM. */
+int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
+                     dlock__asub **out);
+void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);
+void dlock__asub_close(dlock_async *a);
+
+/* ---- the watchdog (async_wd.c) ---------------------------------------------
+ */
+
+void dlock__awd_add(dlock_async *a, dlock__ahold *h);
+void dlock__awd_remove(dlock_async *a, dlock__ahold *h);
+void dlock__awd_close(dlock_async *a);
+
+#endif

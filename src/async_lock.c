@@ -1,0 +1,523 @@
+/*
+ * async_lock.c -- dlock_async_lock and dlock_async_unlock: the calls, the
+ * hold records of (name, owner), and the completions that run the callers'
+ * callbacks.
+ *
+ * A call is the blocking mutex's acquire or release (mutex.c) cut into
+ * steps that run from the loop. The scripts and their arguments are the
+ * blocking mutex's (dlock__acq_call / dlock__rel_call), with the field
+ * "<client id>:<owner>": an owner is what a thread is to the blocking
+ * client.
+ *
+ * LOCK: one attempt. Taken elsewhere and allowed to wait: join the
+ * subscription of the lock's channels (async_sub.c); once it is confirmed,
+ * attempt again, joining the server's hand-over queue in the same script
+ * call; then wait for a wake-up -- the unlock's grant for this wait (the
+ * lock is ours: one more attempt confirms it and gives the hold a local
+ * deadline from its send time), a "0" (free: attempt), the holder's TTL
+ * (pub/sub is at most once: attempt), the deadline (leave the queue; if
+ * the lock was handed to us meanwhile, keep it).
+ *
+ * ORDER: the calls of one (name, owner) run one at a time, in call order,
+ * so a reentrant lock or an unlock always sees the count the earlier calls
+ * left. Calls of different owners or names run concurrently.
+ *
+ * COMPLETION: a finished call goes on the done list; its callback runs
+ * from the loop (async.c flushes the list when an entry point returns, or
+ * from a zero-delay timer when the call finished inside an API call).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async_internal.h"
+
+static void attempt(dlock__aop *op, int target, int queue);
+
+/* ---- hold records ---------------------------------------------------------
+ */
+
+static size_t hold_key(const char *name, size_t nl, long long owner,
+                       char *buf) {
+  memcpy(buf, name, nl);
+  buf[nl] = '\0';
+  return nl + 1 + dlock__fmt_i64(buf + nl + 1, owner);
+}
+
+static dlock__ahold *hold_get(dlock_async *a, const char *name,
+                              long long owner) {
+  size_t nl = strlen(name);
+  char stack[256];
+  char *key = nl + 32 <= sizeof stack ? stack : dlock__malloc(nl + 32);
+  if (!key)
+    return NULL;
+  size_t kl = hold_key(name, nl, owner, key);
+  dlock__ahold *h = dlock__map_get(&a->holds, key, kl);
+  if (!h && (h = dlock__calloc(1, sizeof *h + kl + 1)) != NULL) {
+    memcpy(h->key, key, kl + 1);
+    h->key_len = kl;
+    h->name_len = nl;
+    h->owner = owner;
+    h->gen = ++a->hold_gen;
+    h->fl = dlock__field_owner(a->id, owner, h->field);
+    if (dlock__map_put(&a->holds, h->key, kl, h) != 0) {
+      free(h);
+      h = NULL;
+    }
+  }
+  if (key != stack)
+    free(key);
+  return h;
+}
+
+/* Frees the record when nothing refers to it any more. */
+static void hold_put(dlock_async *a, dlock__ahold *h) {
+  if (h->h.count > 0 || h->busy || h->q_head || h->in_wd)
+    return;
+  dlock__map_del(&a->holds, h->key, h->key_len);
+  free(h);
+}
+
+/* Forgets the owner's holds (the record goes when no call uses it). */
+static void drop_hold(dlock_async *a, dlock__ahold *h) {
+  h->h.count = 0;
+  h->h.wd_count = 0;
+  h->h.lost = 0;
+  h->h.releasing = 0;
+  dlock__awd_remove(a, h);
+}
+
+void dlock__ahold_lost(dlock_async *a, dlock__ahold *h) {
+  h->h.lost = 1;
+  dlock__awd_remove(a, h);
+}
+
+/* ---- completion ------------------------------------------------------------
+ */
+
+static void start(dlock__aop *op);
+
+static void unlink_op(dlock__aop *op) {
+  dlock_async *a = op->a;
+  if (op->prev)
+    op->prev->next = op->next;
+  else
+    a->ops = op->next;
+  if (op->next)
+    op->next->prev = op->prev;
+  op->prev = op->next = NULL;
+}
+
+static void push_done(dlock__aop *op) {
+  dlock_async *a = op->a;
+  op->qnext = NULL;
+  if (a->done_tail)
+    a->done_tail->qnext = op;
+  else
+    a->done = op;
+  a->done_tail = op;
+  if (a->depth == 0)
+    dlock__async_timer(a, &a->flush, dlock__async_now());
+}
+
+/* Ends op with rc (message fmt): its record's next call starts. */
+__attribute__((format(printf, 3, 4))) static void
+complete(dlock__aop *op, int rc, const char *fmt, ...) {
+  dlock_async *a = op->a;
+  op->rc = rc;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(op->msg, sizeof op->msg, fmt, ap);
+  va_end(ap);
+  dlock__async_untimer(a, &op->deadline_t);
+  dlock__async_untimer(a, &op->ttl_t);
+  if (op->sub)
+    dlock__asub_leave(a, op->sub, op);
+  op->sub = NULL;
+  unlink_op(op);
+  push_done(op);
+  dlock__ahold *h = op->h;
+  op->h = NULL;
+  if (h->busy == op)
+    h->busy = NULL;
+  dlock__aop *next = h->q_head;
+  if (next) {
+    h->q_head = next->qnext;
+    if (!h->q_head)
+      h->q_tail = NULL;
+    start(next);
+  } else {
+    hold_put(a, h);
+  }
+}
+
+void dlock__async_flush(dlock_async *a) {
+  while (a->done) {
+    dlock__aop *op = a->done;
+    a->done = op->qnext;
+    if (!a->done)
+      a->done_tail = NULL;
+    if (op->rc)
+      dlock__fail(op->rc, "%s", op->msg);
+    else
+      dlock__clear_error();
+    op->cb(op->rc, op->arg);
+    free(op);
+  }
+}
+
+void dlock__async_ops_close(dlock_async *a) {
+  while (a->ops) {
+    dlock__aop *op = a->ops;
+    unlink_op(op);
+    dlock__async_untimer(a, &op->deadline_t);
+    dlock__async_untimer(a, &op->ttl_t);
+    op->sub = NULL;
+    op->h = NULL;
+    op->rc = DLOCK_ECLOSED;
+    snprintf(op->msg, sizeof op->msg,
+             "dlock_async_free: the client closed before the call ended");
+    push_done(op);
+  }
+  for (size_t i = 0; i < a->holds.nb; i++)
+    for (dlock__map_ent *e = a->holds.b[i]; e; e = e->next)
+      free(e->val);
+}
+
+/* ---- lock -------------------------------------------------------------------
+ */
+
+/* The call holds the lock now (the attempt sent at op->sent said so). */
+static void held(dlock__aop *op) {
+  dlock__ahold *h = op->h;
+  dlock__hold_note(&h->h, op->target, op->wd, op->lease, op->sent, 0);
+  if (op->wd)
+    dlock__awd_add(op->a, h);
+  complete(op, DLOCK_OK, "%s", "");
+}
+
+static void timed_out(dlock__aop *op);
+static void attempt_done(dlock__areq *r, redisReply *reply, int err,
+                         const char *why);
+
+static void cancel_done(dlock__areq *r, redisReply *reply, int err,
+                        const char *why) {
+  dlock__aop *op = r->arg;
+  dlock__areq_free(r);
+  (void)why;
+  long long v = 0;
+  int rc = dlock__take_int(err, reply, &v, NULL);
+  op->in_flight = 0;
+  op->w.queued = 0;
+  if (rc == 0 && v == 1) {
+    /* Handed to us before the cancel: confirm it (the attempt's answer
+     * decides; expired makes a "taken" answer a timeout). */
+    attempt(op, 1, 0);
+    return;
+  }
+  timed_out(op);
+}
+
+/* Sends the acquire script (target = the hold count after it; queue =
+ * join the hand-over queue when taken), or with cancel the cancel script
+ * (leave the queue). 0, or DLOCK_ENOMEM with nothing sent. */
+static int send_call(dlock__aop *op, int target, int queue, int cancel) {
+  dlock__ahold *h = op->h;
+  dlock__acq_call k;
+  int rc = dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                                target, op->lease, queue, &op->w);
+  dlock__areq *r =
+      rc ? NULL
+      : cancel
+          ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 3, k.keys,
+                             k.klens, 3, k.cargs, k.calens, cancel_done, op)
+          : dlock__areq_eval(dlock__core_script(DLOCK__S_ACQUIRE), 3, k.keys,
+                             k.klens, 8, k.args, k.alens, attempt_done, op);
+  dlock__acq_call_free(&k);
+  if (!r)
+    return DLOCK_ENOMEM;
+  op->in_flight = 1;
+  op->sent = dlock__async_now();
+  dlock__aconn_submit(&op->a->cmd, r);
+  return 0;
+}
+
+/* The wait ran out: leave the server's queue first if this wait may be in
+ * it. */
+static void timed_out(dlock__aop *op) {
+  if (op->w.queued) {
+    op->cancelling = 1;
+    if (send_call(op, 1, 0, 1) == 0)
+      return;
+    op->w.queued = 0;
+  }
+  complete(op, DLOCK_ETIMEDOUT, "lock '%s' still held elsewhere after %lld ms",
+           op->h->key, op->wait_ms);
+}
+
+static void deadline_fired(dlock__atimer *t) {
+  dlock__aop *op = t->arg;
+  op->expired = 1;
+  if (!op->in_flight)
+    timed_out(op);
+}
+
+static void ttl_fired(dlock__atimer *t) { dlock__aop_wake(t->arg); }
+
+void dlock__aop_wake(dlock__aop *op) {
+  if (op->cancelling || op->expired)
+    return;
+  if (op->in_flight) {
+    op->again = 1;
+    return;
+  }
+  dlock__async_untimer(op->a, &op->ttl_t);
+  attempt(op, 1, op->active);
+}
+
+void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why) {
+  op->sub = NULL; /* the entry is gone */
+  if (op->in_flight) {
+    op->expired = 1; /* ends with the reply of the attempt in flight */
+    return;
+  }
+  complete(op, err, "lock '%s': %s", op->h->key, why);
+}
+
+/* The lock is taken elsewhere (holder's PTTL ttl): wait, or end. */
+static void taken(dlock__aop *op, int64_t ttl) {
+  dlock_async *a = op->a;
+  if (op->expired) {
+    timed_out(op);
+    return;
+  }
+  if (op->wait_ms == 0) {
+    complete(op, DLOCK_EBUSY, "lock '%s' is held elsewhere", op->h->key);
+    return;
+  }
+  if (!op->sub) {
+    int rc = dlock__asub_join(a, op->h->key, op, &op->sub);
+    if (rc < 0) {
+      complete(op, rc, "out of memory");
+      return;
+    }
+    if (rc == 0)
+      return; /* the confirmed subscription wakes it */
+    op->active = 1;
+    op->again = 1;
+  }
+  if (op->again) {
+    op->again = 0;
+    attempt(op, 1, op->active);
+    return;
+  }
+  if (ttl >= 0)
+    dlock__async_timer(a, &op->ttl_t, dlock__async_now() + (ttl > 0 ? ttl : 1));
+}
+
+static void attempt_done(dlock__areq *r, redisReply *reply, int err,
+                         const char *why) {
+  dlock__aop *op = r->arg;
+  dlock__areq_free(r);
+  op->in_flight = 0;
+  int64_t ttl = -1;
+  int rc = err ? dlock__fail(err, "%s", why)
+               : dlock__acq_reply(0, reply, op->h->key, &ttl);
+  if (rc == 1) {
+    held(op);
+  } else if (rc == 0) {
+    taken(op, ttl);
+  } else {
+    if (rc == DLOCK_ELOST)
+      drop_hold(op->a, op->h);
+    complete(op, rc, "%s", dlock_last_error());
+  }
+}
+
+/* One acquire attempt (send_call). */
+static void attempt(dlock__aop *op, int target, int queue) {
+  op->target = target;
+  if (send_call(op, target, queue, 0) != 0) {
+    complete(op, DLOCK_ENOMEM, "out of memory");
+    return;
+  }
+  op->w.queued |= queue;
+}
+
+static void lock_begin(dlock__aop *op) {
+  dlock__ahold *h = op->h;
+  int64_t now = dlock__async_now();
+  int prior = h->h.count;
+  if (prior > 0 && (h->h.lost || now >= h->h.valid_until)) {
+    int was_lost = h->h.lost;
+    drop_hold(op->a, h);
+    complete(op, DLOCK_ELOST,
+             was_lost ? "lock '%s': owner %lld's hold was lost (renewal found "
+                        "it gone)"
+                      : "lock '%s': owner %lld's hold ran out of lease (its "
+                        "local deadline passed)",
+             h->key, h->owner);
+    return;
+  }
+  if (op->wait_ms != 0)
+    op->w.id = dlock__rand64() | 1;
+  op->w.deadline = op->wait_ms > 0 ? now + op->wait_ms : -1;
+  if (op->wait_ms > 0)
+    dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
+  attempt(op, prior + 1, 0);
+}
+
+/* ---- unlock -----------------------------------------------------------------
+ */
+
+static void unlock_done(dlock__areq *r, redisReply *reply, int err,
+                        const char *why) {
+  dlock__aop *op = r->arg;
+  dlock__areq_free(r);
+  dlock__ahold *h = op->h;
+  dlock_async *a = op->a;
+  int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
+  h->h.releasing = 0;
+  int expired = dlock__async_now() >= h->h.valid_until || h->h.lost;
+  if (rc < 0 && rc != DLOCK_ELOST && !expired) {
+    complete(op, rc, "%s", dlock_last_error());
+    return;
+  }
+  if (expired || rc == DLOCK_ELOST || rc == 1 || h->h.count <= 1)
+    drop_hold(a, h);
+  else if (dlock__hold_drop_one(&h->h))
+    dlock__awd_remove(a, h);
+  if (rc == DLOCK_ELOST)
+    complete(op, DLOCK_ELOST,
+             "lock '%s' was lost while held (expired, deleted or taken)",
+             h->key);
+  else if (expired)
+    complete(op, DLOCK_ELOST,
+             "lock '%s': its lease ran out before the unlock (local deadline "
+             "passed; another owner may have held it)",
+             h->key);
+  else
+    complete(op, DLOCK_OK, "%s", "");
+}
+
+static void unlock_begin(dlock__aop *op) {
+  dlock__ahold *h = op->h;
+  dlock_async *a = op->a;
+  if (h->h.count == 0) {
+    complete(op, DLOCK_EPERM, "lock '%s' is not held by owner %lld", h->key,
+             h->owner);
+    return;
+  }
+  if (h->h.lost) {
+    drop_hold(a, h);
+    complete(op, DLOCK_ELOST,
+             "lock '%s' was lost while held (renewal found it gone, or its "
+             "local deadline passed unrenewed)",
+             h->key);
+    return;
+  }
+  char rid[33];
+  dlock__request_id(rid);
+  dlock__rel_call k;
+  int rc = dlock__rel_call_init(
+      &k, h->key, h->name_len, h->field, h->fl,
+      dlock__remaining_lease(&h->h, a->cfg.watchdog_timeout_ms),
+      a->latch_ttl_ms, rid, NULL, "PUBLISH"); /* no cluster client */
+  dlock__areq *r = rc ? NULL
+                      : dlock__areq_eval(dlock__core_script(DLOCK__S_UNLOCK),
+                                         k.nkeys, k.keys, k.klens, 5, k.args,
+                                         k.alens, unlock_done, op);
+  dlock__rel_call_free(&k);
+  if (!r) {
+    complete(op, DLOCK_ENOMEM, "out of memory");
+    return;
+  }
+  /* The key may vanish under a renewal in flight because of this very
+   * unlock: not a loss. */
+  h->h.releasing = 1;
+  op->in_flight = 1;
+  dlock__aconn_submit(&a->cmd, r);
+}
+
+/* ---- the calls
+ * ---------------------------------------------------------------- */
+
+static void start(dlock__aop *op) {
+  op->h->busy = op;
+  if (op->unlock)
+    unlock_begin(op);
+  else
+    lock_begin(op);
+}
+
+static int queue_call(dlock_async *a, const char *name, long long owner,
+                      dlock__aop *op) {
+  dlock__ahold *h = hold_get(a, name, owner);
+  if (!h) {
+    free(op);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  op->a = a;
+  op->h = h;
+  op->deadline_t.fn = deadline_fired;
+  op->deadline_t.arg = op;
+  op->ttl_t.fn = ttl_fired;
+  op->ttl_t.arg = op;
+  op->next = a->ops;
+  if (a->ops)
+    a->ops->prev = op;
+  a->ops = op;
+  if (h->busy) {
+    if (h->q_tail)
+      h->q_tail->qnext = op;
+    else
+      h->q_head = op;
+    h->q_tail = op;
+  } else {
+    start(op);
+  }
+  return 0;
+}
+
+static int check_call(dlock_async *a, const char *name, dlock_async_cb *cb) {
+  dlock__clear_error();
+  if (!a || !name || !cb)
+    return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  if (!*name)
+    return dlock__fail(DLOCK_EINVAL, "lock name is empty");
+  if (a->closing)
+    return dlock__fail(DLOCK_ECLOSED, "the client is being freed");
+  return 0;
+}
+
+int dlock_async_lock(dlock_async *a, const char *name, long long owner,
+                     long long wait_ms, long long lease_ms, dlock_async_cb *cb,
+                     void *arg) {
+  int rc = check_call(a, name, cb);
+  if (rc || (rc = dlock__check_lease(lease_ms, "lock", name)) != 0)
+    return rc;
+  dlock__aop *op = dlock__calloc(1, sizeof *op);
+  if (!op)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  op->cb = cb;
+  op->arg = arg;
+  op->wait_ms = wait_ms;
+  op->wd = lease_ms <= 0;
+  op->lease = op->wd ? a->cfg.watchdog_timeout_ms : lease_ms;
+  return queue_call(a, name, owner, op);
+}
+
+int dlock_async_unlock(dlock_async *a, const char *name, long long owner,
+                       dlock_async_cb *cb, void *arg) {
+  int rc = check_call(a, name, cb);
+  if (rc)
+    return rc;
+  dlock__aop *op = dlock__calloc(1, sizeof *op);
+  if (!op)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  op->cb = cb;
+  op->arg = arg;
+  op->unlock = 1;
+  return queue_call(a, name, owner, op);
+}

@@ -1,0 +1,288 @@
+/*
+ * async_sub.c -- the event-loop client's subscriber: one connection
+ * (async_conn.c) and one entry per lock name with waiting calls, each
+ * subscribed to the lock's two channels, as the blocking client's pubsub.c
+ * does for its threads:
+ *   redisson_lock__channel:{name}          "0" = free (Redisson's unlock)
+ *   dlock_grant__channel:{name}:<client id> "<owner>|<wait id>" = the
+ *                                          unlock handed the lock to that
+ *                                          wait (scripts.c)
+ * A message on the lock channel wakes every waiting call of the entry (they
+ * attempt again; the script's queue keeps the hand-over order); a grant
+ * wakes the call whose wait id it names. An entry's subscription is
+ * confirmed before its calls join the server's hand-over queue: the unlock
+ * skips a queued waiter whose grant reaches no subscriber.
+ *
+ * WHAT IF the connection fails? Every entry goes back to unsubscribed, the
+ * connection is reopened retry_interval_ms later (for as long as calls
+ * wait), and each confirmed re-subscription wakes its calls: a grant or a
+ * "0" sent meanwhile was lost, so they attempt again.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "async_internal.h"
+
+enum { SUB_IDLE, SUB_SUBSCRIBING, SUB_ACTIVE, SUB_UNSUBSCRIBING };
+
+struct dlock__asub {
+  dlock__asub *next, *prev; /* a->sub_list */
+  int state;
+  int confirms; /* (un)subscribe confirmations still expected */
+  dlock__aop *w_head, *w_tail;
+  dlock__sb ch, grant;
+  size_t name_len;
+  char name[];
+};
+
+static void entry_free(dlock_async *a, dlock__asub *s) {
+  dlock__map_del(&a->subs, s->name, s->name_len);
+  dlock__map_del(&a->chans, s->ch.p, s->ch.len);
+  dlock__map_del(&a->chans, s->grant.p, s->grant.len);
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    a->sub_list = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  dlock__sb_free(&s->ch);
+  dlock__sb_free(&s->grant);
+  free(s);
+}
+
+static void send_cmd(dlock_async *a, dlock__asub *s, const char *verb) {
+  const char *av[3] = {verb, s->ch.p, s->grant.p};
+  size_t al[3] = {strlen(verb), s->ch.len, s->grant.len};
+  dlock__sb b;
+  char buf[512];
+  dlock__sb_init_buf(&b, buf, sizeof buf);
+  dlock__resp_argv(&b, 3, av, al);
+  if (!b.oom)
+    dlock__aconn_write(&a->sub, b.p, b.len);
+  dlock__sb_free(&b);
+  s->confirms = 2;
+}
+
+/* Subscribes s now, or when the connection is ready. */
+static void subscribe(dlock_async *a, dlock__asub *s) {
+  if (a->sub.state != DLOCK__AC_READY) {
+    s->state = SUB_IDLE;
+    dlock__aconn_start(&a->sub);
+    return;
+  }
+  send_cmd(a, s, "SUBSCRIBE");
+  s->state = SUB_SUBSCRIBING;
+}
+
+static dlock__asub *entry_new(dlock_async *a, const char *name) {
+  size_t nl = strlen(name);
+  dlock__asub *s = dlock__calloc(1, sizeof *s + nl + 1);
+  if (!s)
+    return NULL;
+  memcpy(s->name, name, nl + 1);
+  s->name_len = nl;
+  dlock__sb_init(&s->ch);
+  dlock__sb_init(&s->grant);
+  dlock__prefix_name(&s->ch, "redisson_lock__channel", name);
+  dlock__own_name(&s->grant, "dlock_grant__channel", name);
+  dlock__sb_add(&s->grant, ":", 1);
+  dlock__sb_add(&s->grant, a->id, DLOCK__UUID_LEN);
+  s->next = a->sub_list;
+  if (a->sub_list)
+    a->sub_list->prev = s;
+  a->sub_list = s;
+  if (s->ch.oom || s->grant.oom ||
+      dlock__map_put(&a->subs, s->name, nl, s) != 0 ||
+      dlock__map_put(&a->chans, s->ch.p, s->ch.len, s) != 0 ||
+      dlock__map_put(&a->chans, s->grant.p, s->grant.len, s) != 0) {
+    entry_free(a, s);
+    return NULL;
+  }
+  return s;
+}
+
+int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
+                     dlock__asub **out) {
+  dlock__asub *s = dlock__map_get(&a->subs, name, strlen(name));
+  if (!s && !(s = entry_new(a, name)))
+    return DLOCK_ENOMEM;
+  op->wnext = NULL;
+  op->wprev = s->w_tail;
+  if (s->w_tail)
+    s->w_tail->wnext = op;
+  else
+    s->w_head = op;
+  s->w_tail = op;
+  *out = s;
+  if (s->state == SUB_ACTIVE)
+    return 1;
+  if (s->state == SUB_IDLE)
+    subscribe(a, s);
+  return 0; /* SUBSCRIBING, or UNSUBSCRIBING: subscribed again after it */
+}
+
+static void unlink_waiter(dlock__asub *s, dlock__aop *op) {
+  if (op->wprev)
+    op->wprev->wnext = op->wnext;
+  else
+    s->w_head = op->wnext;
+  if (op->wnext)
+    op->wnext->wprev = op->wprev;
+  else
+    s->w_tail = op->wprev;
+  op->wnext = op->wprev = NULL;
+}
+
+void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op) {
+  unlink_waiter(s, op);
+  if (s->w_head)
+    return;
+  if (s->state == SUB_ACTIVE) {
+    send_cmd(a, s, "UNSUBSCRIBE");
+    s->state = SUB_UNSUBSCRIBING;
+  } else if (s->state == SUB_IDLE) {
+    entry_free(a, s);
+  }
+}
+
+/* ---- the connection's events
+ * ------------------------------------------------- */
+
+/* Wakes the waiters of s (all, or the one of wait id wid when wid != 0). */
+static void wake(dlock__asub *s, uint64_t wid) {
+  for (dlock__aop *op = s->w_head, *nx; op; op = nx) {
+    nx = op->wnext;
+    if (wid && op->w.id != wid)
+      continue;
+    dlock__aop_wake(op);
+    if (wid)
+      return;
+  }
+}
+
+static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
+  if (s->state != (sub ? SUB_SUBSCRIBING : SUB_UNSUBSCRIBING) ||
+      --s->confirms > 0)
+    return;
+  if (sub) {
+    s->state = SUB_ACTIVE;
+    if (!s->w_head) {
+      send_cmd(a, s, "UNSUBSCRIBE");
+      s->state = SUB_UNSUBSCRIBING;
+      return;
+    }
+    for (dlock__aop *op = s->w_head; op; op = op->wnext)
+      op->active = 1;
+    wake(s, 0);
+  } else if (s->w_head) {
+    subscribe(a, s);
+  } else {
+    entry_free(a, s);
+  }
+}
+
+/* A grant's payload "<owner>|<wait id>": the wait id (0 if malformed). */
+static uint64_t grant_wid(const char *p, size_t n) {
+  const char *bar = memchr(p, '|', n);
+  if (!bar || (size_t)(p + n - bar - 1) != 16)
+    return 0;
+  uint64_t v = 0;
+  for (const char *q = bar + 1; q < p + n; q++) {
+    int d = *q >= '0' && *q <= '9'   ? *q - '0'
+            : *q >= 'a' && *q <= 'f' ? *q - 'a' + 10
+                                     : -1;
+    if (d < 0)
+      return 0;
+    v = v << 4 | (uint64_t)d;
+  }
+  return v;
+}
+
+/* SUBSCRIBE refused (an ACL user without the channel): its waiters end. */
+static void refused(dlock_async *a, const char *why) {
+  for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
+    nx = s->next;
+    if (s->state != SUB_SUBSCRIBING)
+      continue;
+    while (s->w_head) {
+      dlock__aop *op = s->w_head;
+      unlink_waiter(s, op);
+      dlock__aop_sub_failed(op, DLOCK_EAUTH, why);
+    }
+    entry_free(a, s);
+  }
+}
+
+static void on_push(dlock__aconn *k, redisReply *r) {
+  dlock_async *a = k->a;
+  if (r->type == REDIS_REPLY_ERROR) {
+    char why[300];
+    snprintf(why, sizeof why, "the server refused the subscription: %s",
+             r->str);
+    freeReplyObject(r);
+    refused(a, why);
+    return;
+  }
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_STRING) {
+    freeReplyObject(r);
+    return;
+  }
+  const char *kind = r->element[0]->str;
+  const redisReply *ch = r->element[1];
+  dlock__asub *s = dlock__map_get(&a->chans, ch->str, ch->len);
+  if (s && strcmp(kind, "message") == 0 &&
+      r->element[2]->type == REDIS_REPLY_STRING) {
+    int is_grant =
+        ch->len == s->grant.len && memcmp(ch->str, s->grant.p, ch->len) == 0;
+    uint64_t wid =
+        is_grant ? grant_wid(r->element[2]->str, r->element[2]->len) : 0;
+    if (!is_grant || wid)
+      wake(s, wid);
+  } else if (s && strcmp(kind, "subscribe") == 0) {
+    confirmed(a, s, 1);
+  } else if (s && strcmp(kind, "unsubscribe") == 0) {
+    confirmed(a, s, 0);
+  }
+  freeReplyObject(r);
+}
+
+static void on_ready(dlock__aconn *k) {
+  dlock_async *a = k->a;
+  for (dlock__asub *s = a->sub_list; s; s = s->next)
+    if (s->state == SUB_IDLE && s->w_head)
+      subscribe(a, s);
+}
+
+static void on_down(dlock__aconn *k, int err, const char *why) {
+  (void)err;
+  (void)why;
+  dlock_async *a = k->a;
+  for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
+    nx = s->next;
+    if (!s->w_head) {
+      entry_free(a, s);
+      continue;
+    }
+    s->state = SUB_IDLE;
+    s->confirms = 0;
+    for (dlock__aop *op = s->w_head; op; op = op->wnext)
+      op->active = 0;
+  }
+  if (a->sub_list)
+    dlock__async_timer(a, &k->reconnect,
+                       dlock__async_now() + a->cfg.retry_interval_ms);
+}
+
+void dlock__asub_init(dlock_async *a) {
+  dlock__aconn_init(&a->sub, a, "subscriber");
+  a->sub.on_push = on_push;
+  a->sub.on_ready = on_ready;
+  a->sub.on_down = on_down;
+}
+
+void dlock__asub_close(dlock_async *a) {
+  while (a->sub_list)
+    entry_free(a, a->sub_list);
+}

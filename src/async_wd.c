@@ -1,0 +1,200 @@
+/*
+ * async_wd.c -- the event-loop client's watchdog: a loop timer that renews
+ * every watchdog hold every watchdog_timeout_ms / 3, in pipelined batches
+ * of the blocking watchdog's renew script (one EVALSHA per chunk of holds,
+ * all chunks written at once), and reports lost holds to cfg.on_lock_lost
+ * on the loop.
+ *
+ * A hold is lost when a renewal finds its field gone (deleted, expired,
+ * taken), or when its local deadline -- the send time of the last confirmed
+ * acquisition or renewal + lease - margin -- passes before a renewal is
+ * confirmed (the server cannot be reached). A renewal that finds the key
+ * gone during the hold's own final unlock is not a loss.
+ *
+ * Replies find their holds again by key and generation: a hold released,
+ * or released and taken again, while its renewal was in flight is not
+ * touched by that renewal's answer.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "async_internal.h"
+
+#define WD_CHUNK 128
+
+typedef struct wd_item {
+  uint64_t gen;  /* the record's */
+  uint32_t hgen; /* the hold's (dlock__hold.gen) */
+  size_t key_off, key_len;
+} wd_item;
+
+typedef struct wd_batch {
+  dlock_async *a;
+  int64_t sent;
+  size_t n;
+  char *keys;
+  wd_item items[];
+} wd_batch;
+
+static void tick(dlock__atimer *t);
+
+static int64_t period(const dlock_async *a) {
+  int64_t p = a->cfg.watchdog_timeout_ms / 3;
+  return p > 0 ? p : 1;
+}
+
+void dlock__awd_add(dlock_async *a, dlock__ahold *h) {
+  if (h->in_wd)
+    return;
+  h->in_wd = 1;
+  h->wd_prev = NULL;
+  h->wd_next = a->wd_head;
+  if (a->wd_head)
+    a->wd_head->wd_prev = h;
+  a->wd_head = h;
+  if (!a->wd_timer.slot) {
+    a->wd_timer.fn = tick;
+    a->wd_timer.arg = a;
+    dlock__async_timer(a, &a->wd_timer, dlock__async_now() + period(a));
+  }
+}
+
+void dlock__awd_remove(dlock_async *a, dlock__ahold *h) {
+  if (!h->in_wd)
+    return;
+  if (h->wd_prev)
+    h->wd_prev->wd_next = h->wd_next;
+  else
+    a->wd_head = h->wd_next;
+  if (h->wd_next)
+    h->wd_next->wd_prev = h->wd_prev;
+  h->wd_prev = h->wd_next = NULL;
+  h->in_wd = 0;
+  if (!a->wd_head)
+    dlock__async_untimer(a, &a->wd_timer);
+}
+
+void dlock__awd_close(dlock_async *a) {
+  dlock__async_untimer(a, &a->wd_timer);
+  a->wd_head = NULL;
+}
+
+/* Marks h lost and appends its name to names (NUL-separated). */
+static void lose(dlock_async *a, dlock__ahold *h, dlock__sb *names) {
+  dlock__sb_add(names, h->key, h->name_len + 1);
+  dlock__ahold_lost(a, h);
+}
+
+/* Calls on_lock_lost for every name (after the records were updated: the
+ * callback may unlock, which frees records). */
+static void report(dlock_async *a, dlock__sb *names) {
+  for (size_t at = 0; at < names->len && !a->closing;) {
+    const char *name = names->p + at;
+    at += strlen(name) + 1;
+    if (a->cfg.on_lock_lost)
+      a->cfg.on_lock_lost(name, a->cfg.on_lock_lost_arg);
+  }
+  dlock__sb_free(names);
+}
+
+static void batch_done(dlock__areq *r, redisReply *reply, int err,
+                       const char *why) {
+  (void)why;
+  wd_batch *b = r->arg;
+  dlock_async *a = b->a;
+  dlock__areq_free(r);
+  a->wd_batches--;
+  dlock__sb names;
+  dlock__sb_init(&names);
+  int ok =
+      !err && reply && reply->type == REDIS_REPLY_STRING && reply->len == b->n;
+  int64_t lease = a->cfg.watchdog_timeout_ms;
+  int64_t until = b->sent + lease - dlock__lease_margin(lease);
+  for (size_t i = 0; ok && i < b->n; i++) {
+    const wd_item *it = &b->items[i];
+    dlock__ahold *h =
+        dlock__map_get(&a->holds, b->keys + it->key_off, it->key_len);
+    if (!h || h->gen != it->gen || h->h.gen != it->hgen || !h->in_wd)
+      continue;
+    if (reply->str[i] == '1') {
+      if (until > h->h.valid_until)
+        h->h.valid_until = until;
+      h->h.renewed_at = b->sent;
+    } else if (!h->h.releasing) {
+      lose(a, h, &names);
+    }
+  }
+  if (reply)
+    freeReplyObject(reply);
+  free(b->keys);
+  free(b);
+  report(a, &names);
+}
+
+/* One EVALSHA of the renew script for holds[0..n). */
+static void send_chunk(dlock_async *a, dlock__ahold **holds, size_t n,
+                       int64_t now) {
+  wd_batch *b = dlock__calloc(1, sizeof *b + n * sizeof b->items[0]);
+  size_t klen = 0;
+  for (size_t i = 0; i < n; i++)
+    klen += holds[i]->key_len + 1;
+  char *keys = b ? dlock__malloc(klen) : NULL;
+  const char *kv[WD_CHUNK], *av[WD_CHUNK + 1];
+  size_t kl[WD_CHUNK], al[WD_CHUNK + 1];
+  char lease[24];
+  av[0] = lease;
+  al[0] = dlock__fmt_i64(lease, a->cfg.watchdog_timeout_ms);
+  size_t off = 0;
+  for (size_t i = 0; keys && i < n; i++) {
+    dlock__ahold *h = holds[i];
+    memcpy(keys + off, h->key, h->key_len + 1);
+    b->items[i] = (wd_item){h->gen, h->h.gen, off, h->key_len};
+    off += h->key_len + 1;
+    kv[i] = h->key;
+    kl[i] = h->name_len;
+    av[i + 1] = h->field;
+    al[i + 1] = h->fl;
+  }
+  dlock__areq *r =
+      keys ? dlock__areq_eval(dlock__core_script(DLOCK__S_RENEW), (int)n, kv,
+                              kl, (int)n + 1, av, al, batch_done, b)
+           : NULL;
+  if (!r) { /* out of memory: the next tick tries again */
+    free(keys);
+    free(b);
+    return;
+  }
+  b->a = a;
+  b->sent = now;
+  b->n = n;
+  b->keys = keys;
+  r->no_retry = 1; /* the next tick is the retry */
+  a->wd_batches++;
+  dlock__aconn_submit(&a->cmd, r);
+}
+
+static void tick(dlock__atimer *t) {
+  dlock_async *a = t->arg;
+  int64_t now = dlock__async_now();
+  dlock__sb names;
+  dlock__sb_init(&names);
+  dlock__ahold *chunk[WD_CHUNK];
+  size_t n = 0;
+  for (dlock__ahold *h = a->wd_head, *nx; h; h = nx) {
+    nx = h->wd_next;
+    if (now >= h->h.valid_until) {
+      lose(a, h, &names);
+      continue;
+    }
+    chunk[n++] = h;
+    if (n == WD_CHUNK) {
+      send_chunk(a, chunk, n, now);
+      n = 0;
+    }
+  }
+  if (n)
+    send_chunk(a, chunk, n, now);
+  if (a->wd_head)
+    dlock__async_timer(a, &a->wd_timer, now + period(a));
+  report(a, &names);
+}

@@ -1,0 +1,709 @@
+/*
+ * The event-loop client (include/dlock/async.h) in both loops: every case
+ * runs once on libevent (dlock/adapters/libevent.h) and once on libuv
+ * (dlock/adapters/libuv.h), against a real redis-server, from one thread.
+ */
+#include "th.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "dlock/adapters/libevent.h"
+#include "dlock/adapters/libuv.h"
+#include "dlock/async.h"
+
+/* ---- a test loop: either library, run until a condition holds ---------- */
+
+typedef struct tloop {
+  int uv;
+  struct event_base *base;
+  struct event *tick;
+  uv_loop_t loop;
+  uv_timer_t utick;
+} tloop;
+
+static void ev_tick(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  (void)arg;
+}
+
+static void uv_tick(uv_timer_t *t) { (void)t; }
+
+/* A 5 ms ticker keeps one turn of either loop from blocking for ever. */
+static void tl_init(tloop *l, int uv) {
+  memset(l, 0, sizeof *l);
+  l->uv = uv;
+  if (uv) {
+    CHECK_EQ(uv_loop_init(&l->loop), 0);
+    uv_timer_init(&l->loop, &l->utick);
+    uv_timer_start(&l->utick, uv_tick, 5, 5);
+  } else {
+    l->base = event_base_new();
+    CHECK(l->base);
+    l->tick = event_new(l->base, -1, EV_PERSIST, ev_tick, NULL);
+    struct timeval tv = {0, 5000};
+    event_add(l->tick, &tv);
+  }
+}
+
+static void tl_attach(tloop *l, dlock_async *a) {
+  if (l->uv)
+    CHECK_OK(dlock_libuv_attach(a, &l->loop));
+  else
+    CHECK_OK(dlock_libevent_attach(a, l->base));
+}
+
+static void tl_once(tloop *l) {
+  if (l->uv)
+    uv_run(&l->loop, UV_RUN_ONCE);
+  else
+    event_base_loop(l->base, EVLOOP_ONCE);
+}
+
+/* Runs the loop until *n >= want or ms pass; returns whether it got there. */
+static int tl_until(tloop *l, const int *n, int want, int64_t ms) {
+  int64_t end = th_now_ms() + ms * (int64_t)th_timeout_mult();
+  while (*n < want && th_now_ms() < end)
+    tl_once(l);
+  return *n >= want;
+}
+
+static void tl_for(tloop *l, int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  while (th_now_ms() < end)
+    tl_once(l);
+}
+
+static void tl_free(tloop *l) {
+  if (l->uv) {
+    uv_close((uv_handle_t *)&l->utick, NULL);
+    uv_run(&l->loop, UV_RUN_DEFAULT); /* the closed handles go */
+    CHECK_EQ(uv_loop_close(&l->loop), 0);
+  } else {
+    event_free(l->tick);
+    event_base_free(l->base);
+  }
+}
+
+/* Runs the loop until LLEN key is n (a waiter joined the hand-over queue);
+ * returns the last length seen. */
+static long long tl_until_llen(tloop *l, th_redis *r, const char *key,
+                               long long n) {
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
+  long long len;
+  while ((len = th_cmd_int(r, "LLEN %s", key)) < n && th_now_ms() < end)
+    tl_for(l, 5);
+  return len;
+}
+
+/* ---- results ------------------------------------------------------------- */
+
+typedef struct res {
+  int n;    /* callbacks so far */
+  int last; /* rc of the last one */
+  int ok, errs;
+} res;
+
+static void on_res(int rc, void *arg) {
+  res *r = arg;
+  r->n++;
+  r->last = rc;
+  if (rc == DLOCK_OK)
+    r->ok++;
+  else
+    r->errs++;
+}
+
+static dlock_async *new_async(th_redis *r, dlock_config *cfg_in) {
+  dlock_config cfg;
+  if (cfg_in)
+    cfg = *cfg_in;
+  else
+    dlock_config_init(&cfg);
+  if (!cfg.url)
+    cfg.url = r->url;
+  dlock_async *a = NULL;
+  CHECK_OK(dlock_async_new(&cfg, &a));
+  return a;
+}
+
+/* A case's server, loop and client. */
+typedef struct fx {
+  th_redis *r;
+  tloop l;
+  dlock_async *a;
+} fx;
+
+static void fx_begin(fx *f, int uv, dlock_config *cfg) {
+  f->r = th_redis_new(0, NULL);
+  tl_init(&f->l, uv);
+  f->a = new_async(f->r, cfg);
+  tl_attach(&f->l, f->a);
+}
+
+static void fx_end(fx *f) {
+  dlock_async_free(f->a);
+  tl_free(&f->l);
+}
+
+static int threads_now(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+/* ---- 1,000 locks in flight */
+
+/* Runs the loop until every one of v[0..n) has called back (want_ok: with
+ * DLOCK_OK); returns how many have. */
+static int tl_until_all(tloop *l, const res *v, int n, int want_ok) {
+  int64_t end = th_now_ms() + 20000LL * th_timeout_mult();
+  for (;;) {
+    int done = 0;
+    for (int i = 0; i < n; i++)
+      done += want_ok ? v[i].ok : v[i].n;
+    if (done == n || th_now_ms() > end)
+      return done;
+    tl_once(l);
+  }
+}
+
+static void many_in_flight(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  enum { N = 1000 };
+  static res locked[N], unlocked[N];
+  memset(locked, 0, sizeof locked);
+  memset(unlocked, 0, sizeof unlocked);
+  char name[64];
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "many:%d", i);
+    CHECK_OK(dlock_async_lock(a, name, 7, 5000, -1, on_res, &locked[i]));
+  }
+  CHECK_EQ(threads_now(), 1);
+  CHECK_EQ(tl_until_all(&f.l, locked, N, 0), N);
+  for (int i = 0; i < N; i++)
+    CHECK_MSG(locked[i].n == 1 && locked[i].last == DLOCK_OK,
+              "lock %d: %d callbacks, rc %d", i, locked[i].n, locked[i].last);
+  /* Redisson's layout: field "<client id>:<owner>", the watchdog's TTL. */
+  redisReply *h = th_cmd(r, "HGETALL many:500");
+  CHECK_EQ(h->elements, 2);
+  char field[80];
+  snprintf(field, sizeof field, "%s:7", dlock_async_id(a));
+  CHECK_STR(h->element[0]->str, field);
+  CHECK_STR(h->element[1]->str, "1");
+  freeReplyObject(h);
+  long long pttl = th_cmd_int(r, "PTTL many:999");
+  CHECK_MSG(pttl > 25000 && pttl <= 30000, "pttl %lld", pttl);
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "many:%d", i);
+    CHECK_OK(dlock_async_unlock(a, name, 7, on_res, &unlocked[i]));
+  }
+  CHECK_EQ(tl_until_all(&f.l, unlocked, N, 1), N);
+  CHECK_EQ(th_cmd_int(r, "EXISTS many:0 many:500 many:999"), 0);
+  CHECK_EQ(threads_now(), 1);
+  fx_end(&f);
+}
+
+TH_CASE(many_in_flight_libevent) { many_in_flight(0); }
+TH_CASE(many_in_flight_libuv) { many_in_flight(1); }
+
+/* ---- owners contending in one loop: the pub/sub hand-over */
+
+static void contention(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res r1 = {0}, r2 = {0}, r3 = {0}, u1 = {0}, u2 = {0}, u3 = {0};
+  CHECK_OK(dlock_async_lock(a, "c", 1, -1, -1, on_res, &r1));
+  CHECK(tl_until(&f.l, &r1.n, 1, 5000));
+  CHECK_RC(r1.last, DLOCK_OK);
+  /* Owners 2 then 3 wait: they join the hand-over queue in that order. */
+  CHECK_OK(dlock_async_lock(a, "c", 2, 10000, -1, on_res, &r2));
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{c}", 1), 1);
+  CHECK_OK(dlock_async_lock(a, "c", 3, 10000, -1, on_res, &r3));
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{c}", 2), 2);
+  CHECK_EQ(r2.n + r3.n, 0);
+  /* Each unlock hands the lock to the head of the queue, by grant. */
+  CHECK_OK(dlock_async_unlock(a, "c", 1, on_res, &u1));
+  CHECK(tl_until(&f.l, &r2.n, 1, 5000));
+  CHECK_RC(r2.last, DLOCK_OK);
+  CHECK_EQ(r3.n, 0);
+  CHECK_EQ(u1.last, DLOCK_OK);
+  char field[80];
+  snprintf(field, sizeof field, "%s:2", dlock_async_id(a));
+  CHECK_EQ(th_cmd_int(r, "HEXISTS c %s", field), 1);
+  CHECK_OK(dlock_async_unlock(a, "c", 2, on_res, &u2));
+  CHECK(tl_until(&f.l, &r3.n, 1, 5000));
+  CHECK_RC(r3.last, DLOCK_OK);
+  CHECK_OK(dlock_async_unlock(a, "c", 3, on_res, &u3));
+  CHECK(tl_until(&f.l, &u3.n, 1, 5000));
+  CHECK_RC(u3.last, DLOCK_OK);
+  CHECK_EQ(th_cmd_int(r, "EXISTS c"), 0);
+  /* A wait that runs out: ETIMEDOUT, and the queue is left. */
+  res t1 = {0}, t2 = {0};
+  CHECK_OK(dlock_async_lock(a, "c", 1, -1, 20000, on_res, &t1));
+  CHECK(tl_until(&f.l, &t1.n, 1, 5000));
+  CHECK_OK(dlock_async_lock(a, "c", 2, 200, -1, on_res, &t2));
+  CHECK(tl_until(&f.l, &t2.n, 1, 5000));
+  CHECK_RC(t2.last, DLOCK_ETIMEDOUT);
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{c}"), 0);
+  res t3 = {0};
+  CHECK_OK(dlock_async_lock(a, "c", 2, 0, -1, on_res, &t3));
+  CHECK(tl_until(&f.l, &t3.n, 1, 5000));
+  CHECK_RC(t3.last, DLOCK_EBUSY);
+  fx_end(&f);
+}
+
+TH_CASE(contention_libevent) { contention(0); }
+TH_CASE(contention_libuv) { contention(1); }
+
+/* ---- against a blocking dlock_mutex in another process */
+
+static th_redis *g_r;
+/* th_tmpfile's buffers are a ring: the paths are kept here. */
+static char g_held[256], g_release[256];
+
+/* Child: holds "x" with the blocking API until the flag file appears. */
+static int blocking_holder(void *arg) {
+  const char *flag = arg;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "x", &m) || dlock_mutex_lock(m))
+    return 10;
+  FILE *f = fopen(g_held, "w");
+  if (f)
+    fclose(f);
+  for (int i = 0; i < 2000 && access(flag, F_OK) != 0; i++)
+    usleep(5000);
+  int rc = dlock_mutex_unlock(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return rc ? 11 : 0;
+}
+
+/* Child: waits for "y" with the blocking API (the async owner holds it). */
+static int blocking_waiter(void *arg) {
+  (void)arg;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "y", &m))
+    return 10;
+  int rc = dlock_mutex_timedlock(m, 15000, -1);
+  if (rc) {
+    fprintf(stderr, "waiter: %s %s\n", dlock_err_name(rc), dlock_last_error());
+    return 12;
+  }
+  rc = dlock_mutex_unlock(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return rc ? 13 : 0;
+}
+
+static void vs_blocking(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  g_r = f.r;
+  dlock_async *a = f.a;
+  snprintf(g_held, sizeof g_held, "%s", th_tmpfile("held"));
+  snprintf(g_release, sizeof g_release, "%s", th_tmpfile("release"));
+  const char *flag = g_release;
+  pid_t holder = th_fork(blocking_holder, (void *)flag);
+  int64_t end = th_now_ms() + 10000;
+  while (access(g_held, F_OK) != 0 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(th_cmd_int(g_r, "EXISTS x"), 1);
+  /* async waits for the blocking holder; it is handed over on unlock. */
+  res got = {0}, rel = {0};
+  CHECK_OK(dlock_async_lock(a, "x", 5, 15000, -1, on_res, &got));
+  CHECK_EQ(tl_until_llen(&f.l, g_r, "dlock_lock_queue:{x}", 1), 1);
+  CHECK_EQ(got.n, 0);
+  FILE *fl = fopen(flag, "w");
+  CHECK(fl);
+  fclose(fl);
+  CHECK(tl_until(&f.l, &got.n, 1, 10000));
+  CHECK_RC(got.last, DLOCK_OK);
+  CHECK_EQ(th_wait(holder, 10000), 0);
+  CHECK_OK(dlock_async_unlock(a, "x", 5, on_res, &rel));
+  CHECK(tl_until(&f.l, &rel.n, 1, 5000));
+  CHECK_RC(rel.last, DLOCK_OK);
+  /* The reverse: the blocking waiter is handed the async owner's lock. */
+  res hy = {0}, uy = {0};
+  CHECK_OK(dlock_async_lock(a, "y", 6, -1, -1, on_res, &hy));
+  CHECK(tl_until(&f.l, &hy.n, 1, 5000));
+  CHECK_RC(hy.last, DLOCK_OK);
+  pid_t waiter = th_fork(blocking_waiter, NULL);
+  CHECK_EQ(tl_until_llen(&f.l, g_r, "dlock_lock_queue:{y}", 1), 1);
+  CHECK_OK(dlock_async_unlock(a, "y", 6, on_res, &uy));
+  CHECK(tl_until(&f.l, &uy.n, 1, 5000));
+  CHECK_RC(uy.last, DLOCK_OK);
+  CHECK_EQ(th_wait(waiter, 15000), 0);
+  fx_end(&f);
+}
+
+TH_CASE(vs_blocking_libevent) { vs_blocking(0); }
+TH_CASE(vs_blocking_libuv) { vs_blocking(1); }
+
+/* ---- reentrancy per owner */
+
+static void reentrant(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res x[8];
+  memset(x, 0, sizeof x);
+  /* Queued back to back: one owner's calls run in call order. */
+  CHECK_OK(dlock_async_lock(a, "re", 1, 0, -1, on_res, &x[0]));
+  CHECK_OK(dlock_async_lock(a, "re", 1, 0, 20000, on_res, &x[1]));
+  CHECK(tl_until(&f.l, &x[1].n, 1, 5000));
+  CHECK_RC(x[0].last, DLOCK_OK);
+  CHECK_RC(x[1].last, DLOCK_OK);
+  char field[80];
+  snprintf(field, sizeof field, "%s:1", dlock_async_id(a));
+  redisReply *h = th_cmd(r, "HGET re %s", field);
+  CHECK_STR(h->str, "2");
+  freeReplyObject(h);
+  CHECK_OK(dlock_async_lock(a, "re", 2, 0, -1, on_res, &x[2]));
+  CHECK(tl_until(&f.l, &x[2].n, 1, 5000));
+  CHECK_RC(x[2].last, DLOCK_EBUSY);
+  CHECK_OK(dlock_async_unlock(a, "re", 1, on_res, &x[3]));
+  CHECK(tl_until(&f.l, &x[3].n, 1, 5000));
+  CHECK_RC(x[3].last, DLOCK_OK);
+  h = th_cmd(r, "HGET re %s", field);
+  CHECK_STR(h->str, "1");
+  freeReplyObject(h);
+  CHECK_OK(dlock_async_unlock(a, "re", 1, on_res, &x[4]));
+  CHECK_OK(dlock_async_unlock(a, "re", 1, on_res, &x[5]));
+  CHECK(tl_until(&f.l, &x[5].n, 1, 5000));
+  CHECK_RC(x[4].last, DLOCK_OK);
+  CHECK_RC(x[5].last, DLOCK_EPERM);
+  CHECK_EQ(th_cmd_int(r, "EXISTS re"), 0);
+  /* Invalid calls queue nothing. */
+  CHECK_RC(dlock_async_lock(a, "", 1, 0, -1, on_res, &x[6]), DLOCK_EINVAL);
+  CHECK_RC(
+      dlock_async_lock(a, "re", 1, 0, DLOCK_LEASE_MAX_MS + 1, on_res, &x[6]),
+      DLOCK_EINVAL);
+  CHECK_RC(dlock_async_unlock(a, "re", 1, NULL, NULL), DLOCK_EINVAL);
+  tl_for(&f.l, 20);
+  CHECK_EQ(x[6].n, 0);
+  fx_end(&f);
+}
+
+TH_CASE(reentrant_libevent) { reentrant(0); }
+TH_CASE(reentrant_libuv) { reentrant(1); }
+
+/* ---- the watchdog, single-threaded */
+
+/* Renewed every WD_MS / 3: a loaded machine may delay a turn of the loop
+ * by a good part of that, never by the 2/3 of it a renewal may be late. */
+enum { WD_MS = 1500 };
+
+static void watchdog(int uv) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = WD_MS;
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res h = {0}, u = {0};
+  CHECK_OK(dlock_async_lock(a, "wd", 1, 0, -1, on_res, &h));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
+  CHECK_RC(h.last, DLOCK_OK);
+  /* 3 x the watchdog timeout: the lease would have run out three times
+   * without renewals. */
+  int64_t end = th_now_ms() + 3LL * WD_MS;
+  while (th_now_ms() < end) {
+    tl_for(&f.l, 50);
+    long long pttl = th_cmd_int(r, "PTTL wd");
+    CHECK_MSG(pttl > 0, "pttl %lld", pttl);
+  }
+  CHECK_EQ(threads_now(), 1);
+  CHECK_OK(dlock_async_unlock(a, "wd", 1, on_res, &u));
+  CHECK(tl_until(&f.l, &u.n, 1, 5000));
+  CHECK_RC(u.last, DLOCK_OK);
+  fx_end(&f);
+}
+
+TH_CASE_T(watchdog_libevent, 120, "slow") { watchdog(0); }
+TH_CASE_T(watchdog_libuv, 120, "slow") { watchdog(1); }
+
+/* ---- a lock deleted under its holder */
+
+typedef struct lost_seen {
+  int n;
+  int on_main;
+  char name[64];
+} lost_seen;
+
+static pthread_t g_main;
+
+static void on_lost(const char *name, void *arg) {
+  lost_seen *s = arg;
+  s->n++;
+  s->on_main = pthread_equal(pthread_self(), g_main);
+  snprintf(s->name, sizeof s->name, "%s", name);
+}
+
+static void lost(int uv) {
+  g_main = pthread_self();
+  lost_seen seen = {0};
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = 600;
+  cfg.on_lock_lost = on_lost;
+  cfg.on_lock_lost_arg = &seen;
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res h = {0}, u = {0};
+  CHECK_OK(dlock_async_lock(a, "gone", 1, 0, -1, on_res, &h));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
+  CHECK_RC(h.last, DLOCK_OK);
+  CHECK_EQ(th_cmd_int(r, "DEL gone"), 1);
+  CHECK(tl_until(&f.l, &seen.n, 1, 5000));
+  CHECK_EQ(seen.n, 1);
+  CHECK(seen.on_main);
+  CHECK_STR(seen.name, "gone");
+  CHECK_OK(dlock_async_unlock(a, "gone", 1, on_res, &u));
+  CHECK(tl_until(&f.l, &u.n, 1, 5000));
+  CHECK_RC(u.last, DLOCK_ELOST);
+  CHECK_EQ(threads_now(), 1);
+  fx_end(&f);
+}
+
+TH_CASE(lost_libevent) { lost(0); }
+TH_CASE(lost_libuv) { lost(1); }
+
+/* ---- Redis killed and restarted with calls pending */
+
+static void restart(int uv) {
+  lost_seen seen = {0};
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = 900;
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 100;
+  cfg.command_timeout_ms = 1000;
+  cfg.on_lock_lost = on_lost;
+  cfg.on_lock_lost_arg = &seen;
+  g_main = pthread_self();
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res h = {0};
+  CHECK_OK(dlock_async_lock(a, "held", 1, 0, -1, on_res, &h));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
+  CHECK_RC(h.last, DLOCK_OK);
+  th_redis_kill(r);
+  enum { N = 20 };
+  res p[N];
+  memset(p, 0, sizeof p);
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "pend:%d", i);
+    CHECK_OK(dlock_async_lock(a, name, 1, 5000, -1, on_res, &p[i]));
+  }
+  CHECK(tl_until(&f.l, &p[N - 1].n, 1, 10000));
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(p[i].n, 1);
+    CHECK_RC(p[i].last, DLOCK_ECONN);
+  }
+  th_redis_restart(r);
+  /* Recovery: new calls work; the held lock (the server restarted empty)
+   * is reported lost by the watchdog. */
+  res q = {0};
+  CHECK_OK(dlock_async_lock(a, "after", 1, 0, -1, on_res, &q));
+  CHECK(tl_until(&f.l, &q.n, 1, 10000));
+  CHECK_RC(q.last, DLOCK_OK);
+  CHECK(tl_until(&f.l, &seen.n, 1, 10000));
+  CHECK_STR(seen.name, "held");
+  CHECK_EQ(th_cmd_int(r, "EXISTS after"), 1);
+  fx_end(&f);
+}
+
+TH_CASE(restart_libevent) { restart(0); }
+TH_CASE(restart_libuv) { restart(1); }
+
+/* ---- free with calls pending */
+
+static dlock_async *g_freeing;
+static res g_late;
+
+/* A callback that calls back into the client while it is being freed. */
+static void on_closed_relock(int rc, void *arg) {
+  on_res(rc, arg);
+  CHECK_RC(dlock_async_lock(g_freeing, "late", 1, 0, -1, on_res, &g_late),
+           DLOCK_ECLOSED);
+}
+
+static void free_pending(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  g_freeing = a;
+  res held = {0}, waiting = {0}, queued = {0};
+  enum { N = 50 };
+  res fresh[N];
+  memset(fresh, 0, sizeof fresh);
+  memset(&g_late, 0, sizeof g_late);
+  CHECK_OK(dlock_async_lock(a, "f", 1, 0, -1, on_res, &held));
+  CHECK(tl_until(&f.l, &held.n, 1, 5000));
+  CHECK_RC(held.last, DLOCK_OK);
+  /* One waiting on pub/sub, one queued behind it (same owner), fifty
+   * not sent yet. */
+  CHECK_OK(dlock_async_lock(a, "f", 2, -1, -1, on_closed_relock, &waiting));
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{f}", 1), 1);
+  CHECK_OK(dlock_async_lock(a, "f", 2, -1, -1, on_res, &queued));
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "fresh:%d", i);
+    CHECK_OK(dlock_async_lock(a, name, 1, -1, -1, on_res, &fresh[i]));
+  }
+  dlock_async_free(a);
+  CHECK_EQ(waiting.n, 1);
+  CHECK_RC(waiting.last, DLOCK_ECLOSED);
+  CHECK_EQ(queued.n, 1);
+  CHECK_RC(queued.last, DLOCK_ECLOSED);
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(fresh[i].n, 1);
+    CHECK_RC(fresh[i].last, DLOCK_ECLOSED);
+  }
+  CHECK_EQ(g_late.n, 0);
+  tl_for(&f.l, 100); /* nothing calls back later */
+  CHECK_EQ(held.n, 1);
+  CHECK_EQ(waiting.n + queued.n + g_late.n, 2);
+  tl_free(&f.l);
+}
+
+TH_CASE(free_pending_libevent) { free_pending(0); }
+TH_CASE(free_pending_libuv) { free_pending(1); }
+
+/* dlock_async_free from inside a callback: the other calls end with
+ * DLOCK_ECLOSED, the memory goes when the callback returns. */
+static void on_first_frees(int rc, void *arg) {
+  on_res(rc, arg);
+  dlock_async_free(g_freeing);
+}
+
+static void free_in_callback(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  dlock_async *a = f.a;
+  g_freeing = a;
+  res first = {0}, other = {0};
+  CHECK_OK(dlock_async_lock(a, "cb", 1, 0, -1, on_first_frees, &first));
+  CHECK_OK(dlock_async_lock(a, "cb", 2, -1, -1, on_res, &other));
+  CHECK(tl_until(&f.l, &other.n, 1, 5000));
+  CHECK_EQ(first.n, 1);
+  CHECK_RC(first.last, DLOCK_OK);
+  CHECK_RC(other.last, DLOCK_ECLOSED);
+  tl_for(&f.l, 50);
+  CHECK_EQ(other.n, 1);
+  tl_free(&f.l);
+}
+
+TH_CASE(free_in_callback_libevent) { free_in_callback(0); }
+TH_CASE(free_in_callback_libuv) { free_in_callback(1); }
+
+/* examples/async_libevent.c --demo: 400 jobs on 4 keys in one loop, none
+ * overlapping another of its key. */
+TH_CASE(example_demo) {
+  th_redis *r = th_redis_new(0, NULL);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s %s --demo 400 >%s 2>&1", DLOCK_ASYNC_EXAMPLE,
+           r->url, th_tmpfile("demo.out"));
+  int st = system(cmd);
+  char out[512] = "";
+  FILE *f = fopen(th_tmpfile("demo.out"), "r");
+  if (f) {
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+  }
+  CHECK_MSG(st == 0, "example exited %d: %s", st, out);
+  CHECK_MSG(strstr(out, "400 done, 0 failed, 0 overlapped"), "%s", out);
+}
+
+/* An adapter of the test's own (the hooks are public): its loop is
+ * libevent's timer only, and it refuses to watch any socket. The call must
+ * still call back, once, with an error -- not hang. */
+static int refuse_watch(void *data, dlock_async_watch *w) {
+  (void)data;
+  (void)w;
+  return -1;
+}
+static void no_watch(void *data, dlock_async_watch *w) {
+  (void)data;
+  (void)w;
+}
+static void refusing_cleanup(void *data) { (void)data; }
+
+TH_CASE(adapter_refuses_socket) {
+  th_redis *r = th_redis_new(0, NULL);
+  tloop l;
+  tl_init(&l, 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.retry_attempts = 0;
+  dlock_async *a = new_async(r, &cfg);
+  dlock_libevent__ctx ctx = {l.base,
+                             evtimer_new(l.base, dlock_libevent__on_timer, a)};
+  dlock_async_hooks h = {&ctx,
+                         refuse_watch,
+                         no_watch,
+                         refuse_watch,
+                         no_watch,
+                         no_watch,
+                         dlock_libevent__schedule,
+                         dlock_libevent__cancel,
+                         refusing_cleanup};
+  CHECK_OK(dlock_async_attach(a, &h));
+  CHECK_RC(dlock_async_attach(a, &h), DLOCK_EINVAL);
+  res x = {0};
+  CHECK_OK(dlock_async_lock(a, "refused", 1, -1, -1, on_res, &x));
+  CHECK(tl_until(&l, &x.n, 1, 5000));
+  CHECK_RC(x.last, DLOCK_ENOMEM);
+  tl_for(&l, 50);
+  CHECK_EQ(x.n, 1);
+  dlock_async_free(a);
+  event_free(ctx.timer);
+  tl_free(&l);
+}
+
+/* Creation: no I/O, what is refused. */
+TH_CASE(new_and_refusals) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = "rediss://127.0.0.1:1";
+  dlock_async *a = (dlock_async *)1;
+  CHECK_RC(dlock_async_new(&cfg, &a), DLOCK_ENOTSUP);
+  CHECK(a == NULL);
+  cfg.url = "nope://x";
+  CHECK_RC(dlock_async_new(&cfg, &a), DLOCK_EINVAL);
+  cfg.url = "redis://127.0.0.1:1"; /* nothing listens: no I/O yet */
+  CHECK_OK(dlock_async_new(&cfg, &a));
+  CHECK_EQ(strlen(dlock_async_id(a)), 36);
+  dlock_async_hooks h;
+  memset(&h, 0, sizeof h);
+  CHECK_RC(dlock_async_attach(a, &h), DLOCK_EINVAL);
+  dlock_async_free(a);
+  dlock_async_free(NULL);
+}
+
+TH_MAIN()
