@@ -124,6 +124,25 @@ static int get_ll(redisContext *c, const char *key, long long *v) {
   return 0;
 }
 
+/* s as a JSON string (NULL: null); our texts are ASCII. */
+static void json_str(struct evbuffer *b, const char *s) {
+  if (!s) {
+    evbuffer_add_printf(b, "null");
+    return;
+  }
+  evbuffer_add(b, "\"", 1);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      evbuffer_add_printf(b, "\\%c", c);
+    else if (c < 0x20)
+      evbuffer_add_printf(b, "\\u%04x", c);
+    else
+      evbuffer_add(b, s, 1);
+  }
+  evbuffer_add(b, "\"", 1);
+}
+
 /* /stock's JSON: stock, orders, initial, oversold and per-instance
  * counts of one product. */
 static int stock_json(sk_eth *th, const sd_product *p, const sd_opts *o,
@@ -154,7 +173,14 @@ static int stock_json(sk_eth *th, const sd_product *p, const sd_opts *o,
   for (size_t i = 0; i + 1 < h->elements; i += 2)
     evbuffer_add_printf(b, "%s\"%s\": %s", i ? ", " : "", h->element[i]->str,
                         h->element[i + 1]->str);
-  evbuffer_add_printf(b, "}}\n");
+  const sk_strategy *st = o->strategy;
+  evbuffer_add_printf(b, "}, \"summary\": ");
+  json_str(b, st->summary);
+  evbuffer_add_printf(b, ", \"lesson\": ");
+  json_str(b, st->lesson_race);
+  evbuffer_add_printf(b, ", \"hint\": ");
+  json_str(b, st->hint);
+  evbuffer_add_printf(b, "}\n");
   freeReplyObject(h);
   return 0;
 }
