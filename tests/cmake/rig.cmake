@@ -6,7 +6,7 @@ if(TARGET dlock-stockd AND TARGET dlock-rig)
   find_program(DLOCK_PYTHON3 python3)
   if(DLOCK_PYTHON3)
     foreach(c stockd_endpoints stockd_malformed stockd_slow_clients rig_quick
-              rig_page)
+              rig_interrupted rig_page)
       add_test(NAME rig.${c}
         COMMAND ${DLOCK_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/../rig/rig_test.py
                 ${c} --rig ${PROJECT_BINARY_DIR}/tools/rig/dlock-rig

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -306,7 +307,7 @@ def case_rig_quick(R, a, tmp):
     need_parts(R)
     env = dict(os.environ, TMPDIR=tmp)
     t0 = time.monotonic()
-    p = subprocess.run([a.rig, "--json", "--requests", "300",
+    p = subprocess.run([a.rig, "--stockd", a.stockd, "--json", "--requests", "300",
                         "--concurrency", "200", "--strategy",
                         "none,dlock,atomic"], cwd=tmp, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -342,6 +343,40 @@ def case_rig_quick(R, a, tmp):
     left = leftovers(tmp)
     check(not left, "processes left behind: %s" % left)
     check(dt < 60, "took %.1f s" % dt)
+
+
+def case_rig_interrupted(R, a, tmp):
+    """Ctrl-C in the middle of a run: everything stops, nothing is left."""
+    need_parts(R)
+    env = dict(os.environ, TMPDIR=tmp)
+    p = subprocess.Popen([a.rig, "--stockd", a.stockd, "--requests", "2000", "--concurrency", "50",
+                          "--strategy", "none,setnx-expire,dlock"], cwd=tmp,
+                         env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    # wait (bounded) until the first strategy is done and the second runs
+    end = time.monotonic() + 60
+    err = b""
+    while time.monotonic() < end and b"dlock-rig: none:" not in err:
+        r = p.stderr.read1(4096) if p.poll() is None else b""
+        if not r and p.poll() is not None:
+            break
+        err += r
+    check(b"dlock-rig: none:" in err, "the rig never got going: %r" % err)
+    time.sleep(0.5)  # into the second strategy's load (not a sync point)
+    os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C sends: the whole group
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise Fail("the rig did not stop within 30 s of SIGINT")
+    err += p.stderr.read()
+    check(p.returncode == 130 and b"interrupted" in err,
+          "exit %s: %r" % (p.returncode, err[-300:]))
+    left = leftovers(tmp)
+    check(not left, "processes left behind: %s" % left)
+    check(not [d for d in os.listdir(tmp) if d.startswith("dlock-rig-")],
+          "temp dir left: %s" % os.listdir(tmp))
 
 
 def dom_numbers(html):
@@ -420,6 +455,7 @@ CASES = {
     "stockd_malformed": case_stockd_malformed,
     "stockd_slow_clients": case_stockd_slow_clients,
     "rig_quick": case_rig_quick,
+    "rig_interrupted": case_rig_interrupted,
     "rig_page": case_rig_page,
 }
 

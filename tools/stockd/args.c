@@ -101,7 +101,7 @@ static int parse_listen(sd_opts *o, const char *v, char *err, size_t el) {
 static int parse_products(sd_opts *o, const char *v, char *err, size_t el) {
   if (strlen(v) >= sizeof o->products_buf)
     return dlc_opt_fail(err, el, "--products: too long");
-  strcpy(o->products_buf, v);
+  snprintf(o->products_buf, sizeof o->products_buf, "%s", v);
   o->n_products = 0;
   for (char *save = NULL, *t = strtok_r(o->products_buf, ",", &save); t;
        t = strtok_r(NULL, ",", &save)) {
@@ -201,7 +201,7 @@ static void defaults(sd_opts *o) {
   o->port = 8080;
   o->url = "redis://127.0.0.1:6379";
   o->strategy = sk_strategy_find("dlock");
-  strcpy(o->products_buf, "sku1");
+  snprintf(o->products_buf, sizeof o->products_buf, "sku1");
   o->products[0] = o->products_buf;
   o->n_products = 1;
   o->threads = 16;

@@ -117,7 +117,7 @@ struct bufferevent *sd_conn_bev(struct event_base *base, void *arg) {
 
 int sd_conn_start(sd_thread *t) {
   t->sweep = event_new(t->base, -1, EV_PERSIST, sweep, t);
-  struct timeval tv = {0, SWEEP_MS * 1000};
+  struct timeval tv = {0, (suseconds_t)SWEEP_MS * 1000};
   return t->sweep && event_add(t->sweep, &tv) == 0 ? 0 : -1;
 }
 

@@ -280,8 +280,7 @@ static void count_served(sd_thread *t, int i) {
 
 static void do_deduct(sd_thread *t, sd_req *r) {
   int i;
-  sd_product *p;
-  if (!want_method(r, EVHTTP_REQ_POST, "POST") || !(p = product(t, r, &i)))
+  if (!want_method(r, EVHTTP_REQ_POST, "POST") || !product(t, r, &i))
     return;
   const char *u = param(r, "user");
   if (u && !sd_name_ok(u)) {
@@ -356,7 +355,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
                 {"/healthz", SD_EP_HEALTHZ, do_simple},
                 {"/", SD_EP_PAGE, do_simple}};
   size_t k = 0;
-  while (k < sizeof routes / sizeof routes[0] && strcmp(routes[k].path, path))
+  while (k < sizeof routes / sizeof routes[0] &&
+         strcmp(routes[k].path, path) != 0)
     k++;
   if (k == sizeof routes / sizeof routes[0]) {
     fail(req, r.ep, 404, "not found: %.100s", path);
@@ -387,13 +387,15 @@ int sd_service_init(sd_service *svc, const sd_opts *o) {
     sd_product *p = &svc->p[i];
     sk_engine *e = &p->e;
     p->name = o->products[i];
-    snprintf(e->k.prefix, sizeof e->k.prefix, "stockd:%s", p->name);
-    snprintf(e->k.stock, sizeof e->k.stock, "%s:stock", e->k.prefix);
-    snprintf(e->k.orders, sizeof e->k.orders, "%s:orders", e->k.prefix);
-    snprintf(e->k.users, sizeof e->k.users, "%s:users", e->k.prefix);
-    snprintf(e->k.lock, sizeof e->k.lock, "%s:lock", e->k.prefix);
-    snprintf(p->initial, sizeof p->initial, "%s:initial", e->k.prefix);
-    snprintf(p->served, sizeof p->served, "%s:served", e->k.prefix);
+    char pre[80]; /* the product's keys: stockd:<product>:... */
+    snprintf(pre, sizeof pre, "stockd:%s", p->name);
+    snprintf(e->k.prefix, sizeof e->k.prefix, "%s", pre);
+    snprintf(e->k.stock, sizeof e->k.stock, "%s:stock", pre);
+    snprintf(e->k.orders, sizeof e->k.orders, "%s:orders", pre);
+    snprintf(e->k.users, sizeof e->k.users, "%s:users", pre);
+    snprintf(e->k.lock, sizeof e->k.lock, "%s:lock", pre);
+    snprintf(p->initial, sizeof p->initial, "%s:initial", pre);
+    snprintf(p->served, sizeof p->served, "%s:served", pre);
     e->s = o->strategy;
     e->url = o->url;
     for (int k = 0; k < SK_REDLOCK_SERVERS; k++)

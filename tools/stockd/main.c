@@ -53,7 +53,12 @@ static int listen_on(const char *host, int port, int *bound) {
   freeaddrinfo(ai);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
-  getsockname(fd, (struct sockaddr *)&ss, &sl);
+  memset(&ss, 0, sizeof ss);
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+    fprintf(stderr, "dlock-stockd: getsockname: %s\n", strerror(errno));
+    close(fd);
+    return -1;
+  }
   *bound =
       ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                      : ((struct sockaddr_in *)&ss)->sin_port);
