@@ -48,9 +48,14 @@ class RigError(Exception):
 _libc = None
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 def _die_with_parent():
-    """preexec_fn: SIGKILL when the rig dies, even by SIGKILL."""
+    """preexec_fn: SIGKILL when the rig dies, even by SIGKILL; and the stop
+    signals the rig blocks while it starts a child unblocked again."""
     global _libc
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         if _libc is None:
             _libc = ctypes.CDLL(None, use_errno=True)
@@ -66,12 +71,18 @@ class Procs:
         self.items = []  # (name, Popen)
 
     def start(self, name, argv, **kw):
+        # Ctrl-C between the fork and the bookkeeping would leave a child
+        # nobody stops (and an nginx worker that outlives its master):
+        # the stop signals wait until the child is on the list.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             p = subprocess.Popen(argv, start_new_session=True,
                                  preexec_fn=_die_with_parent, **kw)
+            self.items.append((name, p))
         except FileNotFoundError as e:
             raise RigError("%s: cannot run %s: %s" % (name, argv[0], e))
-        self.items.append((name, p))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return p
 
     def stop(self, p, timeout=10.0, sig=signal.SIGTERM):
@@ -86,13 +97,17 @@ class Procs:
                 p.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        # the group may outlive its leader (nginx workers): kill what is left
+        # the group may outlive its leader (nginx workers): kill what is
+        # left, and wait (bounded) until the kernel has really ended it
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         if p.poll() is None:
             p.wait(5)
+        end = time.monotonic() + 5
+        while group_alive(p.pid) and time.monotonic() < end:
+            time.sleep(0.01)
         return p.returncode
 
     def stop_all(self):
@@ -104,6 +119,21 @@ class Procs:
 
     def forget(self, p):
         self.items = [(n, q) for n, q in self.items if q is not p]
+
+
+def group_alive(pgid):
+    """Is a process of group pgid still running (zombies do not count)?"""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in "ZX":
+            return True
+    return False
 
 
 def free_port():
@@ -357,17 +387,20 @@ class Nginx:
 
 # ---- the load ------------------------------------------------------------------
 
-def run_ab(ab, url, requests, concurrency, timeout):
+def run_ab(procs, ab, url, requests, concurrency, timeout):
     argv = [ab, "-q", "-l", "-r", "-s", "60", "-m", "POST",
             "-n", str(requests), "-c", str(concurrency), url]
     try:
-        r = subprocess.run(argv, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, timeout=timeout,
-                           start_new_session=True, preexec_fn=_die_with_parent)
+        p = procs.start("ab", argv, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE)
+    except RigError:
+        raise RigError("ab is not installed (apache2-utils)")
+    try:
+        out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RigError("ab did not finish in %.0f s" % timeout)
-    except FileNotFoundError:
-        raise RigError("ab is not installed (apache2-utils)")
+    procs.forget(p)
+    r = subprocess.CompletedProcess(argv, p.returncode, out, err)
     text = r.stdout.decode(errors="replace")
     if r.returncode != 0 and "Complete requests" not in text:
         raise RigError("ab failed: %s" % r.stderr.decode(errors="replace")
@@ -390,6 +423,10 @@ def run_ab(ab, url, requests, concurrency, timeout):
 def lesson(st, res):
     if res["oversold"] > 0:
         return "oversold: " + (st.get("lesson") or "")
+    if res["lost_updates"] > 0:
+        return ("lost updates: %d orders, but the stock fell by %d: %s"
+                % (res["orders"], st["initial"] - st["stock"],
+                   st.get("lesson") or ""))
     if res["errors"] > 0:
         return "errors: requests failed (see the instances' logs)"
     if st.get("hint"):
@@ -412,7 +449,7 @@ def run_strategy(rig, name):
             raise RigError("reset failed: %d %s" % (code, body.strip()))
         if rig.on_ready:
             rig.on_ready(name, insts, nginx)
-        ab = run_ab(rig.ab, "%s/deduct_stock?product=%s" % (nginx.url,
+        ab = run_ab(rig.procs, rig.ab, "%s/deduct_stock?product=%s" % (nginx.url,
                                                              PRODUCT),
                     a.requests, a.concurrency, a.ab_timeout)
         code, body = http("GET", "%s/stock?product=%s" % (insts[0].url,
@@ -445,6 +482,8 @@ def run_strategy(rig, name):
         "throughput": round(ab["throughput"], 1),
         "p50_ms": ab["p50_ms"],
         "p99_ms": ab["p99_ms"],
+        # orders that took nothing off the stock (fewer requests than items)
+        "lost_updates": max(st["orders"] - (st["initial"] - st["stock"]), 0),
     }
     res["lesson"] = lesson(st, res)
     rig.ports += [s.port for s in insts] + [nginx.port]
