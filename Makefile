@@ -73,9 +73,10 @@ demo: build
 # The articles' rig with real parts (issue 16): a private redis-server, 2
 # dlock-stockd instances behind nginx, ab sending 1,000 purchases at
 # concurrency 200 per strategy. RIG_FLAGS: more options (--json, --chart
-# FILE.svg, --strategy LIST, --requests N, ...; dlock-rig --help).
+# FILE.svg, --strategy LIST, --requests N, ...; dlock-rig --help). With
+# --json the object is the last line of the output.
 rig: build deps-rig
-	./build/tools/rig/dlock-rig $(RIG_FLAGS)
+	@./build/tools/rig/dlock-rig $(RIG_FLAGS)
 
 bench: build
 	./build/tools/bench/dlock-bench $(BENCH_FLAGS)
