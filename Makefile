@@ -1,12 +1,13 @@
 # dlock -- the two commands of the README, and the sanitizer variants.
 #   make demo   run the flash-sale demo on a private redis-server
+#   make rig    the articles' rig: redis, 2 dlock-stockd behind nginx, ab
 #   make test   build, run every test, then again under ASan+UBSan
 # Both install what they need first (scripts/install-deps.sh).
 
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-build deps-test deps-dev build test test-plain test-asan test-tsan test-valgrind test-stress \
+.PHONY: all deps deps-build deps-rig deps-test deps-dev build rig test test-plain test-asan test-tsan test-valgrind test-stress \
         demo bench bench-peers clean format tidy install man fuzz soak
 
 all: build
@@ -16,6 +17,8 @@ all: build
 # rest (valgrind, clang-format, clang-tidy, stress-ng).
 deps-build:
 	@bash scripts/install-deps.sh build
+deps-rig:
+	@bash scripts/install-deps.sh rig
 deps-test:
 	@bash scripts/install-deps.sh test
 deps deps-dev:
@@ -84,6 +87,14 @@ demo: build
 	else \
 	  ./build/examples/demo_two_procs; \
 	fi
+
+# The articles' rig with real parts (issue 16): a private redis-server, 2
+# dlock-stockd instances behind nginx, ab sending 1,000 purchases at
+# concurrency 200 per strategy. RIG_FLAGS: more options (--json, --chart
+# FILE.svg, --strategy LIST, --requests N, ...; dlock-rig --help). With
+# --json the object is the last line of the output.
+rig: build deps-rig
+	@./build/tools/rig/dlock-rig $(RIG_FLAGS)
 
 bench: build
 	./build/tools/bench/dlock-bench $(BENCH_FLAGS)

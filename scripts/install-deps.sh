@@ -2,21 +2,26 @@
 # Installs what a profile needs on Debian 12, and only what is missing.
 # Idempotent; needs root (or sudo) only when something is missing.
 #   install-deps.sh build   building the library and tools, and `make demo`
-#   install-deps.sh test    + what `make test` uses (man, groff, python3,
-#                             ip for the partition test, libfaketime)
+#   install-deps.sh rig     + what `make rig` runs: nginx, ab (apache2-utils),
+#                             python3
+#   install-deps.sh test    + what `make test` uses (man, groff, python3, the
+#                             rig's parts, chromium for the page test, ip for
+#                             the partition test, libfaketime)
 #   install-deps.sh dev     + developer tools: valgrind, clang-format,
 #                             clang-tidy, stress-ng, clang (make fuzz) (the default)
 set -euo pipefail
 profile=${1:-dev}
 build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
        libyaml-dev libevent-dev libuv1-dev redis-server redis-tools)
-test=(man-db groff-base python3 iproute2 libfaketime)
+rig=(nginx apache2-utils python3)
+test=(man-db groff-base chromium iproute2 libfaketime)
 dev=(valgrind clang-format clang-tidy stress-ng clang)
 case "$profile" in
   build) pkgs=("${build[@]}") ;;
-  test) pkgs=("${build[@]}" "${test[@]}") ;;
-  dev) pkgs=("${build[@]}" "${test[@]}" "${dev[@]}") ;;
-  *) echo "usage: install-deps.sh [build|test|dev]" >&2; exit 64 ;;
+  rig) pkgs=("${build[@]}" "${rig[@]}") ;;
+  test) pkgs=("${build[@]}" "${rig[@]}" "${test[@]}") ;;
+  dev) pkgs=("${build[@]}" "${rig[@]}" "${test[@]}" "${dev[@]}") ;;
+  *) echo "usage: install-deps.sh [build|rig|test|dev]" >&2; exit 64 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do
@@ -31,5 +36,6 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian's package starts a system redis-server on 6379; the tests never use
-# it (they start their own on private sockets), so leave it alone.
+# Debian's package starts a system redis-server on 6379 (and nginx's one on
+# port 80 where services start); the tests and the rig never use them (they
+# start their own on private sockets and free ports), so leave them alone.

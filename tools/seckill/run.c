@@ -2,34 +2,16 @@
  * keys, the shared result mapping, the workers (watch.c), the tally
  * (outcome.c), and checking what really happened in Redis (here). */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "seckill.h"
 
 /* ---- Redis side of the parent ------------------------------------------ */
-
-static redisReply *pcmd(redisContext *c, char *err, size_t el, const char *fmt,
-                        ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  redisReply *r = redisvCommand(c, fmt, ap);
-  va_end(ap);
-  if (!r) {
-    snprintf(err, el, "redis: %s", c->errstr);
-    return NULL;
-  }
-  if (r->type == REDIS_REPLY_ERROR) {
-    snprintf(err, el, "redis: %s", r->str);
-    freeReplyObject(r);
-    return NULL;
-  }
-  return r;
-}
 
 static void seg_name(char *buf, size_t n, const char *base, long long seg,
                      long long nseg) {
@@ -73,22 +55,7 @@ static void drop_keys(redisContext *c, const char *prefix) {
 static int prepare_keys(redisContext *c, const sk_run *r, char *err,
                         size_t el) {
   drop_keys(c, r->k.prefix);
-  long long base = r->o->stock / r->segments;
-  long long extra = r->o->stock % r->segments;
-  for (long long s = 0; s < r->segments; s++) {
-    char key[160];
-    seg_name(key, sizeof key, r->k.stock, s, r->segments);
-    redisReply *x =
-        pcmd(c, err, el, "SET %s %lld", key, base + (s < extra ? 1 : 0));
-    if (!x)
-      return -1;
-    freeReplyObject(x);
-  }
-  redisReply *x = pcmd(c, err, el, "SET %s 0", r->k.orders);
-  if (!x)
-    return -1;
-  freeReplyObject(x);
-  return 0;
+  return sk_stock_set(c, &r->k, r->segments, r->o->stock, err, el);
 }
 
 static long long get_num(redisContext *c, const char *key, int *ok) {

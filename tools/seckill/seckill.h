@@ -3,9 +3,10 @@
  *
  * One "run" = one strategy: the parent (main.c) prepares the keys, forks
  * the worker processes (worker.c), watches them (progress, stall/deadline,
- * --kill-holder) and then checks the result in Redis. Workers talk to Redis
- * directly with hiredis (the naive schemes, strategy.c) or through the
- * public dlock API (dlock, segmented, fair, redlock); each creates its own
+ * --kill-holder) and then checks the result in Redis. Workers run the
+ * strategies of engine.c (shared with dlock-stockd), which talk to Redis
+ * directly with hiredis (the naive schemes) or through the public dlock
+ * API (dlock, segmented, fair, redlock); each worker creates its own
  * connections and its own dlock client after fork. The outcome of every
  * request lands in a shared anonymous mapping (sk_shared) that survives a
  * worker killed with SIGKILL. report.c turns results into the table, JSON

@@ -1,6 +1,6 @@
 /* strategy.c -- the strategies of the lab: names (exactly the steps of the
  * background articles), what each does, and the lesson printed when it
- * fails. The code of each scheme is in worker.c. */
+ * fails. The code of each scheme is in engine.c. */
 #include <string.h>
 
 #include "seckill.h"

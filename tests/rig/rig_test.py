@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""Tests of dlock-stockd and dlock-rig (issue 16), one ctest case each:
+
+  rig_test.py CASE --rig BUILD/tools/rig/dlock-rig --stockd PATH
+
+Real parts only: a private redis-server, dlock-stockd on free loopback
+ports, nginx and ab (the rig), headless Chromium (the page). Every process
+is started by the rig module's Procs (own process group, dies with us)
+and stopped however the case ends. Exit 0 pass, 1 fail, 77 skip (a part
+that is not installed: the message says which).
+"""
+
+import argparse
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def load_rig(path):
+    loader = importlib.machinery.SourceFileLoader("dlock_rig", path)
+    spec = importlib.util.spec_from_loader("dlock_rig", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def skip(msg):
+    print("SKIP: " + msg)
+    sys.exit(SKIP)
+
+
+# ---- dlock-stockd alone --------------------------------------------------
+
+class One:
+    """A redis-server and one dlock-stockd, stopped on exit."""
+
+    def __init__(self, R, stockd, tmp, extra=()):
+        self.R = R
+        self.procs = R.Procs()
+        self.redis = R.Redis(self.procs, tmp, "redis")
+        self.s = R.Stockd(self.procs, stockd, tmp, 0, "dlock", self.redis,
+                          [], ["--products", "sku1,sku2", "--threads", "4"] +
+                          list(extra))
+        self.url = self.s.url
+
+    def req(self, method, path):
+        return self.R.http(method, self.url + path)
+
+    def raw(self, data, wait=8.0):
+        """Sends raw bytes; returns what came back until the server closed
+        (or wait seconds)."""
+        s = socket.create_connection(("127.0.0.1", self.s.port), timeout=wait)
+        out = b""
+        try:
+            s.sendall(data)
+            end = time.monotonic() + wait
+            while time.monotonic() < end:
+                d = s.recv(65536)
+                if not d:
+                    break
+                out += d
+                if b"\r\n\r\n" in out and b"Connection: close" not in out \
+                        and self._complete(out):
+                    break
+        except OSError:
+            pass
+        finally:
+            s.close()
+        return out.decode(errors="replace")
+
+    @staticmethod
+    def _complete(out):
+        head, _, body = out.partition(b"\r\n\r\n")
+        m = re.search(rb"Content-Length: (\d+)", head)
+        return m and len(body) >= int(m.group(1))
+
+    def alive(self):
+        check(self.s.proc.poll() is None, "dlock-stockd died")
+        code, body = self.req("GET", "/healthz")
+        check(code == 200 and body.startswith("ok "), "healthz: %d %r"
+              % (code, body))
+
+    def close(self):
+        rc = self.s.stop()
+        self.procs.stop_all()
+        return rc
+
+
+def status(resp):
+    m = re.match(r"HTTP/1\.[01] (\d{3})", resp)
+    return int(m.group(1)) if m else 0
+
+
+def metric(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def case_stockd_endpoints(R, a, tmp):
+    one = One(R, a.stockd, tmp)
+    try:
+        one.alive()
+        code, body = one.req("POST", "/reset?product=sku1&stock=2")
+        check(code == 200 and json.loads(body)["stock"] == 2, "reset: %d %s"
+              % (code, body))
+        st = json.loads(one.req("GET", "/stock?product=sku1")[1])
+        check((st["stock"], st["orders"], st["initial"], st["oversold"]) ==
+              (2, 0, 2, 0), "stock after reset: %s" % st)
+        check(st["strategy"] == "dlock" and st["instance"] == one.s.addr,
+              "stock names: %s" % st)
+        outs = [one.req("POST", "/deduct_stock?product=sku1&user=u%d" % i)
+                for i in range(3)]
+        check([c for c, _ in outs] == [200, 200, 409], "deduct: %s" % outs)
+        check(json.loads(outs[0][1])["result"] == "order" and
+              json.loads(outs[2][1])["result"] == "soldout", str(outs))
+        # one user, two purchases: the second is refused
+        one.req("POST", "/reset?product=sku1&stock=5")
+        c1, _ = one.req("POST", "/deduct_stock?product=sku1&user=alice")
+        c2, b2 = one.req("POST", "/deduct_stock?product=sku1&user=alice")
+        check((c1, c2) == (200, 409) and "duplicate" in b2,
+              "duplicate user: %d %d %s" % (c1, c2, b2))
+        st = json.loads(one.req("GET", "/stock?product=sku1")[1])
+        check((st["stock"], st["orders"]) == (4, 1), "stock: %s" % st)
+        check(st["per_instance"] == {one.s.addr: 2}, "per_instance: %s" % st)
+        # the other product is separate
+        st2 = json.loads(one.req("GET", "/stock?product=sku2")[1])
+        check(st2["orders"] == 0, "sku2: %s" % st2)
+        code, text = one.req("GET", "/metrics")
+        check(code == 200, "metrics: %d" % code)
+        check(metric(text, "stockd_orders_total") == 3,
+              "orders_total:\n" + text)
+        check(metric(text, 'stockd_rejections_total{reason="soldout"}') == 1
+              and metric(text,
+                         'stockd_rejections_total{reason="duplicate"}') == 1,
+              "rejections:\n" + text)
+        check(metric(text, "stockd_lock_wait_seconds_count") == 5 and
+              metric(text, 'stockd_lock_wait_seconds_bucket{le="+Inf"}') == 5,
+              "histogram:\n" + text)
+        check(metric(text, 'stockd_requests_total{endpoint="deduct_stock",'
+                     'code="2xx"}') == 3, "requests:\n" + text)
+        code, page = one.req("GET", "/")
+        check(code == 200 and 'id="stock"' in page and "sku1" in page and
+              "<script" in page and "http" not in page.replace(
+                  "http-equiv", ""), "page: %d" % code)
+    finally:
+        rc = one.close()
+    check(rc == 0, "dlock-stockd exited %s on SIGTERM" % rc)
+
+
+def case_stockd_malformed(R, a, tmp):
+    one = One(R, a.stockd, tmp, ["--max-body", "1024"])
+    try:
+        cases = [
+            ("POST", "/reset?product=sku1&stock=abc", 400, "not a number"),
+            ("POST", "/reset?product=sku1&stock=-5", 400, "out of range"),
+            ("POST", "/reset?product=sku1&stock=99999999999999999999", 400,
+             ""),
+            ("POST", "/reset?product=sku1&stock=", 400, ""),
+            ("POST", "/reset?product=sku1", 400, "missing parameter 'stock'"),
+            ("POST", "/reset?stock=3", 400, "missing parameter 'product'"),
+            ("GET", "/stock", 400, "missing parameter 'product'"),
+            ("GET", "/stock?product=nope", 404, "unknown product"),
+            ("POST", "/deduct_stock?product=nope", 404, "unknown product"),
+            ("POST", "/deduct_stock?product=%3Cb%3E", 400, "not a product"),
+            ("POST", "/deduct_stock?product=sku1&user=a%20b", 400, "user"),
+            ("POST", "/deduct_stock?product=sku1&user=" + "x" * 100, 400,
+             "user"),
+            ("GET", "/deduct_stock?product=sku1", 405, "use POST"),
+            ("POST", "/stock?product=sku1", 405, "use GET"),
+            ("GET", "/nothing/here", 404, "not found"),
+            ("GET", "/stock?product=%zz", 400, ""),
+        ]
+        for method, path, want, text in cases:
+            code, body = one.req(method, path)
+            check(code == want and text in body and body.endswith("\n") and
+                  body.count("\n") == 1,
+                  "%s %s: want %d %r, got %d %r" % (method, path, want, text,
+                                                    code, body))
+        raws = [
+            (b"POST /deduct_stock?product=sku1 HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: 100000\r\n\r\n" + b"a" * 2000, 413),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * 20000 +
+             b"\r\n\r\n", 400),
+            (b"GARBAGE\r\n\r\n", 400),
+            (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"POST /deduct_stock?product=sku1 HTTP/1.1\r\nHost: x\r\n"
+             b"Content-Length: -1\r\n\r\n", 400),
+        ]
+        for data, want in raws:
+            resp = one.raw(data)
+            check(400 <= status(resp) < 500 and status(resp) == want,
+                  "raw %r...: want %d, got %r" % (data[:40], want,
+                                                  resp[:120]))
+        one.alive()
+        check(one.req("GET", "/stock?product=sku1")[0] == 200, "stock after")
+    finally:
+        rc = one.close()
+    check(rc == 0, "dlock-stockd exited %s on SIGTERM" % rc)
+
+
+def case_stockd_slow_clients(R, a, tmp):
+    one = One(R, a.stockd, tmp, ["--client-timeout", "1"])
+    try:
+        one.req("POST", "/reset?product=sku1&stock=3")
+        slow = [
+            # the headers never end
+            b"POST /deduct_stock?product=sku1 HTTP/1.1\r\nHost: x\r\n",
+            # the body never comes
+            b"POST /deduct_stock?product=sku1 HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: 10\r\n\r\nab",
+            # half a request line
+            b"GET /sto",
+        ]
+        for data in slow:
+            t0 = time.monotonic()
+            resp = one.raw(data, wait=8.0)
+            dt = time.monotonic() - t0
+            check(status(resp) == 408 and "too slow" in resp,
+                  "slow %r: got %r" % (data[:30], resp[:120]))
+            check(0.8 <= dt < 6.0, "slow %r: answered after %.1f s"
+                  % (data[:30], dt))
+        # a request trickled byte by byte past the deadline: 408 too (the
+        # client reads between bytes, as a real one would)
+        s = socket.create_connection(("127.0.0.1", one.s.port), timeout=8)
+        out = b""
+        try:
+            for ch in b"GET /healthz HTTP/1.1\r\nHost: x\r\n" * 4:
+                s.sendall(bytes([ch]))
+                s.settimeout(0.05)
+                try:
+                    out += s.recv(4096)
+                except socket.timeout:
+                    continue
+                break
+            s.settimeout(5)
+            while True:
+                d = s.recv(4096)
+                if not d:
+                    break
+                out += d
+        except OSError:
+            pass
+        finally:
+            s.close()
+        check(status(out.decode(errors="replace")) == 408,
+              "trickle: got %r" % out[:120])
+        # nothing was bought by the slow ones, and the service is fine
+        st = json.loads(one.req("GET", "/stock?product=sku1")[1])
+        check(st["orders"] == 0 and st["stock"] == 3, "stock: %s" % st)
+        one.alive()
+        code, text = one.req("GET", "/metrics")
+        check(metric(text, 'stockd_requests_total{endpoint="other",'
+                     'code="4xx"}') >= 4, "408s counted:\n" + text)
+    finally:
+        rc = one.close()
+    check(rc == 0, "dlock-stockd exited %s on SIGTERM" % rc)
+
+
+# ---- the rig ------------------------------------------------------------------
+
+def leftovers(root):
+    """Processes whose cwd is under root (the rig's parts run there)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink("/proc/%s/cwd" % pid)
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cwd.startswith(root):
+            found.append("%s %s" % (pid, cmd.strip()))
+    return found
+
+
+def need_parts(R):
+    for tool in ("nginx", "ab", "redis-server"):
+        try:
+            R.find_tool(tool, None)
+        except R.RigError as e:
+            skip(str(e))
+
+
+def case_rig_quick(R, a, tmp):
+    need_parts(R)
+    env = dict(os.environ, TMPDIR=tmp)
+    t0 = time.monotonic()
+    p = subprocess.run([a.rig, "--stockd", a.stockd, "--json", "--requests", "300",
+                        "--concurrency", "200", "--strategy",
+                        "none,dlock,atomic"], cwd=tmp, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=100)
+    dt = time.monotonic() - t0
+    err = p.stderr.decode(errors="replace")
+    check(p.returncode == 0, "dlock-rig exited %d: %s" % (p.returncode, err))
+    out = json.loads(p.stdout.decode())
+    print(json.dumps(out, indent=1))
+    check(out["instances"] == 2, "instances: %s" % out["instances"])
+    byname = {s["name"]: s for s in out["strategies"]}
+    check(sorted(byname) == ["atomic", "dlock", "none"], str(byname.keys()))
+    for s in out["strategies"]:
+        for k in ("name", "requests", "nginx_logged", "per_instance", "orders",
+                  "final_stock", "oversold", "errors", "throughput", "p50_ms",
+                  "p99_ms"):
+            check(k in s, "%s: no %s" % (s.get("name"), k))
+        check(s["requests"] == 300 and s["nginx_logged"] == 300,
+              "%s: nginx logged %s of %s" % (s["name"], s["nginx_logged"],
+                                             s["requests"]))
+        check(len(s["per_instance"]) == 2 and min(s["per_instance"]) > 0 and
+              sum(s["per_instance"]) == 300,
+              "%s: per instance %s" % (s["name"], s["per_instance"]))
+        check(s["errors"] == 0, "%s: %d errors" % (s["name"], s["errors"]))
+        check(s["throughput"] > 0 and s["p99_ms"] >= s["p50_ms"],
+              "%s: figures %s" % (s["name"], s))
+    check(byname["none"]["oversold"] > 0, "none did not oversell: %s"
+          % byname["none"])
+    for n in ("dlock", "atomic"):
+        s = byname[n]
+        check(s["oversold"] == 0 and s["orders"] == 100 and
+              s["final_stock"] == 0, "%s: %s" % (n, s))
+    left = leftovers(tmp)
+    check(not left, "processes left behind: %s" % left)
+    check(dt < 60, "took %.1f s" % dt)
+
+
+def case_rig_interrupted(R, a, tmp):
+    """Ctrl-C in the middle of a run: everything stops, nothing is left."""
+    need_parts(R)
+    env = dict(os.environ, TMPDIR=tmp)
+    p = subprocess.Popen([a.rig, "--stockd", a.stockd, "--requests", "2000", "--concurrency", "50",
+                          "--strategy", "none,setnx-expire,dlock"], cwd=tmp,
+                         env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    # wait (bounded) until the first strategy is done and the second runs
+    end = time.monotonic() + 60
+    err = b""
+    while time.monotonic() < end and b"dlock-rig: none:" not in err:
+        r = p.stderr.read1(4096) if p.poll() is None else b""
+        if not r and p.poll() is not None:
+            break
+        err += r
+    check(b"dlock-rig: none:" in err, "the rig never got going: %r" % err)
+    time.sleep(0.5)  # into the second strategy's load (not a sync point)
+    os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C sends: the whole group
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise Fail("the rig did not stop within 30 s of SIGINT")
+    err += p.stderr.read()
+    check(p.returncode == 130 and b"interrupted" in err,
+          "exit %s: %r" % (p.returncode, err[-300:]))
+    left = leftovers(tmp)
+    check(not left, "processes left behind: %s" % left)
+    check(not [d for d in os.listdir(tmp) if d.startswith("dlock-rig-")],
+          "temp dir left: %s" % os.listdir(tmp))
+
+
+def dom_numbers(html):
+    nums = {}
+    for k in ("stock", "orders", "oversold", "initial"):
+        m = re.search(r'id="%s"[^>]*>\s*(-?\d+)\s*<' % k, html)
+        nums[k] = int(m.group(1)) if m else None
+    return nums
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def run_browser(R, argv, tmp, timeout=60):
+    procs = R.Procs()
+    out = os.path.join(tmp, "chromium.out")
+    with open(out, "wb") as f, open(os.path.join(tmp, "chromium.err"),
+                                    "wb") as e:
+        p = procs.start("chromium", argv, stdout=f, stderr=e)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        procs.stop_all()
+    with open(out, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def case_rig_page(R, a, tmp):
+    need_parts(R)
+    browser = chromium()
+    if not browser:
+        skip("chromium is not installed (scripts/install-deps.sh test): the "
+             "page was not checked in a browser")
+    args = R.parse(["--requests", "300", "--concurrency", "100",
+                    "--strategy", "none", "--json"])
+    args.stockd = a.stockd
+    seen = {}
+
+    def on_done(name, insts, nginx, st):
+        url = nginx.url + "/?product=sku1"
+        base = [browser, "--headless", "--disable-gpu", "--no-sandbox",
+                "--no-first-run", "--disable-dev-shm-usage",
+                "--user-data-dir=" + os.path.join(tmp, "chrome")]
+        html = run_browser(R, base + ["--virtual-time-budget=5000",
+                                      "--dump-dom", url], tmp)
+        seen["dom"] = dom_numbers(html)
+        seen["stock"] = st
+        seen["html"] = html
+        want = {k: st[k] for k in ("stock", "orders", "oversold", "initial")}
+        if seen["dom"] != want:
+            shot = os.path.join(tmp, "page.png")
+            run_browser(R, base + ["--window-size=900,700",
+                                   "--screenshot=" + shot, url], tmp)
+            seen["shot"] = shot
+
+    with R.Rig(args, on_done=on_done) as rig:
+        rig.run()
+    want = {k: seen["stock"][k] for k in ("stock", "orders", "oversold",
+                                          "initial")}
+    print("page: %s, /stock: %s" % (seen["dom"], want))
+    check(seen["dom"] == want, "the page shows %s, /stock says %s "
+          "(screenshot: %s)\n%s" % (seen["dom"], want, seen.get("shot"),
+                                    seen["html"][-1500:]))
+    check(want["oversold"] > 0, "none did not oversell: %s" % want)
+    check('data-instance="' in seen["html"], "no per-instance rows")
+
+
+CASES = {
+    "stockd_endpoints": case_stockd_endpoints,
+    "stockd_malformed": case_stockd_malformed,
+    "stockd_slow_clients": case_stockd_slow_clients,
+    "rig_quick": case_rig_quick,
+    "rig_interrupted": case_rig_interrupted,
+    "rig_page": case_rig_page,
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("case", choices=sorted(CASES))
+    p.add_argument("--rig", required=True)
+    p.add_argument("--stockd", required=True)
+    a = p.parse_args()
+    R = load_rig(a.rig)
+    tmp = tempfile.mkdtemp(prefix="rig-test-")
+    ok = False
+    try:
+        CASES[a.case](R, a, tmp)
+        ok = True
+    except Fail as e:
+        print("FAIL: %s" % e)
+    except R.RigError as e:
+        print("FAIL: the rig: %s" % e)
+    finally:
+        if ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("files kept in %s" % tmp)
+    if ok:
+        print("PASS: " + a.case)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
