@@ -45,6 +45,13 @@ void dlock__clear_error(void);
  * taken) cannot replace the message of the error the call returns. */
 void dlock__err_keep_begin(void);
 void dlock__err_keep_end(void);
+/* Called with the rc of a script run over keys (keys[0]: the object's
+ * name): when the server refused it with WRONGTYPE, looks up the TYPE of
+ * each key and replaces the message (which quoted the script's hash) with
+ * one that names the object, the key and what that key holds. Returns rc. */
+typedef struct dlock__script dlock__script;
+int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
+                             int nkeys, const char **keys, const size_t *klens);
 
 /* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
@@ -278,11 +285,11 @@ void dlock__url_free(dlock__url *u);
 
 /* ---- scripts (scripts.c) ------------------------------------------------ */
 
-typedef struct dlock__script {
+struct dlock__script {
   const char *name;
   const char *body;
   char sha[41];
-} dlock__script;
+};
 
 enum {
   DLOCK__S_ACQUIRE,

@@ -95,6 +95,51 @@ TH_CASE(wrong_type_key_is_eredis) {
   dlock_client_free(c);
 }
 
+/* The detail of a WRONGTYPE refusal names the object, the key and what the
+ * key holds, and never the script's hash (issue 18). */
+static void check_wrongtype_msg(const char *what, const char *key,
+                                const char *holds) {
+  const char *e = dlock_last_error();
+  char want[256];
+  snprintf(want, sizeof want, "the key '%s' holds %s, which %s cannot use", key,
+           holds, what);
+  CHECK_MSG(strstr(e, want) != NULL, "want '%s' in '%s'", want, e);
+  CHECK_MSG(strstr(e, "WRONGTYPE") != NULL, "no WRONGTYPE: '%s'", e);
+  CHECK_MSG(!strstr(e, "script") && !strstr(e, "@user"), "script in: '%s'", e);
+}
+
+TH_CASE(wrong_type_message_names_lock_and_key) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  cmd_ok(r, "SET wm %s", "a-string");
+  cmd_ok(r, "SET redisson_lock_queue:{wf} %s", "a-string");
+  cmd_ok(r, "SADD wr %s", "member");
+  dlock_mutex *m, *f;
+  dlock_rwlock *rw;
+  dlock_status st;
+  CHECK_OK(dlock_mutex_new(c, "wm", &m));
+  CHECK_RC(dlock_mutex_lock(m), DLOCK_EREDIS);
+  check_wrongtype_msg("lock 'wm'", "wm", "a string value");
+  CHECK_RC(dlock_mutex_force_unlock(m), DLOCK_EREDIS);
+  check_wrongtype_msg("lock 'wm'", "wm", "a string value");
+  CHECK_RC(dlock_status_query(c, "wm", &st), DLOCK_EREDIS);
+  check_wrongtype_msg("lock 'wm'", "wm", "a string value");
+  int rc = dlock_mutex_new_fair(c, "wf", &f);
+  if (rc != DLOCK_ENOTSUP) {
+    CHECK_OK(rc);
+    CHECK_RC(dlock_mutex_lock(f), DLOCK_EREDIS);
+    check_wrongtype_msg("fair lock 'wf'", "redisson_lock_queue:{wf}",
+                        "a string value");
+    dlock_mutex_free(f);
+  }
+  CHECK_OK(dlock_rwlock_new(c, "wr", &rw));
+  CHECK_RC(dlock_rwlock_wrlock(rw), DLOCK_EREDIS);
+  check_wrongtype_msg("read-write lock 'wr'", "wr", "a set");
+  dlock_rwlock_free(rw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* One held lock whose key is overwritten with a string must not stop the
  * watchdog from renewing the client's OTHER locks (renewals are batched). */
 TH_CASE_T(wrong_type_key_does_not_starve_other_renewals, 120, "slow") {

@@ -501,8 +501,18 @@ force_unlock)
   R set notalock x >/dev/null
   expect_rc 70 unlock --force notalock
   [ "$(R get notalock)" = x ] || fail "deleted a non-lock key"
+  # The message names the lock, the key and what it holds, never the
+  # script's hash (issue 18).
+  wt="the key 'notalock' holds a string value, which lock 'notalock' cannot use"
+  grep -q "cannot release lock 'notalock': $wt" "$T/last.err" ||
+    fail "unlock --force, string key: $(cat "$T/last.err")"
   expect_rc 70 status notalock
+  grep -q "cannot read lock 'notalock': $wt" "$T/last.err" ||
+    fail "status, string key: $(cat "$T/last.err")"
   expect_rc 70 notalock -- true
+  grep -q "cannot acquire lock 'notalock': $wt" "$T/last.err" ||
+    fail "run, string key: $(cat "$T/last.err")"
+  ! grep -q "script" "$T/last.err" || fail "script hash: $(cat "$T/last.err")"
   # A hash that is not a lock (issue 10: it was deleted): refused, kept.
   R hset userhash name bob >/dev/null
   expect_rc 70 unlock --force userhash

@@ -95,7 +95,7 @@ int cli_unlock(const cli_opts *o) {
    * remove any key of that name), and names the holders it removes. */
   int rc = dlock_status_query(c, o->name, &st);
   if (rc) {
-    ex = redis_fail(o, rc, "cannot read");
+    ex = redis_fail(o, rc, "cannot release");
     goto out;
   }
   for (size_t i = 0; i < st.n_holders; i++) {
