@@ -725,6 +725,15 @@ void dlock__holds_destroy(dlock_client *c);
 
 /* ---- holds and the watchdog (watchdog.c) -------------------------------- */
 
+/* Why a hold was lost (dlock__hold.lost); dlock__lost_why says it. */
+enum {
+  DLOCK__LOST_GONE = 1,       /* a renewal found the key gone or taken */
+  DLOCK__LOST_UNRENEWED = 2,  /* renewals failed until the deadline passed */
+  DLOCK__LOST_THREAD_EXIT = 3 /* the holding thread exited holding it */
+};
+/* The reason as a phrase ("a renewal found ..."); any value. */
+const char *dlock__lost_why(int lost);
+
 /* What this process knows about one thread's holds on one lock name.
  * Guarded by c->reg_mu. */
 struct dlock__hold {
@@ -735,7 +744,7 @@ struct dlock__hold {
   int count;
   int wd_count; /* holds taken with the watchdog */
   int in_wd;
-  int lost;
+  int lost;         /* 0, or why the hold was lost: DLOCK__LOST_* */
   int64_t lease_ms; /* lease of the most recent explicit acquisition */
   /* Bit i set: hold number i+1 (in acquisition order) has a fixed lease;
    * clear: the watchdog. Holds are released last first, so an unlock knows

@@ -515,11 +515,13 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
     int was_lost = h->lost;
     drop_hold(c, h);
     pthread_mutex_unlock(&c->reg.mu);
+    if (was_lost)
+      return dlock__fail(DLOCK_ELOST,
+                         "lock '%s': this thread's hold was lost: %s", m->name,
+                         dlock__lost_why(was_lost));
     return dlock__fail(DLOCK_ELOST,
-                       was_lost ? "lock '%s': this thread's hold was lost "
-                                  "(renewal found it gone)"
-                                : "lock '%s': this thread's hold ran out of "
-                                  "lease (its local deadline passed)",
+                       "lock '%s': this thread's hold ran out of lease (its "
+                       "local deadline passed)",
                        m->name);
   }
   pthread_mutex_unlock(&c->reg.mu);
@@ -728,11 +730,10 @@ static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
     return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
                        m->name);
   if (h->lost) {
+    int why = h->lost;
     drop_hold(c, h);
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s' was lost while held (renewal found it "
-                       "gone, or its local deadline passed unrenewed)",
-                       m->name);
+    return dlock__fail(DLOCK_ELOST, "lock '%s' was lost while held: %s",
+                       m->name, dlock__lost_why(why));
   }
   r->h = h;
   r->gen = h->gen;

@@ -229,28 +229,50 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
   return dlock__fail(DLOCK_ECONN, "renewal connection failed");
 }
 
+const char *dlock__lost_why(int lost) {
+  switch (lost) {
+  case DLOCK__LOST_GONE:
+    return "a renewal found its key gone or taken (expired, deleted or "
+           "force-unlocked)";
+  case DLOCK__LOST_UNRENEWED:
+    return "renewals kept failing (server unreachable, paused or too slow) "
+           "until its lease ran out";
+  case DLOCK__LOST_THREAD_EXIT:
+    return "the thread holding it exited without unlocking: renewal stopped "
+           "and the key expires with its lease";
+  default:
+    return "it was lost";
+  }
+}
+
 typedef struct lost_note {
   struct lost_note *next;
+  int why; /* DLOCK__LOST_* */
   char name[];
 } lost_note;
 
-static void note_lost(lost_note **list, const char *name) {
+static void note_lost(lost_note **list, const char *name, int why) {
   size_t n = strlen(name);
   lost_note *ln = dlock__malloc(sizeof *ln + n + 1);
   if (!ln)
     return;
   memcpy(ln->name, name, n + 1);
+  ln->why = why;
   ln->next = *list;
   *list = ln;
 }
 
 /* Runs cfg.on_lock_lost for every note (without reg.mu, which the caller
- * holds) and frees the list. */
+ * holds) and frees the list. During the callback, dlock_last_error() on
+ * this thread says why (dlock.h, on_lock_lost). */
 static void report_lost(dlock_client *c, lost_note *lost) {
   if (lost && c->cfg.on_lock_lost) {
     pthread_mutex_unlock(&c->reg.mu);
-    for (lost_note *ln = lost; ln; ln = ln->next)
+    for (lost_note *ln = lost; ln; ln = ln->next) {
+      dlock__fail(DLOCK_ELOST, "lock '%s' was lost: %s", ln->name,
+                  dlock__lost_why(ln->why));
       c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+    }
     pthread_mutex_lock(&c->reg.mu);
   }
   while (lost) {
@@ -351,9 +373,10 @@ static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
       /* Gone because this thread's unlock deleted it (its reply is on
        * the way): the unlock's answer decides, not the renewal. */
     } else if (answered || now >= h->valid_until) {
-      h->lost = 1;
+      /* Answered "0": the key is gone; else no answer came in time. */
+      h->lost = answered ? DLOCK__LOST_GONE : DLOCK__LOST_UNRENEWED;
       dlock__wd_remove(c, h);
-      note_lost(lost, st->items[i].name);
+      note_lost(lost, st->items[i].name, h->lost);
     } else {
       h->retry_at = now + t->retry;
     }
@@ -447,9 +470,9 @@ static void *exp_main(void *arg) {
         if (now + 10 < next)
           next = now + 10;
       } else if (h->count > 0 && !h->lost && now >= h->valid_until) {
-        h->lost = 1;
+        h->lost = DLOCK__LOST_UNRENEWED;
         dlock__wd_remove(c, h);
-        note_lost(&lost, dlock__lockent_name(h->e, NULL));
+        note_lost(&lost, dlock__lockent_name(h->e, NULL), h->lost);
       } else if (h->valid_until < next) {
         next = h->valid_until;
       }

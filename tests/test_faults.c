@@ -358,6 +358,56 @@ TH_CASE(server_restart_reports_held_lock_lost) {
   dlock_client_free(c);
 }
 
+/* The loss callback and the unlock say WHY a hold was lost (issue 18): a
+ * renewal that found the key gone vs renewals that kept failing (server
+ * paused) until the lease ran out. */
+static pthread_mutex_t g_why_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_why[512];
+static void on_lost_why(const char *name, void *arg) {
+  (void)name;
+  (void)arg;
+  pthread_mutex_lock(&g_why_mu);
+  snprintf(g_why, sizeof g_why, "%s", dlock_last_error());
+  pthread_mutex_unlock(&g_why_mu);
+  atomic_fetch_add(&g_lost, 1);
+}
+
+static void expect_loss_reason(dlock_mutex *m, const char *phrase) {
+  int64_t t0 = th_now_ms();
+  while (atomic_load(&g_lost) == 0 && th_now_ms() - t0 < 5000 * slow())
+    th_sleep_ms(5);
+  CHECK_EQ(atomic_load(&g_lost), 1);
+  pthread_mutex_lock(&g_why_mu);
+  CHECK_MSG(strstr(g_why, phrase) != NULL, "callback: want '%s' in '%s'",
+            phrase, g_why);
+  pthread_mutex_unlock(&g_why_mu);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  CHECK_MSG(strstr(dlock_last_error(), phrase) != NULL,
+            "unlock: want '%s' in '%s'", phrase, dlock_last_error());
+}
+
+TH_CASE_T(loss_reports_say_gone_or_unrenewed, 120, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_config cfg = cfg_quick(900);
+  cfg.on_lock_lost = on_lost_why;
+  dlock_client *c = th_client_cfg(r, &cfg);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "why", &m));
+  /* Deleted: the next renewal finds it gone. */
+  atomic_store(&g_lost, 0);
+  CHECK_OK(dlock_mutex_lock(m));
+  cmd_ok(r, "DEL %s", "why");
+  expect_loss_reason(m, "a renewal found its key gone");
+  /* Paused server: renewals get no answer until the lease runs out. */
+  atomic_store(&g_lost, 0);
+  CHECK_OK(dlock_mutex_lock(m));
+  th_redis_pause(r);
+  expect_loss_reason(m, "renewals kept failing");
+  th_redis_resume(r);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 TH_CASE(script_flush_is_invisible) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg = cfg_quick(600);
