@@ -170,11 +170,15 @@ typedef struct dlock_config {
                        operation reports connection errors. Default 0. */
   /* Called on a background thread when a renewal finds a held lock gone
    * (expired, deleted or taken), or when renewals kept failing until the
-   * lease ran out. name is valid during the call only. May be NULL. During
-   * the call, dlock_last_error() on that thread says which of the two
-   * happened ("lock 'x' was lost: a renewal found its key gone or taken
-   * ..." / "... renewals kept failing ... until its lease ran out"); the
-   * holder's unlock then returns DLOCK_ELOST with the same reason. */
+   * lease ran out; and on a thread that exits still holding locks, once
+   * per lock, from its thread-exit destructor (the renewal of its holds
+   * stops and the keys expire after their lease: docs/threading.md).
+   * name is valid during the call only. May be NULL. During the call,
+   * dlock_last_error() on that thread says which happened ("lock 'x' was
+   * lost: a renewal found its key gone or taken ..." / "... renewals kept
+   * failing ... until its lease ran out" / "... the thread holding it
+   * exited without unlocking ..."); the holder's unlock then returns
+   * DLOCK_ELOST with the same reason. */
   void (*on_lock_lost)(const char *name, void *arg);
   void *on_lock_lost_arg;
   /* Keep a lock channel subscribed this long after its last waiter left, so

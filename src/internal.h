@@ -786,6 +786,18 @@ void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
 void dlock__wd_remove(dlock_client *c, dlock__hold *h); /* reg_mu held */
 /* Waits until no renewal batch is in flight (reg_mu held). */
 void dlock__wd_quiesce(dlock_client *c);
+/* Losses to report: a list built with reg_mu held (dlock__lost_add copies
+ * name; out of memory drops the note), then dlock__lost_report (reg_mu
+ * held; released while cfg.on_lock_lost runs, with dlock_last_error() set
+ * to the reason on the calling thread) frees it. */
+typedef struct dlock__lost_note dlock__lost_note;
+void dlock__lost_add(dlock__lost_note **list, const char *name, int why);
+void dlock__lost_report(dlock_client *c, dlock__lost_note *list);
+/* Notes (once per client) that the calling thread holds a lock of c, so
+ * that if it exits still holding locks their renewal stops and each is
+ * reported lost (DLOCK__LOST_THREAD_EXIT). reg_mu may be held. Best
+ * effort: out of memory skips the note. */
+void dlock__thread_note(dlock_client *c);
 int dlock__watchdog_start(dlock_client *c);
 void dlock__watchdog_stop(dlock_client *c);
 

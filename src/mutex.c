@@ -349,6 +349,8 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   }
   int64_t until = sent + lease - dlock__lease_margin(lease);
   if (h->count == 0) {
+    if (tid == dlock__tid())
+      dlock__thread_note(c); /* thread exit: see holds.c */
     h->gen++;
     h->unlock_rid_count = 0;
     h->wd_count = 0;

@@ -245,11 +245,12 @@ const char *dlock__lost_why(int lost) {
   }
 }
 
-typedef struct lost_note {
-  struct lost_note *next;
+typedef struct dlock__lost_note lost_note;
+struct dlock__lost_note {
+  struct dlock__lost_note *next;
   int why; /* DLOCK__LOST_* */
   char name[];
-} lost_note;
+};
 
 static void note_lost(lost_note **list, const char *name, int why) {
   size_t n = strlen(name);
@@ -280,6 +281,14 @@ static void report_lost(dlock_client *c, lost_note *lost) {
     free(lost);
     lost = nx;
   }
+}
+
+void dlock__lost_add(lost_note **list, const char *name, int why) {
+  note_lost(list, name, why);
+}
+
+void dlock__lost_report(dlock_client *c, lost_note *list) {
+  report_lost(c, list);
 }
 
 /* The renewal rhythm of one client. */
