@@ -128,11 +128,13 @@ int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
   size_t k0 = klens ? klens[0] : strlen(keys[0]);
   if (!msg[0])
     snprintf(msg, sizeof msg, "a key");
+  const char *noun = object_noun(s);
   return dlock__fail(DLOCK_EREDIS,
-                     "%s, which %s '%.*s' cannot use (Redis: WRONGTYPE); dlock "
-                     "leaves it as it is: delete or rename it, or use another "
-                     "name",
-                     msg, object_noun(s), (int)k0, keys[0]);
+                     "%s, which %s '%.*s' cannot use: %s (Redis: WRONGTYPE); "
+                     "dlock leaves it as it is: delete or rename it, or use "
+                     "another name",
+                     msg, noun, (int)k0, keys[0],
+                     strstr(noun, "lock") ? "not a lock" : "the wrong type");
 }
 
 int dlock_version(void) { return DLOCK_VERSION_NUMBER; }

@@ -541,6 +541,9 @@ typedef struct dlock__watchdog {
   pthread_t exp_thread;
   int exp_started;
   int64_t exp_wake_at; /* when the expiry thread looks next */
+  /* The client's info key (clientinfo.c): monotonic ms of its next write
+   * by the watchdog thread; 0 until the client's first hold asks for it. */
+  int64_t info_at;
 } dlock__watchdog;
 
 struct dlock_client {
@@ -559,11 +562,23 @@ struct dlock_client {
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
   int64_t latch_ttl_ms;
+  int64_t started_ms; /* wall clock, ms since the epoch: for the info key */
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
   dlock__watchdog wd;  /* renewal and local deadlines (watchdog.c) */
 };
+
+/* ---- the client's info key (clientinfo.c) ------------------------------
+ * "dlock_client:{<client id>}", a hash: host, pid, program, started (ms since
+ * the epoch). Written by the watchdog thread from the client's first hold
+ * on, every renewal period, with the watchdog timeout as TTL: it expires
+ * with the client. dlock_client_info_query reads it. */
+/* Asks the watchdog thread to write the key now if it never did (reg_mu
+ * held). */
+void dlock__info_want(dlock_client *c);
+/* Writes the key (no lock held; one attempt). 0 or a negative code. */
+int dlock__info_write(dlock_client *c);
 
 /* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
  * DLOCK_ECLOSED / DLOCK_EINVAL. */

@@ -511,6 +511,7 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
     a->w.id = dlock__rand64() | 1;
   a->slot.wait_id = a->w.id;
   pthread_mutex_lock(&c->reg.mu);
+  dlock__info_want(c); /* who waits or holds: clientinfo.c */
   dlock__hold *h = find_hold(m, a->tid);
   a->prior = h ? h->count : 0;
   if (h && a->prior > 0 && !hold_valid(h, a->b.started)) {

@@ -299,7 +299,7 @@ typedef struct wd_timing {
 /* Sleeps until the earliest watchdog hold is due (at most one period).
  * Returns 1 when some hold is due now. reg.mu held. */
 static int wait_due(dlock_client *c, const wd_timing *t) {
-  int64_t now = dlock__now_ms(), due = -1;
+  int64_t now = dlock__now_ms(), due = c->wd.info_at ? c->wd.info_at : -1;
   for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
     if (due < 0 || d < due)
@@ -424,6 +424,21 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   report_lost(c, lost);
 }
 
+/* Writes the client's info key when due (clientinfo.c), without reg.mu
+ * (which the caller holds and gets back). 1 if it was due. */
+static int info_tick(dlock_client *c, const wd_timing *t) {
+  int64_t now = dlock__now_ms();
+  if (c->wd.info_at == 0 || now < c->wd.info_at)
+    return 0;
+  c->wd.info_at = now + t->period;
+  pthread_mutex_unlock(&c->reg.mu);
+  int rc = dlock__info_write(c);
+  pthread_mutex_lock(&c->reg.mu);
+  if (rc && c->wd.info_at == now + t->period)
+    c->wd.info_at = now + t->retry;
+  return 1;
+}
+
 static void *wd_main(void *arg) {
   dlock_client *c = arg;
   wd_state st = {NULL, NULL, NULL, 0};
@@ -433,7 +448,7 @@ static void *wd_main(void *arg) {
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
-    if (!wait_due(c, &t))
+    if (info_tick(c, &t) || !wait_due(c, &t))
       continue;
     renew_due(c, &st, &t);
     if (st.cap > 4096) {
