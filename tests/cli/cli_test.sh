@@ -680,6 +680,24 @@ manpage)
     grep -qF -- "$code" "$T/exit.txt" || fail "EXIT STATUS lacks $code"
   done
   grep -qi 'malformed.*URL\|URL.*malformed' "$T/exit.txt" || fail "64 does not cover a malformed URL"
+  # Differences from flock(1) (issue 18): the section, and its claims hold.
+  sed -n '/^DIFFERENCES FROM FLOCK/,/^[A-Z]/p' "$T/man.txt" >"$T/flock.txt"
+  [ -s "$T/flock.txt" ] || fail "man page lacks DIFFERENCES FROM FLOCK(1)"
+  for w in "flock 9" "-u is --url" "-x/--exclusive" "-o/--close" "-F/--no-fork"; do
+    tr -s ' \n' ' ' <"$T/flock.txt" | grep -qF -- "$w" || fail "differences lack '$w'"
+  done
+  for o in -o -F --close --no-fork; do
+    expect_rc 64 "$o" x -- true
+    grep -q "unknown option '$o'" "$T/last.err" || fail "$o: $(cat "$T/last.err")"
+  done
+  expect_rc 64 9 # a number is a lock name: the command is missing
+  grep -q "missing command" "$T/last.err" || fail "dlock 9: $(cat "$T/last.err")"
+  # --fair: the option's entry and NOTES agree on strict FIFO.
+  sed -n '/^ *--fair /,/^ *-s, --shared/p' "$T/man.txt" | tr -s ' \n' ' ' >"$T/fair.txt"
+  grep -q "strict FIFO" "$T/fair.txt" && ! grep -qi "not strict" "$T/fair.txt" ||
+    fail "--fair entry: $(cat "$T/fair.txt")"
+  sed -n '/^NOTES/,/^[A-Z]/p' "$T/man.txt" | tr -s ' ' | grep -q "FIFO with --fair" ||
+    fail "NOTES no longer say FIFO"
   sed -n '/^EXAMPLES/,/^[A-Z]/p' "$T/man.txt" >"$T/ex.txt"
   grep -qi cron "$T/ex.txt" || fail "no cron example"
   grep -qi deploy "$T/ex.txt" || fail "no deploy example"
