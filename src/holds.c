@@ -285,10 +285,14 @@ int dlock__hold_push_mode(dlock__hold *h, char mode) {
 
 /* ---- threads that exit holding locks ------------------------------------ */
 
+typedef struct exit_ent {
+  dlock_client *c; /* with a reference */
+} exit_ent;
+
 typedef struct exit_rec {
   uint64_t tid;
   size_t n, cap;
-  dlock_client **clients; /* each with a reference */
+  exit_ent *clients;
 } exit_rec;
 
 static pthread_key_t g_exit_key;
@@ -321,7 +325,7 @@ static void forget_thread(dlock_client *c, uint64_t tid) {
 static void thread_exit(void *p) {
   exit_rec *r = p;
   for (size_t i = 0; i < r->n; i++) {
-    dlock_client *c = r->clients[i];
+    dlock_client *c = r->clients[i].c;
     if (!atomic_load(&c->closing) && c->fork_gen == dlock__fork_gen())
       forget_thread(c, r->tid);
     dlock__client_unref(c);
@@ -340,13 +344,13 @@ void dlock__thread_note(dlock_client *c) {
     return;
   exit_rec *r = pthread_getspecific(g_exit_key);
   for (size_t i = 0; r && i < r->n; i++)
-    if (r->clients[i] == c)
+    if (r->clients[i].c == c)
       return;
   /* Gives back the references on clients freed since: a long-lived thread
    * that uses many clients in turn keeps only the live ones. */
   for (size_t i = 0; r && i < r->n;) {
-    if (atomic_load(&r->clients[i]->closing)) {
-      dlock__client_unref(r->clients[i]);
+    if (atomic_load(&r->clients[i].c->closing)) {
+      dlock__client_unref(r->clients[i].c);
       r->clients[i] = r->clients[--r->n];
     } else {
       i++;
@@ -363,12 +367,12 @@ void dlock__thread_note(dlock_client *c) {
   }
   if (r->n == r->cap) {
     size_t nc = r->cap ? r->cap * 2 : 4;
-    dlock_client **nv = realloc(r->clients, nc * sizeof *nv);
+    exit_ent *nv = realloc(r->clients, nc * sizeof *nv);
     if (!nv)
       return;
     r->clients = nv;
     r->cap = nc;
   }
   dlock__client_ref(c);
-  r->clients[r->n++] = c;
+  r->clients[r->n++].c = c;
 }
