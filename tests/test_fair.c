@@ -577,6 +577,7 @@ static int info_of(dlock_client *c, const char *owner, dlock_client_info *in,
 TH_CASE(status_names_holder_and_waiters) {
   g_r = th_redis_new(0, NULL);
   dlock_client *c = th_client(g_r), *c2 = th_client(g_r);
+  redisContext *raw = th_redis_raw(g_r);
   dlock_mutex *m, *o;
   CHECK_OK(dlock_mutex_new_fair(c, "who", &m));
   CHECK_OK(dlock_mutex_new_fair(c2, "who", &o));
@@ -600,15 +601,14 @@ TH_CASE(status_names_holder_and_waiters) {
   CHECK(in.started_ms > t0 - 60000 && in.started_ms <= t0);
   char key[80];
   snprintf(key, sizeof key, "dlock_client:{%s}", dlock_client_id(c));
-  long long ttl = raw_int(th_redis_raw(g_r), "PTTL %s", key);
+  long long ttl = raw_int(raw, "PTTL %s", key);
   CHECK_MSG(ttl > 0 && ttl <= 30000, "info key TTL %lld", ttl);
   /* A waiter on the other client joins the queue. */
   waiter wt = {o, 10000, -1, 0, ""};
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, waiter_main, &wt), 0);
   int64_t end = th_now_ms() + 5000;
-  while (raw_int(th_redis_raw(g_r), "LLEN %s", "redisson_lock_queue:{who}") <
-             1 &&
+  while (raw_int(raw, "LLEN %s", "redisson_lock_queue:{who}") < 1 &&
          th_now_ms() < end)
     th_sleep_ms(5);
   CHECK_OK(dlock_fair_waiters_query(c, "who", &w, &n));
@@ -628,6 +628,7 @@ TH_CASE(status_names_holder_and_waiters) {
   CHECK(w == NULL && n == 0);
   dlock_mutex_free(m);
   dlock_mutex_free(o);
+  redisFree(raw);
   dlock_client_free(c);
   dlock_client_free(c2);
 }
