@@ -175,7 +175,15 @@ typedef struct dlock_config {
                        operation reports connection errors. Default 0. */
   /* Called on a background thread when a renewal finds a held lock gone
    * (expired, deleted or taken), or when renewals kept failing until the
-   * lease ran out. name is valid during the call only. May be NULL. */
+   * lease ran out; and on a thread that exits still holding locks, once
+   * per lock, from its thread-exit destructor (the renewal of its holds
+   * stops and the keys expire after their lease: docs/threading.md).
+   * name is valid during the call only. May be NULL. During the call,
+   * dlock_last_error() on that thread says which happened ("lock 'x' was
+   * lost: a renewal found its key gone or taken ..." / "... renewals kept
+   * failing ... until its lease ran out" / "... the thread holding it
+   * exited without unlocking ..."); the holder's unlock then returns
+   * DLOCK_ELOST with the same reason. */
   void (*on_lock_lost)(const char *name, void *arg);
   void *on_lock_lost_arg;
   /* Keep a lock channel subscribed this long after its last waiter left, so
@@ -309,6 +317,29 @@ DLOCK_API void dlock_client_free(dlock_client *c);
  * lifetime. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API const char *dlock_client_id(const dlock_client *c);
+
+/* Who a client is, as its info key records it. From its first hold on, a
+ * client keeps a small hash "dlock_client:{<client id>}" (fields host, pid,
+ * program, started) with the watchdog timeout as TTL, refreshed by its
+ * watchdog thread every renewal period: it expires with the client. The
+ * lock's own keys are unchanged. Layout frozen (like dlock_holder). */
+typedef struct dlock_client_info {
+  char host[256];       /* gethostname() of the client's machine */
+  char program[256];    /* the program's short name */
+  long long pid;        /* the client's process id on that machine */
+  long long started_ms; /* when the client was created: ms since the epoch */
+} dlock_client_info;
+
+/* Reads the info key of the client whose id starts `owner` -- a client id
+ * or a holder field "<client id>:<thread id>[:write]" from dlock_status.
+ * Returns 1 (found: *info filled), 0 (no info key: the client is gone, has
+ * held nothing yet, or is not dlock -- e.g. Redisson; *info zeroed), or
+ * DLOCK_EINVAL (NULL, or owner shorter than 36 characters), DLOCK_ECONN,
+ * DLOCK_EREDIS, DLOCK_EFORK, DLOCK_ECLOSED. Nothing to free. Thread-safety:
+ * any thread. */
+DLOCK_SINCE(0, 2)
+DLOCK_API int dlock_client_info_query(dlock_client *c, const char *owner,
+                                      dlock_client_info *info);
 
 /* How many hold records the client keeps: one per (lock name, thread) that
  * holds the lock now or whose unlock ended without an answer. Records are
@@ -561,6 +592,21 @@ static inline void dlock_status_clear(dlock_status *st) {
 }
 
 #endif /* !DLOCK_BUILDING */
+
+/* The waiters queued for the fair lock `name` (Redisson's list
+ * "redisson_lock_queue:{name}"), head first: each a holder-style field
+ * "<client id>:<thread id>" (dlock_client_info_query names its client).
+ * *waiters gets a malloc'd array of *n malloc'd strings (NULL and 0 when
+ * nobody waits or on error), owned by the caller: free it with
+ * dlock_fair_waiters_free. Errors: DLOCK_EINVAL (NULL, empty name),
+ * DLOCK_EREDIS (the key is not a list), DLOCK_ECONN, DLOCK_ENOMEM,
+ * DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread. */
+DLOCK_SINCE(0, 2)
+DLOCK_API int dlock_fair_waiters_query(dlock_client *c, const char *name,
+                                       char ***waiters, size_t *n);
+/* Frees what dlock_fair_waiters_query returned. NULL ok. */
+DLOCK_SINCE(0, 2)
+DLOCK_API void dlock_fair_waiters_free(char **waiters, size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* Read-write lock (Redisson RReadWriteLock layout) -- experimental          */

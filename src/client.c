@@ -172,6 +172,9 @@ static int identity_init(dlock_client *c, const char *url) {
     return rc;
   }
   dlock__uuid4(c->id);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  c->started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
   c->latch_ttl_ms = dlock__latch_ttl(&c->cfg);
   return 0;
 }

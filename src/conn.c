@@ -773,6 +773,9 @@ static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
   }
   dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, no_retry};
   int rc = dlock__exec(c, &cmd, out);
+  int sends = t_sends; /* the TYPE look-ups must not count */
+  rc = dlock__explain_wrongtype(c, s, rc, nkeys, keys, klens);
+  t_sends = sends;
   if (av != av_stack)
     free(av);
   if (al != al_stack)

@@ -3,7 +3,8 @@
  *
  * The code is the contract; the detail message (dlock_last_error) is for
  * people. Each thread has its own buffer so threads sharing a client never
- * see each other's messages.
+ * see each other's messages. Also the message of a WRONGTYPE refusal of a
+ * script (dlock__explain_wrongtype): which object, which key, what it holds.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,6 +64,78 @@ void dlock__err_keep_begin(void) { t_keep++; }
 void dlock__err_keep_end(void) {
   if (t_keep > 0)
     t_keep--;
+}
+
+/* What a script's object is called in messages (from the script's name). */
+static const char *object_noun(const dlock__script *s) {
+  static const struct {
+    const char *prefix, *noun;
+  } t[] = {{"fair_", "fair lock"},     {"fenced_", "fenced lock"},
+           {"rw_", "read-write lock"}, {"sem_", "semaphore"},
+           {"latch_", "latch"},        {"redlock_", "Redlock lock"}};
+  for (size_t i = 0; s && s->name && i < sizeof t / sizeof t[0]; i++)
+    if (strncmp(s->name, t[i].prefix, strlen(t[i].prefix)) == 0)
+      return t[i].noun;
+  return "lock";
+}
+
+/* "a string value", "a hash", ... for a TYPE reply. */
+static const char *type_phrase(const char *t) {
+  static const char *const map[][2] = {
+      {"string", "a string value"}, {"hash", "a hash"},
+      {"list", "a list"},           {"set", "a set"},
+      {"zset", "a sorted set"},     {"stream", "a stream"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(t, map[i][0]) == 0)
+      return map[i][1];
+  return t;
+}
+
+/* The TYPE of key k into buf ("" when unknown, e.g. not allowed). */
+static void key_type(dlock_client *c, const char *k, size_t kl, char *buf,
+                     size_t len) {
+  const char *argv[2] = {"TYPE", k};
+  size_t lens[2] = {4, kl};
+  dlock__cmd cmd = {k, NULL, 2, argv, lens, 0};
+  redisReply *r = NULL;
+  buf[0] = '\0';
+  if (dlock__exec(c, &cmd, &r) == 0 && r &&
+      (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING))
+    snprintf(buf, len, "%s", r->str);
+  if (r)
+    freeReplyObject(r);
+}
+
+int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
+                             int nkeys, const char **keys,
+                             const size_t *klens) {
+  if (rc != DLOCK_EREDIS || t_keep > 0 || nkeys < 1 ||
+      strncmp(t_errbuf, "WRONGTYPE", 9) != 0)
+    return rc;
+  char msg[sizeof t_errbuf];
+  size_t n = 0;
+  msg[0] = '\0';
+  for (int i = 0; i < nkeys && n < sizeof msg; i++) {
+    size_t kl = klens ? klens[i] : strlen(keys[i]);
+    char t[32];
+    key_type(c, keys[i], kl, t, sizeof t);
+    if (!t[0] || strcmp(t, "none") == 0)
+      continue;
+    int w =
+        snprintf(msg + n, sizeof msg - n, "%s'%.*s' holds %s",
+                 n ? ", key " : "the key ", (int)kl, keys[i], type_phrase(t));
+    n += w > 0 ? (size_t)w : 0;
+  }
+  size_t k0 = klens ? klens[0] : strlen(keys[0]);
+  if (!msg[0])
+    snprintf(msg, sizeof msg, "a key");
+  const char *noun = object_noun(s);
+  return dlock__fail(DLOCK_EREDIS,
+                     "%s, which %s '%.*s' cannot use: %s (Redis: WRONGTYPE); "
+                     "dlock leaves it as it is: delete or rename it, or use "
+                     "another name",
+                     msg, noun, (int)k0, keys[0],
+                     strstr(noun, "lock") ? "not a lock" : "the wrong type");
 }
 
 int dlock_version(void) { return DLOCK_VERSION_NUMBER; }

@@ -23,7 +23,16 @@
  * and frees it. Records are freed only with c->reg.mu held; a record freed
  * while a renewal batch may point at it goes to a graveyard emptied by the
  * watchdog when the batch ends, so the batch never reads freed memory.
+ *
+ * THREADS THAT EXIT HOLDING LOCKS. A thread's first hold on a client notes
+ * the client (with a reference) in a thread-specific list whose destructor
+ * runs when the thread exits. For every hold the thread still has, the
+ * destructor stops renewal, forgets the record and reports the loss
+ * (on_lock_lost, DLOCK__LOST_THREAD_EXIT): the key expires with its lease
+ * and another thread or process can take it -- instead of the watchdog
+ * renewing it for a thread that will never unlock it.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,4 +281,98 @@ int dlock__hold_push_mode(dlock__hold *h, char mode) {
   }
   h->modes[h->nmodes++] = mode;
   return 0;
+}
+
+/* ---- threads that exit holding locks ------------------------------------ */
+
+typedef struct exit_ent {
+  dlock_client *c; /* with a reference */
+} exit_ent;
+
+typedef struct exit_rec {
+  uint64_t tid;
+  size_t n, cap;
+  exit_ent *clients;
+} exit_rec;
+
+static pthread_key_t g_exit_key;
+static pthread_once_t g_exit_once = PTHREAD_ONCE_INIT;
+static int g_exit_ok;
+
+/* Forgets every hold of thread tid on c and reports each (reg.mu taken). */
+static void forget_thread(dlock_client *c, uint64_t tid) {
+  dlock__lost_note *lost = NULL;
+  pthread_mutex_lock(&c->reg.mu);
+  for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
+    for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
+      dlock__lockent *e = me->val;
+      dlock__hold *h = dlock__hold_find(e, tid);
+      if (!h || h->releasing)
+        continue;
+      if (h->count > 0 && !h->lost)
+        dlock__lost_add(&lost, e->name, DLOCK__LOST_THREAD_EXIT);
+      h->count = 0;
+      h->wd_count = 0;
+      h->lost = 0;
+      h->unlock_rid_count = 0;
+      h->gen++;
+      dlock__hold_put(c, h);
+    }
+  dlock__lost_report(c, lost);
+  pthread_mutex_unlock(&c->reg.mu);
+}
+
+static void thread_exit(void *p) {
+  exit_rec *r = p;
+  for (size_t i = 0; i < r->n; i++) {
+    dlock_client *c = r->clients[i].c;
+    if (!atomic_load(&c->closing) && c->fork_gen == dlock__fork_gen())
+      forget_thread(c, r->tid);
+    dlock__client_unref(c);
+  }
+  free(r->clients);
+  free(r);
+}
+
+static void exit_key_init(void) {
+  g_exit_ok = pthread_key_create(&g_exit_key, thread_exit) == 0;
+}
+
+void dlock__thread_note(dlock_client *c) {
+  pthread_once(&g_exit_once, exit_key_init);
+  if (!g_exit_ok)
+    return;
+  exit_rec *r = pthread_getspecific(g_exit_key);
+  for (size_t i = 0; r && i < r->n; i++)
+    if (r->clients[i].c == c)
+      return;
+  /* Gives back the references on clients freed since: a long-lived thread
+   * that uses many clients in turn keeps only the live ones. */
+  for (size_t i = 0; r && i < r->n;) {
+    if (atomic_load(&r->clients[i].c->closing)) {
+      dlock__client_unref(r->clients[i].c);
+      r->clients[i] = r->clients[--r->n];
+    } else {
+      i++;
+    }
+  }
+  if (!r) {
+    if (!(r = dlock__calloc(1, sizeof *r)))
+      return;
+    r->tid = dlock__tid();
+    if (pthread_setspecific(g_exit_key, r) != 0) {
+      free(r);
+      return;
+    }
+  }
+  if (r->n == r->cap) {
+    size_t nc = r->cap ? r->cap * 2 : 4;
+    exit_ent *nv = realloc(r->clients, nc * sizeof *nv);
+    if (!nv)
+      return;
+    r->clients = nv;
+    r->cap = nc;
+  }
+  dlock__client_ref(c);
+  r->clients[r->n++].c = c;
 }

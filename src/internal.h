@@ -45,6 +45,13 @@ void dlock__clear_error(void);
  * taken) cannot replace the message of the error the call returns. */
 void dlock__err_keep_begin(void);
 void dlock__err_keep_end(void);
+/* Called with the rc of a script run over keys (keys[0]: the object's
+ * name): when the server refused it with WRONGTYPE, looks up the TYPE of
+ * each key and replaces the message (which quoted the script's hash) with
+ * one that names the object, the key and what that key holds. Returns rc. */
+typedef struct dlock__script dlock__script;
+int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
+                             int nkeys, const char **keys, const size_t *klens);
 
 /* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
@@ -289,11 +296,11 @@ void dlock__url_free(dlock__url *u);
 
 /* ---- scripts (scripts.c) ------------------------------------------------ */
 
-typedef struct dlock__script {
+struct dlock__script {
   const char *name;
   const char *body;
   char sha[41];
-} dlock__script;
+};
 
 enum {
   DLOCK__S_ACQUIRE,
@@ -611,6 +618,9 @@ typedef struct dlock__watchdog {
   pthread_t exp_thread;
   int exp_started;
   int64_t exp_wake_at; /* when the expiry thread looks next */
+  /* The client's info key (clientinfo.c): monotonic ms of its next write
+   * by the watchdog thread; 0 until the client's first hold asks for it. */
+  int64_t info_at;
 } dlock__watchdog;
 
 struct dlock_client {
@@ -630,11 +640,23 @@ struct dlock_client {
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
   int64_t latch_ttl_ms;
+  int64_t started_ms; /* wall clock, ms since the epoch: for the info key */
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
   dlock__watchdog wd;  /* renewal and local deadlines (watchdog.c) */
 };
+
+/* ---- the client's info key (clientinfo.c) ------------------------------
+ * "dlock_client:{<client id>}", a hash: host, pid, program, started (ms since
+ * the epoch). Written by the watchdog thread from the client's first hold
+ * on, every renewal period, with the watchdog timeout as TTL: it expires
+ * with the client. dlock_client_info_query reads it. */
+/* Asks the watchdog thread to write the key now if it never did (reg_mu
+ * held). */
+void dlock__info_want(dlock_client *c);
+/* Writes the key (no lock held; one attempt). 0 or a negative code. */
+int dlock__info_write(dlock_client *c);
 
 /* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
  * DLOCK_ECLOSED / DLOCK_EINVAL. */
@@ -803,6 +825,15 @@ void dlock__holds_destroy(dlock_client *c);
 
 /* ---- holds and the watchdog (watchdog.c) -------------------------------- */
 
+/* Why a hold was lost (dlock__hold.lost); dlock__lost_why says it. */
+enum {
+  DLOCK__LOST_GONE = 1,       /* a renewal found the key gone or taken */
+  DLOCK__LOST_UNRENEWED = 2,  /* renewals failed until the deadline passed */
+  DLOCK__LOST_THREAD_EXIT = 3 /* the holding thread exited holding it */
+};
+/* The reason as a phrase ("a renewal found ..."); any value. */
+const char *dlock__lost_why(int lost);
+
 /* What this process knows about one thread's holds on one lock name.
  * Guarded by c->reg_mu. */
 struct dlock__hold {
@@ -813,7 +844,7 @@ struct dlock__hold {
   int count;
   int wd_count; /* holds taken with the watchdog */
   int in_wd;
-  int lost;
+  int lost;         /* 0, or why the hold was lost: DLOCK__LOST_* */
   int64_t lease_ms; /* lease of the most recent explicit acquisition */
   /* Bit i set: hold number i+1 (in acquisition order) has a fixed lease;
    * clear: the watchdog. Holds are released last first, so an unlock knows
@@ -855,6 +886,18 @@ void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
 void dlock__wd_remove(dlock_client *c, dlock__hold *h); /* reg_mu held */
 /* Waits until no renewal batch is in flight (reg_mu held). */
 void dlock__wd_quiesce(dlock_client *c);
+/* Losses to report: a list built with reg_mu held (dlock__lost_add copies
+ * name; out of memory drops the note), then dlock__lost_report (reg_mu
+ * held; released while cfg.on_lock_lost runs, with dlock_last_error() set
+ * to the reason on the calling thread) frees it. */
+typedef struct dlock__lost_note dlock__lost_note;
+void dlock__lost_add(dlock__lost_note **list, const char *name, int why);
+void dlock__lost_report(dlock_client *c, dlock__lost_note *list);
+/* Notes (once per client) that the calling thread holds a lock of c, so
+ * that if it exits still holding locks their renewal stops and each is
+ * reported lost (DLOCK__LOST_THREAD_EXIT). reg_mu may be held. Best
+ * effort: out of memory skips the note. */
+void dlock__thread_note(dlock_client *c);
 int dlock__watchdog_start(dlock_client *c);
 void dlock__watchdog_stop(dlock_client *c);
 

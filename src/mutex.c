@@ -409,6 +409,8 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
     pthread_mutex_unlock(&c->reg.mu);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
+  if (h->count == 0 && tid == dlock__tid())
+    dlock__thread_note(c); /* thread exit: see holds.c */
   dlock__hold_note(h, target, wd, lease, sent, token);
   if (wd)
     dlock__wd_add(c, h);
@@ -558,17 +560,20 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
     a->w.id = dlock__rand64() | 1;
   a->slot.wait_id = a->w.id;
   pthread_mutex_lock(&c->reg.mu);
+  dlock__info_want(c); /* who waits or holds: clientinfo.c */
   dlock__hold *h = find_hold(m, a->tid);
   a->prior = h ? h->count : 0;
   if (h && a->prior > 0 && !hold_valid(h, a->b.started)) {
     int was_lost = h->lost;
     drop_hold(c, h);
     pthread_mutex_unlock(&c->reg.mu);
+    if (was_lost)
+      return dlock__fail(DLOCK_ELOST,
+                         "lock '%s': this thread's hold was lost: %s", m->name,
+                         dlock__lost_why(was_lost));
     return dlock__fail(DLOCK_ELOST,
-                       was_lost ? "lock '%s': this thread's hold was lost "
-                                  "(renewal found it gone)"
-                                : "lock '%s': this thread's hold ran out of "
-                                  "lease (its local deadline passed)",
+                       "lock '%s': this thread's hold ran out of lease (its "
+                       "local deadline passed)",
                        m->name);
   }
   pthread_mutex_unlock(&c->reg.mu);
@@ -777,11 +782,10 @@ static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
     return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
                        m->name);
   if (h->lost) {
+    int why = h->lost;
     drop_hold(c, h);
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s' was lost while held (renewal found it "
-                       "gone, or its local deadline passed unrenewed)",
-                       m->name);
+    return dlock__fail(DLOCK_ELOST, "lock '%s' was lost while held: %s",
+                       m->name, dlock__lost_why(why));
   }
   r->h = h;
   r->gen = h->gen;

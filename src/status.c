@@ -1,6 +1,7 @@
 /*
  * status.c -- who holds a lock: holders, hold counts, TTL, in one script
  * call (atomic snapshot). Understands the mutex and read-write layouts.
+ * And who waits in a fair lock's queue (dlock_fair_waiters_query).
  *
  * The caller's dlock_status may be a shorter layout than this library's (a
  * program built against an older header; docs/abi.md): the snapshot is
@@ -133,5 +134,69 @@ int dlock_status_query_sized(dlock_client *c, const char *name,
   int rc = status_fetch(c, name, &s);
   if (rc == 0)
     status_hand_over(&s, st, size);
+  return rc;
+}
+
+void dlock_fair_waiters_free(char **waiters, size_t n) {
+  for (size_t i = 0; waiters && i < n; i++)
+    free(waiters[i]);
+  free(waiters);
+}
+
+/* The entries of an LRANGE reply as strings (*out, *n). 0 or ENOMEM. */
+static int take_waiters(const redisReply *r, char ***out, size_t *n) {
+  size_t m = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+  char **w = dlock__calloc(m ? m : 1, sizeof *w);
+  if (!w)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < m; i++) {
+    const redisReply *e = r->element[i];
+    if (e->type != REDIS_REPLY_STRING)
+      continue;
+    if (!(w[k] = dlock__strndup(e->str, e->len))) {
+      dlock_fair_waiters_free(w, k);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory");
+    }
+    k++;
+  }
+  if (k == 0) {
+    free(w);
+    w = NULL;
+  }
+  *out = w;
+  *n = k;
+  return 0;
+}
+
+int dlock_fair_waiters_query(dlock_client *c, const char *name, char ***waiters,
+                             size_t *n) {
+  dlock__clear_error();
+  if (waiters)
+    *waiters = NULL;
+  if (n)
+    *n = 0;
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!name || !*name || !waiters || !n)
+    return dlock__fail(DLOCK_EINVAL, "NULL argument or empty lock name");
+  dlock__sb k;
+  dlock__sb_init(&k);
+  dlock__prefix_name(&k, "redisson_lock_queue", name);
+  if (k.oom) {
+    dlock__sb_free(&k);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  const char *argv[4] = {"LRANGE", k.p, "0", "-1"};
+  size_t lens[4] = {6, k.len, 1, 2};
+  dlock__cmd cmd = {k.p, NULL, 4, argv, lens, 0};
+  redisReply *r = NULL;
+  rc = dlock__exec(c, &cmd, &r);
+  if (rc == 0 && r)
+    rc = take_waiters(r, waiters, n);
+  if (r)
+    freeReplyObject(r);
+  dlock__sb_free(&k);
   return rc;
 }

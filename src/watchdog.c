@@ -309,28 +309,51 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
   return rc;
 }
 
-typedef struct lost_note {
-  struct lost_note *next;
-  char name[];
-} lost_note;
+const char *dlock__lost_why(int lost) {
+  switch (lost) {
+  case DLOCK__LOST_GONE:
+    return "a renewal found its key gone or taken (expired, deleted or "
+           "force-unlocked)";
+  case DLOCK__LOST_UNRENEWED:
+    return "renewals kept failing (server unreachable, paused or too slow) "
+           "until its lease ran out";
+  case DLOCK__LOST_THREAD_EXIT:
+    return "the thread holding it exited without unlocking: renewal stopped "
+           "and the key expires with its lease";
+  default:
+    return "it was lost";
+  }
+}
 
-static void note_lost(lost_note **list, const char *name) {
+typedef struct dlock__lost_note lost_note;
+struct dlock__lost_note {
+  struct dlock__lost_note *next;
+  int why; /* DLOCK__LOST_* */
+  char name[];
+};
+
+static void note_lost(lost_note **list, const char *name, int why) {
   size_t n = strlen(name);
   lost_note *ln = dlock__malloc(sizeof *ln + n + 1);
   if (!ln)
     return;
   memcpy(ln->name, name, n + 1);
+  ln->why = why;
   ln->next = *list;
   *list = ln;
 }
 
 /* Runs cfg.on_lock_lost for every note (without reg.mu, which the caller
- * holds) and frees the list. */
+ * holds) and frees the list. During the callback, dlock_last_error() on
+ * this thread says why (dlock.h, on_lock_lost). */
 static void report_lost(dlock_client *c, lost_note *lost) {
   if (lost && c->cfg.on_lock_lost) {
     pthread_mutex_unlock(&c->reg.mu);
-    for (lost_note *ln = lost; ln; ln = ln->next)
+    for (lost_note *ln = lost; ln; ln = ln->next) {
+      dlock__fail(DLOCK_ELOST, "lock '%s' was lost: %s", ln->name,
+                  dlock__lost_why(ln->why));
       c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+    }
     pthread_mutex_lock(&c->reg.mu);
   }
   while (lost) {
@@ -338,6 +361,14 @@ static void report_lost(dlock_client *c, lost_note *lost) {
     free(lost);
     lost = nx;
   }
+}
+
+void dlock__lost_add(lost_note **list, const char *name, int why) {
+  note_lost(list, name, why);
+}
+
+void dlock__lost_report(dlock_client *c, lost_note *list) {
+  report_lost(c, list);
 }
 
 /* The renewal rhythm of one client. */
@@ -348,7 +379,7 @@ typedef struct wd_timing {
 /* Sleeps until the earliest watchdog hold is due (at most one period).
  * Returns 1 when some hold is due now. reg.mu held. */
 static int wait_due(dlock_client *c, const wd_timing *t) {
-  int64_t now = dlock__now_ms(), due = -1;
+  int64_t now = dlock__now_ms(), due = c->wd.info_at ? c->wd.info_at : -1;
   for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
     if (due < 0 || d < due)
@@ -431,9 +462,10 @@ static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
       /* Gone because this thread's unlock deleted it (its reply is on
        * the way): the unlock's answer decides, not the renewal. */
     } else if (answered || now >= h->valid_until) {
-      h->lost = 1;
+      /* Answered "0": the key is gone; else no answer came in time. */
+      h->lost = answered ? DLOCK__LOST_GONE : DLOCK__LOST_UNRENEWED;
       dlock__wd_remove(c, h);
-      note_lost(lost, st->items[i].name);
+      note_lost(lost, st->items[i].name, h->lost);
     } else {
       h->retry_at = now + t->retry;
     }
@@ -473,6 +505,21 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   report_lost(c, lost);
 }
 
+/* Writes the client's info key when due (clientinfo.c), without reg.mu
+ * (which the caller holds and gets back). 1 if it was due. */
+static int info_tick(dlock_client *c, const wd_timing *t) {
+  int64_t now = dlock__now_ms();
+  if (c->wd.info_at == 0 || now < c->wd.info_at)
+    return 0;
+  c->wd.info_at = now + t->period;
+  pthread_mutex_unlock(&c->reg.mu);
+  int rc = dlock__info_write(c);
+  pthread_mutex_lock(&c->reg.mu);
+  if (rc && c->wd.info_at == now + t->period)
+    c->wd.info_at = now + t->retry;
+  return 1;
+}
+
 static void *wd_main(void *arg) {
   dlock_client *c = arg;
   wd_state st = {0};
@@ -482,7 +529,7 @@ static void *wd_main(void *arg) {
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
-    if (!wait_due(c, &t))
+    if (info_tick(c, &t) || !wait_due(c, &t))
       continue;
     renew_due(c, &st, &t);
     if (st.cap > 4096) {
@@ -530,9 +577,9 @@ static void *exp_main(void *arg) {
         if (now + 10 < next)
           next = now + 10;
       } else if (h->count > 0 && !h->lost && now >= h->valid_until) {
-        h->lost = 1;
+        h->lost = DLOCK__LOST_UNRENEWED;
         dlock__wd_remove(c, h);
-        note_lost(&lost, dlock__lockent_name(h->e, NULL));
+        note_lost(&lost, dlock__lockent_name(h->e, NULL), h->lost);
       } else if (h->valid_until < next) {
         next = h->valid_until;
       }

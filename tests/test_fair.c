@@ -562,4 +562,75 @@ TH_CASE(timeout_leaves_queue_deadlines) {
   dlock_client_free(c2);
 }
 
+/* Who holds and who waits (issue 18): the holder's client info key (host,
+ * pid, program, start time; TTL = the watchdog timeout) and the fair queue,
+ * head first, each waiter's client named too. */
+static int info_of(dlock_client *c, const char *owner, dlock_client_info *in,
+                   int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  int rc;
+  while ((rc = dlock_client_info_query(c, owner, in)) == 0 && th_now_ms() < end)
+    th_sleep_ms(10); /* written by the watchdog thread, shortly after */
+  return rc;
+}
+
+TH_CASE(status_names_holder_and_waiters) {
+  g_r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(g_r), *c2 = th_client(g_r);
+  redisContext *raw = th_redis_raw(g_r);
+  dlock_mutex *m, *o;
+  CHECK_OK(dlock_mutex_new_fair(c, "who", &m));
+  CHECK_OK(dlock_mutex_new_fair(c2, "who", &o));
+  dlock_client_info in;
+  CHECK_EQ(dlock_client_info_query(c, dlock_client_id(c), &in), 0);
+  CHECK_RC(dlock_client_info_query(c, "short", &in), DLOCK_EINVAL);
+  char **w = (char **)1;
+  size_t n = 9;
+  CHECK_OK(dlock_fair_waiters_query(c, "who", &w, &n));
+  CHECK(w == NULL && n == 0);
+  long long t0 = epoch_ms();
+  CHECK_OK(dlock_mutex_lock(m));
+  char owner[80];
+  CHECK_OK(dlock_mutex_owner(m, owner, sizeof owner));
+  CHECK_EQ(info_of(c2, owner, &in, 5000), 1);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  CHECK_STR(in.host, host);
+  CHECK_EQ(in.pid, getpid());
+  CHECK_STR(in.program, "test_fair");
+  CHECK(in.started_ms > t0 - 60000 && in.started_ms <= t0);
+  char key[80];
+  snprintf(key, sizeof key, "dlock_client:{%s}", dlock_client_id(c));
+  long long ttl = raw_int(raw, "PTTL %s", key);
+  CHECK_MSG(ttl > 0 && ttl <= 30000, "info key TTL %lld", ttl);
+  /* A waiter on the other client joins the queue. */
+  waiter wt = {o, 10000, -1, 0, ""};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, waiter_main, &wt), 0);
+  int64_t end = th_now_ms() + 5000;
+  while (raw_int(raw, "LLEN %s", "redisson_lock_queue:{who}") < 1 &&
+         th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_OK(dlock_fair_waiters_query(c, "who", &w, &n));
+  CHECK_EQ(n, 1);
+  CHECK_STR(w[0], wt.owner);
+  CHECK_EQ(info_of(c, w[0], &in, 5000), 1);
+  CHECK_EQ(in.pid, getpid());
+  dlock_fair_waiters_free(w, n);
+  dlock_fair_waiters_free(NULL, 0);
+  CHECK_OK(dlock_mutex_unlock(m));
+  pthread_join(t, NULL);
+  CHECK_OK(wt.rc);
+  /* A key of another type: an error, not a crash. */
+  redisReply *x = th_cmd(g_r, "SET %s %s", "redisson_lock_queue:{str}", "x");
+  freeReplyObject(x);
+  CHECK_RC(dlock_fair_waiters_query(c, "str", &w, &n), DLOCK_EREDIS);
+  CHECK(w == NULL && n == 0);
+  dlock_mutex_free(m);
+  dlock_mutex_free(o);
+  redisFree(raw);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
 TH_MAIN()

@@ -95,6 +95,51 @@ TH_CASE(wrong_type_key_is_eredis) {
   dlock_client_free(c);
 }
 
+/* The detail of a WRONGTYPE refusal names the object, the key and what the
+ * key holds, and never the script's hash (issue 18). */
+static void check_wrongtype_msg(const char *what, const char *key,
+                                const char *holds) {
+  const char *e = dlock_last_error();
+  char want[256];
+  snprintf(want, sizeof want, "the key '%s' holds %s, which %s cannot use", key,
+           holds, what);
+  CHECK_MSG(strstr(e, want) != NULL, "want '%s' in '%s'", want, e);
+  CHECK_MSG(strstr(e, "WRONGTYPE") != NULL, "no WRONGTYPE: '%s'", e);
+  CHECK_MSG(!strstr(e, "script") && !strstr(e, "@user"), "script in: '%s'", e);
+}
+
+TH_CASE(wrong_type_message_names_lock_and_key) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  cmd_ok(r, "SET wm %s", "a-string");
+  cmd_ok(r, "SET redisson_lock_queue:{wf} %s", "a-string");
+  cmd_ok(r, "SADD wr %s", "member");
+  dlock_mutex *m, *f;
+  dlock_rwlock *rw;
+  dlock_status st;
+  CHECK_OK(dlock_mutex_new(c, "wm", &m));
+  CHECK_RC(dlock_mutex_lock(m), DLOCK_EREDIS);
+  check_wrongtype_msg("lock 'wm'", "wm", "a string value");
+  CHECK_RC(dlock_mutex_force_unlock(m), DLOCK_EREDIS);
+  check_wrongtype_msg("lock 'wm'", "wm", "a string value");
+  CHECK_RC(dlock_status_query(c, "wm", &st), DLOCK_EREDIS);
+  check_wrongtype_msg("lock 'wm'", "wm", "a string value");
+  int rc = dlock_mutex_new_fair(c, "wf", &f);
+  if (rc != DLOCK_ENOTSUP) {
+    CHECK_OK(rc);
+    CHECK_RC(dlock_mutex_lock(f), DLOCK_EREDIS);
+    check_wrongtype_msg("fair lock 'wf'", "redisson_lock_queue:{wf}",
+                        "a string value");
+    dlock_mutex_free(f);
+  }
+  CHECK_OK(dlock_rwlock_new(c, "wr", &rw));
+  CHECK_RC(dlock_rwlock_wrlock(rw), DLOCK_EREDIS);
+  check_wrongtype_msg("read-write lock 'wr'", "wr", "a set");
+  dlock_rwlock_free(rw);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* One held lock whose key is overwritten with a string must not stop the
  * watchdog from renewing the client's OTHER locks (renewals are batched). */
 TH_CASE_T(wrong_type_key_does_not_starve_other_renewals, 120, "slow") {
@@ -309,6 +354,56 @@ TH_CASE(server_restart_reports_held_lock_lost) {
   CHECK_EQ(dlock_mutex_is_held(m), 1);
   CHECK_EQ(atomic_load(&g_lost), 1);
   CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The loss callback and the unlock say WHY a hold was lost (issue 18): a
+ * renewal that found the key gone vs renewals that kept failing (server
+ * paused) until the lease ran out. */
+static pthread_mutex_t g_why_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_why[512];
+static void on_lost_why(const char *name, void *arg) {
+  (void)name;
+  (void)arg;
+  pthread_mutex_lock(&g_why_mu);
+  snprintf(g_why, sizeof g_why, "%s", dlock_last_error());
+  pthread_mutex_unlock(&g_why_mu);
+  atomic_fetch_add(&g_lost, 1);
+}
+
+static void expect_loss_reason(dlock_mutex *m, const char *phrase) {
+  int64_t t0 = th_now_ms();
+  while (atomic_load(&g_lost) == 0 && th_now_ms() - t0 < 5000 * slow())
+    th_sleep_ms(5);
+  CHECK_EQ(atomic_load(&g_lost), 1);
+  pthread_mutex_lock(&g_why_mu);
+  CHECK_MSG(strstr(g_why, phrase) != NULL, "callback: want '%s' in '%s'",
+            phrase, g_why);
+  pthread_mutex_unlock(&g_why_mu);
+  CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+  CHECK_MSG(strstr(dlock_last_error(), phrase) != NULL,
+            "unlock: want '%s' in '%s'", phrase, dlock_last_error());
+}
+
+TH_CASE_T(loss_reports_say_gone_or_unrenewed, 120, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_config cfg = cfg_quick(900);
+  cfg.on_lock_lost = on_lost_why;
+  dlock_client *c = th_client_cfg(r, &cfg);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "why", &m));
+  /* Deleted: the next renewal finds it gone. */
+  atomic_store(&g_lost, 0);
+  CHECK_OK(dlock_mutex_lock(m));
+  cmd_ok(r, "DEL %s", "why");
+  expect_loss_reason(m, "a renewal found its key gone");
+  /* Paused server: renewals get no answer until the lease runs out. */
+  atomic_store(&g_lost, 0);
+  CHECK_OK(dlock_mutex_lock(m));
+  th_redis_pause(r);
+  expect_loss_reason(m, "renewals kept failing");
+  th_redis_resume(r);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }

@@ -922,4 +922,75 @@ TH_CASE(trylock_timedlock_busy_and_timeout) {
   dlock_client_free(c2);
 }
 
+/* A thread that exits holding a watchdog lock (issue 18): its holds stop
+ * being renewed, each is reported through on_lock_lost (the reason in
+ * dlock_last_error() during the callback), the record is freed, and another
+ * client takes the lock once the lease has run out -- not never. */
+typedef struct exit_seen {
+  pthread_mutex_t mu;
+  int calls;
+  char name[64], why[512];
+} exit_seen;
+
+static void on_exit_lost(const char *name, void *arg) {
+  exit_seen *x = arg;
+  pthread_mutex_lock(&x->mu);
+  x->calls++;
+  snprintf(x->name, sizeof x->name, "%s", name);
+  snprintf(x->why, sizeof x->why, "%s", dlock_last_error());
+  pthread_mutex_unlock(&x->mu);
+}
+
+static void *lock_and_exit(void *arg) {
+  dlock_mutex *m = arg;
+  if (dlock_mutex_lock(m) != 0 || dlock_mutex_lock(m) != 0) /* count 2 */
+    return (void *)1;
+  return NULL; /* exits holding it */
+}
+
+TH_CASE_T(thread_exit_with_hold_lets_it_expire, 120, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  exit_seen seen = {PTHREAD_MUTEX_INITIALIZER, 0, "", ""};
+  const int wd = 900;
+  dlock_client *c = client_wd(r, wd, on_exit_lost, &seen);
+  dlock_client *c2 = client_wd(r, wd, NULL, NULL);
+  dlock_mutex *m, *o;
+  CHECK_OK(dlock_mutex_new(c, "tx", &m));
+  CHECK_OK(dlock_mutex_new(c2, "tx", &o));
+  pthread_t t;
+  void *res = (void *)1;
+  CHECK_EQ(pthread_create(&t, NULL, lock_and_exit, m), 0);
+  CHECK_EQ(pthread_join(t, &res), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_MSG(res == NULL, "the thread could not lock: %s", dlock_last_error());
+  /* Reported by the time the thread is gone (its destructor ran). */
+  pthread_mutex_lock(&seen.mu);
+  CHECK_EQ(seen.calls, 1);
+  CHECK_STR(seen.name, "tx");
+  CHECK_MSG(strstr(seen.why, "exited without unlocking") != NULL, "why: '%s'",
+            seen.why);
+  pthread_mutex_unlock(&seen.mu);
+  CHECK_EQ(dlock_client_hold_records(c), 0);
+  /* Still held (it expires, nobody deleted it), then free within a lease. */
+  CHECK_RC(dlock_mutex_trylock(o), DLOCK_EBUSY);
+  int rc;
+  while ((rc = dlock_mutex_trylock(o)) == DLOCK_EBUSY &&
+         th_now_ms() - t0 < 3 * wd * slow())
+    th_sleep_ms(20);
+  CHECK_OK(rc);
+  int64_t took = th_now_ms() - t0;
+  printf("lock of an exited thread taken by another client after %lld ms "
+         "(lease %d ms)\n",
+         (long long)took, wd);
+  CHECK_MSG(took <= wd + 500 * slow(), "taken after %lld ms", (long long)took);
+  CHECK_OK(dlock_mutex_unlock(o));
+  pthread_mutex_lock(&seen.mu);
+  CHECK_EQ(seen.calls, 1);
+  pthread_mutex_unlock(&seen.mu);
+  dlock_mutex_free(m);
+  dlock_mutex_free(o);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
 TH_MAIN()

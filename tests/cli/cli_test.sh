@@ -150,8 +150,13 @@ nonblock)
   el=$(($(now_ms) - t0))
   [ "$el" -lt 1500 ] || fail "-n took $el ms"
   [ ! -e "$T/ran" ] || fail "command ran without the lock"
-  [ "$(wc -l <"$T/last.err")" = 1 ] && grep -q "nb" "$T/last.err" ||
-    fail "expected one line naming the lock: $(cat "$T/last.err")"
+  # Silent on conflict, as flock -n (issue 18: cron mailed every overlap).
+  [ ! -s "$T/last.err" ] && [ ! -s "$T/out" ] ||
+    fail "-n printed on conflict: $(cat "$T/out" "$T/last.err")"
+  # -v explains: one line naming the lock and its holder.
+  expect_rc 1 -n -v nb -- true
+  grep -q "lock 'nb' is held by [0-9a-f-]*:[0-9]*; not acquired" "$T/last.err" ||
+    fail "-n -v: $(cat "$T/last.err")"
   expect_rc 42 -n -E 42 nb -- true
   expect_rc 1 -w 0 nb -- true
   expect_rc 3 --nonblock -q --conflict-exit-code=3 nb -- true
@@ -450,34 +455,76 @@ env)
   ;;
 
 status)
-  expect_rc 0 status st
+  # Exit status: 0 held, 3 free (LSB "status": 3 = not running).
+  expect_rc 3 status st
   grep -q "free" "$T/out" || fail "free: $(cat "$T/out")"
-  expect_rc 0 status --json st
+  expect_rc 3 status --json st
   grep -q '"locked":false' "$T/out" && grep -q '"name":"st"' "$T/out" &&
     grep -q '"holders":\[\]' "$T/out" && grep -q '"ttl_ms":-2' "$T/out" ||
     fail "json free: $(cat "$T/out")"
   json_check "$T/out" "d['name'] == 'st' and d['locked'] is False and
-    d['holders'] == [] and d['ttl_ms'] == -2" ||
+    d['holders'] == [] and d['waiters'] == [] and d['ttl_ms'] == -2" ||
     fail "python3 json free: $(cat "$T/out")"
   "$DL" st -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; sleep 3" 2>"$T/h.err" &
+  hpid=$!
   wait_until 5 file_has "$T/owner" || fail "holder did not start"
   owner=$(cat "$T/owner")
+  # Who holds it: the holder's client info key (written in the background
+  # by its watchdog thread once it asked for a lock; issue 18).
+  wait_until 5 key_exists "dlock_client:{${owner%%:*}}" || fail "no info key"
+  ittl=$(R pttl "dlock_client:{${owner%%:*}}")
+  [ "$ittl" -gt 0 ] && [ "$ittl" -le 30000 ] || fail "info key TTL $ittl"
   expect_rc 0 status st
   grep -q "held" "$T/out" && grep -q "$owner" "$T/out" && grep -q "count 1" "$T/out" ||
     fail "held: $(cat "$T/out")"
+  grep -q "host $(hostname)  pid $hpid  program dlock  since 20" "$T/out" ||
+    fail "held, who: $(cat "$T/out")"
   expect_rc 0 status st --json
   [ "$(wc -l <"$T/out")" = 1 ] || fail "json is not one line"
   grep -q '"locked":true' "$T/out" &&
-    grep -q "\"holders\":\[{\"owner\":\"$owner\",\"count\":1}\]" "$T/out" &&
+    grep -q "\"holders\":\[{\"owner\":\"$owner\",\"count\":1," "$T/out" &&
     grep -Eq '"ttl_ms":[1-9][0-9]*' "$T/out" || fail "json held: $(cat "$T/out")"
   json_check "$T/out" "d['locked'] is True and d['name'] == 'st' and
     [h['owner'] for h in d['holders']] == ['$owner'] and
-    d['holders'][0]['count'] == 1 and 0 < d['ttl_ms'] <= 30000" ||
+    d['holders'][0]['count'] == 1 and 0 < d['ttl_ms'] <= 30000 and
+    d['holders'][0]['client']['host'] == '$(hostname)' and
+    d['holders'][0]['client']['pid'] == $hpid and
+    d['holders'][0]['client']['program'] == 'dlock' and
+    d['holders'][0]['client']['started_ms'] > 1.7e12 and d['waiters'] == []" ||
     fail "python3 json held: $(cat "$T/out")"
+  # A holder without an info key (Redisson, an older dlock): client null.
+  R hset bare "00000000-0000-4000-8000-000000000000:1" 1 >/dev/null
+  expect_rc 0 status --json bare
+  json_check "$T/out" "d['holders'][0]['client'] is None" ||
+    fail "json, no info key: $(cat "$T/out")"
   # A name with characters JSON must escape.
-  expect_rc 0 status --json 'we"ird\name'
+  expect_rc 3 status --json 'we"ird\name'
   grep -qF '"name":"we\"ird\\name"' "$T/out" || fail "escaping: $(cat "$T/out")"
   json_check "$T/out" "d['name'] == 'we\"ird\\\\name'" || fail "python3 escaping: $(cat "$T/out")"
+  ;;
+
+status_fair)
+  # The fair queue and who waits in it (issue 18).
+  hold_until fq --fair
+  hpid=$HOLDER
+  "$DL" --fair fq -- true 2>"$T/w.err" &
+  wpid=$!
+  wait_until 5 qlen_is fq 1 || fail "the waiter did not queue"
+  waiter=$(R lindex "redisson_lock_queue:{fq}" 0)
+  wait_until 5 key_exists "dlock_client:{${waiter%%:*}}" || fail "no waiter info"
+  expect_rc 0 status fq
+  grep -q "waiter 1 $waiter  host $(hostname)  pid $wpid  program dlock" "$T/out" ||
+    fail "text: $(cat "$T/out")"
+  expect_rc 0 status --json fq
+  json_check "$T/out" "d['locked'] is True and
+    d['holders'][0]['client']['pid'] == $hpid and
+    [w['owner'] for w in d['waiters']] == ['$waiter'] and
+    'count' not in d['waiters'][0] and
+    d['waiters'][0]['client']['pid'] == $wpid" || fail "json: $(cat "$T/out")"
+  touch "$T/stop-fq"
+  wait "$wpid" || fail "waiter exited $?"
+  wait "$HOLDER" || fail "holder exited $?"
+  expect_rc 3 status fq
   ;;
 
 force_unlock)
@@ -496,8 +543,18 @@ force_unlock)
   R set notalock x >/dev/null
   expect_rc 70 unlock --force notalock
   [ "$(R get notalock)" = x ] || fail "deleted a non-lock key"
+  # The message names the lock, the key and what it holds, never the
+  # script's hash (issue 18).
+  wt="the key 'notalock' holds a string value, which lock 'notalock' cannot use"
+  grep -q "cannot release lock 'notalock': $wt" "$T/last.err" ||
+    fail "unlock --force, string key: $(cat "$T/last.err")"
   expect_rc 70 status notalock
+  grep -q "cannot read lock 'notalock': $wt" "$T/last.err" ||
+    fail "status, string key: $(cat "$T/last.err")"
   expect_rc 70 notalock -- true
+  grep -q "cannot acquire lock 'notalock': $wt" "$T/last.err" ||
+    fail "run, string key: $(cat "$T/last.err")"
+  ! grep -q "script" "$T/last.err" || fail "script hash: $(cat "$T/last.err")"
   # A hash that is not a lock (issue 10: it was deleted): refused, kept.
   R hset userhash name bob >/dev/null
   expect_rc 70 unlock --force userhash
@@ -508,7 +565,7 @@ force_unlock)
 status_json_bytes)
   # A name that is not UTF-8 still gives valid JSON (issue 10).
   name=$(printf 'x\377y\303\251')
-  expect_rc 0 status --json "$name"
+  expect_rc 3 status --json "$name"
   json_check "$T/out" "d['name'] == 'x\ufffdy\u00e9'" ||
     fail "json with raw bytes: $(od -c "$T/out" | head -3)"
   ;;
@@ -623,6 +680,24 @@ manpage)
     grep -qF -- "$code" "$T/exit.txt" || fail "EXIT STATUS lacks $code"
   done
   grep -qi 'malformed.*URL\|URL.*malformed' "$T/exit.txt" || fail "64 does not cover a malformed URL"
+  # Differences from flock(1) (issue 18): the section, and its claims hold.
+  sed -n '/^DIFFERENCES FROM FLOCK/,/^[A-Z]/p' "$T/man.txt" >"$T/flock.txt"
+  [ -s "$T/flock.txt" ] || fail "man page lacks DIFFERENCES FROM FLOCK(1)"
+  for w in "flock 9" "-u is --url" "-x/--exclusive" "-o/--close" "-F/--no-fork"; do
+    tr -s ' \n' ' ' <"$T/flock.txt" | grep -qF -- "$w" || fail "differences lack '$w'"
+  done
+  for o in -o -F --close --no-fork; do
+    expect_rc 64 "$o" x -- true
+    grep -q "unknown option '$o'" "$T/last.err" || fail "$o: $(cat "$T/last.err")"
+  done
+  expect_rc 64 9 # a number is a lock name: the command is missing
+  grep -q "missing command" "$T/last.err" || fail "dlock 9: $(cat "$T/last.err")"
+  # --fair: the option's entry and NOTES agree on strict FIFO.
+  sed -n '/^ *--fair /,/^ *-s, --shared/p' "$T/man.txt" | tr -s ' \n' ' ' >"$T/fair.txt"
+  grep -q "strict FIFO" "$T/fair.txt" && ! grep -qi "not strict" "$T/fair.txt" ||
+    fail "--fair entry: $(cat "$T/fair.txt")"
+  sed -n '/^NOTES/,/^[A-Z]/p' "$T/man.txt" | tr -s ' ' | grep -q "FIFO with --fair" ||
+    fail "NOTES no longer say FIFO"
   sed -n '/^EXAMPLES/,/^[A-Z]/p' "$T/man.txt" >"$T/ex.txt"
   grep -qi cron "$T/ex.txt" || fail "no cron example"
   grep -qi deploy "$T/ex.txt" || fail "no deploy example"
@@ -770,7 +845,7 @@ EOF
   [ "$p" -gt 4000 ] && [ "$p" -le 7000 ] || fail "lease $p ms, not the file's 7 s"
   DLOCK_CONFIG="$T/c.yaml" expect_rc 0 cf2 -- sh -c "$PR exists cf2 > $T/ex"
   [ "$(cat "$T/ex")" = 1 ] || fail "DLOCK_CONFIG: lock not in the file's database"
-  DLOCK_CONFIG="$T/c.yaml" expect_rc 0 status --json cf2
+  DLOCK_CONFIG="$T/c.yaml" expect_rc 3 status --json cf2
   DLOCK_CONFIG="$T/c.yaml" expect_rc 0 unlock --force cf2
   # Precedence: flag > environment > file > defaults.
   expect_rc 0 --config "$T/c.yaml" --watchdog 20 cf -- sh -c "$PR pttl cf > $T/pttl"
@@ -846,7 +921,7 @@ tls_flags)
     "$T/last.err" || fail "no warning: $(cat "$T/last.err")"
   printf 'singleServerConfig:\n  address: unix://%s\n  sslCaFile: /f/ca.pem\n  sslVerify: false\n' \
     "$SOCK" >"$T/t.yaml"
-  expect_rc 0 -v --config "$T/t.yaml" --tls-key "$T/k.pem" status tf
+  expect_rc 3 -v --config "$T/t.yaml" --tls-key "$T/k.pem" status tf
   grep -qF "TLS CA /f/ca.pem, certificate (none), key $T/k.pem, verify OFF" \
     "$T/last.err" || fail "-v: $(cat "$T/last.err")"
   grep -qF "warning: TLS certificates are not verified ($T/t.yaml)" \
@@ -880,7 +955,7 @@ tls_server)
     "redis-cli -s '$T/tls.sock' exists tls-lock >'$T/held.out'"
   [ "$(cat "$T/held.out")" = 1 ] || fail "lock not held over TLS: $(cat "$T/held.out")"
   [ "$(redis-cli -s "$T/tls.sock" exists tls-lock)" = 0 ] || fail "not released"
-  DLOCK_CONFIG="$T/tls.yaml" expect_rc 0 status tls-lock
+  DLOCK_CONFIG="$T/tls.yaml" expect_rc 3 status tls-lock
   expect_rc 0 -u "rediss://localhost:$TP" --tls-ca "$T/ca.crt" tls-lock -- true
   # A flag beats the file: the wrong CA refuses the server, and says why.
   expect_rc 77 --config "$T/tls.yaml" --tls-ca "$T/other.crt" tls-lock -- true

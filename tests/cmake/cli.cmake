@@ -6,7 +6,7 @@ if(TARGET dlock_cli)
     interleave nonblock wait_timeout exit_code
     signal_TERM signal_INT signal_HUP kill_after watchdog key_deleted
     release_loss lease kill9 redis_gone signal_waiting env status
-    force_unlock bad_input errors help manpage install fence shared fair
+    status_fair force_unlock bad_input errors help manpage install fence shared fair
     handover_race status_json_bytes emfile config config_errors tls_flags
     tls_server)
   foreach(c ${DLOCK_CLI_CASES})

@@ -3,7 +3,8 @@
  * first when -n or -v asks for it, then the whole wait as ONE blocking
  * call of the library (so a fair lock keeps its place in the queue) while
  * a watcher thread waits for the forwarded signals and cancels the wait
- * when one comes; and the message when the lock was not acquired.
+ * when one comes; and the message when the lock was not acquired (none
+ * for -n unless -v: flock -n is silent on conflict, and so are we).
  */
 #include <stdatomic.h>
 #include <time.h>
@@ -44,14 +45,14 @@ static void *sigwatch_main(void *arg) {
 
 static void not_acquired(run_state *rs, long long start) {
   const cli_opts *o = rs->o;
-  if (o->quiet)
+  if (o->quiet || (o->wait_ms == 0 && !o->verbose))
     return;
   char who[160], waited[32];
   run_holder_of(rs, who, sizeof who);
   cli_fmt_secs(dlc_now_ms() - start, waited, sizeof waited);
-  if (o->wait_ms == 0)
-    cli_note(o, "lock '%s' is held%s%s; not acquired", o->name,
-             who[0] ? " by " : " elsewhere", who);
+  if (o->wait_ms == 0) /* -n is silent on conflict, as flock -n is */
+    cli_debug(o, "lock '%s' is held%s%s; not acquired", o->name,
+              who[0] ? " by " : " elsewhere", who);
   else
     cli_note(o, "lock '%s' is held%s%s; gave up after %s s", o->name,
              who[0] ? " by " : " elsewhere", who, waited);

@@ -1,7 +1,10 @@
-/* admin.c -- "dlock status" and "dlock unlock --force". */
+/* admin.c -- "dlock status" (holders, the fair queue, who each is; exit 0
+ * held, 3 free) and "dlock unlock --force". */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "json.h"
@@ -13,39 +16,138 @@ static int redis_fail(const cli_opts *o, int rc, const char *what) {
   return cli_exit_code(rc);
 }
 
-static void print_status(const cli_opts *o, const dlock_status *st) {
-  if (o->json) {
-    fputs("{\"name\":", stdout);
-    dlc_json_str(stdout, o->name);
-    printf(",\"locked\":%s,\"mode\":", st->locked ? "true" : "false");
-    if (st->mode[0])
-      dlc_json_str(stdout, st->mode);
-    else
-      fputs("null", stdout);
-    printf(",\"ttl_ms\":%lld,\"holders\":[", st->ttl_ms);
-    for (size_t i = 0; i < st->n_holders; i++) {
-      fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
-      dlc_json_str(stdout, st->holders[i].owner);
-      printf(",\"count\":%lld}", st->holders[i].count);
-    }
-    fputs("]}\n", stdout);
+/* What the status shows: the snapshot, the fair queue, and who each
+ * holder and waiter is (from its client's info key, when it has one). */
+typedef struct who {
+  const char *owner;
+  long long count; /* -1: a waiter */
+  int known;       /* info found */
+  dlock_client_info info;
+} who;
+
+typedef struct view {
+  dlock_status st;
+  char **waiters;
+  size_t n_waiters;
+  who *w; /* holders, then waiters */
+  size_t n;
+} view;
+
+/* Fills v (holders' and waiters' info). 0 or a DLOCK_E* code. */
+static int view_fetch(dlock_client *c, const char *name, view *v) {
+  memset(v, 0, sizeof *v);
+  int rc = dlock_status_query(c, name, &v->st);
+  if (rc)
+    return rc;
+  /* Not a fair lock's queue (a key of another type): no waiters shown. */
+  if (dlock_fair_waiters_query(c, name, &v->waiters, &v->n_waiters) < 0)
+    v->n_waiters = 0;
+  size_t n = v->st.n_holders + v->n_waiters;
+  v->w = calloc(n ? n : 1, sizeof *v->w);
+  if (!v->w)
+    return DLOCK_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    who *x = &v->w[i];
+    int holder = i < v->st.n_holders;
+    x->owner =
+        holder ? v->st.holders[i].owner : v->waiters[i - v->st.n_holders];
+    x->count = holder ? v->st.holders[i].count : -1;
+    x->known = dlock_client_info_query(c, x->owner, &x->info) == 1;
+  }
+  v->n = n;
+  return 0;
+}
+
+static void view_free(view *v) {
+  dlock_status_clear(&v->st);
+  dlock_fair_waiters_free(v->waiters, v->n_waiters);
+  free(v->w);
+}
+
+/* "2026-11-25T19:40:00Z" for ms since the epoch. */
+static void fmt_time(long long ms, char *buf, size_t len) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+    snprintf(buf, len, "%lld", ms);
+}
+
+static void json_who(const who *x) {
+  fputs("{\"owner\":", stdout);
+  dlc_json_str(stdout, x->owner);
+  if (x->count >= 0)
+    printf(",\"count\":%lld", x->count);
+  fputs(",\"client\":", stdout);
+  if (!x->known) {
+    fputs("null}", stdout);
     return;
   }
+  fputs("{\"host\":", stdout);
+  dlc_json_str(stdout, x->info.host);
+  printf(",\"pid\":%lld,\"program\":", x->info.pid);
+  dlc_json_str(stdout, x->info.program);
+  printf(",\"started_ms\":%lld}}", x->info.started_ms);
+}
+
+static void print_json(const cli_opts *o, const view *v) {
+  const dlock_status *st = &v->st;
+  fputs("{\"name\":", stdout);
+  dlc_json_str(stdout, o->name);
+  printf(",\"locked\":%s,\"mode\":", st->locked ? "true" : "false");
+  if (st->mode[0])
+    dlc_json_str(stdout, st->mode);
+  else
+    fputs("null", stdout);
+  printf(",\"ttl_ms\":%lld,\"holders\":[", st->ttl_ms);
+  for (size_t i = 0; i < v->n; i++) {
+    if (i == st->n_holders)
+      fputs("],\"waiters\":[", stdout);
+    else if (i)
+      fputs(",", stdout);
+    json_who(&v->w[i]);
+  }
+  if (v->n == st->n_holders)
+    fputs("],\"waiters\":[", stdout);
+  fputs("]}\n", stdout);
+}
+
+/* "  host vm, pid 12, program job, since 2026-...Z" or "" */
+static void text_who(const who *x, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (!x->known)
+    return;
+  char t[40];
+  fmt_time(x->info.started_ms, t, sizeof t);
+  snprintf(buf, len, "  host %.200s  pid %lld  program %.200s  since %s",
+           x->info.host, x->info.pid, x->info.program, t);
+}
+
+static void print_status(const cli_opts *o, const view *v) {
+  if (o->json) {
+    print_json(o, v);
+    return;
+  }
+  const dlock_status *st = &v->st;
   if (!st->locked) {
     printf("lock '%s' is free\n", o->name);
-    return;
+  } else {
+    char ttl[64] = "no expiry";
+    if (st->ttl_ms >= 0) {
+      cli_fmt_secs(st->ttl_ms, ttl, sizeof ttl - 2);
+      size_t n = strlen(ttl);
+      snprintf(ttl + n, sizeof ttl - n, " s");
+    }
+    printf("lock '%s' is held%s%s%s, ttl %s\n", o->name,
+           st->mode[0] ? " (" : "", st->mode, st->mode[0] ? " mode)" : "", ttl);
   }
-  char ttl[64] = "no expiry";
-  if (st->ttl_ms >= 0) {
-    cli_fmt_secs(st->ttl_ms, ttl, sizeof ttl - 2);
-    size_t n = strlen(ttl);
-    snprintf(ttl + n, sizeof ttl - n, " s");
+  for (size_t i = 0; i < v->n; i++) {
+    char w[640];
+    text_who(&v->w[i], w, sizeof w);
+    if (i < st->n_holders)
+      printf("  holder %s  count %lld%s\n", v->w[i].owner, v->w[i].count, w);
+    else
+      printf("  waiter %zu %s%s\n", i - st->n_holders + 1, v->w[i].owner, w);
   }
-  printf("lock '%s' is held%s%s%s, ttl %s\n", o->name, st->mode[0] ? " (" : "",
-         st->mode, st->mode[0] ? " mode)" : "", ttl);
-  for (size_t i = 0; i < st->n_holders; i++)
-    printf("  holder %s  count %lld\n", st->holders[i].owner,
-           st->holders[i].count);
 }
 
 int cli_status(const cli_opts *o) {
@@ -53,15 +155,15 @@ int cli_status(const cli_opts *o) {
   int ex = cli_connect(o, o->watchdog_ms, NULL, NULL, &c);
   if (ex)
     return ex;
-  dlock_status st;
-  int rc = dlock_status_query(c, o->name, &st);
+  view v;
+  int rc = view_fetch(c, o->name, &v);
   if (rc) {
     ex = redis_fail(o, rc, "cannot read");
   } else {
-    print_status(o, &st);
-    dlock_status_clear(&st);
-    ex = fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
+    print_status(o, &v);
+    ex = fflush(stdout) != 0 ? CLI_EX_SOFT : v.st.locked ? 0 : CLI_EX_FREE;
   }
+  view_free(&v);
   dlock_client_free(c);
   return ex;
 }
@@ -95,7 +197,7 @@ int cli_unlock(const cli_opts *o) {
    * remove any key of that name), and names the holders it removes. */
   int rc = dlock_status_query(c, o->name, &st);
   if (rc) {
-    ex = redis_fail(o, rc, "cannot read");
+    ex = redis_fail(o, rc, "cannot release");
     goto out;
   }
   for (size_t i = 0; i < st.n_holders; i++) {

@@ -363,7 +363,8 @@ void cli_usage(FILE *f) {
         "       dlock [options] NAME -c 'SHELL COMMAND'\n"
         "       dlock run [options] NAME -- COMMAND     (NAME may be 'status' "
         "etc.)\n"
-        "       dlock status [--json] NAME              holders, counts, TTL\n"
+        "       dlock status [--json] NAME              who holds, waits (3: "
+        "free)\n"
         "       dlock unlock --force NAME               delete it, whoever "
         "holds it\n"
         "Options:\n",

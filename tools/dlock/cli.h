@@ -17,6 +17,7 @@
 #include "dlock.h"
 
 /* Exit codes (sysexits.h values; the conflict code is -E, default 1). */
+#define CLI_EX_FREE 3     /* status: the lock is free (LSB "not running") */
 #define CLI_EX_USAGE 64   /* EX_USAGE: bad command line, malformed URL */
 #define CLI_EX_UNAVAIL 69 /* EX_UNAVAILABLE: Redis unreachable */
 #define CLI_EX_SOFT 70    /* EX_SOFTWARE: any other Redis error */

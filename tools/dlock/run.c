@@ -121,8 +121,12 @@ static int release_and_report(run_state *rs, sup *s, long long lease, int ex) {
       report_loss(rs, s,
                   "found at release: it expired, was deleted or was taken "
                   "while the command ran");
-    else if (!s->lost_printed)
-      report_loss(rs, s, "renewal found it gone");
+    else if (!s->lost_printed) {
+      /* The library's message says which: the key found gone, or
+       * renewals that kept failing until the lease ran out. */
+      const char *why = strstr(dlock_last_error(), "while held: ");
+      report_loss(rs, s, why ? why + 12 : "renewal found it gone");
+    }
   } else if (!s->lost) {
     char det[1024], l[32];
     cli_detail(cli_url(o), det, sizeof det);

@@ -23,6 +23,7 @@ enum {
   OPT_LEASE,
   OPT_WATCHDOG,
   OPT_KILL,
+  OPT_SCENARIOS,
   OPT_USERS,
   OPT_SEGMENTS,
   OPT_STALL,
@@ -56,6 +57,10 @@ static const dlc_opt g_opts[] = {
      "kill -9 worker 0 while it holds the lock (at the\n"
      "worst point of each scheme): shows the setnx\n"
      "deadlock and the lease-based recovery"},
+    {"scenarios", 0, "LIST", OPT_SCENARIOS, 0,
+     "run every strategy in each scenario: normal,\n"
+     "kill-holder, short-lease (work 2-4 ms, lease 1\n"
+     "ms) or 'all'; one table, a column per scenario"},
     {"users", 0, "N", OPT_USERS, 0,
      "'one order per user': requests come from N users,\n"
      "each may buy once; reports users with more (0=off)"},
@@ -139,6 +144,32 @@ static int parse_work(const char *s, double *lo, double *hi) {
   int m = parse_ms(s + n + 1, hi);
   if (m < 0 || s[n + 1 + m] != '\0' || *hi < *lo)
     return -1;
+  return 0;
+}
+
+/* --scenarios: "all" or a comma list of sk_scenario_names. */
+static int parse_scenarios(sk_opts *o, const char *arg, char *err, size_t el) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", arg);
+  char *save = NULL;
+  o->scenarios = 0;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    int found = strcmp(t, "all") == 0;
+    if (found)
+      o->scenarios |= (1u << SK_N_SCENARIOS) - 1;
+    for (int i = 0; i < SK_N_SCENARIOS && !found; i++)
+      if (strcmp(t, sk_scenario_names[i]) == 0) {
+        o->scenarios |= 1u << i;
+        found = 1;
+      }
+    if (!found)
+      return dlc_opt_fail(err, el,
+                          "unknown scenario '%s'; known: normal, kill-holder, "
+                          "short-lease, all",
+                          t);
+  }
+  if (!o->scenarios)
+    return dlc_opt_fail(err, el, "--scenarios: no scenario in '%s'", arg);
   return 0;
 }
 
@@ -227,6 +258,8 @@ static int apply(void *arg, const dlc_opt *op, const char *val, char *err,
                           "0 <= MIN <= MAX <= 600000",
                           val);
     return 0;
+  case OPT_SCENARIOS:
+    return parse_scenarios(o, val, err, el);
   case OPT_KILL:
     o->kill_holder = 1;
     return 0;
@@ -281,6 +314,10 @@ int sk_parse_args(int argc, char **argv, sk_opts *o, int *exit_now) {
   int rc = dlc_opt_parse_all(&g_optset, argc, argv, apply, &p, err, sizeof err);
   if (rc == 0)
     rc = parse_strategies(o, p.strategies, err, sizeof err);
+  if (rc == 0 && o->scenarios && o->kill_holder)
+    rc = dlc_opt_fail(err, sizeof err,
+                      "--kill-holder cannot be combined with --scenarios "
+                      "(use --scenarios kill-holder)");
   if (rc < 0) {
     fprintf(stderr, "dlock-seckill: %s (try --help)\n", err);
     return SK_EX_USAGE;

@@ -400,6 +400,36 @@ static int request_atomic(sk_eth *th, const char *uid) {
   return SK_O_ORDER;
 }
 
+/* Segmented: the segments whose stock is 0 now, one bit each, from one
+ * MGET without a lock (a stock only goes down between resets, so 0 is
+ * final for this request). Every request asks Redis, as in the other
+ * strategies: a per-process cache of empty segments answered most
+ * sold-out requests without any Redis call, in microseconds, which made
+ * segmented's p50 print 0.00 ms. 0 (try every segment) when the read
+ * fails. */
+static uint64_t empty_segments(sk_eth *th) {
+  const sk_engine *e = th->e;
+  long long nseg = e->segments;
+  char keys[SK_MAX_SEGMENTS][160];
+  const char *argv[SK_MAX_SEGMENTS + 1] = {"MGET"};
+  for (long long s = 0; s < nseg; s++) {
+    seg_key(keys[s], sizeof keys[s], e->k.stock, s, nseg);
+    argv[s + 1] = keys[s];
+  }
+  redisReply *x =
+      th->rc ? redisCommandArgv(th->rc, (int)nseg + 1, argv, NULL) : NULL;
+  uint64_t m = 0;
+  if (x && x->type == REDIS_REPLY_ARRAY && x->elements == (size_t)nseg)
+    for (long long s = 0; s < nseg; s++) {
+      const redisReply *el = x->element[s];
+      if (el->type == REDIS_REPLY_STRING && atoll(el->str) <= 0)
+        m |= 1ULL << s;
+    }
+  if (x)
+    freeReplyObject(x);
+  return m;
+}
+
 int sk_engine_request(sk_eth *th, const char *uid, long long user) {
   sk_engine *e = th->e;
   th->wait_us = 0;
@@ -416,10 +446,10 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
   long long start = 0;
   if (nseg > 1)
     start = uid ? user % nseg : (long long)(rng_next(&th->rng) % nseg);
+  uint64_t empty = nseg > 1 ? empty_segments(th) : 0;
   for (long long i = 0; i < nseg; i++) {
     long long seg = (start + i) % nseg;
-    if (nseg > 1 && e->use_empty_mask &&
-        (atomic_load(&e->empty_mask) >> seg) & 1ULL)
+    if ((empty >> seg) & 1ULL)
       continue;
     long long t0 = dlc_now_us();
     int rc = lock_acquire(th, seg);
@@ -432,8 +462,6 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
       atomic_fetch_add(e->unlock_errors, 1);
     if (out >= 0)
       return out;
-    if (nseg > 1 && e->use_empty_mask)
-      atomic_fetch_or(&e->empty_mask, 1ULL << seg);
   }
   return SK_O_SOLDOUT;
 }
@@ -498,7 +526,6 @@ int sk_engine_init(sk_engine *e, char *err, size_t errlen) {
   e->rl = NULL;
   memset(e->m, 0, sizeof e->m);
   memset(e->rlc, 0, sizeof e->rlc);
-  atomic_store(&e->empty_mask, 0);
   if (e->segments < 1 || e->segments > SK_MAX_SEGMENTS) {
     snprintf(err, errlen, "segments must be 1 to %d", SK_MAX_SEGMENTS);
     return -1;

@@ -35,8 +35,6 @@ typedef struct sk_engine {
   long long segments; /* 1, or the segment count (segmented) */
   long long lease_ms, watchdog_ms, threads;
   double work_min_ms, work_max_ms; /* the business work, a random sleep */
-  int use_empty_mask; /* segmented: remember empty segments (they never
-                         refill while this engine lives) */
   /* hooks, each may be NULL: the wait was stopped (1) -- spins and lock
    * waits end with SK_O_DEADLOCK; a call failed (the first line is
    * reported by the caller); --kill-holder's kill point. */
@@ -49,7 +47,6 @@ typedef struct sk_engine {
   pthread_mutex_t local; /* strategy "local" */
   dlock_client *dc;
   dlock_mutex *m[SK_MAX_SEGMENTS];
-  atomic_ullong empty_mask;
   dlock_client *rlc[SK_REDLOCK_SERVERS];
   dlock_redlock *rl;
 } sk_engine;

@@ -105,13 +105,9 @@ static int start_servers(sk_opts *o) {
 }
 
 static void print_header(const sk_opts *o) {
-  printf("dlock-seckill: stock %lld, %lld processes x %lld threads, %lld "
-         "requests, work %g-%g ms, lease %lld ms, watchdog %lld ms%s%s, "
-         "%s\n",
-         o->stock, o->procs, o->threads, o->requests, o->work_min_ms,
-         o->work_max_ms, o->lease_ms, o->watchdog_ms,
-         o->kill_holder ? ", --kill-holder" : "",
-         o->users ? ", one order per user" : "", o->url_shown);
+  char line[512];
+  sk_settings_line(o, line, sizeof line);
+  printf("dlock-seckill: %s\n", line);
   fflush(stdout);
 }
 
@@ -162,6 +158,8 @@ int main(int argc, char **argv) {
     return rc;
   if ((rc = start_servers(&o)) != 0)
     return rc;
+  if (o.scenarios)
+    return sk_run_scenarios(&o, stop_servers);
   if (!o.json)
     print_header(&o);
   return run_all(&o);

@@ -80,6 +80,13 @@ const sk_strategy *sk_strategy_find(const char *name);
 #define SK_EX_UNAVAILABLE 69
 #define SK_EX_SOFTWARE 70
 
+/* ---- scenarios (scenario.c) ------------------------------------------- */
+/* --scenarios: normal (the options as given), kill-holder (plus
+ * --kill-holder), short-lease (work 2-4 ms, lease 1 ms: every fixed lease
+ * runs out inside the critical section). */
+#define SK_N_SCENARIOS 3
+extern const char *const sk_scenario_names[SK_N_SCENARIOS];
+
 typedef struct sk_opts {
   const sk_strategy *list[SK_MAX_STRATEGIES];
   int n_list;
@@ -88,6 +95,7 @@ typedef struct sk_opts {
   long long lease_ms, watchdog_ms, stall_ms, deadline_ms;
   int stall_auto; /* stall_ms not given: derived per strategy */
   int kill_holder;
+  unsigned scenarios; /* --scenarios: bit i = sk_scenario_names[i]; 0 off */
   int json;
   const char *chart;
   const char *url;     /* user's server, or the private one */
@@ -225,6 +233,24 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
                     double total_s);
 int sk_report_svg(const sk_opts *o, const sk_result *res, int n,
                   const char *path);
+/* The settings of a run in one line ("stock 100, 4 processes x 16 threads,
+ * ..."), for the header and the chart's title. */
+void sk_settings_line(const sk_opts *o, char *buf, size_t len);
+/* The body of the JSON object of one run (from "params" to "skipped",
+ * without the braces around it). */
+void sk_report_json_body(const sk_opts *o, const sk_result *res, int n,
+                         double total_s);
+/* The chart: throughput on a log scale and oversold per strategy, the
+ * settings in the title, notes[0..n_notes) under it. all_ok: per strategy,
+ * whether it was correct in every scenario (--scenarios; colours the
+ * bars), or NULL (its own result). title: the first line. */
+int sk_report_svg_ex(const sk_opts *o, const sk_result *res, int n,
+                     const char *path, const int *all_ok, const char *title,
+                     const char *const *notes, int n_notes);
+/* --scenarios: runs every strategy in each chosen scenario, prints one
+ * table (or JSON), writes the chart. Returns the exit status. */
+int sk_run_scenarios(const sk_opts *o, void (*stop_servers)(void));
+
 /* The one-line lesson for a failed result, or the hint for a passed one. */
 const char *sk_lesson(const sk_result *r, char *buf, size_t len,
                       const sk_opts *o);

@@ -170,7 +170,6 @@ static void engine_setup(sk_proc *p) {
   e->threads = o->threads;
   e->work_min_ms = o->work_min_ms;
   e->work_max_ms = o->work_max_ms;
-  e->use_empty_mask = 1;
   e->aborted = hook_aborted;
   e->on_error = hook_error;
   e->killpoint = hook_killpoint;

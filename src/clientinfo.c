@@ -1,0 +1,131 @@
+/*
+ * clientinfo.c -- the client's info key: who a client is (host name, pid,
+ * program, start time), so that "dlock status" can name the machine and
+ * process behind a holder field "<client id>:<thread>". The lock's own keys
+ * are untouched (Redisson's layout); the info key is a separate hash,
+ * "dlock_client:{<client id>}", with the watchdog timeout as TTL, written by
+ * the watchdog thread from the client's first hold on and refreshed every
+ * renewal period, so it expires with the client.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static dlock__script g_write = {
+    "client_info",
+    /* KEYS[1] info key. ARGV[1] ttl ms, [2] host, [3] pid, [4] program,
+     * [5] started. */
+    "redis.call('hset', KEYS[1], 'host', ARGV[2], 'pid', ARGV[3], "
+    "'program', ARGV[4], 'started', ARGV[5])\n"
+    "redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "return 1\n",
+    ""};
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void init_scripts(void) { dlock__script_init(&g_write); }
+
+/* "dlock_client:{<id>}" for a client id (the first 36 characters). */
+static void info_key(dlock__sb *b, const char *id) {
+  dlock__sb_adds(b, "dlock_client:{");
+  dlock__sb_add(b, id, DLOCK__UUID_LEN);
+  dlock__sb_add(b, "}", 1);
+}
+
+void dlock__info_want(dlock_client *c) {
+  if (c->wd.info_at != 0)
+    return;
+  c->wd.info_at = dlock__now_ms();
+  pthread_cond_broadcast(&c->reg.cv);
+}
+
+int dlock__info_write(dlock_client *c) {
+  pthread_once(&g_once, init_scripts);
+  char host[256] = "", pid[24], ttl[24], started[24];
+  if (gethostname(host, sizeof host - 1) != 0)
+    snprintf(host, sizeof host, "?");
+  snprintf(pid, sizeof pid, "%ld", (long)getpid());
+  snprintf(ttl, sizeof ttl, "%d", c->cfg.watchdog_timeout_ms);
+  snprintf(started, sizeof started, "%lld", (long long)c->started_ms);
+  const char *prog = program_invocation_short_name;
+  dlock__sb k;
+  dlock__sb_init(&k);
+  info_key(&k, c->id);
+  if (k.oom) {
+    dlock__sb_free(&k);
+    return DLOCK_ENOMEM;
+  }
+  const char *keys[1] = {k.p};
+  size_t klens[1] = {k.len};
+  const char *args[5] = {ttl, host, pid, prog ? prog : "?", started};
+  redisReply *r = NULL;
+  dlock__err_keep_begin(); /* a background write: no one's message */
+  int rc = dlock__eval_once(c, &g_write, 1, keys, klens, 5, args, NULL, &r);
+  dlock__err_keep_end();
+  if (r)
+    freeReplyObject(r);
+  dlock__sb_free(&k);
+  return rc;
+}
+
+/* Copies a reply string into buf (truncated, NUL-terminated). */
+static void copy_str(char *buf, size_t len, const redisReply *v) {
+  size_t n = v->len < len - 1 ? v->len : len - 1;
+  memcpy(buf, v->str, n);
+  buf[n] = '\0';
+}
+
+/* Fills *info from an HGETALL reply; 1 if it had fields, else 0. */
+static int take_fields(const redisReply *r, dlock_client_info *info) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2)
+    return 0;
+  for (size_t i = 0; i + 1 < r->elements; i += 2) {
+    const redisReply *k = r->element[i], *v = r->element[i + 1];
+    if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+      continue;
+    if (strcmp(k->str, "host") == 0)
+      copy_str(info->host, sizeof info->host, v);
+    else if (strcmp(k->str, "program") == 0)
+      copy_str(info->program, sizeof info->program, v);
+    else if (strcmp(k->str, "pid") == 0)
+      info->pid = strtoll(v->str, NULL, 10);
+    else if (strcmp(k->str, "started") == 0)
+      info->started_ms = strtoll(v->str, NULL, 10);
+  }
+  return 1;
+}
+
+int dlock_client_info_query(dlock_client *c, const char *owner,
+                            dlock_client_info *info) {
+  dlock__clear_error();
+  if (info)
+    memset(info, 0, sizeof *info);
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!owner || !info || strlen(owner) < DLOCK__UUID_LEN)
+    return dlock__fail(DLOCK_EINVAL,
+                       "owner must start with a 36-character client id");
+  dlock__sb k;
+  dlock__sb_init(&k);
+  info_key(&k, owner);
+  if (k.oom) {
+    dlock__sb_free(&k);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  const char *argv[2] = {"HGETALL", k.p};
+  size_t lens[2] = {7, k.len};
+  dlock__cmd cmd = {k.p, NULL, 2, argv, lens, 0};
+  redisReply *r = NULL;
+  rc = dlock__exec(c, &cmd, &r);
+  if (rc == 0 && r)
+    rc = take_fields(r, info);
+  if (r)
+    freeReplyObject(r);
+  dlock__sb_free(&k);
+  return rc;
+}
