@@ -85,7 +85,8 @@ extern "C" {
   X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
   X(ENOTSUP, -15, "not supported")                                             \
   X(EQUORUM, -16, "no majority of masters granted the lock")                   \
-  X(ETLS, -17, "TLS handshake or certificate verification failed")
+  X(ETLS, -17, "TLS handshake or certificate verification failed")           \
+  X(ENOSYNC, -18, "replicas did not confirm the acquisition in time")
 
 enum dlock_errno {
 #define DLOCK__ERR_ENUM(name, value, msg) DLOCK_##name = (value),
@@ -154,7 +155,11 @@ typedef struct dlock_config {
   uint32_t abi_size;
   /* redis://[[user]:password@]host[:port][/db] or
    * unix:///path/to/socket[?db=N&password=...&user=...], or
-   * rediss://... (the redis:// form over TLS: the tls_* fields below).
+   * rediss://... (the redis:// form over TLS: the tls_* fields below), or
+   * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/
+   * master-name[/db][?sentinel_user=...&sentinel_password=...] (since 0.3:
+   * the master found and followed through Sentinel, docs/sentinel.md;
+   * rediss-sentinel:// over TLS).
    * NULL means "redis://127.0.0.1:6379". Copied by dlock_client_new. */
   const char *url;
   int connect_timeout_ms;  /* per connection attempt; default 10000 */
@@ -207,6 +212,16 @@ typedef struct dlock_config {
   /* Private: what dlock_config_load allocated (freed by
    * dlock_config_dispose). Never set. */
   void *loaded;
+  /* ---- since 0.3: replica sync (docs/sentinel.md) ---- */
+  /* After every lock write (acquire, unlock, the writes of every lock kind)
+   * WAIT until this many replicas acknowledged it: -1 (default) = every
+   * replica connected to the master at that moment, 0 = do not wait,
+   * n > 0 = at least n. An acquisition the replicas did not confirm within
+   * sync_timeout_ms is undone and retried under the retry policy, then
+   * fails with DLOCK_ENOSYNC. A master without replicas costs nothing. */
+  int sync_replicas;
+  int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
+                          slavesSyncTimeout) */
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;

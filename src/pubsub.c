@@ -540,6 +540,8 @@ static void *ps_main(void *arg) {
   unsigned seen_cancel = atomic_load(&c->cancel_gen);
   while (!atomic_load(&c->closing)) {
     ps_cancels(c, &seen_cancel);
+    if (ps.link && dlock__link_stale(c, ps.link))
+      on_disconnect(c, &ps); /* Sentinel failover: follow the master */
     pthread_mutex_lock(&c->ps.mu);
     int wanted = 0;
     for (dlock__sub *s = c->ps.list; s; s = s->next_all)

@@ -167,8 +167,8 @@ static int drain(wd_state *st, size_t from, size_t nchunks) {
 /* Reads the reply of chunk ch (k items from at) into st->flags. 0, a
  * negative code (the batch failed; retried later), or 1 on a connection
  * failure. */
-static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
-                      size_t k) {
+static int read_chunk(dlock_client *c, wd_state *st, size_t ch,
+                      size_t nchunks, size_t at, size_t k) {
   redisReply *r = dlock__link_reply(st->link);
   if (!r)
     return 1;
@@ -187,6 +187,13 @@ static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
                : dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; "
                                            "retrying");
   }
+  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 &&
+      c->url.sentinel) {
+    /* a replica now: ask the sentinels again, reconnect */
+    dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
+    freeReplyObject(r);
+    return 1;
+  }
   if (r->type != REDIS_REPLY_STRING || r->len != k) {
     int rc = r->type == REDIS_REPLY_ERROR
                  ? dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str)
@@ -204,6 +211,10 @@ static int read_chunk(wd_state *st, size_t ch, size_t nchunks, size_t at,
  * (gone). Returns 0, or a negative code if the batch as a whole failed.
  * Called without reg.mu. */
 static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
+  if (st->link && dlock__link_stale(c, st->link)) {
+    dlock__link_free(st->link); /* Sentinel failover: follow the master */
+    st->link = NULL;
+  }
   if (!st->link) {
     int rc = dlock__link_open(c, &c->url, &st->link);
     if (rc)
@@ -220,7 +231,8 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
   }
   for (size_t ch = 0; ch < nchunks && rc == 0; ch++) {
     size_t at = ch * WD_CHUNK;
-    rc = read_chunk(st, ch, nchunks, at, n - at < WD_CHUNK ? n - at : WD_CHUNK);
+    rc = read_chunk(c, st, ch, nchunks, at,
+                    n - at < WD_CHUNK ? n - at : WD_CHUNK);
   }
   if (rc != 1)
     return rc;

@@ -1,0 +1,111 @@
+/*
+ * sync.c -- replica sync: WAIT after every lock write (docs/sentinel.md).
+ *
+ * It owns c->sync (the master's replica count, cached) and the calling
+ * thread's shortfall flag. The router (conn.c) asks dlock__sync_want before
+ * a script that writes, pipelines `WAIT <n> <sync_timeout_ms>` right after
+ * it on the same connection -- WAIT counts the replicas that acknowledged
+ * every write of *that* connection so far, so it must follow the script
+ * there -- and hands the answer to dlock__sync_done. A lock kind that just
+ * acquired something reads dlock__sync_short and, on a shortfall, undoes
+ * the acquisition and retries (DLOCK_ENOSYNC at the end: mutex.c, sem.c).
+ *
+ * cfg.sync_replicas: 0 sends no WAIT; n > 0 waits for n; -1 for every
+ * replica connected to the master, read from INFO replication
+ * (connected_slaves). The count is cached and read again when WAIT's answer
+ * differs from it, when the master changes (sentinel.c resets it), and
+ * every REFRESH_MS, so replicas that attach later are waited for.
+ *
+ * WHAT IF INFO is refused (an ACL user without +info) or fails? The count
+ * is taken as 0 (no WAIT) until the next refresh; the caller's call is not
+ * failed for it and its message is left alone.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define REFRESH_MS 1000
+
+static _Thread_local int t_short;
+static _Thread_local char t_why[160];
+
+void dlock__sync_init(dlock__sync *s) {
+  atomic_init(&s->replicas, -1);
+  atomic_init(&s->checked_at, 0);
+  atomic_init(&s->gen, 0);
+}
+
+void dlock__sync_reset(void) { t_short = 0; }
+
+int dlock__sync_short(const char **why) {
+  if (why)
+    *why = t_why;
+  return t_short;
+}
+
+/* connected_slaves from INFO replication, or -1. */
+static int parse_replicas(const redisReply *r) {
+  if (!r || r->type != REDIS_REPLY_STRING) /* RESP2 */
+    return -1;
+  const char *p = strstr(r->str, "connected_slaves:");
+  return p ? atoi(p + 17) : -1;
+}
+
+/* Reads the master's replica count now (one attempt, the thread's message
+ * kept). Returns it (0 when unknown). */
+static int refresh(dlock_client *c) {
+  const char *av[2] = {"INFO", "replication"};
+  size_t al[2] = {4, 11};
+  dlock__cmd cmd = {NULL, NULL, 2, av, al, 1};
+  redisReply *r = NULL;
+  atomic_store(&c->sync.checked_at, dlock__now_ms());
+  dlock__err_keep_begin();
+  int rc = dlock__exec(c, &cmd, &r);
+  dlock__err_keep_end();
+  int n = rc == 0 ? parse_replicas(r) : -1;
+  if (r)
+    freeReplyObject(r);
+  if (n < 0)
+    n = 0;
+  atomic_store(&c->sync.replicas, n);
+  return n;
+}
+
+int dlock__sync_want(dlock_client *c) {
+  int want = c->cfg.sync_replicas;
+  if (want >= 0)
+    return want;
+  int n = atomic_load(&c->sync.replicas);
+  long long at = atomic_load(&c->sync.checked_at);
+  long long now = dlock__now_ms();
+  /* One thread refreshes a known count; an unknown one, every thread that
+   * needs it (none may skip the WAIT for want of it). */
+  if (n < 0 || (now - at >= REFRESH_MS &&
+                atomic_compare_exchange_strong(&c->sync.checked_at, &at, now)))
+    n = refresh(c);
+  return n;
+}
+
+void dlock__sync_done(dlock_client *c, int want, long long acks) {
+  if (c->cfg.sync_replicas < 0 && acks != want) {
+    /* Replicas came or went: the count is read again, and a replica that
+     * left is not waited for. */
+    int now = refresh(c);
+    if (acks >= 0 && acks >= now)
+      return;
+  } else if (acks >= want) {
+    return;
+  }
+  t_short = 1;
+  if (acks < 0)
+    snprintf(t_why, sizeof t_why,
+             "WAIT failed (an ACL user without +wait?): the write's "
+             "replication is unconfirmed");
+  else
+    snprintf(t_why, sizeof t_why,
+             "%lld of %d replica%s confirmed the write within %d ms "
+             "(sync_timeout_ms)",
+             acks, want, want == 1 ? "" : "s", c->cfg.sync_timeout_ms);
+}
