@@ -563,6 +563,9 @@ int dlock__sync_want(dlock_client *c);
  * waited for want: sets the thread's shortfall flag (dlock__sync_short)
  * when fewer replicas confirmed than required. */
 void dlock__sync_done(dlock_client *c, int want, long long acks);
+/* off = 1: the calling thread's writes send no WAIT until off = 0 (the
+ * undo of an unconfirmed acquisition: nothing to confirm). */
+void dlock__sync_pause(int off);
 /* Clears the calling thread's shortfall flag (every eval does first). */
 void dlock__sync_reset(void);
 /* 1 if the calling thread's last eval was a write the replicas did not

@@ -657,11 +657,27 @@ static int undo_unsynced(acq *a, const char *why) {
   char msg[200], rid[33];
   snprintf(msg, sizeof msg, "%s", why);
   dlock__request_id(rid);
+  /* The latch of this lock's previous clean unlock goes with the undo, as
+   * with any unlock (no key of the lock is left behind). */
+  char prev[33];
+  pthread_mutex_lock(&a->c->reg.mu);
+  char *slot = dlock__lockent_prev_rid(a->m->e);
+  memcpy(prev, slot, sizeof prev);
+  slot[0] = '\0';
+  pthread_mutex_unlock(&a->c->reg.mu);
   dlock__err_keep_begin();
+  dlock__sync_pause(1);
   int64_t lease = a->prior > 0 ? -a->lease : a->lease;
-  int rc = a->m->ops->release(a->m, a->tid, lease, rid, NULL);
+  int rc = a->m->ops->release(a->m, a->tid, lease, rid, prev[0] ? prev : NULL);
   if (rc >= 0 && dlock__exec_sends() == 1)
     drop_latch(a->m, rid);
+  if (rc < 0 && prev[0]) { /* the delete may not have run: keep it */
+    pthread_mutex_lock(&a->c->reg.mu);
+    if (!slot[0])
+      memcpy(slot, prev, sizeof prev);
+    pthread_mutex_unlock(&a->c->reg.mu);
+  }
+  dlock__sync_pause(0);
   dlock__err_keep_end();
   return dlock__fail(DLOCK_ENOSYNC,
                      "lock '%s': %s; the acquisition was undone%s", a->m->name,

@@ -29,6 +29,7 @@
 #define REFRESH_MS 1000
 
 static _Thread_local int t_short;
+static _Thread_local int t_off; /* dlock__sync_pause */
 static _Thread_local char t_why[160];
 
 void dlock__sync_init(dlock__sync *s) {
@@ -73,8 +74,10 @@ static int refresh(dlock_client *c) {
   return n;
 }
 
+void dlock__sync_pause(int off) { t_off = off; }
+
 int dlock__sync_want(dlock_client *c) {
-  int want = c->cfg.sync_replicas;
+  int want = t_off ? 0 : c->cfg.sync_replicas;
   if (want >= 0)
     return want;
   int n = atomic_load(&c->sync.replicas);
