@@ -20,9 +20,13 @@
  * renewal connection) close them and connect to the new master.
  *
  * THE WATCHER is one thread per sentinel client (none for other URLs). It
- * subscribes to +switch-master on one sentinel; when that sentinel fails it
- * moves to the next. After each (re)subscription it checks the master once,
- * since a switch may have happened while nobody listened.
+ * subscribes to +switch-master and +promoted-slave on one sentinel; when
+ * that sentinel fails it moves to the next. After each (re)subscription it
+ * checks the master once, since a switch may have happened while nobody
+ * listened. +promoted-slave comes seconds before +switch-master (which
+ * waits for the other replicas to be reconfigured), and until then the old
+ * master, when alive, still takes writes: the watcher moves the client at
+ * the first of the two.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -277,6 +281,26 @@ static void on_switch(dlock_client *c, const char *payload) {
   wake_subscriber(c);
 }
 
+/* "+promoted-slave" payload "slave <ip:port> <ip> <port> @ <name> <ip>
+ * <port>": the replica the sentinels chose answers as a master now. The
+ * old master may still take writes until the failover ends (then comes
+ * +switch-master), so the client moves at once: it asks the sentinels
+ * (who name the promoted replica from now on) and checks ROLE. */
+static void on_promoted(dlock_client *c, const char *payload) {
+  const char *at = strstr(payload, " @ ");
+  size_t n = strlen(c->url.master_name);
+  if (!at || strncmp(at + 3, c->url.master_name, n) != 0 || at[3 + n] != ' ')
+    return;
+  dlock__sentinel *s = &c->sent;
+  pthread_mutex_lock(&s->disc_mu);
+  pthread_mutex_lock(&s->mu);
+  s->known = 0;
+  pthread_mutex_unlock(&s->mu);
+  if (discover(c) == 0)
+    wake_subscriber(c);
+  pthread_mutex_unlock(&s->disc_mu);
+}
+
 /* Sleeps ms unless woken by stop. */
 static void watch_pause(dlock_client *c, int ms) {
   struct pollfd p = {c->sent.pipe[0], POLLIN, 0};
@@ -303,9 +327,9 @@ static void watch_one(dlock_client *c, int i) {
   dlock__link *l;
   if (dlock__link_open(c, &su, &l) != 0)
     return;
-  const char *av[2] = {"SUBSCRIBE", "+switch-master"};
-  size_t al[2] = {9, 14};
-  redisReply *r = dlock__link_cmd(l, 2, av, al);
+  const char *av[3] = {"SUBSCRIBE", "+switch-master", "+promoted-slave"};
+  size_t al[3] = {9, 14, 15};
+  redisReply *r = dlock__link_cmd(l, 3, av, al);
   int ok = r && r->type == REDIS_REPLY_ARRAY;
   if (r)
     freeReplyObject(r);
@@ -321,8 +345,13 @@ static void watch_one(dlock_client *c, int i) {
       break;
     while (ok && dlock__link_next(l, &r) == 0 && r) {
       if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-          r->element[2]->type == REDIS_REPLY_STRING)
-        on_switch(c, r->element[2]->str);
+          r->element[1]->type == REDIS_REPLY_STRING &&
+          r->element[2]->type == REDIS_REPLY_STRING) {
+        if (strcmp(r->element[1]->str, "+switch-master") == 0)
+          on_switch(c, r->element[2]->str);
+        else
+          on_promoted(c, r->element[2]->str);
+      }
       freeReplyObject(r);
     }
   }

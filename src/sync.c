@@ -11,8 +11,9 @@
  * the acquisition and retries (DLOCK_ENOSYNC at the end: mutex.c, sem.c).
  *
  * cfg.sync_replicas: 0 sends no WAIT; n > 0 waits for n; -1 for every
- * replica connected to the master, read from INFO replication
- * (connected_slaves). The count is cached and read again when WAIT's answer
+ * replica connected to the master, read from INFO replication (the
+ * connected_slaves that are online: one still loading its first copy
+ * cannot acknowledge, and gets every write with that copy). The count is cached and read again when WAIT's answer
  * differs from it, when the master changes (sentinel.c resets it), and
  * every REFRESH_MS, so replicas that attach later are waited for.
  *
@@ -46,12 +47,21 @@ int dlock__sync_short(const char **why) {
   return t_short;
 }
 
-/* connected_slaves from INFO replication, or -1. */
+/* The replicas INFO replication lists as online (connected_slaves less
+ * those still loading their first copy: they cannot acknowledge yet, and
+ * have every write of the copy they get), or -1. */
 static int parse_replicas(const redisReply *r) {
   if (!r || r->type != REDIS_REPLY_STRING) /* RESP2 */
     return -1;
-  const char *p = strstr(r->str, "connected_slaves:");
-  return p ? atoi(p + 17) : -1;
+  if (!strstr(r->str, "connected_slaves:"))
+    return -1;
+  int n = 0;
+  for (const char *p = r->str; (p = strstr(p, "\nslave")) != NULL; p++) {
+    const char *eol = strchr(p + 1, '\n');
+    const char *st = strstr(p, ",state=online,");
+    n += st && (!eol || st < eol);
+  }
+  return n;
 }
 
 /* Reads the master's replica count now (one attempt, the thread's message

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MASTER "mymaster"
@@ -96,6 +97,53 @@ static dlock_config sentinel_cfg(const topo *t) {
 
 /* ---- through the sentinels ---------------------------------------------- */
 
+/* Runs the tool named by env var `tool` (set by tests/CMakeLists.txt) with
+ * argv; its exit status, or -1 when the variable is unset (not built). */
+static int run_tool(const char *tool, const char *const *argv) {
+  const char *path = getenv(tool);
+  if (!path || !*path)
+    return -1;
+  char cmd[2048];
+  size_t at = (size_t)snprintf(cmd, sizeof cmd, "'%s'", path);
+  for (int i = 0; argv[i] && at < sizeof cmd; i++)
+    at += (size_t)snprintf(cmd + at, sizeof cmd - at, " '%s'", argv[i]);
+  snprintf(cmd + at, at < sizeof cmd ? sizeof cmd - at : 0, " >%s 2>&1",
+           th_tmpfile("tool.out"));
+  int64_t t0 = th_now_ms();
+  int st = system(cmd);
+  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  printf("%s %s ...: exit %d in %lld ms\n", tool, argv[0], rc,
+         (long long)(th_now_ms() - t0));
+  if (rc != 0) {
+    char line[512];
+    FILE *f = fopen(th_tmpfile("tool.out"), "r");
+    while (f && fgets(line, sizeof line, f))
+      fputs(line, stdout);
+    if (f)
+      fclose(f);
+  }
+  return rc;
+}
+
+/* The CLI, seckill and bench take the URL (they pass it to the library;
+ * seckill's and bench's own connections ask the sentinels too). */
+static void tools_accept_the_url(const topo *t) {
+  const char *cli[] = {"-u", t->url, "-n", "toolock", "--", "true", NULL};
+  const char *sk[] = {"--url",    t->url,       "--strategy", "dlock",
+                      "--procs",  "2",          "--threads",  "2",
+                      "--requests", "40",       "--stock",    "20",
+                      NULL};
+  const char *bn[] = {"--url",  t->url, "--quick", "--scenario",
+                      "uncontended", "--reps", "1", "--pairs", "200", NULL};
+  int rc;
+  if ((rc = run_tool("DLOCK_TEST_CLI", cli)) >= 0)
+    CHECK_EQ(rc, 0);
+  if ((rc = run_tool("DLOCK_TEST_SECKILL", sk)) >= 0)
+    CHECK_EQ(rc, 0);
+  if ((rc = run_tool("DLOCK_TEST_BENCH", bn)) >= 0)
+    CHECK_EQ(rc, 0);
+}
+
 TH_CASE_T(lock_unlock_and_switch, 90, "sentinel") {
   topo t;
   topo_start(&t);
@@ -110,6 +158,7 @@ TH_CASE_T(lock_unlock_and_switch, 90, "sentinel") {
     CHECK_EQ(th_cmd_int(t.r[i], "EXISTS sl"), 1);
   CHECK_OK(dlock_mutex_unlock(m));
   CHECK_EQ(th_cmd_int(t.m, "EXISTS sl"), 0);
+  tools_accept_the_url(&t);
   /* A switch with the old master alive (SENTINEL FAILOVER): it becomes a
    * replica; the client follows (+switch-master, READONLY). */
   redisReply *x = th_cmd(t.s[0], "SENTINEL FAILOVER %s", MASTER);
@@ -125,9 +174,16 @@ TH_CASE_T(lock_unlock_and_switch, 90, "sentinel") {
   int ok = 0, lost = 0, other = 0;
   int64_t end = th_now_ms() + 20000 * slow();
   while (!ok && th_now_ms() < end) {
+    int64_t tl = th_now_ms();
     int rc = dlock_mutex_lock(m);
+    if (getenv("DLOCK_TEST_DEBUG"))
+      printf("lock %s in %lld ms: %s\n", dlock_err_name(rc),
+             (long long)(th_now_ms() - tl), dlock_last_error());
     if (rc == 0) {
       int on_new = th_cmd_int(nm, "EXISTS sl") == 1;
+      if (getenv("DLOCK_TEST_DEBUG"))
+        printf("+%lld on_new %d old %lld\n", (long long)(th_now_ms() - at),
+               on_new, th_cmd_int(t.m, "EXISTS sl"));
       rc = dlock_mutex_unlock(m);
       ok = on_new && rc == 0;
       lost += rc == DLOCK_ELOST;
@@ -333,7 +389,13 @@ static int contender(void *arg) {
   FILE *log = fopen(th_tmpfile(lp), "w");
   int64_t end = th_now_ms() + 60000 * slow();
   while (access(th_tmpfile("stop"), F_OK) != 0 && th_now_ms() < end) {
-    if (dlock_mutex_timedlock(m, 2000, 3000) != 0) {
+    int64_t tl = th_now_ms();
+    int rc = dlock_mutex_timedlock(m, 2000, 3000);
+    if (rc != 0) {
+      if (getenv("DLOCK_TEST_DEBUG"))
+        fprintf(stderr, "w%d +%lld..%lld %s %s\n", w->id, (long long)tl,
+                (long long)th_now_ms(), dlock_err_name(rc),
+                dlock_last_error());
       th_sleep_ms(10);
       continue;
     }
@@ -346,7 +408,11 @@ static int contender(void *arg) {
       return 1;
     fprintf(log, "%lld\n", (long long)th_now_ms());
     fflush(log);
-    (void)dlock_mutex_unlock(m); /* ELOST/ECONN across the failover */
+    int64_t tu = th_now_ms();
+    rc = dlock_mutex_unlock(m); /* ELOST/ECONN across the failover */
+    if (getenv("DLOCK_TEST_DEBUG") && (rc != 0 || th_now_ms() - tu > 100))
+      fprintf(stderr, "w%d unlock +%lld..%lld %s %s\n", w->id, (long long)tu,
+              (long long)th_now_ms(), dlock_err_name(rc), dlock_last_error());
   }
   fclose(log);
   close(fd);
@@ -425,6 +491,8 @@ static long long kill_under_contention(topo *t, int sync_replicas) {
     th_sleep_ms(10);
   CHECK_MSG(v >= 200, "only %lld increments before the kill", v);
   int64_t killed = th_now_ms(), promoted = 0;
+  if (getenv("DLOCK_TEST_DEBUG"))
+    fprintf(stderr, "killed at %lld\n", (long long)killed);
   int old = t->m->port;
   th_redis_kill(t->m);
   th_redis *nm = wait_promoted(t, old, &promoted);

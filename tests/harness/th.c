@@ -411,7 +411,8 @@ th_redis *th_replica_new(th_redis *master) {
     th_fail(__FILE__, __LINE__, "a replica needs a master with a TCP port");
   char extra[128];
   snprintf(extra, sizeof extra,
-           "enable-debug-command local\nreplicaof 127.0.0.1 %d\n",
+           "enable-debug-command local\nreplicaof 127.0.0.1 %d\n"
+           "repl-diskless-sync-delay 0\n",
            master->port);
   th_redis *r = server_new(0, extra);
   int64_t end = th_now_ms() + 10000 * th_timeout_mult();
