@@ -260,7 +260,10 @@ static inline void dlock_config_init(dlock_config *cfg) {
  * retry policy to unreachable servers. Starts three background threads:
  * pub/sub wake-ups, lease renewal (the watchdog), and the expiry thread that
  * reports a hold lost the moment its local deadline passes
- * (docs/threading.md). The client id is a fresh random UUID v4.
+ * (docs/threading.md); a redis-sentinel:// client a fourth, the Sentinel
+ * watcher (it follows failovers). A sentinel client finds the master by
+ * asking the sentinels in turn (DLOCK_ECONN naming what each said when none
+ * names a master that answers ROLE as one). The client id is a fresh random UUID v4.
  * cfg: borrowed for the call (strings copied); NULL means all defaults.
  * out: receives the client, freed with dlock_client_free; set to NULL on
  * failure.
@@ -395,7 +398,10 @@ DLOCK_API void dlock_mutex_free(dlock_mutex *m);
  * Errors: DLOCK_ECONN (server unreachable beyond the retry policy),
  * DLOCK_EAUTH, DLOCK_EREDIS (e.g. WRONGTYPE under the name), DLOCK_ELOST
  * (a reentrant acquire found this thread's hold gone; the hold is dropped),
- * DLOCK_ECLOSED, DLOCK_EFORK. Thread-safety: any thread. */
+ * DLOCK_ECLOSED, DLOCK_EFORK, DLOCK_ENOSYNC (cfg.sync_replicas: the
+ * replicas did not confirm the acquisition within sync_timeout_ms, after the
+ * retry policy; it was undone, nothing is held). Thread-safety: any
+ * thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_lock(dlock_mutex *m);
 
