@@ -85,7 +85,7 @@ extern "C" {
   X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
   X(ENOTSUP, -15, "not supported")                                             \
   X(EQUORUM, -16, "no majority of masters granted the lock")                   \
-  X(ETLS, -17, "TLS handshake or certificate verification failed")           \
+  X(ETLS, -17, "TLS handshake or certificate verification failed")             \
   X(ENOSYNC, -18, "replicas did not confirm the acquisition in time")
 
 enum dlock_errno {
@@ -263,7 +263,8 @@ static inline void dlock_config_init(dlock_config *cfg) {
  * (docs/threading.md); a redis-sentinel:// client a fourth, the Sentinel
  * watcher (it follows failovers). A sentinel client finds the master by
  * asking the sentinels in turn (DLOCK_ECONN naming what each said when none
- * names a master that answers ROLE as one). The client id is a fresh random UUID v4.
+ * names a master that answers ROLE as one).
+ * The client id is a fresh random UUID v4.
  * cfg: borrowed for the call (strings copied); NULL means all defaults.
  * out: receives the client, freed with dlock_client_free; set to NULL on
  * failure.

@@ -196,10 +196,10 @@ struct dlock__mreq {
   pthread_cond_t *cv;
   redisReply *reply;
   int done;
-  int err;       /* DLOCK_E* when done without a reply */
-  int timed_out; /* the read timed out */
-  int fresh;     /* the connection was opened for this request */
-  int want;      /* replies expected: 2 when a WAIT follows (sync.c) */
+  int err;           /* DLOCK_E* when done without a reply */
+  int timed_out;     /* the read timed out */
+  int fresh;         /* the connection was opened for this request */
+  int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
   redisReply *extra; /* the WAIT's reply */
   char msg[256];
 };

@@ -264,6 +264,11 @@ int dlock__config_int_min(size_t off);
 /* The highest database number a URL may select. */
 #define DLOCK__DB_MAX 1000000
 
+typedef struct dlock__hostport {
+  char *host;
+  int port;
+} dlock__hostport;
+
 typedef struct dlock__url {
   int is_unix;
   int tls;    /* rediss:// */
@@ -277,10 +282,7 @@ typedef struct dlock__url {
    * the data nodes'. */
   int sentinel;
   int n_sentinels;
-  struct dlock__hostport {
-    char *host;
-    int port;
-  } *sentinels;
+  dlock__hostport *sentinels;
   char *master_name;
   char *sentinel_user, *sentinel_password;
 } dlock__url;
@@ -517,8 +519,8 @@ typedef struct dlock__sentinel {
   pthread_mutex_t disc_mu; /* one discovery at a time */
   char *host;              /* the last master found; NULL: none yet */
   int port;
-  int known;      /* host is current (0: ask the sentinels again) */
-  int next;       /* the sentinel to ask first */
+  int known; /* host is current (0: ask the sentinels again) */
+  int next;  /* the sentinel to ask first */
   atomic_uint gen;
   atomic_int stop;
   int pipe[2]; /* wakes the watcher */
@@ -550,9 +552,8 @@ int dlock__link_stale(dlock_client *c, const dlock__link *l);
 
 /* The replica count of the master as cfg.sync_replicas = -1 needs it. */
 typedef struct dlock__sync {
-  atomic_int replicas; /* connected_slaves; -1 unknown */
+  atomic_int replicas;     /* online replicas; -1 unknown */
   atomic_llong checked_at; /* monotonic ms of the last INFO */
-  atomic_uint gen;     /* the master generation it was read for */
 } dlock__sync;
 
 void dlock__sync_init(dlock__sync *s);
@@ -640,6 +641,7 @@ struct dlock_client {
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
   dlock__watchdog wd;  /* renewal and local deadlines (watchdog.c) */
+
   dlock__sentinel sent; /* redis-sentinel:// master discovery (sentinel.c) */
   dlock__sync sync;     /* replica sync: WAIT after writes (sync.c) */
 };

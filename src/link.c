@@ -318,8 +318,7 @@ static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
   return rc;
 }
 
-static int open_url(dlock_client *c, const dlock__url *url,
-                    dlock__link **out);
+static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out);
 
 int dlock__link_open(dlock_client *c, const dlock__url *url,
                      dlock__link **out) {
@@ -339,8 +338,7 @@ int dlock__link_open(dlock_client *c, const dlock__url *url,
   return rc;
 }
 
-static int open_url(dlock_client *c, const dlock__url *url,
-                    dlock__link **out) {
+static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
   *out = NULL;
   dlock__link *l = dlock__calloc(1, sizeof *l);
   redisReader *rd = l ? redisReaderCreate() : NULL;

@@ -679,13 +679,12 @@ static int undo_unsynced(acq *a, const char *why) {
   }
   dlock__sync_pause(0);
   dlock__err_keep_end();
-  return dlock__fail(DLOCK_ENOSYNC,
-                     "lock '%s': %s; the acquisition was undone%s", a->m->name,
-                     msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
+  return dlock__fail(
+      DLOCK_ENOSYNC, "lock '%s': %s; the acquisition was undone%s", a->m->name,
+      msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
 }
 
-static int acquire_once(dlock_mutex *m, long long wait_ms,
-                        long long lease_ms) {
+static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   acq a;
   memset(&a, 0, sizeof a);
   int rc = acq_begin(&a, m, wait_ms, lease_ms);

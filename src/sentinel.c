@@ -227,8 +227,8 @@ static int discover(dlock_client *c) {
 }
 
 /* Copies the known master into target (mu held). 1 if there is one. */
-static int copy_master(dlock_client *c, dlock__url *target, char *buf,
-                       size_t n, unsigned *gen) {
+static int copy_master(dlock_client *c, dlock__url *target, char *buf, size_t n,
+                       unsigned *gen) {
   dlock__sentinel *s = &c->sent;
   if (!s->known || !s->host)
     return 0;

@@ -13,9 +13,10 @@
  * cfg.sync_replicas: 0 sends no WAIT; n > 0 waits for n; -1 for every
  * replica connected to the master, read from INFO replication (the
  * connected_slaves that are online: one still loading its first copy
- * cannot acknowledge, and gets every write with that copy). The count is cached and read again when WAIT's answer
- * differs from it, when the master changes (sentinel.c resets it), and
- * every REFRESH_MS, so replicas that attach later are waited for.
+ * cannot acknowledge, and gets every write with that copy). The count is cached
+ * and read again when WAIT's answer differs from it, when the master changes
+ * (sentinel.c resets it), and every REFRESH_MS, so replicas that attach later
+ * are waited for.
  *
  * WHAT IF INFO is refused (an ACL user without +info) or fails? The count
  * is taken as 0 (no WAIT) until the next refresh; the caller's call is not
@@ -36,7 +37,6 @@ static _Thread_local char t_why[160];
 void dlock__sync_init(dlock__sync *s) {
   atomic_init(&s->replicas, -1);
   atomic_init(&s->checked_at, 0);
-  atomic_init(&s->gen, 0);
 }
 
 void dlock__sync_reset(void) { t_short = 0; }

@@ -298,7 +298,8 @@ static int parse_sentinel_query(const char *url, const char *q, dlock__url *u) {
     if (!eq)
       return bad(u, url, "query parameters must look like name=value");
     size_t nlen = (size_t)(eq - p), vlen = len - nlen - 1;
-    char **dst = nlen == 13 && memcmp(p, "sentinel_user", 13) == 0 ? &u->sentinel_user
+    char **dst = nlen == 13 && memcmp(p, "sentinel_user", 13) == 0
+                     ? &u->sentinel_user
                  : nlen == 17 && memcmp(p, "sentinel_password", 17) == 0
                      ? &u->sentinel_password
                      : NULL;
@@ -309,8 +310,7 @@ static int parse_sentinel_query(const char *url, const char *q, dlock__url *u) {
     int badesc = 0;
     free(*dst);
     if (!(*dst = pct_decode(eq + 1, vlen, &badesc)))
-      return badesc ? bad(u, url, "bad %-escape in a query parameter")
-                    : oom(u);
+      return badesc ? bad(u, url, "bad %-escape in a query parameter") : oom(u);
     p += len + (p[len] == '&');
   }
   return 0;
@@ -338,8 +338,8 @@ static int parse_sentinel(const char *url, const char *rest, dlock__url *u) {
   if (!(u->master_name = pct_decode(path, mlen, &badesc)))
     return badesc ? bad(u, url, "bad %-escape in the master name") : oom(u);
   if (s2 && s2 + 1 < path + plen) {
-    long db = parse_num(s2 + 1, (size_t)(path + plen - s2 - 1), 0,
-                        DLOCK__DB_MAX);
+    long db =
+        parse_num(s2 + 1, (size_t)(path + plen - s2 - 1), 0, DLOCK__DB_MAX);
     if (db < 0)
       return bad(u, url,
                  "database (after the master name) must be a non-negative "

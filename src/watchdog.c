@@ -167,8 +167,8 @@ static int drain(wd_state *st, size_t from, size_t nchunks) {
 /* Reads the reply of chunk ch (k items from at) into st->flags. 0, a
  * negative code (the batch failed; retried later), or 1 on a connection
  * failure. */
-static int read_chunk(dlock_client *c, wd_state *st, size_t ch,
-                      size_t nchunks, size_t at, size_t k) {
+static int read_chunk(dlock_client *c, wd_state *st, size_t ch, size_t nchunks,
+                      size_t at, size_t k) {
   redisReply *r = dlock__link_reply(st->link);
   if (!r)
     return 1;

@@ -129,12 +129,12 @@ static int run_tool(const char *tool, const char *const *argv) {
  * seckill's and bench's own connections ask the sentinels too). */
 static void tools_accept_the_url(const topo *t) {
   const char *cli[] = {"-u", t->url, "-n", "toolock", "--", "true", NULL};
-  const char *sk[] = {"--url",    t->url,       "--strategy", "dlock",
-                      "--procs",  "2",          "--threads",  "2",
-                      "--requests", "40",       "--stock",    "20",
+  const char *sk[] = {"--url",      t->url, "--strategy", "dlock",
+                      "--procs",    "2",    "--threads",  "2",
+                      "--requests", "40",   "--stock",    "20",
                       NULL};
-  const char *bn[] = {"--url",  t->url, "--quick", "--scenario",
-                      "uncontended", "--reps", "1", "--pairs", "200", NULL};
+  const char *bn[] = {"--url",  t->url, "--quick", "--scenario", "uncontended",
+                      "--reps", "1",    "--pairs", "200",        NULL};
   int rc;
   if ((rc = run_tool("DLOCK_TEST_CLI", cli)) >= 0)
     CHECK_EQ(rc, 0);
@@ -166,8 +166,7 @@ TH_CASE_T(lock_unlock_and_switch, 90, "sentinel") {
   freeReplyObject(x);
   int64_t t0 = th_now_ms(), at = 0;
   th_redis *nm = wait_promoted(&t, t.m->port, &at);
-  printf("SENTINEL FAILOVER: new master after %lld ms\n",
-         (long long)(at - t0));
+  printf("SENTINEL FAILOVER: new master after %lld ms\n", (long long)(at - t0));
   /* Until the old master is a replica it may still take a write, which
    * its resync then drops: that hold is reported lost (ELOST), never
    * silently kept. */
@@ -222,8 +221,8 @@ TH_CASE_T(sentinels_unreachable, 60, "sentinel") {
   const char *msg = dlock_last_error();
   printf("%s after %lld ms: %s\n", dlock_err_name(DLOCK_ECONN),
          (long long)(th_now_ms() - t0), msg);
-  CHECK_MSG(strstr(msg, "no master 'mymaster' found through 3 sentinels"),
-            "%s", msg);
+  CHECK_MSG(strstr(msg, "no master 'mymaster' found through 3 sentinels"), "%s",
+            msg);
   char port[32];
   snprintf(port, sizeof port, "127.0.0.1:%d", gone[2]->port);
   CHECK_MSG(strstr(msg, port) && strstr(msg, "refused"), "%s", msg);
@@ -394,8 +393,7 @@ static int contender(void *arg) {
     if (rc != 0) {
       if (getenv("DLOCK_TEST_DEBUG"))
         fprintf(stderr, "w%d +%lld..%lld %s %s\n", w->id, (long long)tl,
-                (long long)th_now_ms(), dlock_err_name(rc),
-                dlock_last_error());
+                (long long)th_now_ms(), dlock_err_name(rc), dlock_last_error());
       th_sleep_ms(10);
       continue;
     }
@@ -521,10 +519,9 @@ static long long kill_under_contention(topo *t, int sync_replicas) {
   printf("sync_replicas %d: %zu increments, counter %lld, lost %lld; "
          "master killed at +0, promoted at +%lld ms; longest gap %lld ms "
          "(+%lld .. +%lld); new master has %lld keys\n",
-         sync_replicas, n, v, (long long)n - v,
-         (long long)(promoted - killed), gap,
-         (long long)(last_before - killed), (long long)(first_after - killed),
-         th_cmd_int(nm, "DBSIZE"));
+         sync_replicas, n, v, (long long)n - v, (long long)(promoted - killed),
+         gap, (long long)(last_before - killed),
+         (long long)(first_after - killed), th_cmd_int(nm, "DBSIZE"));
   CHECK_MSG(first_after > killed - 50, "no resumption after the kill");
   return (long long)n - v;
 }
@@ -604,9 +601,10 @@ TH_CASE_T(unsynced_writes_lost_in_failover, 120, "sentinel") {
   dlock_client *b = th_client_cfg(t.r[0], &cfg);
   for (int i = 0; i < 3; i++) {
     dlock_mutex *bm;
-    CHECK_OK(dlock_mutex_new(b, i == 0   ? "split0"
-                                : i == 1 ? "split1"
-                                         : "split2",
+    CHECK_OK(dlock_mutex_new(b,
+                             i == 0   ? "split0"
+                             : i == 1 ? "split1"
+                                      : "split2",
                              &bm));
     int rc = dlock_mutex_trylock(bm);
     int both = got[i] == 0 && rc == 0;

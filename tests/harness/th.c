@@ -424,8 +424,7 @@ th_redis *th_replica_new(th_redis *master) {
     if (up)
       return r;
     if (th_now_ms() > end)
-      th_fail(__FILE__, __LINE__, "replica on port %d never synced",
-              r->port);
+      th_fail(__FILE__, __LINE__, "replica on port %d never synced", r->port);
     th_sleep_ms(20);
   }
 }

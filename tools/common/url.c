@@ -91,9 +91,8 @@ static int sentinel_master(const dlock__url *in, int connect_s, char *buf,
       snprintf(err, errlen, "sentinel %s:%d: %s", in->sentinels[i].host,
                in->sentinels[i].port,
                !c || c->err ? (c ? c->errstr : "out of memory")
-               : r && r->type == REDIS_REPLY_ERROR
-                   ? r->str
-                   : "no master of that name");
+               : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                   : "no master of that name");
     }
     if (r)
       freeReplyObject(r);
