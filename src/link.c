@@ -333,7 +333,7 @@ int dlock__link_open(dlock_client *c, const dlock__url *url,
   int rc = dlock__sentinel_target(c, &target, host, sizeof host, &gen);
   if (rc == 0 && (rc = open_url(c, &target, out)) == DLOCK_ECONN)
     dlock__sentinel_invalidate(c, gen);
-  if (rc == 0)
+  if (rc == 0 && *out)
     (*out)->addr_gen = gen;
   return rc;
 }

@@ -73,7 +73,7 @@ void dlock__url_free(dlock__url *u) {
   free(u->path);
   free(u->user);
   free(u->password);
-  for (int i = 0; i < u->n_sentinels; i++)
+  for (int i = 0; u->sentinels && i < u->n_sentinels; i++)
     free(u->sentinels[i].host);
   free(u->sentinels);
   free(u->master_name);
