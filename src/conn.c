@@ -624,9 +624,22 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   return RETRY;
 }
 
-int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
+/* A retry of a command with a WAIT waits for the replica count of the
+ * master it goes to now (after a failover: the new one's, not a count that
+ * makes WAIT sit out sync_timeout_ms on every send). */
+static void retarget_wait(dlock_client *c, dlock__cmd *cmd) {
+  int sends = t_sends; /* dlock__sync_want may run INFO through here */
+  cmd->wait_replicas = dlock__sync_want(c);
+  t_sends = sends;
+  if (cmd->wait_replicas == 0 && cmd->acks)
+    *cmd->acks = -2; /* no WAIT sent: nothing to judge */
+}
+
+int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   *out = NULL;
   t_sends = 0;
+  dlock__cmd retry_cmd = *cmd_in;
+  const dlock__cmd *cmd = cmd_in;
   dlock__node *n = route(c, cmd->key);
   int attempts =
       cmd->no_retry
@@ -635,6 +648,10 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   int stale_used = 0;
   for (int i = 0;;) {
     attempt a;
+    if (cmd_in->wait_replicas > 0 && (i > 0 || stale_used)) {
+      retarget_wait(c, &retry_cmd);
+      cmd = &retry_cmd;
+    }
     node_send(n, cmd, &a);
     t_sends += a.sent;
     if (a.wait_reply) {
@@ -701,7 +718,7 @@ static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
     cmd.acks = &acks;
   }
   int rc = dlock__exec(c, &cmd, out);
-  if (rc == 0 && cmd.wait_replicas > 0)
+  if (rc == 0 && cmd.wait_replicas > 0 && acks != -2)
     dlock__sync_done(c, cmd.wait_replicas, acks);
   if (av != av_stack)
     free(av);

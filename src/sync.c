@@ -78,10 +78,10 @@ static int refresh(dlock_client *c) {
   int n = rc == 0 ? parse_replicas(r) : -1;
   if (r)
     freeReplyObject(r);
-  if (n < 0)
-    n = 0;
-  atomic_store(&c->sync.replicas, n);
-  return n;
+  if (n >= 0 || rc == DLOCK_EREDIS) /* refused (ACL): 0 until the next */
+    atomic_store(&c->sync.replicas, n >= 0 ? n : 0);
+  /* Not reached (a failover under way): unknown, asked again next time. */
+  return n >= 0 ? n : 0;
 }
 
 void dlock__sync_pause(int off) { t_off = off; }
