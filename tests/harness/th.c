@@ -416,11 +416,17 @@ th_redis *th_replica_new(th_redis *master) {
            master->port);
   th_redis *r = server_new(0, extra);
   int64_t end = th_now_ms() + 10000 * th_timeout_mult();
+  char online[64];
+  snprintf(online, sizeof online, "port=%d,state=online", r->port);
   for (;;) {
     redisReply *x = th_cmd(r, "INFO replication");
+    redisReply *y = th_cmd(master, "INFO replication");
+    /* up on its side, and online on the master's */
     int up = x && x->type == REDIS_REPLY_STRING &&
-             strstr(x->str, "master_link_status:up");
+             strstr(x->str, "master_link_status:up") && y &&
+             y->type == REDIS_REPLY_STRING && strstr(y->str, online);
     freeReplyObject(x);
+    freeReplyObject(y);
     if (up)
       return r;
     if (th_now_ms() > end)

@@ -138,7 +138,8 @@ typedef dlc_redis th_redis;
  * server however the test ends. */
 th_redis *th_redis_new(int tcp, const char *extra_conf);
 /* A replica of master (which must listen on TCP): replicaof master's port,
- * its own TCP port; waits (bounded) until its link to the master is up. */
+ * its own TCP port; waits (bounded) until its link to the master is up and
+ * the master lists it online. */
 th_redis *th_replica_new(th_redis *master);
 /* A Sentinel (redis-server --sentinel, TCP) monitoring master as `name`
  * with the given quorum, down-after-milliseconds and failover-timeout. */
