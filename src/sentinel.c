@@ -360,7 +360,10 @@ static void watch_one(dlock_client *c, int i) {
 
 static void *watch_main(void *arg) {
   dlock_client *c = arg;
-  for (int i = c->sent.next; !atomic_load(&c->sent.stop);
+  pthread_mutex_lock(&c->sent.mu);
+  int first = c->sent.next; /* the sentinel that answered last */
+  pthread_mutex_unlock(&c->sent.mu);
+  for (int i = first; !atomic_load(&c->sent.stop);
        i = (i + 1) % c->url.n_sentinels) {
     watch_one(c, i);
     if (!atomic_load(&c->sent.stop))
