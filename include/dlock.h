@@ -85,7 +85,8 @@ extern "C" {
   X(EDEADLK, -14, "operation would deadlock (e.g. read-to-write upgrade)")     \
   X(ENOTSUP, -15, "not supported")                                             \
   X(EQUORUM, -16, "no majority of masters granted the lock")                   \
-  X(ETLS, -17, "TLS handshake or certificate verification failed")
+  X(ETLS, -17, "TLS handshake or certificate verification failed")             \
+  X(ENOSYNC, -18, "replicas did not confirm the acquisition in time")
 
 enum dlock_errno {
 #define DLOCK__ERR_ENUM(name, value, msg) DLOCK_##name = (value),
@@ -155,6 +156,10 @@ typedef struct dlock_config {
   /* redis://[[user]:password@]host[:port][/db] or
    * unix:///path/to/socket[?db=N&password=...&user=...], or
    * rediss://... (the redis:// form over TLS: the tls_* fields below), or
+   * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/
+   * master-name[/db][?sentinel_user=...&sentinel_password=...] (since 0.3:
+   * the master found and followed through Sentinel, docs/sentinel.md;
+   * rediss-sentinel:// over TLS), or
    * redis-cluster://[[user]:password@]host:port[,host:port...] (a Redis
    * Cluster: any reachable seed; rediss-cluster:// over TLS; every call
    * works unchanged, docs/cluster.md).
@@ -220,6 +225,16 @@ typedef struct dlock_config {
   /* Private: what dlock_config_load allocated (freed by
    * dlock_config_dispose). Never set. */
   void *loaded;
+  /* ---- since 0.3: replica sync (docs/sentinel.md) ---- */
+  /* After every lock write (acquire, unlock, the writes of every lock kind)
+   * WAIT until this many replicas acknowledged it: -1 (default) = every
+   * replica connected to the master at that moment, 0 = do not wait,
+   * n > 0 = at least n. An acquisition the replicas did not confirm within
+   * sync_timeout_ms is undone and retried under the retry policy, then
+   * fails with DLOCK_ENOSYNC. A master without replicas costs nothing. */
+  int sync_replicas;
+  int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
+                          slavesSyncTimeout) */
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -258,7 +273,11 @@ static inline void dlock_config_init(dlock_config *cfg) {
  * retry policy to unreachable servers. Starts three background threads:
  * pub/sub wake-ups, lease renewal (the watchdog), and the expiry thread that
  * reports a hold lost the moment its local deadline passes
- * (docs/threading.md). The client id is a fresh random UUID v4.
+ * (docs/threading.md); a redis-sentinel:// client a fourth, the Sentinel
+ * watcher (it follows failovers). A sentinel client finds the master by
+ * asking the sentinels in turn (DLOCK_ECONN naming what each said when none
+ * names a master that answers ROLE as one).
+ * The client id is a fresh random UUID v4.
  * cfg: borrowed for the call (strings copied); NULL means all defaults.
  * out: receives the client, freed with dlock_client_free; set to NULL on
  * failure.
@@ -416,7 +435,10 @@ DLOCK_API void dlock_mutex_free(dlock_mutex *m);
  * Errors: DLOCK_ECONN (server unreachable beyond the retry policy),
  * DLOCK_EAUTH, DLOCK_EREDIS (e.g. WRONGTYPE under the name), DLOCK_ELOST
  * (a reentrant acquire found this thread's hold gone; the hold is dropped),
- * DLOCK_ECLOSED, DLOCK_EFORK. Thread-safety: any thread. */
+ * DLOCK_ECLOSED, DLOCK_EFORK, DLOCK_ENOSYNC (cfg.sync_replicas: the
+ * replicas did not confirm the acquisition within sync_timeout_ms, after the
+ * retry policy; it was undone, nothing is held). Thread-safety: any
+ * thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_lock(dlock_mutex *m);
 

@@ -38,6 +38,8 @@ void dlock_config_init_sized(dlock_config *cfg, size_t size) {
   d.subscription_linger_ms = 100;
   d.multiplex = 1;
   d.tls_verify = 1;
+  d.sync_replicas = -1;
+  d.sync_timeout_ms = 1000;
   /* The caller owns `size` bytes: the fields that fit get their defaults,
    * bytes this library does not know (a newer header's fields) get zero. */
   memset(cfg, 0, size);
@@ -110,6 +112,9 @@ static const struct {
     {offsetof(dlock_config, pool_size), 1, "pool_size"},
     {offsetof(dlock_config, subscription_linger_ms), 0,
      "subscription_linger_ms"},
+    {offsetof(dlock_config, sync_replicas), -1, "sync_replicas"},
+    /* WAIT's timeout 0 would wait for ever */
+    {offsetof(dlock_config, sync_timeout_ms), 1, "sync_timeout_ms"},
 };
 
 int dlock__config_int_min(size_t off) {
@@ -223,8 +228,11 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
   /* Each stage is undone by the labels below it, in reverse order. */
   if ((rc = identity_init(c, cfg.url)) != 0)
     goto fail_free;
-  if ((rc = dlock__node_init(&c->node, c, &c->url, c->cfg.pool_size)) != 0)
+  dlock__sync_init(&c->sync);
+  if ((rc = dlock__sentinel_init(c)) != 0)
     goto fail_identity;
+  if ((rc = dlock__node_init(&c->node, c, &c->url, c->cfg.pool_size)) != 0)
+    goto fail_sentinel;
   if ((rc = dlock__cluster_init(c)) != 0)
     goto fail_node;
   if ((rc = dlock__registry_init(&c->reg)) != 0)
@@ -238,8 +246,12 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
     goto fail_pubsub;
   if ((rc = dlock__watchdog_start(c)) != 0)
     goto fail_threads;
+  if ((rc = dlock__sentinel_start(c)) != 0)
+    goto fail_watchdog;
   *out = c;
   return 0;
+fail_watchdog:
+  dlock__watchdog_stop(c);
 fail_threads:
   dlock__pubsub_stop(c);
 fail_pubsub:
@@ -250,6 +262,8 @@ fail_registry:
 fail_node:
   dlock__cluster_destroy(c, 0);
   dlock__node_destroy(&c->node);
+fail_sentinel:
+  dlock__sentinel_destroy(c, 0);
 fail_identity:
   identity_free(c);
 fail_free:
@@ -265,6 +279,7 @@ static void client_release_memory(dlock_client *c) {
   dlock__holds_destroy(c);
   dlock__pubsub_destroy(&c->ps, child);
   dlock__registry_destroy(&c->reg, child);
+  dlock__sentinel_destroy(c, child);
   identity_free(c);
   free(c);
 }
@@ -288,6 +303,7 @@ void dlock_client_free(dlock_client *c) {
     dlock__node_free_memory(&c->node);
     dlock__cluster_destroy(c, 1);
   } else {
+    dlock__sentinel_stop(c);
     dlock__pubsub_stop(c);
     dlock__watchdog_stop(c);
     dlock__node_destroy(&c->node);

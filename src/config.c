@@ -35,6 +35,7 @@ enum kind {
   K_INT,     /* an int field; the lower bound is dlock_client_new's */
   K_BOOL,    /* an int field set to 1 / 0 */
   K_VERIFY,  /* tls_verify from Redisson's sslVerificationMode */
+  K_SYNC,    /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
   K_STR,     /* a string field, copied */
   K_PART,    /* a string that goes into the URL (enum part) */
   K_DB,      /* the database, into the URL */
@@ -52,7 +53,7 @@ typedef struct key_def {
   unsigned char where;
   unsigned char kind;
   unsigned char part; /* K_PART: enum part; K_SECTION: its IN_ bit */
-  size_t off;         /* K_INT, K_BOOL, K_VERIFY, K_STR: the field */
+  size_t off;         /* K_INT, K_BOOL, K_VERIFY, K_SYNC, K_STR: the field */
   const char *field;  /* the field's name; K_REFUSED: why */
 } key_def;
 
@@ -115,8 +116,10 @@ static const key_def g_keys[] = {
     IGNORED("cleanUpKeysAmount", IN_ROOT),
     IGNORED("lazyInitialization", IN_ROOT),
     IGNORED("protocol", IN_ROOT),
-    IGNORED("checkLockSyncedSlaves", IN_ROOT),
-    IGNORED("slavesSyncTimeout", IN_ROOT),
+    {"checkLockSyncedSlaves", IN_ROOT, K_SYNC, 0, FIELD(sync_replicas)},
+    {"slavesSyncTimeout", IN_ROOT, K_INT, 0, FIELD(sync_timeout_ms)},
+    /* dlock's own: "at least n replicas" has no Redisson key */
+    {"syncReplicas", IN_ROOT, K_INT, 0, FIELD(sync_replicas)},
     IGNORED("reliableTopicWatchdogTimeout", IN_ROOT),
     IGNORED("useThreadClassLoader", IN_ROOT),
     IGNORED("nettyHook", IN_ROOT),
@@ -559,7 +562,7 @@ static int parse_flag(const key_def *d, const char *s, int *v) {
   static const char *const modes[2] = {"NONE", "STRICT"};
   for (int yes = 0; yes < 2; yes++) {
     int match = d->kind == K_VERIFY && strcmp(s, modes[yes]) == 0;
-    for (size_t i = 0; d->kind == K_BOOL && i < 3; i++)
+    for (size_t i = 0; (d->kind == K_BOOL || d->kind == K_SYNC) && i < 3; i++)
       match |= strcmp(s, words[i][yes]) == 0;
     if (match) {
       *v = yes;
@@ -573,7 +576,7 @@ static int bad_value(const loader *ld, const yaml_node_t *v, const key_def *d,
                      const char *s) {
   long lo = d->kind == K_DB ? 0 : dlock__config_int_min(d->off);
   long hi = d->kind == K_DB ? DLOCK__DB_MAX : INT_MAX;
-  if (d->kind == K_BOOL)
+  if (d->kind == K_BOOL || d->kind == K_SYNC)
     return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
               d->name, s);
   if (d->kind == K_VERIFY)
@@ -608,8 +611,10 @@ static int set_value(loader *ld, const key_def *d, const yaml_node_t *v,
   case K_DB:
     bad = parse_long(s, 0, DLOCK__DB_MAX, &ld->db);
     break;
-  default: /* K_BOOL, K_VERIFY */
+  default: /* K_BOOL, K_VERIFY, K_SYNC */
     bad = parse_flag(d, s, &val);
+    if (d->kind == K_SYNC) /* every connected replica, or no WAIT */
+      val = val ? -1 : 0;
     break;
   }
   int rc = bad ? bad_value(ld, v, d, s) : 0;
@@ -626,6 +631,7 @@ static const char *expected(const key_def *d) {
   case K_DB:
     return "an integer";
   case K_BOOL:
+  case K_SYNC:
     return "true or false";
   case K_VERIFY:
     return "STRICT or NONE";

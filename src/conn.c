@@ -46,6 +46,7 @@ int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
   n->url = url;
   n->max = max > 0 ? max : 1;
   n->use_mux = c->cfg.multiplex != 0;
+  dlock__sync_init(&n->sync);
   if (pthread_mutex_init(&n->mu, NULL) != 0)
     return DLOCK_ENOMEM;
   if (pthread_cond_init(&n->cv, NULL) != 0)
@@ -92,6 +93,15 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
     if (n->idle) {
       dlock__conn *k = n->idle;
       n->idle = k->next;
+      if (dlock__link_stale(n->c, k->link)) {
+        /* made for a master that was replaced (Sentinel failover) */
+        n->total--;
+        pthread_mutex_unlock(&n->mu);
+        dlock__link_free(k->link);
+        free(k);
+        pthread_mutex_lock(&n->mu);
+        continue;
+      }
       pthread_mutex_unlock(&n->mu);
       *out = k;
       return 0;
@@ -192,9 +202,11 @@ struct dlock__mreq {
   pthread_cond_t *cv;
   redisReply *reply;
   int done;
-  int err;       /* DLOCK_E* when done without a reply */
-  int timed_out; /* the read timed out */
-  int fresh;     /* the connection was opened for this request */
+  int err;           /* DLOCK_E* when done without a reply */
+  int timed_out;     /* the read timed out */
+  int fresh;         /* the connection was opened for this request */
+  int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
+  redisReply *extra; /* the WAIT's reply */
   char msg[256];
 };
 
@@ -239,6 +251,10 @@ static void mux_fail_all(dlock__mux *m, dlock__mreq *self, int timed_out,
                          const char *why) {
   for (dlock__mreq *h = m->head; h;) {
     dlock__mreq *nx = h->next;
+    if (h->reply) { /* the first of two replies: the pair failed */
+      freeReplyObject(h->reply);
+      h->reply = NULL;
+    }
     h->done = 1;
     h->err = DLOCK_ECONN;
     h->timed_out = timed_out;
@@ -284,10 +300,17 @@ static void mux_read(dlock__node *n, dlock__mreq *req) {
       break;
     }
     dlock__mreq *h = m->head;
+    if (h->want > 1 && !h->reply) {
+      h->reply = r; /* its WAIT's reply comes next */
+      continue;
+    }
     m->head = h->next;
     if (!m->head)
       m->tail = NULL;
-    h->reply = r;
+    if (h->want > 1)
+      h->extra = r;
+    else
+      h->reply = r;
     h->done = 1;
     if (h != req)
       pthread_cond_signal(h->cv);
@@ -313,6 +336,8 @@ typedef struct attempt {
   int sent;          /* bytes of the command may have reached the server */
   int fresh;         /* the connection was opened for this attempt */
   int timed_out;     /* no reply within the command timeout */
+  int with_wait;     /* a WAIT follows the command (sync.c) */
+  redisReply *wait_reply;
   char msg[256];
 } attempt;
 
@@ -343,9 +368,27 @@ static redisReply *mux_roundtrip(dlock__node *n, void *unused,
     pthread_mutex_lock(&m->mu);
     while (m->broken)
       pthread_cond_wait(&m->state_cv, &m->mu);
+    if (m->link && dlock__link_stale(n->c, m->link)) {
+      /* The master was replaced (Sentinel): requests in flight fail and
+       * are retried; this one connects to the new master. */
+      if (m->reader) {
+        m->broken = 1;
+        shutdown(m->link->fd, SHUT_RDWR);
+      } else {
+        mux_fail_all(m, NULL, 0, "the master changed (Sentinel failover)");
+      }
+      pthread_mutex_unlock(&m->mu);
+      continue;
+    }
     if (m->link)
       break;
     pthread_mutex_unlock(&m->mu); /* closed meanwhile: connect again */
+  }
+  if (a->with_wait) {
+    /* WAIT may take sync_timeout_ms before it answers. */
+    int cto = n->c->cfg.command_timeout_ms;
+    dlock__link_set_timeout(m->link, cto + n->c->cfg.sync_timeout_ms, cto);
+    req.want = 2;
   }
   a->sent = 1;
   if (dlock__link_send(m->link, b->p, b->len) != 0) {
@@ -380,6 +423,7 @@ static redisReply *mux_roundtrip(dlock__node *n, void *unused,
     a->timed_out = req.timed_out;
     attempt_fail(a, req.err, req.msg);
   }
+  a->wait_reply = req.extra;
   return req.reply;
 }
 
@@ -394,6 +438,17 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
   a->sent = 1;
   redisReply *r =
       dlock__link_send(l, b->p, b->len) == 0 ? dlock__link_reply(l) : NULL;
+  if (r && a->with_wait) {
+    /* WAIT may take sync_timeout_ms before it answers. */
+    int cto = n->c->cfg.command_timeout_ms;
+    dlock__link_set_timeout(l, cto + n->c->cfg.sync_timeout_ms, cto);
+    a->wait_reply = dlock__link_reply(l);
+    dlock__link_set_timeout(l, cto, cto);
+    if (!a->wait_reply) {
+      freeReplyObject(r);
+      r = NULL;
+    }
+  }
   if (!r) {
     char why[200];
     link_why(l, n->c->cfg.command_timeout_ms, why, sizeof why);
@@ -430,6 +485,13 @@ static void encode_cmd(dlock__sb *b, const dlock__cmd *cmd, int eval) {
     dlock__sb_add(b, s, l);
     dlock__sb_add(b, "\r\n", 2);
   }
+  if (cmd->wait_replicas > 0) { /* pipelined on the same connection */
+    char nr[24], ms[24];
+    const char *av[3] = {"WAIT", nr, ms};
+    size_t al[3] = {4, dlock__fmt_i64(nr, cmd->wait_replicas), 0};
+    al[2] = dlock__fmt_i64(ms, cmd->sync_timeout_ms);
+    dlock__resp_argv(b, 3, av, al);
+  }
 }
 
 /* One command over rt; a NOSCRIPT reply is answered with EVAL on the same
@@ -440,11 +502,15 @@ static void send_cmd(dlock__node *n, roundtrip_fn *rt, void *conn,
   dlock__sb b;
   char buf[1024];
   dlock__sb_init_buf(&b, buf, sizeof buf);
+  a->with_wait = cmd->wait_replicas > 0;
   encode_cmd(&b, cmd, 0);
   redisReply *r = rt(n, conn, &b, a);
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {
     freeReplyObject(r);
+    if (a->wait_reply)
+      freeReplyObject(a->wait_reply);
+    a->wait_reply = NULL;
     encode_cmd(&b, cmd, 1);
     r = rt(n, conn, &b, a);
   }
@@ -541,8 +607,8 @@ enum { FINAL, RETRY, RETRY_NOW };
  * (a connection that was idle before broke without timing out -- it most
  * likely died while idle: server restart, CLIENT KILL -- so a fresh one is
  * tried at once, without counting as an attempt; once per call). */
-static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
-                 redisReply **out, int *rc) {
+static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
+                 int *stale_used, redisReply **out, int *rc) {
   redisReply *r = a->reply;
   if (r && r->type != REDIS_REPLY_ERROR) {
     *out = r;
@@ -551,6 +617,12 @@ static int judge(const dlock__cmd *cmd, attempt *a, int *stale_used,
   }
   if (r) {
     int retry = dlock__retryable_reply(r->str);
+    if (strncmp(r->str, "READONLY", 8) == 0 && c->url.sentinel) {
+      /* The node we took for the master is a replica now: ask the
+       * sentinels again, and retry there. */
+      dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
+      retry = 1;
+    }
     if (strstr(r->str, "NOPERM") ||
         strstr(r->str, "can't run this command or subcommand"))
       /* DLOCK_EREDIS, as every refusal by the server after login (issue
@@ -617,6 +689,11 @@ static void ask_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
     r = ok ? dlock__link_reply(l) : NULL;
     if (ok)
       freeReplyObject(ok);
+    if (r && cmd->wait_replicas > 0 &&
+        !(a->wait_reply = dlock__link_reply(l))) {
+      freeReplyObject(r); /* the WAIT pipelined behind it got no answer */
+      r = NULL;
+    }
     if (!r) {
       char why[200];
       link_why(l, n->c->cfg.command_timeout_ms, why, sizeof why);
@@ -628,6 +705,9 @@ static void ask_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
         strncmp(r->str, "NOSCRIPT", 8) == 0) {
       freeReplyObject(r);
       r = NULL;
+      if (a->wait_reply)
+        freeReplyObject(a->wait_reply);
+      a->wait_reply = NULL;
     }
   }
   a->reply = r;
@@ -675,9 +755,78 @@ static int budget_spent(int64_t *pause) {
   return 0;
 }
 
-int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
+/* A retry of a command with a WAIT waits for the replica count of the
+ * master it goes to now (after a failover: the new one's, not a count that
+ * makes WAIT sit out sync_timeout_ms on every send). */
+static void retarget_wait(dlock_client *c, dlock__cmd *cmd) {
+  int sends = t_sends; /* dlock__sync_want may run INFO through here */
+  cmd->wait_replicas = dlock__sync_want(c, cmd->key);
+  t_sends = sends;
+  if (cmd->wait_replicas == 0 && cmd->acks)
+    *cmd->acks = -2; /* no WAIT sent: nothing to judge */
+}
+
+/* The WAIT's answer of an attempt into *cmd->acks (freed). */
+static void take_acks(const dlock__cmd *cmd, attempt *a) {
+  if (!a->wait_reply)
+    return;
+  if (cmd->acks)
+    *cmd->acks = a->wait_reply->type == REDIS_REPLY_INTEGER
+                     ? a->wait_reply->integer
+                     : -1;
+  freeReplyObject(a->wait_reply);
+  a->wait_reply = NULL;
+}
+
+/* One send of cmd: to n (NULL: no master is known for its slot), after an
+ * ASK together with ASKING. The WAIT's answer goes to cmd->acks. */
+static void send_attempt(dlock__node *n, int ask, const dlock__cmd *cmd,
+                         attempt *a) {
+  if (!n) {
+    memset(a, 0, sizeof *a);
+    a->connecting = 1;
+    attempt_fail(a, DLOCK_ECONN, dlock_last_error());
+  } else if (ask) {
+    ask_send(n, cmd, a);
+  } else {
+    node_send(n, cmd, a);
+  }
+  take_acks(cmd, a);
+}
+
+/* After a send: 1 when a cluster redirect says where to send next (*n and
+ * *ask set; the command did not run: not a send, not a retry), 0 when the
+ * reply is to be judged, or a negative code: a redirect loop, or a cluster
+ * node behind a redis:// URL. */
+static int redirected(dlock_client *c, const dlock__cmd *cmd, attempt *a,
+                      dlock__node **n, int *ask, int *redirects) {
+  dlock__node *to = redirect(c, a->reply, ask);
+  if (to) {
+    freeReplyObject(a->reply);
+    if (++*redirects > MAX_REDIRECTS)
+      return dlock__fail(DLOCK_EREDIS,
+                         "%s: more than %d cluster redirects (MOVED/ASK "
+                         "loop); the cluster's slot map is inconsistent",
+                         cmd->argv[0], MAX_REDIRECTS);
+    *n = to;
+    return 1;
+  }
+  if (!c->cl && cluster_hint(a->reply)) {
+    int rc = dlock__fail(DLOCK_EREDIS,
+                         "the server is a Redis Cluster node (it answered "
+                         "'%s'): use a redis-cluster:// URL",
+                         a->reply->str);
+    freeReplyObject(a->reply);
+    return rc;
+  }
+  return 0;
+}
+
+int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   *out = NULL;
   t_sends = 0;
+  dlock__cmd retry_cmd = *cmd_in;
+  const dlock__cmd *cmd = cmd_in;
   dlock__node *n = route(c, cmd->key);
   int attempts =
       cmd->no_retry
@@ -686,37 +835,18 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd, redisReply **out) {
   int stale_used = 0, redirects = 0, ask = 0;
   for (int i = 0;;) {
     attempt a;
-    if (!n) {
-      memset(&a, 0, sizeof a);
-      a.connecting = 1;
-      attempt_fail(&a, DLOCK_ECONN, dlock_last_error());
-    } else if (ask) {
-      ask_send(n, cmd, &a);
-    } else {
-      node_send(n, cmd, &a);
+    if (cmd_in->wait_replicas > 0 && (i > 0 || stale_used)) {
+      retarget_wait(c, &retry_cmd);
+      cmd = &retry_cmd;
     }
-    dlock__node *to = redirect(c, a.reply, &ask);
-    if (to) { /* the command did not run there: not a send, not a retry */
-      freeReplyObject(a.reply);
-      if (++redirects > MAX_REDIRECTS)
-        return dlock__fail(DLOCK_EREDIS,
-                           "%s: more than %d cluster redirects (MOVED/ASK "
-                           "loop); the cluster's slot map is inconsistent",
-                           cmd->argv[0], MAX_REDIRECTS);
-      n = to;
-      continue;
-    }
-    t_sends += a.sent;
-    if (!c->cl && cluster_hint(a.reply)) {
-      int rc = dlock__fail(DLOCK_EREDIS,
-                           "the server is a Redis Cluster node (it answered "
-                           "'%s'): use a redis-cluster:// URL",
-                           a.reply->str);
-      freeReplyObject(a.reply);
+    send_attempt(n, ask, cmd, &a);
+    int rc = redirected(c, cmd, &a, &n, &ask, &redirects);
+    if (rc < 0)
       return rc;
-    }
-    int rc;
-    int verdict = judge(cmd, &a, &stale_used, out, &rc);
+    if (rc == 1)
+      continue;
+    t_sends += a.sent;
+    int verdict = judge(c, cmd, &a, &stale_used, out, &rc);
     if (verdict == FINAL)
       return rc;
     if (verdict == RETRY_NOW)
@@ -771,11 +901,19 @@ static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
     av[3 + nkeys + i] = args[i];
     al[3 + nkeys + i] = alens ? alens[i] : strlen(args[i]);
   }
+  long long acks = -1;
   dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, no_retry};
+  dlock__sync_reset();
+  if (!s->readonly && (cmd.wait_replicas = dlock__sync_want(c, cmd.key)) > 0) {
+    cmd.sync_timeout_ms = c->cfg.sync_timeout_ms;
+    cmd.acks = &acks;
+  }
   int rc = dlock__exec(c, &cmd, out);
   int sends = t_sends; /* the TYPE look-ups must not count */
   rc = dlock__explain_wrongtype(c, s, rc, nkeys, keys, klens);
   t_sends = sends;
+  if (rc == 0 && cmd.wait_replicas > 0 && acks != -2)
+    dlock__sync_done(c, cmd.key, cmd.wait_replicas, acks);
   if (av != av_stack)
     free(av);
   if (al != al_stack)

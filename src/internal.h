@@ -277,6 +277,11 @@ int dlock__config_int_min(size_t off);
 /* The highest database number a URL may select. */
 #define DLOCK__DB_MAX 1000000
 
+typedef struct dlock__hostport {
+  char *host;
+  int port;
+} dlock__hostport;
+
 typedef struct dlock__url {
   int is_unix;
   int tls;    /* rediss:// */
@@ -290,6 +295,14 @@ typedef struct dlock__url {
   int nseeds;
   char **seed_hosts;
   int *seed_ports;
+  /* redis-sentinel:// and rediss-sentinel:// (sentinel.c): host and port
+   * above stay unset (the master is asked for); user, password and db are
+   * the data nodes'. */
+  int sentinel;
+  int n_sentinels;
+  dlock__hostport *sentinels;
+  char *master_name;
+  char *sentinel_user, *sentinel_password;
 } dlock__url;
 int dlock__url_parse(const char *url, dlock__url *out);
 void dlock__url_free(dlock__url *u);
@@ -300,6 +313,7 @@ struct dlock__script {
   const char *name;
   const char *body;
   char sha[41];
+  int readonly; /* writes nothing: no WAIT after it (sync.c) */
 };
 
 enum {
@@ -376,6 +390,7 @@ struct dlock__link {
   char errstr[192];
   int read_ms, write_ms; /* timeouts (0 = none), for transports that poll */
   int tls_error;         /* the transport's last failure was TLS's own */
+  unsigned addr_gen;     /* Sentinel: the master generation it was made for */
 };
 
 /* Connects to url with the client's timeouts (connect_timeout_ms, then
@@ -432,6 +447,12 @@ typedef struct dlock__mux {
   dlock__mreq *head, *tail; /* written, waiting for their replies */
 } dlock__mux;
 
+/* The replica count of the master as cfg.sync_replicas = -1 needs it. */
+typedef struct dlock__sync {
+  atomic_int replicas;     /* online replicas; -1 unknown */
+  atomic_llong checked_at; /* monotonic ms of the last INFO */
+} dlock__sync;
+
 typedef struct dlock__node {
   dlock_client *c;
   const dlock__url *url;
@@ -442,6 +463,7 @@ typedef struct dlock__node {
   int max;
   int use_mux; /* cfg.multiplex */
   dlock__mux mux;
+  dlock__sync sync; /* a cluster master's replica count (sync.c) */
 } dlock__node;
 
 /* One command. argv[0..argc) with lengths. When script is set, argv[0] and
@@ -457,6 +479,11 @@ typedef struct dlock__cmd {
    * dead on use is replaced once (Redlock votes, idempotent). 2: sent at
    * most once, whatever happens (force unlock). */
   int no_retry;
+  /* > 0: WAIT for this many replicas is pipelined after the command on
+   * the same connection (sync.c); its answer goes to *acks. */
+  int wait_replicas;
+  int sync_timeout_ms; /* WAIT's timeout */
+  long long *acks;
 } dlock__cmd;
 
 /* pthread_create that returns once the new thread runs fn: the thread's
@@ -571,6 +598,66 @@ void dlock__cluster_mark_stale(dlock_client *c);
 /* The distinct masters owning slots, up to max into out; returns how many
  * there are. */
 int dlock__cluster_masters(dlock_client *c, dlock__node **out, int max);
+/* ---- Sentinel (sentinel.c) ---------------------------------------------- */
+
+/* Where a redis-sentinel:// client's master is. mu guards host/port/known;
+ * gen changes whenever the address changes (links made for an older gen
+ * are stale: conn.c, pubsub.c and watchdog.c drop them). The watcher
+ * thread listens for +switch-master on one sentinel at a time. */
+typedef struct dlock__sentinel {
+  pthread_mutex_t mu;
+  pthread_mutex_t disc_mu; /* one discovery at a time */
+  char *host;              /* the last master found; NULL: none yet */
+  int port;
+  int known; /* host is current (0: ask the sentinels again) */
+  int next;  /* the sentinel to ask first */
+  atomic_uint gen;
+  atomic_int stop;
+  int pipe[2]; /* wakes the watcher */
+  pthread_t thread;
+  int started;
+} dlock__sentinel;
+
+/* The mutexes (a no-op for other URLs): 0 or DLOCK_ENOMEM. */
+int dlock__sentinel_init(dlock_client *c);
+/* The watcher thread (sentinel clients only): 0 or DLOCK_ENOMEM. */
+int dlock__sentinel_start(dlock_client *c);
+void dlock__sentinel_stop(dlock_client *c);
+/* forked: in a fork child (touches no mutex). */
+void dlock__sentinel_destroy(dlock_client *c, int forked);
+/* link_open's hook: for a sentinel URL, *target = url with the current
+ * master's host and port (host copied into buf) and *gen its generation;
+ * discovers the master first when unknown. 0, or DLOCK_ECONN (no sentinel
+ * named a master that says it is one: the message lists why per sentinel)
+ * / DLOCK_ENOMEM. */
+int dlock__sentinel_target(dlock_client *c, dlock__url *target, char *buf,
+                           size_t n, unsigned *gen);
+/* The master of generation gen failed (refused a connection, answered
+ * READONLY): the next target asks the sentinels again. */
+void dlock__sentinel_invalidate(dlock_client *c, unsigned gen);
+/* 1 if l was made for a master that is no longer the master. */
+int dlock__link_stale(dlock_client *c, const dlock__link *l);
+
+/* ---- replica sync (sync.c) ---------------------------------------------- */
+
+void dlock__sync_init(dlock__sync *s);
+/* How many replicas the next write on key's master must wait for (0: send
+ * no WAIT). May ask INFO replication (its failure is not the caller's: 0).
+ * On a cluster each master's count is its own (dlock__node.sync). */
+int dlock__sync_want(dlock_client *c, const char *key);
+/* Judges WAIT's answer (acks, or -1 for an error reply) after a write that
+ * waited for want: sets the thread's shortfall flag (dlock__sync_short)
+ * when fewer replicas confirmed than required. */
+void dlock__sync_done(dlock_client *c, const char *key, int want,
+                      long long acks);
+/* off = 1: the calling thread's writes send no WAIT until off = 0 (the
+ * undo of an unconfirmed acquisition: nothing to confirm). */
+void dlock__sync_pause(int off);
+/* Clears the calling thread's shortfall flag (every eval does first). */
+void dlock__sync_reset(void);
+/* 1 if the calling thread's last eval was a write the replicas did not
+ * confirm in time (cfg.sync_timeout_ms); its message in *why. */
+int dlock__sync_short(const char **why);
 
 /* ---- client ------------------------------------------------------------- */
 
@@ -645,6 +732,9 @@ struct dlock_client {
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
   dlock__watchdog wd;  /* renewal and local deadlines (watchdog.c) */
+
+  dlock__sentinel sent; /* redis-sentinel:// master discovery (sentinel.c) */
+  dlock__sync sync;     /* replica sync: WAIT after writes (sync.c) */
 };
 
 /* ---- the client's info key (clientinfo.c) ------------------------------

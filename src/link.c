@@ -318,8 +318,27 @@ static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
   return rc;
 }
 
+static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out);
+
 int dlock__link_open(dlock_client *c, const dlock__url *url,
                      dlock__link **out) {
+  *out = NULL;
+  if (!url->sentinel)
+    return open_url(c, url, out);
+  /* Sentinel: connect to the master as last discovered (sentinel.c); one
+   * that refuses makes the next connection ask the sentinels again. */
+  dlock__url target;
+  char host[256];
+  unsigned gen = 0;
+  int rc = dlock__sentinel_target(c, &target, host, sizeof host, &gen);
+  if (rc == 0 && (rc = open_url(c, &target, out)) == DLOCK_ECONN)
+    dlock__sentinel_invalidate(c, gen);
+  if (rc == 0 && *out)
+    (*out)->addr_gen = gen;
+  return rc;
+}
+
+static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
   *out = NULL;
   dlock__link *l = dlock__calloc(1, sizeof *l);
   redisReader *rd = l ? redisReaderCreate() : NULL;

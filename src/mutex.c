@@ -688,7 +688,57 @@ static int leave_queue(acq *a) {
   return held;
 }
 
-static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+/* Deletes the latch of the undo's unlock rid: the undo was answered on its
+ * first send, so no copy of it can come later (the latch is not needed). */
+static void drop_latch(dlock_mutex *m, const char *rid) {
+  dlock__sb latch;
+  dlock__sb_init(&latch);
+  dlock__unlock_latch_key(&latch, m->name, rid);
+  const char *av[2] = {"DEL", latch.p};
+  size_t al[2] = {3, latch.len};
+  dlock__cmd cmd = {latch.p, NULL, 2, av, al, 1};
+  redisReply *r = NULL;
+  if (!latch.oom && dlock__exec(m->c, &cmd, &r) == 0)
+    freeReplyObject(r);
+  dlock__sb_free(&latch);
+}
+
+/* The acquisition a just made was not confirmed by the replicas (sync.c):
+ * gives it back with the kind's unlock (reentrant: the count goes back to
+ * prior, the TTL is never shortened) and its latch, so nothing of it stays
+ * behind. Returns DLOCK_ENOSYNC; a failed undo leaves the lease to end it. */
+static int undo_unsynced(acq *a, const char *why) {
+  char msg[200], rid[33];
+  snprintf(msg, sizeof msg, "%s", why);
+  dlock__request_id(rid);
+  /* The latch of this lock's previous clean unlock goes with the undo, as
+   * with any unlock (no key of the lock is left behind). */
+  char prev[33];
+  pthread_mutex_lock(&a->c->reg.mu);
+  char *slot = dlock__lockent_prev_rid(a->m->e);
+  memcpy(prev, slot, sizeof prev);
+  slot[0] = '\0';
+  pthread_mutex_unlock(&a->c->reg.mu);
+  dlock__err_keep_begin();
+  dlock__sync_pause(1);
+  int64_t lease = a->prior > 0 ? -a->lease : a->lease;
+  int rc = a->m->ops->release(a->m, a->tid, lease, rid, prev[0] ? prev : NULL);
+  if (rc >= 0 && dlock__exec_sends() == 1)
+    drop_latch(a->m, rid);
+  if (rc < 0 && prev[0]) { /* the delete may not have run: keep it */
+    pthread_mutex_lock(&a->c->reg.mu);
+    if (!slot[0])
+      memcpy(slot, prev, sizeof prev);
+    pthread_mutex_unlock(&a->c->reg.mu);
+  }
+  dlock__sync_pause(0);
+  dlock__err_keep_end();
+  return dlock__fail(
+      DLOCK_ENOSYNC, "lock '%s': %s; the acquisition was undone%s", a->m->name,
+      msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
+}
+
+static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   acq a;
   memset(&a, 0, sizeof a);
   int rc = acq_begin(&a, m, wait_ms, lease_ms);
@@ -714,9 +764,23 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
    * not waiting. (A first attempt of a reentrant hold never queues.) */
   if (rc < 0 && a.prior == 0 && leave_queue(&a))
     rc = 1;
+  const char *why = NULL;
+  if (rc == 1 && dlock__sync_short(&why))
+    return undo_unsynced(&a, why);
   if (rc == 1)
     return record_hold(m, a.tid, a.prior + 1, a.wd, a.lease, a.sent, a.token);
   return rc;
+}
+
+/* An acquisition the replicas did not confirm (DLOCK_ENOSYNC, undone) is
+ * tried again under the retry policy, as Redisson does. */
+static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+  for (int i = 0;; i++) {
+    int rc = acquire_once(m, wait_ms, lease_ms);
+    if (rc != DLOCK_ENOSYNC || i >= m->c->cfg.retry_attempts)
+      return rc;
+    dlock__sleep_ms(m->c->cfg.retry_interval_ms);
+  }
 }
 
 int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms,

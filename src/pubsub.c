@@ -722,6 +722,9 @@ static void *ps_main(void *arg) {
   enum { MAXFD = 64 };
   while (!atomic_load(&c->closing)) {
     ps_cancels(c, &seen_cancel);
+    for (int i = 0; i < ps.n; i++)
+      if (ps.conns[i].link && dlock__link_stale(c, ps.conns[i].link))
+        on_disconnect(c, &ps, i); /* Sentinel failover: follow the master */
     int64_t due = ps_upkeep(c, &ps);
     struct pollfd pf[MAXFD + 1];
     int map[MAXFD + 1], nf = 1;

@@ -198,7 +198,8 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
                          /* KEYS[1] lock: {pttl, {field, value, ...}} */
                          "return {redis.call('pttl', KEYS[1]), "
                          "redis.call('hgetall', KEYS[1])}\n",
-                         {0}},
+                         {0},
+                         1},
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -7,6 +7,9 @@
  *   redis-cluster://[[user]:password@]host:port[,host:port...]  seed nodes
  *       of a Redis Cluster (cluster.c discovers the rest);
  *       rediss-cluster://... the same over TLS
+ *   redis-sentinel://[[user]:password@]h1[:p1][,h2[:p2]...]/master[/db]
+ *       [?sentinel_user=...&sentinel_password=...]  (sentinel.c; the
+ *       sentinels' port defaults to 26379; rediss-sentinel:// over TLS)
  *
  * User and password may be percent-encoded. Every rejection names what is
  * wrong, because "invalid URL" alone sends people guessing.
@@ -77,6 +80,12 @@ void dlock__url_free(dlock__url *u) {
     free(u->seed_hosts[i]);
   free(u->seed_hosts);
   free(u->seed_ports);
+  for (int i = 0; u->sentinels && i < u->n_sentinels; i++)
+    free(u->sentinels[i].host);
+  free(u->sentinels);
+  free(u->master_name);
+  free(u->sentinel_user);
+  free(u->sentinel_password);
   memset(u, 0, sizeof *u);
 }
 
@@ -85,7 +94,28 @@ static int oom(dlock__url *u) {
   return dlock__fail(DLOCK_ENOMEM, "out of memory parsing the URL");
 }
 
-/* The URL as it may appear in messages: the password replaced by ***. */
+/* Every value of a password= (or sentinel_password=) query parameter in
+ * url replaced by ***, into out. */
+static void redact_query(const char *url, char *out, size_t cap) {
+  const char *pw = strstr(url, "password=");
+  size_t o = 0;
+  const char *p = url;
+  out[0] = '\0';
+  while (pw && o < cap) {
+    int w = snprintf(out + o, cap - o, "%.*spassword=***", (int)(pw - p), p);
+    if (w < 0)
+      break;
+    o += (size_t)w;
+    p = pw + 9;
+    while (*p && *p != '&')
+      p++;
+    pw = strstr(p, "password=");
+  }
+  if (o < cap && snprintf(out + o, cap - o, "%s", p) < 0)
+    out[o] = '\0';
+}
+
+/* The URL as it may appear in messages: the passwords replaced by ***. */
 static void redact(const char *url, char *out, size_t cap) {
   const char *rest = strstr(url, "://");
   /* The userinfo ends at the last '@' of the authority (the password may
@@ -97,29 +127,12 @@ static void redact(const char *url, char *out, size_t cap) {
         at = p;
   const char *colon =
       at ? memchr(rest + 3, ':', (size_t)(at - rest - 3)) : NULL;
-  const char *pw = strstr(url, "password=");
-  if (colon) {
-    snprintf(out, cap, "%.*s:***%s", (int)(colon - url), url, at);
-  } else if (pw) {
-    /* Every password= parameter (it may be given more than once). */
-    size_t o = 0;
-    const char *p = url;
-    out[0] = '\0';
-    while (pw && o < cap) {
-      int w = snprintf(out + o, cap - o, "%.*spassword=***", (int)(pw - p), p);
-      if (w < 0)
-        break;
-      o += (size_t)w;
-      p = pw + 9;
-      while (*p && *p != '&')
-        p++;
-      pw = strstr(p, "password=");
-    }
-    if (o < cap)
-      snprintf(out + o, cap - o, "%s", p);
-  } else {
-    snprintf(out, cap, "%s", url);
-  }
+  char tmp[512];
+  if (colon)
+    snprintf(tmp, sizeof tmp, "%.*s:***%s", (int)(colon - url), url, at);
+  else
+    snprintf(tmp, sizeof tmp, "%s", url);
+  redact_query(tmp, out, cap);
 }
 
 static int bad(dlock__url *u, const char *url, const char *what) {
@@ -176,62 +189,79 @@ static int parse_unix(const char *url, const char *rest, dlock__url *u) {
   return 0;
 }
 
-static int parse_tcp(const char *url, const char *rest, dlock__url *u) {
-  /* Authority ends at the first '/' (db) -- but the password may contain
-   * '/' only percent-encoded, as in every URL. */
-  const char *slash = strchr(rest, '/');
-  size_t alen = slash ? (size_t)(slash - rest) : strlen(rest);
+/* The userinfo of the authority rest[0..alen): sets u->user / u->password
+ * and *host (where the host part begins). 0 or a code (u freed). */
+static int parse_userinfo(const char *url, const char *rest, size_t alen,
+                          dlock__url *u, const char **host) {
   const char *at = NULL;
   for (size_t i = 0; i < alen; i++)
     if (rest[i] == '@')
       at = rest + i; /* the last '@' separates userinfo from the host */
-  const char *host = rest;
+  *host = rest;
+  if (!at)
+    return 0;
   int badesc = 0;
-  if (at) {
-    const char *colon = memchr(rest, ':', (size_t)(at - rest));
-    if (!colon)
-      return bad(u, url, "credentials must be [user]:password@");
-    if (colon > rest) {
-      if (!(u->user = pct_decode(rest, (size_t)(colon - rest), &badesc)))
-        return badesc ? bad(u, url, "bad %-escape in user") : oom(u);
-    }
-    if (!(u->password =
-              pct_decode(colon + 1, (size_t)(at - colon - 1), &badesc)))
-      return badesc ? bad(u, url, "bad %-escape in password") : oom(u);
-    host = at + 1;
+  const char *colon = memchr(rest, ':', (size_t)(at - rest));
+  if (!colon)
+    return bad(u, url, "credentials must be [user]:password@");
+  if (colon > rest) {
+    if (!(u->user = pct_decode(rest, (size_t)(colon - rest), &badesc)))
+      return badesc ? bad(u, url, "bad %-escape in user") : oom(u);
   }
-  size_t hlen = (size_t)(rest + alen - host);
-  const char *port = NULL;
+  if (!(u->password = pct_decode(colon + 1, (size_t)(at - colon - 1), &badesc)))
+    return badesc ? bad(u, url, "bad %-escape in password") : oom(u);
+  *host = at + 1;
+  return 0;
+}
+
+/* host[:port] or [v6][:port] in host[0..hlen): *out (allocated) and *port
+ * (def when absent). 0 or a code (u freed). */
+static int parse_hostport(const char *url, const char *host, size_t hlen,
+                          int def, dlock__url *u, char **out, int *port) {
+  const char *ps = NULL;
   size_t hostlen;
   if (hlen > 0 && host[0] == '[') {
     const char *rb = memchr(host, ']', hlen);
     if (!rb)
       return bad(u, url, "unterminated [IPv6] host");
-    if (!(u->host = dlock__strndup(host + 1, (size_t)(rb - host - 1))))
+    if (!(*out = dlock__strndup(host + 1, (size_t)(rb - host - 1))))
       return oom(u);
     hostlen = (size_t)(rb - host - 1);
     if (rb + 1 < host + hlen) {
       if (rb[1] != ':')
         return bad(u, url, "junk after [IPv6] host");
-      port = rb + 2;
+      ps = rb + 2;
     }
   } else {
     const char *colon = memchr(host, ':', hlen);
     hostlen = colon ? (size_t)(colon - host) : hlen;
-    if (!(u->host = dlock__strndup(host, hostlen)))
+    if (!(*out = dlock__strndup(host, hostlen)))
       return oom(u);
     if (colon)
-      port = colon + 1;
+      ps = colon + 1;
   }
   if (hostlen == 0)
     return bad(u, url, "missing host");
-  u->port = 6379;
-  if (port) {
-    long p = parse_num(port, (size_t)(host + hlen - port), 1, 65535);
+  *port = def;
+  if (ps) {
+    long p = parse_num(ps, (size_t)(host + hlen - ps), 1, 65535);
     if (p < 0)
       return bad(u, url, "port must be a number from 1 to 65535");
-    u->port = (int)p;
+    *port = (int)p;
   }
+  return 0;
+}
+
+static int parse_tcp(const char *url, const char *rest, dlock__url *u) {
+  /* Authority ends at the first '/' (db) -- but the password may contain
+   * '/' only percent-encoded, as in every URL. */
+  const char *slash = strchr(rest, '/');
+  size_t alen = slash ? (size_t)(slash - rest) : strlen(rest);
+  const char *host;
+  int rc = parse_userinfo(url, rest, alen, u, &host);
+  if (rc || (rc = parse_hostport(url, host, (size_t)(rest + alen - host), 6379,
+                                 u, &u->host, &u->port)) != 0)
+    return rc;
   if (slash && slash[1]) {
     long db = parse_num(slash + 1, strlen(slash + 1), 0, DLOCK__DB_MAX);
     if (db < 0)
@@ -302,6 +332,89 @@ static int parse_cluster(const char *url, const char *rest, dlock__url *u) {
   return 0;
 }
 
+/* The sentinels h1[:p1],h2[:p2]... of list[0..n) (default port 26379). */
+static int parse_sentinels(const char *url, const char *list, size_t n,
+                           dlock__url *u) {
+  int count = 1;
+  for (size_t i = 0; i < n; i++)
+    count += list[i] == ',';
+  size_t bytes = (size_t)count * sizeof *u->sentinels;
+  if (!(u->sentinels = dlock__malloc(bytes)))
+    return oom(u);
+  memset(u->sentinels, 0, bytes);
+  u->n_sentinels = count;
+  const char *p = list, *end = list + n;
+  for (int i = 0; i < count; i++) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *e = comma ? comma : end;
+    int rc = parse_hostport(url, p, (size_t)(e - p), 26379, u,
+                            &u->sentinels[i].host, &u->sentinels[i].port);
+    if (rc)
+      return rc;
+    p = e + 1;
+  }
+  return 0;
+}
+
+/* ?sentinel_user=...&sentinel_password=... */
+static int parse_sentinel_query(const char *url, const char *q, dlock__url *u) {
+  for (const char *p = q; *p;) {
+    size_t len = strcspn(p, "&");
+    const char *eq = memchr(p, '=', len);
+    if (!eq)
+      return bad(u, url, "query parameters must look like name=value");
+    size_t nlen = (size_t)(eq - p), vlen = len - nlen - 1;
+    char **dst = nlen == 13 && memcmp(p, "sentinel_user", 13) == 0
+                     ? &u->sentinel_user
+                 : nlen == 17 && memcmp(p, "sentinel_password", 17) == 0
+                     ? &u->sentinel_password
+                     : NULL;
+    if (!dst)
+      return bad(u, url,
+                 "unknown query parameter (expected sentinel_user or "
+                 "sentinel_password)");
+    int badesc = 0;
+    free(*dst);
+    if (!(*dst = pct_decode(eq + 1, vlen, &badesc)))
+      return badesc ? bad(u, url, "bad %-escape in a query parameter") : oom(u);
+    p += len + (p[len] == '&');
+  }
+  return 0;
+}
+
+/* redis-sentinel://[[user]:password@]h1[:p1][,h2[:p2]...]/master[/db]
+ * [?sentinel_user=...&sentinel_password=...] */
+static int parse_sentinel(const char *url, const char *rest, dlock__url *u) {
+  u->sentinel = 1;
+  const char *slash = strchr(rest, '/');
+  if (!slash)
+    return bad(u, url, "missing /master-name after the sentinel addresses");
+  const char *host;
+  int rc = parse_userinfo(url, rest, (size_t)(slash - rest), u, &host);
+  if (rc || (rc = parse_sentinels(url, host, (size_t)(slash - host), u)) != 0)
+    return rc;
+  const char *path = slash + 1;
+  const char *q = strchr(path, '?');
+  size_t plen = q ? (size_t)(q - path) : strlen(path);
+  const char *s2 = memchr(path, '/', plen);
+  size_t mlen = s2 ? (size_t)(s2 - path) : plen;
+  int badesc = 0;
+  if (mlen == 0)
+    return bad(u, url, "missing master name (redis-sentinel://host:port/name)");
+  if (!(u->master_name = pct_decode(path, mlen, &badesc)))
+    return badesc ? bad(u, url, "bad %-escape in the master name") : oom(u);
+  if (s2 && s2 + 1 < path + plen) {
+    long db =
+        parse_num(s2 + 1, (size_t)(path + plen - s2 - 1), 0, DLOCK__DB_MAX);
+    if (db < 0)
+      return bad(u, url,
+                 "database (after the master name) must be a non-negative "
+                 "integer");
+    u->db = (int)db;
+  }
+  return q ? parse_sentinel_query(url, q + 1, u) : 0;
+}
+
 int dlock__url_parse(const char *url, dlock__url *u) {
   memset(u, 0, sizeof *u);
   if (!url || !*url)
@@ -317,6 +430,14 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     u->tls = rc == 0;
     return rc;
   }
+  if (strncmp(url, "redis-sentinel://", 17) == 0)
+    return parse_sentinel(url, url + 17, u);
+  if (strncmp(url, "rediss-sentinel://", 18) == 0) {
+    u->tls = 1;
+    int rc = parse_sentinel(url, url + 18, u);
+    u->tls = rc == 0;
+    return rc;
+  }
   if (strncmp(url, "rediss://", 9) == 0) {
     u->tls = 1;
     int rc = parse_tcp(url, url + 9, u);
@@ -324,6 +445,6 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     return rc;
   }
   return bad(u, url,
-             "unknown scheme (expected redis://, rediss://, unix:// or "
-             "redis-cluster://)");
+             "unknown scheme (expected redis://, rediss://, unix://, "
+             "redis-cluster:// or redis-sentinel://)");
 }

@@ -197,6 +197,20 @@ static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
     dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; retrying");
     return bad;
   }
+  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 &&
+      c->url.sentinel) {
+    /* a replica now: ask the sentinels again, reconnect */
+    dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
+    freeReplyObject(r);
+    return 1;
+  }
+  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 &&
+      c->url.sentinel) {
+    /* a replica now: ask the sentinels again, reconnect */
+    dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
+    freeReplyObject(r);
+    return 1;
+  }
   if (r->type != REDIS_REPLY_STRING || r->len != k) {
     if (r->type == REDIS_REPLY_ERROR) {
       dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str);
@@ -231,6 +245,10 @@ static dlock__link *node_link(dlock_client *c, wd_state *st, dlock__node *node,
     st->links[st->nlinks++] = (wd_link){node, NULL};
   }
   *out = &st->links[i];
+  if (st->links[i].link && dlock__link_stale(c, st->links[i].link)) {
+    dlock__link_free(st->links[i].link); /* Sentinel failover: follow */
+    st->links[i].link = NULL;
+  }
   if (!st->links[i].link && dlock__link_open(c, node->url, &st->links[i].link))
     return NULL;
   return st->links[i].link;

@@ -63,6 +63,7 @@ TH_CASE(config_shorter) {
   th_redis *r = th_redis_new(0, NULL);
   const size_t sizes[] = {offsetof(dlock_config, subscription_linger_ms),
                           offsetof(dlock_config, multiplex),
+                          offsetof(dlock_config, sync_replicas),
                           sizeof(dlock_config)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t size = sizes[i];
@@ -75,6 +76,10 @@ TH_CASE(config_shorter) {
     CHECK(cfg->on_lock_lost_arg == NULL);
     if (HAS(dlock_config, multiplex, size))
       CHECK_EQ(cfg->multiplex, 1);
+    if (HAS(dlock_config, sync_timeout_ms, size)) {
+      CHECK_EQ(cfg->sync_replicas, -1);
+      CHECK_EQ(cfg->sync_timeout_ms, 1000);
+    }
     cfg->url = r->url;
     cfg->retry_interval_ms = 100;
     use_client(r, cfg, size);

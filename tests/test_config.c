@@ -62,6 +62,54 @@ static void expect_url(const char *text, const char *url) {
 
 /* ---- keys and the fields they set ------------------------------------- */
 
+/* Replica sync (issue 14): Redisson's checkLockSyncedSlaves and
+ * slavesSyncTimeout, and dlock's syncReplicas. */
+TH_CASE(sync_keys) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("checkLockSyncedSlaves: false\n"
+                     "slavesSyncTimeout: 250\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg));
+  CHECK_EQ(cfg.sync_replicas, 0);
+  CHECK_EQ(cfg.sync_timeout_ms, 250);
+  dlock_config_dispose(&cfg);
+  dlock_config_init(&cfg);
+  cfg.sync_replicas = 2;
+  CHECK_OK(load_text("checkLockSyncedSlaves: true\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg));
+  CHECK_EQ(cfg.sync_replicas, -1);
+  CHECK_EQ(cfg.sync_timeout_ms, 1000);
+  dlock_config_dispose(&cfg);
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("syncReplicas: 1\n"
+                     "sentinelServersConfig:\n"
+                     "  sentinelAddresses: [redis://s1:26379]\n"
+                     "  masterName: m\n",
+                     &cfg));
+  CHECK_EQ(cfg.sync_replicas, 1);
+  CHECK_STR(cfg.url, "redis-sentinel://s1:26379/m");
+  dlock_config_dispose(&cfg);
+  dlock_config_init(&cfg);
+  CHECK_RC(load_text("syncReplicas: -2\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(), "from -1"), "%s", dlock_last_error());
+  CHECK_RC(load_text("slavesSyncTimeout: 0\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg),
+           DLOCK_EINVAL);
+  CHECK_RC(load_text("checkLockSyncedSlaves: yes\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(), "true or false"), "%s",
+            dlock_last_error());
+  dlock_config_dispose(&cfg);
+}
+
 TH_CASE(single_every_key) {
   dlock_config cfg;
   dlock_config_init(&cfg);

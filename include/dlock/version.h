@@ -4,7 +4,7 @@
 #define DLOCK_VERSION_H
 
 #define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 2
+#define DLOCK_VERSION_MINOR 3
 #define DLOCK_VERSION_PATCH 0
 
 #define DLOCK_VERSION_NUMBER                                                   \

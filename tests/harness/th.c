@@ -390,6 +390,62 @@ th_redis *th_redis_new(int tcp, const char *extra_conf) {
   return r;
 }
 
+/* A server of the given kind, as th_redis_new. */
+static th_redis *server_new(int sentinel, const char *extra_conf) {
+  if (g_nservers >= TH_MAX_SERVERS)
+    th_fail(__FILE__, __LINE__, "too many redis-servers in one test");
+  th_redis *r = &g_server_store[g_nservers];
+  if (dlc_redis_prepare(r, g_tmpdir, sentinel ? "sentinel-" : "redis-",
+                        extra_conf) != 0)
+    th_fail(__FILE__, __LINE__, "mkdtemp: %s", strerror(errno));
+  r->sentinel = sentinel;
+  g_servers[g_nservers++] = r;
+  if (dlc_redis_start(r, 1, 0) != 0)
+    th_fail(__FILE__, __LINE__, "%s did not start in %s",
+            sentinel ? "redis-server --sentinel" : "redis-server", r->dir);
+  return r;
+}
+
+th_redis *th_replica_new(th_redis *master) {
+  if (master->port <= 0)
+    th_fail(__FILE__, __LINE__, "a replica needs a master with a TCP port");
+  char extra[128];
+  snprintf(extra, sizeof extra,
+           "enable-debug-command local\nreplicaof 127.0.0.1 %d\n"
+           "repl-diskless-sync-delay 0\n",
+           master->port);
+  th_redis *r = server_new(0, extra);
+  int64_t end = th_now_ms() + 10000 * th_timeout_mult();
+  char online[64];
+  snprintf(online, sizeof online, "port=%d,state=online", r->port);
+  for (;;) {
+    redisReply *x = th_cmd(r, "INFO replication");
+    redisReply *y = th_cmd(master, "INFO replication");
+    /* up on its side, and online on the master's */
+    int up = x && x->type == REDIS_REPLY_STRING &&
+             strstr(x->str, "master_link_status:up") && y &&
+             y->type == REDIS_REPLY_STRING && strstr(y->str, online);
+    freeReplyObject(x);
+    freeReplyObject(y);
+    if (up)
+      return r;
+    if (th_now_ms() > end)
+      th_fail(__FILE__, __LINE__, "replica on port %d never synced", r->port);
+    th_sleep_ms(20);
+  }
+}
+
+th_redis *th_sentinel_new(th_redis *master, const char *name, int quorum,
+                          int down_ms, int failover_ms) {
+  char extra[512];
+  snprintf(extra, sizeof extra,
+           "sentinel monitor %s 127.0.0.1 %d %d\n"
+           "sentinel down-after-milliseconds %s %d\n"
+           "sentinel failover-timeout %s %d\n",
+           name, master->port, quorum, name, down_ms, name, failover_ms);
+  return server_new(1, extra);
+}
+
 void th_redis_stop(th_redis *r) { dlc_redis_stop(r); }
 
 void th_redis_kill(th_redis *r) { dlc_redis_kill(r); }

@@ -137,6 +137,14 @@ typedef dlc_redis th_redis;
  * owns the returned object (valid until the process ends) and stops the
  * server however the test ends. */
 th_redis *th_redis_new(int tcp, const char *extra_conf);
+/* A replica of master (which must listen on TCP): replicaof master's port,
+ * its own TCP port; waits (bounded) until its link to the master is up and
+ * the master lists it online. */
+th_redis *th_replica_new(th_redis *master);
+/* A Sentinel (redis-server --sentinel, TCP) monitoring master as `name`
+ * with the given quorum, down-after-milliseconds and failover-timeout. */
+th_redis *th_sentinel_new(th_redis *master, const char *name, int quorum,
+                          int down_ms, int failover_ms);
 /* SIGTERM, bounded wait, SIGKILL. Keeps the directory (for the log). */
 void th_redis_stop(th_redis *r);
 /* kill -9 now. */

@@ -65,7 +65,7 @@ static int write_conf(const dlc_redis *r, const char *conf) {
 
 /* In the child: never outlive the parent; stdin (and stdout, stderr when
  * quiet) from /dev/null. */
-static void exec_server(const char *conf, int quiet) {
+static void exec_server(const char *conf, int quiet, int sentinel) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   setpgid(0, 0);
   int dn = open("/dev/null", O_RDWR);
@@ -75,7 +75,10 @@ static void exec_server(const char *conf, int quiet) {
     if (quiet)
       dup2(dn, 2);
   }
-  execlp("redis-server", "redis-server", conf, (char *)NULL);
+  if (sentinel) /* Debian's redis-sentinel is this binary in this mode */
+    execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+  else
+    execlp("redis-server", "redis-server", conf, (char *)NULL);
   _exit(127);
 }
 
@@ -108,7 +111,7 @@ static int spawn(dlc_redis *r, int quiet) {
   if (pid < 0)
     return DLC_REDIS_FAILED;
   if (pid == 0)
-    exec_server(conf, quiet);
+    exec_server(conf, quiet, r->sentinel);
   r->pid = pid;
   for (int i = 0; i < 1000; i++) {
     int st;
@@ -185,7 +188,8 @@ void dlc_redis_remove_dir(dlc_redis *r) {
   if (!r->dir[0])
     return;
   char p[sizeof r->dir + 32];
-  const char *files[] = {"redis.conf", "redis.log", "redis.sock", "dump.rdb"};
+  const char *files[] = {"redis.conf", "redis.log", "redis.sock", "dump.rdb",
+                         "temp-redis.conf"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     snprintf(p, sizeof p, "%s/%s", r->dir, files[i]);
     unlink(p);

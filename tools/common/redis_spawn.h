@@ -19,6 +19,8 @@ typedef struct dlc_redis {
   char url[256];     /* unix:///... */
   char tcp_url[128]; /* redis://127.0.0.1:port when port > 0 */
   char extra[1024];  /* more redis.conf lines */
+  int sentinel;      /* run as a Sentinel (redis-server --sentinel): set
+                        between dlc_redis_prepare and dlc_redis_start */
 } dlc_redis;
 
 /* A loopback TCP port nobody listens on right now (0 if none found). */

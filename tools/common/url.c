@@ -61,9 +61,53 @@ int dlc_url_parse(const char *url, dlc_url *u, char *err, size_t errlen) {
   u->password = in.password;
   u->db = in.db;
   u->cluster = in.cluster;
+  u->sentinel = in.sentinel;
+  /* The seed list and the sentinel part stay with the library's struct:
+   * freed here. */
   in.host = in.path = in.user = in.password = NULL;
-  dlock__url_free(&in); /* a cluster URL's seed list */
+  dlock__url_free(&in);
   return 0;
+}
+
+/* Asks the sentinels of a redis-sentinel:// URL in turn for the master's
+ * address: 0 with host (in buf) and *port, or -1 with why in err. */
+static int sentinel_master(const dlock__url *in, int connect_s, char *buf,
+                           size_t n, int *port, char *err, size_t errlen) {
+  snprintf(err, errlen, "no sentinel answered");
+  for (int i = 0; i < in->n_sentinels; i++) {
+    struct timeval tv = {connect_s, 0};
+    redisContext *c = redisConnectWithTimeout(in->sentinels[i].host,
+                                              in->sentinels[i].port, tv);
+    redisReply *r = NULL;
+    if (c && !c->err && in->sentinel_password) {
+      r = in->sentinel_user ? redisCommand(c, "AUTH %s %s", in->sentinel_user,
+                                           in->sentinel_password)
+                            : redisCommand(c, "AUTH %s", in->sentinel_password);
+      if (r)
+        freeReplyObject(r);
+    }
+    if (c && !c->err)
+      r = redisCommand(c, "SENTINEL GET-MASTER-ADDR-BY-NAME %s",
+                       in->master_name);
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+    if (ok) {
+      snprintf(buf, n, "%s", r->element[0]->str);
+      *port = atoi(r->element[1]->str);
+    } else {
+      snprintf(err, errlen, "sentinel %s:%d: %s", in->sentinels[i].host,
+               in->sentinels[i].port,
+               !c || c->err ? (c ? c->errstr : "out of memory")
+               : r && r->type == REDIS_REPLY_ERROR ? r->str
+                                                   : "no master of that name");
+    }
+    if (r)
+      freeReplyObject(r);
+    if (c)
+      redisFree(c);
+    if (ok)
+      return 0;
+  }
+  return -1;
 }
 
 void dlc_url_free(dlc_url *u) {
@@ -144,6 +188,19 @@ redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
   dlc_url u;
   if (dlc_url_parse(url, &u, err, errlen) != 0)
     return NULL;
+  if (u.sentinel) { /* the master the sentinels name now */
+    dlock__url in;
+    char host[256];
+    int rc = dlock__url_parse(url, &in) == 0
+                 ? sentinel_master(&in, connect_s, host, sizeof host, &u.port,
+                                   err, errlen)
+                 : -1;
+    dlock__url_free(&in);
+    if (rc != 0 || !(u.host = strdup(host))) {
+      dlc_url_free(&u);
+      return NULL;
+    }
+  }
   struct timeval tv = {connect_s, 0};
   redisContext *c = u.is_unix ? redisConnectUnixWithTimeout(u.path, tv)
                               : redisConnectWithTimeout(u.host, u.port, tv);

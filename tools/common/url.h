@@ -5,6 +5,8 @@
  *
  *   redis://[[user]:password@]host[:port][/db]
  *   unix:///path/to/socket[?db=N&password=...&user=...]
+ *   redis-sentinel://[[user]:password@]h1:p1[,h2:p2...]/master[/db]
+ *       [?sentinel_user=...&sentinel_password=...]
  *
  * plus the redaction used in messages and a hiredis connection to a URL.
  */
@@ -21,7 +23,9 @@ typedef struct dlc_url {
   char *path; /* unix */
   char *user, *password;
   int db;
-  int cluster; /* redis-cluster://: host/port is the first seed */
+  int cluster;  /* redis-cluster://: host/port is the first seed */
+  int sentinel; /* redis-sentinel://: host and port are the master's once
+                   dlc_redis_connect asked the sentinels (NULL / 0 here) */
 } dlc_url;
 
 /* 0, or -1 with the library's message ("malformed URL '...': why", the

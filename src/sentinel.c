@@ -1,0 +1,395 @@
+/*
+ * sentinel.c -- finding and following the master of a redis-sentinel://
+ * client (docs/sentinel.md).
+ *
+ * It owns c->sent: the master's address as last discovered, its generation
+ * and the watcher thread. Every connection of the client is made by
+ * dlock__link_open, which asks dlock__sentinel_target where the master is;
+ * this file answers from its cache or discovers:
+ *
+ *   for each sentinel, starting with the one that answered last:
+ *     SENTINEL GET-MASTER-ADDR-BY-NAME <name>  -> host, port
+ *     connect to host:port (the data nodes' credentials), ROLE
+ *     -> "master": use it; a replica, or no answer: the next sentinel
+ *
+ * The cache is dropped (dlock__sentinel_invalidate) when the master refuses
+ * a connection or answers READONLY (conn.c), and the watcher replaces it on
+ * a +switch-master message. Whenever the address changes, gen increases:
+ * links made for an older generation are stale, and their owners (the
+ * router's pool and shared connection, the subscriber, the watchdog's
+ * renewal connection) close them and connect to the new master.
+ *
+ * THE WATCHER is one thread per sentinel client (none for other URLs). It
+ * subscribes to +switch-master and +promoted-slave on one sentinel; when
+ * that sentinel fails it moves to the next. After each (re)subscription it
+ * checks the master once, since a switch may have happened while nobody
+ * listened. +promoted-slave comes seconds before +switch-master (which
+ * waits for the other replicas to be reconfigured), and until then the old
+ * master, when alive, still takes writes: the watcher moves the client at
+ * the first of the two.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- state ---------------------------------------------------------------
+ */
+
+int dlock__sentinel_init(dlock_client *c) {
+  dlock__sentinel *s = &c->sent;
+  memset(s, 0, sizeof *s);
+  s->pipe[0] = s->pipe[1] = -1;
+  atomic_init(&s->gen, 1);
+  atomic_init(&s->stop, 0);
+  if (pthread_mutex_init(&s->mu, NULL) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  if (pthread_mutex_init(&s->disc_mu, NULL) != 0) {
+    pthread_mutex_destroy(&s->mu);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+void dlock__sentinel_destroy(dlock_client *c, int forked) {
+  dlock__sentinel *s = &c->sent;
+  free(s->host);
+  s->host = NULL;
+  for (int i = 0; i < 2; i++)
+    if (s->pipe[i] >= 0)
+      close(s->pipe[i]);
+  s->pipe[0] = s->pipe[1] = -1;
+  if (!forked) {
+    pthread_mutex_destroy(&s->disc_mu);
+    pthread_mutex_destroy(&s->mu);
+  }
+}
+
+int dlock__link_stale(dlock_client *c, const dlock__link *l) {
+  return c->url.sentinel && l->addr_gen != atomic_load(&c->sent.gen);
+}
+
+/* Wakes the threads that hold links (the subscriber polls its pipe). */
+static void wake_subscriber(dlock_client *c) {
+  if (c->ps.pipe[1] >= 0) {
+    char b = 1;
+    ssize_t w = write(c->ps.pipe[1], &b, 1);
+    (void)w;
+  }
+}
+
+/* Records host:port as the master (mu held). A new address is a new
+ * generation. */
+static void set_master(dlock_client *c, const char *host, int port) {
+  dlock__sentinel *s = &c->sent;
+  int same = s->host && strcmp(s->host, host) == 0 && s->port == port;
+  if (!same) {
+    char *h = dlock__strdup(host);
+    if (!h)
+      return; /* out of memory: the next target discovers again */
+    free(s->host);
+    s->host = h;
+    s->port = port;
+    atomic_fetch_add(&s->gen, 1);
+    atomic_store(&c->sync.replicas, -1);
+  }
+  s->known = 1;
+}
+
+void dlock__sentinel_invalidate(dlock_client *c, unsigned gen) {
+  if (!c->url.sentinel)
+    return;
+  pthread_mutex_lock(&c->sent.mu);
+  if (atomic_load(&c->sent.gen) == gen)
+    c->sent.known = 0;
+  pthread_mutex_unlock(&c->sent.mu);
+}
+
+/* ---- asking the sentinels ----------------------------------------------- */
+
+/* The URL of sentinel i: its address, the sentinels' credentials, the
+ * client's TLS setting. Borrowed strings: not freed. */
+static dlock__url sentinel_url(const dlock_client *c, int i) {
+  dlock__url u;
+  memset(&u, 0, sizeof u);
+  u.tls = c->url.tls;
+  u.host = c->url.sentinels[i].host;
+  u.port = c->url.sentinels[i].port;
+  u.user = c->url.sentinel_user;
+  u.password = c->url.sentinel_password;
+  return u;
+}
+
+/* SENTINEL GET-MASTER-ADDR-BY-NAME on sentinel i: 0 and host (in buf) /
+ * port, or a code with why in the thread's message. */
+static int ask_sentinel(dlock_client *c, int i, char *buf, size_t n,
+                        int *port) {
+  dlock__url su = sentinel_url(c, i);
+  dlock__link *l;
+  int rc = dlock__link_open(c, &su, &l);
+  if (rc)
+    return rc;
+  const char *av[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                       c->url.master_name};
+  size_t al[3] = {8, 23, strlen(c->url.master_name)};
+  redisReply *r = dlock__link_cmd(l, 3, av, al);
+  if (!r)
+    rc = dlock__link_fail(l, c->cfg.command_timeout_ms, "SENTINEL");
+  else if (r->type == REDIS_REPLY_ERROR)
+    rc = dlock__fail(DLOCK_EREDIS, "%s", r->str);
+  else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+           r->element[0]->type != REDIS_REPLY_STRING ||
+           r->element[1]->type != REDIS_REPLY_STRING)
+    rc = dlock__fail(DLOCK_ECONN, "it does not know a master named '%s'",
+                     c->url.master_name);
+  else {
+    snprintf(buf, n, "%s", r->element[0]->str);
+    *port = atoi(r->element[1]->str);
+  }
+  if (r)
+    freeReplyObject(r);
+  dlock__link_free(l);
+  return rc;
+}
+
+/* ROLE on host:port with the data nodes' credentials: 0 if it says
+ * "master", else a code with why. */
+static int check_role(dlock_client *c, const char *host, int port) {
+  dlock__url mu = c->url;
+  mu.sentinel = 0;
+  mu.host = (char *)host;
+  mu.port = port;
+  dlock__link *l;
+  int rc = dlock__link_open(c, &mu, &l);
+  if (rc)
+    return rc;
+  const char *av[1] = {"ROLE"};
+  size_t al[1] = {4};
+  redisReply *r = dlock__link_cmd(l, 1, av, al);
+  if (!r)
+    rc = dlock__link_fail(l, c->cfg.command_timeout_ms, "ROLE");
+  else if (r->type == REDIS_REPLY_ERROR)
+    rc = dlock__fail(DLOCK_EREDIS, "ROLE: %s", r->str);
+  else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+           r->element[0]->type != REDIS_REPLY_STRING ||
+           strcmp(r->element[0]->str, "master") != 0)
+    rc = dlock__fail(DLOCK_ECONN, "%s:%d says it is not a master (%s)", host,
+                     port,
+                     r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                             r->element[0]->type == REDIS_REPLY_STRING
+                         ? r->element[0]->str
+                         : "no role");
+  if (r)
+    freeReplyObject(r);
+  dlock__link_free(l);
+  return rc;
+}
+
+/* Asks the sentinels in turn (disc_mu held). 0 with the master recorded,
+ * or DLOCK_ECONN naming what every sentinel said. */
+static int discover(dlock_client *c) {
+  dlock__sentinel *s = &c->sent;
+  int n = c->url.n_sentinels;
+  dlock__sb why;
+  dlock__sb_init(&why);
+  for (int k = 0; k < n; k++) {
+    int i = (s->next + k) % n;
+    char host[256];
+    int port = 0;
+    int rc = ask_sentinel(c, i, host, sizeof host, &port);
+    if (rc == 0)
+      rc = check_role(c, host, port);
+    if (rc == 0) {
+      pthread_mutex_lock(&s->mu);
+      set_master(c, host, port);
+      s->next = i;
+      pthread_mutex_unlock(&s->mu);
+      dlock__sb_free(&why);
+      return 0;
+    }
+    char line[600];
+    snprintf(line, sizeof line, "%ssentinel %s:%d: %s", k ? "; " : "",
+             c->url.sentinels[i].host, c->url.sentinels[i].port,
+             dlock_last_error());
+    dlock__sb_adds(&why, line);
+  }
+  int rc = dlock__fail(DLOCK_ECONN,
+                       "no master '%s' found through %d sentinel%s (%s)",
+                       c->url.master_name, n, n == 1 ? "" : "s",
+                       why.oom ? "out of memory" : why.p);
+  dlock__sb_free(&why);
+  return rc;
+}
+
+/* Copies the known master into target (mu held). 1 if there is one. */
+static int copy_master(dlock_client *c, dlock__url *target, char *buf, size_t n,
+                       unsigned *gen) {
+  dlock__sentinel *s = &c->sent;
+  if (!s->known || !s->host)
+    return 0;
+  snprintf(buf, n, "%s", s->host);
+  *target = c->url;
+  target->sentinel = 0;
+  target->host = buf;
+  target->port = s->port;
+  *gen = atomic_load(&s->gen);
+  return 1;
+}
+
+int dlock__sentinel_target(dlock_client *c, dlock__url *target, char *buf,
+                           size_t n, unsigned *gen) {
+  dlock__sentinel *s = &c->sent;
+  pthread_mutex_lock(&s->mu);
+  int have = copy_master(c, target, buf, n, gen);
+  pthread_mutex_unlock(&s->mu);
+  if (have)
+    return 0;
+  pthread_mutex_lock(&s->disc_mu);
+  pthread_mutex_lock(&s->mu);
+  have = copy_master(c, target, buf, n, gen); /* found meanwhile? */
+  pthread_mutex_unlock(&s->mu);
+  int rc = have ? 0 : discover(c);
+  if (rc == 0 && !have) {
+    pthread_mutex_lock(&s->mu);
+    if (!copy_master(c, target, buf, n, gen))
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->disc_mu);
+  return rc;
+}
+
+/* ---- the watcher ---------------------------------------------------------
+ */
+
+/* "+switch-master" payload "<name> <old ip> <old port> <new ip> <new
+ * port>": records the new master when the name is ours. */
+static void on_switch(dlock_client *c, const char *payload) {
+  char name[256], oh[256], nh[256];
+  int op, np;
+  if (sscanf(payload, "%255s %255s %d %255s %d", name, oh, &op, nh, &np) != 5 ||
+      strcmp(name, c->url.master_name) != 0)
+    return;
+  pthread_mutex_lock(&c->sent.mu);
+  set_master(c, nh, np);
+  pthread_mutex_unlock(&c->sent.mu);
+  wake_subscriber(c);
+}
+
+/* "+promoted-slave" payload "slave <ip:port> <ip> <port> @ <name> <ip>
+ * <port>": the replica the sentinels chose answers as a master now. The
+ * old master may still take writes until the failover ends (then comes
+ * +switch-master), so the client moves at once: it asks the sentinels
+ * (who name the promoted replica from now on) and checks ROLE. */
+static void on_promoted(dlock_client *c, const char *payload) {
+  const char *at = strstr(payload, " @ ");
+  size_t n = strlen(c->url.master_name);
+  if (!at || strncmp(at + 3, c->url.master_name, n) != 0 || at[3 + n] != ' ')
+    return;
+  dlock__sentinel *s = &c->sent;
+  pthread_mutex_lock(&s->disc_mu);
+  pthread_mutex_lock(&s->mu);
+  s->known = 0;
+  pthread_mutex_unlock(&s->mu);
+  if (discover(c) == 0)
+    wake_subscriber(c);
+  pthread_mutex_unlock(&s->disc_mu);
+}
+
+/* Sleeps ms unless woken by stop. */
+static void watch_pause(dlock_client *c, int ms) {
+  struct pollfd p = {c->sent.pipe[0], POLLIN, 0};
+  (void)poll(&p, 1, ms);
+}
+
+/* A switch may have happened while nobody listened: when sentinel i names
+ * another master than the one known, the next connection discovers. */
+static void recheck(dlock_client *c, int i) {
+  char host[256];
+  int port = 0;
+  if (ask_sentinel(c, i, host, sizeof host, &port) != 0)
+    return;
+  pthread_mutex_lock(&c->sent.mu);
+  if (c->sent.host && (strcmp(c->sent.host, host) != 0 || c->sent.port != port))
+    c->sent.known = 0;
+  pthread_mutex_unlock(&c->sent.mu);
+}
+
+/* Subscribes on sentinel i and handles messages until the link fails or
+ * the client stops. */
+static void watch_one(dlock_client *c, int i) {
+  dlock__url su = sentinel_url(c, i);
+  dlock__link *l;
+  if (dlock__link_open(c, &su, &l) != 0)
+    return;
+  const char *av[3] = {"SUBSCRIBE", "+switch-master", "+promoted-slave"};
+  size_t al[3] = {9, 14, 15};
+  redisReply *r = dlock__link_cmd(l, 3, av, al);
+  int ok = r && r->type == REDIS_REPLY_ARRAY;
+  if (r)
+    freeReplyObject(r);
+  if (ok)
+    recheck(c, i);
+  while (ok && !atomic_load(&c->sent.stop)) {
+    struct pollfd p[2] = {{c->sent.pipe[0], POLLIN, 0}, {l->fd, POLLIN, 0}};
+    if (dlock__link_pending(l) == 0 && poll(p, 2, 1000) <= 0)
+      continue;
+    if (p[0].revents)
+      break;
+    if (dlock__link_read(l) != 0)
+      break;
+    while (ok && dlock__link_next(l, &r) == 0 && r) {
+      if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+          r->element[1]->type == REDIS_REPLY_STRING &&
+          r->element[2]->type == REDIS_REPLY_STRING) {
+        if (strcmp(r->element[1]->str, "+switch-master") == 0)
+          on_switch(c, r->element[2]->str);
+        else
+          on_promoted(c, r->element[2]->str);
+      }
+      freeReplyObject(r);
+    }
+  }
+  dlock__link_free(l);
+}
+
+static void *watch_main(void *arg) {
+  dlock_client *c = arg;
+  pthread_mutex_lock(&c->sent.mu);
+  int first = c->sent.next; /* the sentinel that answered last */
+  pthread_mutex_unlock(&c->sent.mu);
+  for (int i = first; !atomic_load(&c->sent.stop);
+       i = (i + 1) % c->url.n_sentinels) {
+    watch_one(c, i);
+    if (!atomic_load(&c->sent.stop))
+      watch_pause(c, 200);
+  }
+  return NULL;
+}
+
+int dlock__sentinel_start(dlock_client *c) {
+  if (!c->url.sentinel)
+    return 0;
+  if (pipe2(c->sent.pipe, O_CLOEXEC) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot make a pipe: %s", strerror(errno));
+  if (dlock__thread_start(&c->sent.thread, watch_main, c) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "cannot start the sentinel watcher");
+  c->sent.started = 1;
+  return 0;
+}
+
+void dlock__sentinel_stop(dlock_client *c) {
+  if (!c->sent.started)
+    return;
+  atomic_store(&c->sent.stop, 1);
+  char b = 1;
+  ssize_t w = write(c->sent.pipe[1], &b, 1);
+  (void)w;
+  pthread_join(c->sent.thread, NULL);
+  c->sent.started = 0;
+}
