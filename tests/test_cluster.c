@@ -533,4 +533,38 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
   dlock_client_free(c);
 }
 
+/* The CLI, seckill and bench take the cluster URL: a lock and its status
+ * through the CLI, seckill's strategies (its own connection goes to the
+ * master of its keys' slot), bench's per-master "many". */
+TH_CASE_T(tools_take_the_cluster_url, 180, "cluster") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  const char *lock[] = {"-u", cl->url, "-n", "toolock", "--", "true", NULL};
+  const char *status[] = {"-u", cl->url, "status", "toolock", NULL};
+  const char *sk[] = {"--url",      cl->url, "--strategy", "none,dlock,atomic",
+                      "--procs",    "2",     "--threads",  "4",
+                      "--requests", "200",   "--stock",    "20",
+                      "--json",     NULL};
+  const char *bn[] = {"--url",   cl->url, "--scenario", "many", "--quick",
+                      "--procs", "3",     "--secs",     "1",    NULL};
+  int rc;
+  if ((rc = th_run_tool("DLOCK_TEST_CLI", lock)) >= 0)
+    CHECK_EQ(rc, 0);
+  if ((rc = th_run_tool("DLOCK_TEST_CLI", status)) >= 0)
+    CHECK_EQ(rc, 3); /* free: status's documented exit code */
+  if ((rc = th_run_tool("DLOCK_TEST_SECKILL", sk)) >= 0) {
+    CHECK_EQ(rc, 0);
+    FILE *f = fopen(th_tmpfile("tool.out"), "r");
+    char buf[65536];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+      fclose(f);
+    buf[n] = '\0';
+    /* dlock and atomic sold exactly the stock on the cluster. */
+    CHECK(strstr(buf, "\"name\":\"dlock\",\"correct\":true") != NULL);
+    CHECK(strstr(buf, "\"name\":\"atomic\",\"correct\":true") != NULL);
+  }
+  if ((rc = th_run_tool("DLOCK_TEST_BENCH", bn)) >= 0)
+    CHECK_EQ(rc, 0);
+}
+
 TH_MAIN()

@@ -621,3 +621,29 @@ int th_wait(pid_t pid, int64_t timeout_ms) {
     th_sleep_ms(5);
   }
 }
+
+int th_run_tool(const char *tool, const char *const *argv) {
+  const char *path = getenv(tool);
+  if (!path || !*path)
+    return -1;
+  char cmd[2048];
+  size_t at = (size_t)snprintf(cmd, sizeof cmd, "'%s'", path);
+  for (int i = 0; argv[i] && at < sizeof cmd; i++)
+    at += (size_t)snprintf(cmd + at, sizeof cmd - at, " '%s'", argv[i]);
+  snprintf(cmd + at, at < sizeof cmd ? sizeof cmd - at : 0, " >%s 2>&1",
+           th_tmpfile("tool.out"));
+  int64_t t0 = th_now_ms();
+  int st = system(cmd);
+  int rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  printf("%s %s ...: exit %d in %lld ms\n", tool, argv[0], rc,
+         (long long)(th_now_ms() - t0));
+  if (rc != 0) {
+    char line[512];
+    FILE *f = fopen(th_tmpfile("tool.out"), "r");
+    while (f && fgets(line, sizeof line, f))
+      fputs(line, stdout);
+    if (f)
+      fclose(f);
+  }
+  return rc;
+}

@@ -172,6 +172,13 @@ void th_wait_llen(th_redis *r, const char *key, long long n,
 dlock_client *th_client(th_redis *r);
 dlock_client *th_client_cfg(th_redis *r, const dlock_config *cfg);
 
+/* Runs the tool whose path env var `tool` holds (DLOCK_TEST_CLI,
+ * DLOCK_TEST_SECKILL, DLOCK_TEST_BENCH: set by tests/CMakeLists.txt) with
+ * argv (NULL-terminated), its output in the test's temp dir (printed when
+ * it fails). Its exit status, or -1 when the variable is unset (the tool
+ * is not built). */
+int th_run_tool(const char *tool, const char *const *argv);
+
 /* ---- processes and time ---------------------------------------------- */
 
 int64_t th_now_ms(void);

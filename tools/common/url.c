@@ -183,8 +183,84 @@ static int login(redisContext *c, const dlc_url *u, char *err, size_t el) {
   return 0;
 }
 
+/* A cluster's master serving key, as c (a node of it) says: host into buf
+ * and *port. 0, or -1 with err set. */
+static int cluster_master(redisContext *c, const char *key, char *buf, size_t n,
+                          int *port, char *err, size_t el) {
+  redisReply *s = redisCommand(c, "CLUSTER KEYSLOT %s", key);
+  long long slot = s && s->type == REDIS_REPLY_INTEGER ? s->integer : -1;
+  if (s)
+    freeReplyObject(s);
+  redisReply *r = slot < 0 ? NULL : redisCommand(c, "CLUSTER SLOTS");
+  int found = 0;
+  for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements;
+       i++) {
+    const redisReply *e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[2]->type != REDIS_REPLY_ARRAY ||
+        e->element[2]->elements < 2 || e->element[0]->integer > slot ||
+        slot > e->element[1]->integer)
+      continue;
+    snprintf(buf, n, "%s", e->element[2]->element[0]->str);
+    *port = (int)e->element[2]->element[1]->integer;
+    found = 1;
+  }
+  if (r)
+    freeReplyObject(r);
+  if (!found)
+    snprintf(err, el, "the cluster names no master for '%s'", key);
+  return found ? 0 : -1;
+}
+
+static redisContext *connect_url(const char *url, int connect_s, int cmd_s,
+                                 char *err, size_t errlen);
+
+redisContext *dlc_redis_connect_key(const char *url, const char *key,
+                                    int connect_s, int cmd_s, char *err,
+                                    size_t errlen) {
+  redisContext *c = connect_url(url, connect_s, cmd_s, err, errlen);
+  if (!c || !key || strncmp(url, "redis-cluster://", 16) != 0)
+    return c;
+  char host[256];
+  int port = 0;
+  if (cluster_master(c, key, host, sizeof host, &port, err, errlen) != 0) {
+    redisFree(c);
+    return NULL;
+  }
+  if (c->tcp.host && strcmp(c->tcp.host, host) == 0 && c->tcp.port == port)
+    return c;
+  redisFree(c);
+  /* The same credentials, the master's address. */
+  dlc_url u;
+  if (dlc_url_parse(url, &u, err, errlen) != 0)
+    return NULL;
+  struct timeval tv = {connect_s, 0};
+  c = redisConnectWithTimeout(host, port, tv);
+  if (!c || c->err) {
+    snprintf(err, errlen, "%s", c ? c->errstr : "out of memory");
+    if (c)
+      redisFree(c);
+    dlc_url_free(&u);
+    return NULL;
+  }
+  struct timeval ct = {cmd_s, 0};
+  redisSetTimeout(c, ct);
+  int rc = login(c, &u, err, errlen);
+  dlc_url_free(&u);
+  if (rc != 0) {
+    redisFree(c);
+    return NULL;
+  }
+  return c;
+}
+
 redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
                                 char *err, size_t errlen) {
+  return dlc_redis_connect_key(url, NULL, connect_s, cmd_s, err, errlen);
+}
+
+static redisContext *connect_url(const char *url, int connect_s, int cmd_s,
+                                 char *err, size_t errlen) {
   dlc_url u;
   if (dlc_url_parse(url, &u, err, errlen) != 0)
     return NULL;

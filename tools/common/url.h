@@ -41,5 +41,12 @@ void dlc_url_redact(const char *url, char *buf, size_t len);
  * writing why into err. */
 redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
                                 char *err, size_t errlen);
+/* The same, for commands on key: on a redis-cluster:// URL the connection
+ * goes to the master serving key's slot (asked of the first seed); every
+ * key the caller sends on it must share that slot (a hash tag). key NULL:
+ * dlc_redis_connect. */
+redisContext *dlc_redis_connect_key(const char *url, const char *key,
+                                    int connect_s, int cmd_s, char *err,
+                                    size_t errlen);
 
 #endif

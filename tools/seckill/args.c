@@ -275,11 +275,13 @@ static int apply(void *arg, const dlc_opt *op, const char *val, char *err,
     if (!*val)
       return dlc_opt_fail(err, el, "--url needs a URL");
     if (strncmp(val, "redis://", 8) != 0 && strncmp(val, "unix://", 7) != 0 &&
-        strncmp(val, "redis-sentinel://", 17) != 0)
-      return dlc_opt_fail(err, el,
-                          "--url: '%s' is not a redis://, unix:// or "
-                          "redis-sentinel:// URL",
-                          val);
+        strncmp(val, "redis-sentinel://", 17) != 0 &&
+        strncmp(val, "redis-cluster://", 16) != 0)
+      return dlc_opt_fail(
+          err, el,
+          "--url: '%s' is not a redis://, unix://, redis-cluster:// or "
+          "redis-sentinel:// URL",
+          val);
     o->url = val;
     return 0;
   default: /* --help, --version: acted on at once, as getopt's users do */

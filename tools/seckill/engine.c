@@ -46,8 +46,8 @@ static redisReply *cmd(sk_eth *th, const char *fmt, ...) {
   for (int attempt = 0; attempt < 2; attempt++) {
     if (!th->rc) {
       char err[200];
-      th->rc = dlc_redis_connect(th->e->url, SK_CONNECT_S, SK_COMMAND_S, err,
-                                 sizeof err);
+      th->rc = dlc_redis_connect_key(th->e->url, th->e->k.stock, SK_CONNECT_S,
+                                     SK_COMMAND_S, err, sizeof err);
       if (!th->rc) {
         note_error(th, "%s", err);
         return NULL;

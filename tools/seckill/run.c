@@ -22,12 +22,14 @@ static void seg_name(char *buf, size_t n, const char *base, long long seg,
 }
 
 /* Deletes every key of the run: its own keys (prefix*) and the lock
- * family's companions that embed the name ("redisson_lock_queue:{name}",
- * ...). Bounded SCAN. */
+ * family's companions that embed the name (the names carry a hash tag, so
+ * they are "redisson_lock_queue:<name>", "dlock_lock_queue::<name>", ...).
+ * Bounded SCAN; on a cluster every one of them is on c's master (the
+ * tag). */
 static void drop_keys(redisContext *c, const char *prefix) {
   char pat[2][160];
   snprintf(pat[0], sizeof pat[0], "%s*", prefix);
-  snprintf(pat[1], sizeof pat[1], "*{%s*", prefix);
+  snprintf(pat[1], sizeof pat[1], "*:%s*", prefix);
   for (int p = 0; p < 2; p++) {
     char cursor[32] = "0";
     for (int i = 0; i < 10000; i++) {
@@ -127,7 +129,10 @@ static void check_redis(redisContext *c, const sk_run *r, sk_result *res) {
 /* ---- one run ------------------------------------------------------------ */
 
 static void make_keys(sk_keys *k, int index, const char *name) {
-  snprintf(k->prefix, sizeof k->prefix, "seckill:%d-%d:%s", (int)getpid(),
+  /* One hash tag for all of a run's keys: on a cluster they share a slot,
+   * so one connection (to that slot's master) serves the naive strategies
+   * and the segmented lock names stay with their stock. */
+  snprintf(k->prefix, sizeof k->prefix, "seckill:{%d-%d:%s}", (int)getpid(),
            index, name);
   snprintf(k->stock, sizeof k->stock, "%s:stock", k->prefix);
   snprintf(k->orders, sizeof k->orders, "%s:orders", k->prefix);
@@ -139,8 +144,8 @@ static void make_keys(sk_keys *k, int index, const char *name) {
  * the strategy was skipped. */
 static redisContext *setup(const sk_run *r, sk_result *res) {
   char err[256] = "";
-  redisContext *c =
-      dlc_redis_connect(r->o->url, SK_CONNECT_S, SK_COMMAND_S, err, sizeof err);
+  redisContext *c = dlc_redis_connect_key(r->o->url, r->k.stock, SK_CONNECT_S,
+                                          SK_COMMAND_S, err, sizeof err);
   if (c && prepare_keys(c, r, err, sizeof err) == 0)
     return c;
   snprintf(res->first_error, sizeof res->first_error, "%s", err);

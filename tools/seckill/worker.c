@@ -112,8 +112,8 @@ static void *thread_main(void *arg) {
   sk_proc *p = th->e->user;
   sk_shared *sh = p->sh;
   char err[200];
-  th->rc =
-      dlc_redis_connect(p->o->url, SK_CONNECT_S, SK_COMMAND_S, err, sizeof err);
+  th->rc = dlc_redis_connect_key(p->o->url, th->e->k.stock, SK_CONNECT_S,
+                                 SK_COMMAND_S, err, sizeof err);
   if (!th->rc)
     note_error_msg(sh, err);
   atomic_fetch_add(&sh->ready, 1);
