@@ -376,6 +376,24 @@ static long read_long(const char *path) {
   return v;
 }
 
+/* Waits for the 4 contenders, each of which must finish (exit 0) having
+ * done some increments; their sum must be the counter: none was lost. */
+static void finish_contenders(const pid_t *pids, const char *counter,
+                              const char *through) {
+  long total = 0;
+  for (int i = 0; i < 4; i++) {
+    CHECK_EQ(th_wait(pids[i], 60000), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d", counter, (int)pids[i]);
+    long n = read_long(path);
+    CHECK(n > 0);
+    total += n;
+  }
+  printf("%ld increments by 4 processes through %s\n", total, through);
+  fflush(stdout);
+  CHECK_EQ(read_long(counter), total);
+}
+
 /* 4 processes run a non-atomic read-modify-write under one lock while the
  * lock's slot moves to another master and back (clients meet MOVED, ASK
  * and TRYAGAIN): no increment is lost and every process finishes; then a
@@ -398,18 +416,7 @@ TH_CASE_T(slot_migration_under_contention, 240, "cluster") {
   CHECK_EQ(th_cluster_master_of(cl, slot), to);
   usleep(300 * 1000);
   th_cluster_move_slot(cl, slot, to, from, 800);
-  long total = 0;
-  for (int i = 0; i < 4; i++) {
-    CHECK_EQ(th_wait(pids[i], 60000), 0);
-    char path[512];
-    snprintf(path, sizeof path, "%s.%d", counter, (int)pids[i]);
-    long n = read_long(path);
-    CHECK(n > 0);
-    total += n;
-  }
-  printf("%ld increments by 4 processes through two slot moves\n", total);
-  fflush(stdout);
-  CHECK_EQ(read_long(counter), total);
+  finish_contenders(pids, counter, "two slot moves");
   /* After the moves: a hand-over is still woken by pub/sub. */
   th_cluster_move_slot(cl, slot, from, to, 0);
   dlock_client *a = cl_client(cl), *b = cl_client(cl);
@@ -503,18 +510,7 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
   printf("replica took over %lld ms after the kill\n",
          (long long)(th_now_ms() - killed));
   fflush(stdout);
-  long total = 0;
-  for (int i = 0; i < 4; i++) {
-    CHECK_EQ(th_wait(pids[i], 60000), 0);
-    char path[512];
-    snprintf(path, sizeof path, "%s.%d", counter, (int)pids[i]);
-    long n = read_long(path);
-    CHECK(n > 0);
-    total += n;
-  }
-  printf("%ld increments by 4 processes through a master kill\n", total);
-  fflush(stdout);
-  CHECK_EQ(read_long(counter), total);
+  finish_contenders(pids, counter, "a master kill");
   /* The new master lacks one hold's key (as if its write had not
    * replicated): the watchdog's next renewal there reports it lost. */
   CHECK_EQ(th_cmd_int(cl->node[nm], "DEL %s", gone), 1);

@@ -212,13 +212,14 @@ static int cluster_master(redisContext *c, const char *key, char *buf, size_t n,
   return found ? 0 : -1;
 }
 
-static redisContext *connect_url(const char *url, int connect_s, int cmd_s,
-                                 char *err, size_t errlen);
+static redisContext *connect_url(const char *url, const char *host, int port,
+                                 int connect_s, int cmd_s, char *err,
+                                 size_t errlen);
 
 redisContext *dlc_redis_connect_key(const char *url, const char *key,
                                     int connect_s, int cmd_s, char *err,
                                     size_t errlen) {
-  redisContext *c = connect_url(url, connect_s, cmd_s, err, errlen);
+  redisContext *c = connect_url(url, NULL, 0, connect_s, cmd_s, err, errlen);
   if (!c || !key || strncmp(url, "redis-cluster://", 16) != 0)
     return c;
   char host[256];
@@ -231,27 +232,7 @@ redisContext *dlc_redis_connect_key(const char *url, const char *key,
     return c;
   redisFree(c);
   /* The same credentials, the master's address. */
-  dlc_url u;
-  if (dlc_url_parse(url, &u, err, errlen) != 0)
-    return NULL;
-  struct timeval tv = {connect_s, 0};
-  c = redisConnectWithTimeout(host, port, tv);
-  if (!c || c->err) {
-    snprintf(err, errlen, "%s", c ? c->errstr : "out of memory");
-    if (c)
-      redisFree(c);
-    dlc_url_free(&u);
-    return NULL;
-  }
-  struct timeval ct = {cmd_s, 0};
-  redisSetTimeout(c, ct);
-  int rc = login(c, &u, err, errlen);
-  dlc_url_free(&u);
-  if (rc != 0) {
-    redisFree(c);
-    return NULL;
-  }
-  return c;
+  return connect_url(url, host, port, connect_s, cmd_s, err, errlen);
 }
 
 redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
@@ -259,20 +240,30 @@ redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
   return dlc_redis_connect_key(url, NULL, connect_s, cmd_s, err, errlen);
 }
 
-static redisContext *connect_url(const char *url, int connect_s, int cmd_s,
-                                 char *err, size_t errlen) {
+/* Connects to url (host:port instead of its address when host is set:
+ * a cluster's master, with the URL's credentials), logs in. */
+static redisContext *connect_url(const char *url, const char *host, int port,
+                                 int connect_s, int cmd_s, char *err,
+                                 size_t errlen) {
   dlc_url u;
   if (dlc_url_parse(url, &u, err, errlen) != 0)
     return NULL;
-  if (u.sentinel) { /* the master the sentinels name now */
+  if (host) {
+    free(u.host);
+    u.port = port;
+    if (!(u.host = strdup(host))) {
+      dlc_url_free(&u);
+      return NULL;
+    }
+  } else if (u.sentinel) { /* the master the sentinels name now */
     dlock__url in;
-    char host[256];
+    char master[256];
     int rc = dlock__url_parse(url, &in) == 0
-                 ? sentinel_master(&in, connect_s, host, sizeof host, &u.port,
-                                   err, errlen)
+                 ? sentinel_master(&in, connect_s, master, sizeof master,
+                                   &u.port, err, errlen)
                  : -1;
     dlock__url_free(&in);
-    if (rc != 0 || !(u.host = strdup(host))) {
+    if (rc != 0 || !(u.host = strdup(master))) {
       dlc_url_free(&u);
       return NULL;
     }
