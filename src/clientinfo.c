@@ -4,8 +4,9 @@
  * process behind a holder field "<client id>:<thread>". The lock's own keys
  * are untouched (Redisson's layout); the info key is a separate hash,
  * "dlock_client:{<client id>}", with the watchdog timeout as TTL, written by
- * the watchdog thread from the client's first hold on and refreshed every
- * renewal period, so it expires with the client.
+ * the watchdog thread from the client's first hold or wait on (not a
+ * failed trylock, nor an acquisition undone for DLOCK_ENOSYNC) and refreshed
+ * every renewal period, so it expires with the client.
  */
 #include <errno.h>
 #include <pthread.h>

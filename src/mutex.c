@@ -411,6 +411,7 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   }
   if (h->count == 0 && tid == dlock__tid())
     dlock__thread_note(c); /* thread exit: see holds.c */
+  dlock__info_want(c);     /* a holder says who it is: clientinfo.c */
   dlock__hold_note(h, target, wd, lease, sent, token);
   if (wd)
     dlock__wd_add(c, h);
@@ -560,7 +561,6 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
     a->w.id = dlock__rand64() | 1;
   a->slot.wait_id = a->w.id;
   pthread_mutex_lock(&c->reg.mu);
-  dlock__info_want(c); /* who waits or holds: clientinfo.c */
   dlock__hold *h = find_hold(m, a->tid);
   a->prior = h ? h->count : 0;
   if (h && a->prior > 0 && !hold_valid(h, a->b.started)) {
@@ -656,6 +656,12 @@ static int sleep_once(acq *a) {
 /* The contended part: waits for a hand-over or a wake-up, then attempts
  * again. 1 held, or a negative code. */
 static int wait_loop(acq *a) {
+  /* A waiter says who it is (clientinfo.c) -- from here, not from the
+   * first attempt: a call that never waits nor holds (a failed trylock,
+   * an acquisition undone for DLOCK_ENOSYNC) leaves no info key behind. */
+  pthread_mutex_lock(&a->c->reg.mu);
+  dlock__info_want(a->c);
+  pthread_mutex_unlock(&a->c->reg.mu);
   int rc = subscribe(a);
   if (rc)
     return rc;
