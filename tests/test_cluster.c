@@ -425,6 +425,56 @@ TH_CASE_T(slot_migration_under_contention, 240, "cluster") {
   dlock_client_free(b);
 }
 
+/* Subscribers of channel on node i (PUBSUB SHARDNUMSUB), polled until it
+ * is want (bounded); returns the last count. */
+static long long wait_shardsubs(th_cluster *cl, int i, const char *channel,
+                                long long want) {
+  int64_t until = th_now_ms() + 10000 * th_timeout_mult();
+  long long subs = -1;
+  do {
+    redisReply *r = th_cmd(cl->node[i], "PUBSUB SHARDNUMSUB %s", channel);
+    subs = r && r->elements == 2 ? r->element[1]->integer : -1;
+    freeReplyObject(r);
+    if (subs != want)
+      usleep(20 * 1000);
+  } while (subs != want && th_now_ms() < until);
+  return subs;
+}
+
+/* A waiter subscribed on the slot's master when the slot moves: the old
+ * master drops its subscription (sunsubscribe), the waiter re-subscribes
+ * at the new owner, and the holder's unlock there wakes it by pub/sub in
+ * milliseconds (the holder's lease is 30 s: a lost wake-up would show). */
+TH_CASE_T(waiter_resubscribes_after_slot_move, 120, "cluster") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  const char *name = "moving-waiter",
+             *ch = "redisson_lock__channel:{moving-waiter}";
+  unsigned slot = th_cluster_slot(cl, name);
+  int from = th_cluster_master_of(cl, slot), to = (from + 1) % 3;
+  dlock_client *a = cl_client(cl), *b = cl_client(cl);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(a, name, &m));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
+  waiter w = {b, name, 0, -100, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_thread, &w);
+  CHECK_EQ(wait_shardsubs(cl, from, ch, 1), 1);
+  th_cluster_move_slot(cl, slot, from, to, 0);
+  CHECK_EQ(wait_shardsubs(cl, to, ch, 1), 1);
+  CHECK_EQ(wait_shardsubs(cl, from, ch, 0), 0);
+  int64_t released = th_now_ms();
+  CHECK_OK(dlock_mutex_unlock(m));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_OK);
+  printf("waiter woken %lld ms after the unlock on the new master\n",
+         (long long)(w.done_at - released));
+  fflush(stdout);
+  CHECK(w.done_at - released < 1000 * th_timeout_mult());
+  dlock_mutex_free(m);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 /* ---- failover ---------------------------------------------------------- */
 
 static atomic_int g_lost;
