@@ -316,7 +316,8 @@ typedef struct contender {
   const char *url;
   const char *name;
   const char *counter; /* a file: read, +1, write -- not atomic */
-  int64_t until;       /* monotonic ms: stop then */
+  int64_t run_ms;      /* how long to contend, from the start */
+  const char *go;      /* NULL, or a file: start once it exists */
 } contender;
 
 static int contend(void *arg) {
@@ -332,8 +333,13 @@ static int contend(void *arg) {
   dlock_mutex *m;
   if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, k->name, &m))
     return 10;
+  /* Forked before the parent made its own client (a sanitizer's fork
+   * rules): the parent says when the others are ready. */
+  for (int i = 0; k->go && access(k->go, F_OK) != 0 && i < 6000; i++)
+    usleep(10 * 1000);
+  int64_t until = th_now_ms() + k->run_ms;
   int n = 0;
-  while (th_now_ms() < k->until) {
+  while (th_now_ms() < until) {
     int rc = dlock_mutex_timedlock(m, 30000, -1);
     if (rc) {
       fprintf(stderr, "lock: %s: %s\n", dlock_err_name(rc), dlock_last_error());
@@ -407,7 +413,7 @@ TH_CASE_T(slot_migration_under_contention, 240, "cluster") {
   FILE *f = fopen(counter, "w");
   fprintf(f, "0\n");
   fclose(f);
-  contender k = {cl->url, name, counter, th_now_ms() + 6000};
+  contender k = {cl->url, name, counter, 6000, NULL};
   pid_t pids[4];
   for (int i = 0; i < 4; i++)
     pids[i] = th_fork(contend, &k);
@@ -522,6 +528,15 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
   unsigned slot = th_cluster_slot(cl, "fo");
   int master = th_cluster_master_of(cl, slot), replica = replica_of(cl, master);
   CHECK(replica >= 0);
+  /* The contenders first: no process forks after it started threads. */
+  const char *counter = th_tmpfile("counter"), *go = th_tmpfile("go");
+  FILE *f = fopen(counter, "w");
+  fprintf(f, "0\n");
+  fclose(f);
+  contender k = {cl->url, busy, counter, 7000, go};
+  pid_t pids[4];
+  for (int i = 0; i < 4; i++)
+    pids[i] = th_fork(contend, &k);
   dlock_config cfg;
   dlock_config_init(&cfg);
   cfg.url = cl->url;
@@ -543,14 +558,8 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
     CHECK(th_now_ms() < until);
     usleep(20 * 1000);
   }
-  const char *counter = th_tmpfile("counter");
-  FILE *f = fopen(counter, "w");
-  fprintf(f, "0\n");
+  f = fopen(go, "w"); /* contend from now on */
   fclose(f);
-  contender k = {cl->url, busy, counter, th_now_ms() + 7000};
-  pid_t pids[4];
-  for (int i = 0; i < 4; i++)
-    pids[i] = th_fork(contend, &k);
   usleep(1500 * 1000);
   int64_t killed = th_now_ms();
   printf("kill at %lld\n", (long long)killed);
