@@ -355,8 +355,7 @@ TH_CASE_T(enosync_when_replicas_stopped, 60, "sentinel") {
     printf("left behind by another kind: %s\n", k->element[i]->str);
   freeReplyObject(k);
   /* The fenced lock's token counter stays: it is not the lock's state. */
-  CHECK_EQ(lock_keys(m),
-           th_cmd_int(m, "EXISTS redisson_lock_token:{nsx}"));
+  CHECK_EQ(lock_keys(m), th_cmd_int(m, "EXISTS redisson_lock_token:{nsx}"));
   dlock_multilock_free(ml);
   dlock_rwlock_free(rw);
   dlock_mutex_free(fenced);

@@ -230,8 +230,8 @@ void scen_cluster_many(const bench_opts *o) {
   for (int k = 0; k < n; k++) {
     double wall = o->many_secs;
     snprintf(key, sizeof key, "cluster_m%d_pairs_per_s", k);
-    snprintf(label, sizeof label, "pairs/s on master %d (%.60s:%d)", k, m[k].host,
-             m[k].port);
+    snprintf(label, sizeof label, "pairs/s on master %d (%.60s:%d)", k,
+             m[k].host, m[k].port);
     bm_put("many", key, label, pairs[k] / wall, "pairs/s");
     snprintf(key, sizeof key, "cluster_m%d_redis_cpu_us", k);
     snprintf(label, sizeof label, "Redis CPU per pair, master %d", k);
