@@ -617,12 +617,10 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   }
   if (r) {
     int retry = dlock__retryable_reply(r->str);
-    if (strncmp(r->str, "READONLY", 8) == 0 && c->url.sentinel) {
+    if (strncmp(r->str, "READONLY", 8) == 0 && c->url.sentinel)
       /* The node we took for the master is a replica now: ask the
-       * sentinels again, and retry there. */
+       * sentinels again (READONLY is retried, as on a cluster). */
       dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
-      retry = 1;
-    }
     if (strstr(r->str, "NOPERM") ||
         strstr(r->str, "can't run this command or subcommand"))
       /* DLOCK_EREDIS, as every refusal by the server after login (issue
