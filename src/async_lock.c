@@ -230,9 +230,9 @@ static int send_call(dlock__aop *op, int target, int queue, int cancel) {
   dlock__areq *r =
       rc ? NULL
       : cancel
-          ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 3, k.keys,
+          ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 4, k.keys,
                              k.klens, 3, k.cargs, k.calens, cancel_done, op)
-          : dlock__areq_eval(dlock__core_script(DLOCK__S_ACQUIRE), 3, k.keys,
+          : dlock__areq_eval(dlock__core_script(DLOCK__S_ACQUIRE), 4, k.keys,
                              k.klens, 8, k.args, k.alens, attempt_done, op);
   dlock__acq_call_free(&k);
   if (!r)

@@ -149,15 +149,57 @@ void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op) {
  * ------------------------------------------------- */
 
 /* Wakes the waiters of s (all, or the one of wait id wid when wid != 0). */
-static void wake(dlock__asub *s, uint64_t wid) {
+/* Wakes the call waiting with id wid (0: every call). 1 if one woke. */
+static int wake(dlock__asub *s, uint64_t wid) {
+  int woke = 0;
   for (dlock__aop *op = s->w_head, *nx; op; op = nx) {
     nx = op->wnext;
     if (wid && op->w.id != wid)
       continue;
     dlock__aop_wake(op);
+    woke = 1;
     if (wid)
-      return;
+      break;
   }
+  return woke;
+}
+
+static void decline_done(dlock__areq *r, redisReply *reply, int err,
+                         const char *why) {
+  (void)why;
+  dlock__areq_free(r);
+  long long v = 0;
+  (void)dlock__take_int(err, reply, &v, NULL);
+}
+
+/* A grant "<owner>|<wait id>" that reached no waiting call: the call had
+ * ended and its cancel could not leave the queue, so the unlock handed the
+ * lock to a wait that no longer exists. The decline script gives it back
+ * (to the next live waiter) unless the owner took it as its own since. Not
+ * repeated if it fails: the wait's lease then ends the hold. */
+static void decline(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
+  const char *bar = memchr(p, '|', n);
+  size_t ol = bar ? (size_t)(bar - p) : 0;
+  if (!ol || DLOCK__UUID_LEN + 2 + ol > DLOCK__FIELD_MAX)
+    return;
+  char field[DLOCK__FIELD_MAX], wid[17];
+  memcpy(field, a->id, DLOCK__UUID_LEN);
+  field[DLOCK__UUID_LEN] = ':';
+  memcpy(field + DLOCK__UUID_LEN + 1, p, ol);
+  size_t fl = DLOCK__UUID_LEN + 1 + ol;
+  field[fl] = '\0';
+  memcpy(wid, bar + 1, 16);
+  wid[16] = '\0';
+  dlock__rel_call k;
+  int rc = dlock__decline_call_init(&k, s->name, s->name_len, field, fl, wid,
+                                    "PUBLISH"); /* no cluster client */
+  dlock__areq *r = rc ? NULL
+                      : dlock__areq_eval(dlock__core_script(DLOCK__S_DECLINE),
+                                         k.nkeys, k.keys, k.klens, 4, k.args,
+                                         k.alens, decline_done, NULL);
+  dlock__rel_call_free(&k);
+  if (r)
+    dlock__aconn_submit(&a->cmd, r);
 }
 
 static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
@@ -238,8 +280,8 @@ static void on_push(dlock__aconn *k, redisReply *r) {
         ch->len == s->grant.len && memcmp(ch->str, s->grant.p, ch->len) == 0;
     uint64_t wid =
         is_grant ? grant_wid(r->element[2]->str, r->element[2]->len) : 0;
-    if (!is_grant || wid)
-      wake(s, wid);
+    if ((!is_grant || wid) && !wake(s, wid) && is_grant)
+      decline(a, s, r->element[2]->str, r->element[2]->len);
   } else if (s && strcmp(kind, "subscribe") == 0) {
     confirmed(a, s, 1);
   } else if (s && strcmp(kind, "unsubscribe") == 0) {

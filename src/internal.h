@@ -140,6 +140,42 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  elseif l < 0 then extend(k, -l) end\n"                                    \
   "end\n"
 
+/* The direct hand-over, shared by the unlock and decline scripts (lock,
+ * queue, queue deadlines, grant channel prefix, marker, self, publish): pops
+ * queue entries "<field>|<lease>|<wait id>" until a grant published to the
+ * entry's client reaches a subscriber, writes that field with count 1 and
+ * the entry's lease, and records the hand-over in the marker (the field and
+ * the wait id, TTL = the lease). Skips entries whose deadline passed and
+ * entries of `self`. Returns true if it handed the lock over. */
+#define DLOCK__LUA_HANDOVER                                                    \
+  "local function handover(lock, q, waits, gp, marker, self, pub)\n"           \
+  "  local now = nil\n"                                                        \
+  "  while true do\n"                                                          \
+  "    local w = redis.call('lpop', q)\n"                                      \
+  "    if not w then return false end\n"                                       \
+  "    local owner, lease, wid = string.match(w, '^(.+)|(%d+)|(%x+)$')\n"      \
+  "    local dl = wid and redis.call('hget', waits, wid)\n"                    \
+  "    if wid then redis.call('hdel', waits, wid) end\n"                       \
+  "    local live = dl and owner ~= self\n"                                    \
+  "    if live and dl ~= '0' then\n"                                           \
+  "      if not now then\n"                                                    \
+  "        local t = redis.call('time')\n"                                     \
+  "        now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                      \
+  "      end\n"                                                                \
+  "      live = tonumber(dl) > now\n"                                          \
+  "    end\n"                                                                  \
+  "    local sep = live and string.find(owner, ':', 1, true)\n"                \
+  "    if sep and redis.call(pub, gp .. ':' .. string.sub(owner, 1, sep - "    \
+  "1),\n"                                                                      \
+  "        string.sub(owner, sep + 1) .. '|' .. wid) > 0 then\n"               \
+  "      redis.call('hset', lock, owner, 1)\n"                                 \
+  "      redis.call('pexpire', lock, lease)\n"                                 \
+  "      redis.call('set', marker, owner .. '|' .. wid, 'px', lease)\n"        \
+  "      return true\n"                                                        \
+  "    end\n"                                                                  \
+  "  end\n"                                                                    \
+  "end\n"
+
 /* Redisson naming rules (RedissonObject.prefixName / suffixName):
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
  * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */
@@ -150,6 +186,10 @@ void dlock__prefix_name(dlock__sb *b, const char *prefix, const char *name);
  * so "x" and "{x}" get different keys (Redisson's rule gives both
  * p ":{x}"). The hash tag, hence the cluster slot, is the lock key's. */
 void dlock__own_name(dlock__sb *b, const char *prefix, const char *name);
+/* The name back from dlock__own_name(prefix, name) = key[0..len): 0 (name
+ * appended to *name) or -1 (not such a key, or out of memory). */
+int dlock__own_name_back(const char *prefix, const char *key, size_t len,
+                         dlock__sb *name);
 /* Redisson's unlock latch key: redisson_unlock_latch:{name}:<rid>. */
 void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
 
@@ -322,6 +362,7 @@ enum {
   DLOCK__S_FORCE_UNLOCK,
   DLOCK__S_RENEW,
   DLOCK__S_CANCEL,
+  DLOCK__S_DECLINE,
   DLOCK__S_STATUS,
   DLOCK__S_COUNT_CORE
 };
@@ -676,6 +717,9 @@ typedef struct dlock__pubsub {
   atomic_int n_subs; /* entries in subs (a lock-free hint) */
   dlock__map grants; /* grant channel -> dlock__sub */
   dlock__sub *list;
+  /* Grants that reached no wait (its thread gave up and its cancel could
+   * not leave the queue): the watchdog thread sends their declines. */
+  struct dlock__decline *declines;
   int pipe[2]; /* wakes the thread (also from a signal handler) */
   pthread_t thread;
   int started;
@@ -708,6 +752,8 @@ typedef struct dlock__watchdog {
   /* The client's info key (clientinfo.c): monotonic ms of its next write
    * by the watchdog thread; 0 until the client's first hold asks for it. */
   int64_t info_at;
+  int declines;         /* the pub/sub thread queued declines (dlock__pubsub) */
+  atomic_uint declined; /* declines answered by Redis (for tests) */
 } dlock__watchdog;
 
 struct dlock_client {
@@ -1110,12 +1156,12 @@ int dlock__hold_drop_one(dlock__hold *h);
  * what the blocking mutex (mutex.c) and the event-loop client (async_lock.c)
  * both send, built in one place. */
 typedef struct dlock__acq_call {
-  dlock__sb q, dl; /* the queue and its deadlines (dlock's own keys) */
+  dlock__sb q, dl, mk; /* the queue, its deadlines, the hand-over marker */
   char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
   char ls[24], ts[24], ds[24];
   size_t fl, el;
-  const char *keys[3]; /* acquire and cancel: lock, queue, deadlines */
-  size_t klens[3];
+  const char *keys[4]; /* acquire and cancel: lock, queue, deadlines, marker */
+  size_t klens[4];
   const char *args[8]; /* acquire's ARGV (scripts.c) */
   size_t alens[8];
   const char *cargs[3]; /* cancel's ARGV: field, entry, wait id */
@@ -1135,11 +1181,12 @@ void dlock__acq_call_free(dlock__acq_call *k);
 int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl);
 
 typedef struct dlock__rel_call {
-  dlock__sb ch, latch, gp, prev, q, dl;
+  dlock__sb ch, latch, gp, prev, q, dl, mk;
   char field[DLOCK__FIELD_MAX], ls[24], lt[24];
-  int nkeys; /* 6, or 7 with the previous unlock's latch */
-  const char *keys[7];
-  size_t klens[7];
+  char mark[DLOCK__FIELD_MAX + 18]; /* decline: "<field>|<wait id>" */
+  int nkeys; /* 7, or 8 with the previous unlock's latch */
+  const char *keys[8];
+  size_t klens[8];
   const char *args[5];
   size_t alens[5];
 } dlock__rel_call;
@@ -1153,6 +1200,31 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
                          int64_t latch_ttl_ms, const char *rid,
                          const char *prev_rid, const char *pub);
 void dlock__rel_call_free(dlock__rel_call *k);
+
+/* A grant that reached no wait of this client: the unlock handed the lock
+ * to a queue entry whose wait had already ended (its cancel could not reach
+ * Redis). The pub/sub thread queues one (dlock__pubsub.declines), the
+ * watchdog thread sends it (dlock__decline_send). */
+typedef struct dlock__decline {
+  struct dlock__decline *next;
+  uint64_t tid; /* the thread of the ended wait */
+  char wid[17]; /* its wait id, 16 hex digits */
+  char name[];  /* the lock */
+} dlock__decline;
+/* The decline script's call for the hand-over of lock `name` to `field`'s
+ * wait `wid` (16 hex digits): k->keys as the unlock's (k->nkeys of them),
+ * k->args[0..3] its ARGV. 0 or DLOCK_ENOMEM; free with dlock__rel_call_free
+ * either way. */
+int dlock__decline_call_init(dlock__rel_call *k, const char *name,
+                             size_t name_len, const char *field, size_t fl,
+                             const char *wid, const char *pub);
+/* Gives the lock back unless the thread took it as its own since (the
+ * decline script, scripts.c). Blocking: one router call. 1 given back, 0
+ * nothing to give back, or a negative code. Any thread. */
+int dlock__decline_send(dlock_client *c, const dlock__decline *d);
+/* Wakes the watchdog thread to send the queued declines (pubsub.c, with
+ * neither reg.mu nor ps.mu held). */
+void dlock__wd_decline_poke(dlock_client *c);
 /* The unlock script's answer (r is freed): 1 released (or handed over),
  * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
 int dlock__rel_reply(int rc, redisReply *r);

@@ -85,8 +85,10 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
                          int64_t lease, int queue, const dlock__wait *w) {
   dlock__sb_init(&k->q);
   dlock__sb_init(&k->dl);
+  dlock__sb_init(&k->mk);
   dlock__own_name(&k->q, "dlock_lock_queue", name);
   dlock__own_name(&k->dl, "dlock_lock_waits", name);
+  dlock__own_name(&k->mk, "dlock_lock_granted", name);
   memcpy(k->field, field, fl + 1);
   k->fl = fl;
   k->el = queue_entry(field, fl, lease, w->id, k->entry, k->wid);
@@ -101,8 +103,8 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
       left = 1;
   }
   size_t dsl = dlock__fmt_i64(k->ds, left);
-  const char *keys[3] = {name, k->q.p, k->dl.p};
-  size_t klens[3] = {name_len, k->q.len, k->dl.len};
+  const char *keys[4] = {name, k->q.p, k->dl.p, k->mk.p};
+  size_t klens[4] = {name_len, k->q.len, k->dl.len, k->mk.len};
   const char *args[8] = {k->ls,    k->field,
                          k->ts,    queue ? "1" : "0",
                          k->entry, w->queued ? "1" : "0",
@@ -119,12 +121,15 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   k->calens[0] = fl;
   k->calens[1] = k->el;
   k->calens[2] = 16;
-  return k->q.oom || k->dl.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory") : 0;
+  return k->q.oom || k->dl.oom || k->mk.oom
+             ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+             : 0;
 }
 
 void dlock__acq_call_free(dlock__acq_call *k) {
   dlock__sb_free(&k->q);
   dlock__sb_free(&k->dl);
+  dlock__sb_free(&k->mk);
 }
 
 int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
@@ -137,8 +142,10 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
   dlock__sb_init(&k->prev);
   dlock__sb_init(&k->q);
   dlock__sb_init(&k->dl);
+  dlock__sb_init(&k->mk);
   dlock__own_name(&k->q, "dlock_lock_queue", name);
   dlock__own_name(&k->dl, "dlock_lock_waits", name);
+  dlock__own_name(&k->mk, "dlock_lock_granted", name);
   dlock__prefix_name(&k->ch, "redisson_lock__channel", name);
   dlock__unlock_latch_key(&k->latch, name, rid);
   if (prev_rid)
@@ -147,19 +154,19 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
   memcpy(k->field, field, fl + 1);
   size_t lsl = dlock__fmt_i64(k->ls, lease);
   size_t ltl = dlock__fmt_i64(k->lt, latch_ttl_ms);
-  const char *keys[7] = {name,    k->ch.p, k->latch.p, k->q.p,
-                         k->gp.p, k->dl.p, k->prev.p};
-  size_t klens[7] = {name_len,  k->ch.len, k->latch.len, k->q.len,
-                     k->gp.len, k->dl.len, k->prev.len};
+  const char *keys[8] = {name,    k->ch.p, k->latch.p, k->q.p,
+                         k->gp.p, k->dl.p, k->mk.p,    k->prev.p};
+  size_t klens[8] = {name_len,  k->ch.len, k->latch.len, k->q.len,
+                     k->gp.len, k->dl.len, k->mk.len,    k->prev.len};
   const char *args[5] = {"0", k->ls, k->field, pub, k->lt};
   size_t alens[5] = {1, lsl, fl, strlen(pub), ltl};
   memcpy(k->keys, keys, sizeof keys);
   memcpy(k->klens, klens, sizeof klens);
   memcpy(k->args, args, sizeof args);
   memcpy(k->alens, alens, sizeof alens);
-  k->nkeys = prev_rid ? 7 : 6;
+  k->nkeys = prev_rid ? 8 : 7;
   return k->ch.oom || k->latch.oom || k->gp.oom || k->prev.oom || k->q.oom ||
-                 k->dl.oom
+                 k->dl.oom || k->mk.oom
              ? dlock__fail(DLOCK_ENOMEM, "out of memory")
              : 0;
 }
@@ -171,6 +178,43 @@ void dlock__rel_call_free(dlock__rel_call *k) {
   dlock__sb_free(&k->prev);
   dlock__sb_free(&k->q);
   dlock__sb_free(&k->dl);
+  dlock__sb_free(&k->mk);
+}
+
+int dlock__decline_call_init(dlock__rel_call *k, const char *name,
+                             size_t name_len, const char *field, size_t fl,
+                             const char *wid, const char *pub) {
+  static const char no_rid[33] = "00000000000000000000000000000000";
+  int rc = dlock__rel_call_init(k, name, name_len, field, fl, 0, 1, no_rid,
+                                NULL, pub);
+  memcpy(k->mark, field, fl);
+  k->mark[fl] = '|';
+  memcpy(k->mark + fl + 1, wid, 17);
+  k->args[0] = "0";
+  k->alens[0] = 1;
+  k->args[1] = k->field;
+  k->alens[1] = fl;
+  k->args[2] = k->mark;
+  k->alens[2] = fl + 17;
+  k->args[3] = pub;
+  k->alens[3] = strlen(pub);
+  return rc;
+}
+
+int dlock__decline_send(dlock_client *c, const dlock__decline *d) {
+  char field[DLOCK__FIELD_MAX];
+  size_t fl = dlock__field(c, d->tid, field);
+  dlock__rel_call k;
+  int rc = dlock__decline_call_init(&k, d->name, strlen(d->name), field, fl,
+                                    d->wid, dlock__publish_cmd(c));
+  redisReply *r = NULL;
+  if (!rc)
+    rc = dlock__eval(c, dlock__core_script(DLOCK__S_DECLINE), k.nkeys, k.keys,
+                     k.klens, 4, k.args, k.alens, &r);
+  dlock__rel_call_free(&k);
+  long long v = 0;
+  rc = dlock__take_int(rc, r, &v, NULL);
+  return rc ? rc : v == 1;
 }
 
 int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl) {
@@ -213,7 +257,7 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
                                 lease, queue, w);
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_ACQUIRE), 3, k.keys,
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_ACQUIRE), 4, k.keys,
                      k.klens, 8, k.args, k.alens, &r);
   dlock__acq_call_free(&k);
   return dlock__acq_reply(rc, r, m->name, ttl);
@@ -248,7 +292,7 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
       dlock__acq_call_init(&k, m->name, m->name_len, field, fl, 1, lease, 0, w);
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 3, k.keys,
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 4, k.keys,
                      k.klens, 3, k.cargs, k.calens, &r);
   dlock__acq_call_free(&k);
   long long v = 0;
@@ -257,18 +301,22 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
 }
 
 static int plain_force(dlock_mutex *m) {
-  dlock__sb ch;
+  dlock__sb ch, mk;
   dlock__sb_init(&ch);
+  dlock__sb_init(&mk);
   dlock__prefix_name(&ch, "redisson_lock__channel", m->name);
-  const char *keys[2] = {m->name, ch.p};
-  size_t klens[2] = {m->name_len, ch.len};
+  dlock__own_name(&mk, "dlock_lock_granted", m->name);
+  const char *keys[3] = {m->name, ch.p, mk.p};
+  size_t klens[3] = {m->name_len, ch.len, mk.len};
   const char *args[2] = {"0", dlock__publish_cmd(m->c)};
   redisReply *r = NULL;
   int rc =
-      ch.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-             : dlock__eval_once(m->c, dlock__core_script(DLOCK__S_FORCE_UNLOCK),
-                                2, keys, klens, 2, args, NULL, &r);
+      ch.oom || mk.oom
+          ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+          : dlock__eval_once(m->c, dlock__core_script(DLOCK__S_FORCE_UNLOCK), 3,
+                             keys, klens, 2, args, NULL, &r);
   dlock__sb_free(&ch);
+  dlock__sb_free(&mk);
   if (rc || !r)
     return rc ? rc : DLOCK_EPROTO;
   long long v = 0;

@@ -30,6 +30,23 @@ void dlock__own_name(dlock__sb *b, const char *prefix, const char *name) {
   tagged(b, prefix, "::", name);
 }
 
+int dlock__own_name_back(const char *prefix, const char *key, size_t len,
+                         dlock__sb *name) {
+  size_t pl = strlen(prefix);
+  if (len < pl + 1 || memcmp(key, prefix, pl) != 0 || key[pl] != ':')
+    return -1;
+  const char *r = key + pl + 1;
+  size_t rl = len - pl - 1;
+  if (rl >= 2 && r[0] == ':' && memchr(r + 1, '{', rl - 1))
+    dlock__sb_add(name, r + 1, rl - 1);
+  else if (rl >= 2 && r[0] == '{' && r[rl - 1] == '}' &&
+           !memchr(r + 1, '{', rl - 2))
+    dlock__sb_add(name, r + 1, rl - 2);
+  else
+    return -1;
+  return name->oom ? -1 : 0;
+}
+
 void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid) {
   dlock__prefix_name(b, "redisson_unlock_latch", name);
   dlock__sb_add(b, ":", 1);

@@ -471,9 +471,13 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
  * the unlock script handed the lock to. A grant for another (older) wait of
  * the thread is never taken as this wait's: it only kicks the thread, whose
  * next attempt finds its field (if the hand-over wrote it) with its own
- * lease. No slot: the thread gave up and its cancel already settled the
- * outcome, or will find the grant itself. ps.mu held. */
-static void on_grant(dlock__sub *s, const char *p, size_t pl) {
+ * lease and takes it as its own. No wait of the thread at all: it gave up.
+ * Its cancel settles the outcome if it still runs; if it failed, the lock
+ * was handed to a wait that no longer exists and would stay taken for that
+ * wait's lease -- queue a decline (the watchdog thread sends it; the script
+ * does nothing if the thread took the lock as its own meanwhile). Returns 1
+ * if a decline was queued. ps.mu held. */
+static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
   const char *bar = memchr(p, '|', pl);
   uint64_t wid = 0;
   int okw = bar && pl - (size_t)(bar - p) - 1 == 16, ok = 0;
@@ -487,15 +491,36 @@ static void on_grant(dlock__sub *s, const char *p, size_t pl) {
     wid = (wid << 4) | (uint64_t)(d & 15);
   }
   int64_t v = okw ? parse_i64(p, (size_t)(bar - p), &ok) : 0;
-  for (dlock__slot *sl = s->slots; okw && ok && sl; sl = sl->next)
+  if (!okw || !ok)
+    return 0;
+  for (dlock__slot *sl = s->slots; sl; sl = sl->next)
     if (sl->tid == (uint64_t)v) {
       if (sl->wait_id == wid)
         sl->granted = 1;
       else
         sl->kicked = 1;
       slot_signal(sl);
-      break;
+      return 0;
     }
+  /* The lock's name from the grant channel, own_name(name) ":" <uuid>. */
+  size_t gl = strlen(s->grant_channel);
+  dlock__sb name;
+  dlock__sb_init(&name);
+  dlock__decline *d = NULL;
+  if (gl > DLOCK__UUID_LEN + 1 &&
+      dlock__own_name_back("dlock_grant__channel", s->grant_channel,
+                           gl - DLOCK__UUID_LEN - 1, &name) == 0 &&
+      (d = malloc(sizeof *d + name.len + 1)) != NULL) {
+    d->tid = (uint64_t)v;
+    memcpy(d->wid, bar + 1, 16);
+    d->wid[16] = '\0';
+    memcpy(d->name, name.p, name.len);
+    d->name[name.len] = '\0';
+    d->next = c->ps.declines;
+    c->ps.declines = d;
+  }
+  dlock__sb_free(&name);
+  return d != NULL;
 }
 
 /* A message on a shared channel: wakes waiters by s's policy. */
@@ -568,7 +593,7 @@ static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
   const char *ch = r->element[1]->str;
   size_t chl = r->element[1]->len;
   pthread_mutex_lock(&c->ps.mu);
-  int is_grant = 0;
+  int is_grant = 0, declined = 0;
   dlock__sub *s = dlock__map_get(&c->ps.subs, ch, chl);
   if (!s) {
     s = dlock__map_get(&c->ps.grants, ch, chl);
@@ -578,11 +603,13 @@ static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
     on_confirm(c, ps, pc, s, kind);
   else if (s && kind == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
     if (is_grant)
-      on_grant(s, r->element[2]->str, r->element[2]->len);
+      declined = on_grant(c, s, r->element[2]->str, r->element[2]->len);
     else
       on_message(s, r->element[2]);
   }
   pthread_mutex_unlock(&c->ps.mu);
+  if (declined)
+    dlock__wd_decline_poke(c);
 }
 
 /* Writes the queued (UN)SUBSCRIBEs (never SIGPIPE: dlock__write_all). */
@@ -790,6 +817,11 @@ fail:
 void dlock__pubsub_destroy(dlock__pubsub *ps, int forked) {
   dlock__map_free(&ps->subs);
   dlock__map_free(&ps->grants);
+  while (ps->declines) {
+    dlock__decline *d = ps->declines;
+    ps->declines = d->next;
+    free(d);
+  }
   if (!forked) /* in a fork child it may be a copy of a locked one */
     pthread_mutex_destroy(&ps->mu);
 }

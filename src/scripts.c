@@ -64,12 +64,15 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  return nil\n"
          "end\n"
          /* ours: a reentrant acquire never shortens the TTL; a first hold
-          * (handed over to us, or a re-sent acquire) gets its lease. The
-          * TTL is set before the count, so a refused PEXPIRE writes nothing */
+          * (handed over to us, or a re-sent acquire) gets its lease and
+          * takes the hand-over as its own (its marker goes: no decline can
+          * undo it). The TTL is set before the count, so a refused PEXPIRE
+          * writes nothing */
          "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
          "  if ARGV[3] == '1' then\n"
          "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
          "    dequeue()\n"
+         "    redis.call('del', KEYS[4])\n"
          "  else\n"
          "    extend(KEYS[1], ARGV[1])\n"
          "  end\n"
@@ -96,14 +99,14 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
     [DLOCK__S_UNLOCK] =
         {"unlock",
          /* KEYS[1] lock, KEYS[2] channel, KEYS[3] latch, KEYS[4] queue,
-          * KEYS[5] grant channel prefix, KEYS[6] queue deadlines.
-          * ARGV[1] '0', ARGV[2] lease for the remaining holds, ARGV[3]
-          * field, ARGV[4] publish command, ARGV[5] latch ttl. nil = not
-          * owner, 0 = still held, 1 = released (or handed over). KEYS[7],
-          * when given: the latch of this client's previous unlock, which
-          * completed on its first send -- deleted. */
-         DLOCK__LUA_TTL
-         "if KEYS[7] then redis.call('del', KEYS[7]) end\n"
+          * KEYS[5] grant channel prefix, KEYS[6] queue deadlines, KEYS[7]
+          * hand-over marker. ARGV[1] '0', ARGV[2] lease for the remaining
+          * holds, ARGV[3] field, ARGV[4] publish command, ARGV[5] latch
+          * ttl. nil = not owner, 0 = still held, 1 = released (or handed
+          * over). KEYS[8], when given: the latch of this client's previous
+          * unlock, which completed on its first send -- deleted. */
+         DLOCK__LUA_TTL DLOCK__LUA_HANDOVER
+         "if KEYS[8] then redis.call('del', KEYS[8]) end\n"
          "local done = redis.call('get', KEYS[3])\n"
          "if done then return tonumber(done) end\n"
          "local n = redis.call('hget', KEYS[1], ARGV[3])\n"
@@ -116,38 +119,17 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "end\n"
          "redis.call('del', KEYS[1])\n"
          "redis.call('set', KEYS[3], 1, 'px', ARGV[5])\n"
-         "local now = nil\n"
-         "while true do\n"
-         "  local w = redis.call('lpop', KEYS[4])\n"
-         "  if not w then break end\n"
-         "  local owner, lease, wid = string.match(w, '^(.+)|(%d+)|(%x+)$')\n"
-         "  local dl = wid and redis.call('hget', KEYS[6], wid)\n"
-         "  if wid then redis.call('hdel', KEYS[6], wid) end\n"
-         /* an entry of a wait that has ended (its deadline passed) or of
-          * the unlocking thread itself is never handed the lock */
-         "  local live = dl and owner ~= ARGV[3]\n"
-         "  if live and dl ~= '0' then\n"
-         "    if not now then\n"
-         "      local t = redis.call('time')\n"
-         "      now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
-         "    end\n"
-         "    live = tonumber(dl) > now\n"
-         "  end\n"
-         "  local sep = live and string.find(owner, ':', 1, true)\n"
-         "  if sep and redis.call(ARGV[4], KEYS[5] .. ':' .. "
-         "string.sub(owner, 1, sep - 1), string.sub(owner, sep + 1) .. "
-         "'|' .. wid) > 0 then\n"
-         "    redis.call('hset', KEYS[1], owner, 1)\n"
-         "    redis.call('pexpire', KEYS[1], lease)\n"
-         "    return 1\n"
-         "  end\n"
+         "if handover(KEYS[1], KEYS[4], KEYS[6], KEYS[5], KEYS[7], ARGV[3], "
+         "ARGV[4]) then\n"
+         "  return 1\n"
          "end\n"
          "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
          "return 1\n",
          {0}},
     [DLOCK__S_FORCE_UNLOCK] =
         {"force_unlock",
-         /* KEYS[1] lock, KEYS[2] channel. ARGV[1] '0', ARGV[2] publish.
+         /* KEYS[1] lock, KEYS[2] channel, KEYS[3] hand-over marker (it
+          * goes with the hold it describes). ARGV[1] '0', ARGV[2] publish.
           * A key of another type is not a lock: refused, left alone. */
          "local t = redis.call('type', KEYS[1])['ok']\n"
          "if t ~= 'hash' and t ~= 'none' then\n"
@@ -155,6 +137,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          ".. ', not a lock; force unlock refused')\n"
          "end\n"
          "if redis.call('del', KEYS[1]) == 1 then\n"
+         "  redis.call('del', KEYS[3])\n"
          "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
          "  return 1\n"
          "end\n"
@@ -187,12 +170,37 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          {0}},
     [DLOCK__S_CANCEL] =
         {"cancel",
-         /* KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines. ARGV[1]
-          * field, ARGV[2] entry, ARGV[3] wait id. Leaves the queue; 1 if the
-          * lock was handed to us meanwhile. */
+         /* KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4]
+          * hand-over marker. ARGV[1] field, ARGV[2] entry, ARGV[3] wait id.
+          * Leaves the queue; 1 if the lock was handed to us meanwhile (we
+          * keep it: its marker goes, so no decline can undo it). */
          "redis.call('lrem', KEYS[2], 0, ARGV[2])\n"
          "redis.call('hdel', KEYS[3], ARGV[3])\n"
-         "return redis.call('hexists', KEYS[1], ARGV[1])\n",
+         "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
+         "redis.call('del', KEYS[4])\n"
+         "return 1\n",
+         {0}},
+    [DLOCK__S_DECLINE] =
+        {"decline",
+         /* The unlock's KEYS (the latch, KEYS[3], unused). ARGV[1] '0',
+          * ARGV[2] field, ARGV[3] the marker the hand-over wrote
+          * ("<field>|<wait id>"), ARGV[4] publish command. Gives back a lock
+          * handed to a wait that had already ended, unless its thread took
+          * it as its own since (then the marker is gone). 1 = given back
+          * (passed on to the next live waiter, or freed), 0 = not ours to
+          * give back. */
+         DLOCK__LUA_HANDOVER
+         "if redis.call('get', KEYS[7]) ~= ARGV[3] then return 0 end\n"
+         "redis.call('del', KEYS[7])\n"
+         "if redis.call('hget', KEYS[1], ARGV[2]) ~= '1' then return 0 end\n"
+         "redis.call('hdel', KEYS[1], ARGV[2])\n"
+         "if redis.call('exists', KEYS[1]) == 1 then return 1 end\n"
+         "if handover(KEYS[1], KEYS[4], KEYS[6], KEYS[5], KEYS[7], ARGV[2], "
+         "ARGV[4]) then\n"
+         "  return 1\n"
+         "end\n"
+         "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+         "return 1\n",
          {0}},
     [DLOCK__S_STATUS] = {"status",
                          /* KEYS[1] lock: {pttl, {field, value, ...}} */

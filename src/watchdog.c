@@ -27,6 +27,10 @@
  * -- not when a renewal stuck in a dead network gives up, which can be a
  * command timeout later, after another client took the lock (issue 9.1).
  *
+ * DECLINES. The watchdog thread also sends the decline script for a grant
+ * that reached no wait of this client (pubsub.c): the unlock handed the
+ * lock to a queue entry of a wait that had ended, and the lock goes back.
+ *
  * RACES WITH UNLOCK. Holds are never freed while a batch may point at them
  * (a hold freed meanwhile waits in the client's graveyard until the batch
  * ends), and each hold carries a generation bumped on every release, so a
@@ -397,6 +401,8 @@ typedef struct wd_timing {
 /* Sleeps until the earliest watchdog hold is due (at most one period).
  * Returns 1 when some hold is due now. reg.mu held. */
 static int wait_due(dlock_client *c, const wd_timing *t) {
+  if (c->wd.declines)
+    return 0; /* decline_tick first */
   int64_t now = dlock__now_ms(), due = c->wd.info_at ? c->wd.info_at : -1;
   for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
@@ -538,6 +544,37 @@ static int info_tick(dlock_client *c, const wd_timing *t) {
   return 1;
 }
 
+void dlock__wd_decline_poke(dlock_client *c) {
+  pthread_mutex_lock(&c->reg.mu);
+  c->wd.declines = 1;
+  pthread_cond_broadcast(&c->reg.cv);
+  pthread_mutex_unlock(&c->reg.mu);
+}
+
+/* Sends the declines the pub/sub thread queued (pubsub.c on_grant), without
+ * reg.mu (which the caller holds and gets back). 1 if there were any. A
+ * decline that fails is not repeated: the lock it would have given back
+ * ends with the lease of the wait it was handed to. */
+static int decline_tick(dlock_client *c) {
+  if (!c->wd.declines)
+    return 0;
+  c->wd.declines = 0;
+  pthread_mutex_unlock(&c->reg.mu);
+  pthread_mutex_lock(&c->ps.mu);
+  dlock__decline *d = c->ps.declines;
+  c->ps.declines = NULL;
+  pthread_mutex_unlock(&c->ps.mu);
+  while (d) {
+    dlock__decline *nx = d->next;
+    if (dlock__decline_send(c, d) >= 0)
+      atomic_fetch_add(&c->wd.declined, 1);
+    free(d);
+    d = nx;
+  }
+  pthread_mutex_lock(&c->reg.mu);
+  return 1;
+}
+
 static void *wd_main(void *arg) {
   dlock_client *c = arg;
   wd_state st = {0};
@@ -547,7 +584,7 @@ static void *wd_main(void *arg) {
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
-    if (info_tick(c, &t) || !wait_due(c, &t))
+    if (decline_tick(c) || info_tick(c, &t) || !wait_due(c, &t))
       continue;
     renew_due(c, &st, &t);
     if (st.cap > 4096) {

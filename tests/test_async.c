@@ -269,6 +269,49 @@ static void contention(int uv) {
 TH_CASE(contention_libevent) { contention(0); }
 TH_CASE(contention_libuv) { contention(1); }
 
+/* A queue entry of a wait that has ended (its cancel could not reach Redis)
+ * sits ahead of a live waiter, whose call keeps the client subscribed to
+ * its grant channel: the unlock hands the lock to the dead entry. The old
+ * client ignored a grant that reached no call, and the lock stayed with the
+ * dead wait for its lease (the live waiter timed out); now the grant is
+ * declined and the lock passes on at once. */
+static void ended_wait_grant_declined(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res h = {0}, w = {0}, u = {0}, u2 = {0};
+  CHECK_OK(dlock_async_lock(a, "g", 1, -1, 60000, on_res, &h));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
+  CHECK_RC(h.last, DLOCK_OK);
+  /* What an ended wait of owner 7 leaves: its entry (no deadline). */
+  freeReplyObject(
+      th_cmd(r, "RPUSH dlock_lock_queue:{g} %s:7|60000|00000000000000ab",
+             dlock_async_id(a)));
+  freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{g} 00000000000000ab 0"));
+  CHECK_OK(dlock_async_lock(a, "g", 2, 8000, 60000, on_res, &w));
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{g}", 2), 2);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_async_unlock(a, "g", 1, on_res, &u));
+  CHECK(tl_until(&f.l, &w.n, 1, 15000));
+  printf("the live waiter: %s %lld ms after the unlock\n",
+         dlock_err_name(w.last), (long long)(th_now_ms() - t0));
+  CHECK_RC(w.last, DLOCK_OK);
+  char dead[80], live[80];
+  snprintf(dead, sizeof dead, "%s:7", dlock_async_id(a));
+  snprintf(live, sizeof live, "%s:2", dlock_async_id(a));
+  CHECK_EQ(th_cmd_int(r, "HEXISTS g %s", dead), 0);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS g %s", live), 1);
+  CHECK_OK(dlock_async_unlock(a, "g", 2, on_res, &u2));
+  CHECK(tl_until(&f.l, &u2.n, 1, 5000));
+  CHECK_RC(u2.last, DLOCK_OK);
+  CHECK_EQ(th_cmd_int(r, "EXISTS g"), 0);
+  fx_end(&f);
+}
+
+TH_CASE(ended_wait_grant_declined_libevent) { ended_wait_grant_declined(0); }
+TH_CASE(ended_wait_grant_declined_libuv) { ended_wait_grant_declined(1); }
+
 /* ---- against a blocking dlock_mutex in another process */
 
 static th_redis *g_r;

@@ -209,6 +209,22 @@ static void wait_flag(atomic_int *f, int64_t ms) {
   }
 }
 
+/* timedlock; on success says so (started = 2), holds until go, unlocks
+ * (rc2 = the unlock's code). */
+static void *timed_waiter_holds(void *arg) {
+  waiter *w = arg;
+  dlock_mutex_owner(w->m, w->field, sizeof w->field);
+  atomic_store(&w->started, 1);
+  w->rc = dlock_mutex_timedlock(w->m, w->wait_ms, w->lease_ms);
+  if (w->rc == 0) {
+    atomic_store(&w->started, 2);
+    wait_flag(&w->go, 60000);
+    w->rc2 = dlock_mutex_unlock(w->m);
+  }
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
 /* 9.4: a grant that names another wait (an old one of the same thread) must
  * not wake this wait as the owner. The old code matched grants by thread
  * id only: timedlock returned 0 while another client held the lock. */
@@ -304,6 +320,124 @@ TH_CASE_T(entry_of_an_ended_wait_never_gets_the_lock, 120, "slow") {
   dlock_client_free(ca);
   dlock_client_free(cb);
   dlock_client_free(cc);
+}
+
+static void *forever_waiter(void *arg) {
+  waiter *w = arg;
+  dlock_mutex_owner(w->m, w->field, sizeof w->field);
+  atomic_store(&w->started, 1);
+  w->rc = dlock_mutex_lock(w->m);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+/* 9.5: a lock() wait (no deadline) canceled while Redis is stopped: its
+ * cancel fails and its queue entry stays. Another thread of the same client
+ * then waits, so the client is still subscribed to its grant channel, and
+ * the unlock hands the lock to the dead wait's entry. The old code left it
+ * there for that wait's lease (the watchdog's 30 s): the live waiter timed
+ * out with nobody holding the lock. Now the grant that reaches no wait is
+ * declined, and the lock passes to the live waiter at once. */
+TH_CASE_T(grant_to_an_ended_wait_is_given_back, 120, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = client_at(r->url, 0, 300), *cb = th_client(r);
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new(ca, "ghost", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "ghost", &mb));
+  CHECK_OK(dlock_mutex_timedlock(mb, 0, 60000));
+  waiter g = {.m = ma};
+  pthread_t tg;
+  pthread_create(&tg, NULL, forever_waiter, &g);
+  th_wait_llen(r, "dlock_lock_queue:{ghost}", 1, 10000);
+  th_redis_pause(r);
+  CHECK_OK(dlock_client_cancel_waits(ca));
+  wait_flag(&g.done, 30000); /* its cancel failed: the server is stopped */
+  th_redis_resume(r);
+  pthread_join(tg, NULL);
+  CHECK_RC(g.rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{ghost}"), 1);
+  waiter w = {.m = ma, .wait_ms = 10000, .lease_ms = 60000};
+  pthread_t tw;
+  pthread_create(&tw, NULL, timed_waiter_holds, &w);
+  th_wait_llen(r, "dlock_lock_queue:{ghost}", 2, 10000);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_unlock(mb));
+  wait_flag(&w.started, 10000);
+  while (atomic_load(&w.started) < 2 && !atomic_load(&w.done) &&
+         th_now_ms() - t0 < 15000)
+    th_sleep_ms(2);
+  int64_t took = th_now_ms() - t0;
+  printf("the live waiter: %s %lld ms after the unlock\n", dlock_err_name(w.rc),
+         (long long)took);
+  CHECK_OK(w.rc);
+  CHECK_EQ(atomic_load(&ca->wd.declined), 1);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS ghost %s", g.field), 0);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS ghost %s", w.field), 1);
+  CHECK_EQ(th_cmd_int(r, "HLEN ghost"), 1);
+  atomic_store(&w.go, 1);
+  pthread_join(tw, NULL);
+  CHECK_OK(w.rc2);
+  CHECK_EQ(th_cmd_int(r, "EXISTS ghost"), 0);
+  CHECK_OK(dlock_mutex_trylock(mb));
+  CHECK_OK(dlock_mutex_unlock(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+}
+
+/* The decline never undoes a hold its thread took as its own: the state a
+ * hand-over to an ended wait leaves (the field, count 1, and the marker
+ * naming that wait) is adopted by the thread's next attempt, and a grant
+ * for that wait arriving afterwards -- which reaches no wait -- changes
+ * nothing. */
+TH_CASE(decline_leaves_an_adopted_hand_over_alone) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *o = th_client(r);
+  dlock_mutex *m, *mo;
+  CHECK_OK(dlock_mutex_new(c, "adopt", &m));
+  CHECK_OK(dlock_mutex_new(o, "adopt", &mo));
+  char field[DLOCK__FIELD_MAX];
+  CHECK_OK(dlock_mutex_owner(m, field, sizeof field));
+  freeReplyObject(th_cmd(r, "HSET adopt %s 1", field));
+  freeReplyObject(th_cmd(r, "PEXPIRE adopt 60000"));
+  freeReplyObject(th_cmd(r,
+                         "SET dlock_lock_granted:{adopt} %s|00000000000000ee "
+                         "PX 60000",
+                         field));
+  CHECK_OK(dlock_mutex_trylock(m)); /* adopts the hand-over */
+  CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_granted:{adopt}"), 0);
+  /* Another thread of c waits, so c is subscribed to its grant channel. */
+  waiter w = {.m = m, .wait_ms = 20000, .lease_ms = 60000};
+  pthread_t tw;
+  pthread_create(&tw, NULL, timed_waiter_holds, &w);
+  th_wait_llen(r, "dlock_lock_queue:{adopt}", 1, 10000);
+  char ch[128], grant[64];
+  snprintf(ch, sizeof ch, "dlock_grant__channel:{adopt}:%s",
+           dlock_client_id(c));
+  snprintf(grant, sizeof grant, "%s|00000000000000ee", strchr(field, ':') + 1);
+  CHECK_EQ(th_cmd_int(r, "PUBLISH %s %s", ch, grant), 1);
+  /* The decline runs on c's watchdog thread: wait until it was answered. */
+  int64_t t1 = th_now_ms();
+  while (atomic_load(&c->wd.declined) < 1 && th_now_ms() - t1 < 10000)
+    th_sleep_ms(2);
+  CHECK_EQ(atomic_load(&c->wd.declined), 1);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS adopt %s", field), 1);
+  CHECK_EQ(th_cmd_int(r, "HLEN adopt"), 1);
+  CHECK_EQ(atomic_load(&w.started), 1); /* still waiting */
+  CHECK_OK(dlock_mutex_unlock(m));      /* hands it to the waiting thread */
+  int64_t t0 = th_now_ms();
+  while (atomic_load(&w.started) < 2 && th_now_ms() - t0 < 10000)
+    th_sleep_ms(2);
+  CHECK_OK(w.rc);
+  atomic_store(&w.go, 1);
+  pthread_join(tw, NULL);
+  CHECK_OK(dlock_mutex_trylock(mo));
+  CHECK_OK(dlock_mutex_unlock(mo));
+  dlock_mutex_free(m);
+  dlock_mutex_free(mo);
+  dlock_client_free(c);
+  dlock_client_free(o);
 }
 
 /* 9.5: a thread that holds the lock and still has an entry queued (it took
