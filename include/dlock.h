@@ -715,6 +715,17 @@ DLOCK_API int dlock_rwlock_unlock(dlock_rwlock *rw);
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms);
 
+/* *ms = how long every hold the calling thread has on the read-write lock
+ * (read, write, or both) is still guaranteed to be its own: the least of
+ * their local deadlines minus now, as dlock_mutex_validity computes them
+ * (send time of the last confirmed acquisition or renewal + lease - (lease/100
+ * + 2 ms)). No Redis traffic. Returns 0 (*ms > 0), DLOCK_EPERM (no hold;
+ * *ms = 0), DLOCK_ELOST (a hold is lost or past its deadline; *ms = 0),
+ * DLOCK_EINVAL (NULL argument), DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety:
+ * any thread, for itself. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_rwlock_validity(dlock_rwlock *rw, long long *ms);
+
 /* ------------------------------------------------------------------------ */
 /* Multi-lock: all of N mutexes, all-or-nothing -- experimental              */
 /* ------------------------------------------------------------------------ */

@@ -681,6 +681,33 @@ int dlock_rwlock_unlock(dlock_rwlock *rw) {
   return release_kind(rw, tid, kind);
 }
 
+int dlock_rwlock_validity(dlock_rwlock *rw, long long *ms) {
+  dlock__clear_error();
+  if (ms)
+    *ms = 0;
+  if (!rw || !ms)
+    return dlock__fail(DLOCK_EINVAL, "NULL argument");
+  /* Each side is a mutex of its own family (write, read) in the registry. */
+  long long w = 0, r = 0;
+  int rw_rc = dlock_mutex_validity(rw->wr, &w);
+  int rd_rc = dlock_mutex_validity(rw->rd, &r);
+  if (rw_rc == DLOCK_EPERM && rd_rc == DLOCK_EPERM)
+    return dlock__fail(DLOCK_EPERM,
+                       "read-write lock '%s' is not held by this thread",
+                       rw->rd->name);
+  if (rw_rc == DLOCK_ELOST || rd_rc == DLOCK_ELOST)
+    return dlock__fail(DLOCK_ELOST,
+                       "read-write lock '%s': a %s hold of this thread is "
+                       "lost or past its local deadline",
+                       rw->rd->name, rw_rc == DLOCK_ELOST ? "write" : "read");
+  if (rw_rc < 0 && rw_rc != DLOCK_EPERM)
+    return rw_rc;
+  if (rd_rc < 0 && rd_rc != DLOCK_EPERM)
+    return rd_rc;
+  *ms = rw_rc == 0 && (rd_rc != 0 || w < r) ? w : r;
+  return 0;
+}
+
 int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   dlock__clear_error();
   if (!rw)

@@ -423,6 +423,49 @@ TH_CASE(lease_expiry) {
   dlock_client_free(c2);
 }
 
+/* dlock_rwlock_validity: the least local deadline of the thread's holds,
+ * without Redis; it turns ELOST when a fixed lease runs out, before the
+ * server's key can expire. */
+TH_CASE(validity_ends_each_hold_locally) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_rwlock *rw;
+  CHECK_OK(dlock_rwlock_new(c, "rwv", &rw));
+  long long ms = 1;
+  CHECK_RC(dlock_rwlock_validity(rw, &ms), DLOCK_EPERM);
+  CHECK_EQ(ms, 0);
+  CHECK_RC(dlock_rwlock_validity(rw, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_rwlock_validity(NULL, &ms), DLOCK_EINVAL);
+  CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 1500));
+  CHECK_OK(dlock_rwlock_validity(rw, &ms));
+  CHECK_MSG(ms > 0 && ms <= 1500 - 1500 / 100 - 2, "read validity %lld", ms);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_RC(dlock_rwlock_validity(rw, &ms), DLOCK_EPERM);
+  /* A write hold with a long lease, a read hold inside it with a short one:
+   * the short one bounds the answer, and ends first. */
+  CHECK_OK(dlock_rwlock_timedwrlock(rw, 0, 20000));
+  CHECK_OK(dlock_rwlock_validity(rw, &ms));
+  CHECK_MSG(ms > 600 && ms <= 20000 - 200 - 2, "write validity %lld", ms);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 600));
+  CHECK_OK(dlock_rwlock_validity(rw, &ms));
+  CHECK_MSG(ms > 0 && ms <= 600 - 6 - 2, "validity with both %lld", ms);
+  int rc;
+  while ((rc = dlock_rwlock_validity(rw, &ms)) == 0 && th_now_ms() - t0 < 10000)
+    th_sleep_ms(5);
+  CHECK_RC(rc, DLOCK_ELOST);
+  CHECK_EQ(ms, 0);
+  CHECK_MSG(th_now_ms() - t0 >= 600 - 6 - 2, "lost after %lld ms",
+            (long long)(th_now_ms() - t0));
+  CHECK_RC(dlock_rwlock_unlock(rw), DLOCK_ELOST); /* the read hold */
+  CHECK_OK(dlock_rwlock_validity(rw, &ms));       /* the write hold */
+  CHECK_MSG(ms > 0, "write validity %lld", ms);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_RC(dlock_rwlock_validity(rw, &ms), DLOCK_EPERM);
+  dlock_rwlock_free(rw);
+  dlock_client_free(c);
+}
+
 /* ---- downgrade, and a write release wakes every reader ----------------------
  */
 
