@@ -510,7 +510,7 @@ static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
   if (gl > DLOCK__UUID_LEN + 1 &&
       dlock__own_name_back("dlock_grant__channel", s->grant_channel,
                            gl - DLOCK__UUID_LEN - 1, &name) == 0 &&
-      (d = malloc(sizeof *d + name.len + 1)) != NULL) {
+      (d = dlock__malloc(sizeof *d + name.len + 1)) != NULL) {
     d->tid = (uint64_t)v;
     memcpy(d->wid, bar + 1, 16);
     d->wid[16] = '\0';
