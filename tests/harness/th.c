@@ -184,6 +184,60 @@ static void write_all(int fd, const char *p, size_t n) {
   }
 }
 
+/* Prints every thread's stack of process pid to stderr with gdb, when gdb
+ * is installed (scripts/install-deps.sh test): a hung worker or case then
+ * says where it hung. System calls only (it runs in the timeout handler
+ * too); gdb gets at most 20 s, inside the 30 s that ctest and wait_case
+ * allow past a case's own limit. */
+static void dump_stacks(pid_t pid) {
+  static const char gdb[] = "/usr/bin/gdb";
+  if (access(gdb, X_OK) != 0) {
+    static const char no[] = "(no stacks: gdb is not installed)\n";
+    write_all(2, no, sizeof no - 1);
+    return;
+  }
+  char ps[24], hdr[120];
+  put_n(ps, sizeof ps, 0, pid);
+  size_t at = put_s(hdr, sizeof hdr, 0, "----- stacks of process ");
+  at = put_s(hdr, sizeof hdr, at, ps);
+  at = put_s(hdr, sizeof hdr, at, " (gdb) -----\n");
+  write_all(2, hdr, at);
+  pid_t g = fork();
+  if (g == 0) {
+    dup2(2, 1);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0)
+      dup2(nul, 0);
+    char *argv[] = {(char *)"gdb",
+                    (char *)"-batch",
+                    (char *)"-nx",
+                    (char *)"-p",
+                    ps,
+                    (char *)"-ex",
+                    (char *)"thread apply all bt 30",
+                    NULL};
+    char *envp[] = {(char *)"PATH=/usr/bin:/bin", (char *)"HOME=/tmp", NULL};
+    execve(gdb, argv, envp);
+    _exit(127);
+  }
+  if (g > 0) {
+    struct timespec step = {0, 50 * 1000000L};
+    int done = 0;
+    for (int i = 0; i < 400 && !done; i++) {
+      if (waitpid(g, NULL, WNOHANG) == g)
+        done = 1;
+      else
+        nanosleep(&step, NULL);
+    }
+    if (!done) {
+      kill(g, SIGKILL);
+      waitpid(g, NULL, 0);
+    }
+  }
+  static const char eos[] = "----- end of stacks -----\n";
+  write_all(2, eos, sizeof eos - 1);
+}
+
 /* th_fail's dump_file with system calls only. */
 static void dump_file_raw(const char *dir, const char *name) {
   char path[300], line[400];
@@ -223,6 +277,7 @@ static void on_timeout(int sig) {
   at = put_s(m, sizeof m, at, g_tmpdir);
   at = put_s(m, sizeof m, at, "\n");
   write_all(2, m, at);
+  dump_stacks(getpid());
   for (int i = 0; i < g_nservers; i++)
     if (g_servers[i]->pid > 1)
       kill(g_servers[i]->pid, SIGKILL);
@@ -613,6 +668,9 @@ int th_wait(pid_t pid, int64_t timeout_ms) {
     if (w < 0)
       th_fail(__FILE__, __LINE__, "waitpid: %s", strerror(errno));
     if (th_now_ms() > end) {
+      fprintf(stderr, "worker %d did not finish in %lld ms; where it is:\n",
+              (int)pid, (long long)timeout_ms);
+      dump_stacks(pid);
       kill(pid, SIGKILL);
       waitpid(pid, NULL, 0);
       th_fail(__FILE__, __LINE__, "worker %d did not finish in %lld ms",
