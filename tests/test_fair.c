@@ -402,6 +402,9 @@ static int forever_waiter_proc(void *arg) {
   dlock_mutex *m;
   if (dlock_mutex_new_fair(c, "fever", &m))
     return 10;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "fever:go", 20000)) /* the parent holds it */
+    return 12;
   dlock_mutex_lock(m); /* killed while waiting */
   return 11;
 }
@@ -411,12 +414,14 @@ static int forever_waiter_proc(void *arg) {
  * kept every later fair waiter out for minutes). */
 TH_CASE_T(killed_forever_waiter_holds_queue_seconds, 120, "slow") {
   g_r = th_redis_new(0, NULL);
+  /* Forked before this process has a client (threads): see th_fork. */
+  pid_t a = th_fork(forever_waiter_proc, NULL);
   dlock_client *c = th_client(g_r), *c2 = th_client(g_r);
   dlock_mutex *m, *m2;
   CHECK_OK(dlock_mutex_new_fair(c, "fever", &m));
   CHECK_OK(dlock_mutex_new_fair(c2, "fever", &m2));
   CHECK_OK(dlock_mutex_lock(m)); /* watchdog: 30 s PTTL */
-  pid_t a = th_fork(forever_waiter_proc, NULL);
+  freeReplyObject(th_cmd(g_r, "SET fever:go 1"));
   th_wait_llen(g_r, "redisson_lock_queue:{fever}", 1, 10000);
   kill(a, SIGKILL);
   CHECK_EQ(th_wait(a, 5000), -SIGKILL);

@@ -1131,6 +1131,9 @@ static int forking_waiter(void *arg) {
   dlock_mutex *m = NULL;
   if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, "forked-wait", &m))
     return 2;
+  int64_t go_end = th_now_ms() + 15000; /* the parent holds the lock */
+  while (th_get_ll(r, "forked-go") != 1 && th_now_ms() < go_end)
+    th_sleep_ms(10);
   pthread_t t;
   pthread_create(&t, NULL, lock_forever, m);
   th_wait_llen(r, "dlock_lock_queue:{forked-wait}", 1, 10000);
@@ -1150,12 +1153,14 @@ static int forking_waiter(void *arg) {
  * subscriber, and the lock went to the dead waiter for its lease). */
 TH_CASE_T(forked_then_killed_waiter_is_not_handed_the_lock, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
+  /* Forked before this process has a client (threads): see th_fork. */
+  pid_t w = th_fork(forking_waiter, r);
   dlock_client *ch = th_client(r), *cn = th_client(r);
   dlock_mutex *mh, *mn;
   CHECK_OK(dlock_mutex_new(ch, "forked-wait", &mh));
   CHECK_OK(dlock_mutex_new(cn, "forked-wait", &mn));
   CHECK_OK(dlock_mutex_lock(mh));
-  pid_t w = th_fork(forking_waiter, r);
+  freeReplyObject(th_cmd(r, "SET forked-go 1"));
   int64_t t0 = th_now_ms();
   while (th_get_ll(r, "forked") != 1 && th_now_ms() - t0 < 15000)
     th_sleep_ms(10);

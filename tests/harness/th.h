@@ -188,7 +188,13 @@ int64_t th_now_ms(void);
 int th_timeout_mult(void);
 void th_sleep_ms(int64_t ms);
 /* Forks a worker that runs fn(arg) and _exit()s with its return value;
- * workers never run the parent's atexit handlers. */
+ * workers never run the parent's atexit handlers.
+ * Fork workers before the case makes a client or a thread. Under ASan
+ * (GCC 12's libasan takes none of its allocator's locks around fork) a
+ * child forked while another thread holds one of them hangs at its first
+ * malloc that needs it: seen as a worker stuck in the allocator, 2 runs in
+ * 40 of a sentinel case under stress-ng. A case whose subject is a fork of
+ * a process with a client lets that client's threads go idle first. */
 pid_t th_fork(int (*fn)(void *), void *arg);
 /* Waits for pid with a bound; returns its exit status (or -signal). Kills
  * it and fails the test if it does not end within timeout_ms. */
