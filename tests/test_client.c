@@ -583,10 +583,9 @@ TH_CASE(fork_child_refused_and_own_client) {
   /* The watchdog thread's first write (the client's info key) done, the
    * parent's threads sleep until the next renewal: nothing of theirs is in
    * the allocator at the fork (see th_fork). */
-  int64_t idle_end = th_now_ms() + 10000;
-  while (th_cmd_int(g_r, "EXISTS dlock_client:{%s}", pid_copy) == 0 &&
-         th_now_ms() < idle_end)
-    th_sleep_ms(5);
+  char info[64];
+  snprintf(info, sizeof info, "dlock_client:{%s}", pid_copy);
+  th_wait_key(g_r, info, 10000);
   pid_t p = th_fork(fork_child, pid_copy);
   CHECK_EQ(th_wait(p, 20000), 0);
   /* The parent's client and lock still work after the child is gone. */

@@ -722,10 +722,9 @@ static void unlock_retried_by_caller_after_timeout_is_idempotent_body(void) {
   /* Likewise the watchdog thread's first write of the client's info key
    * (through the same pool or connection): wait for it, or under load it
    * can run while the server is stopped and take the connection down. */
-  int64_t info_end = th_now_ms() + 10000;
-  while (th_cmd_int(r, "EXISTS dlock_client:{%s}", dlock_client_id(c)) == 0 &&
-         th_now_ms() < info_end)
-    th_sleep_ms(5);
+  char info[64];
+  snprintf(info, sizeof info, "dlock_client:{%s}", dlock_client_id(c));
+  th_wait_key(r, info, 10000);
   th_redis_pause(r);
   CHECK_RC(dlock_mutex_unlock(m), DLOCK_ECONN); /* outcome unknown */
   char why[256];

@@ -1146,9 +1146,7 @@ static int forking_waiter(void *arg) {
   dlock_mutex *m = NULL;
   if (dlock_client_new(&cfg, &c) || dlock_mutex_new(c, "forked-wait", &m))
     return 2;
-  int64_t go_end = th_now_ms() + 15000; /* the parent holds the lock */
-  while (th_get_ll(r, "forked-go") != 1 && th_now_ms() < go_end)
-    th_sleep_ms(10);
+  th_wait_key(r, "forked-go", 15000); /* the parent holds the lock */
   pthread_t t;
   pthread_create(&t, NULL, lock_forever, m);
   th_wait_llen(r, "dlock_lock_queue:{forked-wait}", 1, 10000);

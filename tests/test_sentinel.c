@@ -512,22 +512,18 @@ static void *wait_held(void *arg) {
 }
 
 /* Starts 4 contenders on the file counter (zeroed here), into pid[]. Call
- * it before this process makes a client or a thread: under ASan a child
- * forked while another thread holds one of the allocator's locks hangs at
- * its first malloc that needs it (GCC 12's libasan takes no locks around
- * fork; a contender hung in dlock_client_free, 2 runs in 40 under
- * stress-ng), and glibc's malloc is the only one here that is safe
- * there. */
-static work g_work[4];
+ * it before this process makes a client or a thread (see th_fork: under
+ * ASan a contender hung in the allocator, 2 runs in 40 under stress-ng). */
 static void start_contenders(topo *t, int sync_replicas, pid_t pid[4]) {
   int fd = open(th_tmpfile("counter"), O_RDWR | O_CREAT | O_TRUNC, 0600);
   long long zero = 0;
   CHECK(pwrite(fd, &zero, sizeof zero, 0) == sizeof zero);
   close(fd);
   unlink(th_tmpfile("stop"));
+  work w[4]; /* each child has its copy */
   for (int i = 0; i < 4; i++) {
-    g_work[i] = (work){t, i, sync_replicas};
-    pid[i] = th_fork(contender, &g_work[i]);
+    w[i] = (work){t, i, sync_replicas};
+    pid[i] = th_fork(contender, &w[i]);
   }
 }
 

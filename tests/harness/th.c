@@ -184,6 +184,22 @@ static void write_all(int fd, const char *p, size_t n) {
   }
 }
 
+/* Reaps pid if it ends by end_ms (th_now_ms), polling every step_ms: 1 and
+ * its wait status in *st, or 0 (time ran out) or -1 (waitpid failed, errno
+ * set), with pid left running. Async-signal-safe. */
+static int reap_by(pid_t pid, int64_t end_ms, int step_ms, int *st) {
+  for (;;) {
+    pid_t w = waitpid(pid, st, WNOHANG);
+    if (w == pid)
+      return 1;
+    if (w < 0)
+      return -1;
+    if (th_now_ms() > end_ms)
+      return 0;
+    th_sleep_ms(step_ms);
+  }
+}
+
 /* Prints every thread's stack of process pid to stderr with gdb, when gdb
  * is installed (scripts/install-deps.sh test): a hung worker or case then
  * says where it hung. System calls only (it runs in the timeout handler
@@ -220,19 +236,10 @@ static void dump_stacks(pid_t pid) {
     execve(gdb, argv, envp);
     _exit(127);
   }
-  if (g > 0) {
-    struct timespec step = {0, 50 * 1000000L};
-    int done = 0;
-    for (int i = 0; i < 400 && !done; i++) {
-      if (waitpid(g, NULL, WNOHANG) == g)
-        done = 1;
-      else
-        nanosleep(&step, NULL);
-    }
-    if (!done) {
-      kill(g, SIGKILL);
-      waitpid(g, NULL, 0);
-    }
+  int st;
+  if (g > 0 && reap_by(g, th_now_ms() + 20000, 50, &st) != 1) {
+    kill(g, SIGKILL);
+    waitpid(g, NULL, 0);
   }
   static const char eos[] = "----- end of stacks -----\n";
   write_all(2, eos, sizeof eos - 1);
@@ -340,18 +347,12 @@ static int run_case(const th_case *c) {
 static int wait_case(pid_t pid, const th_case *c) {
   int64_t end = th_now_ms() + (int64_t)c->timeout_s * th_timeout_mult() * 1000 +
                 TH_WAIT_MARGIN_MS;
-  for (;;) {
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid)
-      return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-    if (w < 0 || th_now_ms() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      return -1000;
-    }
-    th_sleep_ms(20);
-  }
+  int st;
+  if (reap_by(pid, end, 20, &st) == 1)
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1000;
 }
 
 static const char *verdict(int st) {
@@ -619,6 +620,16 @@ void th_wait_llen(th_redis *r, const char *key, long long n,
   }
 }
 
+void th_wait_key(th_redis *r, const char *key, int64_t timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  while (th_cmd_int(r, "EXISTS %s", key) != 1) {
+    if (th_now_ms() >= end)
+      th_fail(__FILE__, __LINE__, "key %s did not appear in %lld ms", key,
+              (long long)timeout_ms);
+    th_sleep_ms(5);
+  }
+}
+
 dlock_client *th_client_cfg(th_redis *r, const dlock_config *cfg_in) {
   dlock_config cfg;
   if (cfg_in)
@@ -659,25 +670,19 @@ pid_t th_fork(int (*fn)(void *), void *arg) {
 }
 
 int th_wait(pid_t pid, int64_t timeout_ms) {
-  int64_t end = th_now_ms() + timeout_ms;
-  for (;;) {
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid)
-      return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-    if (w < 0)
-      th_fail(__FILE__, __LINE__, "waitpid: %s", strerror(errno));
-    if (th_now_ms() > end) {
-      fprintf(stderr, "worker %d did not finish in %lld ms; where it is:\n",
-              (int)pid, (long long)timeout_ms);
-      dump_stacks(pid);
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      th_fail(__FILE__, __LINE__, "worker %d did not finish in %lld ms",
-              (int)pid, (long long)timeout_ms);
-    }
-    th_sleep_ms(5);
-  }
+  int st;
+  int r = reap_by(pid, th_now_ms() + timeout_ms, 5, &st);
+  if (r == 1)
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  if (r < 0)
+    th_fail(__FILE__, __LINE__, "waitpid: %s", strerror(errno));
+  fprintf(stderr, "worker %d did not finish in %lld ms; where it is:\n",
+          (int)pid, (long long)timeout_ms);
+  dump_stacks(pid);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  th_fail(__FILE__, __LINE__, "worker %d did not finish in %lld ms", (int)pid,
+          (long long)timeout_ms);
 }
 
 int th_run_tool(const char *tool, const char *const *argv) {

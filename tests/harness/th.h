@@ -167,6 +167,9 @@ void th_wait_numsub(th_redis *r, const char *channel, long long n,
                     int64_t timeout_ms);
 void th_wait_llen(th_redis *r, const char *key, long long n,
                   int64_t timeout_ms);
+/* Polls (bounded) until key exists; fails the test when the time runs out.
+ * Safe in a worker (th_fork). */
+void th_wait_key(th_redis *r, const char *key, int64_t timeout_ms);
 
 /* A client with test-friendly settings on r (short timeouts). */
 dlock_client *th_client(th_redis *r);

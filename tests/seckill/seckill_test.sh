@@ -58,12 +58,6 @@ must_oversell() {
   fail "$s never oversold in 3 runs"
 }
 
-# never_wrong STRATEGY ARGS... : 3 runs, never oversold / lost / wrong.
-# --deadline-ms 60000: a slow (sanitizer, loaded machine) run must not be
-# cut off and reported "unfinished"; a stuck one is still stopped by the
-# no-progress limit (--stall-ms).
-# 500 requests instead of 1000: still 5x the stock (sold out, same
-# contention), half the time.
 # correct_or_late STRATEGY: the run was correct, or the only thing short of
 # it is requests still queued at --deadline-ms after the sale had ended --
 # every item sold, none oversold or lost, no error, duplicate, deadlock or
@@ -86,6 +80,12 @@ correct_or_late() {
   return 1
 }
 
+# never_wrong STRATEGY ARGS... : 3 runs, never oversold / lost / wrong.
+# --deadline-ms 60000: a slow (sanitizer, loaded machine) run must not be
+# cut off and reported "unfinished"; a stuck one is still stopped by the
+# no-progress limit (--stall-ms).
+# 500 requests instead of 1000: still 5x the stock (sold out, same
+# contention), half the time.
 never_wrong() {
   local s=$1; shift
   for i in 1 2 3; do
