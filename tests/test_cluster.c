@@ -122,7 +122,7 @@ TH_CASE_T(hash_tags_and_refused_names, 120, "cluster") {
            1);
   CHECK_OK(dlock_mutex_unlock(m));
   dlock_mutex_free(m);
-  const char *bad[] = {"a{b", "a{}b", "{}x"};
+  const char *bad[] = {"a{b", "a{}b", "{}x", "a}b", "}x", "x}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     dlock_mutex *x = NULL;
     CHECK_RC(dlock_mutex_new(c, bad[i], &x), DLOCK_EINVAL);
