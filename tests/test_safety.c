@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "faultproxy.h"
 #include "internal.h"
 #include "th.h"
 #include "th_proxy.h"
@@ -782,6 +783,55 @@ TH_CASE(lost_replies_count_once_in_semaphores_and_latches) {
   dlock_latch_free(ll);
   dlock_client_free(cb);
   dlock_client_free(cl);
+}
+
+/* Issue 25.3: a once key outlives every copy the router sends. Each send
+ * with a WAIT behind it (sync_replicas) may take command_timeout +
+ * sync_timeout_ms, which the old TTL, (command_timeout + retry_interval) x
+ * (retry_attempts + 1), left out: a post whose first reply was held past
+ * that was re-sent after its once key had expired and counted twice (old
+ * code: 1 -> 3 with the count checked at 2). */
+TH_CASE_T(once_keys_outlive_slow_resends, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  int mult = th_timeout_mult();
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  cfg.command_timeout_ms = 300 * mult;
+  cfg.connect_timeout_ms = 1000 * mult;
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 50;
+  /* No replica: every WAIT sits out sync_timeout_ms, and a send's reply
+   * may come that much later than command_timeout_ms. */
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 1500 * mult;
+  dlock_client *c = th_client_cfg(r, &cfg), *cb = th_client(r);
+  dlock_sem *s, *sb;
+  CHECK_OK(dlock_sem_new(c, "late-sem", &s));
+  CHECK_OK(dlock_sem_new(cb, "late-sem", &sb));
+  CHECK_OK(dlock_sem_init(sb, 1));
+  CHECK_OK(dlock_sem_post(s)); /* loads the scripts through the proxy */
+  CHECK_EQ(th_get_ll(r, "late-sem"), 2);
+  int64_t old_ttl = (int64_t)(cfg.command_timeout_ms + cfg.retry_interval_ms) *
+                    (cfg.retry_attempts + 1);
+  /* The first copy runs at once; its reply (and the WAIT's) is held past
+   * the read timeout, so the router re-sends it on a new connection after
+   * command_timeout + sync_timeout + retry_interval > the old TTL. */
+  fp_arm(p, "late-sem", FP_DELAY,
+         3 * (cfg.command_timeout_ms + cfg.sync_timeout_ms));
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_sem_post(s));
+  int64_t took = th_now_ms() - t0;
+  printf("post took %lld ms (old once TTL %lld ms)\n", (long long)took,
+         (long long)old_ttl);
+  CHECK(took > old_ttl); /* the re-send came after the old TTL */
+  CHECK_EQ(th_get_ll(r, "late-sem"), 3);          /* counted once */
+  CHECK_EQ(fp_wait_fired(p, 1, 10000 * mult), 0); /* the delay was used */
+  dlock_sem_free(s);
+  dlock_sem_free(sb);
+  dlock_client_free(c);
+  dlock_client_free(cb);
 }
 
 /* 9.3: the once keys of a busy object do not pile up: each change deletes
