@@ -529,18 +529,33 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   report_lost(c, lost);
 }
 
+/* 1 when some watchdog hold is due for renewal now. reg.mu held. */
+static int holds_due(dlock_client *c, const wd_timing *t) {
+  int64_t now = dlock__now_ms();
+  for (dlock__hold *h = c->wd.head; h; h = h->wd_next)
+    if ((h->retry_at ? h->retry_at : h->renewed_at + t->period) <= now)
+      return 1;
+  return 0;
+}
+
 /* Writes the client's info key when due (clientinfo.c), without reg.mu
- * (which the caller holds and gets back). 1 if it was due. */
+ * (which the caller holds and gets back). 1 if it was due. The next write
+ * is due one period (after a failure: one retry interval) after this one
+ * ENDS: a write that takes long (an unreachable server) is not due again
+ * at once, ahead of the renewals (issue 25.7). */
 static int info_tick(dlock_client *c, const wd_timing *t) {
   int64_t now = dlock__now_ms();
   if (c->wd.info_at == 0 || now < c->wd.info_at)
     return 0;
-  c->wd.info_at = now + t->period;
+  /* Far ahead while it runs: not due again, and dlock__info_want (which
+   * only starts a schedule that is not running) leaves it alone. */
+  int64_t running = now + t->period + INT32_MAX;
+  c->wd.info_at = running;
   pthread_mutex_unlock(&c->reg.mu);
   int rc = dlock__info_write(c);
   pthread_mutex_lock(&c->reg.mu);
-  if (rc && c->wd.info_at == now + t->period)
-    c->wd.info_at = now + t->retry;
+  if (c->wd.info_at == running)
+    c->wd.info_at = dlock__now_ms() + (rc ? t->retry : t->period);
   return 1;
 }
 
@@ -584,8 +599,13 @@ static void *wd_main(void *arg) {
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
-    if (decline_tick(c) || info_tick(c, &t) || !wait_due(c, &t))
+    if (decline_tick(c) || !wait_due(c, &t))
       continue;
+    /* Renewals first: the info key is bookkeeping and waits for them. */
+    if (!holds_due(c, &t)) {
+      (void)info_tick(c, &t);
+      continue;
+    }
     renew_due(c, &st, &t);
     if (st.cap > 4096) {
       /* A pass over many holds: give the arrays back until the next one

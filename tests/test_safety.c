@@ -785,6 +785,45 @@ TH_CASE(lost_replies_count_once_in_semaphores_and_latches) {
   dlock_client_free(cl);
 }
 
+/* Issue 25.7: renewals never wait behind the client-info write. With a
+ * replica that stopped acknowledging (SIGSTOP) and sync_replicas set, the
+ * info key's write used to carry the WAIT and take sync_timeout_ms, be due
+ * again at once and go first: no renewal ran and a watchdog hold of a
+ * 1.5 s lease expired (old code: lost within the first 2 leases). */
+TH_CASE_T(watchdog_renews_while_replicas_lag, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(r);
+  int mult = th_timeout_mult();
+  atomic_store(&g_lost_count, 0);
+  atomic_store(&g_lost_at, 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->tcp_url;
+  cfg.watchdog_timeout_ms = 1500 * mult; /* a renewal every 500 ms */
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 1000 * mult; /* > the renewal period */
+  cfg.command_timeout_ms = 1000 * mult;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c = th_client_cfg(r, &cfg);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "lag-lock", &m));
+  CHECK_OK(dlock_mutex_lock(m)); /* confirmed by the replica */
+  th_redis_pause(rep);
+  /* Two leases: without renewals the key is gone after one. */
+  int64_t until = th_now_ms() + 2 * cfg.watchdog_timeout_ms;
+  while (th_now_ms() < until && atomic_load(&g_lost_count) == 0)
+    th_sleep_ms(50);
+  CHECK_EQ(atomic_load(&g_lost_count), 0);
+  long long pttl = th_cmd_int(r, "PTTL lag-lock");
+  printf("PTTL after two leases: %lld ms\n", pttl);
+  CHECK(pttl > 0);
+  CHECK_EQ(th_cmd_int(r, "HLEN lag-lock"), 1);
+  th_redis_resume(rep);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* Issue 25.3: a once key outlives every copy the router sends. Each send
  * with a WAIT behind it (sync_replicas) may take command_timeout +
  * sync_timeout_ms, which the old TTL, (command_timeout + retry_interval) x
