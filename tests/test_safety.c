@@ -808,6 +808,16 @@ TH_CASE_T(watchdog_renews_while_replicas_lag, 120, "slow") {
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "lag-lock", &m));
   CHECK_OK(dlock_mutex_lock(m)); /* confirmed by the replica */
+  /* Read holds have a renewal of their own (one script each): it must not
+   * sit out a WAIT either. */
+  enum { NRD = 3 };
+  dlock_rwlock *rw[NRD];
+  for (int i = 0; i < NRD; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "lag-rw-%d", i);
+    CHECK_OK(dlock_rwlock_new(c, name, &rw[i]));
+    CHECK_OK(dlock_rwlock_rdlock(rw[i]));
+  }
   th_redis_pause(rep);
   /* Two leases: without renewals the key is gone after one. */
   int64_t until = th_now_ms() + 2 * cfg.watchdog_timeout_ms;
@@ -818,7 +828,16 @@ TH_CASE_T(watchdog_renews_while_replicas_lag, 120, "slow") {
   printf("PTTL after two leases: %lld ms\n", pttl);
   CHECK(pttl > 0);
   CHECK_EQ(th_cmd_int(r, "HLEN lag-lock"), 1);
+  for (int i = 0; i < NRD; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "lag-rw-%d", i);
+    CHECK(th_cmd_int(r, "PTTL %s", name) > 0);
+  }
   th_redis_resume(rep);
+  for (int i = 0; i < NRD; i++) {
+    CHECK_OK(dlock_rwlock_unlock(rw[i]));
+    dlock_rwlock_free(rw[i]);
+  }
   CHECK_OK(dlock_mutex_unlock(m));
   dlock_mutex_free(m);
   dlock_client_free(c);
