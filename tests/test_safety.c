@@ -895,6 +895,80 @@ TH_CASE_T(once_keys_outlive_slow_resends, 120, "slow") {
   dlock_client_free(cb);
 }
 
+/* Issue 25.3, by construction: the router sends no copy once the first
+ * send is older than the once key's window, however the time passed. A
+ * client process stopped (SIGSTOP: a long GC-like stall, a swapped-out
+ * process) while it waits for a post's reply, until the post's once key
+ * has expired, then resumed: its read times out and the retry policy
+ * would re-send -- the router must refuse (DLOCK_ECONN, "not re-sent")
+ * and the post counts once (old code: it re-sent and counted twice). */
+typedef struct stall_arg {
+  const char *url;
+  int mult;
+} stall_arg;
+
+static int stalled_post(void *arg) {
+  stall_arg *a = arg;
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = a->url;
+  cfg.command_timeout_ms = 1000 * a->mult; /* the parent stops us in it */
+  cfg.connect_timeout_ms = 100 * a->mult;
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 50;
+  cfg.sync_replicas = 0;
+  dlock_client *c = NULL;
+  dlock_sem *s = NULL;
+  if (dlock_client_new(&cfg, &c) || dlock_sem_new(c, "stall-sem", &s))
+    return 3;
+  int rc = dlock_sem_post(s);
+  printf("post in the stopped process: %s: %s\n", dlock_err_name(rc),
+         dlock_last_error());
+  fflush(stdout);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  if (rc == DLOCK_ECONN && strstr(dlock_last_error(), "not re-sent"))
+    return 0;
+  return rc == 0 ? 1 : 2;
+}
+
+static long long once_keys(th_redis *r) {
+  redisReply *x = th_cmd(r, "KEYS dlock_once*");
+  long long n = x && x->type == REDIS_REPLY_ARRAY ? (long long)x->elements : -1;
+  if (x)
+    freeReplyObject(x);
+  return n;
+}
+
+TH_CASE_T(router_stops_resending_when_once_key_may_be_gone, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  stall_arg a = {fp_url(p), th_timeout_mult()};
+  freeReplyObject(th_cmd(r, "SET stall-sem 1"));
+  /* The post's reply is held far past its read timeout. */
+  fp_arm(p, "stall-sem", FP_DELAY, 120000);
+  pid_t w = th_fork(stalled_post, &a);
+  /* Stop the worker as soon as its post has run (it then waits up to one
+   * command timeout, 1 s, for the reply the proxy holds). */
+  int64_t until = th_now_ms() + 10000 * a.mult;
+  while (th_get_ll(r, "stall-sem") != 2 && th_now_ms() < until)
+    th_sleep_ms(5);
+  CHECK_EQ(kill(w, SIGSTOP), 0);
+  CHECK_EQ(th_get_ll(r, "stall-sem"), 2);
+  CHECK_EQ(once_keys(r), 1);
+  /* Until the post's once key has expired (its TTL, ~10 s here). */
+  int64_t stopped = th_now_ms();
+  until = stopped + 30000 * a.mult;
+  while (once_keys(r) != 0 && th_now_ms() < until)
+    th_sleep_ms(50);
+  printf("once key expired %lld ms after the stop\n",
+         (long long)(th_now_ms() - stopped));
+  CHECK_EQ(once_keys(r), 0);
+  CHECK_EQ(kill(w, SIGCONT), 0);
+  CHECK_EQ(th_wait(w, 20000 * a.mult), 0); /* ECONN, "not re-sent" */
+  CHECK_EQ(th_get_ll(r, "stall-sem"), 2);  /* counted once */
+}
+
 /* 9.3: the once keys of a busy object do not pile up: each change deletes
  * the previous one's, so 2,000 posts and acquisitions leave one. */
 TH_CASE(once_keys_do_not_pile_up) {
