@@ -903,15 +903,25 @@ TH_CASE_T(once_keys_outlive_slow_resends, 120, "slow") {
  * would re-send -- the router must refuse (DLOCK_ECONN, "not re-sent")
  * and the post counts once (old code: it re-sent and counted twice). */
 typedef struct stall_arg {
-  const char *url;
+  int fd[2]; /* the proxy's URL comes through it (made after the fork) */
   int mult;
 } stall_arg;
 
 static int stalled_post(void *arg) {
   stall_arg *a = arg;
+  char url[128];
+  size_t got = 0;
+  ssize_t n;
+  close(a->fd[1]);
+  while (got < sizeof url - 1 &&
+         (n = read(a->fd[0], url + got, sizeof url - 1 - got)) > 0)
+    got += (size_t)n;
+  url[got] = '\0';
+  if (got == 0)
+    return 4;
   dlock_config cfg;
   dlock_config_init(&cfg);
-  cfg.url = a->url;
+  cfg.url = url;
   cfg.command_timeout_ms = 1000 * a->mult; /* the parent stops us in it */
   cfg.connect_timeout_ms = 100 * a->mult;
   cfg.retry_attempts = 1;
@@ -942,12 +952,18 @@ static long long once_keys(th_redis *r) {
 
 TH_CASE_T(router_stops_resending_when_once_key_may_be_gone, 120, "slow") {
   th_redis *r = th_redis_new(1, NULL);
+  int fds[2];
+  CHECK_EQ(pipe(fds), 0);
+  stall_arg a = {{fds[0], fds[1]}, th_timeout_mult()};
+  pid_t w = th_fork(stalled_post, &a); /* before the proxy's threads */
+  close(fds[0]);
   fp_proxy *p = fp_new(NULL, r->port);
-  stall_arg a = {fp_url(p), th_timeout_mult()};
   freeReplyObject(th_cmd(r, "SET stall-sem 1"));
   /* The post's reply is held far past its read timeout. */
   fp_arm(p, "stall-sem", FP_DELAY, 120000);
-  pid_t w = th_fork(stalled_post, &a);
+  const char *url = fp_url(p);
+  CHECK_EQ(write(fds[1], url, strlen(url)), (long long)strlen(url));
+  close(fds[1]);
   /* Stop the worker as soon as its post has run (it then waits up to one
    * command timeout, 1 s, for the reply the proxy holds). */
   int64_t until = th_now_ms() + 10000 * a.mult;
