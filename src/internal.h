@@ -249,9 +249,11 @@ int dlock__counter_wait(dlock__chobj *o, long long wait_ms);
 /* Request ids that make a counting script (semaphore acquire/release,
  * latch count-down) count once however often the router re-sends it. The
  * script gets KEYS "once" = dlock_once:{name}:<rid> (the name's hash tag,
- * so one slot), set with PX latch_ttl_ms when the script changes the count
+ * so one slot), set with PX once_ttl_ms when the script changes the count
  * -- before it changes it, so a failing SET leaves nothing half done --
- * and a re-sent copy that finds it returns without counting again. Each
+ * and a re-sent copy that finds it returns without counting again; the
+ * router sends no copy past once_window_ms after the first (dlock__cmd's
+ * resend_window_ms), so every copy it sends finds the key. Each
  * call also deletes the once key of the object's previous completed change
  * (KEYS "prev", present when has_prev), so a busy object keeps about one
  * such key, not one per call. Used by one call on one thread; begin fills
@@ -308,6 +310,15 @@ int dlock__config_check_record(const dlock_config *cfg, size_t size);
 int dlock__config_resolve(const dlock_config *in, dlock_config *out);
 /* How long an unlock latch must live: past every retry of its unlock. */
 int64_t dlock__latch_ttl(const dlock_config *cfg);
+/* The longest one send of a command can take (connect, handshake, the
+ * reply, and the WAIT behind it when cfg.sync_replicas is set). */
+int64_t dlock__send_max(const dlock_config *cfg);
+/* A counting script's once key (counter.c): its copies are sent within
+ * *window ms of the first send (the whole retry policy: every attempt's
+ * send_max and pause, and the immediate reconnect-and-resend), and the
+ * key lives that window + send_max + a margin (the return value), so a
+ * copy that reaches the server within send_max of being sent finds it. */
+int64_t dlock__once_ttl(const dlock_config *cfg, int64_t *window);
 /* The lowest value dlock_client_new accepts for the int field of
  * dlock_config at byte offset off; INT_MIN for a field without a bound. */
 int dlock__config_int_min(size_t off);
@@ -525,6 +536,11 @@ typedef struct dlock__cmd {
   int wait_replicas;
   int sync_timeout_ms; /* WAIT's timeout */
   long long *acks;
+  /* > 0: no copy is sent more than this many ms after the first send
+   * started (the retry policy ends there with the last error): a counting
+   * script's once key (counter.c) lives longer than this by the longest
+   * one send can take, so every copy the router sends finds it. */
+  int64_t resend_window_ms;
 } dlock__cmd;
 
 /* pthread_create that returns once the new thread runs fn: the thread's
@@ -567,6 +583,20 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
 int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **keys, const size_t *klens, int nargs,
                      const char **args, const size_t *alens, redisReply **out);
+/* How dlock__eval_how sends a script: no_retry as dlock__cmd's; no_sync
+ * 1 sends no WAIT after it even with cfg.sync_replicas (bookkeeping and
+ * renewals: nothing a replica must confirm, and a WAIT would make them
+ * sit out sync_timeout_ms when replicas lag); resend_window_ms as
+ * dlock__cmd's. */
+typedef struct dlock__send_how {
+  int no_retry;
+  int no_sync;
+  int64_t resend_window_ms;
+} dlock__send_how;
+int dlock__eval_how(dlock_client *c, const dlock__script *s, int nkeys,
+                    const char **keys, const size_t *klens, int nargs,
+                    const char **args, const size_t *alens,
+                    const dlock__send_how *how, redisReply **out);
 /* The node of url with at most max pooled connections: 0 or DLOCK_ENOMEM.
  * Connections are made on first use (or by dlock__node_warm). */
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
@@ -773,7 +803,9 @@ struct dlock_client {
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
   int64_t latch_ttl_ms;
-  int64_t started_ms; /* wall clock, ms since the epoch: for the info key */
+  int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
+  int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */
+  int64_t started_ms;     /* wall clock, ms since the epoch: for the info key */
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */

@@ -416,7 +416,12 @@ static int rd_renew(dlock_client *c, const char *name, size_t name_len,
   const char *args[2] = {ls, field};
   size_t alens[2] = {(size_t)lsl, fl};
   redisReply *r = NULL;
-  int rc = dlock__eval(c, &g_rd_renew, 2, keys, klens, 2, args, alens, &r);
+  /* No WAIT: a renewal confirms nothing new, and the watchdog renews the
+   * read holds one after another -- a WAIT each, sitting out
+   * sync_timeout_ms while replicas lag, starved them all (issue 25.7). */
+  static const dlock__send_how how = {0, 1, 0};
+  int rc =
+      dlock__eval_how(c, &g_rd_renew, 2, keys, klens, 2, args, alens, &how, &r);
   dlock__sb_free(&tp);
   if (rc || !r) {
     freeReplyObject(r);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "faultproxy.h"
 #include "internal.h"
 #include "th.h"
 #include "th_proxy.h"
@@ -782,6 +783,206 @@ TH_CASE(lost_replies_count_once_in_semaphores_and_latches) {
   dlock_latch_free(ll);
   dlock_client_free(cb);
   dlock_client_free(cl);
+}
+
+/* Issue 25.7: renewals never wait behind the client-info write. With a
+ * replica that stopped acknowledging (SIGSTOP) and sync_replicas set, the
+ * info key's write used to carry the WAIT and take sync_timeout_ms, be due
+ * again at once and go first: no renewal ran and a watchdog hold of a
+ * 1.5 s lease expired (old code: lost within the first 2 leases). */
+TH_CASE_T(watchdog_renews_while_replicas_lag, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(r);
+  int mult = th_timeout_mult();
+  atomic_store(&g_lost_count, 0);
+  atomic_store(&g_lost_at, 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->tcp_url;
+  cfg.watchdog_timeout_ms = 1500 * mult; /* a renewal every 500 ms */
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 1000 * mult; /* > the renewal period */
+  cfg.command_timeout_ms = 1000 * mult;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c = th_client_cfg(r, &cfg);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "lag-lock", &m));
+  CHECK_OK(dlock_mutex_lock(m)); /* confirmed by the replica */
+  /* Read holds have a renewal of their own (one script each): it must not
+   * sit out a WAIT either. */
+  enum { NRD = 3 };
+  dlock_rwlock *rw[NRD];
+  for (int i = 0; i < NRD; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "lag-rw-%d", i);
+    CHECK_OK(dlock_rwlock_new(c, name, &rw[i]));
+    CHECK_OK(dlock_rwlock_rdlock(rw[i]));
+  }
+  th_redis_pause(rep);
+  /* Two leases: without renewals the key is gone after one. */
+  int64_t until = th_now_ms() + 2 * cfg.watchdog_timeout_ms;
+  while (th_now_ms() < until && atomic_load(&g_lost_count) == 0)
+    th_sleep_ms(50);
+  CHECK_EQ(atomic_load(&g_lost_count), 0);
+  long long pttl = th_cmd_int(r, "PTTL lag-lock");
+  printf("PTTL after two leases: %lld ms\n", pttl);
+  CHECK(pttl > 0);
+  CHECK_EQ(th_cmd_int(r, "HLEN lag-lock"), 1);
+  for (int i = 0; i < NRD; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "lag-rw-%d", i);
+    CHECK(th_cmd_int(r, "PTTL %s", name) > 0);
+  }
+  th_redis_resume(rep);
+  for (int i = 0; i < NRD; i++) {
+    CHECK_OK(dlock_rwlock_unlock(rw[i]));
+    dlock_rwlock_free(rw[i]);
+  }
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* Issue 25.3: a once key outlives every copy the router sends. Each send
+ * with a WAIT behind it (sync_replicas) may take command_timeout +
+ * sync_timeout_ms, which the old TTL, (command_timeout + retry_interval) x
+ * (retry_attempts + 1), left out: a post whose first reply was held past
+ * that was re-sent after its once key had expired and counted twice (old
+ * code: the late post moved the count 2 -> 4). */
+TH_CASE_T(once_keys_outlive_slow_resends, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  th_replica_new(r); /* WAIT answers at once, unless its reply is held */
+  fp_proxy *p = fp_new(NULL, r->port);
+  int mult = th_timeout_mult();
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  /* A re-send's new connection must pass its handshake within one command
+   * timeout on a loaded machine (see lossy_client). */
+  cfg.command_timeout_ms = 1000 * mult;
+  cfg.connect_timeout_ms = 1000 * mult;
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 50;
+  /* A send with a WAIT behind it waits for its reply up to command +
+   * sync timeout, longer than the old TTL (3150 ms) here. */
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 3000 * mult;
+  dlock_client *c = th_client_cfg(r, &cfg), *cb = th_client(r);
+  dlock_sem *s, *sb;
+  CHECK_OK(dlock_sem_new(c, "late-sem", &s));
+  CHECK_OK(dlock_sem_new(cb, "late-sem", &sb));
+  CHECK_OK(dlock_sem_init(sb, 1));
+  CHECK_OK(dlock_sem_post(s)); /* loads the scripts through the proxy */
+  CHECK_EQ(th_get_ll(r, "late-sem"), 2);
+  int64_t old_ttl = (int64_t)(cfg.command_timeout_ms + cfg.retry_interval_ms) *
+                    (cfg.retry_attempts + 1);
+  /* The first copy runs at once; its reply (and the WAIT's) is held past
+   * the read timeout, so the router re-sends it on a new connection after
+   * command_timeout + sync_timeout + retry_interval > the old TTL. */
+  fp_arm(p, "late-sem", FP_DELAY,
+         cfg.command_timeout_ms + cfg.sync_timeout_ms + 1000 * mult);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_sem_post(s));
+  int64_t took = th_now_ms() - t0;
+  printf("post took %lld ms (old once TTL %lld ms)\n", (long long)took,
+         (long long)old_ttl);
+  CHECK(took > old_ttl); /* the re-send came after the old TTL */
+  CHECK_EQ(th_get_ll(r, "late-sem"), 3);          /* counted once */
+  CHECK_EQ(fp_wait_fired(p, 1, 10000 * mult), 0); /* the delay was used */
+  dlock_sem_free(s);
+  dlock_sem_free(sb);
+  dlock_client_free(c);
+  dlock_client_free(cb);
+}
+
+/* Issue 25.3, by construction: the router sends no copy once the first
+ * send is older than the once key's window, however the time passed. A
+ * client process stopped (SIGSTOP: a long GC-like stall, a swapped-out
+ * process) while it waits for a post's reply, until the post's once key
+ * has expired, then resumed: its read times out and the retry policy
+ * would re-send -- the router must refuse (DLOCK_ECONN, "not re-sent")
+ * and the post counts once (old code: it re-sent and counted twice). */
+typedef struct stall_arg {
+  int fd[2]; /* the proxy's URL comes through it (made after the fork) */
+  int mult;
+} stall_arg;
+
+static int stalled_post(void *arg) {
+  stall_arg *a = arg;
+  char url[128];
+  size_t got = 0;
+  ssize_t n;
+  close(a->fd[1]);
+  while (got < sizeof url - 1 &&
+         (n = read(a->fd[0], url + got, sizeof url - 1 - got)) > 0)
+    got += (size_t)n;
+  url[got] = '\0';
+  if (got == 0)
+    return 4;
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.command_timeout_ms = 1000 * a->mult; /* the parent stops us in it */
+  cfg.connect_timeout_ms = 100 * a->mult;
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 50;
+  cfg.sync_replicas = 0;
+  dlock_client *c = NULL;
+  dlock_sem *s = NULL;
+  if (dlock_client_new(&cfg, &c) || dlock_sem_new(c, "stall-sem", &s))
+    return 3;
+  int rc = dlock_sem_post(s);
+  printf("post in the stopped process: %s: %s\n", dlock_err_name(rc),
+         dlock_last_error());
+  fflush(stdout);
+  dlock_sem_free(s);
+  dlock_client_free(c);
+  if (rc == DLOCK_ECONN && strstr(dlock_last_error(), "not re-sent"))
+    return 0;
+  return rc == 0 ? 1 : 2;
+}
+
+static long long once_keys(th_redis *r) {
+  redisReply *x = th_cmd(r, "KEYS dlock_once*");
+  long long n = x && x->type == REDIS_REPLY_ARRAY ? (long long)x->elements : -1;
+  if (x)
+    freeReplyObject(x);
+  return n;
+}
+
+TH_CASE_T(router_stops_resending_when_once_key_may_be_gone, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  int fds[2];
+  CHECK_EQ(pipe(fds), 0);
+  stall_arg a = {{fds[0], fds[1]}, th_timeout_mult()};
+  pid_t w = th_fork(stalled_post, &a); /* before the proxy's threads */
+  close(fds[0]);
+  fp_proxy *p = fp_new(NULL, r->port);
+  freeReplyObject(th_cmd(r, "SET stall-sem 1"));
+  /* The post's reply is held far past its read timeout. */
+  fp_arm(p, "stall-sem", FP_DELAY, 120000);
+  const char *url = fp_url(p);
+  CHECK_EQ(write(fds[1], url, strlen(url)), (long long)strlen(url));
+  close(fds[1]);
+  /* Stop the worker as soon as its post has run (it then waits up to one
+   * command timeout, 1 s, for the reply the proxy holds). */
+  int64_t until = th_now_ms() + 10000 * a.mult;
+  while (th_get_ll(r, "stall-sem") != 2 && th_now_ms() < until)
+    th_sleep_ms(5);
+  CHECK_EQ(kill(w, SIGSTOP), 0);
+  CHECK_EQ(th_get_ll(r, "stall-sem"), 2);
+  CHECK_EQ(once_keys(r), 1);
+  /* Until the post's once key has expired (its TTL, ~10 s here). */
+  int64_t stopped = th_now_ms();
+  until = stopped + 30000 * a.mult;
+  while (once_keys(r) != 0 && th_now_ms() < until)
+    th_sleep_ms(50);
+  printf("once key expired %lld ms after the stop\n",
+         (long long)(th_now_ms() - stopped));
+  CHECK_EQ(once_keys(r), 0);
+  CHECK_EQ(kill(w, SIGCONT), 0);
+  CHECK_EQ(th_wait(w, 20000 * a.mult), 0); /* ECONN, "not re-sent" */
+  CHECK_EQ(th_get_ll(r, "stall-sem"), 2);  /* counted once */
 }
 
 /* 9.3: the once keys of a busy object do not pile up: each change deletes
