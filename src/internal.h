@@ -176,6 +176,29 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  end\n"                                                                    \
   "end\n"
 
+/* One name, one kind (issue 25.6): every acquire script checks the shape
+ * of the key before it writes, so a name held by one kind of lock refuses
+ * every other kind instead of being rewritten. The shapes: a mutex hash
+ * (plain, fair, fenced, Redlock: only "<uuid>:<tid>" fields), a read-write
+ * lock hash (it has the field "mode"), a semaphore's or latch's string.
+ * - kind_of(k): 'none', 'mutex', 'rwlock', or the Redis type of anything
+ *   else ('string', 'list', ...).
+ * - busy_ttl(k): what a refused acquire answers, the holder's PTTL -- so a
+ *   waiting call waits as for any holder; a key without a TTL (a
+ *   semaphore, a latch) answers 1000, so waits re-check once a second. */
+#define DLOCK__LUA_KIND                                                        \
+  "local function kind_of(k)\n"                                                \
+  "  local t = redis.call('type', k)['ok']\n"                                  \
+  "  if t ~= 'hash' then return t end\n"                                       \
+  "  if redis.call('hexists', k, 'mode') == 1 then return 'rwlock' end\n"      \
+  "  return 'mutex'\n"                                                         \
+  "end\n"                                                                      \
+  "local function busy_ttl(k)\n"                                               \
+  "  local p = redis.call('pttl', k)\n"                                        \
+  "  if p < 0 then return 1000 end\n"                                          \
+  "  return p\n"                                                               \
+  "end\n"
+
 /* Redisson naming rules (RedissonObject.prefixName / suffixName):
  * prefix_name(p, n) = p ":{" n "}", or p ":" n when n already contains '{'.
  * suffix_name(n, s) = "{" n "}:" s, or n ":" s when n contains '{'. */

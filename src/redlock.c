@@ -71,8 +71,13 @@ static dlock__script g_acquire = {
     /* KEYS[1] lock, KEYS[2] token counter. ARGV[1] lease ms, ARGV[2] field.
      * {1, counter} = locked; {0, counter, pttl} = held elsewhere. Same hash
      * as the mutex (field count 1). */
-    DLOCK__LUA_TTL
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
     "local t = tonumber(redis.call('get', KEYS[2]) or '0') or 0\n"
+    /* held by another kind of lock: a no vote (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'mutex' then\n"
+    "  return {0, t, busy_ttl(KEYS[1])}\n"
+    "end\n"
     "if redis.call('exists', KEYS[1]) == 0 or "
     "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
