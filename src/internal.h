@@ -61,6 +61,11 @@ void dlock__sleep_ms(int64_t ms);
 /* The clock's time ms from now, for pthread_cond_timedwait (pass the clock
  * the condition variable was made with). */
 struct timespec dlock__abstime(clockid_t clk, int64_t ms);
+/* Initialises *cv to time its waits on CLOCK_MONOTONIC (pass
+ * dlock__abstime(CLOCK_MONOTONIC, ms) to pthread_cond_timedwait): every
+ * timed wait of the library is on that clock, so a step of the wall clock
+ * neither stalls nor hurries it. 0, or -1 (cannot initialise). */
+int dlock__cond_init_mono(pthread_cond_t *cv);
 /* Fills buf with n cryptographically random bytes (getrandom). */
 int dlock__random_bytes(void *buf, size_t n);
 /* Fast per-thread PRNG (seeded from getrandom). */

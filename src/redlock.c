@@ -318,7 +318,7 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
   if (!r)
     return NULL;
   pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
+  dlock__cond_init_mono(&r->cv);
   r->refs = 1;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -376,7 +376,7 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
     if (until >= 0 && (wake < 0 || until < wake))
       wake = until;
     if (wake >= 0) {
-      struct timespec ts = dlock__abstime(CLOCK_REALTIME, wake - now);
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, wake - now);
       pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     } else {
       pthread_cond_wait(&r->cv, &r->mu);
@@ -485,7 +485,7 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
   dlock__sb_free(&tk);
   dlock__sb_free(&ch);
   pthread_mutex_init(&rl->mu, NULL);
-  pthread_cond_init(&rl->cv, NULL);
+  dlock__cond_init_mono(&rl->cv);
   *out = rl;
   return 0;
 }
@@ -834,9 +834,9 @@ static void *renew_main(void *arg) {
     if (due > rl->hold.valid_until)
       due = rl->hold.valid_until;
     if (now < due) {
-      /* Sleep until due (CLOCK_REALTIME condvar: bound by the relative
-       * amount, re-checked against the monotonic clock). */
-      struct timespec ts = dlock__abstime(CLOCK_REALTIME, due - now);
+      /* Sleep until due, on the monotonic clock: a step of the wall
+       * clock neither stalls nor hurries the renewal (issue 25.14). */
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, due - now);
       pthread_cond_timedwait(&rl->cv, &rl->mu, &ts);
       continue;
     }
