@@ -963,6 +963,10 @@ char *dlock__lockent_prev_rid(dlock__lockent *e);
 dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid);
 /* The thread's record, created when missing; NULL only on OOM (reg_mu). */
 dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid);
+/* Whether thread tid holds a mutex (plain, fair, fenced) or either side of
+ * a read-write lock of that name on c (any family; takes reg_mu). */
+int dlock__reg_thread_holds(dlock_client *c, const char *name, size_t len,
+                            uint64_t tid);
 /* Frees the record if it holds nothing and has nothing pending (reg_mu
  * held); a renewal batch in flight defers the free to the watchdog. */
 void dlock__hold_put(dlock_client *c, dlock__hold *h);
