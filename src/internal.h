@@ -185,16 +185,18 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
  * of the key before it writes, so a name held by one kind of lock refuses
  * every other kind instead of being rewritten. The shapes: a mutex hash
  * (plain, fair, fenced, Redlock: only "<uuid>:<tid>" fields), a read-write
- * lock hash (it has the field "mode"), a semaphore's or latch's string.
- * - kind_of(k): 'none', 'mutex', 'rwlock', or the Redis type of anything
- *   else ('string', 'list', ...).
+ * lock hash (it has the field "mode"). A key of another type (a
+ * semaphore's or latch's string, any other data) is no lock: Redis's own
+ * WRONGTYPE error, DLOCK_EREDIS naming the key (error.c), as before.
+ * - kind_of(k): 'none', 'mutex' or 'rwlock'; raises WRONGTYPE for a key
+ *   that is no hash.
  * - busy_ttl(k): what a refused acquire answers, the holder's PTTL -- so a
- *   waiting call waits as for any holder; a key without a TTL (a
- *   semaphore, a latch) answers 1000, so waits re-check once a second. */
+ *   waiting call waits as for any holder (1000 for a hash without a TTL,
+ *   which no lock leaves: waits re-check once a second). */
 #define DLOCK__LUA_KIND                                                        \
   "local function kind_of(k)\n"                                                \
   "  local t = redis.call('type', k)['ok']\n"                                  \
-  "  if t ~= 'hash' then return t end\n"                                       \
+  "  if t == 'none' then return t end\n"                                       \
   "  if redis.call('hexists', k, 'mode') == 1 then return 'rwlock' end\n"      \
   "  return 'mutex'\n"                                                         \
   "end\n"                                                                      \

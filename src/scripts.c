@@ -209,13 +209,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "return 1\n",
          {0}},
     [DLOCK__S_STATUS] = {"status",
-                         /* KEYS[1] lock: {pttl, {field, value, ...}};
-                          * a key of another type (a semaphore) has no
-                          * fields: locked by something, no holders */
-                         "local t = redis.call('type', KEYS[1])['ok']\n"
-                         "if t ~= 'hash' then\n"
-                         "  return {redis.call('pttl', KEYS[1]), {}}\n"
-                         "end\n"
+                         /* KEYS[1] lock: {pttl, {field, value, ...}} */
                          "return {redis.call('pttl', KEYS[1]), "
                          "redis.call('hgetall', KEYS[1])}\n",
                          {0},

@@ -53,8 +53,6 @@ static dlock__script g_try_acquire = {
      * enough permits (or no key). Redisson RSemaphore.tryAcquire. */
     "if KEYS[3] then redis.call('del', KEYS[3]) end\n"
     "if redis.call('exists', KEYS[2]) == 1 then return 1 end\n"
-    /* a lock of that name (a hash): no permits (issue 25.6) */
-    "if redis.call('type', KEYS[1])['ok'] == 'hash' then return 0 end\n"
     "local v = redis.call('get', KEYS[1])\n"
     "if v ~= false and tonumber(v) >= tonumber(ARGV[1]) then\n"
     "  redis.call('set', KEYS[2], 1, 'px', ARGV[2])\n"

@@ -110,8 +110,5 @@ void run_holder_of(run_state *rs, char *buf, size_t len, char *other,
     snprintf(other, olen, "a read-write lock (-s/-x)");
   else if (st.n_holders && !st.mode[0] && rw)
     snprintf(other, olen, "a plain, --fair or --fence lock");
-  else if (st.locked && !st.n_holders && !st.mode[0])
-    snprintf(other, olen,
-             "a key that is no lock (a semaphore, a latch, other data)");
   dlock_status_clear(&st);
 }
