@@ -830,8 +830,11 @@ DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
  * than n - majority masters say the key is gone, or no majority answered
  * before the validity ran out -- the hold is lost: the first client's
  * on_lock_lost runs on that renewal thread and unlock returns DLOCK_ELOST).
- * Errors: DLOCK_EDEADLK (this thread already holds it: not reentrant),
- * DLOCK_ECANCELED (dlock_client_cancel_waits on any of the clients),
+ * Errors: DLOCK_EDEADLK (this thread already holds it: not reentrant --
+ * also through another Redlock object of that name with a client in common,
+ * or as a mutex or read-write lock of that name on one of the clients: the
+ * same field on that master), DLOCK_ECANCELED (dlock_client_cancel_waits on
+ * any of the clients),
  * DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_lock(dlock_redlock *rl);

@@ -61,6 +61,11 @@ void dlock__sleep_ms(int64_t ms);
 /* The clock's time ms from now, for pthread_cond_timedwait (pass the clock
  * the condition variable was made with). */
 struct timespec dlock__abstime(clockid_t clk, int64_t ms);
+/* Initialises *cv to time its waits on CLOCK_MONOTONIC (pass
+ * dlock__abstime(CLOCK_MONOTONIC, ms) to pthread_cond_timedwait): every
+ * timed wait of the library is on that clock, so a step of the wall clock
+ * neither stalls nor hurries it. 0, or -1 (cannot initialise). */
+int dlock__cond_init_mono(pthread_cond_t *cv);
 /* Fills buf with n cryptographically random bytes (getrandom). */
 int dlock__random_bytes(void *buf, size_t n);
 /* Fast per-thread PRNG (seeded from getrandom). */
@@ -174,6 +179,31 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "      return true\n"                                                        \
   "    end\n"                                                                  \
   "  end\n"                                                                    \
+  "end\n"
+
+/* One name, one kind (issue 25.6): every acquire script checks the shape
+ * of the key before it writes, so a name held by one kind of lock refuses
+ * every other kind instead of being rewritten. The shapes: a mutex hash
+ * (plain, fair, fenced, Redlock: only "<uuid>:<tid>" fields), a read-write
+ * lock hash (it has the field "mode"). A key of another type (a
+ * semaphore's or latch's string, any other data) is no lock: Redis's own
+ * WRONGTYPE error, DLOCK_EREDIS naming the key (error.c), as before.
+ * - kind_of(k): 'none', 'mutex' or 'rwlock'; raises WRONGTYPE for a key
+ *   that is no hash.
+ * - busy_ttl(k): what a refused acquire answers, the holder's PTTL -- so a
+ *   waiting call waits as for any holder (1000 for a hash without a TTL,
+ *   which no lock leaves: waits re-check once a second). */
+#define DLOCK__LUA_KIND                                                        \
+  "local function kind_of(k)\n"                                                \
+  "  local t = redis.call('type', k)['ok']\n"                                  \
+  "  if t == 'none' then return t end\n"                                       \
+  "  if redis.call('hexists', k, 'mode') == 1 then return 'rwlock' end\n"      \
+  "  return 'mutex'\n"                                                         \
+  "end\n"                                                                      \
+  "local function busy_ttl(k)\n"                                               \
+  "  local p = redis.call('pttl', k)\n"                                        \
+  "  if p < 0 then return 1000 end\n"                                          \
+  "  return p\n"                                                               \
   "end\n"
 
 /* Redisson naming rules (RedissonObject.prefixName / suffixName):
@@ -967,6 +997,10 @@ char *dlock__lockent_prev_rid(dlock__lockent *e);
 dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid);
 /* The thread's record, created when missing; NULL only on OOM (reg_mu). */
 dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid);
+/* Whether thread tid holds a mutex (plain, fair, fenced) or either side of
+ * a read-write lock of that name on c (any family; takes reg_mu). */
+int dlock__reg_thread_holds(dlock_client *c, const char *name, size_t len,
+                            uint64_t tid);
 /* Frees the record if it holds nothing and has nothing pending (reg_mu
  * held); a renewal batch in flight defers the free to the watchdog. */
 void dlock__hold_put(dlock_client *c, dlock__hold *h);

@@ -52,9 +52,16 @@ static dlock__script g_rd_acquire = {
      * ARGV[1] lease, [2] read field, [3] write field of the same thread,
      * [4] hold count after this acquire. nil = held; -3 = our hold is gone;
      * else the hash PTTL. */
-    DLOCK__LUA_TTL
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
     "local n = tonumber(ARGV[4])\n"
+    /* held by another kind of lock (a plain, fair or fenced mutex, a
+     * semaphore): taken, never rewritten (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'rwlock' then\n"
+    "  if n ~= 1 then return -3 end\n"
+    "  return busy_ttl(KEYS[1])\n"
+    "end\n"
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "if not mode then\n"
     "  if n ~= 1 then return -3 end\n"
     "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
@@ -151,9 +158,15 @@ static dlock__script g_wr_acquire = {
      * this acquire, [4] the same thread's read field. nil = held; -3 = our
      * hold is gone; -4 = we hold a read lock (upgrade refused); else the
      * hash PTTL. Reentry adds the lease to the remaining TTL (Redisson). */
-    DLOCK__LUA_TTL
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
     "local n = tonumber(ARGV[3])\n"
+    /* held by another kind of lock: taken, never rewritten (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'rwlock' then\n"
+    "  if n ~= 1 then return -3 end\n"
+    "  return busy_ttl(KEYS[1])\n"
+    "end\n"
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "if not mode then\n"
     "  if n ~= 1 then return -3 end\n"
     "  redis.call('hset', KEYS[1], 'mode', 'write')\n"

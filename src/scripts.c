@@ -49,7 +49,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * taken), ARGV[7] how long the entry may be handed the lock (ms,
           * '0' = while the client is subscribed), ARGV[8] wait id.
           * nil = held; -3 = our hold is gone; else the holder's PTTL. */
-         DLOCK__LUA_TTL
+         DLOCK__LUA_TTL DLOCK__LUA_KIND
          "local function dequeue()\n"
          "  if ARGV[6] == '1' then\n"
          "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
@@ -62,6 +62,12 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
          "  pexpire_new(KEYS[1], ARGV[1])\n"
          "  return nil\n"
+         "end\n"
+         /* held by another kind of lock (a read-write lock, a semaphore):
+          * taken, never rewritten (issue 25.6) */
+         "if kind_of(KEYS[1]) ~= 'mutex' then\n"
+         "  if ARGV[3] ~= '1' then return -3 end\n"
+         "  return busy_ttl(KEYS[1])\n"
          "end\n"
          /* ours: a reentrant acquire never shortens the TTL; a first hold
           * (handed over to us, or a re-sent acquire) gets its lease and
