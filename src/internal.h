@@ -949,6 +949,11 @@ void dlock__registry_destroy(dlock__registry *r, int forked);
  * own mutex held): the thread's record, created when missing and create
  * is set (NULL only on OOM or when absent). */
 dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid, int create);
+/* Unlinks h from the list and frees it (the object's own mutex held). A
+ * composite object drops a thread's record as soon as the thread holds
+ * nothing through it, so its list is as long as the number of threads
+ * holding it now, not of the threads that ever did (issue 26). */
+void dlock__holdlist_drop(dlock__hold **list, dlock__hold *h);
 /* Frees every record of the list. */
 void dlock__holdlist_free(dlock__hold **list);
 /* Appends mode to h->modes: 0 or DLOCK_ENOMEM. */
