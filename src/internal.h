@@ -140,6 +140,35 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  elseif l < 0 then extend(k, -l) end\n"                                    \
   "end\n"
 
+/* The first lines of a mutex variant's force-unlock script (plain, fenced,
+ * fair): it deletes KEYS[1] only if it is such a lock or nothing. A key of
+ * another type is refused with a WRONGTYPE error; a hash whose fields are
+ * not all "<client id>:<thread id>" -- Redisson's RLock/RFairLock layout:
+ * a 36-character UUID, ':', a decimal thread id -- with a NOTALOCK error
+ * naming the first such field (issue 26: a user's hash under the name was
+ * deleted; a read-write lock's hash, with its "mode" field, is refused as
+ * well: it has its own force unlock). Defines t, the key's type. */
+#define DLOCK__LUA_FORCE_CHECK                                                 \
+  "local t = redis.call('type', KEYS[1])['ok']\n"                              \
+  "if t ~= 'hash' and t ~= 'none' then\n"                                      \
+  "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. t ..\n"   \
+  "    ', not a lock; force unlock refused')\n"                                \
+  "end\n"                                                                      \
+  "if t == 'hash' then\n"                                                      \
+  "  local x = '%x%x%x%x'\n"                                                   \
+  "  local pat = '^' .. x .. x .. '%-' .. x .. '%-' .. x .. '%-' .. x ..\n"    \
+  "    '%-' .. x .. x .. x .. ':%d+$'\n"                                       \
+  "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"                    \
+  "    if not string.find(f, pat) then\n"                                      \
+  "      return redis.error_reply('NOTALOCK ' .. KEYS[1] .. ' is a hash but "  \
+  "'\n"                                                                        \
+  "        .. 'not a lock: its field \\'' ..\n"                                \
+  "        string.gsub(string.sub(f, 1, 80), '%c', '?') ..\n"                  \
+  "        '\\' is not <client id>:<thread id>; force unlock refused')\n"      \
+  "    end\n"                                                                  \
+  "  end\n"                                                                    \
+  "end\n"
+
 /* The direct hand-over, shared by the unlock and decline scripts (lock,
  * queue, queue deadlines, grant channel prefix, marker, self, publish): pops
  * queue entries "<field>|<lease>|<wait id>" until a grant published to the

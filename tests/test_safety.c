@@ -893,6 +893,63 @@ TH_CASE(once_keys_do_not_pile_up) {
   dlock_client_free(c);
 }
 
+/* Issue 26: force unlock deletes a hash only if every field is a holder's
+ * "<client id>:<thread id>" (Redisson's RLock/RFairLock layout); a user's
+ * hash, or a read-write lock's (field "mode"), is refused and left alone
+ * (old code: deleted whatever hash was under the name). */
+TH_CASE(force_unlock_refuses_hashes_that_are_not_locks) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  const char *uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  freeReplyObject(th_cmd(r, "HSET user name alice age 3"));
+  freeReplyObject(th_cmd(r, "HSET mixed %s:7 1 note x", uuid));
+  freeReplyObject(th_cmd(r, "HSET shortid 0f1e2d3c:7 1"));
+  const char *refused[] = {"user", "mixed", "shortid", "rw"};
+  dlock_rwlock *rw;
+  CHECK_OK(dlock_rwlock_new(c, "rw", &rw));
+  CHECK_OK(dlock_rwlock_rdlock(rw));
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    dlock_mutex *m[3];
+    CHECK_OK(dlock_mutex_new(c, refused[i], &m[0]));
+    CHECK_OK(dlock_mutex_new_fair(c, refused[i], &m[1]));
+    CHECK_OK(dlock_mutex_new_fenced(c, refused[i], &m[2]));
+    for (int k = 0; k < 3; k++) {
+      CHECK_RC(dlock_mutex_force_unlock(m[k]), DLOCK_EREDIS);
+      CHECK_MSG(strstr(dlock_last_error(), "not a lock") &&
+                    strstr(dlock_last_error(), refused[i]),
+                "%s, kind %d: %s", refused[i], k, dlock_last_error());
+      dlock_mutex_free(m[k]);
+    }
+    redisReply *x = th_cmd(r, "EXISTS %s", refused[i]);
+    CHECK_MSG(x->type == REDIS_REPLY_INTEGER && x->integer == 1,
+              "'%s' was deleted", refused[i]);
+    freeReplyObject(x);
+  }
+  printf("refused: %s\n", dlock_last_error());
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  dlock_rwlock_free(rw);
+  /* Locks are still deleted: Redisson's (a Java thread id), and dlock's
+   * plain, fair and fenced ones. */
+  freeReplyObject(th_cmd(r, "HSET redisson %s:9223372036854775807 2", uuid));
+  dlock_mutex *rm;
+  CHECK_OK(dlock_mutex_new(c, "redisson", &rm));
+  CHECK_EQ(dlock_mutex_force_unlock(rm), 1);
+  dlock_mutex_free(rm);
+  for (int k = 0; k < 3; k++) {
+    dlock_mutex *m;
+    CHECK_OK(k == 0   ? dlock_mutex_new(c, "held", &m)
+             : k == 1 ? dlock_mutex_new_fair(c, "held", &m)
+                      : dlock_mutex_new_fenced(c, "held", &m));
+    CHECK_OK(dlock_mutex_lock(m));
+    CHECK_OK(dlock_mutex_lock(m));
+    CHECK_EQ(dlock_mutex_force_unlock(m), 1);
+    CHECK_EQ(dlock_mutex_force_unlock(m), 0);
+    CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
+    dlock_mutex_free(m);
+  }
+  dlock_client_free(c);
+}
+
 /* 9.3: a force unlock is sent at most once -- a re-send could delete a lock
  * that another owner took in between (old code: three runs). Force unlock
  * and is_locked refuse a key that is not a lock. */
