@@ -458,6 +458,10 @@ struct dlock__link {
   redisReader *reader;
   int err; /* DLOCK__LINK_*: the last failure */
   char errstr[192];
+  /* The last failure of dlock__link_send_shared: a writer's record apart
+   * from err/errstr, which the thread reading the link writes meanwhile. */
+  int werr;
+  char werrstr[192];
   int read_ms, write_ms; /* timeouts (0 = none), for transports that poll */
   int tls_error;         /* the transport's last failure was TLS's own */
   unsigned addr_gen;     /* Sentinel: the master generation it was made for */
@@ -475,6 +479,11 @@ void dlock__link_free(dlock__link *l);
 void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms);
 /* Writes all of p. 0, or -1 with l->err set. */
 int dlock__link_send(dlock__link *l, const char *p, size_t len);
+/* The same on a link another thread reads at the same time (the router's
+ * shared connection: writers hold its mutex, the reader does not): 0, or
+ * -1 with l->werr / l->werrstr set, never l->err (issue 26: TSan saw the
+ * two threads write l->err at once while connections were killed). */
+int dlock__link_send_shared(dlock__link *l, const char *p, size_t len);
 /* One read from the socket into the reader. 0, or -1 with l->err set. */
 int dlock__link_read(dlock__link *l);
 /* The next complete reply already read, without I/O: 0 with *out (NULL
