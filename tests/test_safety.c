@@ -635,7 +635,9 @@ static void composite_threads(composite *x, int n) {
  * record per thread that ever locked, never freed and searched linearly --
  * 2,000 threads left ~900 KB, 20,000 left 9 MB and doubled the latency of
  * every later lock+unlock). The heap after 2,000 short-lived threads that
- * each lock and unlock both kinds is what it was before them. */
+ * each lock and unlock both kinds is what it was before them. CPU-bound:
+ * 2.5 s plain, 7.4 s under ASan and 8.9 s under TSan on a loaded 2-core
+ * box; hence 120 s. */
 TH_CASE_T(composite_records_do_not_outlive_their_holds, 120, "") {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r);
