@@ -492,7 +492,9 @@ DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
  * most once, never re-sent by the retry policy (a second copy could delete
  * a lock that another owner took in between): DLOCK_ECONN means the outcome
  * is unknown. DLOCK_EREDIS ("not a lock") when the key under the name is of
- * another type; it is left alone. Thread-safety: any thread. */
+ * another type, or a hash with a field that is not a holder's
+ * "<client id>:<thread id>" (a user's hash, a read-write lock's); it is left
+ * alone. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_force_unlock(dlock_mutex *m);
 

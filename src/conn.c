@@ -398,10 +398,10 @@ static redisReply *mux_roundtrip(dlock__node *n, void *unused,
     req.want = 2;
   }
   a->sent = 1;
-  if (dlock__link_send(m->link, b->p, b->len) != 0) {
-    a->timed_out = m->link->err == DLOCK__LINK_TIMEOUT;
+  if (dlock__link_send_shared(m->link, b->p, b->len) != 0) {
+    a->timed_out = m->link->werr == DLOCK__LINK_TIMEOUT;
     attempt_fail(a, DLOCK_ECONN,
-                 a->timed_out ? "write timed out" : m->link->errstr);
+                 a->timed_out ? "write timed out" : m->link->werrstr);
     if (m->reader) {
       /* Wake the reader; it fails the queue and closes the connection. */
       m->broken = 1;

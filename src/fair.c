@@ -238,18 +238,14 @@ static dlock__script g_unlock = {
 static dlock__script g_force = {
     "fair_force",
     /* ARGV[1] '0', [2] now, [3] publish command. 1 deleted, 0 none. */
-    FAIR_LUA_PRELUDE "local t = redis.call('type', KEYS[1])['ok']\n"
-                     "if t ~= 'hash' and t ~= 'none' then\n"
-                     "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. "
-                     "' is a ' .. t .. ', not a lock; force unlock refused')\n"
-                     "end\n"
-                     "purge(tonumber(ARGV[2]))\n"
-                     "if redis.call('del', KEYS[1]) == 1 then\n"
-                     "  local head = redis.call('lindex', KEYS[2], 0)\n"
-                     "  if head then notify(ARGV[3], head) end\n"
-                     "  return 1\n"
-                     "end\n"
-                     "return 0\n",
+    FAIR_LUA_PRELUDE DLOCK__LUA_FORCE_CHECK
+    "purge(tonumber(ARGV[2]))\n"
+    "if redis.call('del', KEYS[1]) == 1 then\n"
+    "  local head = redis.call('lindex', KEYS[2], 0)\n"
+    "  if head then notify(ARGV[3], head) end\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
     {0}};
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -284,6 +284,16 @@ dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid,
   return h;
 }
 
+void dlock__holdlist_drop(dlock__hold **list, dlock__hold *h) {
+  dlock__hold **pp = list;
+  while (*pp && *pp != h)
+    pp = &(*pp)->next;
+  if (*pp) {
+    *pp = h->next;
+    dlock__hold_free(h);
+  }
+}
+
 void dlock__holdlist_free(dlock__hold **list) {
   while (*list) {
     dlock__hold *nx = (*list)->next;

@@ -145,6 +145,35 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  elseif l < 0 then extend(k, -l) end\n"                                    \
   "end\n"
 
+/* The first lines of a mutex variant's force-unlock script (plain, fenced,
+ * fair): it deletes KEYS[1] only if it is such a lock or nothing. A key of
+ * another type is refused with a WRONGTYPE error; a hash whose fields are
+ * not all "<client id>:<thread id>" -- Redisson's RLock/RFairLock layout:
+ * a 36-character UUID, ':', a decimal thread id -- with a NOTALOCK error
+ * naming the first such field (issue 26: a user's hash under the name was
+ * deleted; a read-write lock's hash, with its "mode" field, is refused as
+ * well: it has its own force unlock). Defines t, the key's type. */
+#define DLOCK__LUA_FORCE_CHECK                                                 \
+  "local t = redis.call('type', KEYS[1])['ok']\n"                              \
+  "if t ~= 'hash' and t ~= 'none' then\n"                                      \
+  "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. t ..\n"   \
+  "    ', not a lock; force unlock refused')\n"                                \
+  "end\n"                                                                      \
+  "if t == 'hash' then\n"                                                      \
+  "  local x = '%x%x%x%x'\n"                                                   \
+  "  local pat = '^' .. x .. x .. '%-' .. x .. '%-' .. x .. '%-' .. x ..\n"    \
+  "    '%-' .. x .. x .. x .. ':%d+$'\n"                                       \
+  "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"                    \
+  "    if not string.find(f, pat) then\n"                                      \
+  "      return redis.error_reply('NOTALOCK ' .. KEYS[1] .. ' is a hash but "  \
+  "'\n"                                                                        \
+  "        .. 'not a lock: its field \\'' ..\n"                                \
+  "        string.gsub(string.sub(f, 1, 80), '%c', '?') ..\n"                  \
+  "        '\\' is not <client id>:<thread id>; force unlock refused')\n"      \
+  "    end\n"                                                                  \
+  "  end\n"                                                                    \
+  "end\n"
+
 /* The direct hand-over, shared by the unlock and decline scripts (lock,
  * queue, queue deadlines, grant channel prefix, marker, self, publish): pops
  * queue entries "<field>|<lease>|<wait id>" until a grant published to the
@@ -470,6 +499,10 @@ struct dlock__link {
   redisReader *reader;
   int err; /* DLOCK__LINK_*: the last failure */
   char errstr[192];
+  /* The last failure of dlock__link_send_shared: a writer's record apart
+   * from err/errstr, which the thread reading the link writes meanwhile. */
+  int werr;
+  char werrstr[192];
   int read_ms, write_ms; /* timeouts (0 = none), for transports that poll */
   int tls_error;         /* the transport's last failure was TLS's own */
   unsigned addr_gen;     /* Sentinel: the master generation it was made for */
@@ -487,6 +520,11 @@ void dlock__link_free(dlock__link *l);
 void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms);
 /* Writes all of p. 0, or -1 with l->err set. */
 int dlock__link_send(dlock__link *l, const char *p, size_t len);
+/* The same on a link another thread reads at the same time (the router's
+ * shared connection: writers hold its mutex, the reader does not): 0, or
+ * -1 with l->werr / l->werrstr set, never l->err (issue 26: TSan saw the
+ * two threads write l->err at once while connections were killed). */
+int dlock__link_send_shared(dlock__link *l, const char *p, size_t len);
 /* One read from the socket into the reader. 0, or -1 with l->err set. */
 int dlock__link_read(dlock__link *l);
 /* The next complete reply already read, without I/O: 0 with *out (NULL
@@ -1015,6 +1053,11 @@ void dlock__registry_destroy(dlock__registry *r, int forked);
  * own mutex held): the thread's record, created when missing and create
  * is set (NULL only on OOM or when absent). */
 dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid, int create);
+/* Unlinks h from the list and frees it (the object's own mutex held). A
+ * composite object drops a thread's record as soon as the thread holds
+ * nothing through it, so its list is as long as the number of threads
+ * holding it now, not of the threads that ever did (issue 26). */
+void dlock__holdlist_drop(dlock__hold **list, dlock__hold *h);
 /* Frees every record of the list. */
 void dlock__holdlist_free(dlock__hold **list);
 /* Appends mode to h->modes: 0 or DLOCK_ENOMEM. */

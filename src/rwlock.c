@@ -540,7 +540,12 @@ static const dlock__mutex_ops wr_ops = {
     wr_force,       DLOCK__WAKE_LOCK, ":write",   0,    NULL};
 
 /* ---- the rwlock object ----------------------------------------------------
- * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). */
+ * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). A
+ * thread's record lives while it holds something through this object: it
+ * is dropped when its last hold goes (released or lost), so the list is as
+ * long as the number of threads holding the lock now (issue 26: 60k
+ * short-lived threads left 60k records, each lookup walked them all). Only
+ * the thread itself changes or drops its record. */
 
 struct dlock_rwlock {
   dlock_client *c;
@@ -553,10 +558,19 @@ static dlock__hold *find_stack(dlock_rwlock *rw, uint64_t tid, int create) {
   return dlock__holdlist_find(&rw->stacks, tid, create);
 }
 
+/* Drops the thread's record when it holds nothing any more (rw->mu held). */
+static void prune(dlock_rwlock *rw, dlock__hold *s) {
+  if (s && s->nmodes == 0)
+    dlock__holdlist_drop(&rw->stacks, s);
+}
+
 /* Records a new hold of kind (rw->mu held). */
 static int push_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
   dlock__hold *s = find_stack(rw, tid, 1);
-  return s ? dlock__hold_push_mode(s, kind) : DLOCK_ENOMEM;
+  int rc = s ? dlock__hold_push_mode(s, kind) : DLOCK_ENOMEM;
+  if (rc)
+    prune(rw, s);
+  return rc;
 }
 
 /* Forgets every hold of kind (the mutex layer dropped them: lost). */
@@ -569,6 +583,7 @@ static void drop_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
     if (s->modes[i] != kind)
       s->modes[j++] = s->modes[i];
   s->nmodes = j;
+  prune(rw, s);
 }
 
 static int count_kind(const dlock__hold *s, char kind) {
@@ -674,6 +689,7 @@ static int release_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
         s->nmodes--;
         break;
       }
+    prune(rw, s);
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
     drop_kind(rw, tid, kind);
   }
@@ -768,7 +784,8 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   }
   rc = dlock__mutex_release(rw->wr);
   pthread_mutex_lock(&rw->mu);
-  if (rc == 0) {
+  s = find_stack(rw, tid, 0); /* still there: only this thread drops it */
+  if (rc == 0 && s && s->nmodes) {
     s->modes[s->nmodes - 1] =
         'R'; /* the read hold takes the write hold's place */
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {

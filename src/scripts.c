@@ -136,18 +136,13 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
         {"force_unlock",
          /* KEYS[1] lock, KEYS[2] channel, KEYS[3] hand-over marker (it
           * goes with the hold it describes). ARGV[1] '0', ARGV[2] publish.
-          * A key of another type is not a lock: refused, left alone. */
-         "local t = redis.call('type', KEYS[1])['ok']\n"
-         "if t ~= 'hash' and t ~= 'none' then\n"
-         "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. t "
-         ".. ', not a lock; force unlock refused')\n"
-         "end\n"
-         "if redis.call('del', KEYS[1]) == 1 then\n"
-         "  redis.call('del', KEYS[3])\n"
-         "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
-         "  return 1\n"
-         "end\n"
-         "return 0\n",
+          * A key that is not a lock is refused, left alone. */
+         DLOCK__LUA_FORCE_CHECK "if redis.call('del', KEYS[1]) == 1 then\n"
+                                "  redis.call('del', KEYS[3])\n"
+                                "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
+                                "  return 1\n"
+                                "end\n"
+                                "return 0\n",
          {0}},
     [DLOCK__S_RENEW] =
         {"renew",

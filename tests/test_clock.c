@@ -15,6 +15,7 @@
  *   with libfaketime preloaded (the monotonic clock left real); the case
  *   SKIPs without Debian's libfaketime.
  */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -46,9 +47,47 @@ static void set_offset(const char *file, const char *spec) {
   CHECK(fclose(f) == 0);
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define TH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TH_TSAN 1
+#endif
+#endif
+
+#ifdef TH_TSAN
+void __tsan_init(void);
+#endif
+
+/* What LD_PRELOAD gets: libfaketime -- and in a TSan build the TSan runtime
+ * before it. libfaketime interposes pthread_cond_timedwait and calls
+ * glibc's directly: preloaded first, it hides every timed wait from TSan,
+ * which then believes the waiting thread still owns the wait's mutex and
+ * reports "double lock of a mutex" when another thread takes it
+ * (dlock__reg_attach, the watchdog's expiry thread; issue 26). With the
+ * runtime first, TSan's interceptor sees the wait and calls on into
+ * libfaketime, which still fakes the clock. */
+static const char *preload_list(char *buf, size_t n) {
+  const char *ft = faketime_lib();
+#ifdef TH_TSAN
+  /* GCC links the runtime as libtsan.so; clang links it into the program,
+   * which comes first anyway. */
+  Dl_info di, self;
+  if (dladdr((void *)__tsan_init, &di) && di.dli_fname && di.dli_fname[0] &&
+      dladdr((void *)preload_list, &self) && self.dli_fname &&
+      strcmp(di.dli_fname, self.dli_fname) != 0) {
+    snprintf(buf, n, "%s:%s", di.dli_fname, ft);
+    return buf;
+  }
+#endif
+  snprintf(buf, n, "%s", ft);
+  return buf;
+}
+
 static void faketime_env(const char *file, int on) {
   if (on) {
-    setenv("LD_PRELOAD", faketime_lib(), 1);
+    char pre[2048];
+    setenv("LD_PRELOAD", preload_list(pre, sizeof pre), 1);
     setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
     setenv("FAKETIME_NO_CACHE", "1", 1);
     setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);

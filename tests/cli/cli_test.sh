@@ -563,11 +563,26 @@ force_unlock)
   ;;
 
 status_json_bytes)
-  # A name that is not UTF-8 still gives valid JSON (issue 10).
+  # A name that is not UTF-8 still gives valid JSON (issue 10), and names
+  # stay distinct (issue 26: every invalid byte was U+FFFD, so 'x\377' and
+  # 'x\376' -- and 'x' + the UTF-8 of U+FFFD -- printed alike): an invalid
+  # byte is the lone surrogate U+DC80 + (byte - 0x80), and the bytes come
+  # back with Python's surrogateescape.
   name=$(printf 'x\377y\303\251')
   expect_rc 3 status --json "$name"
-  json_check "$T/out" "d['name'] == 'x\ufffdy\u00e9'" ||
+  json_check "$T/out" "d['name'] == 'x\udcffy\u00e9'" ||
     fail "json with raw bytes: $(od -c "$T/out" | head -3)"
+  seen=
+  for n in 'x\377' 'x\376' 'x\357\277\275' 'x\\udcff' 'x\355\262\200'; do
+    name=$(printf "$n")
+    expect_rc 3 status --json "$name"
+    printf '%s' "$name" >"$T/name"
+    json_check "$T/out" "d['name'].encode('utf-8', 'surrogateescape') == open('$T/name', 'rb').read()" ||
+      fail "name $n: the JSON does not give its bytes back: $(cat "$T/out")"
+    line=$(grep -o '"name":"[^"]*"' "$T/out")
+    case "$seen" in *"|$line|"*) fail "name $n prints like another: $line" ;; esac
+    seen="$seen|$line|"
+  done
   ;;
 
 emfile)
