@@ -4,7 +4,8 @@
   chart_test.py BINARY HEADLESS_PY [--keep DIR]
 
 Runs dlock-seckill for several strategy sets (every strategy in every
-scenario; one strategy in a plain run; three strategies in two scenarios),
+scenario; one strategy in a plain run; three strategies in two scenarios;
+four in one run with --kill-holder),
 each with --json and --chart, renders every SVG in headless Chromium and
 checks, with the boxes the browser computed (getBBox of every <text>):
   - no text leaves the canvas, no two texts overlap;
@@ -36,6 +37,9 @@ RUNS = [
                "kill-holder,short-lease", "--requests", "150", "--stock",
                "15", "--threads", "4", "--lease-ms", "300", "--stall-ms",
                "1500"]),
+    ("killed", ["--strategy", "none,local,setnx,owner-lua", "--kill-holder",
+                "--requests", "100", "--stock", "10", "--threads", "4",
+                "--lease-ms", "300", "--stall-ms", "1000"]),
 ]
 
 COLLECT = r"""
@@ -147,11 +151,17 @@ def check_chart(name, got, doc):
         for s in res:
             if (s, scen) not in seen:
                 errs.append("%s: no cell for %s/%s" % (name, s, scen))
-    lessons = " ".join(t["text"] for t in texts if t["cls"] == "lesson")
+    # each lesson's lines joined again ("who: text"), by its class
+    written = {}
+    for t in texts:
+        c = (t["cls"] or "").split()
+        if len(c) == 2 and c[0] == "lesson":
+            written[c[1]] = (written.get(c[1], "") + " " + t["text"]).strip()
+    said = [w.split(": ", 1)[1] for w in written.values() if ": " in w]
     distinct = {r["lesson"] for _, res in cols for r in res.values()
                 if not r["correct"] and r["lesson"]}
     for text in distinct:
-        n = lessons.count(text)
+        n = said.count(text)
         if n != 1:
             errs.append("%s: lesson written %d times: %r" % (name, n, text))
     return errs

@@ -81,8 +81,16 @@ class Browser:
             stderr=subprocess.DEVNULL)
         os.close(to_r)
         os.close(from_w)
-        targets = self.call("Target.getTargets")["targetInfos"]
-        page = [t for t in targets if t["type"] == "page"][0]
+        end = time.monotonic() + self.timeout
+        while True:  # the first tab may come a moment after the browser
+            pages = [t for t in self.call("Target.getTargets")["targetInfos"]
+                     if t["type"] == "page"]
+            if pages or time.monotonic() > end:
+                break
+            time.sleep(0.1)
+        if not pages:
+            raise TimeoutError("chromium opened no page")
+        page = pages[0]
         self.session = self.call("Target.attachToTarget",
                                  {"targetId": page["targetId"],
                                   "flatten": True})["sessionId"]

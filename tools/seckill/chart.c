@@ -306,7 +306,7 @@ static double draw(FILE *f, int dry, double width, const char *title,
   const double x_speed = x_verdict + VERDICT_W;
   txt t_head = {13, 1, "#111", NULL, "head"};
   txt t_set = {SUB_FS, 0, "#555", NULL, "settings"};
-  int head_lines = 1;
+  double head_h = 0; /* the last baseline of the headers, below y */
   for (int s = 0; s < ncols; s++) {
     char set[300];
     const sk_opts *so = cols[s].o;
@@ -316,20 +316,23 @@ static double draw(FILE *f, int dry, double width, const char *title,
              so->kill_holder ? "\na holder is killed" : "");
     double cx = x_cells + s * (CELL_W + GAP);
     int l = wrapped(f, dry, cx + 4, y, CELL_W - 8, &t_head, cols[s].name);
-    l += wrapped(f, dry, cx + 4, y + l * 13 * 1.3, CELL_W - 8, &t_set, set);
-    if (l > head_lines)
-      head_lines = l;
+    int lset =
+        wrapped(f, dry, cx + 4, y + l * 13 * 1.3, CELL_W - 8, &t_set, set);
+    double h = l * 13 * 1.3 + (lset - 1) * SUB_FS * 1.3;
+    if (h > head_h)
+      head_h = h;
   }
   wrapped(f, dry, MARGIN, y, NAME_W - 8, &t_head, "strategy");
   wrapped(f, dry, x_verdict + 4, y, VERDICT_W - 8, &t_head, "verdict");
   char sp[120];
   snprintf(sp, sizeof sp, "speed in %s", cols[0].name);
   int sl = wrapped(f, dry, x_speed + 4, y, SPEED_W - 8, &t_head, sp);
-  sl += wrapped(f, dry, x_speed + 4, y + sl * 13 * 1.3, SPEED_W - 8, &t_set,
-                "requests/s, log scale");
-  if (sl > head_lines)
-    head_lines = sl;
-  y += head_lines * 13 * 1.3 + 2;
+  int ss = wrapped(f, dry, x_speed + 4, y + sl * 13 * 1.3, SPEED_W - 8, &t_set,
+                   "requests/s, log scale");
+  double h = sl * 13 * 1.3 + (ss - 1) * SUB_FS * 1.3;
+  if (h > head_h)
+    head_h = h;
+  y += head_h + 8;
 
   /* rows */
   double top = 10;
@@ -429,7 +432,9 @@ static double draw(FILE *f, int dry, double width, const char *title,
     char line[sizeof ls->who + sizeof ls->text + 16];
     snprintf(line, sizeof line, "%s%.399s: %.511s", ls[k].note ? "note, " : "",
              ls[k].who, ls[k].text);
-    txt t = {12, 0, ls[k].note ? "#555" : "#222", NULL, "lesson"};
+    char cls[32]; /* "lesson lesson-<k>": the lines of one lesson */
+    snprintf(cls, sizeof cls, "lesson lesson-%d", k);
+    txt t = {12, 0, ls[k].note ? "#555" : "#222", NULL, cls};
     y += wrapped(f, dry, MARGIN, y, inner, &t, line) * 12 * 1.3 + 4;
   }
   return y + MARGIN - 8;
