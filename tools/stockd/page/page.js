@@ -71,7 +71,8 @@
     g.fillText('0', X(0), H - B + (small ? 11 : 14));
     g.fillText((tmax / 1000).toFixed(1) + ' s', X(tmax) - 14,
                H - B + (small ? 11 : 14));
-    if (!small) g.fillText('time since the load started', (L + W - R) / 2, H - 4);
+    if (!small) g.fillText(rig ? 'time since the load started' :
+                           'time since the page opened', (L + W - R) / 2, H - 4);
     if (initial > 0) { /* the stock at the start: orders above it oversell */
       g.strokeStyle = '#999'; g.setLineDash([4, 3]);
       g.beginPath(); g.moveTo(L, Y(initial)); g.lineTo(W - R, Y(initial)); g.stroke();
@@ -150,6 +151,9 @@
     if (rig) series = rig.running ? rig.series :
       (rig.results.length ? rig.results[rig.results.length - 1].series : []);
     drawChart($('chart'), series, s.initial, false);
+    if (!rig && noRig)
+      text('setup', 'instance ' + s.instance + ' of dlock-stockd, on its own ' +
+           '(behind dlock-rig --serve the page also runs the strategies)');
   }
 
   /* ---- the rig: buttons, state, cards ---- */
