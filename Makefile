@@ -1,6 +1,7 @@
 # dlock -- the two commands of the README, and the sanitizer variants.
 #   make demo   run the flash-sale demo on a private redis-server
 #   make rig    the articles' rig: redis, 2 dlock-stockd behind nginx, ab
+#   make rig-serve  the same rig kept up, with a live page (a button per strategy)
 #   make test   build, run every test, then again under ASan+UBSan
 # Both install what they need first (scripts/install-deps.sh).
 
@@ -8,7 +9,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps deps-build deps-rig deps-test deps-dev build rig test test-plain test-asan test-tsan test-valgrind test-stress \
-        demo bench bench-peers clean format tidy install man fuzz soak
+        demo bench bench-peers clean format tidy install man fuzz soak rig-serve screenshots
 
 all: build
 
@@ -101,6 +102,22 @@ demo: build
 # --json the object is the last line of the output.
 rig: build deps-rig
 	@./build/tools/rig/dlock-rig $(RIG_FLAGS)
+
+# The rig kept up with its page (issue 29): open the printed URL, a button
+# per strategy runs it and the page follows it live; every finished
+# strategy gets a card, side by side. RIG_PORT: nginx's port (default: a
+# free one). Ctrl-C stops everything.
+RIG_PORT ?= 0
+rig-serve: build deps-rig
+	@./build/tools/rig/dlock-rig --serve --port $(RIG_PORT) $(RIG_FLAGS)
+
+# The README's pictures from real runs (docs/img/seckill-chart.png: the
+# demo's chart; docs/img/rig-page.png: the rig's page after every
+# strategy), rendered in headless Chromium. Runs the demo and the rig
+# (about 3 minutes).
+screenshots: build deps-rig deps-test
+	python3 tools/rig/screenshots.py --seckill build/tools/seckill/dlock-seckill \
+	  --rig build/tools/rig/dlock-rig --out docs/img --svg build/seckill-demo.svg
 
 bench: build
 	./build/tools/bench/dlock-bench $(BENCH_FLAGS)

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -28,8 +29,12 @@ SKIP = 77
 
 
 def load_rig(path):
-    loader = importlib.machinery.SourceFileLoader("dlock_rig", path)
-    spec = importlib.util.spec_from_loader("dlock_rig", loader)
+    return load_module(path, "dlock_rig")
+
+
+def load_module(path, name):
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    spec = importlib.util.spec_from_loader(name, loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
@@ -141,7 +146,13 @@ def case_stockd_endpoints(R, a, tmp):
               "duplicate user: %d %d %s" % (c1, c2, b2))
         st = json.loads(one.req("GET", "/stock?product=sku1")[1])
         check((st["stock"], st["orders"]) == (4, 1), "stock: %s" % st)
-        check(st["per_instance"] == {one.s.addr: 2}, "per_instance: %s" % st)
+        # purchases per instance count orders, not requests (issue 29)
+        check(st["per_instance"] == {one.s.addr: 1} and
+              st["requests_per_instance"] == {one.s.addr: 2},
+              "per_instance: %s" % st)
+        # a correct strategy with nothing oversold: no alarm (issue 29)
+        check(st["oversold"] == 0 and st["verdict"] == "ok" and
+              st["lesson"] is None, "a false alarm: %s" % st)
         # the other product is separate
         st2 = json.loads(one.req("GET", "/stock?product=sku2")[1])
         check(st2["orders"] == 0, "sku2: %s" % st2)
@@ -162,6 +173,10 @@ def case_stockd_endpoints(R, a, tmp):
         check(code == 200 and 'id="stock"' in page and "sku1" in page and
               "<script" in page and "http" not in page.replace(
                   "http-equiv", ""), "page: %d" % code)
+        # its script and style come from the service itself (issue 29)
+        for asset, kind in (("/page.js", "fetch("), ("/page.css", "body{")):
+            code, text = one.req("GET", asset)
+            check(code == 200 and kind in text, "%s: %d" % (asset, code))
     finally:
         rc = one.close()
     check(rc == 0, "dlock-stockd exited %s on SIGTERM" % rc)
@@ -379,75 +394,180 @@ def case_rig_interrupted(R, a, tmp):
           "temp dir left: %s" % os.listdir(tmp))
 
 
-def dom_numbers(html):
-    nums = {}
-    for k in ("stock", "orders", "oversold", "initial"):
-        m = re.search(r'id="%s"[^>]*>\s*(-?\d+)\s*<' % k, html)
-        nums[k] = int(m.group(1)) if m else None
-    return nums
+def redis_numbers(sock):
+    """The product's numbers straight from Redis (redis-cli on the rig's
+    private socket)."""
+    def cli(*args):
+        p = subprocess.run(["redis-cli", "-s", sock] + list(args),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=10)
+        check(p.returncode == 0, "redis-cli %s: %s" % (args, p.stderr))
+        return p.stdout.decode().split()
+    k = "stockd:sku1:"
+    stock, orders, initial = (int(cli("GET", k + x)[0] or 0)
+                              for x in ("stock", "orders", "initial"))
+    h = cli("HGETALL", k + "served")
+    served = {h[i]: int(h[i + 1]) for i in range(0, len(h) - 1, 2)}
+    return {"stock": stock, "orders": orders, "initial": initial,
+            "oversold": max(orders - initial, 0) + max(-stock, 0),
+            "lost": max(orders - (initial - stock), 0), "purchases": served}
 
 
-def chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return None
+PAGE_NUMBERS = r"""
+(function(){
+  function n(id){return parseInt(document.getElementById(id).textContent,10);}
+  var per = {};
+  document.querySelectorAll('#instances tr[data-instance]').forEach(function(tr){
+    per[tr.getAttribute('data-instance')] =
+      parseInt(tr.querySelector('td.purchases').textContent, 10);});
+  return {strategy: document.getElementById('strategy').textContent,
+          stock: n('stock'), orders: n('orders'), initial: n('initial'),
+          oversold: n('oversold'), lost: n('lost'), purchases: per,
+          oversold_class: document.getElementById('oversold').className,
+          verdict: document.getElementById('verdict').textContent,
+          lesson: document.getElementById('lesson').textContent};
+})()
+"""
+
+CARD = r"""
+(function(name){
+  var c = document.querySelector('#cards .card[data-strategy="' + name + '"]');
+  if (!c) return null;
+  var out = {badge: c.querySelector('.badge').textContent,
+             lesson: c.querySelector('.card-lesson').textContent};
+  c.querySelectorAll('dd[data-k]').forEach(function(d){
+    out[d.getAttribute('data-k')] = d.textContent;});
+  return out;
+})(%s)
+"""
 
 
-def run_browser(R, argv, tmp, timeout=60):
-    procs = R.Procs()
-    out = os.path.join(tmp, "chromium.out")
-    with open(out, "wb") as f, open(os.path.join(tmp, "chromium.err"),
-                                    "wb") as e:
-        p = procs.start("chromium", argv, stdout=f, stderr=e)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        procs.stop_all()
-    with open(out, "rb") as f:
-        return f.read().decode(errors="replace")
+def first_line(p, timeout):
+    buf = b""
+    end = time.monotonic() + timeout
+    while b"\n" not in buf and time.monotonic() < end:
+        r, _, _ = select.select([p.stdout], [], [], 0.2)
+        if r:
+            d = os.read(p.stdout.fileno(), 4096)
+            if not d:
+                break
+            buf += d
+    return buf.decode(errors="replace")
 
 
-def case_rig_page(R, a, tmp):
+def case_rig_serve_clicks(R, a, tmp):
+    """dlock-rig --serve in headless Chromium: a click on "none", then on
+    "dlock"; after each run the page's numbers equal Redis's, purchases per
+    instance are the orders each instance made, oversold is red for none,
+    no alarm for dlock; both cards side by side; SIGINT stops everything."""
     need_parts(R)
-    browser = chromium()
-    if not browser:
+    H = load_module(a.headless, "headless")
+    if not H.find_chromium():
         skip("chromium is not installed (scripts/install-deps.sh test): the "
              "page was not checked in a browser")
-    args = R.parse(["--requests", "300", "--concurrency", "100",
-                    "--strategy", "none", "--json"])
-    args.stockd = a.stockd
-    seen = {}
-
-    def on_done(name, insts, nginx, st):
-        url = nginx.url + "/?product=sku1"
-        base = [browser, "--headless", "--disable-gpu", "--no-sandbox",
-                "--no-first-run", "--disable-dev-shm-usage",
-                "--user-data-dir=" + os.path.join(tmp, "chrome")]
-        html = run_browser(R, base + ["--virtual-time-budget=5000",
-                                      "--dump-dom", url], tmp)
-        seen["dom"] = dom_numbers(html)
-        seen["stock"] = st
-        seen["html"] = html
-        want = {k: st[k] for k in ("stock", "orders", "oversold", "initial")}
-        if seen["dom"] != want:
-            shot = os.path.join(tmp, "page.png")
-            run_browser(R, base + ["--window-size=900,700",
-                                   "--screenshot=" + shot, url], tmp)
-            seen["shot"] = shot
-
-    with R.Rig(args, on_done=on_done) as rig:
-        rig.run()
-    want = {k: seen["stock"][k] for k in ("stock", "orders", "oversold",
-                                          "initial")}
-    print("page: %s, /stock: %s" % (seen["dom"], want))
-    check(seen["dom"] == want, "the page shows %s, /stock says %s "
-          "(screenshot: %s)\n%s" % (seen["dom"], want, seen.get("shot"),
-                                    seen["html"][-1500:]))
-    check(want["oversold"] > 0, "none did not oversell: %s" % want)
-    check('data-instance="' in seen["html"], "no per-instance rows")
+    env = dict(os.environ, TMPDIR=tmp)
+    err = open(os.path.join(tmp, "rig.err"), "wb")
+    p = subprocess.Popen([a.rig, "--stockd", a.stockd, "--serve",
+                          "--requests", "300", "--concurrency", "100",
+                          "--strategy", "none,dlock"], cwd=tmp, env=env,
+                         stdout=subprocess.PIPE, stderr=err,
+                         start_new_session=True)
+    b = None
+    try:
+        line = first_line(p, 60)
+        m = re.search(r"serving (http://127\.0\.0\.1:\d+)/", line)
+        check(m, "no URL printed: %r" % line)
+        url = m.group(1)
+        code, body = R.http("GET", url + "/rig/state")
+        check(code == 200, "rig/state: %d %s" % (code, body))
+        sock = json.loads(body)["config"]["redis"][len("unix://"):]
+        b = H.Browser(width=1200, height=900)
+        b.start()
+        b.open(url + "/")
+        b.wait("document.querySelector('#buttons button[data-strategy=\"dlock\"]') !== null",
+               20, "the strategy buttons")
+        after = {}
+        for name in ("none", "dlock"):
+            b.click('#buttons button[data-strategy="%s"]' % name)
+            b.wait("document.querySelector('#cards .card[data-strategy=\"%s\"]') !== null"
+                   " && document.getElementById('lesson').getAttribute("
+                   "'data-done') === '%s'" % (name, name), 90,
+                   "the end of %s's run on the page" % name)
+            want = redis_numbers(sock)
+            after[name] = want
+            end = time.monotonic() + 10
+            while True:  # the page refreshes every second: bounded wait
+                got = b.js(PAGE_NUMBERS)
+                same = all(got[k] == want[k] for k in want)
+                if same or time.monotonic() > end:
+                    break
+                time.sleep(0.2)
+            print("%s: page %s\n%s redis %s" % (name, got, " " * len(name),
+                                                 want))
+            check(got["strategy"] == name, "the page shows %s" % got)
+            for k in want:
+                check(got[k] == want[k], "%s: the page says %s = %s, Redis %s"
+                      % (name, k, got[k], want[k]))
+            check(sum(want["purchases"].values()) == want["orders"] and
+                  len(want["purchases"]) == 2,
+                  "%s: purchases per instance %s, orders %d"
+                  % (name, want["purchases"], want["orders"]))
+            check("please report" not in got["lesson"] and
+                  "overlapped" not in got["lesson"],
+                  "%s: a false alarm: %r" % (name, got["lesson"]))
+        none, dl = after["none"], after["dlock"]
+        check(none["oversold"] > 0, "none did not oversell: %s" % none)
+        check(dl["oversold"] == 0 and dl["orders"] == 100 and
+              dl["stock"] == 0, "dlock: %s" % dl)
+        got = b.js(PAGE_NUMBERS)
+        check(got["verdict"] == "correct" and "Correct" in got["lesson"] and
+              "bad" not in got["oversold_class"], "dlock's verdict: %s" % got)
+        for name in ("none", "dlock"):
+            card = b.js(CARD % json.dumps(name))
+            w = after[name]
+            check(card and card["orders"] == str(w["orders"]) and
+                  card["oversold"] == str(w["oversold"]) and
+                  card["stock left"] == str(w["stock"]),
+                  "card %s: %s, Redis after its run: %s" % (name, card, w))
+            bought = card["purchases per instance"].split(" / ")
+            check(sorted(int(x) for x in bought) ==
+                  sorted(w["purchases"].values()),
+                  "card %s: purchases %s, Redis %s" % (name, bought,
+                                                        w["purchases"]))
+            check("please report" not in card["lesson"],
+                  "card %s: false alarm %r" % (name, card["lesson"]))
+        check(b.js(CARD % '"none"')["badge"] == "oversold" and
+              b.js(CARD % '"dlock"')["badge"] == "correct", "the badges")
+        # the oversold number of none was red on the page while it showed
+        check(b.js("document.querySelector('#cards .card[data-strategy=\"none\"]"
+                   " dd[data-k=\"oversold\"]').className") == "bad",
+              "none's oversold is not red")
+    except BaseException:
+        if b:
+            try:
+                shot = os.path.join(tmp, "page.png")
+                b.screenshot(shot)
+                print("screenshot: %s" % shot)
+            except Exception as e:
+                print("no screenshot: %s" % e)
+        raise
+    finally:
+        if b:
+            b.close()
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGINT)
+        try:
+            rc = p.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            rc = "hung"
+        err.close()
+    with open(os.path.join(tmp, "rig.err")) as f:
+        text = f.read()
+    check(rc == 0, "dlock-rig --serve exited %s on SIGINT: %s" % (rc, text))
+    left = leftovers(tmp)
+    check(not left, "processes left behind: %s" % left)
 
 
 CASES = {
@@ -456,7 +576,7 @@ CASES = {
     "stockd_slow_clients": case_stockd_slow_clients,
     "rig_quick": case_rig_quick,
     "rig_interrupted": case_rig_interrupted,
-    "rig_page": case_rig_page,
+    "rig_serve_clicks": case_rig_serve_clicks,
 }
 
 
@@ -465,6 +585,7 @@ def main():
     p.add_argument("case", choices=sorted(CASES))
     p.add_argument("--rig", required=True)
     p.add_argument("--stockd", required=True)
+    p.add_argument("--headless", help="tools/rig/headless.py")
     a = p.parse_args()
     R = load_rig(a.rig)
     tmp = tempfile.mkdtemp(prefix="rig-test-")

@@ -30,11 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DEFAULT_STRATEGIES = ["none", "local", "setnx-expire", "owner-lua", "dlock",
                       "segmented", "atomic", "redlock"]
+KNOWN_STRATEGIES = DEFAULT_STRATEGIES + ["setnx", "getset", "set-nx-px", "fair"]
 PRODUCT = "sku1"
 EX_USAGE, EX_UNAVAILABLE, EX_SOFTWARE = 64, 69, 70
 
@@ -305,7 +309,7 @@ http {{
   }}
   server {{
     listen 127.0.0.1:{port} backlog=1024;
-    location / {{
+{control}    location / {{
       proxy_pass http://stockd;
       proxy_read_timeout 60s;
     }}
@@ -317,27 +321,26 @@ http {{
 class Nginx:
     """nginx in front of the instances: round robin, everything in dir."""
 
-    def __init__(self, procs, binary, tmp, name, instances):
+    def __init__(self, procs, binary, tmp, name, instances, port=0,
+                 control=None):
         self.procs = procs
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.access = os.path.join(self.dir, "access.log")
-        servers = "\n".join("    server %s;" % s.addr for s in instances)
-        user = ""
+        self.conf = os.path.join(self.dir, "nginx.conf")
+        self.control = control  # --serve: /rig/ goes to the rig itself
+        self.user = ""
         if os.geteuid() == 0:  # else the workers would become "nobody"
             import grp
             import pwd
-            user = "user %s %s;\n" % (pwd.getpwuid(0).pw_name,
-                                      grp.getgrgid(0).gr_name)
+            self.user = "user %s %s;\n" % (pwd.getpwuid(0).pw_name,
+                                           grp.getgrgid(0).gr_name)
         last = None
-        for _ in range(5):  # a free port may be taken before nginx binds it
-            self.port = free_port()
-            conf = os.path.join(self.dir, "nginx.conf")
-            with open(conf, "w") as f:
-                f.write(NGINX_CONF.format(user=user, dir=self.dir,
-                                          servers=servers, port=self.port))
+        for _ in range(5 if not port else 1):  # a free port may be taken
+            self.port = port or free_port()   # before nginx binds it
+            self._write(instances)
             self.proc = procs.start(
-                name, [binary, "-p", self.dir, "-c", conf, "-e",
+                name, [binary, "-p", self.dir, "-c", self.conf, "-e",
                        os.path.join(self.dir, "error.log")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
@@ -349,6 +352,39 @@ class Nginx:
                 procs.stop(self.proc)
                 procs.forget(self.proc)
         raise RigError("nginx did not start: %s%s" % (last, self._errors()))
+
+    def _write(self, instances):
+        servers = "\n".join("    server %s max_fails=0;" % s.addr
+                            for s in instances)
+        control = ""
+        if self.control:
+            control = ("    location /rig/ {\n      proxy_pass http://%s;\n"
+                       "    }\n" % self.control)
+        with open(self.conf, "w") as f:
+            f.write(NGINX_CONF.format(user=self.user, dir=self.dir,
+                                      servers=servers, port=self.port,
+                                      control=control))
+
+    def switch(self, instances, strategy, timeout=20.0):
+        """--serve: sends the traffic to other instances (a new config and
+        SIGHUP: nginx reloads without dropping a request) and waits until
+        it does (healthz through nginx names the new strategy)."""
+        self._write(instances)
+        os.kill(self.proc.pid, signal.SIGHUP)
+        want = set(s.addr for s in instances)
+
+        def routed():
+            if self.proc.poll() is not None:
+                raise RigError("nginx exited on reload%s" % self._errors())
+            seen = set()
+            for _ in range(2 * len(instances)):
+                code, body = http("GET", self.url + "/healthz", timeout=5)
+                parts = body.split()
+                if code != 200 or len(parts) < 3 or parts[2] != strategy:
+                    return False
+                seen.add(parts[1])
+            return seen == want
+        poll(routed, timeout, "nginx reload")
 
     def _ready(self):
         if self.proc.poll() is not None:
@@ -367,11 +403,19 @@ class Nginx:
         self.procs.forget(self.proc)
         return rc
 
-    def logged(self):
-        """The /deduct_stock lines of the access log: [(status, upstream)]."""
+    def log_size(self):
+        try:
+            return os.path.getsize(self.access)
+        except OSError:
+            return 0
+
+    def logged(self, offset=0):
+        """The /deduct_stock lines of the access log (from byte offset):
+        [(status, upstream)]."""
         out = []
         try:
             with open(self.access) as f:
+                f.seek(offset)
                 for line in f:
                     if "/deduct_stock" not in line:
                         continue
@@ -431,7 +475,7 @@ def lesson(st, res):
         return "errors: requests failed (see the instances' logs)"
     if st.get("hint"):
         return "correct here (dlock-seckill: %s)" % st["hint"]
-    return "correct"
+    return "correct: every item sold once, nothing oversold"
 
 
 def run_strategy(rig, name):
@@ -466,7 +510,16 @@ def run_strategy(rig, name):
             nginx.stop()
         for s in insts:
             statuses[s.addr] = s.stop()
-    logged = nginx.logged()
+    res = measure(a, name, insts, ab, st, nginx.logged())
+    rig.ports += [s.port for s in insts] + [nginx.port]
+    rig.unclean += ["%s %s: exit %s" % (name, a, rc)
+                    for a, rc in statuses.items() if rc != 0]
+    return res
+
+
+def measure(a, name, insts, ab, st, logged):
+    """One strategy's result: what ab sent, what nginx logged and passed to
+    each instance, and what Redis says (st: the instances' /stock)."""
     per = [sum(1 for _, up in logged if up == s.addr) for s in insts]
     bad = sum(1 for status, _ in logged if status not in ("200", "409"))
     unanswered = a.requests - ab["complete"]
@@ -475,8 +528,12 @@ def run_strategy(rig, name):
         "requests": a.requests,
         "nginx_logged": len(logged),
         "per_instance": per,
+        # purchases (orders) each instance made, not requests
+        "purchases_per_instance": [st.get("per_instance", {}).get(s.addr, 0)
+                                   for s in insts],
         "orders": st["orders"],
         "final_stock": st["stock"],
+        "initial": st["initial"],
         "oversold": st["oversold"],
         "errors": bad + max(unanswered, 0),
         "throughput": round(ab["throughput"], 1),
@@ -486,21 +543,21 @@ def run_strategy(rig, name):
         "lost_updates": max(st["orders"] - (st["initial"] - st["stock"]), 0),
     }
     res["lesson"] = lesson(st, res)
-    rig.ports += [s.port for s in insts] + [nginx.port]
-    rig.unclean += ["%s %s: exit %s" % (name, a, rc)
-                    for a, rc in statuses.items() if rc != 0]
     return res
 
 
 # ---- reports -------------------------------------------------------------------
 
 def table(res, instances, out):
-    cols = ["strategy", "sent", "nginx", "per instance", "orders", "stock",
+    cols = ["strategy", "sent", "nginx", "per instance", "bought", "orders",
+            "stock",
             "oversold", "errors", "req/s", "p50 ms", "p99 ms"]
     rows = []
     for r in res:
         rows.append([r["name"], r["requests"], r["nginx_logged"],
-                     "/".join(str(x) for x in r["per_instance"]), r["orders"],
+                     "/".join(str(x) for x in r["per_instance"]),
+                     "/".join(str(x) for x in r["purchases_per_instance"]),
+                     r["orders"],
                      r["final_stock"], r["oversold"], r["errors"],
                      "%.0f" % r["throughput"], "%g" % r["p50_ms"],
                      "%g" % r["p99_ms"]])
@@ -547,6 +604,224 @@ def svg_chart(res, path):
         f.write("\n".join(o))
 
 
+# ---- --serve: the rig stays up, the page runs the strategies -----------------
+
+class Serve:
+    """dlock-rig --serve: redis-server, the instances of one strategy and
+    nginx stay up; nginx sends /rig/ to a small control server here and
+    everything else (the page, /stock, /deduct_stock) to the instances. A
+    POST /rig/run?strategy=a,b from the page queues strategies; each runs in
+    turn: fresh instances, nginx switched to them (reload), the old ones
+    stopped, the stock reset, ab's load, /stock sampled every 50 ms for the
+    page's chart. GET /rig/state: the settings, what runs, the samples of
+    the current run and every result so far."""
+
+    SAMPLE_S = 0.05
+
+    def __init__(self, rig, port, out=sys.stdout):
+        self.rig, self.port, self.out = rig, port, out
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.queue = []
+        self.running = None
+        self.phase = "idle"
+        self.series = []
+        self.results = []
+        self.error = None
+        self.insts = []
+        self.nginx = None
+        self.ctrl = None
+
+    # the control server ------------------------------------------------------
+
+    def state(self):
+        a = self.rig.args
+        with self.lock:
+            return {"config": {"instances": a.instances,
+                               "requests": a.requests,
+                               "concurrency": a.concurrency,
+                               "stock": a.stock, "work_ms": a.work_ms,
+                               "strategies": a.strategy, "product": PRODUCT,
+                               "redis": self.rig.redis.url},
+                    "running": self.running, "phase": self.phase,
+                    "queue": list(self.queue), "series": list(self.series),
+                    "results": list(self.results), "error": self.error}
+
+    def enqueue(self, names):
+        known = set(KNOWN_STRATEGIES)
+        bad = [n for n in names if n not in known]
+        if bad or not names:
+            return 400, {"error": "unknown strategy: %s" % ",".join(bad)
+                         if bad else "no strategy named"}
+        if "redlock" in names and not self.rig.redlock:
+            return 400, {"error": "redlock: start the rig with redlock in "
+                         "--strategy (it needs three more redis-servers)"}
+        with self.lock:
+            self.queue += names
+            self.wake.notify()
+        return 202, {"queued": names}
+
+    def start_control(self):
+        serve = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def answer(self, code, obj):
+                body = (json.dumps(obj) + "\n").encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path.split("?")[0] == "/rig/state":
+                    self.answer(200, serve.state())
+                else:
+                    self.answer(404, {"error": "not found"})
+
+            def do_POST(self):
+                u = urllib.parse.urlsplit(self.path)
+                if u.path != "/rig/run":
+                    return self.answer(404, {"error": "not found"})
+                q = urllib.parse.parse_qs(u.query)
+                names = [n for v in q.get("strategy", []) for n in v.split(",")
+                         if n]
+                self.answer(*serve.enqueue(names))
+
+        self.ctrl = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.ctrl.daemon_threads = True
+        threading.Thread(target=self.ctrl.serve_forever, daemon=True).start()
+        return "127.0.0.1:%d" % self.ctrl.server_address[1]
+
+    # the rig -------------------------------------------------------------------
+
+    def instances(self, name):
+        r = self.rig
+        insts = []
+        try:
+            for i in range(r.args.instances):
+                insts.append(Stockd(r.procs, r.stockd, r.tmp, i, name, r.redis,
+                                    r.redlock, r.stockd_extra))
+        except BaseException:
+            self.stop_instances(insts, name)
+            raise
+        r.ports += [s.port for s in insts]
+        return insts
+
+    def stop_instances(self, insts, name):
+        for s in insts:
+            rc = s.stop()
+            if rc != 0:
+                self.rig.unclean.append("%s %s: exit %s" % (name, s.addr, rc))
+
+    def reset(self):
+        code, body = http("POST", "%s/reset?product=%s&stock=%d"
+                          % (self.insts[0].url, PRODUCT, self.rig.args.stock))
+        if code != 200:
+            raise RigError("reset failed: %d %s" % (code, body.strip()))
+
+    def run_one(self, name):
+        r, a = self.rig, self.rig.args
+        with self.lock:
+            self.running, self.phase, self.series = name, "starting", []
+        new = self.instances(name)
+        old, self.insts = self.insts, new
+        try:
+            self.nginx.switch(new, name)
+        except BaseException:
+            self.insts = old
+            self.stop_instances(new, name)
+            raise
+        self.stop_instances(old, name)
+        self.reset()
+        offset = self.nginx.log_size()
+        done = threading.Event()
+        t0 = time.monotonic()
+
+        def sample():
+            code, body = http("GET", "%s/stock?product=%s"
+                              % (new[0].url, PRODUCT), timeout=5)
+            if code == 200:
+                st = json.loads(body)
+                with self.lock:
+                    self.series.append([round((time.monotonic() - t0) * 1000),
+                                        st["stock"], st["orders"]])
+
+        def sampler():
+            while not done.wait(self.SAMPLE_S):
+                sample()
+        th = threading.Thread(target=sampler, daemon=True)
+        with self.lock:
+            self.phase = "selling"
+        sample()
+        th.start()
+        try:
+            ab = run_ab(r.procs, r.ab, "%s/deduct_stock?product=%s"
+                        % (self.nginx.url, PRODUCT), a.requests,
+                        a.concurrency, a.ab_timeout)
+        finally:
+            done.set()
+            th.join(10)
+        sample()
+        code, body = http("GET", "%s/stock?product=%s" % (new[0].url,
+                                                          PRODUCT))
+        if code != 200:
+            raise RigError("reading the stock failed: %d %s"
+                           % (code, body.strip()))
+        res = measure(a, name, new, ab, json.loads(body),
+                      self.nginx.logged(offset))
+        with self.lock:
+            res["series"] = list(self.series)
+            self.results.append(res)
+            self.running, self.phase = None, "idle"
+        self.out.write("dlock-rig: %s: %d orders, oversold %d, purchases per "
+                       "instance %s\n" % (name, res["orders"], res["oversold"],
+                                          res["purchases_per_instance"]))
+        self.out.flush()
+
+    def run(self):
+        r, a = self.rig, self.rig.args
+        control = self.start_control()
+        self.insts = self.instances(a.strategy[0])
+        self.nginx = Nginx(r.procs, r.nginx, r.tmp, "nginx", self.insts,
+                           port=self.port, control=control)
+        r.ports.append(self.nginx.port)
+        self.reset()
+        self.out.write("dlock-rig: serving %s/ -- open it in a browser: a "
+                       "button per strategy runs it (%d instances behind "
+                       "nginx, %d requests at %d). Ctrl-C stops the rig.\n"
+                       % (self.nginx.url, a.instances, a.requests,
+                          a.concurrency))
+        self.out.flush()
+        try:
+            while True:
+                with self.lock:
+                    while not self.queue:
+                        self.wake.wait(0.5)
+                    name = self.queue.pop(0)
+                try:
+                    self.run_one(name)
+                    with self.lock:
+                        self.error = None
+                except RigError as e:
+                    with self.lock:
+                        self.error = "%s: %s" % (name, e)
+                        self.running, self.phase = None, "idle"
+                    sys.stderr.write("dlock-rig: %s: %s\n" % (name, e))
+        finally:
+            self.ctrl.shutdown()
+            self.ctrl.server_close()
+            if self.nginx:
+                self.nginx.stop()
+            self.stop_instances(self.insts, "serve")
+            self.insts = []
+
+
+
 # ---- the rig ---------------------------------------------------------------------
 
 class Rig:
@@ -574,11 +849,14 @@ class Rig:
         self.tmp = tempfile.mkdtemp(prefix="dlock-rig-")
         return self
 
-    def run(self):
+    def start_servers(self):
         self.redis = Redis(self.procs, self.tmp, "redis")
         if "redlock" in self.args.strategy:
             self.redlock = [Redis(self.procs, self.tmp, "redlock-%d" % i)
                             for i in range(3)]
+
+    def run(self):
+        self.start_servers()
         results = []
         for name in self.args.strategy:
             t0 = time.monotonic()
@@ -626,6 +904,11 @@ def parse(argv):
     p.add_argument("--json", action="store_true",
                    help="one JSON object on stdout instead of the table")
     p.add_argument("--chart", metavar="FILE.svg", help="orders as an SVG")
+    p.add_argument("--serve", action="store_true",
+                   help="keep the rig up and serve its page: a button per "
+                   "strategy runs it, live (Ctrl-C stops)")
+    p.add_argument("--port", type=int, default=0,
+                   help="--serve: nginx's port (default: a free one)")
     p.add_argument("--keep-dir", action="store_true",
                    help="keep the temp dir (configs, logs)")
     p.add_argument("--ab-timeout", type=float, default=60.0,
@@ -635,7 +918,7 @@ def parse(argv):
     p.add_argument("--ab", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.strategy = [s for s in a.strategy.split(",") if s]
-    known = DEFAULT_STRATEGIES + ["setnx", "getset", "set-nx-px", "fair"]
+    known = KNOWN_STRATEGIES
     for s in a.strategy:
         if s not in known:
             p.error("unknown strategy '%s' (known: %s)" % (s,
@@ -646,12 +929,39 @@ def parse(argv):
                             ("--requests", a.requests, 1, 1000000),
                             ("--concurrency", a.concurrency, 1, 1000),
                             ("--stock", a.stock, 0, 1000000000),
-                            ("--threads", a.threads, 1, 128)):
+                            ("--threads", a.threads, 1, 128),
+                            ("--port", a.port, 0, 65535)):
         if not lo <= v <= hi:
             p.error("%s must be %d to %d" % (name, lo, hi))
     if a.concurrency > a.requests:
         a.concurrency = a.requests  # ab refuses more
     return a
+
+
+def serve_main(a):
+    """--serve: until Ctrl-C / SIGTERM; 0 after a clean stop."""
+    try:
+        with Rig(a) as rig:
+            rig.start_servers()
+            try:
+                Serve(rig, a.port).run()
+            except KeyboardInterrupt:
+                sys.stderr.write("dlock-rig: stopping\n")
+    except RigError as e:
+        sys.stderr.write("dlock-rig: %s\n" % e)
+        return EX_UNAVAILABLE
+    except KeyboardInterrupt:
+        return 130
+    rc = 0
+    for u in rig.unclean:
+        sys.stderr.write("dlock-rig: dlock-stockd did not stop cleanly: %s\n"
+                         % u)
+        rc = EX_SOFTWARE
+    if rig.left:
+        sys.stderr.write("dlock-rig: still listening after the rig: ports %s\n"
+                         % rig.left)
+        rc = EX_SOFTWARE
+    return rc
 
 
 def _on_signal(signum, frame):
@@ -662,7 +972,11 @@ def main(argv=None):
     a = parse(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
+    if a.serve:  # even when started with SIGINT ignored (in the background)
+        signal.signal(signal.SIGINT, _on_signal)
     t0 = time.monotonic()
+    if a.serve:
+        return serve_main(a)
     try:
         with Rig(a) as rig:
             used = rig.run()

@@ -1,8 +1,6 @@
 /* report.c -- the results of dlock-seckill as a table with one lesson
  * under each failing strategy, as one JSON object, and as a standalone SVG
- * bar chart (throughput on a log scale and oversold per strategy, the
- * settings in the title, the notes under it). */
-#include <math.h>
+ * chart (chart.c) with this run as its one column. */
 #include <stdio.h>
 #include <string.h>
 
@@ -170,27 +168,6 @@ void sk_report_json(const sk_opts *o, const sk_result *res, int n,
   printf("}\n");
 }
 
-static void xml_str(FILE *f, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
-    case '<':
-      fputs("&lt;", f);
-      break;
-    case '>':
-      fputs("&gt;", f);
-      break;
-    case '&':
-      fputs("&amp;", f);
-      break;
-    case '"':
-      fputs("&quot;", f);
-      break;
-    default:
-      fputc(*s, f);
-    }
-  }
-}
-
 void sk_settings_line(const sk_opts *o, char *buf, size_t len) {
   snprintf(buf, len,
            "stock %lld, %lld processes x %lld threads, %lld requests, work "
@@ -201,124 +178,8 @@ void sk_settings_line(const sk_opts *o, char *buf, size_t len) {
            o->users ? ", one order per user" : "", o->url_shown);
 }
 
-/* Throughput bar length on a log scale: 1 req/s is 0, top is bar_w. */
-static int log_len(double v, double top, int bar_w) {
-  if (v <= 1)
-    return 0;
-  return (int)(log10(v) / log10(top) * bar_w);
-}
-
-/* The decade gridlines and labels of the throughput panel. */
-static void svg_grid(FILE *f, double top, int x0, int bar_w, int y0, int y1) {
-  static const char *const lab[] = {"1",   "10",   "100", "1k",
-                                    "10k", "100k", "1M",  "10M"};
-  for (int d = 0; d < 8 && pow(10, d) <= top; d++) {
-    int x = x0 + log_len(pow(10, d), top, bar_w);
-    fprintf(f,
-            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ccc\"/>\n"
-            "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\" "
-            "text-anchor=\"middle\">%s</text>\n",
-            x, y0, x, y1, x, y1 + 12, lab[d]);
-  }
-}
-
-/* One strategy's row: name, throughput bar (log), oversold bar. */
-static void svg_row(FILE *f, const sk_result *r, int ok, int y, double top,
-                    double max_os, int label_w, int bar_w, int x2, int row_h) {
-  int w1 = log_len(r->throughput, top, bar_w);
-  int w2 = (int)((double)r->oversold / max_os * bar_w);
-  fprintf(f, "<text x=\"10\" y=\"%d\">", y + 17);
-  xml_str(f, r->s->name);
-  fprintf(f, "</text>\n");
-  fprintf(f,
-          "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
-          "fill=\"%s\"/>\n<text x=\"%d\" y=\"%d\">%.0f%s</text>\n",
-          label_w, y + 4, w1 > 0 ? w1 : 1, row_h - 8,
-          ok ? "#3a9d4a" : "#d0453a", label_w + (w1 > 0 ? w1 : 1) + 5, y + 17,
-          r->throughput, r->deadlocked ? " (deadlocked)" : "");
-  if (w2 > 0)
-    fprintf(f,
-            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
-            "fill=\"#d0453a\"/>\n",
-            x2, y + 4, w2, row_h - 8);
-  fprintf(f, "<text x=\"%d\" y=\"%d\">%lld</text>\n", x2 + w2 + 5, y + 17,
-          r->oversold);
-}
-
-/* Two horizontal bar panels side by side: throughput on a log scale
- * (green when correct, red when not) and oversold (red bars; "0" printed
- * when none); the run's settings in the title, the notes under it. */
-int sk_report_svg_ex(const sk_opts *o, const sk_result *res, int n,
-                     const char *path, const int *all_ok, const char *title,
-                     const char *const *notes, int n_notes) {
-  FILE *f = fopen(path, "w");
-  if (!f)
-    return -1;
-  int rows = 0;
-  double top = 10, max_os = 1;
-  for (int i = 0; i < n; i++) {
-    if (!res[i].ran)
-      continue;
-    rows++;
-    while (res[i].throughput > top)
-      top *= 10; /* the scale ends at the decade above the fastest */
-    if ((double)res[i].oversold > max_os)
-      max_os = (double)res[i].oversold;
-  }
-  const int row_h = 28, top_y = 90, label_w = 120, bar_w = 300, gap = 150;
-  int width = label_w + 2 * bar_w + gap + 90; /* room for the labels */
-  int notes_y = top_y + rows * row_h + 40;
-  int height = notes_y + n_notes * 16 + 20;
-  char settings[512];
-  sk_settings_line(o, settings, sizeof settings);
-  fprintf(f,
-          "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
-          "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
-          "font-size=\"13\">\n"
-          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-          "<text x=\"10\" y=\"22\" font-size=\"16\" font-weight=\"bold\">",
-          width, height, width, height);
-  xml_str(f, title);
-  fprintf(f, "</text>\n<text x=\"10\" y=\"42\" font-size=\"12\">");
-  xml_str(f, settings);
-  fprintf(f,
-          "</text>\n<text x=\"%d\" y=\"72\" font-weight=\"bold\">throughput "
-          "(requests/s, log scale; green = correct, red = wrong)</text>\n"
-          "<text x=\"%d\" y=\"72\" font-weight=\"bold\">oversold "
-          "(items)</text>\n",
-          label_w, label_w + bar_w + gap);
-  svg_grid(f, top, label_w, bar_w, top_y, top_y + rows * row_h);
-  int y = top_y;
-  for (int i = 0; i < n; i++) {
-    if (!res[i].ran)
-      continue;
-    svg_row(f, &res[i], all_ok ? all_ok[i] : res[i].correct, y, top, max_os,
-            label_w, bar_w, label_w + bar_w + gap, row_h);
-    y += row_h;
-  }
-  for (int i = 0; i < n_notes; i++) {
-    fprintf(f, "<text x=\"10\" y=\"%d\" font-size=\"11\">", notes_y + i * 16);
-    xml_str(f, notes[i]);
-    fprintf(f, "</text>\n");
-  }
-  fprintf(f, "</svg>\n");
-  return fclose(f) == 0 ? 0 : -1;
-}
-
 int sk_report_svg(const sk_opts *o, const sk_result *res, int n,
                   const char *path) {
-  char lines[SK_MAX_STRATEGIES][600];
-  const char *notes[SK_MAX_STRATEGIES];
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    char buf[512];
-    if (!res[i].ran || !sk_lesson(&res[i], buf, sizeof buf, o)[0])
-      continue;
-    snprintf(lines[k], sizeof lines[k], "%s -- %s %s", res[i].s->name,
-             res[i].correct ? "note:" : "lesson:", buf);
-    notes[k] = lines[k];
-    k++;
-  }
-  return sk_report_svg_ex(o, res, n, path, NULL, "dlock-seckill", notes, k);
+  sk_chart_col col = {"this run", o, res};
+  return sk_chart_svg(path, "dlock-seckill: what each lock did", &col, 1, n);
 }

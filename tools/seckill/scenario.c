@@ -4,7 +4,7 @@
  * a lease shorter than the work), and ONE table with a column per scenario:
  * every naive strategy of the articles' evolution fails in at least one,
  * only the correct ones stay "ok" in all three. Also the JSON form and the
- * chart (the normal scenario's throughput, coloured by all three verdicts).
+ * chart (a column per scenario, chart.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -153,34 +153,15 @@ static void print_json(const sc_all *a, int n, double total_s) {
   printf("]}\n");
 }
 
-/* The chart: the shown scenario's speed, bars green only when correct in
- * every scenario; the lessons under it. */
+/* The chart: a column per chosen scenario (chart.c). */
 static int chart(const sc_all *a, int n, const char *path) {
-  static char lines[SK_MAX_STRATEGIES * SK_N_SCENARIOS + 1][600];
-  const char *notes[SK_MAX_STRATEGIES * SK_N_SCENARIOS + 1];
+  sk_chart_col cols[SK_N_SCENARIOS];
   int k = 0;
-  for (int i = 0; i < n; i++)
-    for (int s = 0; s < SK_N_SCENARIOS; s++) {
-      const sk_result *r = &a->res[s][i];
-      char buf[512];
-      if (!a->on[s] || !r->ran || r->correct)
-        continue;
-      snprintf(lines[k], sizeof lines[k], "%s fails (%s): %s", r->s->name,
-               sk_scenario_names[s], sk_lesson(r, buf, sizeof buf, &a->o[s]));
-      notes[k] = lines[k];
-      k++;
-    }
-  char title[256] = "dlock-seckill, scenarios:";
   for (int s = 0; s < SK_N_SCENARIOS; s++)
-    if (a->on[s]) {
-      size_t l = strlen(title);
-      snprintf(title + l, sizeof title - l, " %s", sk_scenario_names[s]);
-    }
-  size_t l = strlen(title);
-  snprintf(title + l, sizeof title - l, " (green: correct in all; speed of %s)",
-           sk_scenario_names[a->first]);
-  return sk_report_svg_ex(&a->o[a->first], a->res[a->first], n, path, a->all_ok,
-                          title, notes, k);
+    if (a->on[s])
+      cols[k++] = (sk_chart_col){sk_scenario_names[s], &a->o[s], a->res[s]};
+  return sk_chart_svg(path, "dlock-seckill: which lock survives which scenario",
+                      cols, k, n);
 }
 
 int sk_run_scenarios(const sk_opts *o, void (*stop_servers)(void)) {

@@ -240,13 +240,19 @@ void sk_settings_line(const sk_opts *o, char *buf, size_t len);
  * without the braces around it). */
 void sk_report_json_body(const sk_opts *o, const sk_result *res, int n,
                          double total_s);
-/* The chart: throughput on a log scale and oversold per strategy, the
- * settings in the title, notes[0..n_notes) under it. all_ok: per strategy,
- * whether it was correct in every scenario (--scenarios; colours the
- * bars), or NULL (its own result). title: the first line. */
-int sk_report_svg_ex(const sk_opts *o, const sk_result *res, int n,
-                     const char *path, const int *all_ok, const char *title,
-                     const char *const *notes, int n_notes);
+/* The chart (chart.c): a matrix strategy x column (scenario), each cell
+ * coloured and labelled with what happened and its throughput, the first
+ * column's throughput as log bars, each column's settings, each distinct
+ * lesson once. cols[s].res holds n results (the same strategies in the same
+ * order in every column). 0, or -1 (errno) when the file cannot be
+ * written. */
+typedef struct sk_chart_col {
+  const char *name;     /* "normal", "kill-holder", ... or "this run" */
+  const sk_opts *o;     /* the column's options */
+  const sk_result *res; /* n results */
+} sk_chart_col;
+int sk_chart_svg(const char *path, const char *title, const sk_chart_col *cols,
+                 int ncols, int n);
 /* --scenarios: runs every strategy in each chosen scenario, prints one
  * table (or JSON), writes the chart. Returns the exit status. */
 int sk_run_scenarios(const sk_opts *o, void (*stop_servers)(void));

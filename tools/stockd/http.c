@@ -61,6 +61,7 @@ static void fail(struct evhttp_request *req, enum sd_endpoint ep, int code,
 
 typedef struct sd_req {
   struct evhttp_request *req;
+  const char *path;
   enum sd_endpoint ep;
   struct evkeyvalq q;
   int have_q;
@@ -143,8 +144,9 @@ static void json_str(struct evbuffer *b, const char *s) {
   evbuffer_add(b, "\"", 1);
 }
 
-/* /stock's JSON: stock, orders, initial, oversold and per-instance
- * counts of one product. */
+/* /stock's JSON: stock, orders, initial, oversold, lost updates, the
+ * purchases (orders) and the requests each instance handled, the verdict
+ * and, only when something went wrong, the strategy's lesson. */
 static int stock_json(sk_eth *th, const sd_product *p, const sd_opts *o,
                       struct evbuffer *b, char *err, size_t el) {
   redisContext *c = conn(th, err, el);
@@ -161,26 +163,47 @@ static int stock_json(sk_eth *th, const sd_product *p, const sd_opts *o,
       freeReplyObject(h);
     return -1;
   }
+  redisReply *rq = redisCommand(c, "HGETALL %s", p->requests);
+  if (!rq || rq->type != REDIS_REPLY_ARRAY) {
+    snprintf(err, el, "redis: HGETALL %s failed", p->requests);
+    if (rq)
+      freeReplyObject(rq);
+    freeReplyObject(h);
+    return -1;
+  }
   long long over = orders - initial;
   over = (over > 0 ? over : 0) + (stock < 0 ? -stock : 0);
+  /* orders that took nothing off the stock (a decrement overwritten) */
+  long long lost = orders - (initial - stock);
+  lost = lost > 0 ? lost : 0;
   evbuffer_add_printf(b,
                       "{\"product\": \"%s\", \"stock\": %lld, \"orders\": "
                       "%lld, \"initial\": %lld, \"oversold\": %lld, "
-                      "\"strategy\": \"%s\", \"instance\": \"%s\", "
-                      "\"per_instance\": {",
-                      p->name, stock, orders, initial, over, o->strategy->name,
-                      o->name);
+                      "\"lost_updates\": %lld, \"strategy\": \"%s\", "
+                      "\"instance\": \"%s\", \"per_instance\": {",
+                      p->name, stock, orders, initial, over, lost,
+                      o->strategy->name, o->name);
   for (size_t i = 0; i + 1 < h->elements; i += 2)
     evbuffer_add_printf(b, "%s\"%s\": %s", i ? ", " : "", h->element[i]->str,
                         h->element[i + 1]->str);
+  evbuffer_add_printf(b, "}, \"requests_per_instance\": {");
+  for (size_t i = 0; i + 1 < rq->elements; i += 2)
+    evbuffer_add_printf(b, "%s\"%s\": %s", i ? ", " : "", rq->element[i]->str,
+                        rq->element[i + 1]->str);
   const sk_strategy *st = o->strategy;
-  evbuffer_add_printf(b, "}, \"summary\": ");
+  /* the lesson only when it went wrong: a correct strategy with nothing
+   * oversold gets no alarm (issue 29) */
+  const char *verdict = over > 0   ? "oversold"
+                        : lost > 0 ? "lost updates"
+                                   : "ok";
+  evbuffer_add_printf(b, "}, \"verdict\": \"%s\", \"summary\": ", verdict);
   json_str(b, st->summary);
   evbuffer_add_printf(b, ", \"lesson\": ");
-  json_str(b, st->lesson_race);
+  json_str(b, over > 0 || lost > 0 ? st->lesson_race : NULL);
   evbuffer_add_printf(b, ", \"hint\": ");
   json_str(b, st->hint);
   evbuffer_add_printf(b, "}\n");
+  freeReplyObject(rq);
   freeReplyObject(h);
   return 0;
 }
@@ -226,7 +249,7 @@ static void do_reset(sd_thread *t, sd_req *r) {
       (x = redisCommand(c, "SET %s %lld", p->initial, n)) &&
       x->type != REDIS_REPLY_ERROR) {
     freeReplyObject(x);
-    x = redisCommand(c, "DEL %s", p->served);
+    x = redisCommand(c, "DEL %s %s", p->served, p->requests);
   }
   if (x && x->type != REDIS_REPLY_ERROR) {
     struct evbuffer *b = evbuffer_new();
@@ -265,16 +288,27 @@ static const char *outcome_word(int out) {
   }
 }
 
-/* Counts the purchase as served by this instance (the page's table). */
-static void count_served(sd_thread *t, int i) {
+/* Counts the request as handled by this instance, and as a purchase when
+ * it bought (the page's "purchases per instance": orders, not requests). */
+static void count_served(sd_thread *t, int i, int out) {
   sk_eth *th = &t->eth[i];
   char err[200];
   redisContext *c = conn(th, err, sizeof err);
-  redisReply *x = c ? redisCommand(c, "HINCRBY %s %s 1", t->svc->p[i].served,
-                                   t->svc->o->name)
-                    : NULL;
-  if (x)
+  if (!c)
+    return;
+  const char *name = t->svc->o->name;
+  int n = 1;
+  redisAppendCommand(c, "HINCRBY %s %s 1", t->svc->p[i].requests, name);
+  if (out == SK_O_ORDER) {
+    redisAppendCommand(c, "HINCRBY %s %s 1", t->svc->p[i].served, name);
+    n++;
+  }
+  for (int k = 0; k < n; k++) {
+    void *x = NULL;
+    if (redisGetReply(c, &x) != REDIS_OK)
+      break;
     freeReplyObject(x);
+  }
   drop(th);
 }
 
@@ -292,7 +326,7 @@ static void do_deduct(sd_thread *t, sd_req *r) {
   t->deadline_us = dlc_now_us() + t->svc->o->wait_ms * 1000;
   int out = sk_engine_request(th, u, u ? (long long)(hash_user(u) >> 1) : 0);
   sd_metrics_purchase(out, th->wait_us);
-  count_served(t, i);
+  count_served(t, i, out);
   struct evbuffer *b = evbuffer_new();
   evbuffer_add_printf(b, "{\"result\": \"%s\", \"instance\": \"%s\"}\n",
                       outcome_word(out), t->svc->o->name);
@@ -316,12 +350,19 @@ static void do_simple(sd_thread *t, sd_req *r) {
     evbuffer_add_printf(b, "ok %s %s\n", t->svc->o->name,
                         t->svc->o->strategy->name);
   } else {
-    /* the page with the first product in it (names need no escaping) */
-    const char *at = strstr(sd_page_html, "@PRODUCT@");
-    evbuffer_add(b, sd_page_html, (size_t)(at - sd_page_html));
-    evbuffer_add_printf(b, "%s", t->svc->p[0].name);
-    evbuffer_add_printf(b, "%s", at + strlen("@PRODUCT@"));
-    ctype = "text/html; charset=utf-8";
+    /* the page's files; "@PRODUCT@" in the HTML: the first product (names
+     * need no escaping) */
+    const sd_asset *a = sd_asset_find(r->path);
+    const char *d = (const char *)a->data;
+    const char *at = strstr(d, "@PRODUCT@");
+    if (at) {
+      evbuffer_add(b, d, (size_t)(at - d));
+      evbuffer_add_printf(b, "%s", t->svc->p[0].name);
+      evbuffer_add_printf(b, "%s", at + strlen("@PRODUCT@"));
+    } else {
+      evbuffer_add(b, d, *a->len);
+    }
+    ctype = a->ctype;
   }
   reply(r->req, r->ep, 200, ctype, b);
   evbuffer_free(b);
@@ -344,6 +385,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     return;
   }
   r.have_q = query != NULL;
+  r.path = path;
   static const struct {
     const char *path;
     enum sd_endpoint ep;
@@ -353,7 +395,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
                 {"/reset", SD_EP_RESET, do_reset},
                 {"/metrics", SD_EP_METRICS, do_simple},
                 {"/healthz", SD_EP_HEALTHZ, do_simple},
-                {"/", SD_EP_PAGE, do_simple}};
+                {"/", SD_EP_PAGE, do_simple},
+                {"/page.css", SD_EP_PAGE, do_simple},
+                {"/page.js", SD_EP_PAGE, do_simple}};
   size_t k = 0;
   while (k < sizeof routes / sizeof routes[0] &&
          strcmp(routes[k].path, path) != 0)
@@ -396,6 +440,7 @@ int sd_service_init(sd_service *svc, const sd_opts *o) {
     snprintf(e->k.lock, sizeof e->k.lock, "%s:lock", pre);
     snprintf(p->initial, sizeof p->initial, "%s:initial", pre);
     snprintf(p->served, sizeof p->served, "%s:served", pre);
+    snprintf(p->requests, sizeof p->requests, "%s:requests", pre);
     e->s = o->strategy;
     e->url = o->url;
     for (int k = 0; k < SK_REDLOCK_SERVERS; k++)

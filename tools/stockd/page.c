@@ -1,64 +1,29 @@
-/* page.c -- GET /: one self-contained HTML page (no external assets) that
- * reads /stock every second and shows stock, orders, oversold and how
- * many purchases each instance served. "@PRODUCT@" is replaced by the
- * first product (http.c); ?product=P on the page's URL picks another. The
- * numbers sit in elements with stable ids (stock, orders, oversold,
- * initial, updated), which the headless-browser test reads. */
+/* page.c -- the page's files (page/page.html, page.css, page.js), compiled
+ * in by embed.cmake, by path. GET / is page.html with "@PRODUCT@" replaced
+ * by the first product (http.c); the page reads /stock (and, behind
+ * dlock-rig --serve, /rig/state) itself. No external asset: the service
+ * serves everything the page needs. */
+#include <string.h>
+
 #include "stockd.h"
 
-const char sd_page_html[] =
-    "<!doctype html>\n"
-    "<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-    "<title>dlock-stockd</title>\n"
-    "<style>\n"
-    "body{font-family:sans-serif;margin:2em;color:#222}\n"
-    "table{border-collapse:collapse}\n"
-    "td,th{border:1px solid #bbb;padding:.3em .8em;text-align:right}\n"
-    "th{background:#eee}.bad{color:#b00;font-weight:bold}\n"
-    ".ok{color:#070}#status{color:#666;font-size:90%}\n"
-    "</style></head><body>\n"
-    "<h1>Stock of <span id=\"product\">@PRODUCT@</span></h1>\n"
-    "<table>\n"
-    "<tr><th>strategy</th><td id=\"strategy\">?</td></tr>\n"
-    "<tr><th>initial stock</th><td id=\"initial\">?</td></tr>\n"
-    "<tr><th>stock left</th><td id=\"stock\">?</td></tr>\n"
-    "<tr><th>orders</th><td id=\"orders\">?</td></tr>\n"
-    "<tr><th>oversold</th><td id=\"oversold\">?</td></tr>\n"
-    "</table>\n"
-    "<h2>Purchases per instance</h2>\n"
-    "<table><thead><tr><th>instance</th><th>purchases</th></tr></thead>\n"
-    "<tbody id=\"instances\"></tbody></table>\n"
-    "<p id=\"status\">loading&hellip;</p>\n"
-    "<script>\n"
-    "(function(){\n"
-    "var q=new URLSearchParams(location.search);\n"
-    "var product=q.get('product')||document.getElementById('product')"
-    ".textContent;\n"
-    "document.getElementById('product').textContent=product;\n"
-    "function set(id,v){document.getElementById(id).textContent=String(v);}\n"
-    "function show(s){\n"
-    " set('strategy',s.strategy);set('initial',s.initial);\n"
-    " set('stock',s.stock);set('orders',s.orders);set('oversold',s.oversold);\n"
-    " document.getElementById('oversold').className=s.oversold>0?'bad':'ok';\n"
-    " var tb=document.getElementById('instances');\n"
-    " while(tb.firstChild)tb.removeChild(tb.firstChild);\n"
-    " Object.keys(s.per_instance).sort().forEach(function(k){\n"
-    "  var tr=document.createElement('tr');\n"
-    "  var a=document.createElement('td');a.textContent=k;\n"
-    "  var b=document.createElement('td');b.textContent=s.per_instance[k];\n"
-    "  "
-    "tr.setAttribute('data-instance',k);tr.appendChild(a);tr.appendChild(b);\n"
-    "  tb.appendChild(tr);});\n"
-    " set('status','updated '+new Date().toISOString()+' by '+s.instance);\n"
-    "}\n"
-    "function tick(){\n"
-    " fetch('stock?product='+encodeURIComponent(product),{cache:'no-store'})\n"
-    "  .then(function(r){if(!r.ok)throw new Error('HTTP '+r.status);"
-    "return r.json();})\n"
-    "  .then(show).catch(function(e){set('status','error: '+e.message);})\n"
-    "  .then(function(){setTimeout(tick,1000);});\n"
-    "}\n"
-    "tick();\n"
-    "})();\n"
-    "</script>\n"
-    "</body></html>\n";
+extern const unsigned char sd_asset_page_html[], sd_asset_page_css[],
+    sd_asset_page_js[];
+extern const size_t sd_asset_page_html_len, sd_asset_page_css_len,
+    sd_asset_page_js_len;
+
+static const sd_asset g_assets[] = {
+    {"/", "text/html; charset=utf-8", sd_asset_page_html,
+     &sd_asset_page_html_len},
+    {"/page.css", "text/css; charset=utf-8", sd_asset_page_css,
+     &sd_asset_page_css_len},
+    {"/page.js", "text/javascript; charset=utf-8", sd_asset_page_js,
+     &sd_asset_page_js_len},
+};
+
+const sd_asset *sd_asset_find(const char *path) {
+  for (size_t i = 0; i < sizeof g_assets / sizeof g_assets[0]; i++)
+    if (strcmp(g_assets[i].path, path) == 0)
+      return &g_assets[i];
+  return NULL;
+}

@@ -74,9 +74,10 @@ void sd_metrics_write(struct evbuffer *out, const sd_opts *o);
 
 typedef struct sd_product {
   const char *name;
-  sk_engine e;       /* its keys and lock objects */
-  char initial[128]; /* key: the stock of the last reset */
-  char served[128];  /* key: hash instance -> purchases it handled */
+  sk_engine e;        /* its keys and lock objects */
+  char initial[128];  /* key: the stock of the last reset */
+  char served[128];   /* key: hash instance -> purchases (orders) it made */
+  char requests[128]; /* key: hash instance -> requests it handled */
 } sd_product;
 
 typedef struct sd_service {
@@ -120,6 +121,15 @@ void sd_conn_stop(sd_thread *t);
 
 /* ---- the page (page.c) --------------------------------------------------- */
 
-extern const char sd_page_html[];
+/* One file of the page, compiled in: GET path answers it. */
+typedef struct sd_asset {
+  const char *path; /* "/", "/page.css", "/page.js" */
+  const char *ctype;
+  const unsigned char *data; /* NUL-terminated */
+  const size_t *len;
+} sd_asset;
+
+/* The file served at path, or NULL. */
+const sd_asset *sd_asset_find(const char *path);
 
 #endif
