@@ -363,4 +363,27 @@ TH_CASE(acl_minimal_user_works_and_missing_rights_are_named) {
   dlock_client_free(c);
 }
 
+/* A plain redis:// URL to a TLS-only port: the server resets the plaintext
+ * connection, which used to be retried as "unreachable" (3 x 1.5 s with
+ * the defaults); it is DLOCK_ETLS at once, and says to use rediss://. */
+TH_CASE(plain_url_to_tls_port_says_use_rediss) {
+  fixture f;
+  fixture_init(&f, 0);
+  char url[128];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", f.port);
+  dlock_config cfg;
+  dlock_config_init(&cfg); /* the library's retry policy: 3 x 1.5 s */
+  cfg.url = url;
+  dlock_client *c = NULL;
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_ETLS);
+  int64_t el = th_now_ms() - t0;
+  CHECK_MSG(strstr(dlock_last_error(), "speaks TLS: use rediss://"),
+            "message: %s", dlock_last_error());
+  CHECK_MSG(el < 1500 * th_timeout_mult(), "took %lld ms", (long long)el);
+  /* The same server over rediss:// still works. */
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
+  dlock_client_free(c);
+}
+
 TH_MAIN()
