@@ -338,6 +338,65 @@ int dlock__link_open(dlock_client *c, const dlock__url *url,
   return rc;
 }
 
+/* ---- a redis:// URL that points at a TLS port ---------------------------- */
+
+/* A TLS ClientHello (TLS 1.2 record, no extensions), enough for any TLS
+ * server to answer with a handshake record (0x16) or an alert (0x15),
+ * both followed by the version's major byte 0x03; a RESP server reads it
+ * as an unfinished inline command and says nothing. */
+static const unsigned char client_hello[52] = {
+    0x16, 0x03, 0x01, 0x00, 0x2f, /* record: handshake, 47 bytes */
+    0x01, 0x00, 0x00, 0x2b,       /* ClientHello, 43 bytes */
+    0x03, 0x03,                   /* TLS 1.2 */
+    0,    0,    0,    0,    0,    0,    0, 0,
+    0,    0,    0,    0,    0,    0,    0, 0, /* random */
+    0,    0,    0,    0,    0,    0,    0, 0,
+    0,    0,    0,    0,    0,    0,    0, 0, /* ... */
+    0x00,                                     /* no session id */
+    0x00, 0x04, 0xc0, 0x2f, 0x13, 0x01,       /* 2 cipher suites */
+    0x01, 0x00};                              /* compression: none */
+
+/* Whether the server at url answers a ClientHello like a TLS server, on a
+ * connection of its own, within timeout_ms. */
+static int speaks_tls(const dlock__url *url, int timeout_ms) {
+  const char *msg = NULL;
+  int err_no = 0;
+  int fd = open_socket(url, timeout_ms, &msg, &err_no);
+  if (fd < 0)
+    return 0;
+  unsigned char b[2];
+  size_t got = 0;
+  int64_t until = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
+  if (send(fd, client_hello, sizeof client_hello, MSG_NOSIGNAL) ==
+      (ssize_t)sizeof client_hello) {
+    while (got < sizeof b) {
+      int64_t left = until - dlock__now_ms();
+      struct pollfd p = {fd, POLLIN, 0};
+      if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+        break;
+      ssize_t n = recv(fd, b + got, sizeof b - got, 0);
+      if (n <= 0)
+        break;
+      got += (size_t)n;
+    }
+  }
+  close(fd);
+  return got == sizeof b && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03;
+}
+
+/* A plain connection whose first command was answered by a close, a reset
+ * or bytes that are not RESP is what a TLS-only port does to plaintext
+ * (redis-server with tls-port: "wrong version number", then it closes):
+ * if a ClientHello gets a TLS answer, say so instead of retrying. */
+static int plain_to_tls_port(const dlock__link *l, const dlock__url *url,
+                             int timeout_ms) {
+  if (url->tls || url->is_unix || l->ops != &dlock__plain_link_ops)
+    return 0;
+  int odd = l->err == DLOCK__LINK_EOF || l->err == DLOCK__LINK_PROTO ||
+            (l->err == DLOCK__LINK_IO && strstr(l->errstr, "reset"));
+  return odd && speaks_tls(url, timeout_ms);
+}
+
 static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
   *out = NULL;
   dlock__link *l = dlock__calloc(1, sizeof *l);
@@ -369,6 +428,11 @@ static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
   }
   if (rc == 0)
     rc = handshake(l, url, c->cfg.command_timeout_ms);
+  if (rc == DLOCK_ECONN && plain_to_tls_port(l, url, c->cfg.connect_timeout_ms))
+    rc = dlock__fail(DLOCK_ETLS,
+                     "the server at %s:%d speaks TLS: use rediss:// "
+                     "(rediss-cluster://, rediss-sentinel://), not redis://",
+                     url->host, url->port);
   if (rc) {
     dlock__link_free(l);
     return rc;

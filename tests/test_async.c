@@ -446,6 +446,68 @@ static void reentrant(int uv) {
   fx_end(&f);
 }
 
+/* ---- under docs/security.md's narrowed ACL rule */
+
+/* The rule of docs/security.md for names under "app:" (the same as
+ * test_tls.c's DLOCK_ACL_KEYS_APP and DLOCK_ACL_COMMANDS). */
+#define ACL_RULE_APP                                                           \
+  "~app:* ~{app:* ~redisson_* ~dlock_* &redisson_* &dlock_* "                  \
+  "-@all +ping +auth +select +evalsha +eval +script|load +subscribe "          \
+  "+unsubscribe +publish +get +set +del +exists +type +pttl +pexpire +time "   \
+  "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
+  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
+  "+zrange +zrem +zscore"
+
+/* Lock, a waiter woken over pub/sub, renewal and unlock for a user with
+ * exactly the rights docs/security.md gives. */
+static void acl_rule(int uv) {
+  th_redis *r = th_redis_new(0, NULL);
+  redisReply *x = th_cmd(r, "ACL SETUSER app on >pw-app " ACL_RULE_APP);
+  CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "ACL SETUSER failed: %s",
+            x && x->str ? x->str : "(no reply)");
+  freeReplyObject(x);
+  char url[512];
+  snprintf(url, sizeof url, "unix://%s?user=app&password=pw-app", r->sock);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  fx f;
+  f.r = r;
+  tl_init(&f.l, uv);
+  f.a = new_async(r, &cfg);
+  tl_attach(&f.l, f.a);
+  res x1, x2, x3, x4;
+  memset(&x1, 0, sizeof x1);
+  x2 = x3 = x4 = x1;
+  CHECK_OK(dlock_async_lock(f.a, "app:a", 1, 0, -1, on_res, &x1));
+  CHECK(tl_until(&f.l, &x1.n, 1, 5000));
+  CHECK_RC(x1.last, DLOCK_OK);
+  CHECK_OK(dlock_async_lock(f.a, "app:a", 2, 20000, -1, on_res, &x2));
+  /* Owner 2 waits: its subscription is taken under the rule. */
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
+  size_t subs = 0;
+  while (subs == 0 && th_now_ms() < end) {
+    tl_for(&f.l, 5);
+    redisReply *y = th_cmd(r, "PUBSUB CHANNELS *app:a*");
+    subs = y && y->type == REDIS_REPLY_ARRAY ? y->elements : 0;
+    freeReplyObject(y);
+  }
+  CHECK_MSG(subs > 0, "the waiter did not subscribe");
+  CHECK_EQ(x2.n, 0);
+  CHECK_OK(dlock_async_unlock(f.a, "app:a", 1, on_res, &x3));
+  CHECK(tl_until(&f.l, &x2.n, 1, 5000));
+  CHECK_RC(x3.last, DLOCK_OK);
+  CHECK_RC(x2.last, DLOCK_OK);
+  CHECK_OK(dlock_async_unlock(f.a, "app:a", 2, on_res, &x4));
+  CHECK(tl_until(&f.l, &x4.n, 1, 5000));
+  CHECK_RC(x4.last, DLOCK_OK);
+  CHECK_EQ(th_cmd_int(r, "EXISTS app:a"), 0);
+  fx_end(&f);
+}
+
+TH_CASE(acl_narrowed_rule_libevent) { acl_rule(0); }
+TH_CASE(acl_narrowed_rule_libuv) { acl_rule(1); }
+
 TH_CASE(reentrant_libevent) { reentrant(0); }
 TH_CASE(reentrant_libuv) { reentrant(1); }
 

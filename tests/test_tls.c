@@ -363,4 +363,180 @@ TH_CASE(acl_minimal_user_works_and_missing_rights_are_named) {
   dlock_client_free(c);
 }
 
+/* ---- every kind under docs/security.md's narrowed rule ------------------ */
+
+/* The keys and channels of the rule in docs/security.md for lock names
+ * under "app:" (docs/design.md lists each kind's keys and channels). */
+#define DLOCK_ACL_KEYS_APP                                                     \
+  "~app:* ~{app:* ~redisson_* ~dlock_* &redisson_* &dlock_*"
+
+typedef struct job {
+  int (*fn)(void *);
+  void *obj;
+  int rc;
+  pthread_t t;
+} job;
+
+static void *job_main(void *p) {
+  job *j = p;
+  j->rc = j->fn(j->obj);
+  return NULL;
+}
+
+/* Starts fn(obj) on a thread and returns once a channel matching pattern
+ * has a subscriber (the waiter went to sleep on pub/sub). */
+static void job_start_waiting(job *j, th_redis *r, const char *pattern) {
+  j->rc = 1;
+  CHECK_EQ(pthread_create(&j->t, NULL, job_main, j), 0);
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
+  size_t n = 0;
+  while (n == 0 && th_now_ms() < end) {
+    redisReply *x = th_cmd(r, "PUBSUB CHANNELS %s", pattern);
+    n = x && x->type == REDIS_REPLY_ARRAY ? x->elements : 0;
+    freeReplyObject(x);
+    if (n == 0)
+      th_sleep_ms(5);
+  }
+  CHECK_MSG(n > 0, "no subscriber on %s", pattern);
+}
+
+static int job_join(job *j) {
+  pthread_join(j->t, NULL);
+  return j->rc;
+}
+
+static int mutex_wait(void *o) {
+  int rc = dlock_mutex_timedlock(o, 20000, -1);
+  return rc ? rc : dlock_mutex_unlock(o);
+}
+
+static int read_wait(void *o) {
+  int rc = dlock_rwlock_timedrdlock(o, 20000, -1);
+  return rc ? rc : dlock_rwlock_unlock(o);
+}
+
+static int write_wait(void *o) {
+  int rc = dlock_rwlock_timedwrlock(o, 20000, -1);
+  return rc ? rc : dlock_rwlock_unlock(o);
+}
+
+static int sem_wait20(void *o) {
+  int rc = dlock_sem_timedwait(o, 20000);
+  return rc ? rc : dlock_sem_post(o);
+}
+
+static int latch_wait20(void *o) { return dlock_latch_timedawait(o, 20000); }
+
+/* A mutex kind: held by a, waited for by b (woken over pub/sub). */
+static void acl_mutex_kind(th_redis *r, dlock_client *a, dlock_client *b,
+                           int kind, const char *name, const char *pattern) {
+  dlock_mutex *ma, *mb;
+  int (*mk)(dlock_client *, const char *, dlock_mutex **) =
+      kind == 0   ? dlock_mutex_new
+      : kind == 1 ? dlock_mutex_new_fair
+                  : dlock_mutex_new_fenced;
+  CHECK_OK(mk(a, name, &ma));
+  CHECK_OK(mk(b, name, &mb));
+  CHECK_OK(dlock_mutex_lock(ma));
+  if (kind == 2) {
+    uint64_t tok = 0;
+    CHECK_OK(dlock_mutex_token(ma, &tok));
+    CHECK(tok >= 1);
+  }
+  job j = {mutex_wait, mb, 1, 0};
+  job_start_waiting(&j, r, pattern);
+  CHECK_OK(dlock_mutex_unlock(ma));
+  CHECK_OK(job_join(&j));
+  CHECK_EQ(dlock_mutex_force_unlock(ma), 0);
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+}
+
+/* Every lock kind, the waits included, works for a user with exactly the
+ * commands, keys and channels docs/security.md gives (names under app:).
+ * With 86b83ff's rule (no ~{app:*) the read lock failed with NOPERM: its
+ * read-hold keys {app:rw}:<uuid>:<tid>:rwlock_timeout:<n> matched nothing. */
+TH_CASE(acl_narrowed_rule_covers_every_kind) {
+  th_redis *r = th_redis_new(0, NULL);
+  redisReply *x = th_cmd(r, "ACL SETUSER app on >pw-app " DLOCK_ACL_KEYS_APP
+                            " " DLOCK_ACL_COMMANDS);
+  CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "ACL SETUSER failed: %s",
+            x && x->str ? x->str : "(no reply)");
+  freeReplyObject(x);
+  dlock_client *a = acl_client(r, "app"), *b = acl_client(r, "app");
+  acl_mutex_kind(r, a, b, 0, "app:m", "*app:m*");
+  acl_mutex_kind(r, a, b, 1, "app:f", "*app:f*");
+  acl_mutex_kind(r, a, b, 2, "app:t", "*app:t*");
+
+  dlock_rwlock *ra, *rb;
+  CHECK_OK(dlock_rwlock_new(a, "app:rw", &ra));
+  CHECK_OK(dlock_rwlock_new(b, "app:rw", &rb));
+  CHECK_OK(dlock_rwlock_rdlock(ra)); /* a read-hold key */
+  CHECK_OK(dlock_rwlock_rdlock(rb)); /* two readers */
+  CHECK_OK(dlock_rwlock_unlock(rb));
+  job w = {write_wait, rb, 1, 0};
+  job_start_waiting(&w, r, "*app:rw*"); /* a writer waits for the reader */
+  CHECK_OK(dlock_rwlock_unlock(ra));
+  CHECK_OK(job_join(&w));
+  CHECK_OK(dlock_rwlock_wrlock(ra));
+  job rd = {read_wait, rb, 1, 0};
+  job_start_waiting(&rd, r, "*app:rw*"); /* a reader waits for the writer */
+  CHECK_OK(dlock_rwlock_downgrade(ra, -1));
+  CHECK_OK(dlock_rwlock_unlock(ra));
+  CHECK_OK(job_join(&rd));
+  dlock_rwlock_free(ra);
+  dlock_rwlock_free(rb);
+
+  dlock_sem *sa, *sb;
+  CHECK_OK(dlock_sem_new(a, "app:sem", &sa));
+  CHECK_OK(dlock_sem_new(b, "app:sem", &sb));
+  CHECK_OK(dlock_sem_init(sa, 1));
+  CHECK_OK(dlock_sem_wait(sa));
+  job sw = {sem_wait20, sb, 1, 0};
+  job_start_waiting(&sw, r, "*app:sem*");
+  CHECK_OK(dlock_sem_post(sa));
+  CHECK_OK(job_join(&sw));
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(sa, &v));
+  CHECK_EQ(v, 1);
+  dlock_sem_free(sa);
+  dlock_sem_free(sb);
+
+  dlock_latch *la, *lb;
+  CHECK_OK(dlock_latch_new(a, "app:latch", &la));
+  CHECK_OK(dlock_latch_new(b, "app:latch", &lb));
+  CHECK_OK(dlock_latch_init(la, 1));
+  job lw = {latch_wait20, lb, 1, 0};
+  job_start_waiting(&lw, r, "*app:latch*");
+  CHECK_OK(dlock_latch_count_down(la));
+  CHECK_OK(job_join(&lw));
+  dlock_latch_free(la);
+  dlock_latch_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* A plain redis:// URL to a TLS-only port: the server resets the plaintext
+ * connection, which used to be retried as "unreachable" (3 x 1.5 s with
+ * the defaults); it is DLOCK_ETLS at once, and says to use rediss://. */
+TH_CASE(plain_url_to_tls_port_says_use_rediss) {
+  fixture f;
+  fixture_init(&f, 0);
+  char url[128];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", f.port);
+  dlock_config cfg;
+  dlock_config_init(&cfg); /* the library's retry policy: 3 x 1.5 s */
+  cfg.url = url;
+  dlock_client *c = NULL;
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_ETLS);
+  int64_t el = th_now_ms() - t0;
+  CHECK_MSG(strstr(dlock_last_error(), "speaks TLS: use rediss://"),
+            "message: %s", dlock_last_error());
+  CHECK_MSG(el < 1500 * th_timeout_mult(), "took %lld ms", (long long)el);
+  /* The same server over rediss:// still works. */
+  CHECK_OK(dlock_client_new(&f.cfg, &c));
+  dlock_client_free(c);
+}
+
 TH_MAIN()

@@ -671,6 +671,14 @@ help)
     width=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' "$T/out")
     [ "$lines" -le 23 ] && [ "$width" -le 80 ] || fail "$h is $lines lines, $width columns"
     grep -q -- "--wait" "$T/out" || fail "help lacks --wait"
+    # Every URL form the library takes (src/url.c) is named.
+    for u in 'redis\[s\]://' 'unix://' 'redis\[s\]-sentinel://' 'redis\[s\]-cluster://'; do
+      grep -q -- "$u" "$T/out" || fail "$h lacks $u"
+    done
+  done
+  for u in redis:// rediss:// unix:// redis-sentinel:// rediss-sentinel:// \
+    redis-cluster:// rediss-cluster://; do
+    grep -qF -- "\`$u" "$SRC/docs/dlock.1.md" || fail "man page lacks $u"
   done
   expect_rc 0 --version
   v=$(sed -n 's/#define DLOCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' \
@@ -1015,10 +1023,50 @@ tls_server)
   expect_rc 77 --config "$T/tls.yaml" --tls-ca "$T/other.crt" tls-lock -- true
   grep -q "certificate verification failed" "$T/last.err" ||
     fail "wrong CA: $(cat "$T/last.err")"
+  # A plain redis:// URL to the TLS port: said at once, not retried.
+  t0=$(now_ms)
+  expect_rc 77 -u "redis://127.0.0.1:$TP" tls-lock -- true
+  el=$(($(now_ms) - t0))
+  grep -q "speaks TLS: use rediss://" "$T/last.err" ||
+    fail "redis:// to a TLS port: $(cat "$T/last.err")"
+  [ "$el" -lt 2000 ] || fail "redis:// to a TLS port took $el ms"
   expect_rc 0 --config "$T/tls.yaml" --tls-ca "$T/other.crt" --tls-insecure \
     tls-lock -- true
   grep -q "warning: TLS certificates are not verified" "$T/last.err" ||
     fail "no warning: $(cat "$T/last.err")"
+  ;;
+
+habits)
+  # Habits of flock(1) users (issue 28).
+  # "dlock -- true": the lock name is missing (it used to take "true" as
+  # the name and then say the command was missing).
+  expect_rc 64 -- true
+  grep -q "missing lock name" "$T/last.err" || fail "-- true: $(cat "$T/last.err")"
+  expect_rc 0 -- hb-name -- true # a name after "--" still works
+  # An ACL refusal (NOPERM) is a permission problem: 77, like a bad password.
+  R acl setuser hb-lim on '>pw-lim' '~*' '&*' -@all +ping +auth +select >/dev/null
+  DLOCK_URL="unix://$SOCK?user=hb-lim&password=pw-lim" expect_rc 77 hb-acl -- true
+  grep -q "NOPERM" "$T/last.err" || fail "NOPERM: $(cat "$T/last.err")"
+  # -w SECS bounds the whole call, connecting included: a stopped server
+  # (connect succeeds, no reply) used to take 3 x 2 s + pauses = 6.5 s.
+  start_redis "$T/stopped.sock"
+  SPID=${REDIS_PIDS[-1]}
+  kill -STOP "$SPID"
+  t0=$(now_ms)
+  DLOCK_URL="unix://$T/stopped.sock" expect_rc 69 -w 1 hb-stop -- touch "$T/ran"
+  el=$(($(now_ms) - t0))
+  kill -CONT "$SPID"
+  note "dlock -w 1 against a stopped server: $el ms"
+  [ "$el" -lt 2500 ] || fail "-w 1 took $el ms against a stopped server"
+  [ ! -e "$T/ran" ] || fail "the command ran without the lock"
+  grep -q "within the 1 s of -w" "$T/last.err" || fail "-w: $(cat "$T/last.err")"
+  # ... and the wait left after connecting is what -w allows, not all of it.
+  hold hb-held 5
+  t0=$(now_ms)
+  expect_rc 1 -w 0.5 hb-held -- true
+  el=$(($(now_ms) - t0))
+  [ "$el" -lt 2000 ] || fail "-w 0.5 on a held lock took $el ms"
+  kill "$HOLDER" 2>/dev/null
   ;;
 
 *)

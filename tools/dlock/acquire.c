@@ -141,7 +141,8 @@ int run_acquire(run_state *rs, const sigset_t *fwd, long long *t0, int *ex) {
   }
   long long left = o->wait_ms;
   if (o->wait_ms > 0) {
-    left = o->wait_ms - (dlc_now_ms() - start);
+    /* Counted from the start of dlock: connecting took some of it. */
+    left = o->wait_ms - (dlc_now_ms() - rs->t_begin);
     if (left < 1)
       left = 1;
   }

@@ -152,7 +152,7 @@ static void print_status(const cli_opts *o, const view *v) {
 
 int cli_status(const cli_opts *o) {
   dlock_client *c = NULL;
-  int ex = cli_connect(o, o->watchdog_ms, NULL, NULL, &c);
+  int ex = cli_connect(o, o->watchdog_ms, -1, NULL, NULL, &c);
   if (ex)
     return ex;
   view v;
@@ -187,7 +187,7 @@ static int is_holder_field(const char *f) {
 
 int cli_unlock(const cli_opts *o) {
   dlock_client *c = NULL;
-  int ex = cli_connect(o, o->watchdog_ms, NULL, NULL, &c);
+  int ex = cli_connect(o, o->watchdog_ms, -1, NULL, NULL, &c);
   if (ex)
     return ex;
   dlock_mutex *m = NULL;

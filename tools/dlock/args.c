@@ -51,8 +51,10 @@ enum {
  * rest of --help: at most 23 lines of at most 79 columns. */
 static const dlc_opt g_opts[] = {
     {"url", 'u', "URL", O_URL, FOR_ALL,
-     "redis://[[user]:pass@]host[:port][/db] or unix:///path\n"
-     "(default: $DLOCK_URL, the file's, redis://127.0.0.1:6379)"},
+     "redis[s]://[[user]:pass@]host[:port][/db], unix:///path,\n"
+     "redis[s]-sentinel://host:port,.../master[/db],\n"
+     "redis[s]-cluster://host:port,... ([s]: TLS; default:\n"
+     "$DLOCK_URL, the file's, redis://127.0.0.1:6379)"},
     {"config", 0, "FILE", O_CONFIG, FOR_ALL, "YAML ($DLOCK_CONFIG)"},
     {"tls-insecure", 0, NULL, O_TLS_INSECURE, FOR_ALL, "skip cert check",
      "--tls-insecure", DLC_OPT_JOIN},
@@ -64,7 +66,7 @@ static const dlc_opt g_opts[] = {
      "fail at once if the lock is held (same as -w 0)"},
     {"nb", 0, NULL, O_NONBLOCK, FOR_RUN, NULL},
     {"wait", 'w', "SECS", O_WAIT, FOR_RUN,
-     "give up after SECS (fractions allowed; default: forever)"},
+     "give up after SECS, connecting included (default: forever)"},
     {"timeout", 0, "SECS", O_WAIT, FOR_RUN, NULL},
     {"conflict-exit-code", 'E', "N", O_CONFLICT, FOR_RUN,
      "exit code if not acquired (default 1)"},
@@ -78,11 +80,10 @@ static const dlc_opt g_opts[] = {
     {"shared", 's', NULL, O_SHARED, FOR_RUN,
      "shared/exclusive (read-write lock)", "-s/-x", DLC_OPT_JOIN},
     {"exclusive", 'x', NULL, O_EXCLUSIVE, FOR_RUN, NULL},
-    {"fence", 0, NULL, O_FENCE, FOR_RUN,
-     "export a fencing token as DLOCK_TOKEN"},
     {"verbose", 'v', NULL, O_VERBOSE, FOR_ALL, "report waits and releases"},
     {"quiet", 'q', NULL, O_QUIET, FOR_ALL, "no notes", NULL, DLC_OPT_JOIN},
-    {"help", 'h', NULL, O_HELP, FOR_ALL, ""},
+    {"fence", 0, NULL, O_FENCE, FOR_RUN, "fencing token in $DLOCK_TOKEN"},
+    {"help", 'h', NULL, O_HELP, FOR_ALL, "", NULL, DLC_OPT_JOIN},
     {"version", 'V', NULL, O_VERSION, FOR_ALL, "", NULL, DLC_OPT_JOIN},
     {"command", 'c', "STRING", O_COMMAND, FOR_RUN, NULL},
     {"json", 0, NULL, O_JSON, FOR_STATUS, NULL},
@@ -261,6 +262,11 @@ static int scan(int argc, char **argv, pstate *ps, perr *e) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) {
       i++;
+      /* "dlock -- NAME [--] COMMAND" takes NAME; "dlock -- COMMAND" (one
+       * word, as a flock user might type) has no lock name. */
+      if (!ps->name_set && i + 1 == argc)
+        return fail(e, "missing lock name before '--' (dlock NAME -- "
+                       "COMMAND)");
       if (!ps->name_set && i < argc) {
         o->name = argv[i++];
         ps->name_set = 1;
@@ -370,11 +376,9 @@ void cli_usage(FILE *f) {
         "Options:\n",
         f);
   dlc_opt_help(f, &g_optset);
-  fputs("The command gets DLOCK_NAME and DLOCK_OWNER, runs in its own process "
-        "group,\n"
-        "and its exit status is dlock's. Not acquired: the -E code. 64 usage, "
-        "69 Redis\n"
-        "unreachable, 70 Redis error, 75 lock lost (command got SIGTERM), 77 "
-        "auth.\n",
+  fputs("Exit: the command's; not acquired: -E; 64 usage, 69 Redis "
+        "unreachable,\n"
+        "70 Redis error, 75 lock lost (command got SIGTERM), 77 auth, ACL or "
+        "TLS.\n",
         f);
 }

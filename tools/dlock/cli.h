@@ -95,13 +95,20 @@ const char *cli_url(const cli_opts *o);
  * redacted form (the library quotes malformed URLs verbatim). */
 void cli_detail(const char *url, char *buf, size_t len);
 
-/* Exit code for a DLOCK_E* failure. */
+/* Like cli_detail, for the message d. */
+void cli_redact(const char *url, const char *d, char *buf, size_t len);
+
+/* Exit code for a DLOCK_E* failure (reads dlock_last_error() for EREDIS:
+ * an ACL refusal, NOPERM, is 77). */
 int cli_exit_code(int rc);
 
 /* Creates the client with the CLI's timeouts and retry policy (see the
  * man page). On failure prints one line and returns the exit code (> 0);
- * 0 on success. lease_ms is the lease the client's locks will use. */
-int cli_connect(const cli_opts *o, long long lease_ms,
+ * 0 on success. lease_ms is the lease the client's locks will use.
+ * deadline_ms (dlc_now_ms() clock; -1: none): when connecting has not
+ * succeeded or failed by then, prints why and exits the process with 69
+ * (-w SECS bounds the whole call). */
+int cli_connect(const cli_opts *o, long long lease_ms, long long deadline_ms,
                 void (*on_lost)(const char *, void *), void *arg,
                 dlock_client **out);
 

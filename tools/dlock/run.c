@@ -47,7 +47,10 @@
  * and the holder field it will be held under. 0 or the exit code. */
 static int open_lock(run_state *rs, long long lease) {
   const cli_opts *o = rs->o;
-  int ex = cli_connect(o, lease, mon_on_lost, rs, &rs->c);
+  /* -w SECS bounds the whole call, connecting included (-n: one attempt
+   * at the lock, after the usual connection policy). */
+  long long deadline = o->wait_ms > 0 ? rs->t_begin + o->wait_ms : -1;
+  int ex = cli_connect(o, lease, deadline, mon_on_lost, rs, &rs->c);
   if (ex)
     return ex;
   int rc = lk_new(rs->c, o->name, &rs->lk);
@@ -166,7 +169,11 @@ static int run_locked(run_state *rs, const run_sigs *sg, plan *p, sup *s,
 }
 
 int cli_run(const cli_opts *o) {
-  run_state rs = {.o = o, .evt_rd = -1, .evt_wr = -1, .lease_end = -1};
+  run_state rs = {.o = o,
+                  .evt_rd = -1,
+                  .evt_wr = -1,
+                  .lease_end = -1,
+                  .t_begin = dlc_now_ms()};
   rs.lk.kind = lk_kind(o);
   run_sigs sg;
   sigs_block(&sg);

@@ -79,6 +79,7 @@ typedef struct run_state {
   int mon_probe; /* under mu: the callback reported a loss */
   long long poll_ms;
   long long lease_end; /* fixed lease (-l): when it runs out; else -1 */
+  long long t_begin;   /* dlc_now_ms() at the start: -w counts from here */
   char reason[768];    /* under mu */
   int reason_ready;    /* under mu */
 } run_state;

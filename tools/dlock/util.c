@@ -1,8 +1,12 @@
 /* util.c -- messages, exit codes, the client policy, formatting seconds. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "url.h"
@@ -119,7 +123,10 @@ int cli_settings(cli_opts *o) {
 const char *cli_url(const cli_opts *o) { return o->cfg.url; }
 
 void cli_detail(const char *url, char *buf, size_t len) {
-  const char *d = dlock_last_error();
+  cli_redact(url, dlock_last_error(), buf, len);
+}
+
+void cli_redact(const char *url, const char *d, char *buf, size_t len) {
   char red[1024];
   dlc_url_redact(url, red, sizeof red);
   const char *hit = *url ? strstr(d, url) : NULL;
@@ -142,12 +149,89 @@ int cli_exit_code(int rc) {
     return CLI_EX_AUTH;
   case DLOCK_ELOST:
     return CLI_EX_LOST;
+  case DLOCK_EREDIS:
+    /* An ACL that does not allow a command, key or channel: a permission
+     * problem like a refused password, not a bug (sysexits EX_NOPERM). */
+    if (strstr(dlock_last_error(), "NOPERM"))
+      return CLI_EX_AUTH;
+    return CLI_EX_SOFT;
   default:
     return CLI_EX_SOFT;
   }
 }
 
-int cli_connect(const cli_opts *o, long long lease_ms,
+/* dlock_client_new on a thread of its own, so that the caller can stop
+ * waiting for it at a deadline: the library bounds each connection attempt
+ * and each reply, but not the sum of the attempts (nor a name lookup). */
+typedef struct creation {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  dlock_config cfg;
+  int done, rc;
+  dlock_client *c;
+  char err[2048]; /* its dlock_last_error(): thread-local */
+} creation;
+
+static void *create_main(void *arg) {
+  creation *cr = arg;
+  dlock_client *c = NULL;
+  int rc = dlock_client_new(&cr->cfg, &c);
+  pthread_mutex_lock(&cr->mu);
+  cr->rc = rc;
+  cr->c = c;
+  snprintf(cr->err, sizeof cr->err, "%s", rc ? dlock_last_error() : "");
+  cr->done = 1;
+  pthread_cond_signal(&cr->cv);
+  pthread_mutex_unlock(&cr->mu);
+  return NULL;
+}
+
+/* 0 with *out, a DLOCK_E* code (the detail in err), or 1: the deadline
+ * (CLOCK_MONOTONIC, ms) came first. */
+static int create_by(const dlock_config *cfg, long long deadline_ms,
+                     dlock_client **out, char *err, size_t errlen) {
+  /* On the heap: when the deadline comes first, the thread goes on using
+   * it until the process exits. */
+  creation *cr = calloc(1, sizeof *cr);
+  if (!cr) {
+    snprintf(err, errlen, "out of memory");
+    return DLOCK_ENOMEM;
+  }
+  cr->cfg = *cfg;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&cr->mu, NULL);
+  pthread_cond_init(&cr->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_t t;
+  int rc;
+  if (pthread_create(&t, NULL, create_main, cr) != 0) {
+    rc = dlock_client_new(cfg, out); /* no thread: unbounded */
+    snprintf(err, errlen, "%s", rc ? dlock_last_error() : "");
+  } else {
+    struct timespec ts = {(time_t)(deadline_ms / 1000),
+                          (long)(deadline_ms % 1000) * 1000000L};
+    pthread_mutex_lock(&cr->mu);
+    while (!cr->done)
+      if (pthread_cond_timedwait(&cr->cv, &cr->mu, &ts) == ETIMEDOUT)
+        break;
+    int done = cr->done;
+    pthread_mutex_unlock(&cr->mu);
+    if (!done)
+      return 1; /* the caller exits at once; the thread still uses cr */
+    pthread_join(t, NULL);
+    *out = cr->c;
+    snprintf(err, errlen, "%s", cr->err);
+    rc = cr->rc;
+  }
+  pthread_mutex_destroy(&cr->mu);
+  pthread_cond_destroy(&cr->cv);
+  free(cr);
+  return rc;
+}
+
+int cli_connect(const cli_opts *o, long long lease_ms, long long deadline_ms,
                 void (*on_lost)(const char *, void *), void *arg,
                 dlock_client **out) {
   const char *url = cli_url(o);
@@ -160,12 +244,29 @@ int cli_connect(const cli_opts *o, long long lease_ms,
     cfg.command_timeout_ms = (int)(ct < 250 ? 250 : ct > 2000 ? 2000 : ct);
   cfg.on_lock_lost = on_lost;
   cfg.on_lock_lost_arg = arg;
-  int rc = dlock_client_new(&cfg, out);
+  char red[1024], det[2048], raw[2048];
+  dlc_url_redact(url, red, sizeof red);
+  int rc;
+  if (deadline_ms < 0) {
+    rc = dlock_client_new(&cfg, out);
+    snprintf(raw, sizeof raw, "%s", rc ? dlock_last_error() : "");
+  } else {
+    rc = create_by(&cfg, deadline_ms, out, raw, sizeof raw);
+  }
   if (rc == 0)
     return 0;
-  char red[1024], det[2048];
-  dlc_url_redact(url, red, sizeof red);
-  cli_detail(url, det, sizeof det);
+  if (rc == 1) {
+    /* -w ran out while connecting: the connection thread is still in the
+     * library, using this stack's settings, so leave now, without the
+     * usual cleanup (nothing is held, no command was started). */
+    char w[32];
+    cli_fmt_secs(o->wait_ms, w, sizeof w);
+    cli_err("cannot reach Redis at %s: no connection within the %s s of -w",
+            red, w);
+    fflush(NULL);
+    _exit(CLI_EX_UNAVAIL);
+  }
+  cli_redact(url, raw, det, sizeof det);
   switch (rc) {
   case DLOCK_EINVAL:
     cli_err("%s", det);
