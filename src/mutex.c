@@ -27,7 +27,12 @@
  * ended wait is never taken for a later wait of the same thread. A hand-over
  * is confirmed against the local deadline: when the last attempt that saw the
  * lock taken is older than a quarter of the lease, one renewal round trip
- * gives the hold a fresh, provable deadline.
+ * gives the hold a fresh, provable deadline. With replica sync it is
+ * confirmed by one more attempt instead (a write with its WAIT, as a direct
+ * acquisition: a shortfall gives it back, DLOCK_ENOSYNC). A hold that the
+ * cancel of an ended wait finds is taken by one more attempt too: it may be
+ * a hand-over to an older wait of the thread, with that wait's lease.
+
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -696,8 +701,15 @@ static int sleep_once(acq *a) {
   }
   if (!granted)
     return 0;
-  /* The unlock script made us the owner (this wait's grant). Gone
-   * already (the lease ran out before we could confirm): wait on. */
+  /* The unlock script made us the owner (this wait's grant). With replica
+   * sync the hand-over is confirmed like a direct acquisition: by a write
+   * with a WAIT behind it -- one more attempt, which finds the field and
+   * takes the lock as this call's own (the unlocker's WAIT covered its
+   * connection, not this one; acquire_once undoes a shortfall). Without
+   * it, by the local deadline (confirm_handover). Gone already (the lease
+   * ran out before we could confirm): wait on. */
+  if (a->c->cfg.sync_replicas != 0)
+    return attempt(a, 1, a->active || a->m->ops->queue_first);
   return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
 }
 
@@ -729,15 +741,19 @@ static int wait_loop(acq *a) {
 
 /* After a wait that ended without the lock: leaves the server's queue. If
  * the lock was handed to us meanwhile we keep it (1: the wait ended with
- * the lock held); the call's own error stays the one reported. */
+ * the lock held); the call's own error stays the one reported. The hold
+ * found may be a hand-over to an older wait of this thread whose cancel
+ * never ran, with that wait's (shorter) lease: its deadline is never this
+ * call's lease counted from an earlier send. One more attempt takes the
+ * lock as this call's own -- its lease from the attempt's send time, and
+ * with replica sync its WAIT -- or finds it gone (expired meanwhile). */
 static int leave_queue(acq *a) {
   if (!a->w.queued || !a->m->ops->cancel)
     return 0;
   dlock__err_keep_begin();
   int cr = a->m->ops->cancel(a->m, a->tid, a->lease, dlock__budget_left(&a->b),
                              &a->token, &a->w);
-  int held = cr == 1 &&
-             confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent) == 1;
+  int held = cr == 1 && attempt(a, 1, 0) == 1;
   dlock__err_keep_end();
   return held;
 }

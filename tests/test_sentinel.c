@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -403,6 +404,83 @@ TH_CASE_T(enosync_when_replicas_stopped, 60, "sentinel") {
   dlock_client_free(c3);
   dlock_client_free(c2);
   dlock_client_free(c);
+}
+
+typedef struct handed {
+  dlock_mutex *m;
+  int rc;
+  atomic_int done;
+} handed;
+
+static void *wait_handed(void *arg) {
+  handed *h = arg;
+  h->rc = dlock_mutex_timedlock(h->m, 20000 * slow(), 30000);
+  if (h->rc == 0)
+    dlock_mutex_unlock(h->m);
+  atomic_store(&h->done, 1);
+  return NULL;
+}
+
+/* 25.2: a lock gained by hand-over is confirmed by the replicas like a
+ * direct acquisition. A waiter queued while the replica is up; the replica
+ * stops; the holder's unlock hands the lock over. The waiter's
+ * confirmation (a write with WAIT behind it) falls short: it gives the lock
+ * back (the next waiter gets it) and reports DLOCK_ENOSYNC. The old code
+ * accepted the grant without sending anything: held, on no replica. */
+TH_CASE_T(handover_confirmed_by_replicas, 60, "sentinel") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *r = th_replica_new(m);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 300;
+  cfg.retry_attempts = 0; /* the first ENOSYNC is the answer */
+  dlock_client *ch = th_client_cfg(m, &cfg), *cw = th_client_cfg(m, &cfg),
+               *cn = th_client_cfg(m, &cfg);
+  dlock_mutex *mh, *mw, *mn;
+  CHECK_OK(dlock_mutex_new(ch, "ho", &mh));
+  CHECK_OK(dlock_mutex_new(cw, "ho", &mw));
+  CHECK_OK(dlock_mutex_new(cn, "ho", &mn));
+  resume_synced(m, &r, 0, 1);
+  CHECK_OK(lock_synced(mh));
+  handed w = {mw, -100, 0}, n = {mn, -100, 0};
+  pthread_t tw, tn;
+  pthread_create(&tw, NULL, wait_handed, &w);
+  th_wait_llen(m, "dlock_lock_queue:{ho}", 1, 10000 * slow());
+  th_redis_pause(r);
+  /* A second waiter, queued behind: it must not be stuck behind an
+   * undone hand-over (it gets the lock once the replica is back). */
+  pthread_create(&tn, NULL, wait_handed, &n);
+  th_wait_llen(m, "dlock_lock_queue:{ho}", 2, 10000 * slow());
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_unlock(mh)); /* its WAIT falls short: no error */
+  while (!atomic_load(&w.done) && th_now_ms() - t0 < 10000 * slow())
+    th_sleep_ms(5);
+  printf("the waiter handed the lock with the replica stopped: %s after "
+         "%lld ms\n",
+         dlock_err_name(w.rc), (long long)(th_now_ms() - t0));
+  CHECK_RC(w.rc, DLOCK_ENOSYNC);
+  CHECK_EQ(dlock_mutex_hold_count(mw), 0);
+  /* Given back: handed on to the next waiter (whose own confirmation falls
+   * short too while the replica is stopped, and so on), never kept. */
+  th_redis_resume(r);
+  pthread_join(tw, NULL);
+  pthread_join(tn, NULL);
+  printf("the next waiter: %s\n", dlock_err_name(n.rc));
+  CHECK_MSG(n.rc == 0 || n.rc == DLOCK_ENOSYNC, "next waiter: %s",
+            dlock_err_name(n.rc));
+  CHECK_EQ(th_cmd_int(m, "EXISTS ho"), 0);
+  CHECK_EQ(th_cmd_int(m, "EXISTS dlock_lock_granted:{ho}"), 0);
+  CHECK_EQ(th_cmd_int(m, "LLEN dlock_lock_queue:{ho}"), 0);
+  CHECK_OK(lock_synced(mh));
+  CHECK_OK(dlock_mutex_unlock(mh));
+  dlock_mutex_free(mn);
+  dlock_mutex_free(mw);
+  dlock_mutex_free(mh);
+  dlock_client_free(cn);
+  dlock_client_free(cw);
+  dlock_client_free(ch);
 }
 
 /* ---- a master killed under contention -------------------------------------
