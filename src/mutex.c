@@ -32,7 +32,9 @@
  * acquisition: a shortfall gives it back, DLOCK_ENOSYNC). A hold that the
  * cancel of an ended wait finds is taken by one more attempt too: it may be
  * a hand-over to an older wait of the thread, with that wait's lease.
-
+ *
+ * THE BUDGET bounds the call: the retries after DLOCK_ENOSYNC spend what is
+ * left of it (trylock: none).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -590,9 +592,12 @@ static int wait_over(const acq *a) {
   return rc;
 }
 
-/* Checks the call and the thread's existing hold; fills a. 0 or a code. */
+/* Checks the call and the thread's existing hold; fills a. b: the call's
+ * budget, started here when b->c is NULL (the first try of the call), else
+ * carried on (a retry after DLOCK_ENOSYNC spends what is left of it). 0 or
+ * a code. */
 static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
-                     long long lease_ms) {
+                     long long lease_ms, dlock__budget *b) {
   if (!m) { /* the code spelt out: the analyzer cannot see dlock__fail's */
     (void)dlock__fail(DLOCK_EINVAL, "mutex is NULL");
     return DLOCK_EINVAL;
@@ -608,7 +613,12 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   a->wd = lease_ms <= 0;
   a->lease = a->wd ? c->cfg.watchdog_timeout_ms : lease_ms;
   a->ttl = -1;
-  dlock__budget_start(&a->b, c, wait_ms);
+  if (b->c) {
+    a->b = *b;
+  } else {
+    dlock__budget_start(&a->b, c, wait_ms);
+    *b = a->b;
+  }
   a->w.deadline = a->b.deadline;
   if (wait_ms != 0)
     a->w.id = dlock__rand64() | 1;
@@ -808,10 +818,11 @@ static int undo_unsynced(acq *a, const char *why) {
       msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
 }
 
-static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
+                        dlock__budget *b) {
   acq a;
   memset(&a, 0, sizeof a);
-  int rc = acq_begin(&a, m, wait_ms, lease_ms);
+  int rc = acq_begin(&a, m, wait_ms, lease_ms, b);
   if (rc)
     return rc;
   rc = first_attempt(&a);
@@ -843,13 +854,22 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms) {
 }
 
 /* An acquisition the replicas did not confirm (DLOCK_ENOSYNC, undone) is
- * tried again under the retry policy, as Redisson does. */
+ * tried again under the retry policy, as Redisson does -- within the
+ * call's wait budget: a trylock (wait_ms 0) is one attempt, a timed call
+ * tries again only while its budget outlasts the pause (each try spends
+ * what is left of it), a call that waits for ever has the whole policy. */
 static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+  dlock__budget b;
+  b.c = NULL; /* started by the first try */
   for (int i = 0;; i++) {
-    int rc = acquire_once(m, wait_ms, lease_ms);
-    if (rc != DLOCK_ENOSYNC || i >= m->c->cfg.retry_attempts)
+    int rc = acquire_once(m, wait_ms, lease_ms, &b);
+    if (rc != DLOCK_ENOSYNC || wait_ms == 0 || i >= m->c->cfg.retry_attempts)
       return rc;
-    dlock__sleep_ms(m->c->cfg.retry_interval_ms);
+    int64_t pause = m->c->cfg.retry_interval_ms;
+    if ((wait_ms > 0 && dlock__budget_left(&b) <= pause) ||
+        dlock__budget_canceled(&b) || atomic_load(&m->c->closing))
+      return rc;
+    dlock__sleep_ms(pause);
   }
 }
 

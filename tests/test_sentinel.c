@@ -319,12 +319,12 @@ TH_CASE_T(enosync_when_replicas_stopped, 60, "sentinel") {
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_mutex_trylock(mu), DLOCK_ENOSYNC);
   int64_t took = th_now_ms() - t0;
-  printf("ENOSYNC after %lld ms (sync_timeout_ms %d, %d attempts): %s\n",
-         (long long)took, cfg.sync_timeout_ms, cfg.retry_attempts + 1,
-         dlock_last_error());
+  printf("ENOSYNC after %lld ms (sync_timeout_ms %d, one attempt): %s\n",
+         (long long)took, cfg.sync_timeout_ms, dlock_last_error());
   CHECK_MSG(strstr(dlock_last_error(), "0 of 2 replicas"), "%s",
             dlock_last_error());
-  int64_t floor = (int64_t)cfg.sync_timeout_ms * (cfg.retry_attempts + 1);
+  /* One attempt: a trylock does not retry (issue 25.9). */
+  int64_t floor = cfg.sync_timeout_ms;
   CHECK_MSG(took >= floor && took <= floor + 100 + 2000 * slow(),
             "took %lld ms", (long long)took);
   /* Nothing is left behind: no lock, no latch, no queue. */
@@ -403,6 +403,52 @@ TH_CASE_T(enosync_when_replicas_stopped, 60, "sentinel") {
   dlock_mutex_free(mu);
   dlock_client_free(c3);
   dlock_client_free(c2);
+  dlock_client_free(c);
+}
+
+/* 25.9: the retries after DLOCK_ENOSYNC stay within the call's budget: a
+ * trylock is one attempt, a timedlock(500) ends about when its 500 ms do
+ * (plus the WAIT in flight). The old code ran the whole retry policy: with
+ * the defaults (3 retries 1.5 s apart) each took 4 WAITs and 4.5 s of
+ * pauses. */
+TH_CASE_T(enosync_retries_keep_the_budget, 60, "sentinel") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *r = th_replica_new(m);
+  dlock_config cfg;
+  dlock_config_init(&cfg); /* the default retry policy */
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 300;
+  dlock_client *c = th_client_cfg(m, &cfg);
+  dlock_mutex *mu;
+  CHECK_OK(dlock_mutex_new(c, "nsb", &mu));
+  resume_synced(m, &r, 0, 1);
+  CHECK_OK(lock_synced(mu)); /* connected, script loaded */
+  CHECK_OK(dlock_mutex_unlock(mu));
+  th_redis_pause(r);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_trylock(mu), DLOCK_ENOSYNC);
+  int64_t took_try = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_timedlock(mu, 500, 5000), DLOCK_ENOSYNC);
+  int64_t took_timed = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_timedlock(mu, 2000, 5000), DLOCK_ENOSYNC);
+  int64_t took_2s = th_now_ms() - t0;
+  printf("replica stopped, sync_timeout_ms 300, retries %d x %d ms: trylock "
+         "%lld ms, timedlock(500) %lld ms, timedlock(2000) %lld ms\n",
+         cfg.retry_attempts, cfg.retry_interval_ms, (long long)took_try,
+         (long long)took_timed, (long long)took_2s);
+  CHECK_MSG(took_try < 300 + 1000 * slow(), "trylock took %lld ms",
+            (long long)took_try);
+  CHECK_MSG(took_timed < 500 + 300 + 1000 * slow(),
+            "timedlock(500) took %lld ms", (long long)took_timed);
+  /* 2 s leave room for one retry 1.5 s later, not two. */
+  CHECK_MSG(took_2s >= 1500 + 2 * 300 && took_2s < 2000 + 300 + 1000 * slow(),
+            "timedlock(2000) took %lld ms", (long long)took_2s);
+  CHECK_EQ(lock_keys(m), 0);
+  th_redis_resume(r);
+  dlock_mutex_free(mu);
   dlock_client_free(c);
 }
 
