@@ -34,7 +34,8 @@
  * a hand-over to an older wait of the thread, with that wait's lease.
  *
  * THE BUDGET bounds the call: the retries after DLOCK_ENOSYNC spend what is
- * left of it (trylock: none).
+ * left of it (trylock: none), and a timed wait outlives a server that is
+ * away (a failover) until it ends, whatever the retry policy (rides_out).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -570,9 +571,11 @@ typedef struct acq {
   uint64_t token; /* fenced locks */
   int64_t sent;   /* send time of the attempt that decides the hold */
   dlock__slot slot;
-  dlock__sub *sub; /* joined wait entry, or NULL */
-  int active;      /* its subscription is confirmed */
-  int joined;      /* joined before the first attempt (queued with it) */
+  dlock__sub *sub;    /* joined wait entry, or NULL */
+  int active;         /* its subscription is confirmed */
+  int joined;         /* joined before the first attempt (queued with it) */
+  int away;           /* the last attempt met a passing failure (rides_out) */
+  char away_why[512]; /* ... and its message */
 } acq;
 
 /* "lock 'name'" for messages. */
@@ -585,6 +588,11 @@ static const char *lock_what(const dlock_mutex *m, char *buf, size_t n) {
 static int wait_over(const acq *a) {
   char what[300];
   int rc = dlock__budget_over(&a->b, lock_what(a->m, what, sizeof what));
+  if (rc == DLOCK_ETIMEDOUT && a->away)
+    return dlock__fail(a->away,
+                       "%s (lock '%s': still so when the wait of %lld "
+                       "ms ended)",
+                       a->away_why, a->m->name, a->b.wait_ms);
   if (rc == DLOCK_ETIMEDOUT)
     return dlock__fail(DLOCK_ETIMEDOUT,
                        "lock '%s' still held elsewhere after %lld ms",
@@ -694,6 +702,26 @@ static int subscribe(acq *a) {
   return rc;
 }
 
+/* A failure that a waiting call outlives: the server away for a while (a
+ * connection refused or timed out, no master found through the sentinels
+ * during a failover, a failover's READONLY, LOADING or MASTERDOWN). A call
+ * with a finite wait budget that holds nothing keeps trying -- each try
+ * resolves the master again, and the subscriber reconnects and subscribes
+ * again by itself -- until the budget ends, and then reports the failure
+ * (wait_over). Records it and returns 1, or 0 (the call ends with rc). */
+static int rides_out(acq *a, int rc) {
+  if (a->b.wait_ms <= 0 || a->prior > 0)
+    return 0;
+  if (rc != DLOCK_ECONN &&
+      (rc != DLOCK_EREDIS || !dlock__retryable_reply(dlock_last_error())))
+    return 0;
+  a->away = rc;
+  snprintf(a->away_why, sizeof a->away_why, "%s", dlock_last_error());
+  /* the next try after a wake-up (the subscription made again) or this */
+  a->ttl = a->c->cfg.retry_interval_ms > 10 ? a->c->cfg.retry_interval_ms : 10;
+  return 1;
+}
+
 /* Sleeps until a wake-up, the holder's TTL, the kind's longest sleep or
  * the deadline. 1 held (a grant, confirmed), 0 go on, or a code. */
 static int sleep_once(acq *a) {
@@ -735,16 +763,20 @@ static int wait_loop(acq *a) {
   int rc = subscribe(a);
   if (rc)
     return rc;
-  /* Joined early (already queued) or not yet subscribed: wait first. */
-  int need_wait = a->joined || !a->active;
-  for (;;) {
-    if (need_wait) {
-      if ((rc = wait_over(a)) != 0 || (rc = sleep_once(a)) != 0 ||
-          (rc = wait_over(a)) != 0)
-        return rc;
-    }
-    need_wait = 1;
-    if ((rc = attempt(a, 1, a->active || a->m->ops->queue_first)) != 0)
+  /* Joined early (already queued), not yet subscribed, or the first
+   * attempt failed: wait first. */
+  for (int wait = a->joined || !a->active || a->away;; wait = 1) {
+    /* The budget's verdict ends the call as it is (never ridden out). */
+    if (wait && (rc = wait_over(a)) != 0)
+      return rc;
+    rc = wait ? sleep_once(a) : 0;
+    if (rc == 0 && wait && (rc = wait_over(a)) != 0)
+      return rc;
+    if (rc == 0)
+      rc = attempt(a, 1, a->active || a->m->ops->queue_first);
+    if (rc == 0)
+      a->away = 0; /* the server answered: taken */
+    else if (rc == 1 || !rides_out(a, rc))
       return rc;
   }
 }
@@ -826,6 +858,8 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   if (rc)
     return rc;
   rc = first_attempt(&a);
+  if (rc < 0 && rides_out(&a, rc))
+    rc = 0; /* wait (subscribed) and try again */
   if (rc == 0 && wait_ms == 0)
     rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
   else if (rc == 0)

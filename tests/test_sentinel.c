@@ -743,6 +743,69 @@ TH_CASE_T(master_killed_under_contention, 180, "sentinel") {
   dlock_client_free(c);
 }
 
+static void *wait_through_failover(void *arg) {
+  waiter *w = arg;
+  dlock_config cfg = sentinel_cfg(w->t);
+  /* A short retry policy: only the wait budget bridges the failover. */
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 200;
+  dlock_client *c = NULL;
+  w->rc = dlock_client_new(&cfg, &c);
+  if (w->rc)
+    return NULL;
+  dlock_mutex *m;
+  dlock_mutex_new(c, "ride", &m);
+  w->rc = dlock_mutex_timedlock(m, 60000 * slow(), 10000);
+  w->at = th_now_ms();
+  if (w->rc != 0)
+    printf("waiter: %s\n", dlock_last_error());
+  if (w->rc == 0)
+    dlock_mutex_unlock(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return NULL;
+}
+
+/* 25.11: a timed waiter (nothing held) rides out a failover: while its
+ * budget lasts it keeps resolving the master and subscribing again, however
+ * short its retry policy. The old code returned DLOCK_ECONN ("no master
+ * 'mymaster' found through 3 sentinels") soon after the kill. */
+TH_CASE_T(timed_waiter_rides_out_failover, 180, "sentinel slow") {
+  topo t;
+  topo_start(&t);
+  dlock_config cfg = sentinel_cfg(&t);
+  dlock_client *c = th_client_cfg(t.m, &cfg);
+  dlock_mutex *held;
+  CHECK_OK(dlock_mutex_new(c, "ride", &held));
+  CHECK_OK(dlock_mutex_timedlock(held, 0, 120000));
+  waiter wt = {&t, -100, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_through_failover, &wt);
+  th_wait_llen(t.m, "dlock_lock_queue:{ride}", 1, 10000 * slow());
+  int old = t.m->port;
+  int64_t killed = th_now_ms(), promoted = 0;
+  th_redis_kill(t.m);
+  th_redis *nm = wait_promoted(&t, old, &promoted);
+  printf("promoted %lld ms after the kill\n", (long long)(promoted - killed));
+  /* The holder lets go on the new master (its hold was replicated). */
+  int rc = dlock_mutex_unlock(held);
+  int64_t released = th_now_ms();
+  CHECK_MSG(rc == 0, "unlock after the failover: %s %s", dlock_err_name(rc),
+            dlock_last_error());
+  pthread_join(th, NULL);
+  printf("waiter: %s %lld ms after the unlock (%lld ms after the kill)\n",
+         dlock_err_name(wt.rc), (long long)(wt.at - released),
+         (long long)(wt.at - killed));
+  CHECK_OK(wt.rc);
+  CHECK_MSG(wt.at >= released - 50,
+            "the waiter got the lock before the unlock");
+  CHECK_MSG(wt.at - released < 5000 * slow(), "woken %lld ms late",
+            (long long)(wt.at - released));
+  CHECK_EQ(th_cmd_int(nm, "EXISTS ride"), 0);
+  dlock_mutex_free(held);
+  dlock_client_free(c);
+}
+
 /* What WAIT does not cover, shown: the replicas are cut off from the master
  * (CLIENT KILL TYPE replica while they are stopped, so nothing more reaches
  * them), one lock is taken with each sync_replicas setting, the master is
