@@ -744,9 +744,10 @@ static int sleep_once(acq *a) {
    * with a WAIT behind it -- one more attempt, which finds the field and
    * takes the lock as this call's own (the unlocker's WAIT covered its
    * connection, not this one; acquire_once undoes a shortfall). Without
-   * it, by the local deadline (confirm_handover). Gone already (the lease
-   * ran out before we could confirm): wait on. */
-  if (a->c->cfg.sync_replicas != 0)
+   * it (or with no replica to wait for: a plain server pays nothing), by
+   * the local deadline (confirm_handover). Gone already (the lease ran out
+   * before we could confirm): wait on. */
+  if (dlock__sync_want(a->c, a->m->name) > 0)
     return attempt(a, 1, a->active || a->m->ops->queue_first);
   return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
 }
