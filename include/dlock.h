@@ -436,9 +436,10 @@ DLOCK_API void dlock_mutex_free(dlock_mutex *m);
  * DLOCK_EAUTH, DLOCK_EREDIS (e.g. WRONGTYPE under the name), DLOCK_ELOST
  * (a reentrant acquire found this thread's hold gone; the hold is dropped),
  * DLOCK_ECLOSED, DLOCK_EFORK, DLOCK_ENOSYNC (cfg.sync_replicas: the
- * replicas did not confirm the acquisition within sync_timeout_ms, after the
- * retry policy; it was undone, nothing is held). Thread-safety: any
- * thread. */
+ * replicas did not confirm the acquisition -- a hand-over from an unlock
+ * included -- within sync_timeout_ms, after the retry policy (for a timed
+ * call: within its wait budget; trylock: one attempt); it was undone,
+ * nothing is held). Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_lock(dlock_mutex *m);
 
@@ -458,11 +459,14 @@ DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
  * out). The budget bounds the whole call, retries included: a command
  * that fails (connection refused, reset, a transient server state) is
  * retried under the retry policy (retry_attempts, retry_interval_ms) only
- * while the budget lasts, so against a dead server the call returns
+ * while the budget lasts; a mutex or read-write lock call that waits
+ * (wait_ms > 0) and holds nothing yet keeps trying past the policy until its
+ * budget ends (a Sentinel
+ * failover, a restarting server), so against a dead server the call returns
  * DLOCK_ECONN after about wait_ms (plus at most one connection attempt,
- * connect_timeout_ms, or one reply, command_timeout_ms, when the network
- * swallows packets instead of refusing them). With wait_ms < 0 or 0 the
- * whole retry policy applies. The same holds for every timed call of the
+ * connect_timeout_ms, or one reply, command_timeout_ms or a WAIT's
+ * sync_timeout_ms, when the network swallows packets instead of refusing
+ * them). With wait_ms < 0 or 0 the whole retry policy applies. The same holds for every timed call of the
  * library (rwlock, multilock, semaphore, latch). lease_ms > 0: fixed
  * lease, no renewal; <= 0: watchdog lease; above DLOCK_LEASE_MAX_MS:
  * DLOCK_EINVAL. A reentrant acquire never shortens the key's TTL (an inner hold

@@ -102,6 +102,25 @@ int dlock_multilock_lock(dlock_multilock *ml) {
   return dlock_multilock_timedlock(ml, -1, -1);
 }
 
+/* One attempt on member i. An acquisition the replicas did not confirm
+ * (DLOCK_ENOSYNC, undone) is tried again under the retry policy within the
+ * multilock's budget b, as a mutex call does (mutex.c): never for a
+ * trylock, while the budget outlasts the pause for a timed call. */
+static int member_try(dlock_multilock *ml, size_t i, long long wait_ms,
+                      long long lease_ms, const dlock__budget *b) {
+  dlock_client *c = ml->locks[i]->c;
+  for (int k = 0;; k++) {
+    int rc = dlock__mutex_acquire(ml->locks[i], 0, lease_ms);
+    if (rc != DLOCK_ENOSYNC || wait_ms == 0 || k >= c->cfg.retry_attempts)
+      return rc;
+    int64_t pause = c->cfg.retry_interval_ms;
+    if ((wait_ms > 0 && dlock__budget_left(b) <= pause) ||
+        atomic_load(&c->closing))
+      return rc;
+    dlock__sleep_ms(pause);
+  }
+}
+
 int dlock_multilock_trylock(dlock_multilock *ml) {
   return dlock_multilock_timedlock(ml, 0, -1);
 }
@@ -128,7 +147,7 @@ int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
     for (size_t i = 0; i < ml->n; i++) {
       if (taken[i])
         continue;
-      rc = dlock__mutex_acquire(ml->locks[i], 0, lease_ms);
+      rc = member_try(ml, i, wait_ms, lease_ms, &b);
       if (rc == 0) {
         taken[i] = 1;
         continue;

@@ -27,7 +27,15 @@
  * ended wait is never taken for a later wait of the same thread. A hand-over
  * is confirmed against the local deadline: when the last attempt that saw the
  * lock taken is older than a quarter of the lease, one renewal round trip
- * gives the hold a fresh, provable deadline.
+ * gives the hold a fresh, provable deadline. With replica sync it is
+ * confirmed by one more attempt instead (a write with its WAIT, as a direct
+ * acquisition: a shortfall gives it back, DLOCK_ENOSYNC). A hold that the
+ * cancel of an ended wait finds is taken by one more attempt too: it may be
+ * a hand-over to an older wait of the thread, with that wait's lease.
+ *
+ * THE BUDGET bounds the call: the retries after DLOCK_ENOSYNC spend what is
+ * left of it (trylock: none), and a timed wait outlives a server that is
+ * away (a failover) until it ends, whatever the retry policy (rides_out).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -563,9 +571,11 @@ typedef struct acq {
   uint64_t token; /* fenced locks */
   int64_t sent;   /* send time of the attempt that decides the hold */
   dlock__slot slot;
-  dlock__sub *sub; /* joined wait entry, or NULL */
-  int active;      /* its subscription is confirmed */
-  int joined;      /* joined before the first attempt (queued with it) */
+  dlock__sub *sub;    /* joined wait entry, or NULL */
+  int active;         /* its subscription is confirmed */
+  int joined;         /* joined before the first attempt (queued with it) */
+  int away;           /* the last attempt met a passing failure (rides_out) */
+  char away_why[512]; /* ... and its message */
 } acq;
 
 /* "lock 'name'" for messages. */
@@ -578,6 +588,11 @@ static const char *lock_what(const dlock_mutex *m, char *buf, size_t n) {
 static int wait_over(const acq *a) {
   char what[300];
   int rc = dlock__budget_over(&a->b, lock_what(a->m, what, sizeof what));
+  if (rc == DLOCK_ETIMEDOUT && a->away)
+    return dlock__fail(a->away,
+                       "%s (lock '%s': still so when the wait of %lld "
+                       "ms ended)",
+                       a->away_why, a->m->name, a->b.wait_ms);
   if (rc == DLOCK_ETIMEDOUT)
     return dlock__fail(DLOCK_ETIMEDOUT,
                        "lock '%s' still held elsewhere after %lld ms",
@@ -585,9 +600,12 @@ static int wait_over(const acq *a) {
   return rc;
 }
 
-/* Checks the call and the thread's existing hold; fills a. 0 or a code. */
+/* Checks the call and the thread's existing hold; fills a. b: the call's
+ * budget, started here when b->c is NULL (the first try of the call), else
+ * carried on (a retry after DLOCK_ENOSYNC spends what is left of it). 0 or
+ * a code. */
 static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
-                     long long lease_ms) {
+                     long long lease_ms, dlock__budget *b) {
   if (!m) { /* the code spelt out: the analyzer cannot see dlock__fail's */
     (void)dlock__fail(DLOCK_EINVAL, "mutex is NULL");
     return DLOCK_EINVAL;
@@ -603,7 +621,12 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   a->wd = lease_ms <= 0;
   a->lease = a->wd ? c->cfg.watchdog_timeout_ms : lease_ms;
   a->ttl = -1;
-  dlock__budget_start(&a->b, c, wait_ms);
+  if (b->c) {
+    a->b = *b;
+  } else {
+    dlock__budget_start(&a->b, c, wait_ms);
+    *b = a->b;
+  }
   a->w.deadline = a->b.deadline;
   if (wait_ms != 0)
     a->w.id = dlock__rand64() | 1;
@@ -679,6 +702,26 @@ static int subscribe(acq *a) {
   return rc;
 }
 
+/* A failure that a waiting call outlives: the server away for a while (a
+ * connection refused or timed out, no master found through the sentinels
+ * during a failover, a failover's READONLY, LOADING or MASTERDOWN). A call
+ * with a finite wait budget that holds nothing keeps trying -- each try
+ * resolves the master again, and the subscriber reconnects and subscribes
+ * again by itself -- until the budget ends, and then reports the failure
+ * (wait_over). Records it and returns 1, or 0 (the call ends with rc). */
+static int rides_out(acq *a, int rc) {
+  if (a->b.wait_ms <= 0 || a->prior > 0)
+    return 0;
+  if (rc != DLOCK_ECONN &&
+      (rc != DLOCK_EREDIS || !dlock__retryable_reply(dlock_last_error())))
+    return 0;
+  a->away = rc;
+  snprintf(a->away_why, sizeof a->away_why, "%s", dlock_last_error());
+  /* the next try after a wake-up (the subscription made again) or this */
+  a->ttl = a->c->cfg.retry_interval_ms > 10 ? a->c->cfg.retry_interval_ms : 10;
+  return 1;
+}
+
 /* Sleeps until a wake-up, the holder's TTL, the kind's longest sleep or
  * the deadline. 1 held (a grant, confirmed), 0 go on, or a code. */
 static int sleep_once(acq *a) {
@@ -696,8 +739,16 @@ static int sleep_once(acq *a) {
   }
   if (!granted)
     return 0;
-  /* The unlock script made us the owner (this wait's grant). Gone
-   * already (the lease ran out before we could confirm): wait on. */
+  /* The unlock script made us the owner (this wait's grant). With replica
+   * sync the hand-over is confirmed like a direct acquisition: by a write
+   * with a WAIT behind it -- one more attempt, which finds the field and
+   * takes the lock as this call's own (the unlocker's WAIT covered its
+   * connection, not this one; acquire_once undoes a shortfall). Without
+   * it (or with no replica to wait for: a plain server pays nothing), by
+   * the local deadline (confirm_handover). Gone already (the lease ran out
+   * before we could confirm): wait on. */
+  if (dlock__sync_want(a->c, a->m->name) > 0)
+    return attempt(a, 1, a->active || a->m->ops->queue_first);
   return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
 }
 
@@ -713,31 +764,39 @@ static int wait_loop(acq *a) {
   int rc = subscribe(a);
   if (rc)
     return rc;
-  /* Joined early (already queued) or not yet subscribed: wait first. */
-  int need_wait = a->joined || !a->active;
-  for (;;) {
-    if (need_wait) {
-      if ((rc = wait_over(a)) != 0 || (rc = sleep_once(a)) != 0 ||
-          (rc = wait_over(a)) != 0)
-        return rc;
-    }
-    need_wait = 1;
-    if ((rc = attempt(a, 1, a->active || a->m->ops->queue_first)) != 0)
+  /* Joined early (already queued), not yet subscribed, or the first
+   * attempt failed: wait first. */
+  for (int wait = a->joined || !a->active || a->away;; wait = 1) {
+    /* The budget's verdict ends the call as it is (never ridden out). */
+    if (wait && (rc = wait_over(a)) != 0)
+      return rc;
+    rc = wait ? sleep_once(a) : 0;
+    if (rc == 0 && wait && (rc = wait_over(a)) != 0)
+      return rc;
+    if (rc == 0)
+      rc = attempt(a, 1, a->active || a->m->ops->queue_first);
+    if (rc == 0)
+      a->away = 0; /* the server answered: taken */
+    else if (rc == 1 || !rides_out(a, rc))
       return rc;
   }
 }
 
 /* After a wait that ended without the lock: leaves the server's queue. If
  * the lock was handed to us meanwhile we keep it (1: the wait ended with
- * the lock held); the call's own error stays the one reported. */
+ * the lock held); the call's own error stays the one reported. The hold
+ * found may be a hand-over to an older wait of this thread whose cancel
+ * never ran, with that wait's (shorter) lease: its deadline is never this
+ * call's lease counted from an earlier send. One more attempt takes the
+ * lock as this call's own -- its lease from the attempt's send time, and
+ * with replica sync its WAIT -- or finds it gone (expired meanwhile). */
 static int leave_queue(acq *a) {
   if (!a->w.queued || !a->m->ops->cancel)
     return 0;
   dlock__err_keep_begin();
   int cr = a->m->ops->cancel(a->m, a->tid, a->lease, dlock__budget_left(&a->b),
                              &a->token, &a->w);
-  int held = cr == 1 &&
-             confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent) == 1;
+  int held = cr == 1 && attempt(a, 1, 0) == 1;
   dlock__err_keep_end();
   return held;
 }
@@ -792,13 +851,16 @@ static int undo_unsynced(acq *a, const char *why) {
       msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
 }
 
-static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
+                        dlock__budget *b) {
   acq a;
   memset(&a, 0, sizeof a);
-  int rc = acq_begin(&a, m, wait_ms, lease_ms);
+  int rc = acq_begin(&a, m, wait_ms, lease_ms, b);
   if (rc)
     return rc;
   rc = first_attempt(&a);
+  if (rc < 0 && rides_out(&a, rc))
+    rc = 0; /* wait (subscribed) and try again */
   if (rc == 0 && wait_ms == 0)
     rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
   else if (rc == 0)
@@ -827,13 +889,22 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms) {
 }
 
 /* An acquisition the replicas did not confirm (DLOCK_ENOSYNC, undone) is
- * tried again under the retry policy, as Redisson does. */
+ * tried again under the retry policy, as Redisson does -- within the
+ * call's wait budget: a trylock (wait_ms 0) is one attempt, a timed call
+ * tries again only while its budget outlasts the pause (each try spends
+ * what is left of it), a call that waits for ever has the whole policy. */
 static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
+  dlock__budget b;
+  b.c = NULL; /* started by the first try */
   for (int i = 0;; i++) {
-    int rc = acquire_once(m, wait_ms, lease_ms);
-    if (rc != DLOCK_ENOSYNC || i >= m->c->cfg.retry_attempts)
+    int rc = acquire_once(m, wait_ms, lease_ms, &b);
+    if (rc != DLOCK_ENOSYNC || wait_ms == 0 || i >= m->c->cfg.retry_attempts)
       return rc;
-    dlock__sleep_ms(m->c->cfg.retry_interval_ms);
+    int64_t pause = m->c->cfg.retry_interval_ms;
+    if ((wait_ms > 0 && dlock__budget_left(&b) <= pause) ||
+        dlock__budget_canceled(&b) || atomic_load(&m->c->closing))
+      return rc;
+    dlock__sleep_ms(pause);
   }
 }
 

@@ -314,6 +314,53 @@ static void ended_wait_grant_declined(int uv) {
 TH_CASE(ended_wait_grant_declined_libevent) { ended_wait_grant_declined(0); }
 TH_CASE(ended_wait_grant_declined_libuv) { ended_wait_grant_declined(1); }
 
+/* Issue 25.1 in this client: a timed call ends (its budget) while the lock
+ * stands handed to its owner by a hand-over to an older, ended call of that
+ * owner (that call's 1.5 s lease; the grant lost, only the state is there).
+ * The cancel finds the field; the hold must be this call's own (its 10 s
+ * lease on the server, from one more attempt), never a deadline the key
+ * does not have. */
+static void cancel_takes_an_older_hand_over_as_its_own(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  res h = {0}, w = {0}, u = {0};
+  CHECK_OK(dlock_async_lock(a, "ol", 1, 0, 60000, on_res, &h));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
+  CHECK_RC(h.last, DLOCK_OK);
+  CHECK_OK(dlock_async_lock(a, "ol", 2, 800, 10000, on_res, &w));
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{ol}", 1), 1);
+  char field[80];
+  snprintf(field, sizeof field, "%s:2", dlock_async_id(a));
+  int64_t handed = th_now_ms();
+  freeReplyObject(th_cmd(r, "DEL ol"));
+  freeReplyObject(th_cmd(r, "HSET ol %s 1", field));
+  freeReplyObject(th_cmd(r, "PEXPIRE ol 1500"));
+  freeReplyObject(th_cmd(
+      r, "SET dlock_lock_granted:{ol} %s|00000000000000ee PX 1500", field));
+  CHECK(tl_until(&f.l, &w.n, 1, 10000));
+  CHECK_MSG(th_now_ms() - handed < 1400,
+            "too slow to judge (the handed lock's lease ran out first)");
+  CHECK_RC(w.last, DLOCK_OK);
+  long long pttl = th_cmd_int(r, "PTTL ol");
+  printf("timed lock(800, 10000) -> OK; the key's PTTL %lld ms\n", pttl);
+  CHECK_MSG(pttl > 5000, "the key keeps the old wait's lease: %lld ms", pttl);
+  CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_granted:{ol}"), 0);
+  CHECK_OK(dlock_async_unlock(a, "ol", 2, on_res, &u));
+  CHECK(tl_until(&f.l, &u.n, 1, 5000));
+  CHECK_RC(u.last, DLOCK_OK);
+  CHECK_EQ(th_cmd_int(r, "EXISTS ol"), 0);
+  fx_end(&f);
+}
+
+TH_CASE(cancel_takes_an_older_hand_over_as_its_own_libevent) {
+  cancel_takes_an_older_hand_over_as_its_own(0);
+}
+TH_CASE(cancel_takes_an_older_hand_over_as_its_own_libuv) {
+  cancel_takes_an_older_hand_over_as_its_own(1);
+}
+
 /* ---- against a blocking dlock_mutex in another process */
 
 static th_redis *g_r;

@@ -450,6 +450,96 @@ TH_CASE(decline_leaves_an_adopted_hand_over_alone) {
   dlock_client_free(o);
 }
 
+typedef struct validity_waiter {
+  waiter w;
+  long long validity; /* dlock_mutex_validity right after the timedlock */
+  int64_t at;         /* ... read at this monotonic ms */
+} validity_waiter;
+
+/* timedlock; on success reads its validity (started = 2), holds until go,
+ * unlocks (rc2). */
+static void *timed_waiter_validity(void *arg) {
+  validity_waiter *v = arg;
+  waiter *w = &v->w;
+  dlock_mutex_owner(w->m, w->field, sizeof w->field);
+  atomic_store(&w->started, 1);
+  w->rc = dlock_mutex_timedlock(w->m, w->wait_ms, w->lease_ms);
+  if (w->rc == 0) {
+    v->at = th_now_ms();
+    dlock_mutex_validity(w->m, &v->validity);
+    atomic_store(&w->started, 2);
+    wait_flag(&w->go, 60000);
+    w->rc2 = dlock_mutex_unlock(w->m);
+  }
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+/* 25.1: a timed wait ends (its budget) while the lock stands handed to its
+ * thread -- by a hand-over to an older wait of that thread whose cancel
+ * never ran, with that wait's shorter lease (here 1.5 s; the grant was
+ * lost, so only the state is there: the field, count 1, the marker naming
+ * the old wait). The cancel finds the field. The old code recorded this
+ * call's lease (10 s) from an earlier send: validity ~9 s while the key
+ * expired 1.5 s after the hand-over and another client took it. The hold's
+ * deadline must come from the server: the lock is taken as this call's own
+ * (its lease), or not at all. */
+TH_CASE(cancel_never_adopts_an_older_waits_lease) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = th_client(r), *cb = th_client(r), *cc = th_client(r);
+  dlock_mutex *ma, *mb, *mc;
+  CHECK_OK(dlock_mutex_new(ca, "oldlease", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "oldlease", &mb));
+  CHECK_OK(dlock_mutex_new(cc, "oldlease", &mc));
+  CHECK_OK(dlock_mutex_timedlock(mb, 0, 60000));
+  validity_waiter v = {.w = {.m = ma, .wait_ms = 800, .lease_ms = 10000}};
+  pthread_t t;
+  pthread_create(&t, NULL, timed_waiter_validity, &v);
+  th_wait_llen(r, "dlock_lock_queue:{oldlease}", 1, 10000);
+  /* What the unlock writes when it hands the lock to the old wait
+   * (00000000000000ee) of this thread, with that wait's 1.5 s lease. */
+  int64_t handed = th_now_ms();
+  freeReplyObject(th_cmd(r, "DEL oldlease"));
+  freeReplyObject(th_cmd(r, "HSET oldlease %s 1", v.w.field));
+  freeReplyObject(th_cmd(r, "PEXPIRE oldlease 1500"));
+  freeReplyObject(
+      th_cmd(r,
+             "SET dlock_lock_granted:{oldlease} %s|00000000000000ee "
+             "PX 1500",
+             v.w.field));
+  int64_t t0 = th_now_ms();
+  while (atomic_load(&v.w.started) < 2 && !atomic_load(&v.w.done) &&
+         th_now_ms() - t0 < 10000)
+    th_sleep_ms(2);
+  CHECK_MSG(th_now_ms() - handed < 1400,
+            "too slow to judge (the handed lock's lease ran out first)");
+  CHECK_OK(v.w.rc);
+  long long pttl = th_cmd_int(r, "PTTL oldlease");
+  int64_t read_at = th_now_ms();
+  printf("timedlock(800, 10000) -> OK, validity %lld ms; the key's PTTL "
+         "%lld ms\n",
+         v.validity, pttl);
+  /* The local deadline never outlasts the key. */
+  CHECK_MSG(v.validity <= pttl + (read_at - v.at) + 5,
+            "validity %lld ms but the key expires in %lld ms", v.validity,
+            pttl);
+  /* Past the old wait's lease, the lock is still this thread's alone. */
+  while (th_now_ms() - handed < 1700)
+    th_sleep_ms(5);
+  CHECK_RC(dlock_mutex_trylock(mc), DLOCK_EBUSY);
+  atomic_store(&v.w.go, 1);
+  pthread_join(t, NULL);
+  CHECK_OK(v.w.rc2);
+  CHECK_OK(dlock_mutex_trylock(mc));
+  CHECK_OK(dlock_mutex_unlock(mc));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb); /* its hold was overwritten: abandoned */
+  dlock_mutex_free(mc);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+  dlock_client_free(cc);
+}
+
 /* 9.5: a thread that holds the lock and still has an entry queued (it took
  * the lock by a retry, not by the hand-over) is never handed its own lock
  * back by its unlock. */

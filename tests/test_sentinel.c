@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -318,12 +319,12 @@ TH_CASE_T(enosync_when_replicas_stopped, 60, "sentinel") {
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_mutex_trylock(mu), DLOCK_ENOSYNC);
   int64_t took = th_now_ms() - t0;
-  printf("ENOSYNC after %lld ms (sync_timeout_ms %d, %d attempts): %s\n",
-         (long long)took, cfg.sync_timeout_ms, cfg.retry_attempts + 1,
-         dlock_last_error());
+  printf("ENOSYNC after %lld ms (sync_timeout_ms %d, one attempt): %s\n",
+         (long long)took, cfg.sync_timeout_ms, dlock_last_error());
   CHECK_MSG(strstr(dlock_last_error(), "0 of 2 replicas"), "%s",
             dlock_last_error());
-  int64_t floor = (int64_t)cfg.sync_timeout_ms * (cfg.retry_attempts + 1);
+  /* One attempt: a trylock does not retry (issue 25.9). */
+  int64_t floor = cfg.sync_timeout_ms;
   CHECK_MSG(took >= floor && took <= floor + 100 + 2000 * slow(),
             "took %lld ms", (long long)took);
   /* Nothing is left behind: no lock, no latch, no queue. */
@@ -403,6 +404,130 @@ TH_CASE_T(enosync_when_replicas_stopped, 60, "sentinel") {
   dlock_client_free(c3);
   dlock_client_free(c2);
   dlock_client_free(c);
+}
+
+/* 25.9: the retries after DLOCK_ENOSYNC stay within the call's budget: a
+ * trylock is one attempt, a timedlock(500) ends about when its 500 ms do
+ * (plus the WAIT in flight). The old code ran the whole retry policy: with
+ * the defaults (3 retries 1.5 s apart) each took 4 WAITs and 4.5 s of
+ * pauses. */
+TH_CASE_T(enosync_retries_keep_the_budget, 120, "sentinel slow") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *r = th_replica_new(m);
+  dlock_config cfg;
+  dlock_config_init(&cfg); /* the default retry policy */
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 300;
+  dlock_client *c = th_client_cfg(m, &cfg);
+  dlock_mutex *mu;
+  CHECK_OK(dlock_mutex_new(c, "nsb", &mu));
+  resume_synced(m, &r, 0, 1);
+  CHECK_OK(lock_synced(mu)); /* connected, script loaded */
+  CHECK_OK(dlock_mutex_unlock(mu));
+  th_redis_pause(r);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_trylock(mu), DLOCK_ENOSYNC);
+  int64_t took_try = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_timedlock(mu, 500, 5000), DLOCK_ENOSYNC);
+  int64_t took_timed = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_timedlock(mu, 2000, 5000), DLOCK_ENOSYNC);
+  int64_t took_2s = th_now_ms() - t0;
+  printf("replica stopped, sync_timeout_ms 300, retries %d x %d ms: trylock "
+         "%lld ms, timedlock(500) %lld ms, timedlock(2000) %lld ms\n",
+         cfg.retry_attempts, cfg.retry_interval_ms, (long long)took_try,
+         (long long)took_timed, (long long)took_2s);
+  /* The old code: 4 WAITs + 3 pauses, 5.7 s for each call. */
+  CHECK_MSG(took_try < 300 + 3000 * slow(), "trylock took %lld ms",
+            (long long)took_try);
+  CHECK_MSG(took_timed < 500 + 300 + 3000 * slow(),
+            "timedlock(500) took %lld ms", (long long)took_timed);
+  /* 2 s leave room for one retry 1.5 s later at most. */
+  CHECK_MSG(took_2s < 2000 + 300 + 2500 * slow(),
+            "timedlock(2000) took %lld ms", (long long)took_2s);
+  CHECK_EQ(lock_keys(m), 0);
+  th_redis_resume(r);
+  dlock_mutex_free(mu);
+  dlock_client_free(c);
+}
+
+typedef struct handed {
+  dlock_mutex *m;
+  int rc;
+  atomic_int done;
+} handed;
+
+static void *wait_handed(void *arg) {
+  handed *h = arg;
+  h->rc = dlock_mutex_timedlock(h->m, 20000 * slow(), 30000);
+  if (h->rc == 0)
+    dlock_mutex_unlock(h->m);
+  atomic_store(&h->done, 1);
+  return NULL;
+}
+
+/* 25.2: a lock gained by hand-over is confirmed by the replicas like a
+ * direct acquisition. A waiter queued while the replica is up; the replica
+ * stops; the holder's unlock hands the lock over. The waiter's
+ * confirmation (a write with WAIT behind it) falls short: it gives the lock
+ * back (the next waiter gets it) and reports DLOCK_ENOSYNC. The old code
+ * accepted the grant without sending anything: held, on no replica. */
+TH_CASE_T(handover_confirmed_by_replicas, 120, "sentinel slow") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *r = th_replica_new(m);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 300;
+  cfg.retry_attempts = 0; /* the first ENOSYNC is the answer */
+  dlock_client *ch = th_client_cfg(m, &cfg), *cw = th_client_cfg(m, &cfg),
+               *cn = th_client_cfg(m, &cfg);
+  dlock_mutex *mh, *mw, *mn;
+  CHECK_OK(dlock_mutex_new(ch, "ho", &mh));
+  CHECK_OK(dlock_mutex_new(cw, "ho", &mw));
+  CHECK_OK(dlock_mutex_new(cn, "ho", &mn));
+  resume_synced(m, &r, 0, 1);
+  CHECK_OK(lock_synced(mh));
+  handed w = {mw, -100, 0}, n = {mn, -100, 0};
+  pthread_t tw, tn;
+  pthread_create(&tw, NULL, wait_handed, &w);
+  th_wait_llen(m, "dlock_lock_queue:{ho}", 1, 10000 * slow());
+  th_redis_pause(r);
+  /* A second waiter, queued behind: it must not be stuck behind an
+   * undone hand-over (it gets the lock once the replica is back). */
+  pthread_create(&tn, NULL, wait_handed, &n);
+  th_wait_llen(m, "dlock_lock_queue:{ho}", 2, 10000 * slow());
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_unlock(mh)); /* its WAIT falls short: no error */
+  while (!atomic_load(&w.done) && th_now_ms() - t0 < 10000 * slow())
+    th_sleep_ms(5);
+  printf("the waiter handed the lock with the replica stopped: %s after "
+         "%lld ms\n",
+         dlock_err_name(w.rc), (long long)(th_now_ms() - t0));
+  CHECK_RC(w.rc, DLOCK_ENOSYNC);
+  CHECK_EQ(dlock_mutex_hold_count(mw), 0);
+  /* Given back: handed on to the next waiter (whose own confirmation falls
+   * short too while the replica is stopped, and so on), never kept. */
+  th_redis_resume(r);
+  pthread_join(tw, NULL);
+  pthread_join(tn, NULL);
+  printf("the next waiter: %s\n", dlock_err_name(n.rc));
+  CHECK_MSG(n.rc == 0 || n.rc == DLOCK_ENOSYNC, "next waiter: %s",
+            dlock_err_name(n.rc));
+  CHECK_EQ(th_cmd_int(m, "EXISTS ho"), 0);
+  CHECK_EQ(th_cmd_int(m, "EXISTS dlock_lock_granted:{ho}"), 0);
+  CHECK_EQ(th_cmd_int(m, "LLEN dlock_lock_queue:{ho}"), 0);
+  CHECK_OK(lock_synced(mh));
+  CHECK_OK(dlock_mutex_unlock(mh));
+  dlock_mutex_free(mn);
+  dlock_mutex_free(mw);
+  dlock_mutex_free(mh);
+  dlock_client_free(cn);
+  dlock_client_free(cw);
+  dlock_client_free(ch);
 }
 
 /* ---- a master killed under contention -------------------------------------
@@ -615,6 +740,69 @@ TH_CASE_T(master_killed_under_contention, 180, "sentinel") {
   CHECK_OK(wt.rc);
   CHECK_MSG(wt.at - released < 3000 * slow(), "woken %lld ms late",
             (long long)(wt.at - released));
+  dlock_mutex_free(held);
+  dlock_client_free(c);
+}
+
+static void *wait_through_failover(void *arg) {
+  waiter *w = arg;
+  dlock_config cfg = sentinel_cfg(w->t);
+  /* A short retry policy: only the wait budget bridges the failover. */
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 200;
+  dlock_client *c = NULL;
+  w->rc = dlock_client_new(&cfg, &c);
+  if (w->rc)
+    return NULL;
+  dlock_mutex *m;
+  dlock_mutex_new(c, "ride", &m);
+  w->rc = dlock_mutex_timedlock(m, 60000 * slow(), 10000);
+  w->at = th_now_ms();
+  if (w->rc != 0)
+    printf("waiter: %s\n", dlock_last_error());
+  if (w->rc == 0)
+    dlock_mutex_unlock(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return NULL;
+}
+
+/* 25.11: a timed waiter (nothing held) rides out a failover: while its
+ * budget lasts it keeps resolving the master and subscribing again, however
+ * short its retry policy. The old code returned DLOCK_ECONN ("no master
+ * 'mymaster' found through 3 sentinels") soon after the kill. */
+TH_CASE_T(timed_waiter_rides_out_failover, 180, "sentinel slow") {
+  topo t;
+  topo_start(&t);
+  dlock_config cfg = sentinel_cfg(&t);
+  dlock_client *c = th_client_cfg(t.m, &cfg);
+  dlock_mutex *held;
+  CHECK_OK(dlock_mutex_new(c, "ride", &held));
+  CHECK_OK(dlock_mutex_timedlock(held, 0, 120000));
+  waiter wt = {&t, -100, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_through_failover, &wt);
+  th_wait_llen(t.m, "dlock_lock_queue:{ride}", 1, 10000 * slow());
+  int old = t.m->port;
+  int64_t killed = th_now_ms(), promoted = 0;
+  th_redis_kill(t.m);
+  th_redis *nm = wait_promoted(&t, old, &promoted);
+  printf("promoted %lld ms after the kill\n", (long long)(promoted - killed));
+  /* The holder lets go on the new master (its hold was replicated). */
+  int64_t unlocking = th_now_ms();
+  int rc = dlock_mutex_unlock(held);
+  int64_t released = th_now_ms();
+  CHECK_MSG(rc == 0, "unlock after the failover: %s %s", dlock_err_name(rc),
+            dlock_last_error());
+  pthread_join(th, NULL);
+  printf("waiter: %s %lld ms after the unlock (%lld ms after the kill)\n",
+         dlock_err_name(wt.rc), (long long)(wt.at - released),
+         (long long)(wt.at - killed));
+  CHECK_OK(wt.rc);
+  CHECK_MSG(wt.at >= unlocking, "the waiter got the lock before the unlock");
+  CHECK_MSG(wt.at - released < 5000 * slow(), "woken %lld ms late",
+            (long long)(wt.at - released));
+  CHECK_EQ(th_cmd_int(nm, "EXISTS ride"), 0);
   dlock_mutex_free(held);
   dlock_client_free(c);
 }
