@@ -390,12 +390,14 @@ void dlock__link_free(dlock__link *l) {
 /* ---- I/O -------------------------------------------------------------- */
 
 int dlock__link_send(dlock__link *l, const char *p, size_t len) {
+  l->wrote = 0;
   while (len) {
     ssize_t w = l->ops->write(l, p, len);
     if (w < 0)
       return link_errno(l, errno);
     p += w;
     len -= (size_t)w;
+    l->wrote += (size_t)w;
   }
   return 0;
 }
