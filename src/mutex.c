@@ -448,6 +448,7 @@ void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
   if (h->count == 0) {
     h->gen++;
     h->unlock_pending = 0;
+    h->token = 0;
     h->wd_count = 0;
     h->fixed_bits = 0;
     h->lost = 0;
@@ -458,7 +459,10 @@ void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
     h->valid_until = until;
   }
   h->count = target;
-  h->token = token;
+  /* Only a fenced acquisition draws a token: a plain reentrant acquire of
+   * the same name (same record) keeps the fenced hold's (issue 25.12). */
+  if (token)
+    h->token = token;
   if (target >= 1 && target <= 64) {
     uint64_t bit = (uint64_t)1 << (target - 1);
     h->fixed_bits = wd ? h->fixed_bits & ~bit : h->fixed_bits | bit;
