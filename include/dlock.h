@@ -492,7 +492,9 @@ DLOCK_API int dlock_mutex_unlock(dlock_mutex *m);
  * most once, never re-sent by the retry policy (a second copy could delete
  * a lock that another owner took in between): DLOCK_ECONN means the outcome
  * is unknown. DLOCK_EREDIS ("not a lock") when the key under the name is of
- * another type; it is left alone. Thread-safety: any thread. */
+ * another type, or a hash with a field that is not a holder's
+ * "<client id>:<thread id>" (a user's hash, a read-write lock's); it is left
+ * alone. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_force_unlock(dlock_mutex *m);
 
@@ -830,8 +832,11 @@ DLOCK_API void dlock_redlock_free(dlock_redlock *rl);
  * than n - majority masters say the key is gone, or no majority answered
  * before the validity ran out -- the hold is lost: the first client's
  * on_lock_lost runs on that renewal thread and unlock returns DLOCK_ELOST).
- * Errors: DLOCK_EDEADLK (this thread already holds it: not reentrant),
- * DLOCK_ECANCELED (dlock_client_cancel_waits on any of the clients),
+ * Errors: DLOCK_EDEADLK (this thread already holds it: not reentrant --
+ * also through another Redlock object of that name with a client in common,
+ * or as a mutex or read-write lock of that name on one of the clients: the
+ * same field on that master), DLOCK_ECANCELED (dlock_client_cancel_waits on
+ * any of the clients),
  * DLOCK_ECLOSED. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_lock(dlock_redlock *rl);

@@ -105,6 +105,15 @@ void dlock__areq_free(dlock__areq *r) {
   free(r);
 }
 
+/* r ends without an answer and without its callback (the client is being
+ * freed): what it owns goes with it (issue 26: a renewal batch in flight
+ * was leaked by dlock_async_free). */
+static void req_drop(dlock__areq *r) {
+  if (r->drop)
+    r->drop(r->arg);
+  dlock__areq_free(r);
+}
+
 /* Rewrites r as EVAL <body> (the server lost its script cache). */
 static int to_eval(dlock__areq *r) {
   /* cmd = "*N\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n" + tail, where tail
@@ -255,7 +264,7 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
     list = r->next;
     r->next = NULL;
     if (a->closing) {
-      dlock__areq_free(r);
+      req_drop(r);
       continue;
     }
     if (final)
@@ -682,14 +691,14 @@ void dlock__aconn_close(dlock__aconn *k) {
   while (k->head) {
     dlock__areq *r = k->head;
     k->head = r->next;
-    dlock__areq_free(r);
+    req_drop(r);
   }
   k->tail = k->unsent = NULL;
   while (k->retrying) {
     dlock__areq *r = k->retrying;
     k->retrying = r->rnext;
     dlock__async_untimer(k->a, &r->retry);
-    dlock__areq_free(r);
+    req_drop(r);
   }
   dlock__sb_free(&k->out);
 }

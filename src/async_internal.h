@@ -60,6 +60,10 @@ struct dlock__areq {
   dlock__aconn *k;             /* the connection, while waiting */
   dlock__areq_fn *fn;
   void *arg;
+  /* Frees arg when the request is dropped without an end (fn is not
+   * called: the client is being freed); NULL when arg is not the
+   * request's to free (e.g. a call's record, ended on its own path). */
+  void (*drop)(void *arg);
 };
 
 enum {

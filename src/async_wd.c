@@ -131,6 +131,14 @@ static void batch_done(dlock__areq *r, redisReply *reply, int err,
   report(a, &names);
 }
 
+/* A batch whose request was dropped unanswered (the client is freed). */
+static void batch_drop(void *arg) {
+  wd_batch *b = arg;
+  b->a->wd_batches--;
+  free(b->keys);
+  free(b);
+}
+
 /* One EVALSHA of the renew script for holds[0..n). */
 static void send_chunk(dlock_async *a, dlock__ahold **holds, size_t n,
                        int64_t now) {
@@ -169,6 +177,7 @@ static void send_chunk(dlock_async *a, dlock__ahold **holds, size_t n,
   b->n = n;
   b->keys = keys;
   r->no_retry = 1; /* the next tick is the retry */
+  r->drop = batch_drop;
   a->wd_batches++;
   dlock__aconn_submit(&a->cmd, r);
 }

@@ -181,6 +181,7 @@ static int identity_init(dlock_client *c, const char *url) {
   clock_gettime(CLOCK_REALTIME, &now);
   c->started_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
   c->latch_ttl_ms = dlock__latch_ttl(&c->cfg);
+  c->once_ttl_ms = dlock__once_ttl(&c->cfg, &c->once_window_ms);
   return 0;
 }
 
@@ -189,6 +190,29 @@ int64_t dlock__latch_ttl(const dlock_config *cfg) {
   int64_t t = ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
               (cfg->retry_attempts + 1);
   return t < 1 ? 1 : t;
+}
+
+int64_t dlock__send_max(const dlock_config *cfg) {
+  int64_t cto = cfg->command_timeout_ms > 0 ? cfg->command_timeout_ms : 0;
+  int64_t t = (cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 0) +
+              2 * cto; /* the handshake (AUTH, HELLO, SELECT) and the reply */
+  if (cfg->sync_replicas != 0 && cfg->sync_timeout_ms > 0)
+    t += cfg->sync_timeout_ms; /* the WAIT pipelined behind it */
+  return t;
+}
+
+int64_t dlock__once_ttl(const dlock_config *cfg, int64_t *window) {
+  int64_t send = dlock__send_max(cfg);
+  int64_t pause = cfg->retry_interval_ms > 0 ? cfg->retry_interval_ms : 0;
+  int64_t tries = 1 + (cfg->retry_attempts > 0 ? cfg->retry_attempts : 0);
+  /* Every attempt and its pause, plus the send on a fresh connection
+   * that replaces a pooled one found dead (not an attempt). */
+  int64_t w = (send + pause) * tries + send;
+  if (window)
+    *window = w;
+  /* The last copy starts before the window ends; the key outlives it by
+   * one more send and 1 s for the server's and the client's clocks. */
+  return w + send + 1000;
 }
 
 static void identity_free(dlock_client *c) {

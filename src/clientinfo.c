@@ -6,7 +6,9 @@
  * "dlock_client:{<client id>}", with the watchdog timeout as TTL, written by
  * the watchdog thread from the client's first hold or wait on (not a
  * failed trylock, nor an acquisition undone for DLOCK_ENOSYNC) and refreshed
- * every renewal period, so it expires with the client.
+ * one renewal period after each write ends, so it expires with the client.
+ * It never delays a renewal: it is sent without the sync WAIT, and only
+ * when no hold is due (watchdog.c).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -65,7 +67,12 @@ int dlock__info_write(dlock_client *c) {
   const char *args[5] = {ttl, host, pid, prog ? prog : "?", started};
   redisReply *r = NULL;
   dlock__err_keep_begin(); /* a background write: no one's message */
-  int rc = dlock__eval_once(c, &g_write, 1, keys, klens, 5, args, NULL, &r);
+  /* Sent once and without a WAIT: bookkeeping, nothing a replica must
+   * confirm, and a WAIT would hold the watchdog thread -- and the renewals
+   * behind it -- for sync_timeout_ms whenever replicas lag (issue 25.7). */
+  static const dlock__send_how how = {2, 1, 0};
+  int rc =
+      dlock__eval_how(c, &g_write, 1, keys, klens, 5, args, NULL, &how, &r);
   dlock__err_keep_end();
   if (r)
     freeReplyObject(r);

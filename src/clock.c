@@ -32,6 +32,17 @@ struct timespec dlock__abstime(clockid_t clk, int64_t ms) {
   return ts;
 }
 
+int dlock__cond_init_mono(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) != 0)
+    return -1;
+  int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  if (rc == 0)
+    rc = pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return rc == 0 ? 0 : -1;
+}
+
 void dlock__sleep_ms(int64_t ms) {
   if (ms <= 0)
     return;

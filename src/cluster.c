@@ -62,8 +62,22 @@ unsigned dlock__key_slot(const char *key, size_t len) {
 
 int dlock__cluster_name_check(const dlock_client *c, const char *name,
                               const char *kind) {
-  if (!c->cl || !strchr(name, '{'))
+  if (!c->cl)
     return 0;
+  if (!strchr(name, '{')) {
+    /* Derived names wrap it in braces, "prefix:{" name "}": a '}' inside
+     * ends that tag early (or empties it), so they hash differently from
+     * the lock key, which has no tag at all. */
+    if (!strchr(name, '}'))
+      return 0;
+    return dlock__fail(DLOCK_EINVAL,
+                       "%s '%s': on a cluster its keys and channels would "
+                       "fall into different slots (CROSSSLOT): a name with "
+                       "'}' but no '{' is wrapped in braces in its derived "
+                       "names, and the '}' ends that hash tag early; drop "
+                       "the '}' or give the name a hash tag, '{tag}'",
+                       kind, name);
+  }
   /* Derived names are "prefix:" name (Redisson's rule for a name with a
    * '{'), whose tag is the name's own only when the name has a valid one. */
   const char *p;

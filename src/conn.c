@@ -25,6 +25,13 @@
  * A failure on a pooled connection that was idle (typically: the server
  * restarted) first drops the idle ones and retries at once on a fresh
  * connection, without counting as an attempt.
+ * A counting script (semaphore, latch: counter.c) is safe to repeat only
+ * while its once key lives, so it carries a resend window
+ * (dlock__cmd.resend_window_ms, from dlock__once_ttl): no copy of it is
+ * sent -- retry, reconnect-and-resend or redirect -- once the window since
+ * its first send is over, however the time went (slow connects, WAIT,
+ * redirects, a stalled process); the key outlives the window by the
+ * longest one send can take.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -391,11 +398,11 @@ static redisReply *mux_roundtrip(dlock__node *n, void *unused,
     req.want = 2;
   }
   a->sent = 1;
-  if (dlock__link_send(m->link, b->p, b->len) != 0) {
+  if (dlock__link_send_shared(m->link, b->p, b->len) != 0) {
     a->sent = m->link->wrote > 0; /* nothing written: it never arrived */
-    a->timed_out = m->link->err == DLOCK__LINK_TIMEOUT;
+    a->timed_out = m->link->werr == DLOCK__LINK_TIMEOUT;
     attempt_fail(a, DLOCK_ECONN,
-                 a->timed_out ? "write timed out" : m->link->errstr);
+                 a->timed_out ? "write timed out" : m->link->werrstr);
     if (m->reader) {
       /* Wake the reader; it fails the queue and closes the connection. */
       m->broken = 1;
@@ -824,6 +831,26 @@ static int redirected(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   return 0;
 }
 
+/* 1 when cmd has a resend window (dlock__cmd.resend_window_ms), a copy of
+ * it may have run (t_sends), and the window that began at first is over:
+ * no copy may be sent any more. *rc then says so (DLOCK_ECONN, the outcome
+ * unknown), after the last error when there was one. */
+static int resend_closed(const dlock__cmd *cmd, int64_t first, int *rc) {
+  if (cmd->resend_window_ms <= 0 || t_sends == 0)
+    return 0;
+  int64_t gone = dlock__now_ms() - first;
+  if (gone < cmd->resend_window_ms)
+    return 0;
+  char last[200];
+  snprintf(last, sizeof last, "%s", dlock_last_error());
+  *rc = dlock__fail(DLOCK_ECONN,
+                    "%s%snot re-sent %lld ms after its first send: a copy "
+                    "sent now might run after its once key expired and "
+                    "count twice (the outcome is unknown)",
+                    last, last[0] ? "; " : "", (long long)gone);
+  return 1;
+}
+
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   *out = NULL;
   t_sends = 0;
@@ -835,8 +862,12 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
           ? 1
           : 1 + (c->cfg.retry_attempts > 0 ? c->cfg.retry_attempts : 0);
   int stale_used = 0, redirects = 0, ask = 0;
+  int64_t first = dlock__now_ms(); /* the first send starts now */
   for (int i = 0;;) {
     attempt a;
+    int closed_rc;
+    if (resend_closed(cmd, first, &closed_rc))
+      return closed_rc; /* every send after the first is checked here */
     if (cmd_in->wait_replicas > 0 && (i > 0 || stale_used)) {
       retarget_wait(c, &retry_cmd);
       cmd = &retry_cmd;
@@ -870,8 +901,8 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
 
 static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
                     const char **keys, const size_t *klens, int nargs,
-                    const char **args, const size_t *alens, int no_retry,
-                    redisReply **out) {
+                    const char **args, const size_t *alens,
+                    const dlock__send_how *how, redisReply **out) {
   enum { STACK = 24 };
   const char *av_stack[STACK];
   size_t al_stack[STACK];
@@ -904,9 +935,11 @@ static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
     al[3 + nkeys + i] = alens ? alens[i] : strlen(args[i]);
   }
   long long acks = -1;
-  dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, no_retry};
+  dlock__cmd cmd = {nkeys ? keys[0] : NULL, s, argc, av, al, how->no_retry};
+  cmd.resend_window_ms = how->resend_window_ms;
   dlock__sync_reset();
-  if (!s->readonly && (cmd.wait_replicas = dlock__sync_want(c, cmd.key)) > 0) {
+  if (!s->readonly && !how->no_sync &&
+      (cmd.wait_replicas = dlock__sync_want(c, cmd.key)) > 0) {
     cmd.sync_timeout_ms = c->cfg.sync_timeout_ms;
     cmd.acks = &acks;
   }
@@ -926,13 +959,22 @@ static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
 int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
                 const char **keys, const size_t *klens, int nargs,
                 const char **args, const size_t *alens, redisReply **out) {
-  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, 0, out);
+  static const dlock__send_how how = {0, 0, 0};
+  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, &how, out);
+}
+
+int dlock__eval_how(dlock_client *c, const dlock__script *s, int nkeys,
+                    const char **keys, const size_t *klens, int nargs,
+                    const char **args, const size_t *alens,
+                    const dlock__send_how *how, redisReply **out) {
+  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, how, out);
 }
 
 int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **keys, const size_t *klens, int nargs,
                      const char **args, const size_t *alens, redisReply **out) {
-  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, 2, out);
+  static const dlock__send_how how = {2, 0, 0};
+  return eval_cmd(c, s, nkeys, keys, klens, nargs, args, alens, &how, out);
 }
 
 int dlock__take_int(int rc, redisReply *r, long long *v, int *nil) {

@@ -180,12 +180,14 @@ int dlock__chobj_count(dlock__chobj *o, const struct dlock__script *sc,
   }
   char ts[24];
   av[nargs] = ts;
-  al[nargs] = dlock__fmt_i64(ts, o->c->latch_ttl_ms);
+  al[nargs] = dlock__fmt_i64(ts, o->c->once_ttl_ms);
   av[nargs + 1] = dlock__publish_cmd(o->c);
   al[nargs + 1] = strlen(av[nargs + 1]);
   redisReply *r = NULL;
   long long v = 0;
-  rc = dlock__eval(o->c, sc, nk, keys, klens, nargs + 2, av, al, &r);
+  /* Copies of it are sent only while the once key surely lives. */
+  const dlock__send_how how = {0, 0, o->c->once_window_ms};
+  rc = dlock__eval_how(o->c, sc, nk, keys, klens, nargs + 2, av, al, &how, &r);
   if (rc == 0)
     rc = dlock__reply_int(r, &v);
   freeReplyObject(r);

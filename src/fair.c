@@ -59,7 +59,7 @@
  * Shared Lua prelude. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeout zset,
  * KEYS[4] channel prefix "redisson_lock__channel:{name}". */
 #define FAIR_LUA_PRELUDE                                                       \
-  DLOCK__LUA_TTL                                                               \
+  DLOCK__LUA_TTL DLOCK__LUA_KIND                                               \
   "local function notify(pub, head)\n"                                         \
   "  redis.call(pub, KEYS[4] .. ':' .. head, '0')\n"                           \
   "end\n"                                                                      \
@@ -100,6 +100,12 @@
   /* Tries to take or re-enter the lock: true = held. target = hold count  */  \
   /* after this acquire ('1' = first hold); -3 = our earlier hold is gone. */  \
   "local function take(field, lease, target, wait, now)\n"                     \
+  /* held by another kind of lock: taken, never rewritten (issue 25.6) */    \
+  "  local kd = kind_of(KEYS[1])\n"                                           \
+  "  if kd ~= 'none' and kd ~= 'mutex' then\n"                               \
+  "    if target ~= '1' then return -3 end\n"                                 \
+  "    return false\n"                                                        \
+  "  end\n"                                                                   \
   "  if target ~= '1' then\n"                                                  \
   "    if redis.call('hexists', KEYS[1], field) == 1 then\n"                   \
   "      extend(KEYS[1], lease)\n"                                             \
@@ -130,6 +136,8 @@
   "end\n"                                                                      \
   /* How long a waiter that failed may sleep before trying again. */          \
   "local function hint(now)\n"                                                 \
+  "  local kd = kind_of(KEYS[1])\n"                                           \
+  "  if kd ~= 'none' and kd ~= 'mutex' then return busy_ttl(KEYS[1]) end\n"   \
   "  local p = redis.call('pttl', KEYS[1])\n"                                  \
   "  if p >= -1 then return p end\n"                                           \
   "  local head = redis.call('lindex', KEYS[2], 0)\n"                          \
@@ -234,18 +242,14 @@ static dlock__script g_unlock = {
 static dlock__script g_force = {
     "fair_force",
     /* ARGV[1] '0', [2] now, [3] publish command. 1 deleted, 0 none. */
-    FAIR_LUA_PRELUDE "local t = redis.call('type', KEYS[1])['ok']\n"
-                     "if t ~= 'hash' and t ~= 'none' then\n"
-                     "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. "
-                     "' is a ' .. t .. ', not a lock; force unlock refused')\n"
-                     "end\n"
-                     "purge(tonumber(ARGV[2]))\n"
-                     "if redis.call('del', KEYS[1]) == 1 then\n"
-                     "  local head = redis.call('lindex', KEYS[2], 0)\n"
-                     "  if head then notify(ARGV[3], head) end\n"
-                     "  return 1\n"
-                     "end\n"
-                     "return 0\n",
+    FAIR_LUA_PRELUDE DLOCK__LUA_FORCE_CHECK
+    "purge(tonumber(ARGV[2]))\n"
+    "if redis.call('del', KEYS[1]) == 1 then\n"
+    "  local head = redis.call('lindex', KEYS[2], 0)\n"
+    "  if head then notify(ARGV[3], head) end\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
     {0}};
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -38,7 +38,13 @@ static dlock__script g_acquire = {
      * {1, token} = held; {0, pttl} = held elsewhere; {-3, 0} = our
      * earlier hold is gone. The count is written, not incremented, so a
      * retried call leaves the right count (and at worst skips a token). */
-    DLOCK__LUA_TTL
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
+    /* held by another kind of lock: taken, never rewritten (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'mutex' then\n"
+    "  if ARGV[3] ~= '1' then return {-3, 0} end\n"
+    "  return {0, busy_ttl(KEYS[1])}\n"
+    "end\n"
     /* ours: reentry never shortens the TTL, a re-sent first hold gets its
      * lease; the TTL is set before the count */
     "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"

@@ -157,6 +157,28 @@ dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid) {
   return h;
 }
 
+int dlock__reg_thread_holds(dlock_client *c, const char *name, size_t len,
+                            uint64_t tid) {
+  static const char tags[] = {'M', 'W', 'R'};
+  char stackkey[256];
+  char *key = len + 1 <= sizeof stackkey ? stackkey : dlock__malloc(len + 1);
+  if (!key)
+    return 0;
+  memcpy(key + 1, name, len);
+  int held = 0;
+  pthread_mutex_lock(&c->reg.mu);
+  for (size_t i = 0; i < sizeof tags && !held && c->reg.locks.b; i++) {
+    key[0] = tags[i];
+    dlock__lockent *e = dlock__map_get(&c->reg.locks, key, len + 1);
+    dlock__hold *h = e ? dlock__hold_find(e, tid) : NULL;
+    held = h && h->count > 0;
+  }
+  pthread_mutex_unlock(&c->reg.mu);
+  if (key != stackkey)
+    free(key);
+  return held;
+}
+
 void dlock__hold_put(dlock_client *c, dlock__hold *h) {
   if (h->count > 0 || h->unlock_pending > 0 || h->releasing)
     return;
@@ -257,6 +279,16 @@ dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid,
     *list = h;
   }
   return h;
+}
+
+void dlock__holdlist_drop(dlock__hold **list, dlock__hold *h) {
+  dlock__hold **pp = list;
+  while (*pp && *pp != h)
+    pp = &(*pp)->next;
+  if (*pp) {
+    *pp = h->next;
+    dlock__hold_free(h);
+  }
 }
 
 void dlock__holdlist_free(dlock__hold **list) {

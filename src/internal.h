@@ -61,6 +61,11 @@ void dlock__sleep_ms(int64_t ms);
 /* The clock's time ms from now, for pthread_cond_timedwait (pass the clock
  * the condition variable was made with). */
 struct timespec dlock__abstime(clockid_t clk, int64_t ms);
+/* Initialises *cv to time its waits on CLOCK_MONOTONIC (pass
+ * dlock__abstime(CLOCK_MONOTONIC, ms) to pthread_cond_timedwait): every
+ * timed wait of the library is on that clock, so a step of the wall clock
+ * neither stalls nor hurries it. 0, or -1 (cannot initialise). */
+int dlock__cond_init_mono(pthread_cond_t *cv);
 /* Fills buf with n cryptographically random bytes (getrandom). */
 int dlock__random_bytes(void *buf, size_t n);
 /* Fast per-thread PRNG (seeded from getrandom). */
@@ -140,6 +145,35 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  elseif l < 0 then extend(k, -l) end\n"                                    \
   "end\n"
 
+/* The first lines of a mutex variant's force-unlock script (plain, fenced,
+ * fair): it deletes KEYS[1] only if it is such a lock or nothing. A key of
+ * another type is refused with a WRONGTYPE error; a hash whose fields are
+ * not all "<client id>:<thread id>" -- Redisson's RLock/RFairLock layout:
+ * a 36-character UUID, ':', a decimal thread id -- with a NOTALOCK error
+ * naming the first such field (issue 26: a user's hash under the name was
+ * deleted; a read-write lock's hash, with its "mode" field, is refused as
+ * well: it has its own force unlock). Defines t, the key's type. */
+#define DLOCK__LUA_FORCE_CHECK                                                 \
+  "local t = redis.call('type', KEYS[1])['ok']\n"                              \
+  "if t ~= 'hash' and t ~= 'none' then\n"                                      \
+  "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. t ..\n"   \
+  "    ', not a lock; force unlock refused')\n"                                \
+  "end\n"                                                                      \
+  "if t == 'hash' then\n"                                                      \
+  "  local x = '%x%x%x%x'\n"                                                   \
+  "  local pat = '^' .. x .. x .. '%-' .. x .. '%-' .. x .. '%-' .. x ..\n"    \
+  "    '%-' .. x .. x .. x .. ':%d+$'\n"                                       \
+  "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"                    \
+  "    if not string.find(f, pat) then\n"                                      \
+  "      return redis.error_reply('NOTALOCK ' .. KEYS[1] .. ' is a hash but "  \
+  "'\n"                                                                        \
+  "        .. 'not a lock: its field \\'' ..\n"                                \
+  "        string.gsub(string.sub(f, 1, 80), '%c', '?') ..\n"                  \
+  "        '\\' is not <client id>:<thread id>; force unlock refused')\n"      \
+  "    end\n"                                                                  \
+  "  end\n"                                                                    \
+  "end\n"
+
 /* The direct hand-over, shared by the unlock and decline scripts (lock,
  * queue, queue deadlines, grant channel prefix, marker, self, publish): pops
  * queue entries "<field>|<lease>|<wait id>" until a grant published to the
@@ -174,6 +208,31 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "      return true\n"                                                        \
   "    end\n"                                                                  \
   "  end\n"                                                                    \
+  "end\n"
+
+/* One name, one kind (issue 25.6): every acquire script checks the shape
+ * of the key before it writes, so a name held by one kind of lock refuses
+ * every other kind instead of being rewritten. The shapes: a mutex hash
+ * (plain, fair, fenced, Redlock: only "<uuid>:<tid>" fields), a read-write
+ * lock hash (it has the field "mode"). A key of another type (a
+ * semaphore's or latch's string, any other data) is no lock: Redis's own
+ * WRONGTYPE error, DLOCK_EREDIS naming the key (error.c), as before.
+ * - kind_of(k): 'none', 'mutex' or 'rwlock'; raises WRONGTYPE for a key
+ *   that is no hash.
+ * - busy_ttl(k): what a refused acquire answers, the holder's PTTL -- so a
+ *   waiting call waits as for any holder (1000 for a hash without a TTL,
+ *   which no lock leaves: waits re-check once a second). */
+#define DLOCK__LUA_KIND                                                        \
+  "local function kind_of(k)\n"                                                \
+  "  local t = redis.call('type', k)['ok']\n"                                  \
+  "  if t == 'none' then return t end\n"                                       \
+  "  if redis.call('hexists', k, 'mode') == 1 then return 'rwlock' end\n"      \
+  "  return 'mutex'\n"                                                         \
+  "end\n"                                                                      \
+  "local function busy_ttl(k)\n"                                               \
+  "  local p = redis.call('pttl', k)\n"                                        \
+  "  if p < 0 then return 1000 end\n"                                          \
+  "  return p\n"                                                               \
   "end\n"
 
 /* Redisson naming rules (RedissonObject.prefixName / suffixName):
@@ -247,9 +306,11 @@ int dlock__counter_wait(dlock__chobj *o, long long wait_ms);
 /* Request ids that make a counting script (semaphore acquire/release,
  * latch count-down) count once however often the router re-sends it. The
  * script gets KEYS "once" = dlock_once:{name}:<rid> (the name's hash tag,
- * so one slot), set with PX latch_ttl_ms when the script changes the count
+ * so one slot), set with PX once_ttl_ms when the script changes the count
  * -- before it changes it, so a failing SET leaves nothing half done --
- * and a re-sent copy that finds it returns without counting again. Each
+ * and a re-sent copy that finds it returns without counting again; the
+ * router sends no copy past once_window_ms after the first (dlock__cmd's
+ * resend_window_ms), so every copy it sends finds the key. Each
  * call also deletes the once key of the object's previous completed change
  * (KEYS "prev", present when has_prev), so a busy object keeps about one
  * such key, not one per call. Used by one call on one thread; begin fills
@@ -306,6 +367,15 @@ int dlock__config_check_record(const dlock_config *cfg, size_t size);
 int dlock__config_resolve(const dlock_config *in, dlock_config *out);
 /* How long an unlock latch must live: past every retry of its unlock. */
 int64_t dlock__latch_ttl(const dlock_config *cfg);
+/* The longest one send of a command can take (connect, handshake, the
+ * reply, and the WAIT behind it when cfg.sync_replicas is set). */
+int64_t dlock__send_max(const dlock_config *cfg);
+/* A counting script's once key (counter.c): its copies are sent within
+ * *window ms of the first send (the whole retry policy: every attempt's
+ * send_max and pause, and the immediate reconnect-and-resend), and the
+ * key lives that window + send_max + a margin (the return value), so a
+ * copy that reaches the server within send_max of being sent finds it. */
+int64_t dlock__once_ttl(const dlock_config *cfg, int64_t *window);
 /* The lowest value dlock_client_new accepts for the int field of
  * dlock_config at byte offset off; INT_MIN for a field without a bound. */
 int dlock__config_int_min(size_t off);
@@ -427,6 +497,10 @@ struct dlock__link {
   redisReader *reader;
   int err; /* DLOCK__LINK_*: the last failure */
   char errstr[192];
+  /* The last failure of dlock__link_send_shared: a writer's record apart
+   * from err/errstr, which the thread reading the link writes meanwhile. */
+  int werr;
+  char werrstr[192];
   int read_ms, write_ms; /* timeouts (0 = none), for transports that poll */
   int tls_error;         /* the transport's last failure was TLS's own */
   unsigned addr_gen;     /* Sentinel: the master generation it was made for */
@@ -447,6 +521,11 @@ void dlock__link_free(dlock__link *l);
 void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms);
 /* Writes all of p. 0, or -1 with l->err set. */
 int dlock__link_send(dlock__link *l, const char *p, size_t len);
+/* The same on a link another thread reads at the same time (the router's
+ * shared connection: writers hold its mutex, the reader does not): 0, or
+ * -1 with l->werr / l->werrstr set, never l->err (issue 26: TSan saw the
+ * two threads write l->err at once while connections were killed). */
+int dlock__link_send_shared(dlock__link *l, const char *p, size_t len);
 /* One read from the socket into the reader. 0, or -1 with l->err set. */
 int dlock__link_read(dlock__link *l);
 /* The next complete reply already read, without I/O: 0 with *out (NULL
@@ -526,6 +605,11 @@ typedef struct dlock__cmd {
   int wait_replicas;
   int sync_timeout_ms; /* WAIT's timeout */
   long long *acks;
+  /* > 0: no copy is sent more than this many ms after the first send
+   * started (the retry policy ends there with the last error): a counting
+   * script's once key (counter.c) lives longer than this by the longest
+   * one send can take, so every copy the router sends finds it. */
+  int64_t resend_window_ms;
 } dlock__cmd;
 
 /* pthread_create that returns once the new thread runs fn: the thread's
@@ -568,6 +652,20 @@ int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
 int dlock__eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **keys, const size_t *klens, int nargs,
                      const char **args, const size_t *alens, redisReply **out);
+/* How dlock__eval_how sends a script: no_retry as dlock__cmd's; no_sync
+ * 1 sends no WAIT after it even with cfg.sync_replicas (bookkeeping and
+ * renewals: nothing a replica must confirm, and a WAIT would make them
+ * sit out sync_timeout_ms when replicas lag); resend_window_ms as
+ * dlock__cmd's. */
+typedef struct dlock__send_how {
+  int no_retry;
+  int no_sync;
+  int64_t resend_window_ms;
+} dlock__send_how;
+int dlock__eval_how(dlock_client *c, const dlock__script *s, int nkeys,
+                    const char **keys, const size_t *klens, int nargs,
+                    const char **args, const size_t *alens,
+                    const dlock__send_how *how, redisReply **out);
 /* The node of url with at most max pooled connections: 0 or DLOCK_ENOMEM.
  * Connections are made on first use (or by dlock__node_warm). */
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
@@ -774,7 +872,9 @@ struct dlock_client {
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
   int64_t latch_ttl_ms;
-  int64_t started_ms; /* wall clock, ms since the epoch: for the info key */
+  int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
+  int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */
+  int64_t started_ms;     /* wall clock, ms since the epoch: for the info key */
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
@@ -933,6 +1033,10 @@ const dlock__mutex_ops *dlock__lockent_ops(const dlock__lockent *e);
 dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid);
 /* The thread's record, created when missing; NULL only on OOM (reg_mu). */
 dlock__hold *dlock__hold_get(dlock__lockent *e, uint64_t tid);
+/* Whether thread tid holds a mutex (plain, fair, fenced) or either side of
+ * a read-write lock of that name on c (any family; takes reg_mu). */
+int dlock__reg_thread_holds(dlock_client *c, const char *name, size_t len,
+                            uint64_t tid);
 /* Frees the record if it holds nothing and has nothing pending (reg_mu
  * held); a renewal batch in flight defers the free to the watchdog. */
 void dlock__hold_put(dlock_client *c, dlock__hold *h);
@@ -947,6 +1051,11 @@ void dlock__registry_destroy(dlock__registry *r, int forked);
  * own mutex held): the thread's record, created when missing and create
  * is set (NULL only on OOM or when absent). */
 dlock__hold *dlock__holdlist_find(dlock__hold **list, uint64_t tid, int create);
+/* Unlinks h from the list and frees it (the object's own mutex held). A
+ * composite object drops a thread's record as soon as the thread holds
+ * nothing through it, so its list is as long as the number of threads
+ * holding it now, not of the threads that ever did (issue 26). */
+void dlock__holdlist_drop(dlock__hold **list, dlock__hold *h);
 /* Frees every record of the list. */
 void dlock__holdlist_free(dlock__hold **list);
 /* Appends mode to h->modes: 0 or DLOCK_ENOMEM. */

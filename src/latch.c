@@ -8,9 +8,10 @@
  * was never set (or already opened) returns at once.
  *
  * init and count-down also write dlock_once:{name}:<request id> (dlock's
- * own key, same slot; PX the client's latch TTL) so that a copy re-sent by
- * the retry policy counts once; the next change of the same object
- * deletes it (see dlock__once).
+ * own key, same slot; PX the client's once TTL) so that a copy re-sent by
+ * the retry policy counts once -- the router sends no copy once the key
+ * could have expired -- and the next change of the same object deletes it
+ * (see dlock__once).
  *
  * CHANNEL redisson_countdownlatch__channel__{name} (always with the braces,
  * as Redisson builds it). Messages: "0" when a count-down reaches zero,

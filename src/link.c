@@ -389,17 +389,40 @@ void dlock__link_free(dlock__link *l) {
 
 /* ---- I/O -------------------------------------------------------------- */
 
-int dlock__link_send(dlock__link *l, const char *p, size_t len) {
+/* Writes all of p: 0, or -1 with *err_no (errno of the failed write).
+ * l->wrote counts what was handed to the transport (its writers only:
+ * sends are serialized by the caller). */
+static int send_all(dlock__link *l, const char *p, size_t len, int *err_no) {
   l->wrote = 0;
   while (len) {
     ssize_t w = l->ops->write(l, p, len);
-    if (w < 0)
-      return link_errno(l, errno);
+    if (w < 0) {
+      *err_no = errno;
+      return -1;
+    }
     p += w;
     len -= (size_t)w;
     l->wrote += (size_t)w;
   }
   return 0;
+}
+
+int dlock__link_send(dlock__link *l, const char *p, size_t len) {
+  int e = 0;
+  return send_all(l, p, len, &e) == 0 ? 0 : link_errno(l, e);
+}
+
+int dlock__link_send_shared(dlock__link *l, const char *p, size_t len) {
+  int e = 0;
+  if (send_all(l, p, len, &e) == 0)
+    return 0;
+  /* Only the write side's own record: the thread reading this link owns
+   * err/errstr (and the transport's tls_error) meanwhile. */
+  int timeout = e == EAGAIN || e == EWOULDBLOCK || e == ETIMEDOUT;
+  l->werr = timeout ? DLOCK__LINK_TIMEOUT : DLOCK__LINK_IO;
+  snprintf(l->werrstr, sizeof l->werrstr, "%s",
+           timeout ? "timed out" : strerror(e));
+  return -1;
 }
 
 int dlock__link_read(dlock__link *l) {

@@ -33,7 +33,10 @@ struct dlock_multilock {
   pthread_mutex_t mu;
   /* Per thread: count, and in marks the members an unlock that could not
    * release every one (e.g. DLOCK_ECONN on one) did release or found lost,
-   * so the caller's retry releases only the rest. */
+   * so the caller's retry releases only the rest. A record lives while
+   * its thread holds the multilock: the unlock of its last hold drops it,
+   * so the list is as long as the number of threads holding it now
+   * (issue 26). Only the thread itself changes or drops its record. */
   dlock__hold *holds;
 };
 
@@ -223,8 +226,10 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
   }
   if (!other) {
     pthread_mutex_lock(&ml->mu);
-    h->count--;
-    memset(h->marks, 0, ml->n);
+    if (--h->count == 0)
+      dlock__holdlist_drop(&ml->holds, h);
+    else
+      memset(h->marks, 0, ml->n);
     pthread_mutex_unlock(&ml->mu);
   }
   if (other)

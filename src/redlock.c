@@ -64,15 +64,109 @@ struct dlock_redlock {
   pthread_t rn_thread;
   int rn_started;
   int rn_stop;
+  /* On the process's list of Redlock holds (g_holds) while hold.count is
+   * set: reg_tid the holding thread. Guarded by g_holds_mu. */
+  dlock_redlock *reg_next;
+  uint64_t reg_tid;
+  int reg_in;
 };
+
+/* ---- holds per (name, thread) across objects (issue 25.4) ---------------
+ * The server knows a hold by its field "<client uuid>:<tid>". Two Redlock
+ * objects of one name that share a client give one thread the same field on
+ * that master: the second object's acquire would find its field there and
+ * take the first one's key as its own, and its unlock delete it while the
+ * first still holds. So a thread's holds are kept per name across objects,
+ * as the mutex keeps them (holds.c): an acquire through another object of
+ * that name sharing a client with it is DLOCK_EDEADLK (a Redlock is not
+ * reentrant), and so is one while the thread holds a mutex or read-write
+ * lock of that name on one of the clients (same field; and a lock() would
+ * wait for itself). Every object with a recorded hold is on g_holds. */
+static pthread_mutex_t g_holds_mu = PTHREAD_MUTEX_INITIALIZER;
+static dlock_redlock *g_holds;
+static pthread_once_t g_holds_once = PTHREAD_ONCE_INIT;
+
+/* In a fork child the list names objects of the parent (unusable there:
+ * EFORK) and the mutex may be a copy of a locked one: both start afresh. */
+static void holds_child(void) {
+  pthread_mutex_init(&g_holds_mu, NULL);
+  g_holds = NULL;
+}
+
+static void holds_init(void) { pthread_atfork(NULL, NULL, holds_child); }
+
+static int share_client(const dlock_redlock *a, const dlock_redlock *b) {
+  for (size_t i = 0; i < a->n; i++)
+    for (size_t j = 0; j < b->n; j++)
+      if (a->clients[i] == b->clients[j])
+        return 1;
+  return 0;
+}
+
+/* 0, or DLOCK_EDEADLK when thread tid holds the name through another
+ * object or lock kind that shares a field with rl's. */
+static int holds_check(dlock_redlock *rl, uint64_t tid) {
+  pthread_once(&g_holds_once, holds_init);
+  pthread_mutex_lock(&g_holds_mu);
+  const dlock_redlock *other = NULL;
+  for (const dlock_redlock *x = g_holds; x && !other; x = x->reg_next)
+    if (x != rl && x->reg_tid == tid && x->name_len == rl->name_len &&
+        memcmp(x->name, rl->name, rl->name_len) == 0 && share_client(x, rl))
+      other = x;
+  pthread_mutex_unlock(&g_holds_mu);
+  if (other)
+    return dlock__fail(DLOCK_EDEADLK,
+                       "redlock '%s' is already held by this thread through "
+                       "another object with a client in common (a Redlock is "
+                       "not reentrant)",
+                       rl->name);
+  for (size_t i = 0; i < rl->n; i++)
+    if (dlock__reg_thread_holds(rl->clients[i], rl->name, rl->name_len, tid))
+      return dlock__fail(DLOCK_EDEADLK,
+                         "redlock '%s': this thread holds a lock of that name "
+                         "on client %zu (the same field on that master)",
+                         rl->name, i);
+  return 0;
+}
+
+/* Records rl's hold by tid (rl not on the list). */
+static void holds_add(dlock_redlock *rl, uint64_t tid) {
+  pthread_once(&g_holds_once, holds_init);
+  pthread_mutex_lock(&g_holds_mu);
+  rl->reg_tid = tid;
+  rl->reg_next = g_holds;
+  rl->reg_in = 1;
+  g_holds = rl;
+  pthread_mutex_unlock(&g_holds_mu);
+}
+
+static void holds_del(dlock_redlock *rl) {
+  pthread_once(&g_holds_once, holds_init);
+  pthread_mutex_lock(&g_holds_mu);
+  if (rl->reg_in) {
+    dlock_redlock **pp = &g_holds;
+    while (*pp && *pp != rl)
+      pp = &(*pp)->reg_next;
+    if (*pp)
+      *pp = rl->reg_next;
+    rl->reg_in = 0;
+    rl->reg_next = NULL;
+  }
+  pthread_mutex_unlock(&g_holds_mu);
+}
 
 static dlock__script g_acquire = {
     "redlock_acquire",
     /* KEYS[1] lock, KEYS[2] token counter. ARGV[1] lease ms, ARGV[2] field.
      * {1, counter} = locked; {0, counter, pttl} = held elsewhere. Same hash
      * as the mutex (field count 1). */
-    DLOCK__LUA_TTL
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
     "local t = tonumber(redis.call('get', KEYS[2]) or '0') or 0\n"
+    /* held by another kind of lock: a no vote (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'mutex' then\n"
+    "  return {0, t, busy_ttl(KEYS[1])}\n"
+    "end\n"
     "if redis.call('exists', KEYS[1]) == 0 or "
     "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
@@ -313,7 +407,7 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
   if (!r)
     return NULL;
   pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
+  dlock__cond_init_mono(&r->cv);
   r->refs = 1;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -371,7 +465,7 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
     if (until >= 0 && (wake < 0 || until < wake))
       wake = until;
     if (wake >= 0) {
-      struct timespec ts = dlock__abstime(CLOCK_REALTIME, wake - now);
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, wake - now);
       pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     } else {
       pthread_cond_wait(&r->cv, &r->mu);
@@ -480,7 +574,7 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
   dlock__sb_free(&tk);
   dlock__sb_free(&ch);
   pthread_mutex_init(&rl->mu, NULL);
-  pthread_cond_init(&rl->cv, NULL);
+  dlock__cond_init_mono(&rl->cv);
   *out = rl;
   return 0;
 }
@@ -500,6 +594,7 @@ void dlock_redlock_free(dlock_redlock *rl) {
   if (!rl)
     return;
   if (!forked(rl)) {
+    holds_del(rl); /* an abandoned hold */
     pthread_mutex_lock(&rl->mu);
     rl->rn_stop = 1;
     pthread_cond_broadcast(&rl->cv);
@@ -679,6 +774,9 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
                        "redlock '%s' is already held by this thread (a "
                        "Redlock is not reentrant)",
                        rl->name);
+  int rc1 = holds_check(rl, tid);
+  if (rc1)
+    return rc1;
   /* One budget per client: each one's close and cancel end the wait. */
   dlock__budget b[64];
   for (size_t i = 0; i < rl->n; i++)
@@ -698,6 +796,7 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
       rl->hold.renewed_at = t0;
       rl->hold.valid_until = valid_until;
       rl->hold.token = token;
+      holds_add(rl, tid);
       int rc = wd ? start_renewal(rl) : 0;
       pthread_cond_broadcast(&rl->cv);
       pthread_mutex_unlock(&rl->mu);
@@ -751,6 +850,7 @@ int dlock_redlock_unlock(dlock_redlock *rl) {
   rl->hold.count = 0;
   rl->hold.gen++;
   pthread_mutex_unlock(&rl->mu);
+  holds_del(rl);
   vote vs[64];
   round_all(rl, vs, OP_RELEASE, tid, 0, 0);
   if (lost)
@@ -829,9 +929,9 @@ static void *renew_main(void *arg) {
     if (due > rl->hold.valid_until)
       due = rl->hold.valid_until;
     if (now < due) {
-      /* Sleep until due (CLOCK_REALTIME condvar: bound by the relative
-       * amount, re-checked against the monotonic clock). */
-      struct timespec ts = dlock__abstime(CLOCK_REALTIME, due - now);
+      /* Sleep until due, on the monotonic clock: a step of the wall
+       * clock neither stalls nor hurries the renewal (issue 25.14). */
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, due - now);
       pthread_cond_timedwait(&rl->cv, &rl->mu, &ts);
       continue;
     }

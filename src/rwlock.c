@@ -52,9 +52,16 @@ static dlock__script g_rd_acquire = {
      * ARGV[1] lease, [2] read field, [3] write field of the same thread,
      * [4] hold count after this acquire. nil = held; -3 = our hold is gone;
      * else the hash PTTL. */
-    DLOCK__LUA_TTL
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
     "local n = tonumber(ARGV[4])\n"
+    /* held by another kind of lock (a plain, fair or fenced mutex, a
+     * semaphore): taken, never rewritten (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'rwlock' then\n"
+    "  if n ~= 1 then return -3 end\n"
+    "  return busy_ttl(KEYS[1])\n"
+    "end\n"
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "if not mode then\n"
     "  if n ~= 1 then return -3 end\n"
     "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
@@ -157,9 +164,15 @@ static dlock__script g_wr_acquire = {
      * this acquire, [4] the same thread's read field. nil = held; -3 = our
      * hold is gone; -4 = we hold a read lock (upgrade refused); else the
      * hash PTTL. Reentry adds the lease to the remaining TTL (Redisson). */
-    DLOCK__LUA_TTL
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+    DLOCK__LUA_TTL DLOCK__LUA_KIND
     "local n = tonumber(ARGV[3])\n"
+    /* held by another kind of lock: taken, never rewritten (issue 25.6) */
+    "local kd = kind_of(KEYS[1])\n"
+    "if kd ~= 'none' and kd ~= 'rwlock' then\n"
+    "  if n ~= 1 then return -3 end\n"
+    "  return busy_ttl(KEYS[1])\n"
+    "end\n"
+    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "if not mode then\n"
     "  if n ~= 1 then return -3 end\n"
     "  redis.call('hset', KEYS[1], 'mode', 'write')\n"
@@ -420,7 +433,12 @@ static int rd_renew(dlock_client *c, const char *name, size_t name_len,
   const char *args[2] = {ls, field};
   size_t alens[2] = {(size_t)lsl, fl};
   redisReply *r = NULL;
-  int rc = dlock__eval(c, &g_rd_renew, 2, keys, klens, 2, args, alens, &r);
+  /* No WAIT: a renewal confirms nothing new, and the watchdog renews the
+   * read holds one after another -- a WAIT each, sitting out
+   * sync_timeout_ms while replicas lag, starved them all (issue 25.7). */
+  static const dlock__send_how how = {0, 1, 0};
+  int rc =
+      dlock__eval_how(c, &g_rd_renew, 2, keys, klens, 2, args, alens, &how, &r);
   dlock__sb_free(&tp);
   if (rc || !r) {
     freeReplyObject(r);
@@ -521,7 +539,12 @@ static const dlock__mutex_ops wr_ops = {
     wr_force,       DLOCK__WAKE_LOCK, ":write",   0,    NULL};
 
 /* ---- the rwlock object ----------------------------------------------------
- * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). */
+ * Per thread: the kinds of its holds in acquisition order ('R' / 'W'). A
+ * thread's record lives while it holds something through this object: it
+ * is dropped when its last hold goes (released or lost), so the list is as
+ * long as the number of threads holding the lock now (issue 26: 60k
+ * short-lived threads left 60k records, each lookup walked them all). Only
+ * the thread itself changes or drops its record. */
 
 struct dlock_rwlock {
   dlock_client *c;
@@ -534,10 +557,19 @@ static dlock__hold *find_stack(dlock_rwlock *rw, uint64_t tid, int create) {
   return dlock__holdlist_find(&rw->stacks, tid, create);
 }
 
+/* Drops the thread's record when it holds nothing any more (rw->mu held). */
+static void prune(dlock_rwlock *rw, dlock__hold *s) {
+  if (s && s->nmodes == 0)
+    dlock__holdlist_drop(&rw->stacks, s);
+}
+
 /* Records a new hold of kind (rw->mu held). */
 static int push_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
   dlock__hold *s = find_stack(rw, tid, 1);
-  return s ? dlock__hold_push_mode(s, kind) : DLOCK_ENOMEM;
+  int rc = s ? dlock__hold_push_mode(s, kind) : DLOCK_ENOMEM;
+  if (rc)
+    prune(rw, s);
+  return rc;
 }
 
 /* Forgets every hold of kind (the mutex layer dropped them: lost). */
@@ -550,6 +582,7 @@ static void drop_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
     if (s->modes[i] != kind)
       s->modes[j++] = s->modes[i];
   s->nmodes = j;
+  prune(rw, s);
 }
 
 static int count_kind(const dlock__hold *s, char kind) {
@@ -655,6 +688,7 @@ static int release_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
         s->nmodes--;
         break;
       }
+    prune(rw, s);
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
     drop_kind(rw, tid, kind);
   }
@@ -749,7 +783,8 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   }
   rc = dlock__mutex_release(rw->wr);
   pthread_mutex_lock(&rw->mu);
-  if (rc == 0) {
+  s = find_stack(rw, tid, 0); /* still there: only this thread drops it */
+  if (rc == 0 && s && s->nmodes) {
     s->modes[s->nmodes - 1] =
         'R'; /* the read hold takes the write hold's place */
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {

@@ -50,7 +50,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * taken), ARGV[7] how long the entry may be handed the lock (ms,
           * '0' = while the client is subscribed), ARGV[8] wait id.
           * nil = held; -3 = our hold is gone; else the holder's PTTL. */
-         DLOCK__LUA_TTL
+         DLOCK__LUA_TTL DLOCK__LUA_KIND
          "local function dequeue()\n"
          "  if ARGV[6] == '1' then\n"
          "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
@@ -63,6 +63,12 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
          "  pexpire_new(KEYS[1], ARGV[1])\n"
          "  return nil\n"
+         "end\n"
+         /* held by another kind of lock (a read-write lock, a semaphore):
+          * taken, never rewritten (issue 25.6) */
+         "if kind_of(KEYS[1]) ~= 'mutex' then\n"
+         "  if ARGV[3] ~= '1' then return -3 end\n"
+         "  return busy_ttl(KEYS[1])\n"
          "end\n"
          /* ours: a reentrant acquire never shortens the TTL; a first hold
           * (handed over to us, or a re-sent acquire) gets its lease and
@@ -141,18 +147,13 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
         {"force_unlock",
          /* KEYS[1] lock, KEYS[2] channel, KEYS[3] hand-over marker (it
           * goes with the hold it describes). ARGV[1] '0', ARGV[2] publish.
-          * A key of another type is not a lock: refused, left alone. */
-         "local t = redis.call('type', KEYS[1])['ok']\n"
-         "if t ~= 'hash' and t ~= 'none' then\n"
-         "  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. t "
-         ".. ', not a lock; force unlock refused')\n"
-         "end\n"
-         "if redis.call('del', KEYS[1]) == 1 then\n"
-         "  redis.call('del', KEYS[3])\n"
-         "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
-         "  return 1\n"
-         "end\n"
-         "return 0\n",
+          * A key that is not a lock is refused, left alone. */
+         DLOCK__LUA_FORCE_CHECK "if redis.call('del', KEYS[1]) == 1 then\n"
+                                "  redis.call('del', KEYS[3])\n"
+                                "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
+                                "  return 1\n"
+                                "end\n"
+                                "return 0\n",
          {0}},
     [DLOCK__S_RENEW] =
         {"renew",

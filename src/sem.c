@@ -9,8 +9,9 @@
  *
  * A call that changes the count (init, post, each acquire attempt) also
  * writes dlock_once:{name}:<request id> (dlock's own key, same slot; PX
- * the client's latch TTL) so that a copy re-sent by the retry policy counts
- * once; the next change of the same object deletes it (see dlock__once).
+ * the client's once TTL) so that a copy re-sent by the retry policy counts
+ * once -- the router sends no copy once the key could have expired -- and
+ * the next change of the same object deletes it (see dlock__once).
  *
  * CHANNEL redisson_sc:{name} (redisson_sc:name when the name contains '{').
  * Every script that adds permits publishes the new number of available

@@ -17,6 +17,13 @@
  * hold is marked lost, leaves the list, and cfg.on_lock_lost runs on this
  * thread. The holder's next unlock returns DLOCK_ELOST.
  *
+ * ON A CLUSTER a batch goes to each slot's master as the slot map says.
+ * A chunk answered with MOVED, ASK or TRYAGAIN (its slot moved, or is
+ * being migrated and some of its keys are on the importing node already)
+ * is renewed again key by key through the router, which follows MOVED and
+ * ASK as for every other command: a hold stays renewed however long a
+ * migration of its slot lasts.
+ *
  * WHAT IF Redis does not answer? The batch is retried every
  * min(1 s, period / 4) -- well before the lease can run out. Meanwhile every
  * hold keeps a LOCAL DEADLINE: the send time of its last confirmed renewal +
@@ -120,7 +127,8 @@ typedef struct wd_state {
   wd_link *links; /* one per node renewals went to */
   int nlinks, links_cap;
   wd_item *items;
-  char *flags; /* one per item: 1 renewed, 0 gone, 2 unknown */
+  char *flags; /* one per item: 1 renewed, 0 gone, 2 unknown, 3 redirected
+                * (renew_batch renews it through the router) */
   size_t cap;
   int script_loads; /* SCRIPT LOADs pipelined in this node's batch */
 } wd_state;
@@ -221,6 +229,18 @@ static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
     freeReplyObject(r);
     return 1;
   }
+  if (r->type == REDIS_REPLY_ERROR &&
+      (strncmp(r->str, "ASK ", 4) == 0 || strncmp(r->str, "MOVED ", 6) == 0 ||
+       strncmp(r->str, "TRYAGAIN", 8) == 0)) {
+    /* The slot moved, or is moving (ASK: none of the chunk's keys is here
+     * any more; TRYAGAIN: some are): renewed one by one through the
+     * router, which follows MOVED and ASK (issue 25.10). */
+    memset(st->flags + at, 3, k);
+    if (r->str[0] == 'M')
+      dlock__cluster_mark_stale(c);
+    freeReplyObject(r);
+    return 0;
+  }
   if (r->type != REDIS_REPLY_STRING || r->len != k) {
     if (r->type == REDIS_REPLY_ERROR) {
       dlock__fail(DLOCK_EREDIS, "renewal: %s", r->str);
@@ -308,9 +328,35 @@ static int item_order(const void *a, const void *b) {
   return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
+/* Renews one item through the router (which follows MOVED and ASK, and
+ * sends no WAIT: a renewal confirms nothing new). 1 renewed, 0 gone, 2 no
+ * answer. */
+static char renew_routed(dlock_client *c, const wd_item *it, const char *lease,
+                         size_t ll) {
+  char field[DLOCK__FIELD_MAX];
+  const char *keys[1] = {it->name};
+  size_t klens[1] = {it->name_len};
+  const char *args[2] = {lease, field};
+  size_t alens[2] = {ll, item_field(c, it, field)};
+  static const dlock__send_how how = {1, 1, 0};
+  redisReply *r = NULL;
+  int rc = dlock__eval_how(c, dlock__core_script(DLOCK__S_RENEW), 1, keys,
+                           klens, 2, args, alens, &how, &r);
+  char f = 2;
+  if (rc == 0 && r && r->type == REDIS_REPLY_STRING && r->len == 1)
+    f = (char)(r->str[0] == '1');
+  else if (rc == 0)
+    dlock__fail(DLOCK_EPROTO, "renewal: unexpected reply");
+  if (r)
+    freeReplyObject(r);
+  return f;
+}
+
 /* Renews items[0..n) in one pipeline per node; fills flags with 1
- * (renewed) / 0 (gone) / 2 (no answer). Returns 0, or the last node
- * failure's code. Called without reg.mu. */
+ * (renewed) / 0 (gone) / 2 (no answer). Items whose node redirected the
+ * pipeline (a slot moving or moved) are renewed one by one through the
+ * router. Returns 0, or the last node failure's code. Called without
+ * reg.mu. */
 static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
   if (c->cl) {
     (void)dlock__cluster_route(c, NULL); /* refreshes a stale map */
@@ -334,6 +380,9 @@ static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
     if (r)
       rc = r;
   }
+  for (size_t i = 0; i < n; i++)
+    if (st->flags[i] == 3)
+      st->flags[i] = renew_routed(c, &st->items[i], lease, ll);
   return rc;
 }
 
@@ -541,18 +590,33 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   report_lost(c, lost);
 }
 
+/* 1 when some watchdog hold is due for renewal now. reg.mu held. */
+static int holds_due(dlock_client *c, const wd_timing *t) {
+  int64_t now = dlock__now_ms();
+  for (dlock__hold *h = c->wd.head; h; h = h->wd_next)
+    if ((h->retry_at ? h->retry_at : h->renewed_at + t->period) <= now)
+      return 1;
+  return 0;
+}
+
 /* Writes the client's info key when due (clientinfo.c), without reg.mu
- * (which the caller holds and gets back). 1 if it was due. */
+ * (which the caller holds and gets back). 1 if it was due. The next write
+ * is due one period (after a failure: one retry interval) after this one
+ * ENDS: a write that takes long (an unreachable server) is not due again
+ * at once, ahead of the renewals (issue 25.7). */
 static int info_tick(dlock_client *c, const wd_timing *t) {
   int64_t now = dlock__now_ms();
   if (c->wd.info_at == 0 || now < c->wd.info_at)
     return 0;
-  c->wd.info_at = now + t->period;
+  /* Far ahead while it runs: not due again, and dlock__info_want (which
+   * only starts a schedule that is not running) leaves it alone. */
+  int64_t running = now + t->period + INT32_MAX;
+  c->wd.info_at = running;
   pthread_mutex_unlock(&c->reg.mu);
   int rc = dlock__info_write(c);
   pthread_mutex_lock(&c->reg.mu);
-  if (rc && c->wd.info_at == now + t->period)
-    c->wd.info_at = now + t->retry;
+  if (c->wd.info_at == running)
+    c->wd.info_at = dlock__now_ms() + (rc ? t->retry : t->period);
   return 1;
 }
 
@@ -596,8 +660,13 @@ static void *wd_main(void *arg) {
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
-    if (decline_tick(c) || info_tick(c, &t) || !wait_due(c, &t))
+    if (decline_tick(c) || !wait_due(c, &t))
       continue;
+    /* Renewals first: the info key is bookkeeping and waits for them. */
+    if (!holds_due(c, &t)) {
+      (void)info_tick(c, &t);
+      continue;
+    }
     renew_due(c, &st, &t);
     if (st.cap > 4096) {
       /* A pass over many holds: give the arrays back until the next one

@@ -15,11 +15,13 @@
  *   with libfaketime preloaded (the monotonic clock left real); the case
  *   SKIPs without Debian's libfaketime.
  */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,9 +47,47 @@ static void set_offset(const char *file, const char *spec) {
   CHECK(fclose(f) == 0);
 }
 
+#if defined(__SANITIZE_THREAD__)
+#define TH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TH_TSAN 1
+#endif
+#endif
+
+#ifdef TH_TSAN
+void __tsan_init(void);
+#endif
+
+/* What LD_PRELOAD gets: libfaketime -- and in a TSan build the TSan runtime
+ * before it. libfaketime interposes pthread_cond_timedwait and calls
+ * glibc's directly: preloaded first, it hides every timed wait from TSan,
+ * which then believes the waiting thread still owns the wait's mutex and
+ * reports "double lock of a mutex" when another thread takes it
+ * (dlock__reg_attach, the watchdog's expiry thread; issue 26). With the
+ * runtime first, TSan's interceptor sees the wait and calls on into
+ * libfaketime, which still fakes the clock. */
+static const char *preload_list(char *buf, size_t n) {
+  const char *ft = faketime_lib();
+#ifdef TH_TSAN
+  /* GCC links the runtime as libtsan.so; clang links it into the program,
+   * which comes first anyway. */
+  Dl_info di, self;
+  if (dladdr((void *)__tsan_init, &di) && di.dli_fname && di.dli_fname[0] &&
+      dladdr((void *)preload_list, &self) && self.dli_fname &&
+      strcmp(di.dli_fname, self.dli_fname) != 0) {
+    snprintf(buf, n, "%s:%s", di.dli_fname, ft);
+    return buf;
+  }
+#endif
+  snprintf(buf, n, "%s", ft);
+  return buf;
+}
+
 static void faketime_env(const char *file, int on) {
   if (on) {
-    setenv("LD_PRELOAD", faketime_lib(), 1);
+    char pre[2048];
+    setenv("LD_PRELOAD", preload_list(pre, sizeof pre), 1);
     setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
     setenv("FAKETIME_NO_CACHE", "1", 1);
     setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
@@ -264,6 +304,168 @@ TH_CASE_T(client_wall_clock_jumps_change_nothing, 120, "slow") {
   CHECK_OK(dlock_mutex_unlock(busy));
   dlock_mutex_free(busy);
   dlock_client_free(other);
+}
+
+/* ---- a Redlock's renewal across a wall-clock step back (issue 25.14) -- */
+
+#define RL_CHILD_ENV "DLOCK_CLOCK_RL_URLS"
+#define RL_STEP_MS 600000LL /* 10 min */
+
+/* The key's PTTL on the first master, through a probe mutex that never
+ * locks (-3 on error). */
+static long long probe_pttl(dlock_mutex *probe) {
+  long long t = -3;
+  if (dlock_mutex_ttl(probe, &t) != 0)
+    return -3;
+  return t;
+}
+
+/* Polls the PTTL until a renewal pushes it back up; the time it was seen
+ * (monotonic ms), or -1 if none came by `until` or the key went. */
+static int64_t next_renewal(dlock_mutex *probe, int64_t until) {
+  long long last = probe_pttl(probe);
+  while (th_now_ms() < until && last > 0) {
+    th_sleep_ms(10);
+    long long cur = probe_pttl(probe);
+    if (cur > last + 20)
+      return th_now_ms();
+    last = cur;
+  }
+  return -1;
+}
+
+/* In the child, with the clock shim preloaded: once the shim's offset is
+ * set, every CLOCK_REALTIME deadline the process computes lies RL_STEP_MS
+ * later on the kernel's clock -- what a step of the wall clock back by that
+ * much, right after the deadline was computed, does to a wait. 0 all fine,
+ * 77 the shim had no effect, else the number of the check that failed. */
+static int redlock_child(char *urls, const char *shim_file) {
+  int fd = open(shim_file, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return 2;
+  shim_offset(fd, RL_STEP_MS);
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  time_t kernel_wall = (time_t)syscall(SYS_time, NULL);
+  shim_offset(fd, 0);
+  if (wall.tv_sec - kernel_wall < RL_STEP_MS / 1000 - 60)
+    return 77;
+  int wd = 1500 * th_timeout_mult();
+  dlock_client *cs[3];
+  size_t n = 0;
+  for (char *save = NULL, *u = strtok_r(urls, " ", &save); u && n < 3;
+       u = strtok_r(NULL, " ", &save)) {
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    cfg.url = u;
+    cfg.watchdog_timeout_ms = wd;
+    cfg.on_lock_lost = on_lost;
+    cfg.retry_interval_ms = 100;
+    if (dlock_client_new(&cfg, &cs[n]) != 0)
+      return 2;
+    n++;
+  }
+  dlock_redlock *rl;
+  dlock_mutex *probe;
+  if (n != 3 || dlock_redlock_new(cs, n, "clk-rl", &rl) ||
+      dlock_mutex_new(cs[0], "clk-rl", &probe))
+    return 2;
+  if (dlock_redlock_lock(rl))
+    return 3;
+  /* The first renewal with the clocks in step. */
+  int64_t prev = next_renewal(probe, th_now_ms() + wd);
+  if (prev < 0)
+    return 4;
+  shim_offset(fd, RL_STEP_MS);
+  int64_t step = th_now_ms();
+  /* Two leases more: every renewal comes a third of the lease after the
+   * previous one (plus load), none 10 min late (the lease ends first). */
+  int renewals = 0;
+  int64_t worst = 0;
+  while (th_now_ms() - step < 2LL * wd) {
+    int64_t next =
+        next_renewal(probe, prev + wd / 3 + 1000LL * th_timeout_mult());
+    if (next < 0)
+      return 5;
+    if (next - prev > worst)
+      worst = next - prev;
+    prev = next;
+    renewals++;
+  }
+  long long v = 0;
+  if (dlock_redlock_validity(rl, &v) || v <= 0 || atomic_load(&g_lost_at))
+    return 6;
+  if (dlock_redlock_unlock(rl))
+    return 7;
+  shim_offset(fd, 0);
+  printf("after the step: %d renewals in 2 leases, the longest gap %lld ms "
+         "(lease %d ms, renewal every %d ms)\n",
+         renewals, (long long)worst, wd, wd / 3);
+  dlock_mutex_free(probe);
+  dlock_redlock_free(rl);
+  for (size_t i = 0; i < n; i++)
+    dlock_client_free(cs[i]);
+  close(fd);
+  return 0;
+}
+
+/* The Redlock's renewal thread slept on a CLOCK_REALTIME condition
+ * variable: a wall clock stepped back during its sleep stretched the sleep
+ * by the step, and the lease ran out unrenewed. The client runs with the
+ * clock shim (not libfaketime: libfaketime rewrites the deadline of every
+ * pthread_cond_timedwait into real time itself, so a realtime wait under it
+ * never sees a step; the shim changes only what the process reads, so a
+ * deadline computed from it lands 10 min late on the kernel's clock, as a
+ * real step back does to a wait armed before it). */
+TH_CASE_T(redlock_renewed_across_wall_clock_step_back, 120, "slow") {
+  char *urls = getenv(RL_CHILD_ENV);
+  if (urls) /* the re-executed child */
+    _exit(redlock_child(urls, getenv("DLOCK_CLOCKSHIM_FILE")));
+  th_redis *r[3];
+  char list[1024] = "";
+  for (int i = 0; i < 3; i++) {
+    r[i] = th_redis_new(0, NULL);
+    if (i)
+      strncat(list, " ", sizeof list - strlen(list) - 1);
+    strncat(list, r[i]->url, sizeof list - strlen(list) - 1);
+  }
+  const char *file = th_tmpfile("clockshim-client");
+  int fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  CHECK(fd >= 0);
+  shim_offset(fd, 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    setenv("LD_PRELOAD", DLOCK_CLOCKSHIM, 1);
+    setenv("DLOCK_CLOCKSHIM_FILE", file, 1);
+    char asan[512];
+    const char *ao = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "",
+             ao && *ao ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    setenv(RL_CHILD_ENV, list, 1);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+      _exit(126);
+    self[n] = '\0';
+    execl(self, "test_clock", "redlock_renewed_across_wall_clock_step_back",
+          (char *)NULL);
+    _exit(126);
+  }
+  int st = th_wait(pid, 60000);
+  if (st == 77)
+    th_skip("the clock shim had no effect on the client");
+  CHECK_MSG(st == 0,
+            "redlock under a wall-clock step back: check %d failed (4: no "
+            "first renewal, 5: a renewal late or missing after the step, 6: "
+            "lost)",
+            st);
+  /* Released: no key left on any master. */
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(r[i], "EXISTS clk-rl"), 0);
+  close(fd);
 }
 
 TH_MAIN()

@@ -122,7 +122,7 @@ TH_CASE_T(hash_tags_and_refused_names, 120, "cluster") {
            1);
   CHECK_OK(dlock_mutex_unlock(m));
   dlock_mutex_free(m);
-  const char *bad[] = {"a{b", "a{}b", "{}x"};
+  const char *bad[] = {"a{b", "a{}b", "{}x", "a}b", "}x", "x}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     dlock_mutex *x = NULL;
     CHECK_RC(dlock_mutex_new(c, bad[i], &x), DLOCK_EINVAL);
@@ -479,6 +479,57 @@ TH_CASE_T(waiter_resubscribes_after_slot_move, 120, "cluster") {
   dlock_mutex_free(m);
   dlock_client_free(a);
   dlock_client_free(b);
+}
+
+/* Issue 25.10: watchdog renewals follow ASK (and MOVED). A hold whose key
+ * moves to the importing node while its slot's migration lasts longer
+ * than the lease stays held: the old batched renewal went to the migrating
+ * node, got ASK, and retried there until the lease ran out (old code: the
+ * hold reported lost, its key expired on the importing node). */
+static atomic_int g_mig_lost;
+static void on_mig_lost(const char *name, void *arg) {
+  (void)arg;
+  printf("lost: %s\n", name);
+  fflush(stdout);
+  atomic_fetch_add(&g_mig_lost, 1);
+}
+
+TH_CASE_T(watchdog_renews_through_a_slot_migration, 120, "cluster slow") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  const char *name = "migrating-hold";
+  unsigned slot = th_cluster_slot(cl, name);
+  int from = th_cluster_master_of(cl, slot), to = (from + 1) % 3;
+  int mult = th_timeout_mult();
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = cl->url;
+  cfg.retry_attempts = 5;
+  cfg.retry_interval_ms = 100;
+  cfg.command_timeout_ms = 1000 * mult;
+  cfg.connect_timeout_ms = 1000 * mult;
+  cfg.watchdog_timeout_ms = 1500 * mult; /* renewed every 500 ms */
+  cfg.on_lock_lost = on_mig_lost;
+  atomic_store(&g_mig_lost, 0);
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, name, &m));
+  CHECK_OK(dlock_mutex_lock(m)); /* the watchdog renews it */
+  char tid[48];
+  th_cluster_id(cl, to, tid);
+  /* The migration: IMPORTING / MIGRATING, the key moved with MIGRATE at
+   * once, and the slot left in that state for two leases (without the
+   * renewals the importing node's copy expires after one). */
+  th_cluster_move_slot(cl, slot, from, to, 2 * cfg.watchdog_timeout_ms);
+  CHECK_EQ(th_cluster_master_of(cl, slot), to);
+  CHECK_EQ(atomic_load(&g_mig_lost), 0);
+  long long pttl = th_cmd_int(cl->node[to], "PTTL %s", name);
+  printf("PTTL on the importing node after the migration: %lld ms\n", pttl);
+  CHECK(pttl > 0);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(th_cmd_int(cl->node[to], "EXISTS %s", name), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
 }
 
 /* ---- failover ---------------------------------------------------------- */

@@ -445,6 +445,77 @@ TH_CASE(cancel_ends_a_waiting_lock) {
   free_clients(b);
 }
 
+static void *trylock_main(void *p) {
+  waiter *w = p;
+  w->rc = dlock_redlock_trylock(w->rl);
+  return NULL;
+}
+
+/* Two objects of one name in one thread (issue 25.4): they share the
+ * field "<uuid>:<tid>" on every master of a common client, so the second
+ * one's acquire must not be granted the first one's key (its unlock
+ * deleted it on every master while the first still held). The header
+ * promises DLOCK_EDEADLK: not reentrant. Also for an object over only some
+ * of the clients, and while the thread holds a mutex of that name on one of
+ * them; another thread, or an object over other clients, finds it held. */
+TH_CASE(two_objects_one_thread_edeadlk) {
+  start_servers();
+  dlock_client *cs[N], *other[N];
+  make_clients(cs, NULL);
+  make_clients(other, NULL);
+  dlock_redlock *r1, *r2, *r3, *r4;
+  CHECK_OK(dlock_redlock_new(cs, N, "r2o", &r1));
+  CHECK_OK(dlock_redlock_new(cs, N, "r2o", &r2));
+  CHECK_OK(dlock_redlock_new(cs + 2, 3, "r2o", &r3)); /* 3 of the clients */
+  CHECK_OK(dlock_redlock_new(other, N, "r2o", &r4));  /* other clients */
+  CHECK_OK(dlock_redlock_trylock(r1));
+  uint64_t t1 = 0;
+  CHECK_OK(dlock_redlock_token(r1, &t1));
+  CHECK_RC(dlock_redlock_trylock(r2), DLOCK_EDEADLK);
+  CHECK_RC(dlock_redlock_lock(r2), DLOCK_EDEADLK);
+  CHECK_RC(dlock_redlock_timedlock(r2, 200, 5000), DLOCK_EDEADLK);
+  CHECK_RC(dlock_redlock_trylock(r3), DLOCK_EDEADLK);
+  CHECK_RC(dlock_redlock_unlock(r2), DLOCK_EPERM);
+  CHECK_RC(dlock_redlock_trylock(r4), DLOCK_EBUSY);
+  waiter w = {r2, 1};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, trylock_main, &w) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK_RC(w.rc, DLOCK_EBUSY); /* another thread: held elsewhere */
+  /* The first hold is intact on every master. */
+  CHECK_EQ(count_keys("r2o"), N);
+  long long v = 0;
+  CHECK_OK(dlock_redlock_validity(r1, &v));
+  CHECK_OK(dlock_redlock_unlock(r1));
+  CHECK_EQ(count_keys("r2o"), 0);
+  /* Released: the other object takes it, with a newer token. */
+  CHECK_OK(dlock_redlock_trylock(r2));
+  uint64_t t2 = 0;
+  CHECK_OK(dlock_redlock_token(r2, &t2));
+  CHECK_MSG(t2 > t1, "token %llu after %llu", (unsigned long long)t2,
+            (unsigned long long)t1);
+  CHECK_RC(dlock_redlock_trylock(r1), DLOCK_EDEADLK);
+  CHECK_OK(dlock_redlock_unlock(r2));
+  /* A mutex of that name held by this thread on one of the clients. */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(cs[3], "r2o", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_RC(dlock_redlock_trylock(r1), DLOCK_EDEADLK);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_OK(dlock_redlock_trylock(r1));
+  /* Freeing a holding object forgets its hold (its keys expire). */
+  dlock_redlock_free(r1);
+  CHECK_OK(dlock_redlock_trylock(r2));
+  CHECK_OK(dlock_redlock_unlock(r2));
+  CHECK_EQ(count_keys("r2o"), 0);
+  dlock_mutex_free(m);
+  dlock_redlock_free(r2);
+  dlock_redlock_free(r3);
+  dlock_redlock_free(r4);
+  free_clients(cs);
+  free_clients(other);
+}
+
 TH_CASE(bad_arguments) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r);

@@ -584,4 +584,108 @@ TH_CASE(downgrade) {
   dlock_client_free(c2);
 }
 
+/* One name, one kind (issue 25.6): a name held as a plain, fair or fenced
+ * mutex refuses the read and the write side of a read-write lock, and the
+ * other way round, in both directions and also within one thread (a
+ * reader's field is the mutex field); the holder's hash is never
+ * rewritten, and its unlock still succeeds. A refused wait waits its time.
+ * A semaphore's key is no lock and a lock's key no semaphore: WRONGTYPE,
+ * DLOCK_EREDIS, nothing written. */
+TH_CASE(kinds_exclude_each_other) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *a = th_client(r), *b = th_client(r);
+  dlock_mutex *am, *af, *bm, *bf, *bfe, *same;
+  dlock_rwlock *arw, *brw;
+  CHECK_OK(dlock_mutex_new(a, "k", &am));
+  CHECK_OK(dlock_mutex_new_fair(a, "k", &af));
+  CHECK_OK(dlock_mutex_new(b, "k", &bm));
+  CHECK_OK(dlock_mutex_new_fair(b, "k", &bf));
+  CHECK_OK(dlock_mutex_new_fenced(b, "k", &bfe));
+  CHECK_OK(dlock_mutex_new(a, "k", &same));
+  CHECK_OK(dlock_rwlock_new(a, "k", &arw));
+  CHECK_OK(dlock_rwlock_new(b, "k", &brw));
+  char me[80];
+  field_of(a, me, sizeof me);
+
+  /* a plain mutex holds: neither side of the read-write lock */
+  CHECK_OK(dlock_mutex_lock(am));
+  CHECK_RC(dlock_rwlock_tryrdlock(brw), DLOCK_EBUSY);
+  CHECK_RC(dlock_rwlock_trywrlock(brw), DLOCK_EBUSY);
+  CHECK_RC(dlock_rwlock_tryrdlock(arw), DLOCK_EBUSY); /* same thread */
+  CHECK_HFIELD(r, "k", "mode", NULL);
+  CHECK_HFIELD(r, "k", me, "1");
+  CHECK_EQ(th_cmd_int(r, "HLEN k"), 1);
+  CHECK_OK(dlock_mutex_unlock(am));
+  CHECK_EQ(th_cmd_int(r, "EXISTS k"), 0);
+
+  /* a fair mutex holds: the same */
+  CHECK_OK(dlock_mutex_lock(af));
+  CHECK_RC(dlock_rwlock_tryrdlock(brw), DLOCK_EBUSY);
+  CHECK_RC(dlock_rwlock_trywrlock(brw), DLOCK_EBUSY);
+  CHECK_HFIELD(r, "k", "mode", NULL);
+  CHECK_OK(dlock_mutex_unlock(af));
+  CHECK_EQ(th_cmd_int(r, "EXISTS k"), 0);
+
+  /* a reader holds: no plain, fair or fenced mutex, not even this
+   * thread's own (its field is the reader's field) */
+  CHECK_OK(dlock_rwlock_rdlock(arw));
+  CHECK_RC(dlock_mutex_trylock(bm), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_trylock(bf), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_trylock(bfe), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_trylock(same), DLOCK_EBUSY);
+  CHECK_HFIELD(r, "k", "mode", "read");
+  CHECK_HFIELD(r, "k", me, "1");
+  /* a waiting mutex waits its time (the holder's TTL bounds each sleep) */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_timedlock(bm, 300, -1), DLOCK_ETIMEDOUT);
+  int64_t took = th_now_ms() - t0;
+  CHECK_MSG(took >= 290, "a refused wait ended after %lld ms", (long long)took);
+  CHECK_OK(dlock_rwlock_unlock(arw));
+  CHECK_EQ(th_cmd_int(r, "EXISTS k"), 0);
+
+  /* a writer holds: no mutex of any variant */
+  CHECK_OK(dlock_rwlock_wrlock(arw));
+  CHECK_RC(dlock_mutex_trylock(bm), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_trylock(bf), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_trylock(bfe), DLOCK_EBUSY);
+  CHECK_RC(dlock_mutex_trylock(same), DLOCK_EBUSY);
+  CHECK_HFIELD(r, "k", "mode", "write");
+  CHECK_EQ(th_cmd_int(r, "HLEN k"), 2);
+  CHECK_OK(dlock_rwlock_unlock(arw));
+  CHECK_EQ(th_cmd_int(r, "EXISTS k"), 0);
+
+  /* a semaphore's key is no lock, and a lock's key no semaphore */
+  dlock_sem *s, *sk;
+  CHECK_OK(dlock_sem_new(a, "sem-k", &s));
+  CHECK_OK(dlock_sem_init(s, 1));
+  dlock_mutex *sm;
+  dlock_rwlock *srw;
+  CHECK_OK(dlock_mutex_new(b, "sem-k", &sm));
+  CHECK_OK(dlock_rwlock_new(b, "sem-k", &srw));
+  CHECK_RC(dlock_mutex_trylock(sm), DLOCK_EREDIS);
+  CHECK_RC(dlock_rwlock_tryrdlock(srw), DLOCK_EREDIS);
+  CHECK_RC(dlock_rwlock_trywrlock(srw), DLOCK_EREDIS);
+  CHECK_EQ(th_get_ll(r, "sem-k"), 1);
+  CHECK_OK(dlock_mutex_lock(am));
+  CHECK_OK(dlock_sem_new(b, "k", &sk));
+  CHECK_RC(dlock_sem_trywait(sk), DLOCK_EREDIS);
+  CHECK_HFIELD(r, "k", me, "1");
+  CHECK_OK(dlock_mutex_unlock(am));
+
+  dlock_sem_free(s);
+  dlock_sem_free(sk);
+  dlock_mutex_free(sm);
+  dlock_rwlock_free(srw);
+  dlock_mutex_free(am);
+  dlock_mutex_free(af);
+  dlock_mutex_free(bm);
+  dlock_mutex_free(bf);
+  dlock_mutex_free(bfe);
+  dlock_mutex_free(same);
+  dlock_rwlock_free(arw);
+  dlock_rwlock_free(brw);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 TH_MAIN()

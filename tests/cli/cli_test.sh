@@ -563,11 +563,26 @@ force_unlock)
   ;;
 
 status_json_bytes)
-  # A name that is not UTF-8 still gives valid JSON (issue 10).
+  # A name that is not UTF-8 still gives valid JSON (issue 10), and names
+  # stay distinct (issue 26: every invalid byte was U+FFFD, so 'x\377' and
+  # 'x\376' -- and 'x' + the UTF-8 of U+FFFD -- printed alike): an invalid
+  # byte is the lone surrogate U+DC80 + (byte - 0x80), and the bytes come
+  # back with Python's surrogateescape.
   name=$(printf 'x\377y\303\251')
   expect_rc 3 status --json "$name"
-  json_check "$T/out" "d['name'] == 'x\ufffdy\u00e9'" ||
+  json_check "$T/out" "d['name'] == 'x\udcffy\u00e9'" ||
     fail "json with raw bytes: $(od -c "$T/out" | head -3)"
+  seen=
+  for n in 'x\377' 'x\376' 'x\357\277\275' 'x\\udcff' 'x\355\262\200'; do
+    name=$(printf "$n")
+    expect_rc 3 status --json "$name"
+    printf '%s' "$name" >"$T/name"
+    json_check "$T/out" "d['name'].encode('utf-8', 'surrogateescape') == open('$T/name', 'rb').read()" ||
+      fail "name $n: the JSON does not give its bytes back: $(cat "$T/out")"
+    line=$(grep -o '"name":"[^"]*"' "$T/out")
+    case "$seen" in *"|$line|"*) fail "name $n prints like another: $line" ;; esac
+    seen="$seen|$line|"
+  done
   ;;
 
 emfile)
@@ -737,6 +752,45 @@ fence)
     fail "tokens not increasing: $(cat "$T/tokens")"
   grep -Eq '^[1-9][0-9]*$' "$T/tokens" || fail "tokens: $(cat "$T/tokens")"
   expect_rc 0 fe -- sh -c 'test -z "${DLOCK_TOKEN-}"'
+  ;;
+
+kinds)
+  # One name, one kind (issue 25.6): while a plain lock holds, -s and -x
+  # find it held (and say so, also with -n), and the plain holder keeps its
+  # lock (it exited 75 when the read-write script rewrote its hash); the
+  # other way round too, also for --fair and --fence.
+  hold_until kn
+  expect_rc 1 -n -s kn -- touch "$T/ran-s"
+  grep -q "held as a plain, --fair or --fence lock" "$T/last.err" ||
+    fail "-n -s did not say which kind holds: $(cat "$T/last.err")"
+  expect_rc 1 -n -x kn -- touch "$T/ran-x"
+  expect_rc 1 -w 0.2 -x kn -- touch "$T/ran-x"
+  grep -q "gave up after" "$T/last.err" || fail "-w -x: $(cat "$T/last.err")"
+  expect_rc 1 -q -n -s kn -- touch "$T/ran-s"
+  [ ! -s "$T/last.err" ] || fail "-q printed: $(cat "$T/last.err")"
+  [ ! -e "$T/ran-s" ] && [ ! -e "$T/ran-x" ] || fail "a command ran while a plain lock held"
+  [ "$(R hget kn mode)" = "" ] || fail "the plain lock's hash got a mode"
+  [ "$(R hlen kn)" = 1 ] || fail "the plain lock's hash: $(R hgetall kn | tr '\n' ' ')"
+  touch "$T/stop-kn"
+  wait "$HOLDER" || fail "the plain holder exited $?: $(cat "$T/holder-kn.err")"
+  key_gone kn || fail "lock left behind"
+  for side in -s -x; do
+    hold_until "kr$side" "$side"
+    for kind in "" --fair --fence; do
+      # shellcheck disable=SC2086
+      expect_rc 1 -n $kind "kr$side" -- touch "$T/ran-plain"
+      grep -q "held as a read-write lock (-s/-x)" "$T/last.err" ||
+        fail "-n $kind did not say which kind holds: $(cat "$T/last.err")"
+    done
+    [ ! -e "$T/ran-plain" ] || fail "a plain command ran while $side held"
+    [ "$(R hget "kr$side" mode)" != "" ] || fail "the read-write hash lost its mode"
+    touch "$T/stop-kr$side"
+    wait "$HOLDER" || fail "the $side holder exited $?: $(cat "$T/holder-kr$side.err")"
+    key_gone "kr$side" || fail "lock left behind"
+  done
+  # The kinds still take turns: free again, each gets it.
+  expect_rc 0 -n -x kn -- true
+  expect_rc 0 -n kn -- true
   ;;
 
 shared)

@@ -7,6 +7,7 @@ if(TARGET dlock_cli)
     signal_TERM signal_INT signal_HUP kill_after watchdog key_deleted
     release_loss lease kill9 redis_gone signal_waiting env status
     status_fair force_unlock bad_input errors help manpage install fence shared fair
+    kinds
     handover_race status_json_bytes emfile config config_errors tls_flags
     tls_server)
   foreach(c ${DLOCK_CLI_CASES})

@@ -48,7 +48,11 @@ void dlc_json_str(FILE *f, const char *s) {
     }
     size_t n = utf8_len(p);
     if (n == 0) {
-      fputs("\\ufffd", f);
+      /* A byte that is not UTF-8 (0x80-0xff): the lone low surrogate
+       * U+DC80-U+DCFF, as Python's "surrogateescape" does. No valid UTF-8
+       * text encodes a surrogate, so distinct byte strings stay distinct
+       * strings, and the bytes can be recovered. */
+      fprintf(f, "\\udc%02x", *p);
     } else {
       fwrite(p, 1, n, f);
       p += n - 1;

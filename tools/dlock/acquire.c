@@ -43,13 +43,32 @@ static void *sigwatch_main(void *arg) {
   return NULL;
 }
 
+/* Says that the lock was not acquired. -n is silent on conflict, as flock
+ * -n is -- except when another kind of lock holds the name (a plain lock
+ * where -s/-x was asked for, or the other way round): that is most likely
+ * a mistake, and it is said unless -q. */
 static void not_acquired(run_state *rs, long long start) {
   const cli_opts *o = rs->o;
-  if (o->quiet || (o->wait_ms == 0 && !o->verbose))
+  if (o->quiet)
     return;
-  char who[160], waited[32];
-  run_holder_of(rs, who, sizeof who);
+  char who[160], other[96], waited[32];
+  run_holder_of(rs, who, sizeof who, other, sizeof other);
   cli_fmt_secs(dlc_now_ms() - start, waited, sizeof waited);
+  if (other[0]) {
+    char how[64];
+    if (o->wait_ms == 0)
+      snprintf(how, sizeof how, "not acquired");
+    else
+      snprintf(how, sizeof how, "gave up after %s s", waited);
+    cli_note(o,
+             "lock '%s' is held as %s%s%s, another kind than %s (the kinds "
+             "of one name exclude each other); %s",
+             o->name, other, who[0] ? " by " : "", who,
+             lk_kind_option(rs->lk.kind), how);
+    return;
+  }
+  if (o->wait_ms == 0 && !o->verbose)
+    return;
   if (o->wait_ms == 0) /* -n is silent on conflict, as flock -n is */
     cli_debug(o, "lock '%s' is held%s%s; not acquired", o->name,
               who[0] ? " by " : " elsewhere", who);
@@ -82,10 +101,10 @@ static int try_once(run_state *rs, long long start, int *ex) {
     *ex = o->conflict_code;
     return 0;
   }
-  char who[160];
-  run_holder_of(rs, who, sizeof who);
-  cli_debug(o, "waiting for lock '%s' (held%s%s)", o->name,
-            who[0] ? " by " : " elsewhere", who);
+  char who[160], other[96];
+  run_holder_of(rs, who, sizeof who, other, sizeof other);
+  cli_debug(o, "waiting for lock '%s' (held%s%s%s%s)", o->name,
+            other[0] ? " as " : "", other, who[0] ? " by " : " elsewhere", who);
   return -1;
 }
 

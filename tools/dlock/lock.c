@@ -96,15 +96,19 @@ int lk_error(const cli_opts *o, int kind, int rc, const char *what) {
   return cli_exit_code(rc);
 }
 
-/* The holder to name in messages ("" if unknown). */
-void run_holder_of(run_state *rs, char *buf, size_t len) {
+void run_holder_of(run_state *rs, char *buf, size_t len, char *other,
+                   size_t olen) {
   dlock_status st;
   buf[0] = '\0';
+  other[0] = '\0';
   if (dlock_status_query(rs->c, rs->o->name, &st) != 0)
     return;
+  int rw = rs->lk.kind == K_READ || rs->lk.kind == K_WRITE;
   if (st.n_holders)
     snprintf(buf, len, "%s", st.holders[0].owner);
-  else if (st.locked)
-    snprintf(buf, len, "a client of another kind");
+  if (st.locked && st.mode[0] && !rw)
+    snprintf(other, olen, "a read-write lock (-s/-x)");
+  else if (st.n_holders && !st.mode[0] && rw)
+    snprintf(other, olen, "a plain, --fair or --fence lock");
   dlock_status_clear(&st);
 }

@@ -83,8 +83,13 @@ typedef struct run_state {
   int reason_ready;    /* under mu */
 } run_state;
 
-/* The holder to name in messages ("" if unknown). */
-void run_holder_of(run_state *rs, char *buf, size_t len);
+/* The holder to name in messages ("" if unknown), and in other[0..olen)
+ * what holds the name when that is another kind than rs's lock: "a
+ * read-write lock (-s/-x)" or "a plain, --fair or --fence lock"; "" when
+ * it is the same kind or unknown. Kinds never share a name: the library
+ * refuses a name held by another kind as held. */
+void run_holder_of(run_state *rs, char *buf, size_t len, char *other,
+                   size_t olen);
 
 /* ---- acquiring (acquire.c) ---------------------------------------------- */
 
