@@ -116,7 +116,6 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
   dlock__uuid4(a->id);
-  a->latch_ttl_ms = dlock__latch_ttl(&a->cfg);
   a->sched_at = -1;
   a->flush.fn = flush_fired;
   a->flush.arg = a;

@@ -130,7 +130,6 @@ struct dlock_async {
   char *url_str;
   dlock__url url;
   char id[DLOCK__UUID_LEN + 1];
-  int64_t latch_ttl_ms;
   dlock_async_hooks hooks;
   int attached;
   int closing; /* dlock_async_free began */

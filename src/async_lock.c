@@ -85,6 +85,7 @@ static void drop_hold(dlock_async *a, dlock__ahold *h) {
   h->h.wd_count = 0;
   h->h.lost = 0;
   h->h.releasing = 0;
+  h->h.unlock_pending = 0;
   dlock__awd_remove(a, h);
 }
 
@@ -374,16 +375,28 @@ static void lock_begin(dlock__aop *op) {
 static void unlock_done(dlock__areq *r, redisReply *reply, int err,
                         const char *why) {
   dlock__aop *op = r->arg;
+  int resent = r->tries > 0; /* the retry policy sent it more than once */
   dlock__areq_free(r);
   dlock__ahold *h = op->h;
   dlock_async *a = op->a;
   int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
   h->h.releasing = 0;
-  int expired = dlock__async_now() >= h->h.valid_until || h->h.lost;
+  /* A final release that may have been sent before and finds the field
+   * gone: that copy released it (as mutex.c rel_end; docs/errors.md). */
+  int released_before = rc == DLOCK_ELOST && h->h.count == 1 &&
+                        (resent || h->h.unlock_pending == 1);
+  if (released_before)
+    rc = 1;
+  int64_t at = released_before ? h->h.release_sent : dlock__async_now();
+  int expired = at >= h->h.valid_until || h->h.lost;
   if (rc < 0 && rc != DLOCK_ELOST && !expired) {
+    /* Outcome unknown: the caller's retry at this count may be a second
+     * copy (the script counts it once: it carries the expected count). */
+    h->h.unlock_pending = h->h.count;
     complete(op, rc, "%s", dlock_last_error());
     return;
   }
+  h->h.unlock_pending = 0;
   if (expired || rc == DLOCK_ELOST || rc == 1 || h->h.count <= 1)
     drop_hold(a, h);
   else if (dlock__hold_drop_one(&h->h))
@@ -417,25 +430,32 @@ static void unlock_begin(dlock__aop *op) {
              h->key);
     return;
   }
-  char rid[33];
+  /* The count this unlock expects makes it idempotent by state: a retry
+   * by the caller after DLOCK_ECONN counts once (issue 26). */
+  char rid[33]; /* names the tombstone, which only the blocking client
+                 * writes (mutex.c): here it never exists */
   dlock__request_id(rid);
   dlock__rel_call k;
   int rc = dlock__rel_call_init(
       &k, h->key, h->name_len, h->field, h->fl,
-      dlock__remaining_lease(&h->h, a->cfg.watchdog_timeout_ms),
-      a->latch_ttl_ms, rid, NULL, "PUBLISH"); /* no cluster client */
+      dlock__remaining_lease(&h->h, a->cfg.watchdog_timeout_ms), h->h.count,
+      rid, "PUBLISH"); /* no cluster client */
   dlock__areq *r = rc ? NULL
                       : dlock__areq_eval(dlock__core_script(DLOCK__S_UNLOCK),
-                                         k.nkeys, k.keys, k.klens, 5, k.args,
-                                         k.alens, unlock_done, op);
+                                         k.nkeys, k.keys, k.klens, k.nargs,
+                                         k.args, k.alens, unlock_done, op);
   dlock__rel_call_free(&k);
   if (!r) {
     complete(op, DLOCK_ENOMEM, "out of memory");
     return;
   }
   /* The key may vanish under a renewal in flight because of this very
-   * unlock: not a loss. */
-  h->h.releasing = 1;
+   * final unlock: not a loss. A partial one leaves the lock held. */
+  if (h->h.count == 1) {
+    if (h->h.unlock_pending != 1)
+      h->h.release_sent = dlock__async_now();
+    h->h.releasing = 1;
+  }
   op->in_flight = 1;
   dlock__aconn_submit(&a->cmd, r);
 }

@@ -120,7 +120,7 @@ static void batch_done(dlock__areq *r, redisReply *reply, int err,
       if (until > h->h.valid_until)
         h->h.valid_until = until;
       h->h.renewed_at = b->sent;
-    } else if (!h->h.releasing) {
+    } else if (!dlock__release_may_have_run(&h->h)) {
       lose(a, h, &names);
     }
   }

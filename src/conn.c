@@ -399,6 +399,7 @@ static redisReply *mux_roundtrip(dlock__node *n, void *unused,
   }
   a->sent = 1;
   if (dlock__link_send_shared(m->link, b->p, b->len) != 0) {
+    a->sent = m->link->wrote > 0; /* nothing written: it never arrived */
     a->timed_out = m->link->werr == DLOCK__LINK_TIMEOUT;
     attempt_fail(a, DLOCK_ECONN,
                  a->timed_out ? "write timed out" : m->link->werrstr);
@@ -443,8 +444,11 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
     return NULL;
   }
   a->sent = 1;
-  redisReply *r =
-      dlock__link_send(l, b->p, b->len) == 0 ? dlock__link_reply(l) : NULL;
+  redisReply *r = NULL;
+  if (dlock__link_send(l, b->p, b->len) == 0)
+    r = dlock__link_reply(l);
+  else
+    a->sent = l->wrote > 0; /* nothing written: it never arrived */
   if (r && a->with_wait) {
     /* WAIT may take sync_timeout_ms before it answers. */
     int cto = n->c->cfg.command_timeout_ms;

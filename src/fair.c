@@ -208,28 +208,32 @@ static dlock__script g_cancel = {
 
 static dlock__script g_unlock = {
     "fair_unlock",
-    /* KEYS[5] unlock latch. ARGV[1] '0', [2] lease for remaining holds,
-     * [3] field, [4] now, [5] publish command, [6] latch ttl.
-     * nil = not owner (or expired), 0 = still held, 1 = released; the
-     * last release publishes ARGV[1] on the head waiter's channel. */
+    /* ARGV[1] '0', [2] lease for remaining holds, [3] field, [4] now,
+     * [5] publish command, [6] the hold count the client expects before
+     * this unlock (N); KEYS[5] the unlock's tombstone (a final release
+     * that finds it changes nothing: mutex.c, dlock__unlock_tombstone). nil =
+     * not owner (or expired), 0 = still held, 1 = released; the last release
+     * publishes ARGV[1] on the head waiter's channel. Idempotent by state, as
+     * the plain unlock (scripts.c): a count below N means a copy already ran; N
+     * or more becomes N - 1. */
     FAIR_LUA_PRELUDE
-    "if KEYS[6] then redis.call('del', KEYS[6]) end\n"
-    "local done = redis.call('get', KEYS[5])\n"
-    "if done then return tonumber(done) end\n"
     "purge(tonumber(ARGV[4]))\n"
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  local head = redis.call('lindex', KEYS[2], 0)\n"
     "  if head then notify(ARGV[5], head) end\n"
     "  return nil\n"
     "end\n"
-    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
-    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
+    "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
+    "if not n then return nil end\n"
+    "local want = tonumber(ARGV[6])\n"
+    "if n < want then return 0 end\n"
+    "if want > 1 then\n"
+    "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
     "  remaining_ttl(KEYS[1], ARGV[2])\n"
-    "  redis.call('set', KEYS[5], 0, 'px', ARGV[6])\n"
     "  return 0\n"
     "end\n"
+    "if redis.call('exists', KEYS[5]) == 1 then return 1 end\n"
     "redis.call('del', KEYS[1])\n"
-    "redis.call('set', KEYS[5], 1, 'px', ARGV[6])\n"
     "local head = redis.call('lindex', KEYS[2], 0)\n"
     "if head then notify(ARGV[5], head) end\n"
     "return 1\n",
@@ -411,48 +415,38 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
 }
 
 static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        const char *rid, const char *prev_rid) {
+                        int expected, const char *rid) {
   dlock_client *c = m->c;
   fair_keys k;
-  dlock__sb latch, prev;
-  dlock__sb_init(&latch);
-  dlock__sb_init(&prev);
+  dlock__sb tomb;
+  dlock__sb_init(&tomb);
   int rc = fair_keys_init(m, &k);
-  dlock__unlock_latch_key(&latch, m->name, rid);
-  if (prev_rid)
-    dlock__unlock_latch_key(&prev, m->name, prev_rid);
-  if (!rc && (latch.oom || prev.oom))
+  dlock__unlock_latch_key(&tomb, m->name, rid);
+  if (!rc && tomb.oom)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (rc) {
     fair_keys_free(&k);
-    dlock__sb_free(&latch);
-    dlock__sb_free(&prev);
+    dlock__sb_free(&tomb);
     return rc;
   }
-  k.keys[4] = latch.p;
-  k.klens[4] = latch.len;
-  const char *keys[6] = {k.keys[0], k.keys[1], k.keys[2],
-                         k.keys[3], k.keys[4], prev.p};
-  size_t klens[6] = {k.klens[0], k.klens[1], k.klens[2],
-                     k.klens[3], k.klens[4], prev.len};
-  char field[DLOCK__FIELD_MAX], ls[24], ns[24], lt[24];
+  k.keys[4] = tomb.p;
+  k.klens[4] = tomb.len;
+  char field[DLOCK__FIELD_MAX], ls[24], ns[24], es[24];
   size_t fl = dlock__field(c, tid, field);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
   int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
-  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
-  const char *args[6] = {"0", ls, field, ns, dlock__publish_cmd(m->c), lt};
+  int esl = snprintf(es, sizeof es, "%d", expected);
+  const char *args[6] = {"0", ls, field, ns, dlock__publish_cmd(m->c), es};
   size_t alens[6] = {1,
                      (size_t)lsl,
                      fl,
                      (size_t)nsl,
                      strlen(dlock__publish_cmd(m->c)),
-                     (size_t)ltl};
+                     (size_t)esl};
   redisReply *r = NULL;
-  rc = dlock__eval(c, &g_unlock, prev_rid ? 6 : 5, keys, klens, 6, args, alens,
-                   &r);
+  rc = dlock__eval(c, &g_unlock, 5, k.keys, k.klens, 6, args, alens, &r);
   fair_keys_free(&k);
-  dlock__sb_free(&latch);
-  dlock__sb_free(&prev);
+  dlock__sb_free(&tomb);
   if (rc || !r)
     return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
   if (r->type == REDIS_REPLY_NIL) {

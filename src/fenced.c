@@ -129,8 +129,8 @@ static int fenced_attempt(dlock_mutex *m, uint64_t tid, int target,
 /* Unlock and force-unlock are RLock's (Redisson's RFencedLock inherits
  * them): the plain variant's scripts. */
 static int fenced_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                          const char *rid, const char *prev_rid) {
-  return dlock__plain_ops.release(m, tid, lease, rid, prev_rid);
+                          int expected, const char *rid) {
+  return dlock__plain_ops.release(m, tid, lease, expected, rid);
 }
 
 static int fenced_force(dlock_mutex *m) { return dlock__plain_ops.force(m); }

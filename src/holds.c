@@ -45,7 +45,6 @@ struct dlock__lockent {
   size_t name_len;
   const char *name; /* points into key, after the family tag */
   size_t key_len;
-  char prev_rid[33]; /* see dlock__lockent_prev_rid */
   char key[];
 };
 
@@ -181,7 +180,7 @@ int dlock__reg_thread_holds(dlock_client *c, const char *name, size_t len,
 }
 
 void dlock__hold_put(dlock_client *c, dlock__hold *h) {
-  if (h->count > 0 || h->unlock_rid_count > 0 || h->releasing)
+  if (h->count > 0 || h->unlock_pending > 0 || h->releasing)
     return;
   dlock__hold **pp = &h->e->holds;
   while (*pp && *pp != h)
@@ -233,8 +232,6 @@ void dlock__holds_destroy(dlock_client *c) {
   if (c->reg.locks.b && c->reg.locks.n == 0)
     dlock__map_free(&c->reg.locks);
 }
-
-char *dlock__lockent_prev_rid(dlock__lockent *e) { return e->prev_rid; }
 
 int dlock__registry_init(dlock__registry *r) {
   memset(r, 0, sizeof *r);
@@ -346,7 +343,7 @@ static void forget_thread(dlock_client *c, uint64_t tid) {
       h->count = 0;
       h->wd_count = 0;
       h->lost = 0;
-      h->unlock_rid_count = 0;
+      h->unlock_pending = 0;
       h->gen++;
       dlock__hold_put(c, h);
     }

@@ -249,8 +249,6 @@ void dlock__own_name(dlock__sb *b, const char *prefix, const char *name);
  * appended to *name) or -1 (not such a key, or out of memory). */
 int dlock__own_name_back(const char *prefix, const char *key, size_t len,
                          dlock__sb *name);
-/* Redisson's unlock latch key: redisson_unlock_latch:{name}:<rid>. */
-void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
 
 typedef struct dlock__chobj dlock__chobj;
 
@@ -506,6 +504,9 @@ struct dlock__link {
   int read_ms, write_ms; /* timeouts (0 = none), for transports that poll */
   int tls_error;         /* the transport's last failure was TLS's own */
   unsigned addr_gen;     /* Sentinel: the master generation it was made for */
+  /* Bytes the last dlock__link_send handed to the transport: 0 after a
+   * failed send means the command cannot have reached the server. */
+  size_t wrote;
 };
 
 /* Connects to url with the client's timeouts (connect_timeout_ms, then
@@ -1028,9 +1029,6 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
 void dlock__reg_detach(dlock_client *c, dlock__lockent *e);
 const char *dlock__lockent_name(const dlock__lockent *e, size_t *len);
 const dlock__mutex_ops *dlock__lockent_ops(const dlock__lockent *e);
-/* The entry's "previous unlock" request id, 33 bytes ("" = none), for
- * ops->release's prev_rid (reg_mu held). */
-char *dlock__lockent_prev_rid(dlock__lockent *e);
 /* The thread's record, or NULL (reg_mu held). */
 dlock__hold *dlock__hold_find(dlock__lockent *e, uint64_t tid);
 /* The thread's record, created when missing; NULL only on OOM (reg_mu). */
@@ -1095,20 +1093,29 @@ struct dlock__hold {
    * clear: the watchdog. Holds are released last first, so an unlock knows
    * what remains (dlock__remaining_lease). Holds past 64 count as fixed. */
   uint64_t fixed_bits;
-  /* An unlock whose outcome is unknown (no reply) left its request id here;
-   * the caller's next unlock at the same count reuses it, so the latch
-   * makes the two one unlock. */
-  int unlock_rid_count; /* 0: none */
-  uint64_t unlock_rid[2];
+  /* An unlock whose outcome is unknown (no reply) left the count it was
+   * sent at here: the caller's next unlock at that count may be a second
+   * copy of it (0: none). The scripts are idempotent by state (they write
+   * the expected count minus one), so only the final release needs to
+   * know: a copy of it that finds the hold gone means "released". */
+  int unlock_pending;
+  uint64_t unlock_rid[2]; /* that unlock's request id (32 hex digits) */
+  /* Monotonic ms the final release (in flight, or pending as above) was
+   * first sent: if that was before valid_until, its outcome can still be
+   * "released", and no loss is reported for the hold (watchdog.c). */
+  int64_t release_sent;
   int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
   /* Local deadline (monotonic ms): send time of the last confirmed
    * acquisition or renewal + lease - dlock__lease_margin(lease). Past it the
    * hold is lost whatever Redis says later (watchdog.c's expiry thread
    * reports watchdog holds at that moment). */
   int64_t valid_until;
-  int64_t retry_at;  /* after a failed renewal: retry not before this */
-  uint64_t token;    /* fenced locks */
-  int releasing;     /* the final unlock is in flight: not a loss */
+  int64_t retry_at; /* after a failed renewal: retry not before this */
+  uint64_t token;   /* fenced locks */
+  /* The final unlock (count 1) is in flight: a key found gone is not a
+   * loss while dlock__release_may_have_run says so. A partial unlock
+   * (count > 1) never sets it: the thread still holds the lock. */
+  int releasing;
   dlock__lockent *e; /* the lock: its name and family */
   /* Read-write lock: the modes of the thread's holds in acquisition order
    * ('R' / 'W'), modes[0..nmodes). */
@@ -1177,14 +1184,17 @@ typedef struct dlock__mutex_ops {
                  int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
                  const dlock__wait *w);
   /* Releases one hold: 1 released, 0 holds remain, DLOCK_ELOST if Redis
-   * says we are not the owner, or a negative code. rid (32 hex chars) names
-   * the unlock latch; a retry of an unlock with an unknown outcome passes
-   * the same rid, so the latch answers for the first attempt. prev_rid
-   * (NULL = none) is the rid of this client's previous unlock of the lock
-   * that completed on its first send (no copy of it can still arrive): the
-   * script deletes its latch, so latches do not pile up (issue 10). */
-  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease, const char *rid,
-                 const char *prev_rid);
+   * says we are not the owner, or a negative code. expected = the thread's
+   * hold count before this unlock as the client knows it: the script writes
+   * expected - 1 if the server's count is at least that, and changes
+   * nothing if it is lower (a copy of this unlock already ran), so any
+   * number of copies count once. DLOCK_ELOST from a final release
+   * (expected 1) that may have been sent before is read as "released" by
+   * the caller (mutex.c rel_end). rid (32 hex) names this unlock: a final
+   * release changes nothing when the tombstone
+   * redisson_unlock_latch:{name}:<rid> exists (dlock__unlock_tombstone). */
+  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
+                 const char *rid);
   /* Leaves the wait queue after giving up: 1 if the lock was handed to us
    * meanwhile (*token set), 0 if not, or a negative code. May be NULL. */
   int (*cancel)(dlock_mutex *m, uint64_t tid, int64_t lease, int64_t wait_ms,
@@ -1290,24 +1300,37 @@ void dlock__acq_call_free(dlock__acq_call *k);
 int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl);
 
 typedef struct dlock__rel_call {
-  dlock__sb ch, latch, gp, prev, q, dl, mk;
-  char field[DLOCK__FIELD_MAX], ls[24], lt[24];
+  dlock__sb ch, gp, q, dl, mk, tomb;
+  char field[DLOCK__FIELD_MAX], ls[24], es[24], rid[33];
   char mark[DLOCK__FIELD_MAX + 18]; /* decline: "<field>|<wait id>" */
-  int nkeys; /* 7, or 8 with the previous unlock's latch */
-  const char *keys[8];
-  size_t klens[8];
-  const char *args[5];
-  size_t alens[5];
+  int nkeys;                        /* 7 */
+  int nargs;                        /* 6 */
+  const char *keys[7];
+  size_t klens[7];
+  const char *args[6];
+  size_t alens[6];
 } dlock__rel_call;
 /* The unlock call of `field` on lock `name`: lease = the remaining holds'
- * (dlock__remaining_lease), rid = this unlock's request id (32 hex), prev_rid
- * = the previous clean unlock's (NULL none), pub = the publish command
- * (dlock__publish_cmd). 0 or DLOCK_ENOMEM; free with dlock__rel_call_free
- * either way. */
+ * (dlock__remaining_lease), expected = the hold count before this unlock
+ * (the script writes expected - 1: idempotent by state, scripts.c), rid =
+ * this unlock's request id (32 hex; its tombstone is KEYS[7]), pub = the
+ * publish command (dlock__publish_cmd). 0 or DLOCK_ENOMEM; free with
+ * dlock__rel_call_free either way. */
 int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
                          const char *field, size_t fl, int64_t lease,
-                         int64_t latch_ttl_ms, const char *rid,
-                         const char *prev_rid, const char *pub);
+                         int expected, const char *rid, const char *pub);
+/* Redisson's unlock latch key, redisson_unlock_latch:{name}:<rid>, used as
+ * a tombstone: written (dlock__unlock_tombstone) only after a final
+ * release that was sent more than once, so that a copy of it still in the
+ * network cannot release the thread's next hold of the lock. */
+void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
+/* How long a tombstone lives: past any copy still in the network. */
+int64_t dlock__tombstone_ttl(const dlock_config *cfg);
+/* Writes the tombstone of final release rid on lock name (one command,
+ * the router's retries; best effort: a failure is ignored). Blocking; any
+ * thread without reg_mu. */
+void dlock__unlock_tombstone(dlock_client *c, const char *name,
+                             const char *rid);
 void dlock__rel_call_free(dlock__rel_call *k);
 
 /* A grant that reached no wait of this client: the unlock handed the lock
@@ -1337,5 +1360,10 @@ void dlock__wd_decline_poke(dlock_client *c);
 /* The unlock script's answer (r is freed): 1 released (or handed over),
  * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
 int dlock__rel_reply(int rc, redisReply *r);
+/* 1 while the final release of h (in flight, or sent with its outcome
+ * unknown) can still have released the lock: it was first sent before the
+ * hold's local deadline. Then a key found gone is not a loss to report
+ * (reg_mu held, or the event loop's thread for the async client). */
+int dlock__release_may_have_run(const dlock__hold *h);
 
 #endif

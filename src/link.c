@@ -453,8 +453,11 @@ void dlock__link_free(dlock__link *l) {
 
 /* ---- I/O -------------------------------------------------------------- */
 
-/* Writes all of p: 0, or -1 with *err_no (errno of the failed write). */
+/* Writes all of p: 0, or -1 with *err_no (errno of the failed write).
+ * l->wrote counts what was handed to the transport (its writers only:
+ * sends are serialized by the caller). */
 static int send_all(dlock__link *l, const char *p, size_t len, int *err_no) {
+  l->wrote = 0;
   while (len) {
     ssize_t w = l->ops->write(l, p, len);
     if (w < 0) {
@@ -463,6 +466,7 @@ static int send_all(dlock__link *l, const char *p, size_t len, int *err_no) {
     }
     p += w;
     len -= (size_t)w;
+    l->wrote += (size_t)w;
   }
   return 0;
 }

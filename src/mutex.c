@@ -142,12 +142,13 @@ void dlock__acq_call_free(dlock__acq_call *k) {
 
 int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
                          const char *field, size_t fl, int64_t lease,
-                         int64_t latch_ttl_ms, const char *rid,
-                         const char *prev_rid, const char *pub) {
+                         int expected, const char *rid, const char *pub) {
   dlock__sb_init(&k->ch);
-  dlock__sb_init(&k->latch);
+  dlock__sb_init(&k->tomb);
+  memcpy(k->rid, rid, 32);
+  k->rid[32] = '\0';
+  dlock__unlock_latch_key(&k->tomb, name, k->rid);
   dlock__sb_init(&k->gp);
-  dlock__sb_init(&k->prev);
   dlock__sb_init(&k->q);
   dlock__sb_init(&k->dl);
   dlock__sb_init(&k->mk);
@@ -155,46 +156,70 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
   dlock__own_name(&k->dl, "dlock_lock_waits", name);
   dlock__own_name(&k->mk, "dlock_lock_granted", name);
   dlock__prefix_name(&k->ch, "redisson_lock__channel", name);
-  dlock__unlock_latch_key(&k->latch, name, rid);
-  if (prev_rid)
-    dlock__unlock_latch_key(&k->prev, name, prev_rid);
   dlock__own_name(&k->gp, "dlock_grant__channel", name);
   memcpy(k->field, field, fl + 1);
   size_t lsl = dlock__fmt_i64(k->ls, lease);
-  size_t ltl = dlock__fmt_i64(k->lt, latch_ttl_ms);
-  const char *keys[8] = {name,    k->ch.p, k->latch.p, k->q.p,
-                         k->gp.p, k->dl.p, k->mk.p,    k->prev.p};
-  size_t klens[8] = {name_len,  k->ch.len, k->latch.len, k->q.len,
-                     k->gp.len, k->dl.len, k->mk.len,    k->prev.len};
-  const char *args[5] = {"0", k->ls, k->field, pub, k->lt};
-  size_t alens[5] = {1, lsl, fl, strlen(pub), ltl};
+  size_t esl = dlock__fmt_i64(k->es, expected);
+  const char *keys[7] = {name,    k->ch.p, k->q.p,   k->gp.p,
+                         k->dl.p, k->mk.p, k->tomb.p};
+  size_t klens[7] = {name_len,  k->ch.len, k->q.len,   k->gp.len,
+                     k->dl.len, k->mk.len, k->tomb.len};
+  const char *args[6] = {"0", k->ls, k->field, pub, k->es, k->rid};
+  size_t alens[6] = {1, lsl, fl, strlen(pub), esl, 32};
   memcpy(k->keys, keys, sizeof keys);
   memcpy(k->klens, klens, sizeof klens);
   memcpy(k->args, args, sizeof args);
   memcpy(k->alens, alens, sizeof alens);
-  k->nkeys = prev_rid ? 8 : 7;
-  return k->ch.oom || k->latch.oom || k->gp.oom || k->prev.oom || k->q.oom ||
-                 k->dl.oom || k->mk.oom
+  k->nkeys = 7;
+  k->nargs = 6;
+  return k->ch.oom || k->gp.oom || k->q.oom || k->dl.oom || k->mk.oom ||
+                 k->tomb.oom
              ? dlock__fail(DLOCK_ENOMEM, "out of memory")
              : 0;
 }
 
 void dlock__rel_call_free(dlock__rel_call *k) {
   dlock__sb_free(&k->ch);
-  dlock__sb_free(&k->latch);
   dlock__sb_free(&k->gp);
-  dlock__sb_free(&k->prev);
   dlock__sb_free(&k->q);
   dlock__sb_free(&k->dl);
   dlock__sb_free(&k->mk);
+  dlock__sb_free(&k->tomb);
+}
+
+int64_t dlock__tombstone_ttl(const dlock_config *cfg) {
+  /* Far past the retry policy: a copy still in the network (a reply
+   * timeout closed its connection before the server read it) arrives
+   * within seconds; a minute at least. */
+  int64_t t = ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
+              (cfg->retry_attempts + 1) * 4;
+  return t < 60000 ? 60000 : t;
+}
+
+void dlock__unlock_tombstone(dlock_client *c, const char *name,
+                             const char *rid) {
+  dlock__sb key;
+  dlock__sb_init(&key);
+  dlock__unlock_latch_key(&key, name, rid);
+  char ts[24];
+  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
+  const char *av[5] = {"SET", key.p, "1", "PX", ts};
+  size_t al[5] = {3, key.len, 1, 2, tl};
+  dlock__cmd cmd = {key.p, NULL, 5, av, al, 0};
+  redisReply *r = NULL;
+  dlock__err_keep_begin();
+  if (!key.oom && dlock__exec(c, &cmd, &r) == 0)
+    freeReplyObject(r);
+  dlock__err_keep_end();
+  dlock__sb_free(&key);
 }
 
 int dlock__decline_call_init(dlock__rel_call *k, const char *name,
                              size_t name_len, const char *field, size_t fl,
                              const char *wid, const char *pub) {
   static const char no_rid[33] = "00000000000000000000000000000000";
-  int rc = dlock__rel_call_init(k, name, name_len, field, fl, 0, 1, no_rid,
-                                NULL, pub);
+  int rc =
+      dlock__rel_call_init(k, name, name_len, field, fl, 0, 1, no_rid, pub);
   memcpy(k->mark, field, fl);
   k->mark[fl] = '|';
   memcpy(k->mark + fl + 1, wid, 17);
@@ -272,18 +297,17 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
 }
 
 static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                         const char *rid, const char *prev_rid) {
+                         int expected, const char *rid) {
   dlock_client *c = m->c;
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
   dlock__rel_call k;
   int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, lease,
-                                c->latch_ttl_ms, rid, prev_rid,
-                                dlock__publish_cmd(c));
+                                expected, rid, dlock__publish_cmd(c));
   redisReply *r = NULL;
   if (!rc)
     rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), k.nkeys, k.keys,
-                     k.klens, 5, k.args, k.alens, &r);
+                     k.klens, k.nargs, k.args, k.alens, &r);
   dlock__rel_call_free(&k);
   return dlock__rel_reply(rc, r);
 }
@@ -417,7 +441,8 @@ static void drop_hold(dlock_client *c, dlock__hold *h) {
   h->count = 0;
   h->wd_count = 0;
   h->lost = 0;
-  h->unlock_rid_count = 0;
+  h->unlock_pending = 0;
+  h->releasing = 0;
   h->gen++;
   dlock__wd_remove(c, h);
   dlock__hold_put(c, h);
@@ -430,7 +455,8 @@ void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
   int64_t until = sent + lease - dlock__lease_margin(lease);
   if (h->count == 0) {
     h->gen++;
-    h->unlock_rid_count = 0;
+    h->unlock_pending = 0;
+    h->token = 0;
     h->wd_count = 0;
     h->fixed_bits = 0;
     h->lost = 0;
@@ -441,7 +467,10 @@ void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
     h->valid_until = until;
   }
   h->count = target;
-  h->token = token;
+  /* Only a fenced acquisition draws a token: a plain reentrant acquire of
+   * the same name (same record) keeps the fenced hold's (issue 25.12). */
+  if (token)
+    h->token = token;
   if (target >= 1 && target <= 64) {
     uint64_t bit = (uint64_t)1 << (target - 1);
     h->fixed_bits = wd ? h->fixed_bits & ~bit : h->fixed_bits | bit;
@@ -801,49 +830,23 @@ static int leave_queue(acq *a) {
   return held;
 }
 
-/* Deletes the latch of the undo's unlock rid: the undo was answered on its
- * first send, so no copy of it can come later (the latch is not needed). */
-static void drop_latch(dlock_mutex *m, const char *rid) {
-  dlock__sb latch;
-  dlock__sb_init(&latch);
-  dlock__unlock_latch_key(&latch, m->name, rid);
-  const char *av[2] = {"DEL", latch.p};
-  size_t al[2] = {3, latch.len};
-  dlock__cmd cmd = {latch.p, NULL, 2, av, al, 1};
-  redisReply *r = NULL;
-  if (!latch.oom && dlock__exec(m->c, &cmd, &r) == 0)
-    freeReplyObject(r);
-  dlock__sb_free(&latch);
-}
-
 /* The acquisition a just made was not confirmed by the replicas (sync.c):
  * gives it back with the kind's unlock (reentrant: the count goes back to
- * prior, the TTL is never shortened) and its latch, so nothing of it stays
- * behind. Returns DLOCK_ENOSYNC; a failed undo leaves the lease to end it. */
+ * prior, the TTL is never shortened), so nothing of it stays behind. Returns
+ * DLOCK_ENOSYNC; a failed undo leaves the lease to end it. */
 static int undo_unsynced(acq *a, const char *why) {
-  char msg[200], rid[33];
+  char msg[200];
   snprintf(msg, sizeof msg, "%s", why);
-  dlock__request_id(rid);
-  /* The latch of this lock's previous clean unlock goes with the undo, as
-   * with any unlock (no key of the lock is left behind). */
-  char prev[33];
-  pthread_mutex_lock(&a->c->reg.mu);
-  char *slot = dlock__lockent_prev_rid(a->m->e);
-  memcpy(prev, slot, sizeof prev);
-  slot[0] = '\0';
-  pthread_mutex_unlock(&a->c->reg.mu);
   dlock__err_keep_begin();
   dlock__sync_pause(1);
   int64_t lease = a->prior > 0 ? -a->lease : a->lease;
-  int rc = a->m->ops->release(a->m, a->tid, lease, rid, prev[0] ? prev : NULL);
-  if (rc >= 0 && dlock__exec_sends() == 1)
-    drop_latch(a->m, rid);
-  if (rc < 0 && prev[0]) { /* the delete may not have run: keep it */
-    pthread_mutex_lock(&a->c->reg.mu);
-    if (!slot[0])
-      memcpy(slot, prev, sizeof prev);
-    pthread_mutex_unlock(&a->c->reg.mu);
-  }
+  /* The count after the acquisition being undone: the script writes prior
+   * (or releases), however often it is sent. */
+  char rid[33];
+  dlock__request_id(rid);
+  int rc = a->m->ops->release(a->m, a->tid, lease, a->prior + 1, rid);
+  if (rc == DLOCK_ELOST && a->prior == 0 && dlock__exec_sends() > 1)
+    rc = 1; /* a copy of this release found what an earlier one left */
   dlock__sync_pause(0);
   dlock__err_keep_end();
   return dlock__fail(
@@ -934,6 +937,18 @@ int dlock_mutex_unlock(dlock_mutex *m) {
   return dlock__mutex_release(m);
 }
 
+/* One unlock call: what its steps share. */
+typedef struct rel {
+  dlock__hold *h;
+  uint32_t gen;  /* h's generation when the unlock began */
+  int64_t lease; /* remaining_ttl argument (dlock__remaining_lease) */
+  int expected;  /* the hold count before this unlock */
+  int resent;    /* an earlier call sent this unlock (outcome unknown) */
+  int64_t sent;  /* when this unlock was first sent (an earlier call's) */
+  char rid[33];  /* this unlock's request id (an earlier call's if resent) */
+  int tombstone; /* a final release sent more than once: write its tomb */
+} rel;
+
 /* Request ids are 32 hex chars; a hold keeps a pending one in 16 bytes. */
 static void rid_from_hex(const char *hex, uint64_t out[2]) {
   out[0] = out[1] = 0;
@@ -950,17 +965,6 @@ static void rid_to_hex(const uint64_t in[2], char out[33]) {
     out[i] = hx[(in[i / 16] >> (4 * (15 - i % 16))) & 15];
   out[32] = '\0';
 }
-
-/* One unlock call: what its steps share. */
-typedef struct rel {
-  dlock__hold *h;
-  uint32_t gen;    /* h's generation when the unlock began */
-  int64_t lease;   /* remaining_ttl argument (dlock__remaining_lease) */
-  char rid[33];    /* this unlock's request id */
-  int reused;      /* rid is an earlier unknown-outcome unlock's */
-  char prev[33];   /* the previous clean unlock's rid ("" none) */
-  char *prev_slot; /* where the lock entry keeps it */
-} rel;
 
 /* Finds the thread's hold and prepares the unlock (reg.mu held). 0 or a
  * code (the hold is not there, or was lost: then it is dropped). */
@@ -979,20 +983,23 @@ static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
   r->h = h;
   r->gen = h->gen;
   r->lease = dlock__remaining_lease(h, c->cfg.watchdog_timeout_ms);
-  /* A previous unlock at this count ended without a reply: send the same
-   * request id, so that if it did run, its latch answers for it. */
-  r->reused = h->unlock_rid_count > 0 && h->unlock_rid_count == h->count;
-  if (r->reused)
+  r->expected = h->count;
+  /* A previous unlock at this count ended without a reply: this one may be
+   * its second copy (the script makes the two count once). */
+  r->resent = h->unlock_pending > 0 && h->unlock_pending == h->count;
+  r->sent = r->resent && h->count == 1 ? h->release_sent : dlock__now_ms();
+  if (r->resent)
     rid_to_hex(h->unlock_rid, r->rid);
   else
     dlock__request_id(r->rid);
-  /* The key may vanish under a renewal batch in flight because of this very
-   * unlock: not a loss to report (issue 10: spurious on_lock_lost). */
-  h->releasing = 1;
-  /* The latch of this lock's previous clean unlock goes with this one. */
-  r->prev_slot = dlock__lockent_prev_rid(m->e);
-  memcpy(r->prev, r->prev_slot, sizeof r->prev);
-  r->prev_slot[0] = '\0';
+  if (h->count == 1) {
+    /* The key may vanish under a renewal batch in flight because of this
+     * very unlock: not a loss to report (issue 10: spurious on_lock_lost).
+     * Only the final release: a partial one leaves the lock held, and its
+     * loss must be told (issue 25.8). */
+    h->releasing = 1;
+    h->release_sent = r->sent;
+  }
   return 0;
 }
 
@@ -1002,38 +1009,47 @@ static void drop_one(dlock_client *c, dlock__hold *h) {
     dlock__wd_remove(c, h);
 }
 
-/* Records the outcome rc of the release script (reg.mu held). Returns the
- * call's answer: rc itself for an unknown outcome (the record stays, to be
- * retried with the same request id), DLOCK_ELOST (message set) when the
- * hold was not ours any more, or 0. */
-static int rel_end(dlock_mutex *m, rel *r, int rc) {
+/* Records the outcome rc of the release script (reg.mu held); sends = how
+ * often the router sent it. Returns the call's answer: rc itself for an
+ * unknown outcome (the record stays, and remembers that an unlock at this
+ * count may have run), DLOCK_ELOST (message set) when the hold was not
+ * ours any more, or 0. */
+static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
   dlock_client *c = m->c;
   dlock__hold *h = r->h;
-  /* A reused rid had earlier copies whose arrival nobody can rule out. */
-  int clean = (rc == 0 || rc == 1) && !r->reused && dlock__exec_sends() == 1;
   h->releasing = 0;
-  /* Sent once and answered: no copy of it can arrive later, so its latch
-   * is not needed past the next unlock. Otherwise it keeps its TTL (and a
-   * prev whose delete may not have run is kept for the next one). */
-  if (clean)
-    memcpy(r->prev_slot, r->rid, 33);
-  else if (r->prev[0] && !r->prev_slot[0])
-    memcpy(r->prev_slot, r->prev, sizeof r->prev);
-  /* Past the local deadline the hold was not ours for sure: whatever Redis
-   * answered, the caller must treat the critical section as unprotected. */
   int mine = h->gen == r->gen;
-  int expired = mine && dlock__now_ms() >= h->valid_until;
+  /* A final release that may have been sent before (by the router, or by
+   * the caller's earlier call that ended without a reply) and finds the
+   * field gone: that copy released it -- or the hold had vanished by
+   * other means (force unlock, an operator) in between, which no state
+   * left on the server can tell apart (docs/errors.md). The lock is not
+   * held by this thread either way. */
+  int copy = r->resent || sends > 1;
+  int released_before = rc == DLOCK_ELOST && r->expected == 1 && copy;
+  if (released_before)
+    rc = 1;
+  /* Copies of a final release may still be in the network: the thread's
+   * next hold of this lock must not be released by one (its tombstone). */
+  r->tombstone = mine && copy && r->expected == 1 && rc == 1;
+  /* Past the local deadline the hold was not ours for sure: whatever Redis
+   * answered, the caller must treat the critical section as unprotected.
+   * A copy that found the field gone says nothing about when the release
+   * ran: then what counts is that it was first sent in time. */
+  int64_t at = released_before ? r->sent : dlock__now_ms();
+  int expired = mine && at >= h->valid_until;
   if (rc < 0 && rc != DLOCK_ELOST && !expired) {
     if (mine) {
+      h->unlock_pending = h->count;
       rid_from_hex(r->rid, h->unlock_rid);
-      h->unlock_rid_count = h->count;
+      /* still "may have released": watchdog.c stays quiet about it */
     }
     return rc;
   }
   if (!mine) {
     dlock__hold_put(c, h);
   } else {
-    h->unlock_rid_count = 0;
+    h->unlock_pending = 0;
     expired |= h->lost;
     if (expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1)
       drop_hold(c, h);
@@ -1053,6 +1069,11 @@ static int rel_end(dlock_mutex *m, rel *r, int rc) {
   return 0;
 }
 
+int dlock__release_may_have_run(const dlock__hold *h) {
+  return h->count == 1 && (h->releasing || h->unlock_pending == 1) &&
+         h->release_sent < h->valid_until;
+}
+
 int dlock__mutex_release(dlock_mutex *m) {
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
@@ -1068,10 +1089,13 @@ int dlock__mutex_release(dlock_mutex *m) {
   pthread_mutex_unlock(&c->reg.mu);
   if (rc)
     return rc;
-  rc = m->ops->release(m, tid, r.lease, r.rid, r.prev[0] ? r.prev : NULL);
+  rc = m->ops->release(m, tid, r.lease, r.expected, r.rid);
+  int sends = dlock__exec_sends();
   pthread_mutex_lock(&c->reg.mu);
-  rc = rel_end(m, &r, rc);
+  rc = rel_end(m, &r, rc, sends);
   pthread_mutex_unlock(&c->reg.mu);
+  if (r.tombstone)
+    dlock__unlock_tombstone(c, m->name, r.rid);
   return rc;
 }
 

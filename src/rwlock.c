@@ -88,23 +88,34 @@ static dlock__script g_rd_acquire = {
 static dlock__script g_rd_unlock = {
     "rw_read_unlock",
     /* KEYS[1] lock, [2] channel, [3] timeout prefix of the caller,
-     * [4] key prefix {name}, [5] unlock latch. ARGV[1] '0', [2] read field,
-     * [3] publish command, [4] latch ttl. nil = not a reader, 0 = the lock
-     * stays held (by us or others), 1 = the lock was freed. The hash TTL
-     * becomes the longest remaining read hold; when no live hold remains
-     * (other readers' timeout keys expired: dead clients) it is deleted. */
-    "if KEYS[6] then redis.call('del', KEYS[6]) end\n"
-    "local done = redis.call('get', KEYS[5])\n"
-    "if done then return tonumber(done) end\n"
+     * [4] key prefix {name}. ARGV[1] '0', [2] read field, [3] publish
+     * command, [4] the read hold count the client expects before this
+     * unlock (N); KEYS[5] the unlock's tombstone (a final release that
+     * finds it changes nothing: mutex.c, dlock__unlock_tombstone). nil =
+     * not a reader, 0 = the lock stays held (by us or others), 1 = the
+     * lock was freed. Idempotent by state (scripts.c): a
+     * count below N means a copy of this unlock already ran (nothing
+     * changes); N or more becomes N - 1, and the per-hold timeout keys
+     * above N - 1 go. The hash TTL becomes the longest remaining read
+     * hold; when no live hold remains (other readers' timeout keys
+     * expired: dead clients) it is deleted. */
     "local mode = redis.call('hget', KEYS[1], 'mode')\n"
     "if not mode then\n"
     "  redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
     "  return nil\n"
     "end\n"
-    "if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then return nil end\n"
-    "local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)\n"
-    "if left == 0 then redis.call('hdel', KEYS[1], ARGV[2]) end\n"
-    "redis.call('del', KEYS[3] .. ':' .. (left + 1))\n"
+    "local n = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+    "if not n then return nil end\n"
+    "local want = tonumber(ARGV[4])\n"
+    "if n < want then return 0 end\n"
+    "if want == 1 and redis.call('exists', KEYS[5]) == 1 then return 0 end\n"
+    "local left = want - 1\n"
+    "if left == 0 then\n"
+    "  redis.call('hdel', KEYS[1], ARGV[2])\n"
+    "else\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], left)\n"
+    "end\n"
+    "for i = n, want, -1 do redis.call('del', KEYS[3] .. ':' .. i) end\n"
     "if redis.call('hlen', KEYS[1]) > 1 then\n"
     "  local maxt = -3\n"
     "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"
@@ -122,17 +133,12 @@ static dlock__script g_rd_unlock = {
     "      maxt = math.max(maxt, redis.call('pttl', KEYS[1]))\n"
     "    end\n"
     "    redis.call('pexpire', KEYS[1], maxt)\n"
-    "    redis.call('set', KEYS[5], 0, 'px', ARGV[4])\n"
     "    return 0\n"
     "  end\n"
-    "  if mode == 'write' then\n"
-    "    redis.call('set', KEYS[5], 0, 'px', ARGV[4])\n"
-    "    return 0\n"
-    "  end\n"
+    "  if mode == 'write' then return 0 end\n"
     "end\n"
     "redis.call('del', KEYS[1])\n"
     "redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
-    "redis.call('set', KEYS[5], 1, 'px', ARGV[4])\n"
     "return 1\n",
     {0}};
 
@@ -195,36 +201,38 @@ static dlock__script g_wr_acquire = {
 
 static dlock__script g_wr_unlock = {
     "rw_write_unlock",
-    /* KEYS[1] lock, [2] channel, [3] unlock latch. ARGV[1] '1', [2] lease
-     * for the remaining holds, [3] write field, [4] publish command,
-     * [5] latch ttl. nil = not the writer, 0 = still held, 1 = released
-     * (the hash is deleted, or switched to mode read when the writer keeps
-     * read holds). */
-    DLOCK__LUA_TTL
-    "if KEYS[4] then redis.call('del', KEYS[4]) end\n"
-    "local done = redis.call('get', KEYS[3])\n"
-    "if done then return tonumber(done) end\n"
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
-    "if not mode then\n"
-    "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
-    "  return nil\n"
-    "end\n"
-    "if mode ~= 'write' then return nil end\n"
-    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end\n"
-    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then\n"
-    "  remaining_ttl(KEYS[1], ARGV[2])\n"
-    "  redis.call('set', KEYS[3], 0, 'px', ARGV[5])\n"
-    "  return 0\n"
-    "end\n"
-    "redis.call('hdel', KEYS[1], ARGV[3])\n"
-    "if redis.call('hlen', KEYS[1]) == 1 then\n"
-    "  redis.call('del', KEYS[1])\n"
-    "else\n"
-    "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
-    "end\n"
-    "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
-    "redis.call('set', KEYS[3], 1, 'px', ARGV[5])\n"
-    "return 1\n",
+    /* KEYS[1] lock, [2] channel. ARGV[1] '1', [2] lease for the remaining
+     * holds, [3] write field, [4] publish command, [5] the write hold count
+     * the client expects before this unlock (N). nil = not the writer, 0 =
+     * still held, 1 = released (the hash is deleted, or switched to mode
+     * read when the writer keeps read holds). Idempotent by state
+     * (scripts.c): below N a copy already ran; N or more becomes N - 1.
+     * KEYS[3] the unlock's tombstone (a final release that finds it
+     * changes nothing: mutex.c, dlock__unlock_tombstone). */
+    DLOCK__LUA_TTL "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+                   "if not mode then\n"
+                   "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+                   "  return nil\n"
+                   "end\n"
+                   "if mode ~= 'write' then return nil end\n"
+                   "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
+                   "if not n then return nil end\n"
+                   "local want = tonumber(ARGV[5])\n"
+                   "if n < want then return 0 end\n"
+                   "if want > 1 then\n"
+                   "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
+                   "  remaining_ttl(KEYS[1], ARGV[2])\n"
+                   "  return 0\n"
+                   "end\n"
+                   "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
+                   "redis.call('hdel', KEYS[1], ARGV[3])\n"
+                   "if redis.call('hlen', KEYS[1]) == 1 then\n"
+                   "  redis.call('del', KEYS[1])\n"
+                   "else\n"
+                   "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
+                   "end\n"
+                   "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+                   "return 1\n",
     {0}};
 
 static dlock__script g_force = {
@@ -369,20 +377,18 @@ static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   return attempt_answer(m, rc, r, "read", &v, ttl);
 }
 
-static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                      const char *rid, const char *prev_rid) {
+static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
+                      const char *rid) {
   (void)lease; /* the hash TTL follows the remaining read holds */
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
-  char field[DLOCK__FIELD_MAX], lt[24];
+  char field[DLOCK__FIELD_MAX], es[24];
   size_t fl = dlock__field(c, tid, field);
-  dlock__sb ch, tp, kp, latch, prev;
+  dlock__sb ch, tp, kp, tomb;
   dlock__sb_init(&ch);
   dlock__sb_init(&kp);
-  dlock__sb_init(&latch);
-  dlock__sb_init(&prev);
-  if (prev_rid)
-    dlock__unlock_latch_key(&prev, m->name, prev_rid);
+  dlock__sb_init(&tomb);
+  dlock__unlock_latch_key(&tomb, m->name, rid);
   rw_channel(m, &ch);
   timeout_prefix(m, field, fl, &tp);
   if (strchr(m->name, '{')) {
@@ -392,22 +398,20 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease,
     dlock__sb_adds(&kp, m->name);
     dlock__sb_add(&kp, "}", 1);
   }
-  dlock__unlock_latch_key(&latch, m->name, rid);
-  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
-  const char *keys[6] = {m->name, ch.p, tp.p, kp.p, latch.p, prev.p};
-  size_t klens[6] = {m->name_len, ch.len, tp.len, kp.len, latch.len, prev.len};
-  const char *args[4] = {"0", field, dlock__publish_cmd(m->c), lt};
-  size_t alens[4] = {1, fl, strlen(dlock__publish_cmd(m->c)), (size_t)ltl};
+  int esl = snprintf(es, sizeof es, "%d", expected);
+  const char *keys[5] = {m->name, ch.p, tp.p, kp.p, tomb.p};
+  size_t klens[5] = {m->name_len, ch.len, tp.len, kp.len, tomb.len};
+  const char *args[4] = {"0", field, dlock__publish_cmd(m->c), es};
+  size_t alens[4] = {1, fl, strlen(dlock__publish_cmd(m->c)), (size_t)esl};
   redisReply *r = NULL;
-  int rc = ch.oom || tp.oom || kp.oom || latch.oom || prev.oom
-               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-               : dlock__eval(c, &g_rd_unlock, prev_rid ? 6 : 5, keys, klens, 4,
-                             args, alens, &r);
+  int rc =
+      ch.oom || tp.oom || kp.oom || tomb.oom
+          ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+          : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 4, args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&tp);
   dlock__sb_free(&kp);
-  dlock__sb_free(&latch);
-  dlock__sb_free(&prev);
+  dlock__sb_free(&tomb);
   return unlock_answer(m, rc, r);
 }
 
@@ -495,37 +499,32 @@ static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                      m->name);
 }
 
-static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                      const char *rid, const char *prev_rid) {
+static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
+                      const char *rid) {
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
-  char field[DLOCK__FIELD_MAX], ls[24], lt[24];
+  char field[DLOCK__FIELD_MAX], ls[24], es[24];
   size_t fl = dlock__field(c, tid, field);
   memcpy(field + fl, ":write", 7);
   fl += 6;
-  dlock__sb ch, latch, prev;
+  dlock__sb ch, tomb;
   dlock__sb_init(&ch);
-  dlock__sb_init(&latch);
-  dlock__sb_init(&prev);
+  dlock__sb_init(&tomb);
   rw_channel(m, &ch);
-  dlock__unlock_latch_key(&latch, m->name, rid);
-  if (prev_rid)
-    dlock__unlock_latch_key(&prev, m->name, prev_rid);
+  dlock__unlock_latch_key(&tomb, m->name, rid);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
-  int ltl = snprintf(lt, sizeof lt, "%lld", (long long)c->latch_ttl_ms);
-  const char *keys[4] = {m->name, ch.p, latch.p, prev.p};
-  size_t klens[4] = {m->name_len, ch.len, latch.len, prev.len};
-  const char *args[5] = {"1", ls, field, dlock__publish_cmd(m->c), lt};
+  int esl = snprintf(es, sizeof es, "%d", expected);
+  const char *keys[3] = {m->name, ch.p, tomb.p};
+  size_t klens[3] = {m->name_len, ch.len, tomb.len};
+  const char *args[5] = {"1", ls, field, dlock__publish_cmd(m->c), es};
   size_t alens[5] = {1, (size_t)lsl, fl, strlen(dlock__publish_cmd(m->c)),
-                     (size_t)ltl};
+                     (size_t)esl};
   redisReply *r = NULL;
-  int rc = ch.oom || latch.oom || prev.oom
-               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-               : dlock__eval(c, &g_wr_unlock, prev_rid ? 4 : 3, keys, klens, 5,
-                             args, alens, &r);
+  int rc = ch.oom || tomb.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                              : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 5,
+                                            args, alens, &r);
   dlock__sb_free(&ch);
-  dlock__sb_free(&latch);
-  dlock__sb_free(&prev);
+  dlock__sb_free(&tomb);
   return unlock_answer(m, rc, r);
 }
 

@@ -3,9 +3,8 @@
  *
  * Data layout (Redisson RLock, unchanged): hash KEYS[1] = lock name, field
  * "<uuid>:<tid>" = hold count, TTL = lease; unlock publishes "0" on
- * redisson_lock__channel:{name}; the unlock latch
- * redisson_unlock_latch:{name}:<request id> makes a retried unlock
- * idempotent.
+ * redisson_lock__channel:{name}. (Redisson's unlock latch key
+ * redisson_unlock_latch:{name}:<request id> is not used: see below.)
  *
  * dlock's extension, invisible to Redisson clients: a FIFO of waiting dlock
  * threads in the list dlock_lock_queue:{name} (entries
@@ -33,7 +32,9 @@
  *
  * Acquire is idempotent, so the router may retry it after a lost reply: it
  * writes the hold count the client expects (HSET to prior+1) instead of
- * incrementing blindly.
+ * incrementing blindly. Unlock is idempotent the same way, by state and
+ * with no time window: it carries the count the client expects and writes
+ * that count minus one (see the unlock script).
  */
 #include <string.h>
 
@@ -104,28 +105,38 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          {0}},
     [DLOCK__S_UNLOCK] =
         {"unlock",
-         /* KEYS[1] lock, KEYS[2] channel, KEYS[3] latch, KEYS[4] queue,
-          * KEYS[5] grant channel prefix, KEYS[6] queue deadlines, KEYS[7]
-          * hand-over marker. ARGV[1] '0', ARGV[2] lease for the remaining
-          * holds, ARGV[3] field, ARGV[4] publish command, ARGV[5] latch
-          * ttl. nil = not owner, 0 = still held, 1 = released (or handed
-          * over). KEYS[8], when given: the latch of this client's previous
-          * unlock, which completed on its first send -- deleted. */
+         /* KEYS[1] lock, KEYS[2] channel, KEYS[3] queue, KEYS[4] grant
+          * channel prefix, KEYS[5] queue deadlines, KEYS[6] hand-over
+          * marker. ARGV[1] '0', ARGV[2] lease for the remaining holds,
+          * ARGV[3] field, ARGV[4] publish command, ARGV[5] the hold count
+          * the client expects before this unlock (N), ARGV[6] its request
+          * id; KEYS[7] its tombstone redisson_unlock_latch:{name}:<id>.
+          * nil = the field is gone, 0 = still held, 1 = released (or
+          * handed over).
+          * Idempotent by state, with no time window: a count below N means
+          * a copy of this very unlock already ran (0, nothing changes); a
+          * count of N or more becomes N - 1 (the count is written, like
+          * the acquire's, never decremented blindly); N = 1 releases. A
+          * copy of a final release that finds the field gone answers nil,
+          * and the client, which knows whether it may have sent one
+          * before, reads that as "released" (mutex.c rel_end). A final
+          * release whose tombstone exists is a copy that arrived late,
+          * after the thread took the lock again: it changes nothing. The
+          * client writes a tombstone only after a final release it had to
+          * send more than once (dlock__unlock_tombstone). */
          DLOCK__LUA_TTL DLOCK__LUA_HANDOVER
-         "if KEYS[8] then redis.call('del', KEYS[8]) end\n"
-         "local done = redis.call('get', KEYS[3])\n"
-         "if done then return tonumber(done) end\n"
-         "local n = redis.call('hget', KEYS[1], ARGV[3])\n"
+         "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
          "if not n then return nil end\n"
-         "if tonumber(n) > 1 then\n"
+         "local want = tonumber(ARGV[5])\n"
+         "if n < want then return 0 end\n"
+         "if want > 1 then\n"
          "  remaining_ttl(KEYS[1], ARGV[2])\n"
-         "  redis.call('hincrby', KEYS[1], ARGV[3], -1)\n"
-         "  redis.call('set', KEYS[3], 0, 'px', ARGV[5])\n"
+         "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
          "  return 0\n"
          "end\n"
+         "if redis.call('exists', KEYS[7]) == 1 then return 1 end\n"
          "redis.call('del', KEYS[1])\n"
-         "redis.call('set', KEYS[3], 1, 'px', ARGV[5])\n"
-         "if handover(KEYS[1], KEYS[4], KEYS[6], KEYS[5], KEYS[7], ARGV[3], "
+         "if handover(KEYS[1], KEYS[3], KEYS[5], KEYS[4], KEYS[6], ARGV[3], "
          "ARGV[4]) then\n"
          "  return 1\n"
          "end\n"
@@ -183,7 +194,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          {0}},
     [DLOCK__S_DECLINE] =
         {"decline",
-         /* The unlock's KEYS (the latch, KEYS[3], unused). ARGV[1] '0',
+         /* The unlock's KEYS. ARGV[1] '0',
           * ARGV[2] field, ARGV[3] the marker the hand-over wrote
           * ("<field>|<wait id>"), ARGV[4] publish command. Gives back a lock
           * handed to a wait that had already ended, unless its thread took
@@ -191,12 +202,12 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * (passed on to the next live waiter, or freed), 0 = not ours to
           * give back. */
          DLOCK__LUA_HANDOVER
-         "if redis.call('get', KEYS[7]) ~= ARGV[3] then return 0 end\n"
-         "redis.call('del', KEYS[7])\n"
+         "if redis.call('get', KEYS[6]) ~= ARGV[3] then return 0 end\n"
+         "redis.call('del', KEYS[6])\n"
          "if redis.call('hget', KEYS[1], ARGV[2]) ~= '1' then return 0 end\n"
          "redis.call('hdel', KEYS[1], ARGV[2])\n"
          "if redis.call('exists', KEYS[1]) == 1 then return 1 end\n"
-         "if handover(KEYS[1], KEYS[4], KEYS[6], KEYS[5], KEYS[7], ARGV[2], "
+         "if handover(KEYS[1], KEYS[3], KEYS[5], KEYS[4], KEYS[6], ARGV[2], "
          "ARGV[4]) then\n"
          "  return 1\n"
          "end\n"

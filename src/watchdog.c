@@ -44,7 +44,13 @@
  * reply about an older generation is ignored. A hold whose final unlock is in
  * flight is marked `releasing`: a renewal that finds its key gone then says
  * nothing (the unlock deleted it; the unlock's own reply decides), so no loss
- * is reported for a lock that was unlocked.
+ * is reported for a lock that was unlocked -- but only while that release
+ * can still have run in time (dlock__release_may_have_run: first sent
+ * before the local deadline). A final unlock that ended without a reply
+ * stays in that state until the caller's retry: its key found gone, or its
+ * deadline passed, just ends the renewals, silently. A partial unlock
+ * (count 2 -> 1) is never `releasing`: the thread still holds the lock, and
+ * its loss is reported like any other (issue 25.8).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -531,9 +537,15 @@ static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
       h->renewed_at = sent_at;
       h->valid_until = sent_at + t->lease - dlock__lease_margin(t->lease);
       h->retry_at = 0;
-    } else if (answered && h->releasing) {
-      /* Gone because this thread's unlock deleted it (its reply is on
-       * the way): the unlock's answer decides, not the renewal. */
+    } else if (dlock__release_may_have_run(h)) {
+      /* Gone because this thread's final unlock deleted it (its reply is
+       * on the way, or was lost): the unlock's answer decides, not the
+       * renewal. An unlock no longer in flight: the key is gone or
+       * unrenewable either way, stop renewing. */
+      if (!h->releasing && (answered || now >= h->valid_until))
+        dlock__wd_remove(c, h);
+      else if (!answered)
+        h->retry_at = now + t->retry;
     } else if (answered || now >= h->valid_until) {
       /* Answered "0": the key is gone; else no answer came in time. */
       h->lost = answered ? DLOCK__LOST_GONE : DLOCK__LOST_UNRENEWED;
@@ -696,10 +708,14 @@ static void *exp_main(void *arg) {
     dlock__hold *h = c->wd.head;
     while (h) {
       dlock__hold *nx = h->wd_next;
-      if (h->releasing) {
-        /* The unlock in flight settles it; look again soon. */
+      if (h->releasing && dlock__release_may_have_run(h)) {
+        /* The final unlock in flight settles it; look again soon. */
         if (now + 10 < next)
           next = now + 10;
+      } else if (dlock__release_may_have_run(h) && now >= h->valid_until) {
+        /* A final unlock sent in time whose outcome is unknown: the lock
+         * may have been released, nothing to report; renewals end. */
+        dlock__wd_remove(c, h);
       } else if (h->count > 0 && !h->lost && now >= h->valid_until) {
         h->lost = DLOCK__LOST_UNRENEWED;
         dlock__wd_remove(c, h);

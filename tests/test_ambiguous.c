@@ -9,8 +9,10 @@
  * redis-server checks the state the operation left: each counts exactly
  * once, and nothing is reported lost that was not.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "faultproxy.h"
@@ -302,6 +304,239 @@ TH_CASE(rwlock_sides_count_once) {
   }
   CHECK_EQ(atomic_load(&g_lost), 0);
   dlock_client_free(g.c);
+}
+
+/* ---- issue 25.3: unlock idempotent by state, with no time window --------
+ * The old unlock latch lived (command_timeout + retry_interval) x
+ * (retry_attempts + 1); a copy of an unlock that ran after it expired
+ * counted again. Each case below makes a copy run, or the caller retry,
+ * well past that window, on a count-2 hold of every reentrant kind. */
+
+enum { K_MUTEX, K_FAIR, K_READ, K_WRITE, K_KINDS };
+static const char *const g_kind_names[] = {"mutex", "fair", "read", "write"};
+
+typedef struct holder {
+  int kind;
+  dlock_mutex *m;
+  dlock_rwlock *rw;
+} holder;
+
+static holder holder_new(dlock_client *c, int kind, const char *name) {
+  holder h = {kind, NULL, NULL};
+  if (kind == K_MUTEX)
+    CHECK_OK(dlock_mutex_new(c, name, &h.m));
+  else if (kind == K_FAIR)
+    CHECK_OK(dlock_mutex_new_fair(c, name, &h.m));
+  else
+    CHECK_OK(dlock_rwlock_new(c, name, &h.rw));
+  return h;
+}
+
+static void holder_free(holder *h) {
+  dlock_mutex_free(h->m);
+  dlock_rwlock_free(h->rw);
+}
+
+static int holder_lock(holder *h, long long wait_ms) {
+  if (h->m)
+    return dlock_mutex_timedlock(h->m, wait_ms, 30000);
+  if (h->kind == K_READ)
+    return dlock_rwlock_timedrdlock(h->rw, wait_ms, 30000);
+  return dlock_rwlock_timedwrlock(h->rw, wait_ms, 30000);
+}
+
+/* What another client tries: the side that excludes h's. */
+static int holder_try_excluded(holder *h) {
+  if (h->m)
+    return dlock_mutex_trylock(h->m);
+  if (h->kind == K_READ)
+    return dlock_rwlock_trywrlock(h->rw);
+  return dlock_rwlock_tryrdlock(h->rw);
+}
+
+static int holder_unlock(holder *h) {
+  return h->m ? dlock_mutex_unlock(h->m) : dlock_rwlock_unlock(h->rw);
+}
+
+/* The one holder's count in lock hash `name` (the rwlock's "mode" field
+ * aside): 0 when the key is gone. */
+static long long count_of(th_redis *r, const char *name) {
+  redisReply *x = th_cmd(r, "HGETALL %s", name);
+  long long n = 0;
+  for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i + 1 < x->elements;
+       i += 2)
+    if (strcmp(x->element[i]->str, "mode") != 0)
+      n += atoll(x->element[i + 1]->str);
+  freeReplyObject(x);
+  return n;
+}
+
+/* The old latch's life for a configuration: how long its window was. */
+static int64_t old_latch_ms(const dlock_config *cfg) {
+  return ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
+         (cfg->retry_attempts + 1);
+}
+
+static long long exists_r(th_redis *r, const char *key) {
+  return th_cmd_int(r, "EXISTS %s", key);
+}
+
+static long long tombstones(th_redis *r, const char *name) {
+  redisReply *x = th_cmd(r, "KEYS redisson_unlock_latch:{%s}:*", name);
+  long long n = (long long)x->elements;
+  freeReplyObject(x);
+  return n;
+}
+
+/* The count-2 hold that must stay at 1, and the final release, checked
+ * from outside: another client cannot take the lock while one hold is
+ * left, and can once the last is released. */
+static void check_one_left(th_redis *r, holder *h, dlock_client *other,
+                           const char *name) {
+  long long n = count_of(r, name);
+  CHECK_MSG(n == 1,
+            "%s '%s': hold count %lld in Redis after one (re-sent) unlock "
+            "of two holds",
+            g_kind_names[h->kind], name, n);
+  if (h->m)
+    CHECK_EQ(dlock_mutex_hold_count(h->m), 1);
+  holder o = holder_new(other, h->kind, name);
+  CHECK_RC(holder_try_excluded(&o), DLOCK_EBUSY);
+  CHECK_OK(holder_unlock(h));
+  CHECK_EQ(exists_r(r, name), 0);
+  CHECK_OK(holder_try_excluded(&o));
+  CHECK_OK(holder_unlock(&o));
+  holder_free(&o);
+}
+
+/* The caller retries: an unlock of a count-2 hold whose reply was lost
+ * (the router does not re-send: retry_attempts 0) returns DLOCK_ECONN; the
+ * caller calls unlock again well after the old latch's window. It counts
+ * once. Then the final release the same way: the retry finds the hold
+ * gone and says OK (that copy released it), and leaves a tombstone for any
+ * copy still on its way. Old code: the retry released the lock (count
+ * 2 -> 0), another client took it, the last unlock said DLOCK_EPERM. */
+static void caller_retry_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  cfg.command_timeout_ms = CMD_MS * th_timeout_mult();
+  cfg.retry_attempts = 0;
+  cfg.retry_interval_ms = 50;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
+  char name[40];
+  snprintf(name, sizeof name, "amb-retry-%s", g_kind_names[kind]);
+  holder h = holder_new(c, kind, name);
+  CHECK_OK(holder_lock(&h, 0));
+  CHECK_OK(holder_lock(&h, 0));
+  CHECK_EQ(count_of(r, name), 2);
+  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  CHECK_RC(holder_unlock(&h), DLOCK_ECONN);
+  CHECK_MSG(fp_wait_fired(p, 1, 10000) == 0, "fault did not fire");
+  CHECK_EQ(count_of(r, name), 1); /* it ran */
+  /* Past the old latch's life, twice over: a scenario, not a wait. */
+  th_sleep_ms(2 * old_latch_ms(&cfg) + 200);
+  int rc = holder_unlock(&h);
+  CHECK_MSG(rc == DLOCK_OK, "retried unlock: %s %s", dlock_err_name(rc),
+            dlock_last_error());
+  long long n = count_of(r, name);
+  CHECK_MSG(n == 1, "%s: hold count %lld after a retried unlock of 2 holds",
+            g_kind_names[kind], n);
+  if (h.m)
+    CHECK_EQ(dlock_mutex_hold_count(h.m), 1);
+  holder o = holder_new(other, kind, name);
+  CHECK_RC(holder_try_excluded(&o), DLOCK_EBUSY);
+  /* The final release, its reply lost, retried by the caller. */
+  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  CHECK_RC(holder_unlock(&h), DLOCK_ECONN);
+  CHECK_MSG(fp_wait_fired(p, 2, 10000) == 0, "fault did not fire");
+  CHECK_EQ(exists_r(r, name), 0);
+  th_sleep_ms(2 * old_latch_ms(&cfg) + 200);
+  rc = holder_unlock(&h);
+  CHECK_MSG(rc == DLOCK_OK, "retried final unlock: %s %s", dlock_err_name(rc),
+            dlock_last_error());
+  CHECK_EQ(tombstones(r, name), 1);
+  CHECK_RC(holder_unlock(&h), DLOCK_EPERM); /* nothing left to unlock */
+  CHECK_OK(holder_try_excluded(&o));
+  CHECK_OK(holder_unlock(&o));
+  holder_free(&o);
+  CHECK_EQ(atomic_load(&g_lost), 0);
+  holder_free(&h);
+  dlock_client_free(other);
+  dlock_client_free(c);
+}
+TH_CASE(unlock_retried_by_caller_late_counts_once_mutex) {
+  caller_retry_body(K_MUTEX);
+}
+TH_CASE(unlock_retried_by_caller_late_counts_once_fair) {
+  caller_retry_body(K_FAIR);
+}
+TH_CASE(unlock_retried_by_caller_late_counts_once_read) {
+  caller_retry_body(K_READ);
+}
+TH_CASE(unlock_retried_by_caller_late_counts_once_write) {
+  caller_retry_body(K_WRITE);
+}
+
+/* The router re-sends late: with a replica, each unlock carries a WAIT,
+ * and the router waits command_timeout + sync_timeout for its reply --
+ * which the old latch's life left out. The first copy runs and its reply
+ * is held past that; the router's re-send runs after the old window
+ * ended. It counts once: one hold is left and another client cannot take
+ * the lock. Old code: the late copy found no latch and decremented again
+ * (2 -> 0), and the call said OK. */
+static void router_late_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(r);
+  (void)rep;
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  cfg.command_timeout_ms = CMD_MS * th_timeout_mult();
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 50;
+  cfg.sync_timeout_ms = 3 * (int)old_latch_ms(&cfg);
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
+  char name[40];
+  snprintf(name, sizeof name, "amb-late-%s", g_kind_names[kind]);
+  holder h = holder_new(c, kind, name);
+  CHECK_OK(holder_lock(&h, 0));
+  CHECK_OK(holder_lock(&h, 0));
+  CHECK_EQ(count_of(r, name), 2);
+  fp_arm(p, name, FP_DELAY,
+         cfg.command_timeout_ms + cfg.sync_timeout_ms + 2000);
+  int64_t t0 = th_now_ms();
+  int rc = holder_unlock(&h);
+  int64_t took = th_now_ms() - t0;
+  printf("%s: unlock %s after %lld ms (old window %lld ms)\n",
+         g_kind_names[kind], dlock_err_name(rc), (long long)took,
+         (long long)old_latch_ms(&cfg));
+  CHECK_MSG(rc == DLOCK_OK, "unlock: %s %s", dlock_err_name(rc),
+            dlock_last_error());
+  CHECK_MSG(took > old_latch_ms(&cfg), "the re-send came after %lld ms",
+            (long long)took);
+  check_one_left(r, &h, other, name);
+  CHECK_EQ(atomic_load(&g_lost), 0);
+  holder_free(&h);
+  dlock_client_free(other);
+  dlock_client_free(c);
+}
+TH_CASE(unlock_resent_by_router_late_counts_once_mutex) {
+  router_late_body(K_MUTEX);
+}
+TH_CASE(unlock_resent_by_router_late_counts_once_fair) {
+  router_late_body(K_FAIR);
+}
+TH_CASE(unlock_resent_by_router_late_counts_once_read) {
+  router_late_body(K_READ);
+}
+TH_CASE(unlock_resent_by_router_late_counts_once_write) {
+  router_late_body(K_WRITE);
 }
 
 TH_MAIN()

@@ -3,6 +3,7 @@
  * runs once on libevent (dlock/adapters/libevent.h) and once on libuv
  * (dlock/adapters/libuv.h), against a real redis-server, from one thread.
  */
+#include "faultproxy.h"
 #include "th.h"
 
 #include <pthread.h>
@@ -557,6 +558,73 @@ TH_CASE(acl_narrowed_rule_libuv) { acl_rule(1); }
 
 TH_CASE(reentrant_libevent) { reentrant(0); }
 TH_CASE(reentrant_libuv) { reentrant(1); }
+
+/* ---- an unlock retried by the caller after DLOCK_ECONN (issue 26) */
+
+/* A count-2 hold; the unlock's reply is held past the command timeout
+ * (retry_attempts 0: DLOCK_ECONN, outcome unknown) although it ran; the
+ * caller retries well after the old unlock latch's life. It counts once
+ * (issue 25.3: the unlock carries the count it expects). Old code: the
+ * retry drew a new request id and freed the lock. */
+static long long hget_ll(th_redis *r, const char *key, const char *field) {
+  redisReply *x = th_cmd(r, "HGET %s %s", key, field);
+  long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : 0;
+  freeReplyObject(x);
+  return v;
+}
+
+static void caller_retry(int uv) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  cfg.command_timeout_ms = 400 * th_timeout_mult();
+  cfg.retry_attempts = 0;
+  cfg.retry_interval_ms = 50;
+  fx f;
+  f.r = r;
+  tl_init(&f.l, uv);
+  f.a = new_async(r, &cfg);
+  tl_attach(&f.l, f.a);
+  dlock_async *a = f.a;
+  dlock_client *other = th_client(r);
+  dlock_mutex *om;
+  CHECK_OK(dlock_mutex_new(other, "retry", &om));
+  res x[5];
+  memset(x, 0, sizeof x);
+  CHECK_OK(dlock_async_lock(a, "retry", 1, 0, -1, on_res, &x[0]));
+  CHECK_OK(dlock_async_lock(a, "retry", 1, 0, -1, on_res, &x[1]));
+  CHECK(tl_until(&f.l, &x[1].n, 1, 5000));
+  CHECK_RC(x[1].last, DLOCK_OK);
+  char field[80];
+  snprintf(field, sizeof field, "%s:1", dlock_async_id(a));
+  fp_arm(p, "retry", FP_DELAY, 3000 * th_timeout_mult());
+  CHECK_OK(dlock_async_unlock(a, "retry", 1, on_res, &x[2]));
+  CHECK(tl_until(&f.l, &x[2].n, 1, 10000));
+  CHECK_RC(x[2].last, DLOCK_ECONN);
+  CHECK_EQ(hget_ll(r, "retry", field), 1); /* it ran */
+  /* Twice the old latch's life: a scenario, not a wait for an event. */
+  tl_for(&f.l, 2 * (cfg.command_timeout_ms + cfg.retry_interval_ms) + 200);
+  CHECK_OK(dlock_async_unlock(a, "retry", 1, on_res, &x[3]));
+  CHECK(tl_until(&f.l, &x[3].n, 1, 10000));
+  CHECK_RC(x[3].last, DLOCK_OK);
+  long long n = hget_ll(r, "retry", field);
+  CHECK_MSG(n == 1, "hold count %lld after a retried unlock of 2 holds", n);
+  CHECK_RC(dlock_mutex_trylock(om), DLOCK_EBUSY);
+  CHECK_OK(dlock_async_unlock(a, "retry", 1, on_res, &x[4]));
+  CHECK(tl_until(&f.l, &x[4].n, 1, 10000));
+  CHECK_RC(x[4].last, DLOCK_OK);
+  CHECK_EQ(th_cmd_int(r, "EXISTS retry"), 0);
+  CHECK_OK(dlock_mutex_trylock(om));
+  CHECK_OK(dlock_mutex_unlock(om));
+  dlock_mutex_free(om);
+  dlock_client_free(other);
+  fx_end(&f);
+}
+
+TH_CASE(unlock_retried_after_econn_counts_once_libevent) { caller_retry(0); }
+TH_CASE(unlock_retried_after_econn_counts_once_libuv) { caller_retry(1); }
 
 /* ---- the watchdog, single-threaded */
 

@@ -139,6 +139,43 @@ TH_CASE(tokens_layout_reentrancy) {
   dlock_client_free(c2);
 }
 
+/* Issue 25.12: a fenced hold and a plain hold of the same name in one
+ * thread share one hold record; the plain acquire carries no token and
+ * must not erase the fenced hold's (old code: token 1 -> 0 after
+ * lock(plain), still 0 after its unlock). */
+TH_CASE(plain_reentry_keeps_the_fenced_token) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *f, *plain;
+  CHECK_OK(dlock_mutex_new_fenced(c, "fp", &f));
+  CHECK_OK(dlock_mutex_new(c, "fp", &plain));
+  uint64_t tok = 0, t = 0;
+  CHECK_OK(dlock_mutex_lock(f));
+  CHECK_OK(dlock_mutex_token(f, &tok));
+  CHECK(tok > 0);
+  CHECK_OK(dlock_mutex_lock(plain)); /* reentrant: count 2 */
+  CHECK_EQ(dlock_mutex_hold_count(f), 2);
+  CHECK_OK(dlock_mutex_token(f, &t));
+  CHECK_MSG(t == tok, "token %llu after a plain reentrant lock, was %llu",
+            (unsigned long long)t, (unsigned long long)tok);
+  CHECK_OK(dlock_mutex_unlock(plain));
+  CHECK_OK(dlock_mutex_token(f, &t));
+  CHECK_MSG(t == tok, "token %llu after the plain unlock, was %llu",
+            (unsigned long long)t, (unsigned long long)tok);
+  CHECK_OK(dlock_mutex_unlock(f));
+  CHECK_RC(dlock_mutex_token(f, &t), DLOCK_EPERM);
+  /* A new first hold taken plainly has no token of its own. */
+  CHECK_OK(dlock_mutex_lock(plain));
+  CHECK_OK(dlock_mutex_lock(f)); /* a fenced reentry draws a fresh one */
+  CHECK_OK(dlock_mutex_token(f, &t));
+  CHECK(t > tok);
+  CHECK_OK(dlock_mutex_unlock(f));
+  CHECK_OK(dlock_mutex_unlock(plain));
+  dlock_mutex_free(plain);
+  dlock_mutex_free(f);
+  dlock_client_free(c);
+}
+
 TH_CASE_T(watchdog_renewal, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
   dlock_config cfg;

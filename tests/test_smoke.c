@@ -195,8 +195,9 @@ TH_CASE(cancel_waits_ends_a_blocked_lock) {
 }
 
 /* Sibling processes forked after the parent used the library must not draw
- * the same unlock request ids: the second sibling's unlock would find the
- * first one's idempotency latch and release nothing. */
+ * the same unlock request ids: a sibling's final unlock would find the
+ * tombstone of another's (mutex.c dlock__unlock_tombstone) and release
+ * nothing. */
 static int lock_unlock_once(void *arg) {
   (void)arg;
   dlock_client *c = th_client(g_r);
