@@ -235,6 +235,15 @@ typedef struct dlock_config {
   int sync_replicas;
   int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
                           slavesSyncTimeout) */
+  /* ---- since 0.3: observability (docs/operations.md) ---- */
+  /* The name every connection of the client gives itself (CLIENT SETNAME),
+   * shown by the server's CLIENT LIST as name=...: Redisson's clientName.
+   * NULL (default) = "dlock:<program>:<host>:<pid>"; "" = no name. The
+   * characters Redis refuses in a name (space, control and non-ASCII
+   * bytes) are sent as '_'. A server that refuses the command (an ACL
+   * without +client) is not an error: the connection stays unnamed.
+   * Copied by dlock_client_new / dlock_async_new. */
+  const char *client_name;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;

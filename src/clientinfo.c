@@ -80,6 +80,30 @@ int dlock__info_write(dlock_client *c) {
   return rc;
 }
 
+int dlock__conn_name(const char *configured, char **out) {
+  *out = NULL;
+  if (configured && !*configured)
+    return 0; /* "": no name */
+  char buf[600];
+  if (configured) {
+    snprintf(buf, sizeof buf, "%s", configured);
+  } else {
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+      snprintf(host, sizeof host, "?");
+    const char *prog = program_invocation_short_name;
+    snprintf(buf, sizeof buf, "dlock:%.200s:%.200s:%ld",
+             prog && *prog ? prog : "?", host, (long)getpid());
+  }
+  /* CLIENT SETNAME refuses a name with a byte outside '!'..'~'. */
+  for (char *p = buf; *p; p++)
+    if (*p < '!' || *p > '~')
+      *p = '_';
+  if (!(*out = dlock__strdup(buf)))
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  return 0;
+}
+
 /* Copies a reply string into buf (truncated, NUL-terminated). */
 static void copy_str(char *buf, size_t len, const redisReply *v) {
   size_t n = v->len < len - 1 ? v->len : len - 1;

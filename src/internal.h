@@ -870,6 +870,7 @@ struct dlock_client {
   dlock__cluster *cl;     /* redis-cluster://: the masters; else NULL */
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
+  char *conn_name; /* CLIENT SETNAME of every link; NULL: none (own copy) */
   int64_t latch_ttl_ms;
   int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
   int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */
@@ -893,6 +894,12 @@ struct dlock_client {
 void dlock__info_want(dlock_client *c);
 /* Writes the key (no lock held; one attempt). 0 or a negative code. */
 int dlock__info_write(dlock_client *c);
+
+/* The connection name for a config's client_name (clientinfo.c): NULL gives
+ * "dlock:<program>:<host>:<pid>", "" none; the bytes Redis refuses in a
+ * name become '_'. *out: malloc'd (the caller frees it) or NULL for none.
+ * 0 or DLOCK_ENOMEM. */
+int dlock__conn_name(const char *configured, char **out);
 
 /* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
  * DLOCK_ECLOSED / DLOCK_EINVAL. */
