@@ -369,6 +369,23 @@ DLOCK_SINCE(0, 2)
 DLOCK_API int dlock_client_info_query(dlock_client *c, const char *owner,
                                       dlock_client_info *info);
 
+/* When the hold of `owner` -- a holder field "<client id>:<thread id>
+ * [:write]" from dlock_status -- on lock `name` began: *since_ms gets the
+ * wall-clock time (ms since the epoch) the holder's client took the lock
+ * (the acquisition that began the hold, not a reentrant one). The holder's
+ * client publishes it in its info key from its watchdog thread, within
+ * about 25 ms and one round trip of the acquisition (never on the lock
+ * call's own path); a younger hold is not found yet, or may show that
+ * thread's previous hold of the name. Returns 1 (found), 0 (not known:
+ * the client is gone, is not dlock or a dlock before 0.3, or the hold is
+ * that young; *since_ms = 0), DLOCK_EINVAL (NULL, empty name, owner not
+ * "<36-character id>:<thread id>"), DLOCK_ECONN, DLOCK_EREDIS,
+ * DLOCK_EFORK, DLOCK_ECLOSED. Holders of the event-loop client
+ * (dlock_async) publish no info key: 0. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_hold_since_query(dlock_client *c, const char *owner,
+                                     const char *name, long long *since_ms);
+
 /* How many hold records the client keeps: one per (lock name, thread) that
  * holds the lock now or whose unlock ended without an answer. Records are
  * freed when the thread holds nothing, so this is bounded by the holds, not

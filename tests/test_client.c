@@ -951,4 +951,89 @@ TH_CASE(connection_name_refused_by_acl_is_no_error) {
   names_every_connection("x", "x", "noclient");
 }
 
+/* ---- hold start times (issue 27) ----------------------------------------- */
+
+static long long wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Polls another client's view of name's first holder until a start not
+ * before t0 is published (the thread's previous hold of the name may show
+ * for a moment); returns the start (0: not within the bound). */
+static long long published_since(dlock_client *obs, const char *name,
+                                 long long t0) {
+  int64_t end = th_now_ms() + 5000 * slow();
+  do {
+    dlock_status st;
+    CHECK_OK(dlock_status_query(obs, name, &st));
+    long long since = 0;
+    int rc =
+        st.n_holders == 1
+            ? dlock_hold_since_query(obs, st.holders[0].owner, name, &since)
+            : 0;
+    dlock_status_clear(&st);
+    CHECK_MSG(rc >= 0, "dlock_hold_since_query: %s", dlock_last_error());
+    if (rc == 1 && since >= t0)
+      return since;
+    th_sleep_ms(5);
+  } while (th_now_ms() < end);
+  return 0;
+}
+
+/* The start of a hold, as another process sees it: the acquisition's time
+ * (not the client's start), published soon after, unchanged by a
+ * reentrant acquisition, and a new one for the thread's next hold. */
+TH_CASE(hold_since_is_the_acquisition_time) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *obs = th_client(r);
+  dlock_client_info info;
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "since", &m));
+  for (int round = 0; round < 2; round++) {
+    /* The two holds and the client's start are apart: 150 ms of wall clock
+     * between them (not a synchronisation). */
+    th_sleep_ms(150);
+    long long t0 = wall_ms();
+    int64_t m0 = th_now_ms();
+    CHECK_OK(dlock_mutex_lock(m));
+    long long t1 = wall_ms();
+    long long since = published_since(obs, "since", t0);
+    int64_t seen = th_now_ms() - m0;
+    CHECK_MSG(since >= t0 && since <= t1,
+              "round %d: since %lld, acquired between %lld and %lld", round,
+              since, t0, t1);
+    /* Published in well under the info key's period (10 s here). */
+    CHECK_MSG(seen < 1000 * slow(), "published after %lld ms", (long long)seen);
+    dlock_status st;
+    CHECK_OK(dlock_status_query(obs, "since", &st));
+    CHECK_EQ(dlock_client_info_query(obs, st.holders[0].owner, &info), 1);
+    CHECK_MSG(since - info.started_ms >= 150, "since %lld, client start %lld",
+              since, info.started_ms);
+    /* A reentrant acquisition keeps the hold's start. */
+    CHECK_OK(dlock_mutex_lock(m));
+    long long again = 0;
+    CHECK_EQ(dlock_hold_since_query(obs, st.holders[0].owner, "since", &again),
+             1);
+    CHECK_EQ(again, since);
+    dlock_status_clear(&st);
+    CHECK_OK(dlock_mutex_unlock(m));
+    CHECK_OK(dlock_mutex_unlock(m));
+  }
+  /* Refusals. */
+  long long x = 7;
+  CHECK_RC(dlock_hold_since_query(obs, "short", "since", &x), DLOCK_EINVAL);
+  CHECK_EQ(x, 0);
+  char owner[64];
+  snprintf(owner, sizeof owner, "%s:", dlock_client_id(c));
+  CHECK_RC(dlock_hold_since_query(obs, owner, "since", &x), DLOCK_EINVAL);
+  snprintf(owner, sizeof owner, "%s:1", dlock_client_id(c));
+  CHECK_RC(dlock_hold_since_query(obs, owner, "", &x), DLOCK_EINVAL);
+  CHECK_RC(dlock_hold_since_query(obs, owner, "nothing-held", &x), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(obs);
+  dlock_client_free(c);
+}
+
 TH_MAIN()
