@@ -902,7 +902,7 @@ int dlock__info_write(dlock_client *c);
 /* A hold began (reg.mu held): the info key is written again soon -- at
  * once, or DLOCK__INFO_GAP_MS after the previous write ended -- so that
  * "dlock status" can tell when the hold was taken (clientinfo.c). */
-#define DLOCK__INFO_GAP_MS 25
+#define DLOCK__INFO_GAP_MS 100
 void dlock__info_soon(dlock_client *c);
 /* The info key lists at most this many holds (since:<tid>:<name>). */
 #define DLOCK__INFO_HOLDS_MAX 512
