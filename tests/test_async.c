@@ -759,6 +759,23 @@ static void names(int uv) {
 TH_CASE(connections_named_libevent) { names(0); }
 TH_CASE(connections_named_libuv) { names(1); }
 
+/* A server whose ACL refuses CLIENT: the handshake goes on unnamed. */
+TH_CASE(connection_name_refused_by_acl_is_no_error) {
+  fx f;
+  f.r = th_redis_new(0, "user default on nopass ~* &* +@all -client\n");
+  tl_init(&f.l, 0);
+  f.a = new_async(f.r, NULL);
+  tl_attach(&f.l, f.a);
+  res r1 = {0}, u1 = {0};
+  CHECK_OK(dlock_async_lock(f.a, "acl", 1, -1, -1, on_res, &r1));
+  CHECK(tl_until(&f.l, &r1.n, 1, 5000));
+  CHECK_RC(r1.last, DLOCK_OK);
+  CHECK_OK(dlock_async_unlock(f.a, "acl", 1, on_res, &u1));
+  CHECK(tl_until(&f.l, &u1.n, 1, 5000));
+  CHECK_RC(u1.last, DLOCK_OK);
+  fx_end(&f);
+}
+
 TH_CASE(example_demo) {
   th_redis *r = th_redis_new(0, NULL);
   char cmd[1024];
