@@ -235,6 +235,15 @@ typedef struct dlock_config {
   int sync_replicas;
   int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
                           slavesSyncTimeout) */
+  /* ---- since 0.3: observability (docs/operations.md) ---- */
+  /* The name every connection of the client gives itself (CLIENT SETNAME),
+   * shown by the server's CLIENT LIST as name=...: Redisson's clientName.
+   * NULL (default) = "dlock:<program>:<host>:<pid>"; "" = no name. The
+   * characters Redis refuses in a name (space, control and non-ASCII
+   * bytes) are sent as '_'. A server that refuses the command (an ACL
+   * without +client) is not an error: the connection stays unnamed.
+   * Copied by dlock_client_new / dlock_async_new. */
+  const char *client_name;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -359,6 +368,25 @@ typedef struct dlock_client_info {
 DLOCK_SINCE(0, 2)
 DLOCK_API int dlock_client_info_query(dlock_client *c, const char *owner,
                                       dlock_client_info *info);
+
+/* When the hold of `owner` -- a holder field "<client id>:<thread id>
+ * [:write]" from dlock_status -- on lock `name` began: *since_ms gets the
+ * wall-clock time (ms since the epoch) the holder's client took the lock
+ * (the acquisition that began the hold, not a reentrant one). The holder's
+ * client publishes it in its info key from its watchdog thread (never on
+ * the lock call's own path) one round trip after the acquisition, or --
+ * when that client's previous info write ended less than 100 ms before --
+ * 100 ms after that write (a client that locks and unlocks continuously
+ * writes ten times a second at most); a younger hold is not found yet, or may
+ * show that thread's previous hold of the name. Returns 1 (found), 0 (not
+ * known: the client is gone, is not dlock or a dlock before 0.3, or the hold is
+ * that young; *since_ms = 0), DLOCK_EINVAL (NULL, empty name, owner not
+ * "<36-character id>:<thread id>"), DLOCK_ECONN, DLOCK_EREDIS,
+ * DLOCK_EFORK, DLOCK_ECLOSED. Holders of the event-loop client
+ * (dlock_async) publish no info key: 0. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_hold_since_query(dlock_client *c, const char *owner,
+                                     const char *name, long long *since_ms);
 
 /* How many hold records the client keeps: one per (lock name, thread) that
  * holds the lock now or whose unlock ended without an answer. Records are

@@ -60,6 +60,7 @@ static void release_memory(dlock_async *a) {
   dlock__map_free(&a->chans);
   dlock__url_free(&a->url);
   free(a->url_str);
+  free(a->conn_name);
   free(a);
 }
 
@@ -111,10 +112,12 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
         cl ? "Redis Cluster (redis-cluster://)" : "TLS (rediss://)");
   }
   if (dlock__map_init(&a->holds, 64) || dlock__map_init(&a->subs, 16) ||
-      dlock__map_init(&a->chans, 32)) {
+      dlock__map_init(&a->chans, 32) ||
+      dlock__conn_name(a->cfg.client_name, &a->conn_name)) {
     release_memory(a);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
+  a->cfg.client_name = a->conn_name; /* the caller's is borrowed */
   dlock__uuid4(a->id);
   a->sched_at = -1;
   a->flush.fn = flush_fired;

@@ -395,8 +395,8 @@ static void conn_open(dlock__aconn *k) {
   try_next(k, NULL);
 }
 
-/* AUTH (or PING: a server that wants a password says so at once) and
- * SELECT, as link.c's handshake sends them. */
+/* AUTH (or PING: a server that wants a password says so at once), CLIENT
+ * SETNAME and SELECT, as link.c's handshake sends them. */
 static void handshake_bytes(dlock__aconn *k) {
   const dlock__url *u = &k->a->url;
   if (u->password) {
@@ -408,14 +408,22 @@ static void handshake_bytes(dlock__aconn *k) {
     size_t al[1] = {4};
     dlock__resp_argv(&k->out, 1, av, al);
   }
-  k->hs_left = 1;
+  k->hs_n = 1;
+  const char *name = k->a->conn_name;
+  if (name) {
+    const char *av[3] = {"CLIENT", "SETNAME", name};
+    size_t al[3] = {6, 7, strlen(name)};
+    dlock__resp_argv(&k->out, 3, av, al);
+    k->hs_n++;
+  }
   if (u->db) {
     char dbs[24];
     const char *av[2] = {"SELECT", dbs};
     size_t al[2] = {6, dlock__fmt_i64(dbs, u->db)};
     dlock__resp_argv(&k->out, 2, av, al);
-    k->hs_left = 2;
+    k->hs_n++;
   }
+  k->hs_left = k->hs_n;
 }
 
 static void connected(dlock__aconn *k) {
@@ -523,8 +531,10 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
   const dlock__url *u = &k->a->url;
   char why[400];
   int err = 0;
-  if (r->type == REDIS_REPLY_ERROR) {
-    int select = k->hs_left == 1 && u->db;
+  int first = k->hs_left == k->hs_n, select = k->hs_left == 1 && u->db;
+  /* A refused SETNAME (an ACL without +client) leaves the connection
+   * unnamed: not a failure. */
+  if (r->type == REDIS_REPLY_ERROR && (first || select)) {
     if (select) {
       err = DLOCK_EREDIS;
       snprintf(why, sizeof why, "SELECT %d refused: %s", u->db, r->str);

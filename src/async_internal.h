@@ -84,6 +84,7 @@ struct dlock__aconn {
   dlock__sb out; /* bytes to write */
   size_t out_off;
   int hs_left;                 /* handshake replies still expected */
+  int hs_n;                    /* handshake commands sent */
   dlock__areq *head, *tail;    /* sent or queued, in order */
   dlock__areq *unsent;         /* first of them whose bytes are not in out */
   dlock__areq *retrying;       /* waiting for their re-send */
@@ -129,6 +130,7 @@ struct dlock_async {
   dlock_config cfg;
   char *url_str;
   dlock__url url;
+  char *conn_name; /* CLIENT SETNAME of both connections; NULL: none */
   char id[DLOCK__UUID_LEN + 1];
   dlock_async_hooks hooks;
   int attached;

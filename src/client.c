@@ -162,18 +162,26 @@ static int tls_init(dlock_client *c) {
 /* The URL (copied and parsed), the client's UUID, and the unlock latch's
  * TTL. 0 or DLOCK_EINVAL / DLOCK_ENOMEM, with nothing left to free. */
 static int identity_init(dlock_client *c, const char *url) {
+  int rc = dlock__conn_name(c->cfg.client_name, &c->conn_name);
+  if (rc)
+    return rc;
+  c->cfg.client_name = c->conn_name; /* the caller's is borrowed */
   c->url_str = dlock__strdup(url ? url : "redis://127.0.0.1:6379");
-  if (!c->url_str)
+  if (!c->url_str) {
+    free(c->conn_name);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
   c->cfg.url = c->url_str;
-  int rc = dlock__url_parse(c->url_str, &c->url);
+  rc = dlock__url_parse(c->url_str, &c->url);
   if (rc) {
     free(c->url_str);
+    free(c->conn_name);
     return rc;
   }
   if (c->url.tls && (rc = tls_init(c)) != 0) {
     dlock__url_free(&c->url);
     free(c->url_str);
+    free(c->conn_name);
     return rc;
   }
   dlock__uuid4(c->id);
@@ -216,6 +224,7 @@ int64_t dlock__once_ttl(const dlock_config *cfg, int64_t *window) {
 }
 
 static void identity_free(dlock_client *c) {
+  free(c->conn_name);
   dlock__tls_ctx_free(c->tls_ctx);
   free(c->tls_name);
   dlock__url_free(&c->url);

@@ -9,6 +9,17 @@
  * one renewal period after each write ends, so it expires with the client.
  * It never delays a renewal: it is sent without the sync WAIT, and only
  * when no hold is due (watchdog.c).
+ *
+ * HOLD START TIMES. The key also lists, for each hold of the client, when
+ * it began: field "since:<tid>:<name>" -> wall ms, recorded by the thread
+ * that took the lock (dlock__hold_note; no Redis traffic) and published by
+ * the next write, which a hold's start brings forward to "now" (at most
+ * one write per DLOCK__INFO_GAP_MS under churn). The lock call sends
+ * nothing more: its round trips are unchanged. Each write replaces the
+ * whole key, so holds that ended drop out.
+ *
+ * CONNECTION NAMES. dlock__conn_name gives the CLIENT SETNAME every link
+ * sends in its handshake (link.c, async_conn.c).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,9 +34,14 @@
 static dlock__script g_write = {
     "client_info",
     /* KEYS[1] info key. ARGV[1] ttl ms, [2] host, [3] pid, [4] program,
-     * [5] started. */
+     * [5] started, then pairs since:<tid>:<name>, wall ms of the hold's
+     * start. The key is written whole: holds that ended are gone. */
+    "redis.call('del', KEYS[1])\n"
     "redis.call('hset', KEYS[1], 'host', ARGV[2], 'pid', ARGV[3], "
     "'program', ARGV[4], 'started', ARGV[5])\n"
+    "for i = 6, #ARGV - 1, 2 do\n"
+    "  redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1])\n"
+    "end\n"
     "redis.call('pexpire', KEYS[1], ARGV[1])\n"
     "return 1\n",
     ""};
@@ -46,6 +62,20 @@ void dlock__info_want(dlock_client *c) {
   pthread_cond_broadcast(&c->reg.cv);
 }
 
+void dlock__info_soon(dlock_client *c) {
+  c->wd.info_dirty = 1;
+  if (c->wd.info_running)
+    return; /* info_tick (watchdog.c) schedules the next one */
+  int64_t now = dlock__now_ms();
+  int64_t at = c->wd.info_end ? c->wd.info_end + DLOCK__INFO_GAP_MS : now;
+  if (at < now)
+    at = now;
+  if (c->wd.info_at == 0 || at < c->wd.info_at) {
+    c->wd.info_at = at;
+    pthread_cond_broadcast(&c->reg.cv);
+  }
+}
+
 int dlock__info_write(dlock_client *c) {
   pthread_once(&g_once, init_scripts);
   char host[256] = "", pid[24], ttl[24], started[24];
@@ -55,29 +85,70 @@ int dlock__info_write(dlock_client *c) {
   snprintf(ttl, sizeof ttl, "%d", c->cfg.watchdog_timeout_ms);
   snprintf(started, sizeof started, "%lld", (long long)c->started_ms);
   const char *prog = program_invocation_short_name;
-  dlock__sb k;
+  dlock__sb k, hb;
   dlock__sb_init(&k);
+  dlock__sb_init(&hb);
   info_key(&k, c->id);
-  if (k.oom) {
+  int nh = dlock__holds_since(c, &hb);
+  const char **args =
+      hb.oom ? NULL : dlock__calloc(5 + 2 * (size_t)nh, sizeof *args);
+  if (k.oom || !args) {
+    free(args);
     dlock__sb_free(&k);
+    dlock__sb_free(&hb);
     return DLOCK_ENOMEM;
   }
   const char *keys[1] = {k.p};
   size_t klens[1] = {k.len};
-  const char *args[5] = {ttl, host, pid, prog ? prog : "?", started};
+  args[0] = ttl;
+  args[1] = host;
+  args[2] = pid;
+  args[3] = prog ? prog : "?";
+  args[4] = started;
+  const char *p = hb.p;
+  for (int i = 0; i < 2 * nh; i++) {
+    args[5 + i] = p;
+    p += strlen(p) + 1;
+  }
   redisReply *r = NULL;
   dlock__err_keep_begin(); /* a background write: no one's message */
   /* Sent once and without a WAIT: bookkeeping, nothing a replica must
    * confirm, and a WAIT would hold the watchdog thread -- and the renewals
    * behind it -- for sync_timeout_ms whenever replicas lag (issue 25.7). */
   static const dlock__send_how how = {2, 1, 0};
-  int rc =
-      dlock__eval_how(c, &g_write, 1, keys, klens, 5, args, NULL, &how, &r);
+  int rc = dlock__eval_how(c, &g_write, 1, keys, klens, 5 + 2 * nh, args, NULL,
+                           &how, &r);
   dlock__err_keep_end();
   if (r)
     freeReplyObject(r);
+  free(args);
   dlock__sb_free(&k);
+  dlock__sb_free(&hb);
   return rc;
+}
+
+int dlock__conn_name(const char *configured, char **out) {
+  *out = NULL;
+  if (configured && !*configured)
+    return 0; /* "": no name */
+  char buf[600];
+  if (configured) {
+    snprintf(buf, sizeof buf, "%s", configured);
+  } else {
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+      snprintf(host, sizeof host, "?");
+    const char *prog = program_invocation_short_name;
+    snprintf(buf, sizeof buf, "dlock:%.200s:%.200s:%ld",
+             prog && *prog ? prog : "?", host, (long)getpid());
+  }
+  /* CLIENT SETNAME refuses a name with a byte outside '!'..'~'. */
+  for (char *p = buf; *p; p++)
+    if (*p < '!' || *p > '~')
+      *p = '_';
+  if (!(*out = dlock__strdup(buf)))
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  return 0;
 }
 
 /* Copies a reply string into buf (truncated, NUL-terminated). */
@@ -135,5 +206,50 @@ int dlock_client_info_query(dlock_client *c, const char *owner,
   if (r)
     freeReplyObject(r);
   dlock__sb_free(&k);
+  return rc;
+}
+
+int dlock_hold_since_query(dlock_client *c, const char *owner, const char *name,
+                           long long *since_ms) {
+  dlock__clear_error();
+  if (since_ms)
+    *since_ms = 0;
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!owner || !name || !*name || !since_ms ||
+      strlen(owner) < DLOCK__UUID_LEN + 2 || owner[DLOCK__UUID_LEN] != ':')
+    return dlock__fail(DLOCK_EINVAL, "owner must be \"<client id>:<thread "
+                                     "id>\" and name a lock name");
+  const char *tid = owner + DLOCK__UUID_LEN + 1;
+  size_t tl = strspn(tid, "0123456789");
+  if (tl == 0 || (tid[tl] && tid[tl] != ':'))
+    return dlock__fail(DLOCK_EINVAL, "owner '%.80s' has no thread id", owner);
+  dlock__sb k, f;
+  dlock__sb_init(&k);
+  dlock__sb_init(&f);
+  info_key(&k, owner);
+  dlock__sb_adds(&f, "since:");
+  dlock__sb_add(&f, tid, tl);
+  dlock__sb_add(&f, ":", 1);
+  dlock__sb_adds(&f, name);
+  if (k.oom || f.oom) {
+    dlock__sb_free(&k);
+    dlock__sb_free(&f);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  const char *argv[3] = {"HGET", k.p, f.p};
+  size_t lens[3] = {4, k.len, f.len};
+  dlock__cmd cmd = {k.p, NULL, 3, argv, lens, 0};
+  redisReply *r = NULL;
+  rc = dlock__exec(c, &cmd, &r);
+  if (rc == 0 && r && r->type == REDIS_REPLY_STRING) {
+    *since_ms = strtoll(r->str, NULL, 10);
+    rc = 1;
+  }
+  if (r)
+    freeReplyObject(r);
+  dlock__sb_free(&k);
+  dlock__sb_free(&f);
   return rc;
 }

@@ -18,6 +18,12 @@ int64_t dlock__now_us(void) {
 
 int64_t dlock__now_ms(void) { return dlock__now_us() / 1000; }
 
+int64_t dlock__wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 struct timespec dlock__abstime(clockid_t clk, int64_t ms) {
   struct timespec ts;
   clock_gettime(clk, &ts);

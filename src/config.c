@@ -86,6 +86,7 @@ static const key_def g_keys[] = {
     {"sslCertFile", IN_SERVERS, K_STR, 0, FIELD(tls_cert_file)},
     {"sslKeyFile", IN_SERVERS, K_STR, 0, FIELD(tls_key_file)},
     {"sslServerName", IN_SERVERS, K_STR, 0, FIELD(tls_server_name)},
+    {"clientName", IN_SERVERS, K_STR, 0, FIELD(client_name)},
     {"sslVerify", IN_SERVERS, K_BOOL, 0, FIELD(tls_verify)},
     {"sslEnableEndpointIdentification", IN_SERVERS, K_BOOL, 0,
      FIELD(tls_verify)},
@@ -130,7 +131,6 @@ static const key_def g_keys[] = {
     IGNORED("subscriptionConnectionMinimumIdleSize", IN_SERVERS),
     IGNORED("subscriptionConnectionPoolSize", IN_SERVERS),
     IGNORED("subscriptionTimeout", IN_SERVERS),
-    IGNORED("clientName", IN_SERVERS),
     IGNORED("pingConnectionInterval", IN_SERVERS),
     IGNORED("keepAlive", IN_SERVERS),
     IGNORED("tcpNoDelay", IN_SERVERS),
@@ -174,7 +174,8 @@ static const size_t g_str_off[] = {offsetof(dlock_config, url),
                                    offsetof(dlock_config, tls_ca_dir),
                                    offsetof(dlock_config, tls_cert_file),
                                    offsetof(dlock_config, tls_key_file),
-                                   offsetof(dlock_config, tls_server_name)};
+                                   offsetof(dlock_config, tls_server_name),
+                                   offsetof(dlock_config, client_name)};
 #define NSTR (sizeof g_str_off / sizeof g_str_off[0])
 
 /* What cfg->loaded points to. */

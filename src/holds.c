@@ -108,6 +108,10 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
 
 /* Frees h now, or after the renewal batch in flight (reg.mu held). */
 static void hold_free(dlock_client *c, dlock__hold *h) {
+  /* A published hold start (clientinfo.c) goes with the next write, soon:
+   * the thread's next hold of the name must not show this one's. */
+  if (h->since_ms && c->wd.info_at)
+    dlock__info_soon(c);
   dlock__wd_remove(c, h);
   if (c->wd.busy) {
     h->next = c->reg.grave;
@@ -210,6 +214,32 @@ size_t dlock_client_hold_records(dlock_client *c) {
       dlock__lockent *e = me->val;
       for (dlock__hold *h = e->holds; h; h = h->next)
         n++;
+    }
+  pthread_mutex_unlock(&c->reg.mu);
+  return n;
+}
+
+/* The info key's hold start times (clientinfo.c): appends
+ * "since:<tid>:<name>\0<ms>\0" for each current hold to b (at most
+ * DLOCK__INFO_HOLDS_MAX); returns how many. Takes reg.mu. */
+int dlock__holds_since(dlock_client *c, dlock__sb *b) {
+  int n = 0;
+  pthread_mutex_lock(&c->reg.mu);
+  for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
+    for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
+      const dlock__lockent *e = me->val;
+      for (const dlock__hold *h = e->holds; h; h = h->next) {
+        if (h->count <= 0 || h->lost || n >= DLOCK__INFO_HOLDS_MAX)
+          continue;
+        dlock__sb_adds(b, "since:");
+        dlock__sb_addu64(b, h->tid);
+        dlock__sb_add(b, ":", 1);
+        dlock__sb_add(b, e->name, e->name_len);
+        dlock__sb_add(b, "", 1);
+        char ms[24];
+        dlock__sb_add(b, ms, dlock__fmt_i64(ms, h->since_ms) + 1);
+        n++;
+      }
     }
   pthread_mutex_unlock(&c->reg.mu);
   return n;

@@ -55,8 +55,9 @@ int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
 
 /* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
-int64_t dlock__now_ms(void); /* monotonic */
-int64_t dlock__now_us(void); /* monotonic */
+int64_t dlock__now_ms(void);  /* monotonic */
+int64_t dlock__wall_ms(void); /* CLOCK_REALTIME, ms since the epoch */
+int64_t dlock__now_us(void);  /* monotonic */
 void dlock__sleep_ms(int64_t ms);
 /* The clock's time ms from now, for pthread_cond_timedwait (pass the clock
  * the condition variable was made with). */
@@ -851,6 +852,9 @@ typedef struct dlock__watchdog {
   /* The client's info key (clientinfo.c): monotonic ms of its next write
    * by the watchdog thread; 0 until the client's first hold asks for it. */
   int64_t info_at;
+  int info_running;     /* a write is in flight (info_tick) */
+  int info_dirty;       /* a hold began since the last write started */
+  int64_t info_end;     /* monotonic ms the last write ended */
   int declines;         /* the pub/sub thread queued declines (dlock__pubsub) */
   atomic_uint declined; /* declines answered by Redis (for tests) */
 } dlock__watchdog;
@@ -871,6 +875,7 @@ struct dlock_client {
   dlock__cluster *cl;     /* redis-cluster://: the masters; else NULL */
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */
+  char *conn_name; /* CLIENT SETNAME of every link; NULL: none (own copy) */
   int64_t latch_ttl_ms;
   int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
   int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */
@@ -894,6 +899,23 @@ struct dlock_client {
 void dlock__info_want(dlock_client *c);
 /* Writes the key (no lock held; one attempt). 0 or a negative code. */
 int dlock__info_write(dlock_client *c);
+
+/* A hold began (reg.mu held): the info key is written again soon -- at
+ * once, or DLOCK__INFO_GAP_MS after the previous write ended -- so that
+ * "dlock status" can tell when the hold was taken (clientinfo.c). */
+#define DLOCK__INFO_GAP_MS 100
+void dlock__info_soon(dlock_client *c);
+/* The info key lists at most this many holds (since:<tid>:<name>). */
+#define DLOCK__INFO_HOLDS_MAX 512
+/* Appends "since:<tid>:<name>\0<wall ms>\0" for each current hold of c to
+ * b (at most DLOCK__INFO_HOLDS_MAX); returns how many. Takes reg.mu. */
+int dlock__holds_since(dlock_client *c, dlock__sb *b);
+
+/* The connection name for a config's client_name (clientinfo.c): NULL gives
+ * "dlock:<program>:<host>:<pid>", "" none; the bytes Redis refuses in a
+ * name become '_'. *out: malloc'd (the caller frees it) or NULL for none.
+ * 0 or DLOCK_ENOMEM. */
+int dlock__conn_name(const char *configured, char **out);
 
 /* Checks that c may be used by this process; returns 0 or DLOCK_EFORK /
  * DLOCK_ECLOSED / DLOCK_EINVAL. */
@@ -1105,6 +1127,8 @@ struct dlock__hold {
    * "released", and no loss is reported for the hold (watchdog.c). */
   int64_t release_sent;
   int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
+  int64_t since_ms;   /* wall clock ms of the acquisition that began the hold
+                         (count 0 -> 1): the info key's since:<tid>:<name> */
   /* Local deadline (monotonic ms): send time of the last confirmed
    * acquisition or renewal + lease - dlock__lease_margin(lease). Past it the
    * hold is lost whatever Redis says later (watchdog.c's expiry thread

@@ -17,7 +17,8 @@
  *
  * dlock__link_open also does the handshake every connection needs: AUTH
  * (ACL user or the default user) or a PING that tells at once whether the
- * server wants a password, then SELECT.
+ * server wants a password, CLIENT SETNAME (the client's connection name, so
+ * CLIENT LIST names it) and SELECT, written together: one round trip.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -272,49 +273,81 @@ static int first_reply_failed(const dlock__link *l, int timeout_ms) {
   return dlock__link_fail(l, timeout_ms, "handshake");
 }
 
-/* AUTH (or PING) and SELECT on a fresh link. */
-static int handshake(dlock__link *l, const dlock__url *url, int timeout_ms) {
-  redisReply *r;
+/* The handshake's commands, written at once (one round trip): AUTH (or
+ * PING), CLIENT SETNAME when the link has a name, SELECT when db != 0. */
+static void handshake_bytes(dlock__sb *b, const dlock__url *url,
+                            const char *name) {
   if (url->password) {
     const char *av[3] = {"AUTH", url->user ? url->user : url->password,
                          url->password};
     size_t al[3] = {4, strlen(av[1]), strlen(url->password)};
-    r = dlock__link_cmd(l, url->user ? 3 : 2, av, al);
+    dlock__resp_argv(b, url->user ? 3 : 2, av, al);
   } else {
     /* No credentials: a PING tells at once whether the server wants some,
      * so a missing password is reported at connect time too. */
     const char *av[1] = {"PING"};
     size_t al[1] = {4};
-    r = dlock__link_cmd(l, 1, av, al);
+    dlock__resp_argv(b, 1, av, al);
   }
-  if (!r)
-    return first_reply_failed(l, timeout_ms);
-  if (r->type == REDIS_REPLY_ERROR) {
-    int rc = is_auth_error(r->str) || url->password
-                 ? dlock__fail(DLOCK_EAUTH, "%s: %s",
-                               url->user       ? "AUTH with user and password"
-                               : url->password ? "AUTH with a password"
-                                               : "the server wants a "
-                                                 "password",
-                               r->str)
-                 : dlock__fail(DLOCK_EREDIS, "%s", r->str);
-    freeReplyObject(r);
+  if (name) {
+    const char *av[3] = {"CLIENT", "SETNAME", name};
+    size_t al[3] = {6, 7, strlen(name)};
+    dlock__resp_argv(b, 3, av, al);
+  }
+  if (url->db) {
+    char dbs[24];
+    const char *av[2] = {"SELECT", dbs};
+    size_t al[2] = {6, dlock__fmt_i64(dbs, url->db)};
+    dlock__resp_argv(b, 2, av, al);
+  }
+}
+
+static int auth_refused(const dlock__url *url, const char *err) {
+  return is_auth_error(err) || url->password
+             ? dlock__fail(DLOCK_EAUTH, "%s: %s",
+                           url->user       ? "AUTH with user and password"
+                           : url->password ? "AUTH with a password"
+                                           : "the server wants a password",
+                           err)
+             : dlock__fail(DLOCK_EREDIS, "%s", err);
+}
+
+/* AUTH (or PING), CLIENT SETNAME and SELECT on a fresh link, pipelined.
+ * Every reply is read (the link stays in step); the first failure counts.
+ * A refused SETNAME (an ACL without +client, an old Sentinel) is no
+ * failure: the link is only unnamed. */
+static int handshake(dlock__link *l, const dlock__url *url, const char *name,
+                     int timeout_ms) {
+  dlock__sb b;
+  dlock__sb_init(&b);
+  handshake_bytes(&b, url, name);
+  int rc = 0;
+  if (b.oom)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  else if (dlock__link_send(l, b.p, b.len) != 0)
+    rc = first_reply_failed(l, timeout_ms);
+  dlock__sb_free(&b);
+  if (rc)
     return rc;
+  int n = 1 + (name != NULL) + (url->db != 0);
+  for (int i = 0; i < n; i++) {
+    redisReply *r = dlock__link_reply(l);
+    if (!r)
+      return rc       ? rc
+             : i == 0 ? first_reply_failed(l, timeout_ms)
+                      : dlock__link_fail(l, timeout_ms,
+                                         i == n - 1 && url->db ? "SELECT"
+                                                               : "handshake");
+    int select = url->db && i == n - 1;
+    if (r->type == REDIS_REPLY_ERROR && rc == 0) {
+      if (i == 0)
+        rc = auth_refused(url, r->str);
+      else if (select)
+        rc =
+            dlock__fail(DLOCK_EREDIS, "SELECT %d refused: %s", url->db, r->str);
+    }
+    freeReplyObject(r);
   }
-  freeReplyObject(r);
-  if (!url->db)
-    return 0;
-  char dbs[24];
-  const char *av[2] = {"SELECT", dbs};
-  size_t al[2] = {6, dlock__fmt_i64(dbs, url->db)};
-  r = dlock__link_cmd(l, 2, av, al);
-  if (!r)
-    return dlock__link_fail(l, timeout_ms, "SELECT");
-  int rc =
-      r->type == REDIS_REPLY_ERROR
-          ? dlock__fail(DLOCK_EREDIS, "SELECT %d refused: %s", url->db, r->str)
-          : 0;
-  freeReplyObject(r);
   return rc;
 }
 
@@ -427,7 +460,7 @@ static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
                            c->cfg.tls_verify, c->cfg.connect_timeout_ms);
   }
   if (rc == 0)
-    rc = handshake(l, url, c->cfg.command_timeout_ms);
+    rc = handshake(l, url, c->conn_name, c->cfg.command_timeout_ms);
   if (rc == DLOCK_ECONN && plain_to_tls_port(l, url, c->cfg.connect_timeout_ms))
     rc = dlock__fail(DLOCK_ETLS,
                      "the server at %s:%d speaks TLS: use rediss:// "

@@ -612,11 +612,17 @@ static int info_tick(dlock_client *c, const wd_timing *t) {
    * only starts a schedule that is not running) leaves it alone. */
   int64_t running = now + t->period + INT32_MAX;
   c->wd.info_at = running;
+  c->wd.info_running = 1;
+  c->wd.info_dirty = 0; /* the write lists the holds of now */
   pthread_mutex_unlock(&c->reg.mu);
   int rc = dlock__info_write(c);
   pthread_mutex_lock(&c->reg.mu);
+  c->wd.info_running = 0;
+  c->wd.info_end = dlock__now_ms();
   if (c->wd.info_at == running)
-    c->wd.info_at = dlock__now_ms() + (rc ? t->retry : t->period);
+    c->wd.info_at = c->wd.info_end + (rc                 ? t->retry
+                                      : c->wd.info_dirty ? DLOCK__INFO_GAP_MS
+                                                         : t->period);
   return 1;
 }
 

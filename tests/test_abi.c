@@ -64,6 +64,7 @@ TH_CASE(config_shorter) {
   const size_t sizes[] = {offsetof(dlock_config, subscription_linger_ms),
                           offsetof(dlock_config, multiplex),
                           offsetof(dlock_config, sync_replicas),
+                          offsetof(dlock_config, client_name),
                           sizeof(dlock_config)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t size = sizes[i];
@@ -80,6 +81,8 @@ TH_CASE(config_shorter) {
       CHECK_EQ(cfg->sync_replicas, -1);
       CHECK_EQ(cfg->sync_timeout_ms, 1000);
     }
+    if (HAS(dlock_config, client_name, size))
+      CHECK(cfg->client_name == NULL);
     cfg->url = r->url;
     cfg->retry_interval_ms = 100;
     use_client(r, cfg, size);

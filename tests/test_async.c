@@ -876,6 +876,83 @@ TH_CASE(free_in_callback_libuv) { free_in_callback(1); }
 
 /* examples/async_libevent.c --demo: 400 jobs on 4 keys in one loop, none
  * overlapping another of its key. */
+/* ---- connection names (issue 27) ----------------------------------------- */
+
+/* Whether CLIENT LIST shows at least `want` connections besides the asking
+ * one, all named `name`; *list: what it showed. */
+static int all_conns_named(th_redis *r, const char *name, int want, char *list,
+                           size_t len) {
+  redisContext *raw = th_redis_raw(r);
+  redisReply *x = redisCommand(raw, "CLIENT ID");
+  char self[40];
+  snprintf(self, sizeof self, "id=%lld ", x->integer);
+  freeReplyObject(x);
+  x = redisCommand(raw, "CLIENT LIST");
+  redisFree(raw);
+  CHECK(x && x->type == REDIS_REPLY_STRING);
+  snprintf(list, len, "%s", x->str);
+  char key[300];
+  snprintf(key, sizeof key, " name=%s ", name);
+  int n = 0, ok = 1;
+  for (char *line = strtok(x->str, "\n"); line; line = strtok(NULL, "\n")) {
+    if (strncmp(line, self, strlen(self)) == 0)
+      continue;
+    n++;
+    ok &= strstr(line, key) != NULL;
+  }
+  freeReplyObject(x);
+  return ok && n >= want;
+}
+
+/* The command and the subscriber connection name themselves. */
+static void names(int uv) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.client_name = "evloop\tclient";
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  res r1 = {0}, r2 = {0}, u1 = {0}, u2 = {0};
+  CHECK_OK(dlock_async_lock(f.a, "nm", 1, -1, -1, on_res, &r1));
+  CHECK(tl_until(&f.l, &r1.n, 1, 5000));
+  CHECK_RC(r1.last, DLOCK_OK);
+  CHECK_OK(dlock_async_lock(f.a, "nm", 2, 10000, -1, on_res, &r2));
+  CHECK_EQ(tl_until_llen(&f.l, f.r, "dlock_lock_queue:{nm}", 1), 1);
+  char list[4096];
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
+  int ok;
+  while (!(ok = all_conns_named(f.r, "evloop_client", 2, list, sizeof list)) &&
+         th_now_ms() < end)
+    tl_for(&f.l, 10);
+  CHECK_MSG(ok, "CLIENT LIST:\n%s", list);
+  CHECK_OK(dlock_async_unlock(f.a, "nm", 1, on_res, &u1));
+  CHECK(tl_until(&f.l, &r2.n, 1, 5000));
+  CHECK_RC(r2.last, DLOCK_OK);
+  CHECK_OK(dlock_async_unlock(f.a, "nm", 2, on_res, &u2));
+  CHECK(tl_until(&f.l, &u2.n, 1, 5000));
+  CHECK_RC(u2.last, DLOCK_OK);
+  fx_end(&f);
+}
+
+TH_CASE(connections_named_libevent) { names(0); }
+TH_CASE(connections_named_libuv) { names(1); }
+
+/* A server whose ACL refuses CLIENT: the handshake goes on unnamed. */
+TH_CASE(connection_name_refused_by_acl_is_no_error) {
+  fx f;
+  f.r = th_redis_new(0, "user default on nopass ~* &* +@all -client\n");
+  tl_init(&f.l, 0);
+  f.a = new_async(f.r, NULL);
+  tl_attach(&f.l, f.a);
+  res r1 = {0}, u1 = {0};
+  CHECK_OK(dlock_async_lock(f.a, "acl", 1, -1, -1, on_res, &r1));
+  CHECK(tl_until(&f.l, &r1.n, 1, 5000));
+  CHECK_RC(r1.last, DLOCK_OK);
+  CHECK_OK(dlock_async_unlock(f.a, "acl", 1, on_res, &u1));
+  CHECK(tl_until(&f.l, &u1.n, 1, 5000));
+  CHECK_RC(u1.last, DLOCK_OK);
+  fx_end(&f);
+}
+
 TH_CASE(example_demo) {
   th_redis *r = th_redis_new(0, NULL);
   char cmd[1024];

@@ -819,4 +819,221 @@ TH_CASE(many_threads_share_one_client) {
   many_threads(r, 0); /* connection pool */
 }
 
+/* ---- connection names (issue 27) ----------------------------------------- */
+
+/* The names of the connections in CLIENT LIST other than raw's own,
+ * joined with ' ' into buf ("-" for an unnamed one); returns how many. */
+static int client_names(redisContext *raw, char *buf, size_t len) {
+  redisReply *x = redisCommand(raw, "CLIENT ID");
+  CHECK(x && x->type == REDIS_REPLY_INTEGER);
+  char self[40];
+  snprintf(self, sizeof self, "id=%lld ", x->integer);
+  freeReplyObject(x);
+  x = redisCommand(raw, "CLIENT LIST");
+  CHECK(x && x->type == REDIS_REPLY_STRING);
+  int n = 0;
+  size_t at = 0;
+  buf[0] = '\0';
+  for (char *line = strtok(x->str, "\n"); line; line = strtok(NULL, "\n")) {
+    if (strncmp(line, self, strlen(self)) == 0)
+      continue;
+    const char *nm = strstr(line, " name=");
+    CHECK(nm);
+    nm += 6;
+    size_t k = strcspn(nm, " ");
+    int w = snprintf(buf + at, len - at, "%s%.*s", n ? " " : "", k ? (int)k : 1,
+                     k ? nm : "-");
+    if (w > 0 && (size_t)w < len - at)
+      at += (size_t)w;
+    n++;
+  }
+  freeReplyObject(x);
+  return n;
+}
+
+/* Whether every word of names is `want`. */
+static int all_named(const char *names, const char *want) {
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", names);
+  for (char *w = strtok(copy, " "); w; w = strtok(NULL, " "))
+    if (strcmp(w, want) != 0)
+      return 0;
+  return 1;
+}
+
+typedef struct named_waiter {
+  dlock_client *c;
+  int rc;
+} named_waiter;
+
+static void *named_wait(void *arg) {
+  named_waiter *w = arg;
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(w->c, "named", &m));
+  w->rc = dlock_mutex_timedlock(m, 20000 * slow(), -1);
+  if (w->rc == 0)
+    CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+/* Every connection of a client (router, subscriber, watchdog) names itself
+ * with client_name, or by default "dlock:<program>:<host>:<pid>"; the
+ * bytes Redis refuses in a name become '_'. */
+static void names_every_connection(const char *configured, const char *want,
+                                   const char *acl_user) {
+  th_redis *r = th_redis_new(0, "user default on >defpw ~* &* +@all\n"
+                                "user noclient on >ncpw ~* &* +@all -client\n");
+  char url[512];
+  snprintf(url, sizeof url, "unix://%s?password=%s%s%s", r->sock,
+           acl_user ? "ncpw" : "defpw", acl_user ? "&user=" : "",
+           acl_user ? acl_user : "");
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK(cfg.client_name == NULL);
+  cfg.url = url;
+  cfg.client_name = configured;
+  cfg.watchdog_timeout_ms = 600; /* a renewal every 200 ms: its link opens */
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "named", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  named_waiter w = {c, -1};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, named_wait, &w), 0);
+  /* The waiter's subscription is up (the subscriber's link). */
+  int64_t end = th_now_ms() + 5000 * slow();
+  char names[4096];
+  int n = 0;
+  redisContext *raw = th_redis_raw(r);
+  freeReplyObject(redisCommand(raw, "AUTH defpw"));
+  for (;;) {
+    redisReply *x =
+        redisCommand(raw, "PUBSUB NUMSUB redisson_lock__channel:{named}");
+    long long subs = x->element[1]->integer;
+    freeReplyObject(x);
+    n = client_names(raw, names, sizeof names);
+    /* (a connection the harness closed may linger in the list a moment) */
+    if ((subs >= 1 && n >= 3 && all_named(names, acl_user ? "-" : want)) ||
+        th_now_ms() > end)
+      break;
+    th_sleep_ms(10);
+  }
+  redisFree(raw);
+  /* Router, subscriber and watchdog at least. */
+  CHECK_MSG(n >= 3, "%d connections: %s", n, names);
+  CHECK_MSG(all_named(names, acl_user ? "-" : want), "want %s, got: %s",
+            acl_user ? "-" : want, names);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_EQ(pthread_join(t, NULL), 0);
+  CHECK_OK(w.rc);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+TH_CASE(connections_named_by_default) {
+  char host[256] = "", want[600];
+  CHECK_EQ(gethostname(host, sizeof host - 1), 0);
+  snprintf(want, sizeof want, "dlock:test_client:%s:%ld", host, (long)getpid());
+  for (char *p = want; *p; p++)
+    if (*p < '!' || *p > '~')
+      *p = '_';
+  names_every_connection(NULL, want, NULL);
+}
+
+TH_CASE(connections_named_by_client_name) {
+  names_every_connection("billing worker\n7", "billing_worker_7", NULL);
+}
+
+/* A user whose ACL refuses CLIENT still connects: its links stay unnamed. */
+TH_CASE(connection_name_refused_by_acl_is_no_error) {
+  names_every_connection("x", "x", "noclient");
+}
+
+/* ---- hold start times (issue 27) ----------------------------------------- */
+
+static long long wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Polls another client's view of name's first holder until a start not
+ * before t0 is published (the thread's previous hold of the name may show
+ * for a moment); returns the start (0: not within the bound). */
+static long long published_since(dlock_client *obs, const char *name,
+                                 long long t0) {
+  int64_t end = th_now_ms() + 5000 * slow();
+  do {
+    dlock_status st;
+    CHECK_OK(dlock_status_query(obs, name, &st));
+    long long since = 0;
+    int rc =
+        st.n_holders == 1
+            ? dlock_hold_since_query(obs, st.holders[0].owner, name, &since)
+            : 0;
+    dlock_status_clear(&st);
+    CHECK_MSG(rc >= 0, "dlock_hold_since_query: %s", dlock_last_error());
+    if (rc == 1 && since >= t0)
+      return since;
+    th_sleep_ms(5);
+  } while (th_now_ms() < end);
+  return 0;
+}
+
+/* The start of a hold, as another process sees it: the acquisition's time
+ * (not the client's start), published soon after, unchanged by a
+ * reentrant acquisition, and a new one for the thread's next hold. */
+TH_CASE(hold_since_is_the_acquisition_time) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *obs = th_client(r);
+  dlock_client_info info;
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "since", &m));
+  for (int round = 0; round < 2; round++) {
+    /* The two holds and the client's start are apart: 150 ms of wall clock
+     * between them (not a synchronisation). */
+    th_sleep_ms(150);
+    long long t0 = wall_ms();
+    int64_t m0 = th_now_ms();
+    CHECK_OK(dlock_mutex_lock(m));
+    long long t1 = wall_ms();
+    long long since = published_since(obs, "since", t0);
+    int64_t seen = th_now_ms() - m0;
+    CHECK_MSG(since >= t0 && since <= t1,
+              "round %d: since %lld, acquired between %lld and %lld", round,
+              since, t0, t1);
+    /* Published in well under the info key's period (10 s here). */
+    CHECK_MSG(seen < 1000 * slow(), "published after %lld ms", (long long)seen);
+    dlock_status st;
+    CHECK_OK(dlock_status_query(obs, "since", &st));
+    CHECK_EQ(dlock_client_info_query(obs, st.holders[0].owner, &info), 1);
+    CHECK_MSG(since - info.started_ms >= 150, "since %lld, client start %lld",
+              since, info.started_ms);
+    /* A reentrant acquisition keeps the hold's start. */
+    CHECK_OK(dlock_mutex_lock(m));
+    long long again = 0;
+    CHECK_EQ(dlock_hold_since_query(obs, st.holders[0].owner, "since", &again),
+             1);
+    CHECK_EQ(again, since);
+    dlock_status_clear(&st);
+    CHECK_OK(dlock_mutex_unlock(m));
+    CHECK_OK(dlock_mutex_unlock(m));
+  }
+  /* Refusals. */
+  long long x = 7;
+  CHECK_RC(dlock_hold_since_query(obs, "short", "since", &x), DLOCK_EINVAL);
+  CHECK_EQ(x, 0);
+  char owner[64];
+  snprintf(owner, sizeof owner, "%s:", dlock_client_id(c));
+  CHECK_RC(dlock_hold_since_query(obs, owner, "since", &x), DLOCK_EINVAL);
+  snprintf(owner, sizeof owner, "%s:1", dlock_client_id(c));
+  CHECK_RC(dlock_hold_since_query(obs, owner, "", &x), DLOCK_EINVAL);
+  CHECK_RC(dlock_hold_since_query(obs, owner, "nothing-held", &x), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(obs);
+  dlock_client_free(c);
+}
+
 TH_MAIN()

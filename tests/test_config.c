@@ -130,6 +130,7 @@ TH_CASE(single_every_key) {
                      "  sslCertFile: client.crt\n"
                      "  sslKeyFile: client.key\n"
                      "  sslServerName: redis.internal\n"
+                     "  clientName: billing-7\n"
                      "  sslVerify: false\n",
                      &cfg));
   CHECK_STR(cfg.url, "redis://app:s3cret@10.0.0.5:6380/3");
@@ -144,6 +145,7 @@ TH_CASE(single_every_key) {
   CHECK_STR(cfg.tls_cert_file, "client.crt");
   CHECK_STR(cfg.tls_key_file, "client.key");
   CHECK_STR(cfg.tls_server_name, "redis.internal");
+  CHECK_STR(cfg.client_name, "billing-7");
   CHECK_EQ(cfg.tls_verify, 0);
   CHECK_EQ(cfg.lazy_connect, 1);
   CHECK_EQ(cfg.multiplex, 1);

@@ -490,7 +490,8 @@ status)
     d['holders'][0]['client']['host'] == '$(hostname)' and
     d['holders'][0]['client']['pid'] == $hpid and
     d['holders'][0]['client']['program'] == 'dlock' and
-    d['holders'][0]['client']['started_ms'] > 1.7e12 and d['waiters'] == []" ||
+    d['holders'][0]['client']['started_ms'] > 1.7e12 and d['waiters'] == [] and
+    d['holders'][0]['since_ms'] >= d['holders'][0]['client']['started_ms']" ||
     fail "python3 json held: $(cat "$T/out")"
   # A holder without an info key (Redisson, an older dlock): client null.
   R hset bare "00000000-0000-4000-8000-000000000000:1" 1 >/dev/null

@@ -23,6 +23,7 @@ typedef struct who {
   long long count; /* -1: a waiter */
   int known;       /* info found */
   dlock_client_info info;
+  long long since_ms; /* when the hold began; 0: unknown */
 } who;
 
 typedef struct view {
@@ -53,6 +54,9 @@ static int view_fetch(dlock_client *c, const char *name, view *v) {
         holder ? v->st.holders[i].owner : v->waiters[i - v->st.n_holders];
     x->count = holder ? v->st.holders[i].count : -1;
     x->known = dlock_client_info_query(c, x->owner, &x->info) == 1;
+    if (holder && x->known &&
+        dlock_hold_since_query(c, x->owner, name, &x->since_ms) != 1)
+      x->since_ms = 0;
   }
   v->n = n;
   return 0;
@@ -64,12 +68,16 @@ static void view_free(view *v) {
   free(v->w);
 }
 
-/* "2026-11-25T19:40:00Z" for ms since the epoch. */
+/* "2026-11-25T19:40:00.123Z" for ms since the epoch. */
 static void fmt_time(long long ms, char *buf, size_t len) {
   time_t t = (time_t)(ms / 1000);
   struct tm tm;
-  if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+  char sec[32];
+  if (!gmtime_r(&t, &tm) ||
+      !strftime(sec, sizeof sec, "%Y-%m-%dT%H:%M:%S", &tm))
     snprintf(buf, len, "%lld", ms);
+  else
+    snprintf(buf, len, "%s.%03lldZ", sec, ms % 1000);
 }
 
 static void json_who(const who *x) {
@@ -77,6 +85,8 @@ static void json_who(const who *x) {
   dlc_json_str(stdout, x->owner);
   if (x->count >= 0)
     printf(",\"count\":%lld", x->count);
+  if (x->since_ms > 0)
+    printf(",\"since_ms\":%lld", x->since_ms);
   fputs(",\"client\":", stdout);
   if (!x->known) {
     fputs("null}", stdout);
@@ -111,13 +121,16 @@ static void print_json(const cli_opts *o, const view *v) {
   fputs("]}\n", stdout);
 }
 
-/* "  host vm, pid 12, program job, since 2026-...Z" or "" */
+/* "  host vm, pid 12, program job, since 2026-...Z" or "": since the hold
+ * began, or for a hold whose start is not known (a client before 0.3, a
+ * hold younger than its client's next info write) since its client
+ * started. */
 static void text_who(const who *x, char *buf, size_t len) {
   buf[0] = '\0';
   if (!x->known)
     return;
   char t[40];
-  fmt_time(x->info.started_ms, t, sizeof t);
+  fmt_time(x->since_ms > 0 ? x->since_ms : x->info.started_ms, t, sizeof t);
   snprintf(buf, len, "  host %.200s  pid %lld  program %.200s  since %s",
            x->info.host, x->info.pid, x->info.program, t);
 }
