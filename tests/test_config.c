@@ -5,6 +5,7 @@
  * caller built against an older header (guard bytes), and loaded configs
  * used for real against redis-servers (TCP, unix socket, ACL user with the
  * password from the environment). */
+#include <stdarg.h>
 #include <stddef.h>
 #include <sys/stat.h>
 
@@ -561,6 +562,131 @@ TH_CASE(error_structure) {
                "YAML syntax error: found undefined alias");
   expect_error("a: \xff\n", "1:4", "YAML syntax error: invalid");
   expect_error("a:\tb\n\tc: d\n", "2:1", "YAML syntax error");
+}
+
+/* A file nested, anchored or aliased past the bounds docs/config.md gives
+ * (32 levels, 64 anchors, 64 aliases) is refused where it crosses them, in
+ * time linear in its size: libyaml alone took 1.4 s on 40k '[', over 2 min
+ * on a 1 MiB file of them, and 34 s on 50k anchors (issue 25, item 16). The
+ * bounds themselves still load. */
+static void expect_refused_fast(const char *what, const char *text, size_t n,
+                                const char *pos, const char *want) {
+  const char *path = th_tmpfile("big.yaml");
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  CHECK_EQ(fwrite(text, 1, n, f), n);
+  CHECK_EQ(fclose(f), 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_config_load(path, &cfg);
+  int64_t took = th_now_ms() - t0;
+  char prefix[512];
+  snprintf(prefix, sizeof prefix, "%s:%s: ", path, pos);
+  const char *e = dlock_last_error();
+  CHECK_MSG(rc == DLOCK_EINVAL && strncmp(e, prefix, strlen(prefix)) == 0 &&
+                strstr(e, want),
+            "%s (%zu bytes): %s '%s', expected EINVAL '%s...%s'", what, n,
+            dlock_err_name(rc), e, prefix, want);
+  printf("%s (%zu bytes): refused in %lld ms\n", what, n, (long long)took);
+  /* Generous: a linear load takes milliseconds; the old one minutes. */
+  CHECK_MSG(took < 10000LL * th_timeout_mult(), "%s: %lld ms", what,
+            (long long)took);
+  dlock_config_dispose(&cfg);
+}
+
+/* n bytes of unit repeated (the last copy cut to fit). */
+static char *repeat(const char *head, const char *unit, size_t n) {
+  char *s = malloc(n + 1);
+  CHECK(s != NULL);
+  size_t h = strlen(head), u = strlen(unit);
+  memcpy(s, head, h);
+  for (size_t i = h; i < n; i++)
+    s[i] = unit[(i - h) % u];
+  s[n] = '\0';
+  return s;
+}
+
+/* A growing text for the big files. */
+typedef struct growing {
+  char *p;
+  size_t len, cap;
+} growing;
+
+static void addf(growing *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void addf(growing *t, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    CHECK(w >= 0);
+    if ((size_t)w < t->cap - t->len) {
+      t->len += (size_t)w;
+      return;
+    }
+    t->cap = t->cap * 2 + (size_t)w + 64;
+    CHECK((t->p = realloc(t->p, t->cap)) != NULL);
+  }
+}
+
+static growing growing_new(void) {
+  growing t = {malloc(64), 0, 64};
+  CHECK(t.p != NULL);
+  t.p[0] = '\0';
+  return t;
+}
+
+TH_CASE(error_deep_nesting_and_many_anchors_refused_fast) {
+  const size_t mib = 1u << 20; /* the largest file the loader reads */
+  char *s = repeat("", "[", mib);
+  expect_refused_fast("1 MiB of [", s, mib, "1:33",
+                      "nested deeper than 32 levels of lists and mappings");
+  free(s);
+  s = repeat("", "{a: ", mib);
+  expect_refused_fast("1 MiB of {a: ", s, mib, "1:129",
+                      "nested deeper than 32 levels");
+  free(s);
+  /* Block mappings, one more space of indentation a line. */
+  growing t = growing_new();
+  for (int i = 0; i < 1400; i++)
+    addf(&t, "%*sk:\n", i, "");
+  expect_refused_fast("1400 indented keys", t.p, t.len, "33:33",
+                      "nested deeper than 32 levels");
+  t.len = 0;
+  addf(&t, "threads:\n");
+  for (int i = 0; i < 50000; i++)
+    addf(&t, "- &a%d x\n", i);
+  expect_refused_fast("50k anchors", t.p, t.len, "66:3",
+                      "more than 64 anchors (&name)");
+  t.len = 0;
+  addf(&t, "threads:\n- &a x\n");
+  for (int i = 0; i < 200000; i++)
+    addf(&t, "- *a\n");
+  expect_refused_fast("200k aliases", t.p, t.len, "67:3",
+                      "more than 64 aliases (*name)");
+  /* The bounds: 32 levels (the top mapping and 31 lists), 64 anchors and
+   * 64 aliases load. */
+  t.len = 0;
+  addf(&t, "singleServerConfig:\n  address: redis://h\nthreads: ");
+  char *open = repeat("", "[", 31), *close = repeat("", "]", 31);
+  addf(&t, "%s%s\n", open, close);
+  free(open);
+  free(close);
+  addf(&t, "nettyThreads:\n");
+  for (int i = 0; i < 64; i++)
+    addf(&t, "- &a%d x\n", i);
+  addf(&t, "codec:\n");
+  for (int i = 0; i < 64; i++)
+    addf(&t, "- *a%d\n", i);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  int rc = load_text(t.p, &cfg);
+  CHECK_MSG(rc == 0, "%s", dlock_last_error());
+  CHECK_STR(cfg.url, "redis://h");
+  dlock_config_dispose(&cfg);
+  free(t.p);
 }
 
 TH_CASE(error_files_and_arguments) {
