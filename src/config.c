@@ -42,17 +42,19 @@ enum where { IN_ROOT = 1, IN_SINGLE = 2, IN_CLUSTER = 4, IN_SENTINEL = 8 };
 #define IN_SERVERS (IN_SINGLE | IN_MULTI)
 
 enum kind {
-  K_INT,     /* an int field; the lower bound is dlock_client_new's */
-  K_BOOL,    /* an int field set to 1 / 0 */
-  K_VERIFY,  /* tls_verify from Redisson's sslVerificationMode */
-  K_SYNC,    /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
-  K_STR,     /* a string field, copied */
-  K_PART,    /* a string that goes into the URL (enum part) */
-  K_DB,      /* the database, into the URL */
-  K_LIST,    /* the list of addresses, into the URL */
-  K_SECTION, /* a server section (part = its IN_ bit) */
-  K_IGNORED, /* Redisson's, no use to dlock: any value is accepted */
-  K_REFUSED  /* Redisson's, cannot be honoured: an error unless null */
+  K_INT,       /* an int field; the lower bound is dlock_client_new's */
+  K_VERIFY,    /* tls_verify from Redisson's sslVerificationMode */
+  K_NAMES,     /* tls_verify from sslEnableEndpointIdentification: FULL or
+                  CA_ONLY (the host-name check only; never the CA check) */
+  K_SSLVERIFY, /* tls_verify from sslVerify: true is FULL; false refused */
+  K_SYNC,      /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
+  K_STR,       /* a string field, copied */
+  K_PART,      /* a string that goes into the URL (enum part) */
+  K_DB,        /* the database, into the URL */
+  K_LIST,      /* the list of addresses, into the URL */
+  K_SECTION,   /* a server section (part = its IN_ bit) */
+  K_IGNORED,   /* Redisson's, no use to dlock: any value is accepted */
+  K_REFUSED    /* Redisson's, cannot be honoured: an error unless null */
 };
 
 /* The URL's pieces a server section gives. */
@@ -63,7 +65,7 @@ typedef struct key_def {
   unsigned char where;
   unsigned char kind;
   unsigned char part; /* K_PART: enum part; K_SECTION: its IN_ bit */
-  size_t off;         /* K_INT, K_BOOL, K_VERIFY, K_SYNC, K_STR: the field */
+  size_t off;         /* K_INT, K_VERIFY... K_SYNC, K_STR: the field */
   const char *field;  /* the field's name; K_REFUSED: why */
 } key_def;
 
@@ -96,8 +98,8 @@ static const key_def g_keys[] = {
     {"sslCertFile", IN_SERVERS, K_STR, 0, FIELD(tls_cert_file)},
     {"sslKeyFile", IN_SERVERS, K_STR, 0, FIELD(tls_key_file)},
     {"sslServerName", IN_SERVERS, K_STR, 0, FIELD(tls_server_name)},
-    {"sslVerify", IN_SERVERS, K_BOOL, 0, FIELD(tls_verify)},
-    {"sslEnableEndpointIdentification", IN_SERVERS, K_BOOL, 0,
+    {"sslVerify", IN_SERVERS, K_SSLVERIFY, 0, FIELD(tls_verify)},
+    {"sslEnableEndpointIdentification", IN_SERVERS, K_NAMES, 0,
      FIELD(tls_verify)},
     {"sslVerificationMode", IN_SERVERS, K_VERIFY, 0, FIELD(tls_verify)},
     {"sslTruststore", IN_SERVERS, K_REFUSED, 0, 0,
@@ -618,20 +620,27 @@ static int parse_long(const char *s, long lo, long hi, long *v) {
   return 0;
 }
 
-/* tls_verify from true/false, or from sslVerificationMode's STRICT/NONE. */
+/* 1 / 0 from true / false; tls_verify from sslVerificationMode's words
+ * (DLOCK_TLS_VERIFY_* are their values). -1 if s is none of them. */
 static int parse_flag(const key_def *d, const char *s, int *v) {
   static const char *const words[][2] = {
       {"false", "true"}, {"False", "True"}, {"FALSE", "TRUE"}};
-  static const char *const modes[2] = {"NONE", "STRICT"};
-  for (int yes = 0; yes < 2; yes++) {
-    int match = d->kind == K_VERIFY && strcmp(s, modes[yes]) == 0;
-    for (size_t i = 0; (d->kind == K_BOOL || d->kind == K_SYNC) && i < 3; i++)
-      match |= strcmp(s, words[i][yes]) == 0;
-    if (match) {
-      *v = yes;
-      return 0;
-    }
+  static const struct {
+    const char *word;
+    int mode;
+  } modes[] = {{"NONE", DLOCK_TLS_VERIFY_NONE},
+               {"STRICT", DLOCK_TLS_VERIFY_FULL},
+               {"CA_ONLY", DLOCK_TLS_VERIFY_CA_ONLY}};
+  if (d->kind == K_VERIFY) {
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+      if (strcmp(s, modes[i].word) == 0)
+        return *v = modes[i].mode, 0;
+    return -1;
   }
+  for (int yes = 0; yes < 2; yes++)
+    for (size_t i = 0; i < 3; i++)
+      if (strcmp(s, words[i][yes]) == 0)
+        return *v = yes, 0;
   return -1;
 }
 
@@ -639,13 +648,11 @@ static int bad_value(const loader *ld, const yaml_node_t *v, const key_def *d,
                      const char *s) {
   long lo = d->kind == K_DB ? 0 : dlock__config_int_min(d->off);
   long hi = d->kind == K_DB ? DLOCK__DB_MAX : INT_MAX;
-  if (d->kind == K_BOOL || d->kind == K_SYNC)
-    return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
-              d->name, s);
   if (d->kind == K_VERIFY)
     return at(ld, v->start_mark,
-              "'%s' must be STRICT or NONE, not '%.40s' (dlock checks the "
-              "certificate and the name, or nothing)",
+              "'%s' must be STRICT, CA_ONLY or NONE, not '%.40s'", d->name, s);
+  if (d->kind != K_INT && d->kind != K_DB)
+    return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
               d->name, s);
   return at(ld, v->start_mark,
             "'%s' must be an integer from %ld to %ld, not "
@@ -674,10 +681,25 @@ static int set_value(loader *ld, const key_def *d, const yaml_node_t *v,
   case K_DB:
     bad = parse_long(s, 0, DLOCK__DB_MAX, &ld->db);
     break;
-  default: /* K_BOOL, K_VERIFY, K_SYNC */
+  default: /* K_VERIFY, K_NAMES, K_SSLVERIFY, K_SYNC */
     bad = parse_flag(d, s, &val);
     if (d->kind == K_SYNC) /* every connected replica, or no WAIT */
       val = val ? -1 : 0;
+    /* As Redisson: no endpoint identification is the chain without the
+     * name -- a host-name setting never turns the CA check off. */
+    if (d->kind == K_NAMES)
+      val = val ? DLOCK_TLS_VERIFY_FULL : DLOCK_TLS_VERIFY_CA_ONLY;
+    /* Only sslVerificationMode: NONE (or the C field) turns every check
+     * off: a boolean that reads like "relax the checks" must not. */
+    if (d->kind == K_SSLVERIFY && !bad && !val) {
+      free(s);
+      return at(ld, v->start_mark,
+                "'sslVerify: false' would turn off every certificate check; "
+                "write 'sslVerificationMode: CA_ONLY' to skip only the "
+                "host-name check, or 'sslVerificationMode: NONE' to accept "
+                "any certificate (insecure: anyone on the path can "
+                "impersonate the server)");
+    }
     break;
   }
   int rc = bad ? bad_value(ld, v, d, s) : 0;
@@ -693,11 +715,12 @@ static const char *expected(const key_def *d) {
   case K_INT:
   case K_DB:
     return "an integer";
-  case K_BOOL:
+  case K_NAMES:
+  case K_SSLVERIFY:
   case K_SYNC:
     return "true or false";
   case K_VERIFY:
-    return "STRICT or NONE";
+    return "STRICT, CA_ONLY or NONE";
   default:
     return "a string";
   }

@@ -96,7 +96,11 @@ int dlock__tls_ctx_new(const dlock_config *cfg, void **out) {
       return ctx_fail(ctx, "the client key does not match the certificate",
                       cfg->tls_key_file);
   }
-  SSL_CTX_set_verify(ctx, cfg->tls_verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
+  /* Only DLOCK_TLS_VERIFY_NONE turns the chain check off; CA_ONLY skips
+   * the name alone (dlock__tls_attach). */
+  SSL_CTX_set_verify(ctx,
+                     cfg->tls_verify == DLOCK_TLS_VERIFY_NONE ? SSL_VERIFY_NONE
+                                                              : SSL_VERIFY_PEER,
                      NULL);
   *out = ctx;
   return 0;
@@ -265,11 +269,12 @@ static int is_ip(const char *s) {
   return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
 }
 
-/* The expected name: SNI (not for an address) and the verified host. */
-static int set_peer_name(SSL *ssl, const char *name, int verify) {
+/* The expected name: SNI (not for an address), and the host the
+ * certificate must name when check_name. */
+static int set_peer_name(SSL *ssl, const char *name, int check_name) {
   if (!is_ip(name) && SSL_set_tlsext_host_name(ssl, name) != 1)
     return -1;
-  if (!verify)
+  if (!check_name)
     return 0;
   if (is_ip(name))
     return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 ? 0
@@ -306,11 +311,13 @@ int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
   l->tls = t;
   l->ops = &dlock__tls_link_ops; /* from now on close frees the session */
   int fl = fcntl(l->fd, F_GETFL);
+  int chain = verify != DLOCK_TLS_VERIFY_NONE;
+  int check_name = chain && verify != DLOCK_TLS_VERIFY_CA_ONLY;
   if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
-      SSL_set_fd(ssl, l->fd) != 1 || set_peer_name(ssl, name, verify) != 0)
+      SSL_set_fd(ssl, l->fd) != 1 || set_peer_name(ssl, name, check_name) != 0)
     return dlock__fail(DLOCK_ETLS, "TLS: cannot set up the session for %s",
                        name);
-  if (verify)
+  if (chain)
     SSL_set_verify(ssl, SSL_VERIFY_PEER, verify_cb);
   t_verify_why[0] = '\0';
   l->errstr[0] = '\0';

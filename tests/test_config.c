@@ -131,7 +131,7 @@ TH_CASE(single_every_key) {
                      "  sslCertFile: client.crt\n"
                      "  sslKeyFile: client.key\n"
                      "  sslServerName: redis.internal\n"
-                     "  sslVerify: false\n",
+                     "  sslVerificationMode: NONE\n",
                      &cfg));
   CHECK_STR(cfg.url, "redis://app:s3cret@10.0.0.5:6380/3");
   CHECK_EQ(cfg.watchdog_timeout_ms, 12000);
@@ -149,22 +149,30 @@ TH_CASE(single_every_key) {
   CHECK_EQ(cfg.lazy_connect, 1);
   CHECK_EQ(cfg.multiplex, 1);
   CHECK_EQ(cfg.subscription_linger_ms, 100);
-  /* The two other spellings of tls_verify. */
-  CHECK_OK(load_text("singleServerConfig:\n"
-                     "  address: redis://h:1\n"
-                     "  sslEnableEndpointIdentification: true\n",
-                     &cfg));
-  CHECK_EQ(cfg.tls_verify, 1);
-  CHECK_OK(load_text("singleServerConfig:\n"
-                     "  address: redis://h:1\n"
-                     "  sslVerificationMode: NONE\n",
-                     &cfg));
-  CHECK_EQ(cfg.tls_verify, 0);
-  CHECK_OK(load_text("singleServerConfig:\n"
-                     "  address: redis://h:1\n"
-                     "  sslVerificationMode: STRICT\n",
-                     &cfg));
-  CHECK_EQ(cfg.tls_verify, 1);
+  /* Every spelling of tls_verify (issue 25 item 5): only
+   * sslVerificationMode: NONE turns the CA check off; no endpoint
+   * identification skips the name alone, as in Redisson. */
+  static const struct {
+    const char *line;
+    int verify;
+  } v[] = {
+      {"  sslEnableEndpointIdentification: true\n", DLOCK_TLS_VERIFY_FULL},
+      {"  sslEnableEndpointIdentification: false\n", DLOCK_TLS_VERIFY_CA_ONLY},
+      {"  sslVerificationMode: STRICT\n", DLOCK_TLS_VERIFY_FULL},
+      {"  sslVerificationMode: CA_ONLY\n", DLOCK_TLS_VERIFY_CA_ONLY},
+      {"  sslVerificationMode: NONE\n", DLOCK_TLS_VERIFY_NONE},
+      {"  sslVerify: true\n", DLOCK_TLS_VERIFY_FULL},
+  };
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    char text[256];
+    snprintf(text, sizeof text,
+             "singleServerConfig:\n  address: redis://h:1\n%s", v[i].line);
+    cfg.tls_verify = 77;
+    int rc = load_text(text, &cfg);
+    CHECK_MSG(rc == 0, "%s: %s", v[i].line, dlock_last_error());
+    CHECK_MSG(cfg.tls_verify == v[i].verify, "%s: tls_verify %d, want %d",
+              v[i].line, cfg.tls_verify, v[i].verify);
+  }
   dlock_config_dispose(&cfg);
 }
 
@@ -480,8 +488,14 @@ TH_CASE(error_values) {
       {"  timeout: 2147483648\n", "3:12", "not '2147483648'"},
       {"  timeout: \" 5\"\n", "3:12", "not ' 5'"},
       {"  database: 1000001\n", "3:13", "from 0 to 1000000"},
-      {"  sslVerificationMode: CA_ONLY\n", "3:24",
-       "must be STRICT or NONE, not 'CA_ONLY'"},
+      {"  sslVerificationMode: VERIFY\n", "3:24",
+       "must be STRICT, CA_ONLY or NONE, not 'VERIFY'"},
+      {"  sslEnableEndpointIdentification: no\n", "3:36",
+       "must be true or false, not 'no'"},
+      /* A boolean never turns every certificate check off. */
+      {"  sslVerify: false\n", "3:14",
+       "'sslVerify: false' would turn off every certificate check; write "
+       "'sslVerificationMode: CA_ONLY'"},
       {"  username: u\n", "3:13", "'username' needs 'password' too"},
   };
   char text[256];
