@@ -127,7 +127,7 @@ static void everything_over_tls(int multiplex) {
   fixture f;
   fixture_init(&f, 0);
   f.cfg.multiplex = multiplex;
-  f.cfg.watchdog_timeout_ms = 900;
+  f.cfg.watchdog_timeout_ms = 1500;
   dlock_client *a, *b;
   CHECK_OK(dlock_client_new(&f.cfg, &a));
   CHECK_OK(dlock_client_new(&f.cfg, &b));
@@ -139,7 +139,7 @@ static void everything_over_tls(int multiplex) {
   waiter w = {mb, 1};
   pthread_t t;
   pthread_create(&t, NULL, wait_lock, &w);
-  th_sleep_ms(2000); /* two watchdog periods at least: renewed over TLS */
+  th_sleep_ms(2500); /* past the lease, 5 renewal periods: renewed over TLS */
   CHECK_EQ(dlock_mutex_is_held(ma), 1);
   CHECK_EQ(th_cmd_int(f.r, "EXISTS tls-lock"), 1);
   CHECK_OK(dlock_mutex_unlock(ma));
