@@ -113,7 +113,7 @@ static int sock_create(BIO *b) {
   return 1;
 }
 
-/* The method, made once (OpenSSL keeps no per-process state of ours). */
+/* The method: made once per process, never freed (one small block). */
 static BIO_METHOD *g_sock_method;
 static pthread_once_t g_sock_once = PTHREAD_ONCE_INIT;
 
@@ -261,7 +261,8 @@ static int ssl_want(dlock__link *l, int ret) {
 }
 
 /* One SSL_read or SSL_write of up to n bytes, waiting as it asks, bounded
- * by the link's timeout. Like recv/send: > 0, 0 (end), -1 with errno. */
+ * by the link's timeout. Like recv/send: > 0, 0 (end; reads only), -1 with
+ * errno. */
 static ssize_t ssl_io(dlock__link *l, void *buf, size_t n, int writing) {
   tls_state *t = l->tls;
   int ms = writing ? l->write_ms : l->read_ms;
@@ -274,6 +275,10 @@ static ssize_t ssl_io(dlock__link *l, void *buf, size_t n, int writing) {
     pthread_mutex_unlock(&t->mu);
     if (want == 3)
       return r;
+    if (want == 0 && writing) { /* a write never "ends": send's EPIPE */
+      errno = EPIPE;
+      return -1;
+    }
     if (want <= 0)
       return want;
     if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, ms) != 0)
