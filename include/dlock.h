@@ -127,6 +127,11 @@ DLOCK_API const char *dlock_version_string(void);
 
 typedef struct dlock_client dlock_client;
 
+/* dlock_config.tls_verify (since 0.3 by name; 0 and 1 since 0.2). */
+#define DLOCK_TLS_VERIFY_NONE 0    /* no check at all: insecure */
+#define DLOCK_TLS_VERIFY_FULL 1    /* the chain and the name (default) */
+#define DLOCK_TLS_VERIFY_CA_ONLY 2 /* the chain, not the name */
+
 /* Client settings. Allocated by the caller (usually on the stack) and always
  * prepared with dlock_config_init before anything else touches it:
  *
@@ -217,10 +222,15 @@ typedef struct dlock_config {
   /* The name sent as SNI and verified against the server's certificate;
    * NULL (default) = the URL's host. */
   const char *tls_server_name;
-  /* 1 (default): verify the server's certificate chain and name. 0: accept
-   * any certificate -- the connection is encrypted but not authenticated
-   * (anyone on the path can impersonate the server). The library never
-   * prints; the CLI warns. */
+  /* What is checked of the server's certificate (DLOCK_TLS_VERIFY_*):
+   * DLOCK_TLS_VERIFY_FULL (1, default): the chain leads to a trusted CA and
+   * the certificate names the server. DLOCK_TLS_VERIFY_CA_ONLY (2, since
+   * 0.3): the chain only, any name (what a config file's
+   * sslEnableEndpointIdentification: false or sslVerificationMode: CA_ONLY
+   * gives). DLOCK_TLS_VERIFY_NONE (0): accept any certificate -- the
+   * connection is encrypted but not authenticated (anyone on the path can
+   * impersonate the server); only this value turns the CA check off. Any
+   * other value is FULL. The library never prints; the CLI warns. */
   int tls_verify;
   /* Private: what dlock_config_load allocated (freed by
    * dlock_config_dispose). Never set. */

@@ -26,23 +26,35 @@
 /* A config file larger than this is not one. */
 #define FILE_MAX (1u << 20)
 
+/* Nor is one nested deeper than DEPTH_MAX (mappings and lists; Redisson's
+ * files need 3), or with more than ANCHORS_MAX anchors or ALIASES_MAX
+ * aliases. libyaml takes time quadratic in each: its scanner walks every
+ * open flow level for each token, its loader compares each anchor and each
+ * alias with every anchor before it. Seen: 40k '[' 1.4 s, 160k 24.9 s, 50k
+ * anchors 34 s. With these bounds a load is linear in the file's size. */
+#define DEPTH_MAX 32
+#define ANCHORS_MAX 64
+#define ALIASES_MAX 64
+
 /* Where a key may appear. */
 enum where { IN_ROOT = 1, IN_SINGLE = 2, IN_CLUSTER = 4, IN_SENTINEL = 8 };
 #define IN_MULTI (IN_CLUSTER | IN_SENTINEL)
 #define IN_SERVERS (IN_SINGLE | IN_MULTI)
 
 enum kind {
-  K_INT,     /* an int field; the lower bound is dlock_client_new's */
-  K_BOOL,    /* an int field set to 1 / 0 */
-  K_VERIFY,  /* tls_verify from Redisson's sslVerificationMode */
-  K_SYNC,    /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
-  K_STR,     /* a string field, copied */
-  K_PART,    /* a string that goes into the URL (enum part) */
-  K_DB,      /* the database, into the URL */
-  K_LIST,    /* the list of addresses, into the URL */
-  K_SECTION, /* a server section (part = its IN_ bit) */
-  K_IGNORED, /* Redisson's, no use to dlock: any value is accepted */
-  K_REFUSED  /* Redisson's, cannot be honoured: an error unless null */
+  K_INT,       /* an int field; the lower bound is dlock_client_new's */
+  K_VERIFY,    /* tls_verify from Redisson's sslVerificationMode */
+  K_NAMES,     /* tls_verify from sslEnableEndpointIdentification: FULL or
+                  CA_ONLY (the host-name check only; never the CA check) */
+  K_SSLVERIFY, /* tls_verify from sslVerify: true is FULL; false refused */
+  K_SYNC,      /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
+  K_STR,       /* a string field, copied */
+  K_PART,      /* a string that goes into the URL (enum part) */
+  K_DB,        /* the database, into the URL */
+  K_LIST,      /* the list of addresses, into the URL */
+  K_SECTION,   /* a server section (part = its IN_ bit) */
+  K_IGNORED,   /* Redisson's, no use to dlock: any value is accepted */
+  K_REFUSED    /* Redisson's, cannot be honoured: an error unless null */
 };
 
 /* The URL's pieces a server section gives. */
@@ -53,7 +65,7 @@ typedef struct key_def {
   unsigned char where;
   unsigned char kind;
   unsigned char part; /* K_PART: enum part; K_SECTION: its IN_ bit */
-  size_t off;         /* K_INT, K_BOOL, K_VERIFY, K_SYNC, K_STR: the field */
+  size_t off;         /* K_INT, K_VERIFY... K_SYNC, K_STR: the field */
   const char *field;  /* the field's name; K_REFUSED: why */
 } key_def;
 
@@ -87,8 +99,8 @@ static const key_def g_keys[] = {
     {"sslKeyFile", IN_SERVERS, K_STR, 0, FIELD(tls_key_file)},
     {"sslServerName", IN_SERVERS, K_STR, 0, FIELD(tls_server_name)},
     {"clientName", IN_SERVERS, K_STR, 0, FIELD(client_name)},
-    {"sslVerify", IN_SERVERS, K_BOOL, 0, FIELD(tls_verify)},
-    {"sslEnableEndpointIdentification", IN_SERVERS, K_BOOL, 0,
+    {"sslVerify", IN_SERVERS, K_SSLVERIFY, 0, FIELD(tls_verify)},
+    {"sslEnableEndpointIdentification", IN_SERVERS, K_NAMES, 0,
      FIELD(tls_verify)},
     {"sslVerificationMode", IN_SERVERS, K_VERIFY, 0, FIELD(tls_verify)},
     {"sslTruststore", IN_SERVERS, K_REFUSED, 0, 0,
@@ -383,9 +395,62 @@ static int syntax_error(const loader *ld) {
             (unsigned long)p->context_mark.column + 1);
 }
 
+/* The anchor or alias of event e, if it has one. */
+static int has_anchor(const yaml_event_t *e) {
+  return (e->type == YAML_SCALAR_EVENT && e->data.scalar.anchor) ||
+         (e->type == YAML_SEQUENCE_START_EVENT &&
+          e->data.sequence_start.anchor) ||
+         (e->type == YAML_MAPPING_START_EVENT && e->data.mapping_start.anchor);
+}
+
+/* The bounds above, checked over libyaml's events before the document is
+ * built: the event parser stops at the first level past DEPTH_MAX, so the
+ * scanner never holds more open levels than that (plus its lookahead of a
+ * simple key, at most 1024 characters). 0, or the error at the event that
+ * crosses a bound. A syntax error is left to the load, which meets the
+ * same error (in linear time: what precedes it is within the bounds). */
+static int check_bounds(loader *ld) {
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p))
+    return oom();
+  yaml_parser_set_input_string(&p, (const unsigned char *)ld->text.p,
+                               ld->text.len);
+  int depth = 0, anchors = 0, aliases = 0, rc = 0;
+  for (int done = 0; !done && !rc;) {
+    yaml_event_t e;
+    if (!yaml_parser_parse(&p, &e)) {
+      rc = p.error == YAML_MEMORY_ERROR ? oom() : 0;
+      break;
+    }
+    done = e.type == YAML_STREAM_END_EVENT;
+    if (e.type == YAML_SEQUENCE_START_EVENT ||
+        e.type == YAML_MAPPING_START_EVENT) {
+      if (++depth > DEPTH_MAX)
+        rc = at(ld, e.start_mark,
+                "nested deeper than %d levels of lists and mappings: not a "
+                "config file",
+                DEPTH_MAX);
+    } else if (e.type == YAML_SEQUENCE_END_EVENT ||
+               e.type == YAML_MAPPING_END_EVENT) {
+      depth--;
+    }
+    if (!rc && has_anchor(&e) && ++anchors > ANCHORS_MAX)
+      rc = at(ld, e.start_mark,
+              "more than %d anchors (&name): not a config file", ANCHORS_MAX);
+    if (!rc && e.type == YAML_ALIAS_EVENT && ++aliases > ALIASES_MAX)
+      rc = at(ld, e.start_mark,
+              "more than %d aliases (*name): not a config file", ALIASES_MAX);
+    yaml_event_delete(&e);
+  }
+  yaml_parser_delete(&p);
+  return rc;
+}
+
 /* The root of the file's one document (a mapping), or NULL with *rc set
  * (*rc is 0 on entry). */
 static yaml_node_t *parse(loader *ld, int *rc) {
+  if ((*rc = check_bounds(ld)) != 0)
+    return NULL;
   if (!yaml_parser_initialize(&ld->parser))
     return *rc = oom(), NULL;
   yaml_parser_set_input_string(&ld->parser, (const unsigned char *)ld->text.p,
@@ -556,20 +621,27 @@ static int parse_long(const char *s, long lo, long hi, long *v) {
   return 0;
 }
 
-/* tls_verify from true/false, or from sslVerificationMode's STRICT/NONE. */
+/* 1 / 0 from true / false; tls_verify from sslVerificationMode's words
+ * (DLOCK_TLS_VERIFY_* are their values). -1 if s is none of them. */
 static int parse_flag(const key_def *d, const char *s, int *v) {
   static const char *const words[][2] = {
       {"false", "true"}, {"False", "True"}, {"FALSE", "TRUE"}};
-  static const char *const modes[2] = {"NONE", "STRICT"};
-  for (int yes = 0; yes < 2; yes++) {
-    int match = d->kind == K_VERIFY && strcmp(s, modes[yes]) == 0;
-    for (size_t i = 0; (d->kind == K_BOOL || d->kind == K_SYNC) && i < 3; i++)
-      match |= strcmp(s, words[i][yes]) == 0;
-    if (match) {
-      *v = yes;
-      return 0;
-    }
+  static const struct {
+    const char *word;
+    int mode;
+  } modes[] = {{"NONE", DLOCK_TLS_VERIFY_NONE},
+               {"STRICT", DLOCK_TLS_VERIFY_FULL},
+               {"CA_ONLY", DLOCK_TLS_VERIFY_CA_ONLY}};
+  if (d->kind == K_VERIFY) {
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+      if (strcmp(s, modes[i].word) == 0)
+        return *v = modes[i].mode, 0;
+    return -1;
   }
+  for (int yes = 0; yes < 2; yes++)
+    for (size_t i = 0; i < 3; i++)
+      if (strcmp(s, words[i][yes]) == 0)
+        return *v = yes, 0;
   return -1;
 }
 
@@ -577,13 +649,11 @@ static int bad_value(const loader *ld, const yaml_node_t *v, const key_def *d,
                      const char *s) {
   long lo = d->kind == K_DB ? 0 : dlock__config_int_min(d->off);
   long hi = d->kind == K_DB ? DLOCK__DB_MAX : INT_MAX;
-  if (d->kind == K_BOOL || d->kind == K_SYNC)
-    return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
-              d->name, s);
   if (d->kind == K_VERIFY)
     return at(ld, v->start_mark,
-              "'%s' must be STRICT or NONE, not '%.40s' (dlock checks the "
-              "certificate and the name, or nothing)",
+              "'%s' must be STRICT, CA_ONLY or NONE, not '%.40s'", d->name, s);
+  if (d->kind != K_INT && d->kind != K_DB)
+    return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
               d->name, s);
   return at(ld, v->start_mark,
             "'%s' must be an integer from %ld to %ld, not "
@@ -612,10 +682,25 @@ static int set_value(loader *ld, const key_def *d, const yaml_node_t *v,
   case K_DB:
     bad = parse_long(s, 0, DLOCK__DB_MAX, &ld->db);
     break;
-  default: /* K_BOOL, K_VERIFY, K_SYNC */
+  default: /* K_VERIFY, K_NAMES, K_SSLVERIFY, K_SYNC */
     bad = parse_flag(d, s, &val);
     if (d->kind == K_SYNC) /* every connected replica, or no WAIT */
       val = val ? -1 : 0;
+    /* As Redisson: no endpoint identification is the chain without the
+     * name -- a host-name setting never turns the CA check off. */
+    if (d->kind == K_NAMES)
+      val = val ? DLOCK_TLS_VERIFY_FULL : DLOCK_TLS_VERIFY_CA_ONLY;
+    /* Only sslVerificationMode: NONE (or the C field) turns every check
+     * off: a boolean that reads like "relax the checks" must not. */
+    if (d->kind == K_SSLVERIFY && !bad && !val) {
+      free(s);
+      return at(ld, v->start_mark,
+                "'sslVerify: false' would turn off every certificate check; "
+                "write 'sslVerificationMode: CA_ONLY' to skip only the "
+                "host-name check, or 'sslVerificationMode: NONE' to accept "
+                "any certificate (insecure: anyone on the path can "
+                "impersonate the server)");
+    }
     break;
   }
   int rc = bad ? bad_value(ld, v, d, s) : 0;
@@ -631,11 +716,12 @@ static const char *expected(const key_def *d) {
   case K_INT:
   case K_DB:
     return "an integer";
-  case K_BOOL:
+  case K_NAMES:
+  case K_SSLVERIFY:
   case K_SYNC:
     return "true or false";
   case K_VERIFY:
-    return "STRICT or NONE";
+    return "STRICT, CA_ONLY or NONE";
   default:
     return "a string";
   }

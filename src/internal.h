@@ -471,8 +471,9 @@ void dlock__tls_ctx_free(void *ctx);
 /* 1 if the TLS link l presents a client certificate. */
 int dlock__tls_has_client_cert(const dlock__link *l);
 /* Runs the TLS handshake on l's connected socket to host:port (bounded by
- * timeout_ms)
- * verifying the server as `name` (SNI too, unless an address) when verify;
+ * timeout_ms), sending `name` as SNI (unless an address) and checking the
+ * server as dlock_config.tls_verify `verify` says (the chain unless
+ * DLOCK_TLS_VERIFY_NONE; the name too unless also DLOCK_TLS_VERIFY_CA_ONLY);
  * from then on l uses dlock__tls_link_ops. 0, or DLOCK_ETLS with the failed
  * check in words (the caller frees l either way). */
 int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,

@@ -16,6 +16,13 @@
  * happens outside it. A reader waiting for a reply never keeps a writer
  * from sending.
  *
+ * SIGPIPE. OpenSSL's socket BIO writes with write(2), which raises SIGPIPE
+ * on a connection the server closed (CLIENT KILL, a restart): the default
+ * disposition kills the program. The session runs over this file's own
+ * socket BIO instead, whose writes are send(MSG_NOSIGNAL) like the plain
+ * transport's (link.c) -- an EPIPE error, never a signal. The library does
+ * not touch signal dispositions: they are the application's.
+ *
  * ERRORS are DLOCK_ETLS with the failed check in words: the certificate
  * verification error ("unable to get local issuer certificate", "Hostname
  * mismatch" with the name expected and the names the certificate holds),
@@ -26,6 +33,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +50,94 @@ typedef struct tls_state {
   SSL *ssl;
   pthread_mutex_t mu; /* one SSL call at a time */
 } tls_state;
+
+/* ---- the socket BIO -------------------------------------------------------
+ * A source/sink BIO over a connected non-blocking socket (the fd is the
+ * BIO's data), as OpenSSL's own except that it sends with MSG_NOSIGNAL. */
+
+static int sock_fd(BIO *b) { return (int)(intptr_t)BIO_get_data(b); }
+
+/* Sets b's retry flags from errno after a failed send/recv: EAGAIN and
+ * EINTR are "try again", anything else an error (errno stays for
+ * SSL_ERROR_SYSCALL). */
+static void sock_retry(BIO *b, int writing) {
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+    if (writing)
+      BIO_set_retry_write(b);
+    else
+      BIO_set_retry_read(b);
+  }
+}
+
+static int sock_write(BIO *b, const char *buf, int n) {
+  BIO_clear_retry_flags(b);
+  if (n <= 0)
+    return 0;
+  ssize_t w = send(sock_fd(b), buf, (size_t)n, MSG_NOSIGNAL);
+  if (w < 0)
+    sock_retry(b, 1);
+  return (int)w;
+}
+
+static int sock_read(BIO *b, char *buf, int n) {
+  BIO_clear_retry_flags(b);
+  if (n <= 0)
+    return 0;
+  ssize_t r = recv(sock_fd(b), buf, (size_t)n, 0);
+  if (r < 0)
+    sock_retry(b, 0);
+  else if (r == 0) /* the server closed the connection (ssl_want) */
+    BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+  return (int)r;
+}
+
+static int sock_puts(BIO *b, const char *s) {
+  return sock_write(b, s, (int)strlen(s));
+}
+
+static long sock_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  (void)b;
+  (void)num;
+  (void)ptr;
+  switch (cmd) {
+  case BIO_CTRL_FLUSH: /* nothing is buffered here */
+  case BIO_CTRL_DUP:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static int sock_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+/* The method: made once per process, never freed (one small block). */
+static BIO_METHOD *g_sock_method;
+static pthread_once_t g_sock_once = PTHREAD_ONCE_INIT;
+
+static void sock_method_init(void) {
+  BIO_METHOD *m =
+      BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "dlock socket");
+  if (m &&
+      (!BIO_meth_set_write(m, sock_write) || !BIO_meth_set_read(m, sock_read) ||
+       !BIO_meth_set_puts(m, sock_puts) || !BIO_meth_set_ctrl(m, sock_ctrl) ||
+       !BIO_meth_set_create(m, sock_create))) {
+    BIO_meth_free(m);
+    m = NULL;
+  }
+  g_sock_method = m;
+}
+
+/* A BIO over fd (not closed by the BIO: the link owns it), or NULL. */
+static BIO *sock_bio(int fd) {
+  pthread_once(&g_sock_once, sock_method_init);
+  BIO *b = g_sock_method ? BIO_new(g_sock_method) : NULL;
+  if (b)
+    BIO_set_data(b, (void *)(intptr_t)fd);
+  return b;
+}
 
 /* ---- the client's context ------------------------------------------------ */
 
@@ -96,7 +192,11 @@ int dlock__tls_ctx_new(const dlock_config *cfg, void **out) {
       return ctx_fail(ctx, "the client key does not match the certificate",
                       cfg->tls_key_file);
   }
-  SSL_CTX_set_verify(ctx, cfg->tls_verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
+  /* Only DLOCK_TLS_VERIFY_NONE turns the chain check off; CA_ONLY skips
+   * the name alone (dlock__tls_attach). */
+  SSL_CTX_set_verify(ctx,
+                     cfg->tls_verify == DLOCK_TLS_VERIFY_NONE ? SSL_VERIFY_NONE
+                                                              : SSL_VERIFY_PEER,
                      NULL);
   *out = ctx;
   return 0;
@@ -143,6 +243,11 @@ static int ssl_want(dlock__link *l, int ret) {
     return 0;
   if (e == SSL_ERROR_SYSCALL) {
     ERR_clear_error();
+    /* The socket's end without a close_notify (CLIENT KILL, a restart):
+     * the stream ended, as for the plain transport -- not a TLS failure
+     * (the BIO does not answer BIO_eof, so OpenSSL leaves it to us). */
+    if (BIO_test_flags(SSL_get_rbio(t->ssl), BIO_FLAGS_IN_EOF))
+      return 0;
     if (errno == 0)
       errno = ECONNRESET;
     return -1;
@@ -156,7 +261,8 @@ static int ssl_want(dlock__link *l, int ret) {
 }
 
 /* One SSL_read or SSL_write of up to n bytes, waiting as it asks, bounded
- * by the link's timeout. Like recv/send: > 0, 0 (end), -1 with errno. */
+ * by the link's timeout. Like recv/send: > 0, 0 (end; reads only), -1 with
+ * errno. */
 static ssize_t ssl_io(dlock__link *l, void *buf, size_t n, int writing) {
   tls_state *t = l->tls;
   int ms = writing ? l->write_ms : l->read_ms;
@@ -169,6 +275,10 @@ static ssize_t ssl_io(dlock__link *l, void *buf, size_t n, int writing) {
     pthread_mutex_unlock(&t->mu);
     if (want == 3)
       return r;
+    if (want == 0 && writing) { /* a write never "ends": send's EPIPE */
+      errno = EPIPE;
+      return -1;
+    }
     if (want <= 0)
       return want;
     if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, ms) != 0)
@@ -265,11 +375,12 @@ static int is_ip(const char *s) {
   return inet_pton(AF_INET, s, b) == 1 || inet_pton(AF_INET6, s, b) == 1;
 }
 
-/* The expected name: SNI (not for an address) and the verified host. */
-static int set_peer_name(SSL *ssl, const char *name, int verify) {
+/* The expected name: SNI (not for an address), and the host the
+ * certificate must name when check_name. */
+static int set_peer_name(SSL *ssl, const char *name, int check_name) {
   if (!is_ip(name) && SSL_set_tlsext_host_name(ssl, name) != 1)
     return -1;
-  if (!verify)
+  if (!check_name)
     return 0;
   if (is_ip(name))
     return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 ? 0
@@ -306,11 +417,17 @@ int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
   l->tls = t;
   l->ops = &dlock__tls_link_ops; /* from now on close frees the session */
   int fl = fcntl(l->fd, F_GETFL);
-  if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
-      SSL_set_fd(ssl, l->fd) != 1 || set_peer_name(ssl, name, verify) != 0)
+  int chain = verify != DLOCK_TLS_VERIFY_NONE;
+  int check_name = chain && verify != DLOCK_TLS_VERIFY_CA_ONLY;
+  BIO *bio = fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0
+                 ? NULL
+                 : sock_bio(l->fd);
+  if (bio)
+    SSL_set_bio(ssl, bio, bio); /* the session owns it from here */
+  if (!bio || set_peer_name(ssl, name, check_name) != 0)
     return dlock__fail(DLOCK_ETLS, "TLS: cannot set up the session for %s",
                        name);
-  if (verify)
+  if (chain)
     SSL_set_verify(ssl, SSL_VERIFY_PEER, verify_cb);
   t_verify_why[0] = '\0';
   l->errstr[0] = '\0';
@@ -320,7 +437,12 @@ int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
     if (r == 1)
       return 0;
     int want = ssl_want(l, r);
-    if (want <= 0)
+    if (want == 0)
+      return dlock__fail(DLOCK_ETLS,
+                         "TLS handshake with %s:%d: the server closed the "
+                         "connection",
+                         host, port);
+    if (want < 0)
       return handshake_fail(l, host, name, port, 0);
     if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, timeout_ms) != 0)
       return handshake_fail(l, host, name, port, errno == EAGAIN);

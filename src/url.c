@@ -115,14 +115,15 @@ static void redact_query(const char *url, char *out, size_t cap) {
     out[o] = '\0';
 }
 
-/* The URL as it may appear in messages: the passwords replaced by ***. */
+/* The URL as it may appear in messages: the passwords replaced by ***.
+ * The userinfo is taken to end at the last '@' before the query, not only
+ * in the authority: a URL refused because its password holds an unencoded
+ * '/' (so the authority ends inside the password) must not show it. */
 static void redact(const char *url, char *out, size_t cap) {
   const char *rest = strstr(url, "://");
-  /* The userinfo ends at the last '@' of the authority (the password may
-   * contain '@'); the authority ends at the first '/'. */
   const char *at = NULL;
   if (rest)
-    for (const char *p = rest + 3; *p && *p != '/'; p++)
+    for (const char *p = rest + 3; *p && *p != '?'; p++)
       if (*p == '@')
         at = p;
   const char *colon =
@@ -401,6 +402,14 @@ static int parse_sentinel(const char *url, const char *rest, dlock__url *u) {
   int badesc = 0;
   if (mlen == 0)
     return bad(u, url, "missing master name (redis-sentinel://host:port/name)");
+  /* The userinfo comes before the first '/': an '@' after it is a password
+   * with an unencoded '/' (its tail would become the master name and show
+   * in messages), or a master name that needs %40. */
+  if (memchr(path, '@', plen))
+    return bad(u, url,
+               "'@' after the sentinel addresses: credentials go before "
+               "them ('/' in a password is written %2F, '@' in a master "
+               "name %40)");
   if (!(u->master_name = pct_decode(path, mlen, &badesc)))
     return badesc ? bad(u, url, "bad %-escape in the master name") : oom(u);
   if (s2 && s2 + 1 < path + plen) {

@@ -137,6 +137,12 @@ TH_CASE(url_malformed_rejected) {
       {"unix:///tmp/x.sock?db=1&password=Sekr1tPw&bogus=1", "parameter"},
       {"unix:///tmp/x.sock?password=Sekr1tPw&user=u&bogus", "name=value"},
       {"unix:///tmp/x.sock?password=Sekr1t%4", "password"},
+      /* An unencoded '/' in the password ends the authority inside it. */
+      {"redis://u:Sekr1t/Pw@127.0.0.1", "port"},
+      {"redis-sentinel://u:Sekr1t/Pw@h:1/m", "port"},
+      /* '@' past the sentinels (issue 25 item 15: the fuzzer's input). */
+      {"redis-sentinel://hr/,r,tt@ee@passwor=699t/3", "'@' after the"},
+      {"redis-sentinel://h:1/Sekr1t@h2/m", "credentials go before"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     for (int lazy = 0; lazy < 2; lazy++) {

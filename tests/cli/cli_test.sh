@@ -982,7 +982,7 @@ tls_flags)
   expect_rc 0 --tls-insecure -q tf -- true
   grep -q "^dlock: warning: TLS certificates are not verified (--tls-insecure)" \
     "$T/last.err" || fail "no warning: $(cat "$T/last.err")"
-  printf 'singleServerConfig:\n  address: unix://%s\n  sslCaFile: /f/ca.pem\n  sslVerify: false\n' \
+  printf 'singleServerConfig:\n  address: unix://%s\n  sslCaFile: /f/ca.pem\n  sslVerificationMode: NONE\n' \
     "$SOCK" >"$T/t.yaml"
   expect_rc 3 -v --config "$T/t.yaml" --tls-key "$T/k.pem" status tf
   grep -qF "TLS CA /f/ca.pem, certificate (none), key $T/k.pem, verify OFF" \

@@ -1,13 +1,49 @@
 /*
  * fuzz_url.c -- libFuzzer target: the URL parser (src/url.c), which reads
  * every URL a program or the CLI passes in. Any byte string: parse, and on
- * success check the result's invariants and free it.
+ * success check the result's invariants -- per kind, as dlock__url
+ * (internal.h) describes them: a unix URL has an absolute path; a
+ * redis(s):// URL a host and a port; a cluster URL its seeds (the first is
+ * host/port); a sentinel URL its sentinels and a master name, and no host
+ * (sentinel.c asks for the master) -- and free it.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+static void check_host(const char *host, int port) {
+  if (!host || !*host || port < 1 || port > 65535)
+    abort();
+}
+
+static void check(const dlock__url *u) {
+  if (u->db < 0 || u->db > DLOCK__DB_MAX)
+    abort();
+  if (u->is_unix + u->cluster + u->sentinel > 1)
+    abort();
+  if (u->is_unix) {
+    if (!u->path || u->path[0] != '/' || u->host || u->tls)
+      abort();
+  } else if (u->sentinel) {
+    if (u->host || u->n_sentinels < 1 || !u->sentinels || !u->master_name ||
+        !*u->master_name)
+      abort();
+    for (int i = 0; i < u->n_sentinels; i++)
+      check_host(u->sentinels[i].host, u->sentinels[i].port);
+  } else if (u->cluster) {
+    if (u->nseeds < 1 || u->db != 0)
+      abort();
+    for (int i = 0; i < u->nseeds; i++)
+      check_host(u->seed_hosts[i], u->seed_ports[i]);
+    check_host(u->host, u->port);
+    if (strcmp(u->host, u->seed_hosts[0]) != 0 || u->port != u->seed_ports[0])
+      abort();
+  } else {
+    check_host(u->host, u->port);
+  }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *s = malloc(size + 1);
@@ -17,12 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s[size] = '\0';
   dlock__url u;
   if (dlock__url_parse(s, &u) == 0) {
-    if (u.is_unix ? !u.path : !u.host)
-      abort();
-    if (u.db < 0 || u.db > DLOCK__DB_MAX)
-      abort();
-    if (!u.is_unix && (u.port < 0 || u.port > 65535))
-      abort();
+    check(&u);
     dlock__url_free(&u);
   }
   free(s);

@@ -88,7 +88,9 @@ static void show_settings(const cli_opts *o, const char *file,
             red, from, cfg->tls_ca_file ? cfg->tls_ca_file : "(system)",
             cfg->tls_cert_file ? cfg->tls_cert_file : "(none)",
             cfg->tls_key_file ? cfg->tls_key_file : "(none)",
-            cfg->tls_verify ? "on" : "OFF");
+            cfg->tls_verify == DLOCK_TLS_VERIFY_NONE      ? "OFF"
+            : cfg->tls_verify == DLOCK_TLS_VERIFY_CA_ONLY ? "CA only (no name)"
+                                                          : "on");
 }
 
 int cli_settings(cli_opts *o) {
