@@ -504,12 +504,12 @@ DLOCK_API int dlock_mutex_trylock(dlock_mutex *m);
  * DLOCK_ECONN after about wait_ms (plus at most one connection attempt,
  * connect_timeout_ms, or one reply, command_timeout_ms or a WAIT's
  * sync_timeout_ms, when the network swallows packets instead of refusing
- * them). With wait_ms < 0 or 0 the whole retry policy applies. The same holds for every timed call of the
- * library (rwlock, multilock, semaphore, latch). lease_ms > 0: fixed
- * lease, no renewal; <= 0: watchdog lease; above DLOCK_LEASE_MAX_MS:
- * DLOCK_EINVAL. A reentrant acquire never shortens the key's TTL (an inner hold
- * with a shorter lease keeps the outer hold's TTL). Other errors as
- * dlock_mutex_lock. Thread-safety: any thread. */
+ * them). With wait_ms < 0 or 0 the whole retry policy applies. The same holds
+ * for every timed call of the library (rwlock, multilock, semaphore, latch).
+ * lease_ms > 0: fixed lease, no renewal; <= 0: watchdog lease; above
+ * DLOCK_LEASE_MAX_MS: DLOCK_EINVAL. A reentrant acquire never shortens the
+ * key's TTL (an inner hold with a shorter lease keeps the outer hold's TTL).
+ * Other errors as dlock_mutex_lock. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_timedlock(dlock_mutex *m, long long wait_ms,
                                     long long lease_ms);
