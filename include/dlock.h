@@ -245,7 +245,7 @@ typedef struct dlock_config {
   int sync_replicas;
   int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
                           slavesSyncTimeout) */
-  /* ---- since 0.3: observability (docs/operations.md) ---- */
+  /* ---- since 0.3: observability (docs/design.md, client info) ---- */
   /* The name every connection of the client gives itself (CLIENT SETNAME),
    * shown by the server's CLIENT LIST as name=...: Redisson's clientName.
    * NULL (default) = "dlock:<program>:<host>:<pid>"; "" = no name. The
@@ -384,12 +384,12 @@ DLOCK_API int dlock_client_info_query(dlock_client *c, const char *owner,
  * wall-clock time (ms since the epoch) the holder's client took the lock
  * (the acquisition that began the hold, not a reentrant one). The holder's
  * client publishes it in its info key from its watchdog thread (never on
- * the lock call's own path) one round trip after the acquisition, or --
- * when that client's previous info write ended less than 100 ms before --
- * 100 ms after that write (a client that locks and unlocks continuously
- * writes ten times a second at most); a younger hold is not found yet, or may
- * show that thread's previous hold of the name. Returns 1 (found), 0 (not
- * known: the client is gone, is not dlock or a dlock before 0.3, or the hold is
+ * the lock call's own path) once the hold has lasted 100 ms (a shorter hold
+ * is never published: a client that locks and unlocks continuously writes
+ * nothing for it), at most one write per 100 ms; a younger hold is not
+ * found yet, or may show that thread's previous hold of the name. Returns 1
+ * (found), 0 (not known: the client is gone, is not dlock or a dlock before
+ * 0.3, or the hold is
  * that young; *since_ms = 0), DLOCK_EINVAL (NULL, empty name, owner not
  * "<36-character id>:<thread id>"), DLOCK_ECONN, DLOCK_EREDIS,
  * DLOCK_EFORK, DLOCK_ECLOSED. Holders of the event-loop client

@@ -62,6 +62,13 @@ void dlock__info_want(dlock_client *c) {
   pthread_cond_broadcast(&c->reg.cv);
 }
 
+void dlock__info_since_later(dlock_client *c) {
+  if (c->wd.since_check != 0)
+    return; /* that look finds this hold too, or sets the next one */
+  c->wd.since_check = dlock__now_ms() + DLOCK__SINCE_AFTER_MS;
+  pthread_cond_broadcast(&c->reg.cv);
+}
+
 void dlock__info_soon(dlock_client *c) {
   c->wd.info_dirty = 1;
   if (c->wd.info_running)

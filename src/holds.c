@@ -110,7 +110,7 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
 static void hold_free(dlock_client *c, dlock__hold *h) {
   /* A published hold start (clientinfo.c) goes with the next write, soon:
    * the thread's next hold of the name must not show this one's. */
-  if (h->since_ms && c->wd.info_at)
+  if (h->since_pub && c->wd.info_at)
     dlock__info_soon(c);
   dlock__wd_remove(c, h);
   if (c->wd.busy) {
@@ -225,12 +225,15 @@ size_t dlock_client_hold_records(dlock_client *c) {
 int dlock__holds_since(dlock_client *c, dlock__sb *b) {
   int n = 0;
   pthread_mutex_lock(&c->reg.mu);
+  int64_t now = dlock__now_ms();
   for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
     for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
       const dlock__lockent *e = me->val;
       for (const dlock__hold *h = e->holds; h; h = h->next) {
-        if (h->count <= 0 || h->lost || n >= DLOCK__INFO_HOLDS_MAX)
+        if (h->count <= 0 || h->lost || n >= DLOCK__INFO_HOLDS_MAX ||
+            (!h->since_pub && now - h->since_at < DLOCK__SINCE_AFTER_MS))
           continue;
+        ((dlock__hold *)h)->since_pub = 1;
         dlock__sb_adds(b, "since:");
         dlock__sb_addu64(b, h->tid);
         dlock__sb_add(b, ":", 1);
@@ -243,6 +246,25 @@ int dlock__holds_since(dlock_client *c, dlock__sb *b) {
     }
   pthread_mutex_unlock(&c->reg.mu);
   return n;
+}
+
+int dlock__holds_since_due(dlock_client *c, int64_t now, int64_t *next) {
+  int due = 0;
+  *next = 0;
+  for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
+    for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
+      const dlock__lockent *e = me->val;
+      for (const dlock__hold *h = e->holds; h; h = h->next) {
+        if (h->count <= 0 || h->lost || h->since_pub)
+          continue;
+        int64_t at = h->since_at + DLOCK__SINCE_AFTER_MS;
+        if (at <= now)
+          due = 1;
+        else if (*next == 0 || at < *next)
+          *next = at;
+      }
+    }
+  return due;
 }
 
 void dlock__holds_destroy(dlock_client *c) {

@@ -856,6 +856,8 @@ typedef struct dlock__watchdog {
   int info_running;     /* a write is in flight (info_tick) */
   int info_dirty;       /* a hold began since the last write started */
   int64_t info_end;     /* monotonic ms the last write ended */
+  int64_t since_check;  /* monotonic ms of the next look at hold ages (0:
+                           none; dlock__info_since_later) */
   int declines;         /* the pub/sub thread queued declines (dlock__pubsub) */
   atomic_uint declined; /* declines answered by Redis (for tests) */
 } dlock__watchdog;
@@ -901,15 +903,28 @@ void dlock__info_want(dlock_client *c);
 /* Writes the key (no lock held; one attempt). 0 or a negative code. */
 int dlock__info_write(dlock_client *c);
 
-/* A hold began (reg.mu held): the info key is written again soon -- at
- * once, or DLOCK__INFO_GAP_MS after the previous write ended -- so that
- * "dlock status" can tell when the hold was taken (clientinfo.c). */
+/* The info key is written again soon (reg.mu held) -- at once, or
+ * DLOCK__INFO_GAP_MS after the previous write ended: a published hold
+ * start ended (clientinfo.c). */
 #define DLOCK__INFO_GAP_MS 100
 void dlock__info_soon(dlock_client *c);
+/* A hold's start is published (since:<tid>:<name> in the info key, for
+ * "dlock status") once the hold has lasted this long: short holds -- the
+ * uncontended lock+unlock of a busy client -- never cost an info write. */
+#define DLOCK__SINCE_AFTER_MS 100
+/* A hold began (reg.mu held): the watchdog thread looks at the holds'
+ * ages DLOCK__SINCE_AFTER_MS from now, unless a look is due already. */
+void dlock__info_since_later(dlock_client *c);
+/* The watchdog thread's look (reg.mu held): 1 when some current hold has
+ * lasted DLOCK__SINCE_AFTER_MS and its start is unpublished (write the info
+ * key now); *next = when the next unpublished hold gets that old, or 0. */
+int dlock__holds_since_due(dlock_client *c, int64_t now, int64_t *next);
 /* The info key lists at most this many holds (since:<tid>:<name>). */
 #define DLOCK__INFO_HOLDS_MAX 512
-/* Appends "since:<tid>:<name>\0<wall ms>\0" for each current hold of c to
- * b (at most DLOCK__INFO_HOLDS_MAX); returns how many. Takes reg.mu. */
+/* Appends "since:<tid>:<name>\0<wall ms>\0" for each current hold of c
+ * that has lasted DLOCK__SINCE_AFTER_MS (or was published before) to b (at
+ * most DLOCK__INFO_HOLDS_MAX), marking them published; returns how many.
+ * Takes reg.mu. */
 int dlock__holds_since(dlock_client *c, dlock__sb *b);
 
 /* The connection name for a config's client_name (clientinfo.c): NULL gives
@@ -1130,6 +1145,8 @@ struct dlock__hold {
   int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
   int64_t since_ms;   /* wall clock ms of the acquisition that began the hold
                          (count 0 -> 1): the info key's since:<tid>:<name> */
+  int64_t since_at;   /* the same moment, monotonic ms */
+  int since_pub;      /* since_ms went out with an info write */
   /* Local deadline (monotonic ms): send time of the last confirmed
    * acquisition or renewal + lease - dlock__lease_margin(lease). Past it the
    * hold is lost whatever Redis says later (watchdog.c's expiry thread

@@ -463,6 +463,8 @@ void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
     h->renewed_at = sent;
     h->valid_until = until;
     h->since_ms = dlock__wall_ms();
+    h->since_at = dlock__now_ms();
+    h->since_pub = 0;
   } else if (until > h->valid_until) {
     /* A reentrant acquire never shortens the key's TTL (scripts.c). */
     h->valid_until = until;
@@ -499,7 +501,7 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
     dlock__thread_note(c); /* thread exit: see holds.c */
   dlock__info_want(c);     /* a holder says who it is: clientinfo.c */
   if (h->count == 0)
-    dlock__info_soon(c); /* ... and since when it holds */
+    dlock__info_since_later(c); /* ... and since when, if it lasts */
   dlock__hold_note(h, target, wd, lease, sent, token);
   if (wd)
     dlock__wd_add(c, h);

@@ -459,6 +459,8 @@ static int wait_due(dlock_client *c, const wd_timing *t) {
   if (c->wd.declines)
     return 0; /* decline_tick first */
   int64_t now = dlock__now_ms(), due = c->wd.info_at ? c->wd.info_at : -1;
+  if (c->wd.since_check && (due < 0 || c->wd.since_check < due))
+    due = c->wd.since_check;
   for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
     if (due < 0 || d < due)
@@ -626,6 +628,20 @@ static int info_tick(dlock_client *c, const wd_timing *t) {
   return 1;
 }
 
+/* The look at the holds' ages (dlock__info_since_later): a hold that has
+ * lasted DLOCK__SINCE_AFTER_MS with its start unpublished makes the info
+ * key due now; the next look is when the next such hold gets that old.
+ * reg.mu held. */
+static void since_tick(dlock_client *c) {
+  int64_t now = dlock__now_ms();
+  if (c->wd.since_check == 0 || now < c->wd.since_check)
+    return;
+  int64_t next = 0;
+  if (dlock__holds_since_due(c, now, &next))
+    dlock__info_soon(c);
+  c->wd.since_check = next;
+}
+
 void dlock__wd_decline_poke(dlock_client *c) {
   pthread_mutex_lock(&c->reg.mu);
   c->wd.declines = 1;
@@ -668,6 +684,7 @@ static void *wd_main(void *arg) {
   while (!c->wd.stop) {
     if (decline_tick(c) || !wait_due(c, &t))
       continue;
+    since_tick(c);
     /* Renewals first: the info key is bookkeeping and waits for them. */
     if (!holds_due(c, &t)) {
       (void)info_tick(c, &t);
