@@ -1328,6 +1328,17 @@ TH_CASE(force_unlock_is_sent_once_and_only_to_locks) {
   CHECK_EQ(dlock_mutex_force_unlock(load), 0); /* loads the script */
   dlock_mutex_free(load);
   CHECK_OK(dlock_mutex_lock(mb));
+  /* cb's watchdog thread publishes the hold's start once it has lasted
+   * 100 ms (an info write, a script call of its own): let it happen before
+   * counting, the next one is a renewal period away. */
+  char owner[128];
+  CHECK_OK(dlock_mutex_owner(mb, owner, sizeof owner));
+  long long since = 0;
+  int64_t until = th_now_ms() + 5000 * th_timeout_mult();
+  while (dlock_hold_since_query(cb, owner, "forced", &since) != 1 &&
+         th_now_ms() < until)
+    th_sleep_ms(10);
+  CHECK_MSG(since > 0, "the hold's start was never published");
   th_proxy_silence(p);
   long long before = script_calls(r);
   CHECK_RC(dlock_mutex_force_unlock(ml), DLOCK_ECONN);
