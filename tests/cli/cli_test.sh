@@ -62,6 +62,8 @@ wait_until() {
   return 1
 }
 key_exists() { [ "$(R exists "$1")" = 1 ]; }
+# The holder's info key lists a hold's start once the hold has lasted 100 ms.
+info_has_since() { R hkeys "$1" | grep -q '^since:'; }
 key_gone() { [ "$(R exists "$1")" = 0 ]; }
 file_has() { [ -s "$1" ]; }
 # json_check FILE PYTHON-EXPR: the file is one JSON document (bound to d)
@@ -472,6 +474,7 @@ status)
   # Who holds it: the holder's client info key (written in the background
   # by its watchdog thread once it asked for a lock; issue 18).
   wait_until 5 key_exists "dlock_client:{${owner%%:*}}" || fail "no info key"
+  wait_until 5 info_has_since "dlock_client:{${owner%%:*}}" || fail "no hold start"
   ittl=$(R pttl "dlock_client:{${owner%%:*}}")
   [ "$ittl" -gt 0 ] && [ "$ittl" -le 30000 ] || fail "info key TTL $ittl"
   expect_rc 0 status st
