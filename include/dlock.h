@@ -153,6 +153,25 @@ typedef struct dlock_client dlock_client;
  * dlock_client_new with DLOCK_EINVAL. Copies of an initialised config
  * (cfg2 = cfg) are fine. Positional initialisers ({"redis://...", 10000,
  * ...}) are not supported: the field order starts with the layout record. */
+/* Levels of the log hook (dlock_config.log_level): an event is passed on
+ * when its level is <= the configured one. */
+#define DLOCK_LOG_ERROR 1 /* a hold lost, a call failed for good */
+#define DLOCK_LOG_WARN 2  /* renewal failed, reconnecting, retrying */
+#define DLOCK_LOG_INFO 3  /* connected, failover/redirect followed */
+#define DLOCK_LOG_DEBUG 4 /* every acquisition, hand-over, decline */
+
+/* The log hook (since 0.3). level: DLOCK_LOG_*. name: the lock name the
+ * event is about, or NULL. event: a short fixed word naming the kind of
+ * event ("connect", "disconnect", "failover", "redirect", "renew_failed",
+ * "lost", "decline", "retry", "config_ignored", ...: docs/operations.md).
+ * msg: one line for humans, no newline. All strings are valid during the
+ * call only. Called from whichever thread met the event (an API thread,
+ * the watchdog or pub/sub thread, or the loop of an event-loop client),
+ * possibly from several threads at once; it must return quickly and must
+ * not free the client it is logging for. */
+typedef void dlock_log_fn(void *arg, int level, const char *name,
+                          const char *event, const char *msg);
+
 typedef struct dlock_config {
   /* The layout record: private, written by dlock_config_init (a mark that
    * it ran, and sizeof(dlock_config) in the caller's header). Never set. */
@@ -254,6 +273,18 @@ typedef struct dlock_config {
    * without +client) is not an error: the connection stays unnamed.
    * Copied by dlock_client_new / dlock_async_new. */
   const char *client_name;
+  /* ---- since 0.3: log hook (docs/operations.md) ---- */
+  /* The library never prints on its own. When log_fn is set, it is called
+   * for every event at log_level or more severe (DLOCK_LOG_*; default
+   * DLOCK_LOG_INFO): connects and disconnects, failovers and redirects
+   * followed, renewal failures as they happen, losses, declines, retries,
+   * config settings accepted but ignored. When log_fn is NULL and the
+   * environment has DLOCK_LOG=error|warn|info|debug, the events go to
+   * stderr as timestamped lines instead (for programs that set no hook).
+   * See dlock_log_fn for the call's contract. */
+  dlock_log_fn *log_fn;
+  void *log_arg;
+  int log_level;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -658,6 +689,66 @@ static inline void dlock_status_clear(dlock_status *st) {
 }
 
 #endif /* !DLOCK_BUILDING */
+
+/* ------------------------------------------------------------------------ */
+/* Client counters (since 0.3; docs/operations.md)                           */
+/* ------------------------------------------------------------------------ */
+
+/* Waits by how long they took: < 1, 4, 16, 64, 256, 1024, 4096 ms, and
+ * the rest (wait_hist[7]). */
+#define DLOCK_STATS_WAIT_BUCKETS 8
+
+/* What a client did since it was created: filled by dlock_client_stats.
+ * Counters only grow (a snapshot; two snapshots subtract). Allocated by the
+ * caller; needs no init. Grows like dlock_status (docs/abi.md): fields are
+ * only appended, the call gets the caller's sizeof, and writes only the
+ * fields that fit (a field this library does not know reads as zero). */
+typedef struct dlock_client_stats {
+  /* The layout record: private, written by dlock_client_stats. */
+  uint32_t abi_magic;
+  uint32_t abi_size;
+  uint64_t acquired;          /* holds begun (re-entries not counted) */
+  uint64_t acquired_direct;   /* ... by the acquire script itself */
+  uint64_t acquired_handover; /* ... by a hand-over grant to a waiter */
+  uint64_t reentered;         /* re-entries of a hold this thread had */
+  uint64_t released;          /* holds ended by their final unlock */
+  uint64_t waits;             /* acquisitions that had to wait */
+  uint64_t wait_hist[DLOCK_STATS_WAIT_BUCKETS]; /* waits by duration */
+  uint64_t wait_ms_total;                       /* sum of the waits, ms */
+  uint64_t wait_ms_max;                         /* the longest wait, ms */
+  uint64_t timeouts;        /* waits that ended DLOCK_ETIMEDOUT */
+  uint64_t cancels;         /* waits that ended DLOCK_ECANCELED */
+  uint64_t renewals_sent;   /* watchdog renewals sent (per hold) */
+  uint64_t renewals_failed; /* ... answered by an error or no answer */
+  uint64_t lost_key_gone;   /* holds lost: a renewal found the field gone */
+  uint64_t lost_unreachable; /* ... the server unreachable past the lease */
+  uint64_t lost_thread_exit; /* ... the holding thread exited */
+  uint64_t lost_forced;      /* ... force-unlocked / deleted by others */
+  uint64_t reconnects;       /* connections reopened after a failure */
+  uint64_t retries;          /* commands re-sent under the retry policy */
+  uint64_t enosync;          /* acquisitions undone: replicas did not ack */
+  uint64_t commands;         /* commands sent (every connection) */
+  uint64_t round_trips;      /* writes that waited for their replies */
+  uint64_t holds;            /* now: holds this client has (a gauge) */
+  int32_t connected;         /* now: 1 if the command connection is up */
+  int32_t reserved_;
+  /* ---- new fields go here, at the end (docs/abi.md) ---- */
+} dlock_client_stats;
+typedef dlock_client_stats dlock_stats;
+
+/* Copies the counters of client c into st, writing at most `size` bytes
+ * (the caller's sizeof). Cheap (no Redis traffic, no lock held for long):
+ * any thread, any time while c is alive; the counters are updated with
+ * relaxed atomics, so a snapshot taken while other threads work may be a
+ * few events apart between fields. Errors: DLOCK_EINVAL (NULL argument, a
+ * size below 8 or above 4096). */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
+                                       size_t size);
+/* dlock_client_stats(c, &st): dlock_client_stats_sized with this header's
+ * sizeof(dlock_client_stats). */
+#define dlock_client_stats(c, st)                                            \
+  dlock_client_stats_sized((c), (st), sizeof(dlock_client_stats))
 
 /* The waiters queued for the fair lock `name` (Redisson's list
  * "redisson_lock_queue:{name}"), head first: each a holder-style field

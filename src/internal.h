@@ -56,6 +56,56 @@ int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
 /* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
 int64_t dlock__now_ms(void);  /* monotonic */
+/* ---- log hook (log.c) ---------------------------------------------------
+ * dlock__log passes one event to cfg->log_fn (level <= cfg->log_level), or,
+ * when no hook is set, to stderr if the environment's DLOCK_LOG asks for
+ * that level. name may be NULL. Any thread. dlock__log_on says whether an
+ * event of that level would go anywhere (to skip costly formatting). */
+int dlock__log_on(const dlock_config *cfg, int level);
+void dlock__log(const dlock_config *cfg, int level, const char *name,
+                const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* ---- counters (stats.c): dlock_client_stats's fields, one relaxed atomic
+ * each, indexed by dlock__stat. dlock__stat_add(&c->stats, DLOCK__ST_X, 1)
+ * from any thread. Gauges (holds, connected) are read at query time. */
+typedef enum dlock__stat {
+  DLOCK__ST_ACQUIRED,
+  DLOCK__ST_ACQUIRED_DIRECT,
+  DLOCK__ST_ACQUIRED_HANDOVER,
+  DLOCK__ST_REENTERED,
+  DLOCK__ST_RELEASED,
+  DLOCK__ST_WAITS,
+  DLOCK__ST_WAIT_HIST0, /* 8 buckets: dlock__stat_wait() fills them */
+  DLOCK__ST_WAIT_HIST7 = DLOCK__ST_WAIT_HIST0 + 7,
+  DLOCK__ST_WAIT_MS_TOTAL,
+  DLOCK__ST_WAIT_MS_MAX, /* a maximum, not a sum */
+  DLOCK__ST_TIMEOUTS,
+  DLOCK__ST_CANCELS,
+  DLOCK__ST_RENEWALS_SENT,
+  DLOCK__ST_RENEWALS_FAILED,
+  DLOCK__ST_LOST_KEY_GONE,
+  DLOCK__ST_LOST_UNREACHABLE,
+  DLOCK__ST_LOST_THREAD_EXIT,
+  DLOCK__ST_LOST_FORCED,
+  DLOCK__ST_RECONNECTS,
+  DLOCK__ST_RETRIES,
+  DLOCK__ST_ENOSYNC,
+  DLOCK__ST_COMMANDS,
+  DLOCK__ST_ROUND_TRIPS,
+  DLOCK__ST_COUNT
+} dlock__stat;
+typedef struct dlock__stats {
+  _Atomic(uint64_t) v[DLOCK__ST_COUNT];
+} dlock__stats;
+static inline void dlock__stat_add(dlock__stats *s, dlock__stat k,
+                                   uint64_t n) {
+  atomic_fetch_add_explicit(&s->v[k], n, memory_order_relaxed);
+}
+/* One wait of wait_ms ended with an acquisition: waits, histogram, total,
+ * maximum. */
+void dlock__stat_wait(dlock__stats *s, int64_t wait_ms);
+
 int64_t dlock__wall_ms(void); /* CLOCK_REALTIME, ms since the epoch */
 int64_t dlock__now_us(void);  /* monotonic */
 void dlock__sleep_ms(int64_t ms);
@@ -875,6 +925,7 @@ struct dlock_client {
   atomic_int refs;
   atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
   dlock__node node;       /* standalone: the only node. The router picks it. */
+  dlock__stats stats;     /* dlock_client_stats's counters (stats.c) */
   dlock__cluster *cl;     /* redis-cluster://: the masters; else NULL */
   void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
   char *tls_name;         /* copy of cfg.tls_server_name */

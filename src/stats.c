@@ -1,0 +1,107 @@
+/*
+ * stats.c -- the client's counters (dlock_client_stats): one relaxed atomic
+ * per field in the client (dlock__stats), bumped where the event happens,
+ * copied field by field into the caller's struct.
+ */
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define STATS_MAGIC 0x444c5354u /* "DLST" */
+#define STATS_SIZE_MAX 4096u
+
+void dlock__stat_wait(dlock__stats *s, int64_t wait_ms) {
+  if (wait_ms < 0)
+    wait_ms = 0;
+  int b = 0;
+  for (int64_t bound = 1; b < DLOCK_STATS_WAIT_BUCKETS - 1 && wait_ms >= bound;
+       bound *= 4)
+    b++;
+  dlock__stat_add(s, DLOCK__ST_WAITS, 1);
+  dlock__stat_add(s, (dlock__stat)(DLOCK__ST_WAIT_HIST0 + b), 1);
+  dlock__stat_add(s, DLOCK__ST_WAIT_MS_TOTAL, (uint64_t)wait_ms);
+  uint64_t cur =
+      atomic_load_explicit(&s->v[DLOCK__ST_WAIT_MS_MAX], memory_order_relaxed);
+  while ((uint64_t)wait_ms > cur &&
+         !atomic_compare_exchange_weak_explicit(
+             &s->v[DLOCK__ST_WAIT_MS_MAX], &cur, (uint64_t)wait_ms,
+             memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
+/* Where each counter lands in dlock_client_stats. */
+static const size_t g_off[DLOCK__ST_COUNT] = {
+    [DLOCK__ST_ACQUIRED] = offsetof(dlock_client_stats, acquired),
+    [DLOCK__ST_ACQUIRED_DIRECT] = offsetof(dlock_client_stats, acquired_direct),
+    [DLOCK__ST_ACQUIRED_HANDOVER] =
+        offsetof(dlock_client_stats, acquired_handover),
+    [DLOCK__ST_REENTERED] = offsetof(dlock_client_stats, reentered),
+    [DLOCK__ST_RELEASED] = offsetof(dlock_client_stats, released),
+    [DLOCK__ST_WAITS] = offsetof(dlock_client_stats, waits),
+    [DLOCK__ST_WAIT_HIST0] = offsetof(dlock_client_stats, wait_hist[0]),
+    [DLOCK__ST_WAIT_HIST0 + 1] = offsetof(dlock_client_stats, wait_hist[1]),
+    [DLOCK__ST_WAIT_HIST0 + 2] = offsetof(dlock_client_stats, wait_hist[2]),
+    [DLOCK__ST_WAIT_HIST0 + 3] = offsetof(dlock_client_stats, wait_hist[3]),
+    [DLOCK__ST_WAIT_HIST0 + 4] = offsetof(dlock_client_stats, wait_hist[4]),
+    [DLOCK__ST_WAIT_HIST0 + 5] = offsetof(dlock_client_stats, wait_hist[5]),
+    [DLOCK__ST_WAIT_HIST0 + 6] = offsetof(dlock_client_stats, wait_hist[6]),
+    [DLOCK__ST_WAIT_HIST7] = offsetof(dlock_client_stats, wait_hist[7]),
+    [DLOCK__ST_WAIT_MS_TOTAL] = offsetof(dlock_client_stats, wait_ms_total),
+    [DLOCK__ST_WAIT_MS_MAX] = offsetof(dlock_client_stats, wait_ms_max),
+    [DLOCK__ST_TIMEOUTS] = offsetof(dlock_client_stats, timeouts),
+    [DLOCK__ST_CANCELS] = offsetof(dlock_client_stats, cancels),
+    [DLOCK__ST_RENEWALS_SENT] = offsetof(dlock_client_stats, renewals_sent),
+    [DLOCK__ST_RENEWALS_FAILED] = offsetof(dlock_client_stats, renewals_failed),
+    [DLOCK__ST_LOST_KEY_GONE] = offsetof(dlock_client_stats, lost_key_gone),
+    [DLOCK__ST_LOST_UNREACHABLE] =
+        offsetof(dlock_client_stats, lost_unreachable),
+    [DLOCK__ST_LOST_THREAD_EXIT] =
+        offsetof(dlock_client_stats, lost_thread_exit),
+    [DLOCK__ST_LOST_FORCED] = offsetof(dlock_client_stats, lost_forced),
+    [DLOCK__ST_RECONNECTS] = offsetof(dlock_client_stats, reconnects),
+    [DLOCK__ST_RETRIES] = offsetof(dlock_client_stats, retries),
+    [DLOCK__ST_ENOSYNC] = offsetof(dlock_client_stats, enosync),
+    [DLOCK__ST_COMMANDS] = offsetof(dlock_client_stats, commands),
+    [DLOCK__ST_ROUND_TRIPS] = offsetof(dlock_client_stats, round_trips),
+};
+
+/* Holds now: begun minus ended (every way a hold ends is counted). */
+static uint64_t holds_now(const uint64_t *v) {
+  uint64_t ended = v[DLOCK__ST_RELEASED] + v[DLOCK__ST_LOST_KEY_GONE] +
+                   v[DLOCK__ST_LOST_UNREACHABLE] +
+                   v[DLOCK__ST_LOST_THREAD_EXIT] + v[DLOCK__ST_LOST_FORCED];
+  return v[DLOCK__ST_ACQUIRED] > ended ? v[DLOCK__ST_ACQUIRED] - ended : 0;
+}
+
+/* The standalone node's multiplexed connection is up. */
+static int32_t connected_now(dlock_client *c) {
+  pthread_mutex_lock(&c->node.mux.mu);
+  int32_t up = c->node.mux.link != NULL && !c->node.mux.broken;
+  pthread_mutex_unlock(&c->node.mux.mu);
+  return up;
+}
+
+int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
+                             size_t size) {
+  if (!c || !st || size < 8 || size > STATS_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_client_stats: NULL argument or a struct size "
+                       "of %zu bytes (use the dlock_client_stats macro)",
+                       size);
+  dlock_client_stats full;
+  memset(&full, 0, sizeof full);
+  full.abi_magic = STATS_MAGIC;
+  full.abi_size = (uint32_t)size;
+  uint64_t v[DLOCK__ST_COUNT];
+  for (int k = 0; k < DLOCK__ST_COUNT; k++) {
+    v[k] = atomic_load_explicit(&c->stats.v[k], memory_order_relaxed);
+    memcpy((unsigned char *)&full + g_off[k], &v[k], sizeof v[k]);
+  }
+  full.holds = holds_now(v);
+  full.connected = connected_now(c);
+  memset(st, 0, size);
+  memcpy(st, &full, size < sizeof full ? size : sizeof full);
+  return 0;
+}
