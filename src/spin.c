@@ -101,11 +101,15 @@ int dlock__spin_unlock_refused(dlock_mutex *m, uint64_t tid, int rc) {
   dlock_client *c = m->c;
   const char *why = dlock_last_error();
   if (rc != DLOCK_EREDIS || !c->cfg.spin_fallback ||
-      (!strstr(why, "NOPERM") && !strstr(why, "can't run this command")))
+      (!strstr(why, "NOPERM") && !strstr(why, "can't run this command") &&
+       !strstr(why, "can't publish")))
     return rc;
-  /* The final unlock deletes the key before it publishes: when the field
-   * is gone, the refusal came after the release (the PUBLISH), and the
-   * lock is released. When it is still there, the refusal came first. */
+  /* Redis 7.0 words a refusal inside a script "... can't run this command
+   * ..." (the command) or "... can't publish to the channel ..." (the
+   * channel); outside one, NOPERM. The final unlock deletes the key before
+   * it publishes: when the field is gone, the refusal came after the
+   * release (the PUBLISH), and the lock is released. When it is still
+   * there, the refusal came first. */
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
   const char *av[3] = {"HEXISTS", m->name, field};

@@ -27,18 +27,28 @@ static int64_t slow(void) { return th_timeout_mult(); }
   "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
   "+zrange +zrem +zscore"
 
+/* The same with SUBSCRIBE and PUBLISH allowed but no channel: the server
+ * refuses the channel, not the command. */
+#define ACL_RULE_NO_CHANNELS                                                   \
+  ACL_RULE_NO_PUBSUB " +subscribe +unsubscribe +publish"
+
 static char g_nosub_url[600];
 
-/* Adds the user "nosub" and sets g_nosub_url to its URL. */
-static void add_nosub_user(th_redis *r) {
+/* Adds the user "nosub" (rule: ACL_RULE_NO_PUBSUB, or with channels_only
+ * ACL_RULE_NO_CHANNELS) and sets g_nosub_url to its URL. */
+static void add_user(th_redis *r, int channels_only) {
   redisReply *x =
-      th_cmd(r, "ACL SETUSER nosub on >pw-nosub " ACL_RULE_NO_PUBSUB);
+      channels_only
+          ? th_cmd(r, "ACL SETUSER nosub on >pw-nosub " ACL_RULE_NO_CHANNELS)
+          : th_cmd(r, "ACL SETUSER nosub on >pw-nosub " ACL_RULE_NO_PUBSUB);
   CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "ACL SETUSER failed: %s",
             x && x->str ? x->str : "(no reply)");
   freeReplyObject(x);
   snprintf(g_nosub_url, sizeof g_nosub_url,
            "unix://%s?user=nosub&password=pw-nosub", r->sock);
 }
+
+static void add_nosub_user(th_redis *r) { add_user(r, 0); }
 
 /* Calls of the acquire scripts so far (EVAL + EVALSHA). */
 static long long script_calls(th_redis *r) {
@@ -306,9 +316,9 @@ static void log_hook(void *arg, int level, const char *name, const char *event,
   }
 }
 
-static void fallback_case(int on) {
+static void fallback_case(int on, int channels_only) {
   g_r = th_redis_new(0, NULL);
-  add_nosub_user(g_r);
+  add_user(g_r, channels_only);
   dlock_client *holder = th_client(g_r);
   dlock_mutex *hm;
   CHECK_OK(dlock_mutex_new(holder, "app:f", &hm));
@@ -363,16 +373,19 @@ static void fallback_case(int on) {
   dlock_client_free(holder);
 }
 
-TH_CASE(fallback_mutex_spins_when_subscribe_refused) { fallback_case(1); }
+TH_CASE(fallback_mutex_spins_when_subscribe_refused) { fallback_case(1, 0); }
 
-TH_CASE(no_fallback_is_eauth_as_before) { fallback_case(0); }
+TH_CASE(no_fallback_is_eauth_as_before) { fallback_case(0, 0); }
+
+/* SUBSCRIBE and PUBLISH allowed, the channels refused (NOPERM ... channel). */
+TH_CASE(fallback_when_only_the_channels_are_refused) { fallback_case(1, 1); }
 
 /* A client of a user without PUBLISH whose first lock never waited (so it
  * has not met a refused SUBSCRIBE yet): with spin_fallback its unlock still
  * releases -- the refused PUBLISH after the release is no failure. */
-TH_CASE(fallback_unlock_without_publish_right_releases) {
+static void unlock_case(int channels_only) {
   g_r = th_redis_new(0, NULL);
-  add_nosub_user(g_r);
+  add_user(g_r, channels_only);
   logseen seen;
   memset(&seen, 0, sizeof seen);
   dlock_config cfg;
@@ -398,6 +411,10 @@ TH_CASE(fallback_unlock_without_publish_right_releases) {
   dlock_mutex_free(m);
   dlock_client_free(c);
 }
+
+TH_CASE(fallback_unlock_without_publish_right_releases) { unlock_case(0); }
+
+TH_CASE(fallback_unlock_without_channel_right_releases) { unlock_case(1); }
 
 /* ---- interoperation ----------------------------------------------------- */
 
