@@ -446,6 +446,35 @@ TH_CASE(raw_redisson_holder_blocks_spin_until_released) {
   dlock_client_free(c);
 }
 
+/* dlock_client_cancel_waits ends a spinning wait (its back-off sleep is
+ * cut short) with DLOCK_ECANCELED, the lock not taken. */
+TH_CASE(cancel_ends_a_spinning_wait) {
+  g_r = th_redis_new(0, NULL);
+  freeReplyObject(
+      th_cmd(g_r, "HSET scw c0ffee00-1111-2222-3333-444455556666:1 1"));
+  dlock_client *c = th_client(g_r);
+  waiter w;
+  memset(&w, 0, sizeof w);
+  w.wait_ms = -1; /* for ever */
+  CHECK_OK(dlock_mutex_new_spin(c, "scw", &w.m));
+  long long base = script_calls(g_r);
+  pthread_t t;
+  pthread_create(&t, NULL, waiter_main, &w);
+  wait_scripts(g_r, base, 8); /* at the 128 ms cap by now */
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_client_cancel_waits(c));
+  int64_t end = t0 + 5000 * slow();
+  while (!atomic_load(&w.done) && th_now_ms() < end)
+    th_sleep_ms(2);
+  CHECK_MSG(atomic_load(&w.done), "the wait did not end");
+  pthread_join(t, NULL);
+  printf("canceled after %lld ms\n", (long long)(th_now_ms() - t0));
+  CHECK_RC(w.rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(g_r, "HLEN scw"), 1);
+  dlock_mutex_free(w.m);
+  dlock_client_free(c);
+}
+
 /* Redisson's ExponentialBackOff with its defaults: 1, then x2 plus jitter
  * in [0, fails), capped at 128 ms. */
 TH_CASE(backoff_sequence_is_redissons) {
