@@ -285,6 +285,19 @@ typedef struct dlock_config {
   dlock_log_fn *log_fn;
   void *log_arg;
   int log_level;
+  /* ---- since 0.3: waiting without pub/sub (docs/spin.md) ---- */
+  /* 0 (default): a waiting dlock_mutex_lock/timedlock of a plain mutex
+   * whose SUBSCRIBE the server refuses (an ACL user without +subscribe or
+   * without the lock's channels, a proxy that does not pass pub/sub) fails
+   * with DLOCK_EAUTH. 1: it waits as a spin lock does instead (polls with
+   * exponential back-off, dlock_mutex_new_spin), and says so once per
+   * client through the log hook (DLOCK_LOG_WARN, event "spin_fallback");
+   * from then on the client's plain mutexes wait that way without trying
+   * SUBSCRIBE again, and their unlocks wake other clients' pub/sub waiters
+   * only when PUBLISH is allowed (else those notice at their next timed
+   * retry). Fair and fenced locks and read-write locks never fall back.
+   * YAML: spinFallback (dlock's own key). */
+  int spin_fallback;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -491,6 +504,25 @@ DLOCK_API int dlock_mutex_new_fair(dlock_client *c, const char *name,
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_mutex_new_fenced(dlock_client *c, const char *name,
                                      dlock_mutex **out);
+
+/* Spin lock (Redisson RSpinLock): the reentrant mutex's layout (hash
+ * `name`, field "<client id>:<thread id>" = hold count, TTL = lease), so
+ * it excludes and is excluded by a dlock_mutex, a Redisson RLock or
+ * RSpinLock of the same name, and one thread's holds through any of this
+ * client's objects of the name are one reentrant hold. It uses no pub/sub:
+ * a waiting call tries again after exponential back-off sleeps with jitter
+ * (Redisson's defaults: 1 ms, x2 plus up to `fails` ms of jitter, at most
+ * 128 ms), and its unlock publishes nothing (it hands the lock to nobody:
+ * pub/sub waiters of the same name notice at their next timed retry).
+ * Watchdog renewal, fixed leases, loss reports, unlock, force unlock
+ * (without PUBLISH), status and every other dlock_mutex_* call work as on
+ * a dlock_mutex. For servers or ACL users without pub/sub, and for very
+ * many locks with short waits; see docs/spin.md. Ownership: the caller
+ * owns *out (dlock_mutex_free). Errors as dlock_mutex_new.
+ * Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_mutex_new_spin(dlock_client *c, const char *name,
+                                   dlock_mutex **out);
 
 /* Frees the object. Holds still recorded on it (by any thread) are
  * abandoned, not released: their renewal stops and the key expires after

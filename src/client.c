@@ -41,6 +41,7 @@ void dlock_config_init_sized(dlock_config *cfg, size_t size) {
   d.sync_replicas = -1;
   d.sync_timeout_ms = 1000;
   d.log_level = DLOCK_LOG_INFO;
+  d.spin_fallback = 0;
   /* The caller owns `size` bytes: the fields that fit get their defaults,
    * bytes this library does not know (a newer header's fields) get zero. */
   memset(cfg, 0, size);

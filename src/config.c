@@ -48,6 +48,7 @@ enum kind {
                   CA_ONLY (the host-name check only; never the CA check) */
   K_SSLVERIFY, /* tls_verify from sslVerify: true is FULL; false refused */
   K_SYNC,      /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
+  K_FLAG,      /* an int field from true / false: 1 / 0 */
   K_STR,       /* a string field, copied */
   K_PART,      /* a string that goes into the URL (enum part) */
   K_DB,        /* the database, into the URL */
@@ -133,6 +134,8 @@ static const key_def g_keys[] = {
     {"slavesSyncTimeout", IN_ROOT, K_INT, 0, FIELD(sync_timeout_ms)},
     /* dlock's own: "at least n replicas" has no Redisson key */
     {"syncReplicas", IN_ROOT, K_INT, 0, FIELD(sync_replicas)},
+    /* dlock's own: a waiting mutex spins when SUBSCRIBE is refused */
+    {"spinFallback", IN_ROOT, K_FLAG, 0, FIELD(spin_fallback)},
     IGNORED("reliableTopicWatchdogTimeout", IN_ROOT),
     IGNORED("useThreadClassLoader", IN_ROOT),
     IGNORED("nettyHook", IN_ROOT),
@@ -682,7 +685,7 @@ static int set_value(loader *ld, const key_def *d, const yaml_node_t *v,
   case K_DB:
     bad = parse_long(s, 0, DLOCK__DB_MAX, &ld->db);
     break;
-  default: /* K_VERIFY, K_NAMES, K_SSLVERIFY, K_SYNC */
+  default: /* K_VERIFY, K_NAMES, K_SSLVERIFY, K_SYNC, K_FLAG */
     bad = parse_flag(d, s, &val);
     if (d->kind == K_SYNC) /* every connected replica, or no WAIT */
       val = val ? -1 : 0;
@@ -719,6 +722,7 @@ static const char *expected(const key_def *d) {
   case K_NAMES:
   case K_SSLVERIFY:
   case K_SYNC:
+  case K_FLAG:
     return "true or false";
   case K_VERIFY:
     return "STRICT, CA_ONLY or NONE";

@@ -924,6 +924,7 @@ struct dlock_client {
    * the memory goes with the last reference). */
   atomic_int refs;
   atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
+  atomic_int spin_fell_back; /* SUBSCRIBE refused: mutexes spin (spin.c) */
   dlock__node node;       /* standalone: the only node. The router picks it. */
   dlock__stats stats;     /* dlock_client_stats's counters (stats.c) */
   dlock__cluster *cl;     /* redis-cluster://: the masters; else NULL */
@@ -1317,6 +1318,9 @@ typedef struct dlock__mutex_ops {
    * keeps its place in the queue alive: fair locks). 0: only on wake-ups
    * and when the holder's TTL runs out. */
   int64_t max_sleep_ms;
+  /* 1: a waiting call never subscribes; it attempts again after back-off
+   * sleeps (the spin lock, spin.c). */
+  int spin;
 } dlock__mutex_ops;
 
 struct dlock_mutex {
@@ -1330,6 +1334,47 @@ struct dlock_mutex {
 extern const dlock__mutex_ops dlock__plain_ops;
 extern const dlock__mutex_ops dlock__fair_ops;
 extern const dlock__mutex_ops dlock__fenced_ops;
+extern const dlock__mutex_ops dlock__spin_ops;
+
+/* ---- waiting without pub/sub (spin.c) ----------------------------------
+ * Redisson's ExponentialBackOff defaults: the first sleep 1 ms, each next
+ * one the previous x2 plus a jitter of [0, fails) ms, at most 128 ms. */
+#define DLOCK__SPIN_INITIAL_MS 1
+#define DLOCK__SPIN_MAX_MS 128
+#define DLOCK__SPIN_MULTIPLIER 2
+#define DLOCK__SPIN_SLICE_MS 20 /* a sleep looks at cancel/close this often */
+typedef struct dlock__backoff {
+  int64_t next, max;
+  int mult, fails;
+} dlock__backoff;
+void dlock__backoff_init(dlock__backoff *b);
+/* The next sleep in ms (Redisson's ExponentialBackOffPolicy). */
+int64_t dlock__backoff_next(dlock__backoff *b);
+/* Sleeps a back-off period (ended early by a cancel or the client
+ * closing; never past b's deadline), then calls round(arg); again while it
+ * returns 0. Returns round's first non-zero answer (1 held, or a code):
+ * round checks the budget (mutex.c spin_round). */
+int dlock__spin_wait(const dlock__budget *b, int (*round)(void *arg),
+                     void *arg);
+/* 1 when m waits by spinning: a spin lock, or a plain mutex of a client
+ * that fell back (dlock__spin_fall_back). */
+int dlock__spins(const dlock_mutex *m);
+/* The server refused the SUBSCRIBE of a wait on m (its error is the
+ * thread's last): 1 when the wait goes on by spinning instead
+ * (cfg.spin_fallback, a plain mutex; the client remembers it and the first
+ * time says so through the log hook, event "spin_fallback"), else 0. */
+int dlock__spin_fall_back(dlock_mutex *m);
+/* The spin unlock (the plain unlock's arguments; wake = also try a PUBLISH
+ * of "0", a refusal ignored): as dlock__mutex_ops.release. */
+int dlock__spin_release(dlock_mutex *m, uint64_t tid, int64_t lease,
+                        int expected, const char *rid, int wake);
+/* A plain final unlock failed with rc: when cfg.spin_fallback is set, the
+ * server refused a permission (NOPERM) and the thread's field is gone --
+ * the PUBLISH after the release was refused -- falls back as
+ * dlock__spin_fall_back does and returns 1 (released); else rc. */
+int dlock__spin_unlock_refused(dlock_mutex *m, uint64_t tid, int rc);
+/* Force unlock without PUBLISH: 1 deleted, 0 none, or a negative code. */
+int dlock__spin_force(dlock_mutex *m);
 
 /* Creates a mutex object with the given ops (variants call this). */
 int dlock__mutex_create(dlock_client *c, const char *name,

@@ -301,6 +301,8 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   dlock_client *c = m->c;
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
+  if (atomic_load(&c->spin_fell_back)) /* no pub/sub: spin.c */
+    return dlock__spin_release(m, tid, lease, expected, rid, 1);
   dlock__rel_call k;
   int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, lease,
                                 expected, rid, dlock__publish_cmd(c));
@@ -309,7 +311,8 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
     rc = dlock__eval(c, dlock__core_script(DLOCK__S_UNLOCK), k.nkeys, k.keys,
                      k.klens, k.nargs, k.args, k.alens, &r);
   dlock__rel_call_free(&k);
-  return dlock__rel_reply(rc, r);
+  rc = dlock__rel_reply(rc, r);
+  return rc < 0 && expected == 1 ? dlock__spin_unlock_refused(m, tid, rc) : rc;
 }
 
 static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
@@ -333,6 +336,8 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
 }
 
 static int plain_force(dlock_mutex *m) {
+  if (atomic_load(&m->c->spin_fell_back)) /* no pub/sub: spin.c */
+    return dlock__spin_force(m);
   dlock__sb ch, mk;
   dlock__sb_init(&ch);
   dlock__sb_init(&mk);
@@ -702,7 +707,7 @@ static int attempt(acq *a, int target, int queue) {
 static int first_attempt(acq *a) {
   dlock_mutex *m = a->m;
   int queue = a->b.wait_ms != 0 && m->ops->queue_first;
-  if (a->b.wait_ms != 0 &&
+  if (a->b.wait_ms != 0 && !dlock__spins(m) &&
       atomic_load_explicit(&a->c->ps.n_subs, memory_order_relaxed) > 0) {
     dlock__sb ch, gr;
     dlock__sb_init(&ch);
@@ -786,6 +791,20 @@ static int sleep_once(acq *a) {
   return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
 }
 
+/* One try of a wait without pub/sub (dlock__spin_wait, spin.c): never
+ * queued (nobody hands the lock over). 1 held, 0 go on, or a code. */
+static int spin_round(void *arg) {
+  acq *a = arg;
+  if (atomic_load(&a->c->closing) || dlock__budget_canceled(&a->b))
+    return wait_over(a);
+  int rc = attempt(a, 1, 0);
+  if (rc == 1 || (rc < 0 && !rides_out(a, rc)))
+    return rc;
+  if (rc == 0)
+    a->away = 0; /* the server answered: taken */
+  return wait_over(a);
+}
+
 /* The contended part: waits for a hand-over or a wake-up, then attempts
  * again. 1 held, or a negative code. */
 static int wait_loop(acq *a) {
@@ -805,6 +824,11 @@ static int wait_loop(acq *a) {
     if (wait && (rc = wait_over(a)) != 0)
       return rc;
     rc = wait ? sleep_once(a) : 0;
+    if (rc == DLOCK_EAUTH && a->slot.failed && dlock__spin_fall_back(a->m)) {
+      dlock__sub_leave(a->c, a->sub, &a->slot); /* SUBSCRIBE refused */
+      a->sub = NULL;
+      return dlock__spin_wait(&a->b, spin_round, a);
+    }
     if (rc == 0 && wait && (rc = wait_over(a)) != 0)
       return rc;
     if (rc == 0)
@@ -872,7 +896,8 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   if (rc == 0 && wait_ms == 0)
     rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
   else if (rc == 0)
-    rc = wait_loop(&a);
+    rc = dlock__spins(m) ? dlock__spin_wait(&a.b, spin_round, &a)
+                         : wait_loop(&a);
   if (a.sub)
     dlock__sub_leave(a.c, a.sub, &a.slot);
   if (rc == DLOCK_ELOST) {

@@ -111,6 +111,31 @@ TH_CASE(sync_keys) {
   dlock_config_dispose(&cfg);
 }
 
+/* issue 31: dlock's own spinFallback (cfg.spin_fallback), default off. */
+TH_CASE(spin_fallback_key) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_EQ(cfg.spin_fallback, 0);
+  CHECK_OK(load_text("spinFallback: true\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg));
+  CHECK_EQ(cfg.spin_fallback, 1);
+  dlock_config_dispose(&cfg);
+  dlock_config_init(&cfg);
+  cfg.spin_fallback = 1;
+  CHECK_OK(load_text("spinFallback: false\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg));
+  CHECK_EQ(cfg.spin_fallback, 0);
+  CHECK_RC(load_text("spinFallback: 2\n"
+                     "singleServerConfig:\n  address: redis://h:1\n",
+                     &cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(), "true or false"), "%s",
+            dlock_last_error());
+  dlock_config_dispose(&cfg);
+}
+
 TH_CASE(single_every_key) {
   dlock_config cfg;
   dlock_config_init(&cfg);

@@ -120,7 +120,7 @@ setnx_kill_holder_deadlocks)
   [ "$(field setnx correct)" = false ] || fail "reported correct"
   [ "$(field setnx stuck_lock)" = true ] || fail "no stuck lock key seen"
   [ "$took" -lt 60 ] || fail "took ${took}s" ;;
-dlock_kill_holder_recovers | fair_kill_holder_recovers)
+dlock_kill_holder_recovers | fair_kill_holder_recovers | spin_kill_holder_recovers)
   # the killed worker's lock expires after the watchdog lease (default 2 s
   # in the lab) and the others sell the rest: correct, nothing deadlocked
   s=${CASE%%_kill_holder_recovers}
@@ -168,6 +168,9 @@ segmented_correct)
     fail "segmented p50 $p50 ms: requests answered without Redis" ;;
 atomic_correct) never_wrong atomic ;;
 fair_correct) never_wrong fair ;;
+# issue 31: the spin lock (no pub/sub) never oversells, and a killed holder's
+# lock expires and the others sell the rest
+spin_correct) never_wrong spin ;;
 users_dlock_no_duplicates)
   for i in 1 2 3; do
     run --strategy dlock --users 50 --deadline-ms 60000 || fail "exited $?"
@@ -189,13 +192,15 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 names = [s["name"] for s in d["strategies"]] + [s["name"] for s in d["skipped"]]
 want = ["none", "local", "setnx", "setnx-expire", "getset", "set-nx-px",
-        "owner-lua", "dlock", "segmented", "atomic", "fair", "redlock"]
+        "owner-lua", "dlock", "segmented", "atomic", "fair", "redlock",
+        "spin"]
 assert sorted(names) == sorted(want), names
 for s in d["strategies"]:
     for k in ("orders", "final_stock", "oversold", "lost_updates", "rejected",
               "errors", "deadlocked", "throughput", "p50_ms", "p99_ms"):
         assert isinstance(s[k], (int, float)), (s["name"], k)
-    if s["name"] in ("owner-lua", "dlock", "segmented", "atomic", "fair"):
+    if s["name"] in ("owner-lua", "dlock", "segmented", "atomic", "fair",
+                     "spin"):
         assert s["oversold"] == 0 and s["lost_updates"] == 0, s
     print(s["name"], s["correct"], s["oversold"])
 PY

@@ -45,7 +45,8 @@ static const dlc_opt g_opts[] = {
      "its unix socket"},
     {"scenario", 0, "LIST", OPT_SCENARIO, 0,
      "scenarios to run, comma-separated: baseline,\n"
-     "uncontended,many,contended,watchdog,handoff\n"
+     "uncontended,many,contended,contended-spin,\n"
+     "watchdog,handoff\n"
      "(default all; --only is the same)"},
     {"scenarios", 0, "LIST", OPT_SCENARIO, 0, NULL},
     {"only", 0, "LIST", OPT_SCENARIO, 0, NULL},

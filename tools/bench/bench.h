@@ -164,6 +164,7 @@ void scen_many(const bench_opts *o);
 /* "many" on a redis-cluster:// URL: one-master reference, then spread. */
 void scen_cluster_many(const bench_opts *o);
 void scen_contended(const bench_opts *o);
+void scen_contended_spin(const bench_opts *o);
 void scen_watchdog(const bench_opts *o);
 void scen_handoff(const bench_opts *o);
 /* The event-loop client: 1,000 pairs in flight from one thread. */

@@ -27,9 +27,9 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
-static const char *const k_scenarios[] = {"baseline",  "uncontended", "many",
-                                          "contended", "watchdog",    "handoff",
-                                          "async"};
+static const char *const k_scenarios[] = {
+    "baseline",       "uncontended", "many",    "contended",
+    "contended-spin", "watchdog",    "handoff", "async"};
 
 /* Every name in the --scenario list must be one we know. */
 static int check_scenarios(const char *list) {
@@ -43,7 +43,8 @@ static int check_scenarios(const char *list) {
     if (!ok && l > 0) {
       fprintf(stderr,
               "dlock-bench: unknown scenario '%.*s' (known: "
-              "baseline,uncontended,many,contended,watchdog,handoff,async)\n",
+              "baseline,uncontended,many,contended,contended-spin,watchdog,"
+              "handoff,async)\n",
               (int)l, p);
       return -1;
     }
@@ -70,9 +71,13 @@ static void run_scenarios(const bench_opts *o) {
   static const struct {
     const char *name;
     void (*run)(const bench_opts *);
-  } k[] = {{"baseline", scen_baseline}, {"uncontended", scen_uncontended},
-           {"many", scen_many},         {"contended", scen_contended},
-           {"watchdog", scen_watchdog}, {"handoff", scen_handoff},
+  } k[] = {{"baseline", scen_baseline},
+           {"uncontended", scen_uncontended},
+           {"many", scen_many},
+           {"contended", scen_contended},
+           {"contended-spin", scen_contended_spin},
+           {"watchdog", scen_watchdog},
+           {"handoff", scen_handoff},
            {"async", scen_async}};
   int cluster = strncmp(o->url, "redis-cluster://", 16) == 0;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {

@@ -9,6 +9,11 @@
  *
  * The serial reference is the same loop in one process alone: what the
  * lock + GET + SET + unlock cycle costs with nobody to hand over to.
+ *
+ * Scenario "contended-spin" (issue 31): the same contended loop with the
+ * spin lock (dlock_mutex_new_spin: no pub/sub, back-off polling) against
+ * the pub/sub mutex, alternating, with the server's command counts (INFO
+ * commandstats deltas) beside the rates: what polling costs Redis.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,6 +44,7 @@ typedef struct cont_shared {
 typedef struct cont_arg {
   const bench_opts *o;
   cont_shared *sh;
+  int spin; /* dlock_mutex_new_spin instead of dlock_mutex_new */
   char lock[96], counter[96];
 } cont_arg;
 
@@ -47,7 +53,8 @@ static void worker(int i, void *p) {
   cont_shared *sh = a->sh;
   dlock_client *c = bench_client(a->o, 1, 0);
   dlock_mutex *m = NULL;
-  if (dlock_mutex_new(c, a->lock, &m))
+  if ((a->spin ? dlock_mutex_new_spin(c, a->lock, &m)
+               : dlock_mutex_new(c, a->lock, &m)) != 0)
     _exit(1);
   redisContext *r = bench_connect(a->o);
   float *samples = sh->samples + (size_t)i * (size_t)sh->cap;
@@ -103,14 +110,14 @@ static void worker(int i, void *p) {
 
 typedef struct cont_result {
   long total, min, max;
-  double rate, cpu_us;
+  double rate, cpu_us, secs;
   long long counter;
   int failed;
   bench_samples acq;
 } cont_result;
 
-static void run(const bench_opts *o, int workers, double secs, const char *tag,
-                cont_result *res) {
+static void run_kind(const bench_opts *o, int workers, double secs,
+                     const char *tag, int spin, cont_result *res) {
   memset(res, 0, sizeof *res);
   bs_init(&res->acq);
   long cap = (long)(secs * 40000) + 1000; /* 40k acq/s per worker is plenty */
@@ -123,6 +130,7 @@ static void run(const bench_opts *o, int workers, double secs, const char *tag,
   cont_arg a;
   a.o = o;
   a.sh = sh;
+  a.spin = spin;
   snprintf(a.lock, sizeof a.lock, "%s:contended:%s", o->run_id, tag);
   snprintf(a.counter, sizeof a.counter, "%s:counter:%s", o->run_id, tag);
   redisContext *ctl = bench_connect(o);
@@ -152,7 +160,8 @@ static void run(const bench_opts *o, int workers, double secs, const char *tag,
     if (sh->w[i].err[0])
       bm_note("contended %s worker %d: %s", tag, i, sh->w[i].err);
   }
-  res->rate = (double)res->total / ((double)(last - t0) / 1e9);
+  res->secs = (double)(last - t0) / 1e9;
+  res->rate = (double)res->total / res->secs;
   redisReply *r = bench_cmdf(ctl, "GET %s", a.counter);
   res->counter = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
   freeReplyObject(r);
@@ -161,6 +170,11 @@ static void run(const bench_opts *o, int workers, double secs, const char *tag,
   bench_shm_free(sh, shsz);
   if (res->failed)
     bm_note("contended %s: %d of %d workers failed", tag, res->failed, workers);
+}
+
+static void run(const bench_opts *o, int workers, double secs, const char *tag,
+                cont_result *res) {
+  run_kind(o, workers, secs, tag, 0, res);
 }
 
 /* Folds one repetition into the running totals: counts add up, samples
@@ -256,4 +270,85 @@ void scen_contended(const bench_opts *o) {
   bm_put(SCEN, "reps", "repetitions (serial and contended alternating)", reps,
          "");
   bs_free(&c.acq);
+}
+
+/* The pub/sub mutex and the spin lock, --workers processes on one lock
+ * each, alternating (--reps blocks, 2 at most outside --quick) so both see
+ * the same minutes of a noisy machine. Per kind: acquisitions/s (median of
+ * the blocks), time-to-acquire p50/p99, lost updates, and the server's
+ * commands per second and per acquisition over the contended phases (the
+ * workload's GET + SET, 2 per acquisition, included; the lock's share is
+ * given apart). commandstats counts a script call and every command the
+ * script runs. */
+void scen_contended_spin(const bench_opts *o) {
+  if (o->workers > MAXW)
+    bench_die("--workers: at most %d", MAXW);
+  int reps = o->quick ? 1 : (o->reps < 2 ? o->reps : 2);
+  if (reps < 1)
+    reps = 1;
+  static const char *const kname[2] = {"pubsub", "spin"};
+  cont_result acc[2];
+  double rate[2][8], secs[2] = {0, 0};
+  long long lost[2] = {0, 0}, cmds[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    memset(&acc[k], 0, sizeof acc[k]);
+    bs_init(&acc[k].acq);
+  }
+  redisContext *ctl = bench_connect(o);
+  char tag[32];
+  for (int r = 0; r < reps; r++)
+    for (int k = 0; k < 2; k++) {
+      bench_log("contended-spin %d/%d: %d processes on one %s lock, %.1f s",
+                r + 1, reps, o->workers, k ? "spin" : "pub/sub mutex",
+                o->contended_secs / reps);
+      bench_cmdstats a, b, d;
+      cont_result one;
+      bench_cmdstats_read(ctl, &a);
+      snprintf(tag, sizeof tag, "%s%d", kname[k], r);
+      run_kind(o, o->workers, o->contended_secs / reps, tag, k, &one);
+      bench_cmdstats_read(ctl, &b);
+      bench_cmdstats_delta(&a, &b, &d);
+      cmds[k] += d.evalsha + d.eval + d.other;
+      secs[k] += one.secs;
+      rate[k][r] = one.rate;
+      fold(&acc[k], &one, &lost[k]);
+    }
+  redisFree(ctl);
+  for (int k = 0; k < 2; k++) {
+    const char *what = k ? "spin lock" : "pub/sub mutex";
+    char key[64], label[160];
+    double n = (double)acc[k].total;
+    snprintf(key, sizeof key, "%s_acq_per_s", kname[k]);
+    snprintf(label, sizeof label,
+             "%s: acquisitions/s, %d processes on one lock", what, o->workers);
+    bm_put(SCEN "-spin", key, label, bench_median(rate[k], reps), "acq/s");
+    snprintf(key, sizeof key, "%s_acquire_p50_ms", kname[k]);
+    snprintf(label, sizeof label, "%s: time-to-acquire p50", what);
+    bm_put(SCEN "-spin", key, label, bs_pct(&acc[k].acq, 50) / 1e3, "ms");
+    snprintf(key, sizeof key, "%s_acquire_p99_ms", kname[k]);
+    snprintf(label, sizeof label, "%s: time-to-acquire p99", what);
+    bm_put(SCEN "-spin", key, label, bs_pct(&acc[k].acq, 99) / 1e3, "ms");
+    snprintf(key, sizeof key, "%s_cmds_per_s", kname[k]);
+    snprintf(label, sizeof label,
+             "%s: Redis commands/s (commandstats: scripts and the "
+             "commands they run; GET+SET included)",
+             what);
+    bm_put(SCEN "-spin", key, label,
+           secs[k] > 0 ? (double)cmds[k] / secs[k] : 0, "cmd/s");
+    snprintf(key, sizeof key, "%s_lock_cmds_per_acq", kname[k]);
+    snprintf(label, sizeof label,
+             "%s: lock commands per acquisition (all - GET - SET)", what);
+    bm_put(SCEN "-spin", key, label, n > 0 ? ((double)cmds[k] - 2 * n) / n : 0,
+           "cmd");
+    snprintf(key, sizeof key, "%s_fairness", kname[k]);
+    snprintf(label, sizeof label,
+             "%s: fairness, least / best served worker (%ld / %ld)", what,
+             acc[k].min, acc[k].max);
+    bm_put(SCEN "-spin", key, label,
+           acc[k].max ? (double)acc[k].min / (double)acc[k].max : 0, "");
+    snprintf(key, sizeof key, "%s_lost_updates", kname[k]);
+    snprintf(label, sizeof label, "%s: lost updates", what);
+    bm_put(SCEN "-spin", key, label, (double)lost[k], "updates");
+    bs_free(&acc[k].acq);
+  }
 }

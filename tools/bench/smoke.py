@@ -74,6 +74,9 @@ def main():
         (s["uncontended"]["same_scripts"] == 2, "scripts per pair (same)"),
         (s["contended"]["acquisitions"] > 0, "contended acquisitions"),
         (s["handoff"]["rounds"] == 100, "handoff rounds"),
+        (s["contended-spin"]["spin_lost_updates"] == 0, "spin lost updates"),
+        (s["contended-spin"]["pubsub_lost_updates"] == 0,
+         "contended-spin pub/sub lost updates"),
     ]
     for ok, what in checks:
         if not ok:

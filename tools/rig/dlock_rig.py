@@ -38,7 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DEFAULT_STRATEGIES = ["none", "local", "setnx-expire", "owner-lua", "dlock",
                       "segmented", "atomic", "redlock"]
-KNOWN_STRATEGIES = DEFAULT_STRATEGIES + ["setnx", "getset", "set-nx-px", "fair"]
+KNOWN_STRATEGIES = DEFAULT_STRATEGIES + ["setnx", "getset", "set-nx-px", "fair",
+                                         "spin"]
 PRODUCT = "sku1"
 EX_USAGE, EX_UNAVAILABLE, EX_SOFTWARE = 64, 69, 70
 

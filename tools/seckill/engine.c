@@ -279,6 +279,7 @@ static int lock_acquire(sk_eth *th, long long seg) {
     return lock_set_nx_px(th, key);
   case SK_DLOCK:
   case SK_FAIR:
+  case SK_SPIN:
   case SK_SEGMENTED:
     return lock_dlock(th, e->m[seg]);
   case SK_REDLOCK:
@@ -312,6 +313,7 @@ static int lock_release(sk_eth *th, long long seg) {
   }
   case SK_DLOCK:
   case SK_FAIR:
+  case SK_SPIN:
   case SK_SEGMENTED:
     return unlock_dlock(th, e->m[seg]);
   case SK_REDLOCK: {
@@ -470,7 +472,7 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
 
 int sk_engine_uses_dlock(const sk_strategy *s) {
   return s->kind == SK_DLOCK || s->kind == SK_SEGMENTED || s->kind == SK_FAIR ||
-         s->kind == SK_REDLOCK;
+         s->kind == SK_REDLOCK || s->kind == SK_SPIN;
 }
 
 static int setup_redlock(sk_engine *e, dlock_config *cfg, char *err,
@@ -511,8 +513,9 @@ static int setup_dlock(sk_engine *e, char *err, size_t el) {
   for (long long s = 0; s < e->segments; s++) {
     char name[160];
     seg_key(name, sizeof name, e->k.lock, s, e->segments);
-    rc = kind == SK_FAIR ? dlock_mutex_new_fair(e->dc, name, &e->m[s])
-                         : dlock_mutex_new(e->dc, name, &e->m[s]);
+    rc = kind == SK_FAIR   ? dlock_mutex_new_fair(e->dc, name, &e->m[s])
+         : kind == SK_SPIN ? dlock_mutex_new_spin(e->dc, name, &e->m[s])
+                           : dlock_mutex_new(e->dc, name, &e->m[s]);
     if (rc != 0) {
       snprintf(err, el, "dlock_mutex_new: %s", dlock_err_name(rc));
       return -1;

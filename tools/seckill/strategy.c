@@ -117,6 +117,16 @@ const sk_strategy sk_strategies[] = {
      "lock expires after --watchdog-ms)",
      "one user got two orders: this must not happen, please report it", NULL,
      SK_KP_LOCKED, 0, 2},
+    {"spin", SK_SPIN,
+     "dlock_mutex_new_spin: Redisson RSpinLock, the RLock layout without "
+     "pub/sub (waiters poll with exponential back-off, at most 128 ms)",
+     "two holders overlapped: this must not happen with dlock, please "
+     "report it",
+     "requests were still waiting when the run was stopped (a dead holder's "
+     "lock expires after --watchdog-ms)",
+     "one user got two orders: this must not happen with dlock, please "
+     "report it",
+     NULL, SK_KP_LOCKED, 0, 0},
 };
 
 const int sk_n_strategies =
