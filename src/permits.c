@@ -804,7 +804,8 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
        r->element[1]->type != REDIS_REPLY_ARRAY || r->element[1]->elements % 2))
     rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected list reply",
                      p->o.name);
-  if (rc == 0 && available && r->element[0]->type == REDIS_REPLY_STRING)
+  int set = rc == 0 && r->element[0]->type == REDIS_REPLY_STRING;
+  if (set && available)
     *available = strtoll(r->element[0]->str, NULL, 10);
   size_t k = rc == 0 ? r->element[1]->elements / 2 : 0;
   dlock_permit *list = k ? dlock__calloc(k, sizeof *list) : NULL;
@@ -828,7 +829,7 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
   }
   *out = list;
   *n = k;
-  return 0;
+  return set;
 }
 
 void dlock_permits_list_free(dlock_permit *list) { free(list); }

@@ -62,6 +62,10 @@ TH_CASE(acquire_release_update_available) {
   char id1[DLOCK_PERMIT_ID_LEN + 1], id2[DLOCK_PERMIT_ID_LEN + 1],
       id3[DLOCK_PERMIT_ID_LEN + 1];
   /* Not set: nothing to take. */
+  dlock_permit *none = NULL;
+  size_t nn = 9;
+  CHECK_RC(dlock_permits_list(p, &none, &nn, NULL), 0);
+  CHECK(none == NULL && nn == 0);
   CHECK_RC(dlock_permits_try_acquire(p, 10000, id1), DLOCK_EBUSY);
   CHECK_EQ(avail(p), 0);
   CHECK_OK(dlock_permits_try_set_permits(p, 2));
@@ -83,7 +87,7 @@ TH_CASE(acquire_release_update_available) {
   dlock_permit *list = NULL;
   size_t n = 0;
   long long a = -1;
-  CHECK_OK(dlock_permits_list(p, &list, &n, &a));
+  CHECK_RC(dlock_permits_list(p, &list, &n, &a), 1);
   CHECK_EQ(n, 2);
   CHECK_EQ(a, 0);
   CHECK(strcmp(list[0].id, id1) == 0 || strcmp(list[1].id, id1) == 0);
@@ -210,7 +214,7 @@ TH_CASE(redisson_layout_permits_visible_and_releasable) {
   dlock_permits *p = open_permits(c, "pj");
   dlock_permit *list = NULL;
   size_t n = 0;
-  CHECK_OK(dlock_permits_list(p, &list, &n, NULL));
+  CHECK_RC(dlock_permits_list(p, &list, &n, NULL), 1);
   CHECK_EQ(n, 3);
   /* Earliest expiry first: x (expired), a, then b (never). */
   CHECK_STR(list[0].id, "aabb0001020304050607080900000011");

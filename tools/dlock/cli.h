@@ -53,6 +53,7 @@ typedef struct cli_opts {
   int conflict_code; /* -E */
   int verbose, quiet, json, force;
   int fair, shared, exclusive, fence;
+  long long sem_n; /* --sem N; 0: not a semaphore */
   /* The client's settings (cli_settings): the CLI's defaults, then the
    * config file, then $DLOCK_URL, then the flags. */
   dlock_config cfg;
@@ -69,6 +70,9 @@ void cli_usage(FILE *f);
 int cli_run(const cli_opts *o);
 int cli_status(const cli_opts *o);
 int cli_unlock(const cli_opts *o);
+/* status of a --sem name (sem.c): 1 when NAME holds permits (printed; *ex
+ * the exit code), 0 when it is no permits key (the lock status applies). */
+int sem_status(const cli_opts *o, dlock_client *c, int *ex);
 
 /* ---- util.c ---------------------------------------------------------- */
 
