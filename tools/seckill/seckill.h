@@ -46,7 +46,8 @@ enum sk_kind {
   SK_SEGMENTED,
   SK_ATOMIC,
   SK_FAIR,
-  SK_REDLOCK
+  SK_REDLOCK,
+  SK_PERMITS
 };
 
 /* Where --kill-holder kills the victim: the worst moment for the scheme. */
