@@ -118,9 +118,8 @@ const sk_strategy sk_strategies[] = {
      "one user got two orders: this must not happen, please report it", NULL,
      SK_KP_LOCKED, 0, 2},
     {"permits", SK_PERMITS,
-     "dlock_permits: each unit is an expirable permit (Redisson "
-     "RPermitExpirableSemaphore); reserve one, pay within --lease-ms or it "
-     "goes back",
+     "dlock_permits: each unit an expirable permit; reserve one, pay within "
+     "--lease-ms or it goes back",
      "the stock was oversold: this must not happen with expirable permits, "
      "please report it",
      "requests were still waiting when the run was stopped (a dead buyer's "
