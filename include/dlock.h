@@ -1164,8 +1164,9 @@ DLOCK_API int dlock_permits_set_permits(dlock_permits *p, long long permits);
  * key exists), 0 when not (*available 0; the list may still hold permits),
  * or a negative code. *out (NULL when *n is 0) is freed with
  * dlock_permits_list_free; available may be NULL. Errors: DLOCK_EINVAL,
- * DLOCK_ENOMEM, DLOCK_ECONN, DLOCK_EREDIS (e.g. WRONGTYPE: the name is
- * another kind). Thread-safety: any thread. */
+ * DLOCK_ENOMEM, DLOCK_EPROTO (the count key is not a number), DLOCK_ECONN,
+ * DLOCK_EREDIS (e.g. WRONGTYPE: the name is another kind). Thread-safety:
+ * any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_permits_list(dlock_permits *p, dlock_permit **out,
                                  size_t *n, long long *available);

@@ -805,8 +805,16 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
     rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected list reply",
                      p->o.name);
   int set = rc == 0 && r->element[0]->type == REDIS_REPLY_STRING;
-  if (set && available)
-    *available = strtoll(r->element[0]->str, NULL, 10);
+  if (set) {
+    char *end = NULL;
+    long long v = strtoll(r->element[0]->str, &end, 10);
+    if (r->element[0]->len == 0 || *end)
+      rc = dlock__fail(DLOCK_EPROTO,
+                       "permits '%s': the key holds '%.40s', not a count",
+                       p->o.name, r->element[0]->str);
+    else if (available)
+      *available = v;
+  }
   size_t k = rc == 0 ? r->element[1]->elements / 2 : 0;
   dlock_permit *list = k ? dlock__calloc(k, sizeof *list) : NULL;
   if (k && !list)

@@ -121,7 +121,8 @@ int sem_status(const cli_opts *o, dlock_client *c, int *ex) {
   dlock_permit *list = NULL;
   size_t n = 0;
   long long avail = 0;
-  /* Another kind's key (a lock's hash): WRONGTYPE, not ours to show. */
+  /* Another kind's key (a lock's hash: WRONGTYPE; a string that is no
+   * count: EPROTO): not ours to show, the lock status says what it is. */
   int rc = dlock_permits_list(p, &list, &n, &avail);
   dlock_permits_free(p);
   if (rc <= 0 && n == 0) {
