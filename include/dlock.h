@@ -1101,7 +1101,9 @@ DLOCK_API void dlock_permits_free(dlock_permits *p);
  * its lease is updated; <= 0: the watchdog -- this object renews the
  * permit every watchdog_timeout_ms / 3 (lease watchdog_timeout_ms) while
  * the process lives and the object exists; a renewal that finds the permit
- * gone runs cfg.on_lock_lost with the object's name. Above
+ * gone, or renewals that fail until its lease may have run out on the
+ * server, run cfg.on_lock_lost with the object's name (then, not later; on
+ * the object's renewal thread) and the permit is no longer renewed. Above
  * DLOCK_LEASE_MAX_MS: DLOCK_EINVAL. A waiting thread sleeps on the client's
  * subscription to redisson_sc:{name} and re-checks at least once a second
  * and when the earliest lease of a taken permit ends (expired permits

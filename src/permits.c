@@ -56,6 +56,10 @@
 typedef struct wd_permit {
   struct wd_permit *next;
   unsigned char raw[16];
+  /* Local deadline (monotonic ms): the send time of the last confirmed
+   * acquisition or renewal + the lease - dlock__lease_margin(lease). The
+   * server's expiry cannot come before it; after it, it may have. */
+  int64_t valid_until;
 } wd_permit;
 
 struct dlock_permits {
@@ -397,9 +401,59 @@ static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
   return 0;
 }
 
+/* Removes raw from the renewed permits (mu held): 1 if it was there. */
+static int wd_unlink(dlock_permits *p, const unsigned char raw[16]) {
+  for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next)
+    if (memcmp((*pp)->raw, raw, 16) == 0) {
+      wd_permit *w = *pp;
+      *pp = w->next;
+      free(w);
+      return 1;
+    }
+  return 0;
+}
+
+/* Runs cfg.on_lock_lost once per lost permit (mu held; released during the
+ * callbacks). */
+static void report_lost(dlock_permits *p, int gone, int unrenewed) {
+  dlock_client *c = p->o.c;
+  if (!c->cfg.on_lock_lost || gone + unrenewed == 0)
+    return;
+  pthread_mutex_unlock(&p->mu);
+  for (int k = 0; k < gone + unrenewed; k++) {
+    dlock__fail(DLOCK_ELOST,
+                k < gone ? "permits '%s': a renewal found a permit gone "
+                           "(expired and reclaimed, or released elsewhere)"
+                         : "permits '%s': renewals of a permit failed until "
+                           "its lease ran out",
+                p->o.name);
+    c->cfg.on_lock_lost(p->o.name, c->cfg.on_lock_lost_arg);
+  }
+  pthread_mutex_lock(&p->mu);
+}
+
+/* The permits past their local deadline leave the list (mu held): a
+ * renewal that could not reach Redis in time cannot keep them, and another
+ * client may reclaim them from now on. Returns how many. */
+static int drop_unrenewed(dlock_permits *p, int64_t now) {
+  int n = 0;
+  for (wd_permit **pp = &p->wd; *pp;) {
+    if ((*pp)->valid_until <= now) {
+      wd_permit *w = *pp;
+      *pp = w->next;
+      free(w);
+      n++;
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+  return n;
+}
+
 static void *renewer(void *arg) {
   dlock_permits *p = arg;
-  int64_t period = wd_lease(p) / 3;
+  int64_t lease = wd_lease(p);
+  int64_t period = lease / 3;
   if (period < 1)
     period = 1;
   int64_t retry = period / 4 < 1000 ? period / 4 : 1000;
@@ -408,9 +462,15 @@ static void *renewer(void *arg) {
   int64_t next = dlock__now_ms() + period;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (!p->stop && dlock__now_ms() < next) {
-      struct timespec ts =
-          dlock__abstime(CLOCK_MONOTONIC, next - dlock__now_ms());
+    for (;;) {
+      int64_t now = dlock__now_ms(), wake = next;
+      report_lost(p, 0, drop_unrenewed(p, now));
+      for (wd_permit *w = p->wd; w; w = w->next)
+        if (w->valid_until < wake)
+          wake = w->valid_until;
+      if (p->stop || now >= next)
+        break;
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, wake - now);
       pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
     if (p->stop)
@@ -420,8 +480,10 @@ static void *renewer(void *arg) {
     pthread_mutex_lock(&p->renew_mu);
     pthread_mutex_lock(&p->mu);
     size_t n = 0;
-    for (wd_permit *w = p->wd; w; w = w->next)
-      n++;
+    int64_t earliest = -1;
+    for (wd_permit *w = p->wd; w; w = w->next, n++)
+      if (earliest < 0 || w->valid_until < earliest)
+        earliest = w->valid_until;
     unsigned char(*ids)[16] = n ? dlock__malloc(n * 16) : NULL;
     char *gone = n ? dlock__calloc(n, 1) : NULL;
     if (n && (!ids || !gone)) {
@@ -436,49 +498,42 @@ static void *renewer(void *arg) {
       memcpy(ids[i++], w->raw, 16);
     pthread_mutex_unlock(&p->mu);
     int64_t sent = dlock__now_ms();
-    int rc = n ? renew(p, ids, n, wd_lease(p), gone) : 0;
+    /* The router stops retrying at the earliest local deadline: past it
+     * the permit is lost whatever a later renewal would say. */
+    dlock__budget b;
+    dlock__budget_start(&b, NULL, earliest > sent ? earliest - sent : 1);
+    int rc = n ? renew(p, ids, n, lease, gone) : 0;
+    dlock__call_deadline_reset();
     int lost = 0;
     pthread_mutex_unlock(&p->renew_mu);
     pthread_mutex_lock(&p->mu);
     next = rc == 0 ? sent + period : dlock__now_ms() + retry;
     for (size_t j = 0; rc == 0 && j < n; j++) {
-      if (!gone[j])
+      if (gone[j]) {
+        /* Still ours to renew (not released meanwhile)? Then it is lost. */
+        lost += wd_unlink(p, ids[j]);
         continue;
-      /* Still ours to renew (not released meanwhile)? Then it is lost. */
-      for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next)
-        if (memcmp((*pp)->raw, ids[j], 16) == 0) {
-          wd_permit *w = *pp;
-          *pp = w->next;
-          free(w);
-          lost++;
-          break;
-        }
+      }
+      for (wd_permit *w = p->wd; w; w = w->next)
+        if (memcmp(w->raw, ids[j], 16) == 0)
+          w->valid_until = sent + lease - dlock__lease_margin(lease);
     }
     free(ids);
     free(gone);
-    dlock_client *c = p->o.c;
-    if (lost && c->cfg.on_lock_lost) {
-      pthread_mutex_unlock(&p->mu);
-      for (int k = 0; k < lost; k++) {
-        dlock__fail(DLOCK_ELOST,
-                    "permits '%s': a renewal found a permit gone (expired "
-                    "and reclaimed, or released elsewhere)",
-                    p->o.name);
-        c->cfg.on_lock_lost(p->o.name, c->cfg.on_lock_lost_arg);
-      }
-      pthread_mutex_lock(&p->mu);
-    }
+    report_lost(p, lost, 0);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
 /* Adds raw to the renewed permits, starting the renewer: 0 or a code. */
-static int wd_add(dlock_permits *p, const unsigned char raw[16]) {
+static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
   wd_permit *w = dlock__calloc(1, sizeof *w);
   if (!w)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   memcpy(w->raw, raw, 16);
+  int64_t lease = wd_lease(p);
+  w->valid_until = sent + lease - dlock__lease_margin(lease);
   pthread_mutex_lock(&p->mu);
   int rc = 0;
   if (!p->started) {
@@ -504,13 +559,7 @@ static int wd_add(dlock_permits *p, const unsigned char raw[16]) {
 
 static void wd_remove(dlock_permits *p, const unsigned char raw[16]) {
   pthread_mutex_lock(&p->mu);
-  for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next)
-    if (memcmp((*pp)->raw, raw, 16) == 0) {
-      wd_permit *w = *pp;
-      *pp = w->next;
-      free(w);
-      break;
-    }
+  wd_unlink(p, raw);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -521,12 +570,14 @@ typedef struct attempt {
   unsigned char raw[16];
   int64_t lease;       /* ms, the watchdog's when wd */
   int64_t next_expiry; /* wall ms of the earliest lease in the set; 0 none */
+  int64_t sent;        /* monotonic ms the last attempt was sent */
 } attempt;
 
 /* One attempt: 1 taken, 0 not, or a negative code. */
 static int try_once(void *arg) {
   attempt *a = arg;
   char es[24], ns[24];
+  a->sent = dlock__now_ms();
   int64_t now = dlock__wall_ms();
   const char *args[5];
   size_t alens[5];
@@ -622,7 +673,7 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
   id_out[0] = '\0';
   if ((rc = dlock__check_lease(lease_ms, "permits", p->o.name)) != 0)
     return rc;
-  attempt a = {p, {0}, lease_ms > 0 ? lease_ms : wd_lease(p), 0};
+  attempt a = {p, {0}, lease_ms > 0 ? lease_ms : wd_lease(p), 0, 0};
   if (dlock__random_bytes(a.raw, sizeof a.raw) != 0)
     return dlock__fail(DLOCK_ENOMEM, "permits '%s': no random bytes",
                        p->o.name);
@@ -644,7 +695,7 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
   } else if (rc < 0) {
     return rc;
   }
-  if (lease_ms <= 0 && (rc = wd_add(p, a.raw)) != 0) {
+  if (lease_ms <= 0 && (rc = wd_add(p, a.raw, a.sent)) != 0) {
     /* No renewal possible: give the permit back rather than let it lapse
      * while the caller believes it holds it. */
     dlock__err_keep_begin();
@@ -719,6 +770,7 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
   char gone = 0;
   unsigned char ids[1][16];
   memcpy(ids[0], raw, 16);
+  int64_t sent = dlock__now_ms();
   rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone);
   pthread_mutex_unlock(&p->renew_mu);
   if (rc)
@@ -727,7 +779,7 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
     return dlock__fail(DLOCK_ELOST,
                        "permits '%s': no permit %s (released, or expired)",
                        p->o.name, id);
-  return lease_ms <= 0 ? wd_add(p, raw) : 0;
+  return lease_ms <= 0 ? wd_add(p, raw, sent) : 0;
 }
 
 /* ---- counts ------------------------------------------------------------- */

@@ -6,6 +6,7 @@
  * past its lease (and letting it go with its holder), waiters woken by a
  * release. Real redis-server processes only. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,6 +347,57 @@ TH_CASE_T(watchdog_keeps_permit_past_lease, 120, "slow") {
   dlock_permits_free(p2);
   dlock_client_free(c);
   dlock_client_free(c2);
+}
+
+static atomic_llong g_lost_at; /* th_now_ms() of the on_lock_lost call */
+
+static void on_lost(const char *name, void *arg) {
+  (void)arg;
+  if (strcmp(name, "pl") == 0)
+    atomic_store(&g_lost_at, th_now_ms());
+}
+
+/* Redis stops answering (SIGSTOP) while a watchdog permit is held: the
+ * renewals fail, and the permit is reported lost once its lease may have
+ * run out on the server -- not before (the server cannot expire it
+ * earlier), and not much later (the local deadline, not the end of the
+ * retries, decides). */
+TH_CASE_T(watchdog_permit_lost_when_redis_stops_answering, 120, "slow") {
+  g_r = th_redis_new(0, NULL);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = 1500;
+  cfg.command_timeout_ms = 300;
+  cfg.on_lock_lost = on_lost;
+  dlock_client *c = th_client_cfg(g_r, &cfg);
+  dlock_permits *p = open_permits(c, "pl");
+  CHECK_OK(dlock_permits_try_set_permits(p, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_permits_try_acquire(p, -1, id));
+  th_redis_pause(g_r);
+  int64_t limit = t0 + 1500 + 3000LL * th_timeout_mult();
+  while (atomic_load(&g_lost_at) == 0 && th_now_ms() < limit)
+    th_sleep_ms(10);
+  long long at = atomic_load(&g_lost_at);
+  th_redis_resume(g_r);
+  CHECK_MSG(at > 0, "no loss reported within %lld ms", (long long)(limit - t0));
+  /* The acquisition was sent after t0: its local deadline is at least the
+   * lease - its margin (17 ms) after t0. */
+  CHECK_MSG(at - t0 >= 1400,
+            "reported lost %lld ms after the acquisition (lease 1500)",
+            (long long)(at - t0));
+  /* The permit is no longer renewed: it expires and another takes it. */
+  dlock_client *c2 = th_client(g_r);
+  dlock_permits *p2 = open_permits(c2, "pl");
+  char other[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_acquire(p2, 5000 * th_timeout_mult(), 60000, other));
+  CHECK_RC(dlock_permits_release(p, id), DLOCK_ELOST);
+  CHECK_OK(dlock_permits_release(p2, other));
+  dlock_permits_free(p2);
+  dlock_client_free(c2);
+  dlock_permits_free(p);
+  dlock_client_free(c);
 }
 
 /* ---- waiters ------------------------------------------------------------*/
