@@ -100,6 +100,27 @@ sem_kill9)
   note "permit back $el ms after kill -9"
   ;;
 
+sem_redis_gone)
+  # Redis dies under a running dlock --sem: the permit's renewals fail until
+  # its watchdog lease (1 s) may have run out, and then the command gets
+  # SIGTERM and dlock exits 75 saying why.
+  "$DL" --sem 1 --watchdog 1 --kill-after 1 rg -- sh -c \
+    "trap 'echo TERM > $T/c.got; exit 0' TERM; echo \$\$ > $T/c.ready; i=0; while [ \$i -lt 400 ]; do sleep 0.05; i=\$((i+1)); done" \
+    2>"$T/dl.err" &
+  P=$!
+  wait_until 5 file_has "$T/c.ready" || fail "command did not start"
+  t0=$(now_ms)
+  kill -9 "$REDIS_PID"
+  wait_until 10 file_has "$T/c.got" || fail "command not sent SIGTERM"
+  el=$(($(now_ms) - t0))
+  wait "$P"
+  rc=$?
+  [ "$rc" = 75 ] || fail "dlock exited $rc, expected 75"
+  [ "$el" -lt 5000 ] || fail "SIGTERM $el ms after Redis died (lease 1 s)"
+  grep -q "lost" "$T/dl.err" || fail "message: $(cat "$T/dl.err")"
+  note "SIGTERM $el ms after Redis died: $(grep lost "$T/dl.err")"
+  ;;
+
 sem_status)
   "$DL" --sem 2 st -- sh -c "echo \$DLOCK_OWNER > $T/owner; exec sleep 20" 2>"$T/holder.err" &
   P=$!
