@@ -3,7 +3,8 @@
  *
  * Files: args.c (command line -> cli_opts, --help), run.c and the files
  * run.h lists (acquire, run the command, supervise it, release), admin.c
- * (status, unlock --force), util.c (messages, exit codes, the client
+ * (status, unlock --force), sem.c (--sem N on expirable permits, and the
+ * status of such a name), util.c (messages, exit codes, the client
  * policy), main.c. Only the public API of <dlock.h> is used, and
  * tools/common (clocks, JSON, URL redaction, option parsing).
  */
