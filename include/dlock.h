@@ -1170,6 +1170,135 @@ DLOCK_API int dlock_latch_timedawait(dlock_latch *l, long long wait_ms);
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_latch_count(dlock_latch *l, long long *n);
 
+/* ------------------------------------------------------------------------ */
+/* Expirable permits (Redisson RPermitExpirableSemaphore layout)             */
+/* ------------------------------------------------------------------------ */
+
+/* A semaphore whose permits are owned, named and leased (docs/permits.md):
+ * a permit whose holder dies comes back when its lease runs out, and a
+ * Java service on Redisson's RPermitExpirableSemaphore shares the same
+ * permits. Layout, exactly Redisson's: the string key `name` holds the
+ * number of available permits (missing: not set, nothing can be taken);
+ * the sorted set {name}:timeout (name:timeout when the name contains '{')
+ * has one member per permit taken -- its 16-byte id, raw -- scored with its
+ * expiry in ms since the epoch (922337203685477: never). Channel
+ * redisson_sc:{name}: every script that adds permits publishes the new
+ * count. Expired permits are reclaimed by the next script that runs on the
+ * key (acquire, available, update_lease, the watchdog's renewal), as
+ * Redisson does: nothing needs to run at the moment a lease ends. Expiry
+ * times are the clients' wall clocks (as Redisson's): clients whose clocks
+ * disagree by d ms move each other's leases by d. */
+typedef struct dlock_permits dlock_permits;
+
+/* A permit id as text: 32 lowercase hex digits (Redisson's form). Buffers
+ * that receive one need DLOCK_PERMIT_ID_LEN + 1 bytes. */
+#define DLOCK_PERMIT_ID_LEN 32
+
+/* One taken permit, as dlock_permits_list reports it. Frozen layout. */
+typedef struct dlock_permit {
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  /* Wall-clock expiry, ms since the epoch; -1 never (taken without a lease
+   * by Redisson). A value in the past: expired, not yet reclaimed. */
+  long long expires_at_ms;
+} dlock_permit;
+
+/* Creates a permits object for the key `name` (not empty, copied). No Redis
+ * traffic. The object keeps the client's memory alive (see
+ * dlock_client_free). Errors: DLOCK_EINVAL (NULL/empty name, NULL out, a
+ * name whose keys would fall into different cluster slots), DLOCK_ENOMEM,
+ * DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_new(dlock_client *c, const char *name,
+                                dlock_permits **out);
+/* Stops renewing the object's watchdog permits and frees it (not the Redis
+ * keys). A permit still held is not given back: it expires after its lease
+ * (a watchdog permit: watchdog_timeout_ms after its last renewal), as if
+ * its holder had died -- release permits first. Accepts NULL.
+ * Thread-safety: not while other threads use p. */
+DLOCK_SINCE(0, 3)
+DLOCK_API void dlock_permits_free(dlock_permits *p);
+/* Takes one permit and writes its id into id_out (DLOCK_PERMIT_ID_LEN + 1
+ * bytes, NUL-terminated). wait_ms < 0: wait forever; 0: one attempt
+ * (DLOCK_EBUSY); > 0: at most that long (DLOCK_ETIMEDOUT). lease_ms > 0:
+ * the permit expires that long after the acquisition unless released or
+ * its lease is updated; <= 0: the watchdog -- this object renews the
+ * permit every watchdog_timeout_ms / 3 (lease watchdog_timeout_ms) while
+ * the process lives and the object exists; a renewal that finds the permit
+ * gone, or renewals that fail until its lease may have run out on the
+ * server, run cfg.on_lock_lost with the object's name (then, not later; on
+ * the object's renewal thread) and the permit is no longer renewed. Above
+ * DLOCK_LEASE_MAX_MS: DLOCK_EINVAL. A waiting thread sleeps on the client's
+ * subscription to redisson_sc:{name} and re-checks at least once a second
+ * and when the earliest lease of a taken permit ends (expired permits
+ * announce nothing). A re-sent copy of an acquire (the retry policy) never
+ * takes a second permit: the id is chosen before the first send. Errors:
+ * DLOCK_EBUSY, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, DLOCK_ECLOSED,
+ * DLOCK_ECONN (outcome unknown: the permit may be taken; it expires with
+ * its lease), DLOCK_EREDIS, DLOCK_EAUTH (the server refused SUBSCRIBE),
+ * DLOCK_EINVAL (NULL). Thread-safety: any thread; the permit is the
+ * process's, not the thread's: any thread or process may release it. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
+                                    long long lease_ms,
+                                    char id_out[DLOCK_PERMIT_ID_LEN + 1]);
+/* dlock_permits_acquire with wait_ms 0: one attempt, DLOCK_EBUSY when no
+ * permit is available (or the permits are not set). */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_try_acquire(dlock_permits *p, long long lease_ms,
+                                        char id_out[DLOCK_PERMIT_ID_LEN + 1]);
+/* Gives back the permit `id` (32 hex digits, either case), taken by any
+ * client or process, and publishes the new count (Redisson tryRelease).
+ * Ends this object's renewal of it. Errors: DLOCK_ELOST (no such permit:
+ * released already, or expired and reclaimed; or found past its lease --
+ * then it is given back all the same), DLOCK_EINVAL (NULL, not an id),
+ * DLOCK_ECONN, DLOCK_EREDIS. A re-sent copy that finds the permit gone
+ * after its first copy released it returns 0. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_release(dlock_permits *p, const char *id);
+/* Sets the lease of the taken permit `id` (Redisson updateLeaseTime):
+ * lease_ms > 0: it now expires lease_ms from now (and this object stops
+ * renewing it); <= 0: this object's watchdog renews it from now on. Errors:
+ * DLOCK_ELOST (no such permit, or already expired), DLOCK_EINVAL,
+ * DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_update_lease(dlock_permits *p, const char *id,
+                                         long long lease_ms);
+/* *n = the permits available now, after reclaiming the expired ones (0 if
+ * not set). Errors: DLOCK_EINVAL (NULL), DLOCK_ECONN, DLOCK_EREDIS.
+ * Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_available(dlock_permits *p, long long *n);
+/* Sets the number of permits if not set yet (Redisson trySetPermits;
+ * publishes it). Errors: DLOCK_EBUSY (already set, nothing changed),
+ * DLOCK_EINVAL (permits < 0), DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any
+ * thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_try_set_permits(dlock_permits *p,
+                                            long long permits);
+/* Makes the total (available + taken) `permits` (Redisson setPermits): sets
+ * the count when not set, otherwise adds the difference to the available
+ * count (which may go below zero while more permits than that are taken:
+ * they are not handed out again until enough come back). Publishes the
+ * total when it changed anything. Idempotent. Errors: DLOCK_EINVAL
+ * (permits < 0), DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_set_permits(dlock_permits *p, long long permits);
+/* The taken permits, earliest expiry first, and the available count, read
+ * without changing anything (expired permits not yet reclaimed are listed,
+ * with their past expiry). Returns 1 when the permits are set (the count
+ * key exists), 0 when not (*available 0; the list may still hold permits),
+ * or a negative code. *out (NULL when *n is 0) is freed with
+ * dlock_permits_list_free; available may be NULL. Errors: DLOCK_EINVAL,
+ * DLOCK_ENOMEM, DLOCK_EPROTO (the count key is not a number), DLOCK_ECONN,
+ * DLOCK_EREDIS (e.g. WRONGTYPE: the name is another kind). Thread-safety:
+ * any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_permits_list(dlock_permits *p, dlock_permit **out,
+                                 size_t *n, long long *available);
+/* Frees a list from dlock_permits_list. Accepts NULL. */
+DLOCK_SINCE(0, 3)
+DLOCK_API void dlock_permits_list_free(dlock_permit *list);
+
 #ifdef __cplusplus
 }
 #endif

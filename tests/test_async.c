@@ -504,7 +504,7 @@ static void reentrant(int uv) {
   "+unsubscribe +publish +get +set +del +exists +type +pttl +pexpire +time "   \
   "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
   "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
-  "+zrange +zrem +zscore"
+  "+zrange +zrem +zscore +zrangebyscore +zcard"
 
 /* Lock, a waiter woken over pub/sub, renewal and unlock for a user with
  * exactly the rights docs/security.md gives. */

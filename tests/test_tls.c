@@ -433,7 +433,7 @@ TH_CASE(mutual_tls) {
   "+unsubscribe +publish +get +set +del +exists +type +pttl +pexpire +time "   \
   "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
   "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
-  "+zrange +zrem +zscore"
+  "+zrange +zrem +zscore +zrangebyscore +zcard"
 
 static dlock_client *acl_client(th_redis *r, const char *user) {
   char url[512];
@@ -655,6 +655,22 @@ TH_CASE(acl_narrowed_rule_covers_every_kind) {
   CHECK_OK(job_join(&lw));
   dlock_latch_free(la);
   dlock_latch_free(lb);
+
+  /* Expirable permits: {app:pm}:timeout is under ~{app:*, and the scripts
+   * reclaim expired permits with ZRANGEBYSCORE (as Redisson's do). */
+  dlock_permits *pa, *pb;
+  CHECK_OK(dlock_permits_new(a, "app:pm", &pa));
+  CHECK_OK(dlock_permits_new(b, "app:pm", &pb));
+  CHECK_OK(dlock_permits_set_permits(pa, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1], id2[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(pa, 60000, id));
+  CHECK_OK(dlock_permits_update_lease(pa, id, 100));
+  CHECK_OK(dlock_permits_acquire(pb, 5000, 60000, id2)); /* id expired */
+  CHECK_OK(dlock_permits_release(pb, id2));
+  CHECK_OK(dlock_permits_available(pa, &v));
+  CHECK_EQ(v, 1);
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
   dlock_client_free(a);
   dlock_client_free(b);
 }

@@ -156,6 +156,35 @@ sys.exit(0 if any(x["name"]=="redlock" for x in d["skipped"]) else 1)' \
 # stall reaches, and test what is promised.
 owner_lua_correct) never_wrong owner-lua --lease-ms 60000 ;;
 dlock_correct) never_wrong dlock ;;
+permits_correct) never_wrong permits ;;
+permits_kill_holder_recovers)
+  # The victim dies holding a reservation (a permit with --lease-ms 2 s);
+  # the unit comes back when the lease ends and is sold: all 400 sold,
+  # none oversold, none lost. 400 of 1000 requests: stock is still there
+  # when the victim reaches its kill point after its first requests.
+  run --strategy permits --kill-holder --stock 400 --deadline-ms 60000 ||
+    fail "exited $?: $(cat "$TMP/err.txt")"
+  read -r k d o l orders st e stuck c <<<"$(fields permits victim_killed \
+    deadlocked oversold lost_updates orders final_stock errors stuck_lock \
+    correct)" || fail "bad JSON"
+  echo "permits --kill-holder: victim killed $k, deadlocked $d, orders $orders," \
+    "stock $st, oversold $o, lost $l, errors $e, stuck $stuck, correct $c"
+  [ "$k" = true ] || fail "the victim was not killed"
+  [ "$d" -eq 0 ] && [ "$o" -eq 0 ] && [ "$l" -eq 0 ] && [ "$e" -eq 0 ] &&
+    [ "$stuck" = false ] || fail "not recovered: $(cat "$TMP/out.json")"
+  [ "$orders" -eq 400 ] && [ "$st" -eq 0 ] || fail "sold $orders of 400, $st left" ;;
+permits_late_payment_returns_stock)
+  # A 1 ms payment window and 2-4 ms of work: every reservation expires
+  # before its payment, so every payment is refused and every unit goes
+  # back -- nothing sold, nothing oversold, the whole stock still there.
+  run --strategy permits --lease-ms 1 --work-ms 2-4 --requests 200 \
+    --deadline-ms 60000 || fail "exited $?: $(cat "$TMP/err.txt")"
+  read -r o l orders st c <<<"$(fields permits oversold lost_updates orders \
+    final_stock correct)" || fail "bad JSON"
+  echo "permits, payments too late: orders $orders, stock $st, oversold $o, lost $l, correct $c"
+  [ "$o" -eq 0 ] && [ "$l" -eq 0 ] || fail "oversold $o, lost $l"
+  [ $((orders + st)) -eq 100 ] || fail "sold $orders and $st left of 100: units lost"
+  [ "$c" = true ] || fail "not correct: $(cat "$TMP/out.json")" ;;
 segmented_correct)
   never_wrong segmented
   # Its p50 printed 0.00 ms: most sold-out requests were answered by a
@@ -193,14 +222,14 @@ d = json.load(open(sys.argv[1]))
 names = [s["name"] for s in d["strategies"]] + [s["name"] for s in d["skipped"]]
 want = ["none", "local", "setnx", "setnx-expire", "getset", "set-nx-px",
         "owner-lua", "dlock", "segmented", "atomic", "fair", "redlock",
-        "spin"]
+        "spin", "permits"]
 assert sorted(names) == sorted(want), names
 for s in d["strategies"]:
     for k in ("orders", "final_stock", "oversold", "lost_updates", "rejected",
               "errors", "deadlocked", "throughput", "p50_ms", "p99_ms"):
         assert isinstance(s[k], (int, float)), (s["name"], k)
     if s["name"] in ("owner-lua", "dlock", "segmented", "atomic", "fair",
-                     "spin"):
+                     "spin", "permits"):
         assert s["oversold"] == 0 and s["lost_updates"] == 0, s
     print(s["name"], s["correct"], s["oversold"])
 PY

@@ -168,6 +168,10 @@ int cli_status(const cli_opts *o) {
   int ex = cli_connect(o, o->watchdog_ms, -1, NULL, NULL, &c);
   if (ex)
     return ex;
+  if (sem_status(o, c, &ex)) {
+    dlock_client_free(c);
+    return ex;
+  }
   view v;
   int rc = view_fetch(c, o->name, &v);
   if (rc) {

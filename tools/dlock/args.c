@@ -36,6 +36,7 @@ enum {
   O_SHARED,
   O_EXCLUSIVE,
   O_FENCE,
+  O_SEM,
   O_HELP,
   O_VERSION
 };
@@ -62,9 +63,10 @@ static const dlc_opt g_opts[] = {
      "    --tls-ca, --tls-cert, --tls-key FILE"},
     {"tls-cert", 0, "FILE", O_TLS_CERT, FOR_ALL, NULL},
     {"tls-key", 0, "FILE", O_TLS_KEY, FOR_ALL, NULL},
-    {"nonblock", 'n', NULL, O_NONBLOCK, FOR_RUN,
-     "fail at once if the lock is held (same as -w 0)"},
+    {"nonblock", 'n', NULL, O_NONBLOCK, FOR_RUN, "fail at once if held (-w 0)"},
     {"nb", 0, NULL, O_NONBLOCK, FOR_RUN, NULL},
+    {"sem", 0, "N", O_SEM, FOR_RUN, "N holders at once", "--sem N",
+     DLC_OPT_JOIN},
     {"wait", 'w', "SECS", O_WAIT, FOR_RUN,
      "give up after SECS, connecting included (default: forever)"},
     {"timeout", 0, "SECS", O_WAIT, FOR_RUN, NULL},
@@ -229,6 +231,8 @@ static int apply(void *ctx, const dlc_opt *sp, const char *arg, char *err,
     return set_file(o, sp, arg, &e);
   case O_CONFLICT:
     return parse_code(arg, &o->conflict_code, &e);
+  case O_SEM:
+    return dlc_opt_ll("--sem", arg, 1, 1000000, &o->sem_n, err, errlen);
   case O_COMMAND:
     if (o->shell_cmd)
       return fail(&e, "-c given twice");
@@ -332,6 +336,8 @@ static int check_run(const pstate *ps, int argc, char **argv, int i, perr *e) {
     return fail(e, "--fair cannot be combined with -s or -x");
   if (o->fence && (o->fair || o->shared || o->exclusive))
     return fail(e, "--fence cannot be combined with --fair, -s or -x");
+  if (o->sem_n && (o->fair || o->fence || o->shared || o->exclusive))
+    return fail(e, "--sem cannot be combined with --fair, --fence, -s or -x");
   return 0;
 }
 

@@ -3,7 +3,8 @@
  *
  * Files: args.c (command line -> cli_opts, --help), run.c and the files
  * run.h lists (acquire, run the command, supervise it, release), admin.c
- * (status, unlock --force), util.c (messages, exit codes, the client
+ * (status, unlock --force), sem.c (--sem N on expirable permits, and the
+ * status of such a name), util.c (messages, exit codes, the client
  * policy), main.c. Only the public API of <dlock.h> is used, and
  * tools/common (clocks, JSON, URL redaction, option parsing).
  */
@@ -53,6 +54,7 @@ typedef struct cli_opts {
   int conflict_code; /* -E */
   int verbose, quiet, json, force;
   int fair, shared, exclusive, fence;
+  long long sem_n; /* --sem N; 0: not a semaphore */
   /* The client's settings (cli_settings): the CLI's defaults, then the
    * config file, then $DLOCK_URL, then the flags. */
   dlock_config cfg;
@@ -69,6 +71,9 @@ void cli_usage(FILE *f);
 int cli_run(const cli_opts *o);
 int cli_status(const cli_opts *o);
 int cli_unlock(const cli_opts *o);
+/* status of a --sem name (sem.c): 1 when NAME holds permits (printed; *ex
+ * the exit code), 0 when it is no permits key (the lock status applies). */
+int sem_status(const cli_opts *o, dlock_client *c, int *ex);
 
 /* ---- util.c ---------------------------------------------------------- */
 

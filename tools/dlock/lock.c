@@ -9,7 +9,8 @@
 #include "url.h"
 
 int lk_kind(const cli_opts *o) {
-  return o->fair        ? K_FAIR
+  return o->sem_n > 0   ? K_SEM
+         : o->fair      ? K_FAIR
          : o->fence     ? K_FENCED
          : o->shared    ? K_READ
          : o->exclusive ? K_WRITE
@@ -26,6 +27,8 @@ const char *lk_kind_option(int kind) {
     return "-s/--shared";
   case K_WRITE:
     return "-x/--exclusive";
+  case K_SEM:
+    return "--sem";
   default:
     return "the plain lock";
   }
@@ -40,12 +43,16 @@ int lk_new(dlock_client *c, const char *name, lockobj *lk) {
   case K_READ:
   case K_WRITE:
     return dlock_rwlock_new(c, name, &lk->rw);
+  case K_SEM:
+    return sem_new(c, name, lk->sem_n, lk);
   default:
     return dlock_mutex_new(c, name, &lk->m);
   }
 }
 
 int lk_timed(lockobj *lk, long long wait_ms, long long lease_ms) {
+  if (lk->kind == K_SEM)
+    return sem_timed(lk, wait_ms, lease_ms);
   if (lk->kind == K_READ)
     return dlock_rwlock_timedrdlock(lk->rw, wait_ms, lease_ms);
   if (lk->kind == K_WRITE)
@@ -54,12 +61,15 @@ int lk_timed(lockobj *lk, long long wait_ms, long long lease_ms) {
 }
 
 int lk_unlock(lockobj *lk) {
+  if (lk->kind == K_SEM)
+    return sem_unlock(lk);
   if (lk->kind == K_READ || lk->kind == K_WRITE)
     return dlock_rwlock_unlock(lk->rw);
   return dlock_mutex_unlock(lk->m);
 }
 
 void lk_free(lockobj *lk) {
+  sem_free(lk);
   dlock_rwlock_free(lk->rw);
   lk->rw = NULL;
   dlock_mutex_free(lk->m);

@@ -75,6 +75,10 @@ static int mon_wait(run_state *rs) {
 static void loss_reason(run_state *rs, int probe, const char *lease, char *why,
                         size_t len) {
   const cli_opts *o = rs->o;
+  if (rs->lk.kind == K_SEM) {
+    sem_loss_reason(rs, probe, lease, why, len);
+    return;
+  }
   dlock_status st;
   int rc = dlock_status_query(rs->c, o->name, &st);
   char det[1024] = "";

@@ -84,7 +84,9 @@ static int command_env(run_state *rs, plan *p) {
       return lk_error(o, rs->lk.kind, rc, "read the fencing token of");
     snprintf(token, sizeof token, "%" PRIu64, tok);
   }
-  if (plan_env(p, o->name, rs->owner, token[0] ? token : NULL) != 0) {
+  /* --sem: the command's DLOCK_OWNER is its permit id. */
+  const char *owner = rs->lk.kind == K_SEM ? rs->lk.permit : rs->owner;
+  if (plan_env(p, o->name, owner, token[0] ? token : NULL) != 0) {
     cli_err("out of memory");
     return CLI_EX_SOFT;
   }
@@ -175,6 +177,7 @@ int cli_run(const cli_opts *o) {
                   .lease_end = -1,
                   .t_begin = dlc_now_ms()};
   rs.lk.kind = lk_kind(o);
+  rs.lk.sem_n = o->sem_n;
   run_sigs sg;
   sigs_block(&sg);
   plan p;

@@ -41,12 +41,15 @@ int sig_pending(const sigset_t *set);
 
 /* ---- the lock (lock.c) -------------------------------------------------- */
 
-enum { K_MUTEX, K_FAIR, K_FENCED, K_READ, K_WRITE };
+enum { K_MUTEX, K_FAIR, K_FENCED, K_READ, K_WRITE, K_SEM };
 
 typedef struct lockobj {
   int kind;
   dlock_mutex *m;
   dlock_rwlock *rw;
+  dlock_permits *pm;                    /* K_SEM (sem.c) */
+  long long sem_n;                      /* K_SEM: --sem N */
+  char permit[DLOCK_PERMIT_ID_LEN + 1]; /* K_SEM: the permit taken */
 } lockobj;
 
 /* The kind the options ask for. */
@@ -62,6 +65,13 @@ int lk_owner(dlock_client *c, const char *name, int kind, char *owner,
              size_t len);
 /* Prints why "cannot <what> lock NAME" and returns the exit code. */
 int lk_error(const cli_opts *o, int kind, int rc, const char *what);
+
+/* ---- --sem N: the lock is a permit of N (sem.c) ------------------------- */
+
+int sem_new(dlock_client *c, const char *name, long long n, lockobj *lk);
+int sem_timed(lockobj *lk, long long wait_ms, long long lease_ms);
+int sem_unlock(lockobj *lk);
+void sem_free(lockobj *lk);
 
 /* ---- the state of one run ----------------------------------------------- */
 
@@ -91,6 +101,10 @@ typedef struct run_state {
  * refuses a name held by another kind as held. */
 void run_holder_of(run_state *rs, char *buf, size_t len, char *other,
                    size_t olen);
+
+/* The monitor's loss_reason for --sem: why is "" while the permit is ours. */
+void sem_loss_reason(run_state *rs, int probe, const char *lease, char *why,
+                     size_t len);
 
 /* ---- acquiring (acquire.c) ---------------------------------------------- */
 

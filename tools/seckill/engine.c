@@ -15,6 +15,11 @@
  * (short) deadline passes. A stopped run ends waits at once anyway
  * (sk_engine_cancel_waits from a watcher thread). */
 #define SK_WAIT_SLICE_MS 1000
+/* Strategy "permits": a buyer that finds no unit while reservations are
+ * pending waits this long for one to come back, then looks again whether
+ * any is still pending (a paid reservation announces nothing: without it
+ * the sold-out answer would wait for a whole slice). */
+#define SK_PERMITS_SLICE_MS 100
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -402,6 +407,116 @@ static int request_atomic(sk_eth *th, const char *uid) {
   return SK_O_ORDER;
 }
 
+/* ---- permits: reserve a unit, pay or time out ------------------------------
+ * The stock key is the count key of a dlock_permits (Redisson's
+ * RPermitExpirableSemaphore layout): each unit is a permit. A request
+ * reserves one with a lease of --lease-ms (the payment window), does the
+ * business work (the buyer pays), and then sells the unit with the script
+ * below, which consumes the permit -- removes it from the timeout set
+ * without giving it back to the count -- only while its reservation is
+ * live. A reservation that expired (the buyer died, or paid too late) is
+ * reclaimed into the count by the next permits call of anyone, so no unit
+ * is sold twice and none is lost. */
+
+static const char pay_lua[] =
+    "local e = redis.call('zscore', KEYS[1], ARGV[1]) "
+    "if not e or tonumber(e) <= tonumber(ARGV[2]) then return 0 end "
+    "if ARGV[3] ~= '' and redis.call('hexists', KEYS[3], ARGV[3]) == 1 "
+    "then return -1 end "
+    "redis.call('zrem', KEYS[1], ARGV[1]) "
+    "redis.call('incr', KEYS[2]) "
+    "if ARGV[3] ~= '' then redis.call('hincrby', KEYS[3], ARGV[3], 1) end "
+    "return 1";
+
+/* Redisson's timeout set of the permits named k->stock (suffixName). */
+static void timeout_key(char *buf, size_t n, const char *name) {
+  if (strchr(name, '{'))
+    snprintf(buf, n, "%s:timeout", name);
+  else
+    snprintf(buf, n, "{%s}:timeout", name);
+}
+
+/* One permit reserved into id: 0, or an outcome (sold out: no unit
+ * available and none reserved that could come back). */
+static int reserve(sk_eth *th, char *id) {
+  dlock_permits *pm = th->e->pm;
+  long long lease = th->e->lease_ms;
+  for (;;) {
+    if (aborted(th))
+      return SK_O_DEADLOCK;
+    int rc = dlock_permits_try_acquire(pm, lease, id);
+    if (rc == 0)
+      return 0;
+    if (rc == DLOCK_EBUSY) {
+      /* Sold out, unless reservations are pending: they may come back. */
+      dlock_permit *list = NULL;
+      size_t n = 0;
+      rc = dlock_permits_list(pm, &list, &n, NULL);
+      dlock_permits_list_free(list);
+      if (rc >= 0 && n == 0)
+        return SK_O_SOLDOUT;
+      if (rc >= 0)
+        rc = dlock_permits_acquire(pm, SK_PERMITS_SLICE_MS, lease, id);
+      if (rc == 0)
+        return 0;
+      if (rc == DLOCK_ETIMEDOUT)
+        continue;
+    }
+    if (rc == DLOCK_ECANCELED)
+      return SK_O_DEADLOCK;
+    note_error(th, "dlock_permits: %s (%s)", dlock_err_name(rc),
+               dlock_last_error());
+    return SK_O_ERROR;
+  }
+}
+
+static int request_permits(sk_eth *th, const char *uid) {
+  const sk_engine *e = th->e;
+  if (uid) {
+    redisReply *x = cmd(th, "HEXISTS %s %s", e->k.users, uid);
+    if (!x)
+      return SK_O_ERROR;
+    int bought = x->type == REDIS_REPLY_INTEGER && x->integer == 1;
+    freeReplyObject(x);
+    if (bought)
+      return SK_O_DUPLICATE;
+  }
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  long long t0 = dlc_now_us();
+  int out = reserve(th, id);
+  th->wait_us += dlc_now_us() - t0;
+  if (out != 0)
+    return out;
+  killpoint(th, SK_KP_LOCKED); /* a dead buyer: its unit comes back */
+  business_work(th);           /* the buyer pays */
+  unsigned char raw[16];
+  for (int i = 0; i < 16; i++) {
+    unsigned v = 0;
+    sscanf(id + 2 * i, "%2x", &v);
+    raw[i] = (unsigned char)v;
+  }
+  char tz[160];
+  timeout_key(tz, sizeof tz, e->k.stock);
+  redisReply *x = cmd(th, "EVAL %s 3 %s %s %s %b %lld %s", pay_lua, tz,
+                      e->k.orders, e->k.users, raw, (size_t)16,
+                      (long long)dlc_wall_ms(), uid ? uid : "");
+  if (!x)
+    return SK_O_ERROR;
+  long long v = x->type == REDIS_REPLY_INTEGER ? x->integer : -2;
+  freeReplyObject(x);
+  if (v == 1)
+    return SK_O_ORDER;
+  if (v == -1) { /* this user bought meanwhile: the unit goes back */
+    int rc = dlock_permits_release(e->pm, id);
+    if (rc != 0 && rc != DLOCK_ELOST && e->unlock_errors)
+      atomic_fetch_add(e->unlock_errors, 1);
+    return SK_O_DUPLICATE;
+  }
+  if (v == 0) /* paid too late: the reservation expired, the unit is back */
+    return SK_O_SOLDOUT;
+  return SK_O_ERROR;
+}
+
 /* Segmented: the segments whose stock is 0 now, one bit each, from one
  * MGET without a lock (a stock only goes down between resets, so 0 is
  * final for this request). Every request asks Redis, as in the other
@@ -437,6 +552,8 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
   th->wait_us = 0;
   if (e->s->kind == SK_ATOMIC)
     return request_atomic(th, uid);
+  if (e->s->kind == SK_PERMITS)
+    return request_permits(th, uid);
   if (e->s->kind == SK_NONE) {
     int out = buy(th, 0, uid);
     return out < 0 ? SK_O_SOLDOUT : out;
@@ -472,7 +589,8 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
 
 int sk_engine_uses_dlock(const sk_strategy *s) {
   return s->kind == SK_DLOCK || s->kind == SK_SEGMENTED || s->kind == SK_FAIR ||
-         s->kind == SK_REDLOCK || s->kind == SK_SPIN;
+         s->kind == SK_REDLOCK || s->kind == SK_SPIN ||
+         s->kind == SK_PERMITS;
 }
 
 static int setup_redlock(sk_engine *e, dlock_config *cfg, char *err,
@@ -510,6 +628,12 @@ static int setup_dlock(sk_engine *e, char *err, size_t el) {
              dlock_last_error());
     return -1;
   }
+  if (kind == SK_PERMITS) {
+    rc = dlock_permits_new(e->dc, e->k.stock, &e->pm);
+    if (rc != 0)
+      snprintf(err, el, "dlock_permits_new: %s", dlock_err_name(rc));
+    return rc ? -1 : 0;
+  }
   for (long long s = 0; s < e->segments; s++) {
     char name[160];
     seg_key(name, sizeof name, e->k.lock, s, e->segments);
@@ -527,6 +651,7 @@ static int setup_dlock(sk_engine *e, char *err, size_t el) {
 int sk_engine_init(sk_engine *e, char *err, size_t errlen) {
   e->dc = NULL;
   e->rl = NULL;
+  e->pm = NULL;
   memset(e->m, 0, sizeof e->m);
   memset(e->rlc, 0, sizeof e->rlc);
   if (e->segments < 1 || e->segments > SK_MAX_SEGMENTS) {
@@ -546,6 +671,8 @@ void sk_engine_free(sk_engine *e) {
     dlock_mutex_free(e->m[s]);
     e->m[s] = NULL;
   }
+  dlock_permits_free(e->pm);
+  e->pm = NULL;
   dlock_client_free(e->dc);
   dlock_redlock_free(e->rl);
   e->dc = NULL;
@@ -617,7 +744,53 @@ int sk_stock_set(redisContext *c, const sk_keys *k, long long segments,
   if (!x)
     return -1;
   freeReplyObject(x);
+  /* Strategy "permits": reservations of an earlier sale are void. */
+  char tz[160];
+  timeout_key(tz, sizeof tz, k->stock);
+  x = scmd(c, err, errlen, "DEL %s", tz);
+  if (!x)
+    return -1;
+  freeReplyObject(x);
   return 0;
+}
+
+long long sk_permits_settle(const char *url, const sk_keys *k,
+                            long long lease_ms, char *err, size_t errlen) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  dlock_client *c = NULL;
+  dlock_permits *pm = NULL;
+  int rc = dlock_client_new(&cfg, &c);
+  if (rc == 0)
+    rc = dlock_permits_new(c, k->stock, &pm);
+  long long pending = -1;
+  long long until = dlc_now_ms() + lease_ms + 5000;
+  while (rc == 0) {
+    long long avail = 0;
+    /* Reclaims every expired reservation into the count (the stock). */
+    rc = dlock_permits_available(pm, &avail);
+    dlock_permit *list = NULL;
+    size_t n = 0;
+    if (rc == 0)
+      rc = dlock_permits_list(pm, &list, &n, NULL);
+    dlock_permits_list_free(list);
+    if (rc < 0)
+      break;
+    rc = 0;
+    pending = (long long)n;
+    if (n == 0 || dlc_now_ms() >= until)
+      break;
+    dlc_sleep_ms(50);
+  }
+  if (rc < 0) {
+    snprintf(err, errlen, "dlock_permits: %s (%s)", dlock_err_name(rc),
+             dlock_last_error());
+    pending = -1;
+  }
+  dlock_permits_free(pm);
+  dlock_client_free(c);
+  return pending;
 }
 
 static int get_num(redisContext *c, const char *key, long long *v, char *err,

@@ -49,6 +49,7 @@ typedef struct sk_engine {
   dlock_mutex *m[SK_MAX_SEGMENTS];
   dlock_client *rlc[SK_REDLOCK_SERVERS];
   dlock_redlock *rl;
+  dlock_permits *pm; /* strategy "permits": the stock as permits */
 } sk_engine;
 
 struct sk_eth {
@@ -86,6 +87,15 @@ void sk_eth_close(sk_eth *th);
  * on_error hook got why), SK_O_DEADLOCK (aborted while waiting).
  * th->wait_us says how long it waited for locks. */
 int sk_engine_request(sk_eth *th, const char *uid, long long user);
+
+/* Strategy "permits", after a run: waits (bounded by lease_ms + 5 s) until
+ * every reservation left behind (by a killed buyer) has expired and has
+ * been reclaimed into the stock through dlock_permits_available, so that
+ * the stock key counts it. Returns the reservations still pending at the
+ * end (0: none; a reservation without expiry would be stock lost for
+ * good), or -1 with err. */
+long long sk_permits_settle(const char *url, const sk_keys *k,
+                            long long lease_ms, char *err, size_t errlen);
 
 /* Sets the stock of k (split over segments) and zeroes the orders and the
  * users hash, on connection c. 0, or -1 with err. */

@@ -126,6 +126,23 @@ static void check_redis(redisContext *c, const sk_run *r, sk_result *res) {
   res->lost_updates = res->orders > taken ? res->orders - taken : 0;
 }
 
+/* Strategy "permits": a reservation left by a killed buyer is in the
+ * timeout set until its lease ends; wait for it to come back into the
+ * stock (dlock_permits_available reclaims it), so that the stock count
+ * below includes it. One that never comes back is stock lost for good:
+ * reported like a lock stuck without expiry. */
+static void settle_permits(const sk_run *r, sk_result *res) {
+  char err[256] = "";
+  long long pending =
+      sk_permits_settle(r->o->url, &r->k, r->o->lease_ms, err, sizeof err);
+  if (pending < 0 && !res->first_error[0])
+    snprintf(res->first_error, sizeof res->first_error, "%s", err);
+  if (pending > 0) {
+    res->stuck_lock = 1;
+    res->stuck_ttl_ms = -1;
+  }
+}
+
 /* ---- one run ------------------------------------------------------------ */
 
 static void make_keys(sk_keys *k, int index, const char *name) {
@@ -200,6 +217,8 @@ void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
   long long t_start = dlc_now_us();
   long long t_stop = sk_watch_workers(&run, &ps, res);
   sk_tally(&run, &ps, t_start, t_stop, res);
+  if (s->kind == SK_PERMITS)
+    settle_permits(&run, res);
   check_redis(c, &run, res);
   judge(o, res);
   drop_keys(c, run.k.prefix);

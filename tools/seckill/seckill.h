@@ -47,7 +47,8 @@ enum sk_kind {
   SK_ATOMIC,
   SK_FAIR,
   SK_REDLOCK,
-  SK_SPIN
+  SK_SPIN,
+  SK_PERMITS
 };
 
 /* Where --kill-holder kills the victim: the worst moment for the scheme. */

@@ -127,6 +127,17 @@ const sk_strategy sk_strategies[] = {
      "one user got two orders: this must not happen with dlock, please "
      "report it",
      NULL, SK_KP_LOCKED, 0, 0},
+    {"permits", SK_PERMITS,
+     "dlock_permits: each unit an expirable permit; reserve one, pay within "
+     "--lease-ms or it goes back",
+     "the stock was oversold: this must not happen with expirable permits, "
+     "please report it",
+     "requests were still waiting when the run was stopped (a dead buyer's "
+     "reservation comes back after --lease-ms)",
+     "one user got two orders: this must not happen, please report it",
+     "passed without a dead buyer: try --kill-holder (its reserved unit "
+     "comes back after --lease-ms and is sold)",
+     SK_KP_LOCKED, 1, 0},
 };
 
 const int sk_n_strategies =

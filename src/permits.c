@@ -1,0 +1,895 @@
+/*
+ * permits.c -- expirable permits, Redisson RPermitExpirableSemaphore
+ * layout (see docs/permits.md).
+ *
+ * DATA (exactly Redisson's):
+ *   <name>            string: the number of available permits. Missing: not
+ *                     set, nothing can be taken.
+ *   {name}:timeout    sorted set (Redisson's suffixName(name, "timeout")):
+ *                     member = a taken permit's id, 16 raw bytes; score =
+ *                     its expiry, ms since the epoch on the taker's wall
+ *                     clock, or 922337203685477 for "never".
+ *   redisson_sc:{name} channel: the new count, whenever a script adds
+ *                     permits (release, reclaim of expired ones, set).
+ * Users see an id as 32 lowercase hex digits.
+ *
+ * Every script that reads or takes permits first RECLAIMS the expired ones
+ * (score <= now): removes them from the set, adds their number to the count
+ * and publishes it -- what Redisson's scripts do, so permits of a dead
+ * holder (C or Java) come back at the next call of anyone after its lease.
+ *
+ * RETRIES. A permit's id is drawn before the first send, and the acquire
+ * script answers "taken" at once when the id is already in the set: a copy
+ * re-sent by the retry policy after a lost reply never takes a second
+ * permit. Release and update are idempotent by id.
+ *
+ * WAITING: one attempt first; then the thread joins the client's
+ * subscription of the channel (DLOCK__WAKE_COUNT: a message "<n>" kicks at
+ * most n waiting threads of the client) and attempts again after every
+ * wake-up, at least every DLOCK__PERMITS_RECHECK_MS, and when the earliest
+ * lease in the set ends (the failed attempt answers it, as Redisson's
+ * ":<expiry>"), since an expiry publishes nothing until someone reclaims it.
+ *
+ * WATCHDOG. Permits taken with lease_ms <= 0 are kept in the object's
+ * list; a thread of the object (started with its first such permit) renews
+ * them all in one script every watchdog_timeout_ms / 3 with a new expiry of
+ * now + watchdog_timeout_ms (retrying every period / 4 while Redis does not
+ * answer). The renewal never re-creates a permit: one found gone leaves the
+ * list and cfg.on_lock_lost runs with the object's name.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define DLOCK__PERMITS_RECHECK_MS 1000
+/* Redisson's nonExpirableTimeout: the score of a permit without a lease. */
+#define PERMIT_NEVER 922337203685477LL
+#define PERMIT_NEVER_S "922337203685477"
+/* Ids per renewal script. */
+#define RENEW_CHUNK 256
+
+typedef struct wd_permit {
+  struct wd_permit *next;
+  unsigned char raw[16];
+  /* Local deadline (monotonic ms): the send time of the last confirmed
+   * acquisition or renewal + the lease - dlock__lease_margin(lease). The
+   * server's expiry cannot come before it; after it, it may have. */
+  int64_t valid_until;
+} wd_permit;
+
+struct dlock_permits {
+  dlock__chobj o; /* client, name, channel */
+  char *timeout;  /* {name}:timeout */
+  size_t timeout_len;
+  /* Held by a renewal batch from its copy of the ids to its reply, and by
+   * update_lease: a batch never overwrites a lease set meanwhile. */
+  pthread_mutex_t renew_mu;
+  pthread_mutex_t mu; /* guards the fields below */
+  pthread_cond_t cv;  /* monotonic: the renewer's sleeps */
+  wd_permit *wd;      /* permits renewed by the watchdog */
+  int started, stop;
+  pid_t started_pid;
+  pthread_t thr;
+};
+
+/* Lua: reclaim(count, set, channel, now, publish, limit) -- expired permits
+ * (score <= now; at most `limit` when given) leave the set and go back to
+ * the count, which is published when positive. In chunks: unpack() of a
+ * long list would overflow Lua's stack. */
+#define LUA_RECLAIM                                                            \
+  "local function reclaim(cnt, tz, ch, now, pub, limit)\n"                     \
+  "  while true do\n"                                                          \
+  "    local n = 1000\n"                                                       \
+  "    if limit then n = math.min(n, limit) end\n"                             \
+  "    if n <= 0 then return end\n"                                            \
+  "    local ids = redis.call('zrangebyscore', tz, 0, now, 'limit', 0, n)\n"   \
+  "    if #ids == 0 then return end\n"                                         \
+  "    redis.call('zrem', tz, unpack(ids))\n"                                  \
+  "    local v = redis.call('incrby', cnt, #ids)\n"                            \
+  "    if v > 0 then redis.call(pub, ch, v) end\n"                             \
+  "    if limit then limit = limit - #ids end\n"                               \
+  "    if #ids < n then return end\n"                                          \
+  "  end\n"                                                                    \
+  "end\n"
+
+static dlock__script g_acquire = {
+    "permits_acquire",
+    /* KEYS[1] count, [2] set, [3] channel. ARGV[1] expiry, [2] now, [3]
+     * never, [4] publish, [5] raw id. 'OK' taken (also when a previous copy
+     * of this call took it), ':<score>' the earliest expiry of a taken
+     * permit with a lease, nil nothing to wait for but a release.
+     * Redisson tryAcquire(1). */
+    LUA_RECLAIM
+    "if redis.call('zscore', KEYS[2], ARGV[5]) then return 'OK' end\n"
+    "reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[4], 1)\n"
+    "local v = redis.call('get', KEYS[1])\n"
+    "if v and tonumber(v) >= 1 then\n"
+    "  redis.call('decrby', KEYS[1], 1)\n"
+    "  redis.call('zadd', KEYS[2], ARGV[1], ARGV[5])\n"
+    "  local ttl = redis.call('pttl', KEYS[1])\n"
+    "  if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end\n"
+    "  return 'OK'\n"
+    "end\n"
+    "local f = redis.call('zrange', KEYS[2], 0, 0, 'withscores')\n"
+    "if f[1] and tonumber(f[2]) ~= tonumber(ARGV[3]) then\n"
+    "  return ':' .. f[2]\n"
+    "end\n"
+    "return false\n",
+    {0}};
+
+static dlock__script g_release = {
+    "permits_release",
+    /* KEYS[1] count, [2] channel, [3] set. ARGV[1] raw id, [2] now, [3]
+     * publish. 0 no such permit, 1 released, 2 released but found past its
+     * lease. Redisson tryRelease(id). */
+    "local e = redis.call('zscore', KEYS[3], ARGV[1])\n"
+    "if not e then return 0 end\n"
+    "redis.call('zrem', KEYS[3], ARGV[1])\n"
+    "local v = redis.call('incrby', KEYS[1], 1)\n"
+    "redis.call(ARGV[3], KEYS[2], v)\n"
+    "if tonumber(e) <= tonumber(ARGV[2]) then return 2 end\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_update = {
+    "permits_update_lease",
+    /* KEYS[1] count, [2] set, [3] channel. ARGV[1] expiry, [2] now, [3]
+     * publish, [4..] raw ids. One '1' (updated) or '0' (gone) per id.
+     * Redisson updateLeaseTime; the watchdog's renewal. */
+    LUA_RECLAIM "reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], nil)\n"
+                "local out = {}\n"
+                "for i = 4, #ARGV do\n"
+                "  if redis.call('zscore', KEYS[2], ARGV[i]) then\n"
+                "    redis.call('zadd', KEYS[2], ARGV[1], ARGV[i])\n"
+                "    out[#out + 1] = '1'\n"
+                "  else\n"
+                "    out[#out + 1] = '0'\n"
+                "  end\n"
+                "end\n"
+                "return table.concat(out)\n",
+    {0}};
+
+static dlock__script g_available = {
+    "permits_available",
+    /* KEYS[1] count, [2] set, [3] channel. ARGV[1] now, [2] publish.
+     * Redisson availablePermits. */
+    LUA_RECLAIM "reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], nil)\n"
+                "local v = redis.call('get', KEYS[1])\n"
+                "if not v then return 0 end\n"
+                "return tonumber(v)\n",
+    {0}};
+
+static dlock__script g_try_set = {
+    "permits_try_set",
+    /* KEYS[1] count, [2] channel. ARGV[1] n, [2] publish. 1 set, 0 already
+     * set. Redisson trySetPermits. */
+    "if redis.call('get', KEYS[1]) then return 0 end\n"
+    "redis.call('set', KEYS[1], ARGV[1])\n"
+    "redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_set = {
+    "permits_set",
+    /* KEYS[1] count, [2] channel, [3] set. ARGV[1] n, [2] publish. The
+     * total (available + taken) becomes n. Redisson setPermits. */
+    "local v = redis.call('get', KEYS[1])\n"
+    "if not v then\n"
+    "  redis.call('set', KEYS[1], ARGV[1])\n"
+    "  redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
+    "  return 1\n"
+    "end\n"
+    "local total = redis.call('zcard', KEYS[3]) + tonumber(v)\n"
+    "if total == tonumber(ARGV[1]) then return 0 end\n"
+    "redis.call('incrby', KEYS[1], tonumber(ARGV[1]) - total)\n"
+    "redis.call(ARGV[2], KEYS[2], ARGV[1])\n"
+    "return 1\n",
+    {0}};
+
+static dlock__script g_list = {
+    "permits_list",
+    /* KEYS[1] count, [2] set. {count or nil, {id, score, id, score...}}:
+     * a read, nothing reclaimed. */
+    "return {redis.call('get', KEYS[1]),\n"
+    "        redis.call('zrange', KEYS[2], 0, -1, 'withscores')}\n",
+    {0}};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_scripts(void) {
+  dlock__script_init(&g_acquire);
+  dlock__script_init(&g_release);
+  dlock__script_init(&g_update);
+  dlock__script_init(&g_available);
+  dlock__script_init(&g_try_set);
+  dlock__script_init(&g_set);
+  dlock__script_init(&g_list);
+}
+
+static void channel_of(dlock__sb *b, const char *name) {
+  dlock__prefix_name(b, "redisson_sc", name);
+}
+
+static int not_used(dlock__chobj *o) {
+  (void)o;
+  return DLOCK_ENOTSUP;
+}
+
+static const dlock__counter_kind g_kind = {"permits", channel_of,
+                                           DLOCK__WAKE_COUNT,
+                                           DLOCK__PERMITS_RECHECK_MS, not_used};
+
+/* ---- ids ---------------------------------------------------------------- */
+
+static void to_hex(const unsigned char raw[16], char out[33]) {
+  static const char hx[] = "0123456789abcdef";
+  for (int i = 0; i < 16; i++) {
+    out[2 * i] = hx[raw[i] >> 4];
+    out[2 * i + 1] = hx[raw[i] & 15];
+  }
+  out[32] = '\0';
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F')
+    return ch - 'A' + 10;
+  return -1;
+}
+
+static int from_hex(const char *id, unsigned char raw[16]) {
+  if (!id)
+    return dlock__fail(DLOCK_EINVAL, "permit id is NULL");
+  if (strlen(id) != DLOCK_PERMIT_ID_LEN)
+    return dlock__fail(DLOCK_EINVAL, "permit id '%.40s' is not %d hex digits",
+                       id, DLOCK_PERMIT_ID_LEN);
+  for (int i = 0; i < 16; i++) {
+    int hi = hexval(id[2 * i]), lo = hexval(id[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return dlock__fail(DLOCK_EINVAL, "permit id '%.40s' is not hex", id);
+    raw[i] = (unsigned char)(hi << 4 | lo);
+  }
+  return 0;
+}
+
+/* ---- the object --------------------------------------------------------- */
+
+int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
+  dlock__clear_error();
+  dlock_permits *p = NULL;
+  int rc =
+      dlock__counter_new(c, name, &g_kind, sizeof(dlock_permits), (void **)&p);
+  if (rc)
+    return rc;
+  dlock__sb t;
+  dlock__sb_init(&t);
+  dlock__suffix_name(&t, name, "timeout");
+  if (!t.oom && c->cl &&
+      dlock__key_slot(name, strlen(name)) != dlock__key_slot(t.p, t.len)) {
+    dlock__sb_free(&t);
+    dlock__counter_free(&p->o);
+    return dlock__fail(DLOCK_EINVAL,
+                       "permits '%s': on a cluster its keys would fall into "
+                       "different slots (CROSSSLOT)",
+                       name);
+  }
+  p->timeout = t.oom ? NULL : dlock__strndup(t.p, t.len);
+  p->timeout_len = t.len;
+  dlock__sb_free(&t);
+  if (!p->timeout || pthread_mutex_init(&p->mu, NULL) != 0) {
+    free(p->timeout);
+    dlock__counter_free(&p->o);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  if (pthread_mutex_init(&p->renew_mu, NULL) != 0) {
+    pthread_mutex_destroy(&p->mu);
+    free(p->timeout);
+    dlock__counter_free(&p->o);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  if (dlock__cond_init_mono(&p->cv) != 0) {
+    pthread_mutex_destroy(&p->renew_mu);
+    pthread_mutex_destroy(&p->mu);
+    free(p->timeout);
+    dlock__counter_free(&p->o);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  *out = p;
+  return 0;
+}
+
+void dlock_permits_free(dlock_permits *p) {
+  if (!p)
+    return;
+  pthread_mutex_lock(&p->mu);
+  int started = p->started;
+  p->stop = 1;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  /* In a fork child the renewer does not exist: nothing to join. */
+  if (started && p->started_pid == getpid())
+    pthread_join(p->thr, NULL);
+  while (p->wd) {
+    wd_permit *nx = p->wd->next;
+    free(p->wd);
+    p->wd = nx;
+  }
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->renew_mu);
+  free(p->timeout);
+  dlock__counter_free(&p->o);
+}
+
+static int check(dlock_permits *p) {
+  dlock__clear_error();
+  return dlock__counter_check(p ? &p->o : NULL, "permits");
+}
+
+/* The publish command as an argument. */
+static const char *pub(dlock_permits *p, size_t *len) {
+  const char *s = dlock__publish_cmd(p->o.c);
+  *len = strlen(s);
+  return s;
+}
+
+/* Runs sc with KEYS [count, set, channel] (order: 1 = [count, channel,
+ * set], as Redisson's release and setPermits have them; 2 = [count, set]). */
+static int eval(dlock_permits *p, const dlock__script *sc, int order, int nargs,
+                const char **args, const size_t *alens, redisReply **r) {
+  pthread_once(&g_once, init_scripts);
+  const char *keys[3] = {p->o.name, p->timeout, p->o.channel};
+  size_t klens[3] = {p->o.name_len, p->timeout_len, p->o.channel_len};
+  int nk = 3;
+  if (order == 1) {
+    keys[1] = p->o.channel;
+    klens[1] = p->o.channel_len;
+    keys[2] = p->timeout;
+    klens[2] = p->timeout_len;
+  } else if (order == 2) {
+    nk = 2;
+  }
+  int rc = dlock__eval(p->o.c, sc, nk, keys, klens, nargs, args, alens, r);
+  return dlock__explain_wrongtype(p->o.c, sc, rc, nk, keys, klens);
+}
+
+static int64_t wd_lease(dlock_permits *p) {
+  return p->o.c->cfg.watchdog_timeout_ms;
+}
+
+/* ---- the watchdog ------------------------------------------------------- */
+
+/* Renews ids[0..n) to expire `lease` ms from now; gone[i] = 1 for each
+ * found gone. 0 or a negative code. */
+static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
+                 int64_t lease, char *gone) {
+  for (size_t at = 0; at < n; at += RENEW_CHUNK) {
+    size_t k = n - at < RENEW_CHUNK ? n - at : RENEW_CHUNK;
+    const char *args[3 + RENEW_CHUNK];
+    size_t alens[3 + RENEW_CHUNK];
+    char es[24], ns[24];
+    int64_t now = dlock__wall_ms();
+    args[0] = es;
+    alens[0] = dlock__fmt_i64(es, now + lease);
+    args[1] = ns;
+    alens[1] = dlock__fmt_i64(ns, now);
+    args[2] = pub(p, &alens[2]);
+    for (size_t i = 0; i < k; i++) {
+      args[3 + i] = (const char *)ids[at + i];
+      alens[3 + i] = 16;
+    }
+    redisReply *r = NULL;
+    int rc = eval(p, &g_update, 0, (int)(3 + k), args, alens, &r);
+    if (rc == 0 && (!r || r->type != REDIS_REPLY_STRING || r->len != k))
+      rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected renewal reply",
+                       p->o.name);
+    if (rc == 0)
+      for (size_t i = 0; i < k; i++)
+        gone[at + i] = r->str[i] == '0';
+    freeReplyObject(r);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* Removes raw from the renewed permits (mu held): 1 if it was there. */
+static int wd_unlink(dlock_permits *p, const unsigned char raw[16]) {
+  for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next)
+    if (memcmp((*pp)->raw, raw, 16) == 0) {
+      wd_permit *w = *pp;
+      *pp = w->next;
+      free(w);
+      return 1;
+    }
+  return 0;
+}
+
+/* Runs cfg.on_lock_lost once per lost permit (mu held; released during the
+ * callbacks). */
+static void report_lost(dlock_permits *p, int gone, int unrenewed) {
+  dlock_client *c = p->o.c;
+  if (!c->cfg.on_lock_lost || gone + unrenewed == 0)
+    return;
+  pthread_mutex_unlock(&p->mu);
+  for (int k = 0; k < gone + unrenewed; k++) {
+    dlock__fail(DLOCK_ELOST,
+                k < gone ? "permits '%s': a renewal found a permit gone "
+                           "(expired and reclaimed, or released elsewhere)"
+                         : "permits '%s': renewals of a permit failed until "
+                           "its lease ran out",
+                p->o.name);
+    c->cfg.on_lock_lost(p->o.name, c->cfg.on_lock_lost_arg);
+  }
+  pthread_mutex_lock(&p->mu);
+}
+
+/* The permits past their local deadline leave the list (mu held): a
+ * renewal that could not reach Redis in time cannot keep them, and another
+ * client may reclaim them from now on. Returns how many. */
+static int drop_unrenewed(dlock_permits *p, int64_t now) {
+  int n = 0;
+  for (wd_permit **pp = &p->wd; *pp;) {
+    if ((*pp)->valid_until <= now) {
+      wd_permit *w = *pp;
+      *pp = w->next;
+      free(w);
+      n++;
+    } else {
+      pp = &(*pp)->next;
+    }
+  }
+  return n;
+}
+
+static void *renewer(void *arg) {
+  dlock_permits *p = arg;
+  int64_t lease = wd_lease(p);
+  int64_t period = lease / 3;
+  if (period < 1)
+    period = 1;
+  int64_t retry = period / 4 < 1000 ? period / 4 : 1000;
+  if (retry < 1)
+    retry = 1;
+  int64_t next = dlock__now_ms() + period;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    for (;;) {
+      int64_t now = dlock__now_ms(), wake = next;
+      report_lost(p, 0, drop_unrenewed(p, now));
+      for (wd_permit *w = p->wd; w; w = w->next)
+        if (w->valid_until < wake)
+          wake = w->valid_until;
+      if (p->stop || now >= next)
+        break;
+      struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, wake - now);
+      pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    }
+    if (p->stop)
+      break;
+    /* renew_mu before mu, as update_lease takes them. */
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_lock(&p->renew_mu);
+    pthread_mutex_lock(&p->mu);
+    size_t n = 0;
+    int64_t earliest = -1;
+    for (wd_permit *w = p->wd; w; w = w->next, n++)
+      if (earliest < 0 || w->valid_until < earliest)
+        earliest = w->valid_until;
+    unsigned char(*ids)[16] = n ? dlock__malloc(n * 16) : NULL;
+    char *gone = n ? dlock__calloc(n, 1) : NULL;
+    if (n && (!ids || !gone)) {
+      free(ids);
+      free(gone);
+      pthread_mutex_unlock(&p->renew_mu);
+      next = dlock__now_ms() + retry;
+      continue;
+    }
+    size_t i = 0;
+    for (wd_permit *w = p->wd; w; w = w->next)
+      memcpy(ids[i++], w->raw, 16);
+    pthread_mutex_unlock(&p->mu);
+    int64_t sent = dlock__now_ms();
+    /* The router stops retrying at the earliest local deadline: past it
+     * the permit is lost whatever a later renewal would say. */
+    dlock__budget b;
+    dlock__budget_start(&b, NULL, earliest > sent ? earliest - sent : 1);
+    int rc = n ? renew(p, ids, n, lease, gone) : 0;
+    dlock__call_deadline_reset();
+    int lost = 0;
+    pthread_mutex_unlock(&p->renew_mu);
+    pthread_mutex_lock(&p->mu);
+    next = rc == 0 ? sent + period : dlock__now_ms() + retry;
+    for (size_t j = 0; rc == 0 && j < n; j++) {
+      if (gone[j]) {
+        /* Still ours to renew (not released meanwhile)? Then it is lost. */
+        lost += wd_unlink(p, ids[j]);
+        continue;
+      }
+      for (wd_permit *w = p->wd; w; w = w->next)
+        if (memcmp(w->raw, ids[j], 16) == 0)
+          w->valid_until = sent + lease - dlock__lease_margin(lease);
+    }
+    free(ids);
+    free(gone);
+    report_lost(p, lost, 0);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Adds raw to the renewed permits, starting the renewer: 0 or a code. */
+static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
+  wd_permit *w = dlock__calloc(1, sizeof *w);
+  if (!w)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  memcpy(w->raw, raw, 16);
+  int64_t lease = wd_lease(p);
+  w->valid_until = sent + lease - dlock__lease_margin(lease);
+  pthread_mutex_lock(&p->mu);
+  int rc = 0;
+  if (!p->started) {
+    if (dlock__thread_start(&p->thr, renewer, p) != 0)
+      rc = dlock__fail(DLOCK_ENOMEM,
+                       "permits '%s': cannot start the "
+                       "watchdog thread",
+                       p->o.name);
+    else {
+      p->started = 1;
+      p->started_pid = getpid();
+    }
+  }
+  if (rc == 0) {
+    w->next = p->wd;
+    p->wd = w;
+  } else {
+    free(w);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+static void wd_remove(dlock_permits *p, const unsigned char raw[16]) {
+  pthread_mutex_lock(&p->mu);
+  wd_unlink(p, raw);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- acquire ------------------------------------------------------------ */
+
+typedef struct attempt {
+  dlock_permits *p;
+  unsigned char raw[16];
+  int64_t lease;       /* ms, the watchdog's when wd */
+  int64_t next_expiry; /* wall ms of the earliest lease in the set; 0 none */
+  int64_t sent;        /* monotonic ms the last attempt was sent */
+} attempt;
+
+/* One attempt: 1 taken, 0 not, or a negative code. */
+static int try_once(void *arg) {
+  attempt *a = arg;
+  char es[24], ns[24];
+  a->sent = dlock__now_ms();
+  int64_t now = dlock__wall_ms();
+  const char *args[5];
+  size_t alens[5];
+  args[0] = es;
+  alens[0] = dlock__fmt_i64(es, now + a->lease);
+  args[1] = ns;
+  alens[1] = dlock__fmt_i64(ns, now);
+  args[2] = PERMIT_NEVER_S;
+  alens[2] = strlen(PERMIT_NEVER_S);
+  args[3] = pub(a->p, &alens[3]);
+  args[4] = (const char *)a->raw;
+  alens[4] = 16;
+  redisReply *r = NULL;
+  int rc = eval(a->p, &g_acquire, 0, 5, args, alens, &r);
+  a->next_expiry = 0;
+  if (rc == 0) {
+    if (r && r->type == REDIS_REPLY_NIL)
+      rc = 0;
+    else if (r && r->type == REDIS_REPLY_STRING && r->len == 2 &&
+             memcmp(r->str, "OK", 2) == 0)
+      rc = 1;
+    else if (r && r->type == REDIS_REPLY_STRING && r->len > 1 &&
+             r->str[0] == ':') {
+      a->next_expiry = (int64_t)strtod(r->str + 1, NULL);
+      rc = 0;
+    } else
+      rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected acquire reply",
+                       a->p->o.name);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+/* How long a waiter may sleep before its next attempt. */
+static int64_t recheck_in(const attempt *a) {
+  int64_t ms = DLOCK__PERMITS_RECHECK_MS;
+  if (a->next_expiry > 0) {
+    int64_t d = a->next_expiry - dlock__wall_ms() + 1;
+    if (d < 1)
+      d = 1;
+    if (d < ms)
+      ms = d;
+  }
+  return ms;
+}
+
+static int wait_loop(dlock_permits *p, attempt *a, const dlock__budget *b,
+                     const char *what) {
+  dlock_client *c = p->o.c;
+  dlock__slot slot;
+  slot.wait_id = 0;
+  dlock__sub *sub = NULL;
+  int active = 0;
+  int rc = dlock__sub_join(c, p->o.channel, NULL, DLOCK__WAKE_COUNT, &slot,
+                           &sub, &active);
+  if (rc || !sub)
+    return rc ? rc : DLOCK_ENOMEM;
+  int need_wait = !active;
+  for (;;) {
+    if (need_wait) {
+      int64_t until = dlock__budget_clamp(b, dlock__now_ms() + recheck_in(a));
+      int granted = 0;
+      if (!dlock__budget_canceled(b))
+        dlock__sub_wait(c, sub, &slot, until, &granted, &active);
+      if (slot.failed) {
+        rc = dlock__sub_error(c, sub, what);
+        break;
+      }
+      if ((rc = dlock__budget_over(b, what)) != 0 && rc != DLOCK_ETIMEDOUT)
+        break;
+    }
+    need_wait = 1;
+    int r = try_once(a);
+    if (r != 0) {
+      rc = r == 1 ? 0 : r;
+      break;
+    }
+    if ((rc = dlock__budget_over(b, what)) != 0)
+      break;
+  }
+  dlock__sub_leave(c, sub, &slot);
+  return rc;
+}
+
+int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
+                          long long lease_ms,
+                          char id_out[DLOCK_PERMIT_ID_LEN + 1]) {
+  int rc = check(p);
+  if (rc)
+    return rc;
+  if (!id_out)
+    return dlock__fail(DLOCK_EINVAL, "id_out is NULL");
+  id_out[0] = '\0';
+  if ((rc = dlock__check_lease(lease_ms, "permits", p->o.name)) != 0)
+    return rc;
+  attempt a = {p, {0}, lease_ms > 0 ? lease_ms : wd_lease(p), 0, 0};
+  if (dlock__random_bytes(a.raw, sizeof a.raw) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "permits '%s': no random bytes",
+                       p->o.name);
+  dlock__budget b;
+  dlock__budget_start(&b, p->o.c, wait_ms);
+  char what[300];
+  snprintf(what, sizeof what, "permits '%.256s'", p->o.name);
+  rc = try_once(&a);
+  if (rc == 0) {
+    if (wait_ms == 0)
+      return dlock__fail(DLOCK_EBUSY, "permits '%s': no permit available",
+                         p->o.name);
+    rc = wait_loop(p, &a, &b, what);
+    if (rc == DLOCK_ETIMEDOUT)
+      return dlock__fail(rc, "permits '%s': no permit within %lld ms",
+                         p->o.name, wait_ms);
+    if (rc)
+      return rc;
+  } else if (rc < 0) {
+    return rc;
+  }
+  if (lease_ms <= 0 && (rc = wd_add(p, a.raw, a.sent)) != 0) {
+    /* No renewal possible: give the permit back rather than let it lapse
+     * while the caller believes it holds it. */
+    dlock__err_keep_begin();
+    char hex[33];
+    to_hex(a.raw, hex);
+    (void)dlock_permits_release(p, hex);
+    dlock__err_keep_end();
+    return rc;
+  }
+  to_hex(a.raw, id_out);
+  return 0;
+}
+
+int dlock_permits_try_acquire(dlock_permits *p, long long lease_ms,
+                              char id_out[DLOCK_PERMIT_ID_LEN + 1]) {
+  return dlock_permits_acquire(p, 0, lease_ms, id_out);
+}
+
+/* ---- release, update ---------------------------------------------------- */
+
+int dlock_permits_release(dlock_permits *p, const char *id) {
+  int rc = check(p);
+  if (rc)
+    return rc;
+  unsigned char raw[16];
+  if ((rc = from_hex(id, raw)) != 0)
+    return rc;
+  wd_remove(p, raw);
+  char ns[24];
+  const char *args[3];
+  size_t alens[3];
+  args[0] = (const char *)raw;
+  alens[0] = 16;
+  args[1] = ns;
+  alens[1] = dlock__fmt_i64(ns, dlock__wall_ms());
+  args[2] = pub(p, &alens[2]);
+  redisReply *r = NULL;
+  rc = eval(p, &g_release, 1, 3, args, alens, &r);
+  long long v = 0;
+  rc = dlock__take_int(rc, r, &v, NULL);
+  if (rc)
+    return rc;
+  if (v == 1)
+    return 0;
+  if (v == 0 && dlock__exec_sends() > 1)
+    return 0; /* an earlier copy of this release released it */
+  if (v == 2)
+    return dlock__fail(DLOCK_ELOST,
+                       "permits '%s': permit %s was past its lease (given "
+                       "back now)",
+                       p->o.name, id);
+  return dlock__fail(DLOCK_ELOST,
+                     "permits '%s': no permit %s (released already, or "
+                     "expired and reclaimed)",
+                     p->o.name, id);
+}
+
+int dlock_permits_update_lease(dlock_permits *p, const char *id,
+                               long long lease_ms) {
+  int rc = check(p);
+  if (rc)
+    return rc;
+  unsigned char raw[16];
+  if ((rc = from_hex(id, raw)) != 0)
+    return rc;
+  if ((rc = dlock__check_lease(lease_ms, "permits", p->o.name)) != 0)
+    return rc;
+  /* Out of the renewer's list first, so that it cannot overwrite the new
+   * fixed lease; back in when the watchdog is asked for. */
+  pthread_mutex_lock(&p->renew_mu);
+  wd_remove(p, raw);
+  char gone = 0;
+  unsigned char ids[1][16];
+  memcpy(ids[0], raw, 16);
+  int64_t sent = dlock__now_ms();
+  rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone);
+  pthread_mutex_unlock(&p->renew_mu);
+  if (rc)
+    return rc;
+  if (gone)
+    return dlock__fail(DLOCK_ELOST,
+                       "permits '%s': no permit %s (released, or expired)",
+                       p->o.name, id);
+  return lease_ms <= 0 ? wd_add(p, raw, sent) : 0;
+}
+
+/* ---- counts ------------------------------------------------------------- */
+
+int dlock_permits_available(dlock_permits *p, long long *n) {
+  int rc = check(p);
+  if (rc)
+    return rc;
+  if (!n)
+    return dlock__fail(DLOCK_EINVAL, "n is NULL");
+  *n = 0;
+  char ns[24];
+  const char *args[2];
+  size_t alens[2];
+  args[0] = ns;
+  alens[0] = dlock__fmt_i64(ns, dlock__wall_ms());
+  args[1] = pub(p, &alens[1]);
+  redisReply *r = NULL;
+  rc = eval(p, &g_available, 0, 2, args, alens, &r);
+  return dlock__take_int(rc, r, n, NULL);
+}
+
+static int set_count(dlock_permits *p, const dlock__script *sc, int order,
+                     long long permits, long long *v) {
+  int rc = check(p);
+  if (rc)
+    return rc;
+  if (permits < 0)
+    return dlock__fail(DLOCK_EINVAL, "permits '%s': negative permits %lld",
+                       p->o.name, permits);
+  char ns[24];
+  const char *args[2];
+  size_t alens[2];
+  args[0] = ns;
+  alens[0] = dlock__fmt_i64(ns, permits);
+  args[1] = pub(p, &alens[1]);
+  redisReply *r = NULL;
+  rc = eval(p, sc, order, 2, args, alens, &r);
+  return dlock__take_int(rc, r, v, NULL);
+}
+
+int dlock_permits_try_set_permits(dlock_permits *p, long long permits) {
+  long long v = 0;
+  int rc = set_count(p, &g_try_set, 1, permits, &v);
+  if (rc)
+    return rc;
+  if (v != 1 && dlock__exec_sends() <= 1)
+    return dlock__fail(DLOCK_EBUSY, "permits '%s' are already set", p->o.name);
+  return 0;
+}
+
+int dlock_permits_set_permits(dlock_permits *p, long long permits) {
+  long long v = 0;
+  return set_count(p, &g_set, 1, permits, &v);
+}
+
+/* ---- list --------------------------------------------------------------- */
+
+int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
+                       long long *available) {
+  int rc = check(p);
+  if (rc)
+    return rc;
+  if (!out || !n)
+    return dlock__fail(DLOCK_EINVAL, "out or n is NULL");
+  *out = NULL;
+  *n = 0;
+  if (available)
+    *available = 0;
+  redisReply *r = NULL;
+  rc = eval(p, &g_list, 2, 0, NULL, NULL, &r);
+  if (rc == 0 &&
+      (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+       r->element[1]->type != REDIS_REPLY_ARRAY || r->element[1]->elements % 2))
+    rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected list reply",
+                     p->o.name);
+  int set = rc == 0 && r->element[0]->type == REDIS_REPLY_STRING;
+  if (set) {
+    char *end = NULL;
+    long long v = strtoll(r->element[0]->str, &end, 10);
+    if (r->element[0]->len == 0 || *end)
+      rc = dlock__fail(DLOCK_EPROTO,
+                       "permits '%s': the key holds '%.40s', not a count",
+                       p->o.name, r->element[0]->str);
+    else if (available)
+      *available = v;
+  }
+  size_t k = rc == 0 ? r->element[1]->elements / 2 : 0;
+  dlock_permit *list = k ? dlock__calloc(k, sizeof *list) : NULL;
+  if (k && !list)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  for (size_t i = 0; rc == 0 && i < k; i++) {
+    const redisReply *m = r->element[1]->element[2 * i];
+    const redisReply *s = r->element[1]->element[2 * i + 1];
+    if (m->type == REDIS_REPLY_STRING && m->len == 16)
+      to_hex((const unsigned char *)m->str, list[i].id);
+    else /* not a Redisson id: shown as far as it is text */
+      snprintf(list[i].id, sizeof list[i].id, "%.*s",
+               (int)(m->len < 32 ? m->len : 32), m->str ? m->str : "");
+    long long e = s->str ? (long long)strtod(s->str, NULL) : 0;
+    list[i].expires_at_ms = e >= PERMIT_NEVER ? -1 : e;
+  }
+  freeReplyObject(r);
+  if (rc) {
+    free(list);
+    return rc;
+  }
+  *out = list;
+  *n = k;
+  return set;
+}
+
+void dlock_permits_list_free(dlock_permit *list) { free(list); }
