@@ -691,6 +691,24 @@ help)
   expect_rc 0 -V
   ;;
 
+versions)
+  # Every tool answers --version with exit 0 and the release (issue 28:
+  # dlock-bench printed its usage and failed). The build dir is $4.
+  B=${4:?build dir}
+  v=$(sed -n 's/#define DLOCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' \
+    "$SRC/include/dlock/version.h" | paste -sd.)
+  for t in "$DL" "$B/tools/seckill/dlock-seckill" "$B/tools/stockd/dlock-stockd" \
+    "$B/tools/bench/dlock-bench" "$B/tools/rig/dlock-rig"; do
+    [ -x "$t" ] || fail "no $t"
+    timeout -k 2 30 "$t" --version >"$T/out" 2>"$T/last.err"
+    rc=$?
+    [ "$rc" = 0 ] || fail "$(basename "$t") --version exited $rc: $(head -c 300 "$T/last.err")"
+    name=$(basename "$t")
+    [ "$name" = dlock_cli ] && name=dlock
+    grep -q "^$name $v\b" "$T/out" || fail "$t --version: '$(cat "$T/out")' (want '$name $v')"
+  done
+  ;;
+
 manpage)
   page="$SRC/docs/dlock.1"
   [ -f "$page" ] || fail "no $page"
