@@ -727,7 +727,8 @@ static int bad_value(const loader *ld, const yaml_node_t *v, const key_def *d,
 /* sslTruststore / sslKeystore: Redisson's URL (file:/path, file:///path,
  * file:relative) or a plain path; the file must be a PKCS12 store -- a Java
  * keystore is refused here, naming the key, with the command that converts
- * it. The field gets the plain path. */
+ * it. A file that cannot be read is left to dlock_client_new (a redis://
+ * server never needs it). The field gets the plain path. */
 static int set_store(loader *ld, const key_def *d, const yaml_node_t *v,
                      char *s) {
   size_t scheme =
@@ -746,23 +747,17 @@ static int set_store(loader *ld, const key_def *d, const yaml_node_t *v,
   free(s);
   if (!copy)
     return oom();
+  /* A store this host cannot read: an error only if TLS needs it. */
   FILE *f = fopen(copy, "rb");
   unsigned char head[4];
   size_t n = f ? fread(head, 1, sizeof head, f) : 0;
-  int err = f ? 0 : errno;
   if (f)
     fclose(f);
   const char *kind;
-  int rc = 0;
-  if (!f) {
-    rc = at(ld, v->start_mark, "'%s': cannot open '%s': %s", d->name, copy,
-            strerror(err));
-  } else if (dlock__store_java_kind(head, n, &kind)) {
+  if (dlock__store_java_kind(head, n, &kind)) {
     char hint[1024];
     dlock__store_java_hint(hint, sizeof hint, d->name, copy, kind);
-    rc = at(ld, v->start_mark, "%s", hint);
-  }
-  if (rc) {
+    int rc = at(ld, v->start_mark, "%s", hint);
     free(copy);
     return rc;
   }
