@@ -82,7 +82,7 @@ typedef struct key_def {
  * and ClusterServersConfig, current and removed ones (read from Redisson's
  * sources, 3.0 to 4.x), and dlock's own keys. Redisson's Config also
  * carries the connection settings (username, password, ssl*, tcp*...) at
- * the top level since 3.45; a server section's value wins over them. */
+ * the top level since 4.0; a server section's value wins over them. */
 #define IN_ANY (IN_ROOT | IN_SERVERS)
 static const key_def g_keys[] = {
     {"lockWatchdogTimeout", IN_ROOT, K_INT, 0, FIELD(watchdog_timeout_ms)},
