@@ -132,6 +132,12 @@ typedef struct dlock_client dlock_client;
 #define DLOCK_TLS_VERIFY_FULL 1    /* the chain and the name (default) */
 #define DLOCK_TLS_VERIFY_CA_ONLY 2 /* the chain, not the name */
 
+/* dlock_config.retry_delay (since 0.3): Redisson's delay kinds. */
+#define DLOCK_RETRY_CONSTANT 0
+#define DLOCK_RETRY_EQUAL_JITTER 1
+#define DLOCK_RETRY_FULL_JITTER 2
+#define DLOCK_RETRY_DECORRELATED_JITTER 3
+
 /* Client settings. Allocated by the caller (usually on the stack) and always
  * prepared with dlock_config_init before anything else touches it:
  *
@@ -298,6 +304,32 @@ typedef struct dlock_config {
    * retry). Fair and fenced locks and read-write locks never fall back.
    * YAML: spinFallback (dlock's own key). */
   int spin_fallback;
+  /* ---- since 0.3: the retry delay policy (Redisson's retryDelay) ---- */
+  /* The pause before retry n (n = 0 for the first retry) of a command, a
+   * connection or an acquisition the replicas did not confirm:
+   * DLOCK_RETRY_CONSTANT (default): retry_interval_ms every time. The
+   * others are Redisson's delay kinds over retry_base_delay_ms (b) and
+   * retry_max_delay_ms (m), with e = min(b * 2^n, m):
+   * DLOCK_RETRY_EQUAL_JITTER: e/2 + a random 0..e/2;
+   * DLOCK_RETRY_FULL_JITTER: a random 0..e;
+   * DLOCK_RETRY_DECORRELATED_JITTER: min(b + a random 0..3*prev, m), prev
+   * being the previous pause (b at first). docs/config.md. */
+  int retry_delay;
+  int retry_base_delay_ms; /* default 1000 */
+  int retry_max_delay_ms;  /* default 2000 */
+  /* ---- since 0.3: PKCS12 key stores (Redisson's sslTruststore,
+   * sslKeystore; docs/security.md) ---- */
+  /* A PKCS12 file of trusted CA certificates (used instead of the system's
+   * store, with tls_ca_file / tls_ca_dir if set too), and its password
+   * (NULL: none). A Java keystore (JKS) is refused: convert it with
+   * keytool -importkeystore -deststoretype PKCS12. Default NULL. */
+  const char *tls_truststore;
+  const char *tls_truststore_password;
+  /* A PKCS12 file holding the client's certificate (and its chain) and
+   * private key, for mutual TLS, instead of tls_cert_file + tls_key_file;
+   * and its password. Default NULL. Copied (loaded) by dlock_client_new. */
+  const char *tls_keystore;
+  const char *tls_keystore_password;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -748,11 +780,11 @@ typedef struct dlock_client_stats {
   uint64_t wait_hist[DLOCK_STATS_WAIT_BUCKETS]; /* waits by duration */
   uint64_t wait_ms_total;                       /* sum of the waits, ms */
   uint64_t wait_ms_max;                         /* the longest wait, ms */
-  uint64_t timeouts;        /* waits that ended DLOCK_ETIMEDOUT */
-  uint64_t cancels;         /* waits that ended DLOCK_ECANCELED */
-  uint64_t renewals_sent;   /* watchdog renewals sent (per hold) */
-  uint64_t renewals_failed; /* ... answered by an error or no answer */
-  uint64_t lost_key_gone;   /* holds lost: a renewal found the field gone */
+  uint64_t timeouts;         /* waits that ended DLOCK_ETIMEDOUT */
+  uint64_t cancels;          /* waits that ended DLOCK_ECANCELED */
+  uint64_t renewals_sent;    /* watchdog renewals sent (per hold) */
+  uint64_t renewals_failed;  /* ... answered by an error or no answer */
+  uint64_t lost_key_gone;    /* holds lost: a renewal found the field gone */
   uint64_t lost_unreachable; /* ... the server unreachable past the lease */
   uint64_t lost_thread_exit; /* ... the holding thread exited */
   uint64_t lost_forced;      /* ... force-unlocked / deleted by others */
@@ -779,7 +811,7 @@ DLOCK_API int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
                                        size_t size);
 /* dlock_client_stats(c, &st): dlock_client_stats_sized with this header's
  * sizeof(dlock_client_stats). */
-#define dlock_client_stats(c, st)                                            \
+#define dlock_client_stats(c, st)                                              \
   dlock_client_stats_sized((c), (st), sizeof(dlock_client_stats))
 
 /* The waiters queued for the fair lock `name` (Redisson's list

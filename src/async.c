@@ -88,6 +88,8 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
     free(a);
     return rc;
   }
+  dlock__config_log_ignored(&a->cfg, &a->cfg);
+  a->cfg.loaded = NULL; /* the caller's */
   const char *url = a->cfg.url ? a->cfg.url : "redis://127.0.0.1:6379";
   if (!(a->url_str = dlock__strdup(url))) {
     free(a);
@@ -102,6 +104,8 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
   /* Borrowed for this call only: not kept. */
   a->cfg.tls_ca_file = a->cfg.tls_ca_dir = NULL;
   a->cfg.tls_cert_file = a->cfg.tls_key_file = a->cfg.tls_server_name = NULL;
+  a->cfg.tls_truststore = a->cfg.tls_truststore_password = NULL;
+  a->cfg.tls_keystore = a->cfg.tls_keystore_password = NULL;
   if (a->url.tls || a->url.cluster) {
     int cl = a->url.cluster;
     dlock__url_free(&a->url);

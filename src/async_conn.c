@@ -14,11 +14,11 @@
  * REQUESTS keep their encoded bytes until their reply, so that a failed
  * connection can re-send them: every script of the library is safe to
  * repeat (as in the blocking router). A request whose connection failed is
- * re-sent retry_interval_ms later, at most retry_attempts times; then its
- * owner hears DLOCK_ECONN. Replies LOADING / BUSY / TRYAGAIN / MASTERDOWN
- * are retried the same way; NOSCRIPT is answered with EVAL at once.
- * A reply that does not come within command_timeout_ms of its send fails
- * the connection (and so every request on it), as the blocking
+ * re-sent after the retry delay policy's pause (dlock__retry_pause), at most
+ * retry_attempts times; then its owner hears DLOCK_ECONN. Replies LOADING /
+ * BUSY / TRYAGAIN / MASTERDOWN are retried the same way; NOSCRIPT is answered
+ * with EVAL at once. A reply that does not come within command_timeout_ms of
+ * its send fails the connection (and so every request on it), as the blocking
  * multiplexed connection does.
  *
  * The bytes go through the hiredis reader for the replies (as link.c) and
@@ -245,8 +245,11 @@ static void req_retry(dlock__aconn *k, dlock__areq *r, int err,
   k->retrying = r;
   r->retry.fn = retry_fired;
   r->retry.arg = r;
-  dlock__async_timer(a, &r->retry,
-                     dlock__async_now() + a->cfg.retry_interval_ms);
+  int64_t pause = dlock__retry_pause(&a->cfg, r->tries - 1, &r->pause);
+  dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "retry",
+             "try %d of %d failed (%s); the next in %lld ms", r->tries,
+             left + 1, why ? why : "", (long long)pause);
+  dlock__async_timer(a, &r->retry, dlock__async_now() + pause);
 }
 
 /* Closes the connection; every request on it is retried (or, final, ends

@@ -53,6 +53,7 @@ struct dlock__areq {
   const dlock__script *script; /* NOSCRIPT: re-sent as EVAL */
   int eval;                    /* cmd is the EVAL form */
   int tries;                   /* sends so far */
+  int64_t pause;               /* the last retry pause (retry_delay) */
   int no_retry;                /* one send: the caller retries (renewals) */
   int64_t sent_at;             /* when its bytes went out (monotonic ms) */
   dlock__atimer retry;         /* armed while waiting for a re-send */

@@ -42,6 +42,9 @@ void dlock_config_init_sized(dlock_config *cfg, size_t size) {
   d.sync_timeout_ms = 1000;
   d.log_level = DLOCK_LOG_INFO;
   d.spin_fallback = 0;
+  d.retry_delay = DLOCK_RETRY_CONSTANT;
+  d.retry_base_delay_ms = 1000;
+  d.retry_max_delay_ms = 2000;
   /* The caller owns `size` bytes: the fields that fit get their defaults,
    * bytes this library does not know (a newer header's fields) get zero. */
   memset(cfg, 0, size);
@@ -117,6 +120,8 @@ static const struct {
     {offsetof(dlock_config, sync_replicas), -1, "sync_replicas"},
     /* WAIT's timeout 0 would wait for ever */
     {offsetof(dlock_config, sync_timeout_ms), 1, "sync_timeout_ms"},
+    {offsetof(dlock_config, retry_base_delay_ms), 0, "retry_base_delay_ms"},
+    {offsetof(dlock_config, retry_max_delay_ms), 0, "retry_max_delay_ms"},
 };
 
 int dlock__config_int_min(size_t off) {
@@ -127,6 +132,12 @@ int dlock__config_int_min(size_t off) {
 }
 
 static int check_cfg(const dlock_config *cfg) {
+  if (cfg->retry_delay < DLOCK_RETRY_CONSTANT ||
+      cfg->retry_delay > DLOCK_RETRY_DECORRELATED_JITTER)
+    return dlock__fail(DLOCK_EINVAL,
+                       "retry_delay must be one of DLOCK_RETRY_* (0 to 3), "
+                       "not %d",
+                       cfg->retry_delay);
   for (size_t i = 0; i < sizeof g_int_min / sizeof g_int_min[0]; i++) {
     int v;
     memcpy(&v, (const char *)cfg + g_int_min[i].off, sizeof v);
@@ -150,6 +161,8 @@ static int tls_init(dlock_client *c) {
   int rc = dlock__tls_ctx_new(&c->cfg, &c->tls_ctx);
   c->cfg.tls_ca_file = c->cfg.tls_ca_dir = NULL; /* loaded: not kept */
   c->cfg.tls_cert_file = c->cfg.tls_key_file = NULL;
+  c->cfg.tls_truststore = c->cfg.tls_truststore_password = NULL;
+  c->cfg.tls_keystore = c->cfg.tls_keystore_password = NULL;
   if (rc == 0 && c->cfg.tls_server_name &&
       !(c->cfg.tls_server_name = c->tls_name =
             dlock__strdup(c->cfg.tls_server_name)))
@@ -195,9 +208,55 @@ static int identity_init(dlock_client *c, const char *url) {
   return 0;
 }
 
+/* A random number from 0 to n, both included (n >= 0). */
+static int64_t rand_upto(int64_t n) {
+  return n > 0 ? (int64_t)(dlock__rand64() % ((uint64_t)n + 1)) : 0;
+}
+
+int64_t dlock__retry_pause(const dlock_config *cfg, int n, int64_t *prev) {
+  int64_t b = cfg->retry_base_delay_ms > 0 ? cfg->retry_base_delay_ms : 0;
+  int64_t m = cfg->retry_max_delay_ms > 0 ? cfg->retry_max_delay_ms : 0;
+  int64_t e = m; /* min(b * 2^n, m), without overflow */
+  if (n < 0)
+    n = 0;
+  if (n < 62 && b > 0 && b <= m >> n)
+    e = b << n;
+  int64_t p;
+  switch (cfg->retry_delay) {
+  case DLOCK_RETRY_EQUAL_JITTER:
+    p = e / 2 + rand_upto(e / 2);
+    break;
+  case DLOCK_RETRY_FULL_JITTER:
+    p = rand_upto(e > 0 ? e : 1);
+    break;
+  case DLOCK_RETRY_DECORRELATED_JITTER: {
+    int64_t last = prev && *prev > 0 ? *prev : b;
+    p = b + (last > 0 ? rand_upto(3 * last - 1) : 0);
+    if (p > m)
+      p = m;
+    break;
+  }
+  default:
+    p = cfg->retry_interval_ms > 0 ? cfg->retry_interval_ms : 0;
+    break;
+  }
+  if (prev)
+    *prev = p;
+  return p;
+}
+
+int64_t dlock__retry_pause_max(const dlock_config *cfg) {
+  if (cfg->retry_delay == DLOCK_RETRY_CONSTANT)
+    return cfg->retry_interval_ms > 0 ? cfg->retry_interval_ms : 0;
+  int64_t m = cfg->retry_max_delay_ms > 0 ? cfg->retry_max_delay_ms : 0;
+  int64_t b = cfg->retry_base_delay_ms > 0 ? cfg->retry_base_delay_ms : 0;
+  /* decorrelated jitter's first pause is b even when b > m */
+  return cfg->retry_delay == DLOCK_RETRY_DECORRELATED_JITTER && b > m ? b : m;
+}
+
 int64_t dlock__latch_ttl(const dlock_config *cfg) {
   /* The latch must outlive every retry of the unlock it protects. */
-  int64_t t = ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
+  int64_t t = ((int64_t)cfg->command_timeout_ms + dlock__retry_pause_max(cfg)) *
               (cfg->retry_attempts + 1);
   return t < 1 ? 1 : t;
 }
@@ -213,7 +272,7 @@ int64_t dlock__send_max(const dlock_config *cfg) {
 
 int64_t dlock__once_ttl(const dlock_config *cfg, int64_t *window) {
   int64_t send = dlock__send_max(cfg);
-  int64_t pause = cfg->retry_interval_ms > 0 ? cfg->retry_interval_ms : 0;
+  int64_t pause = dlock__retry_pause_max(cfg);
   int64_t tries = 1 + (cfg->retry_attempts > 0 ? cfg->retry_attempts : 0);
   /* Every attempt and its pause, plus the send on a fresh connection
    * that replaces a pooled one found dead (not an attempt). */
@@ -236,11 +295,12 @@ static void identity_free(dlock_client *c) {
 /* Connects and authenticates now, with the retry policy, so bad
  * credentials and unreachable servers surface at creation. */
 static int warm(dlock_client *c) {
+  int64_t prev = 0;
   for (int i = 0;; i++) {
     int rc = c->cl ? dlock__cluster_refresh(c) : dlock__node_warm(&c->node);
     if (rc == 0 || rc != DLOCK_ECONN || i >= c->cfg.retry_attempts)
       return rc;
-    dlock__sleep_ms(c->cfg.retry_interval_ms);
+    dlock__sleep_ms(dlock__retry_pause(&c->cfg, i, &prev));
   }
 }
 
@@ -254,6 +314,7 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
   int rc = config_load(cfg_in, cfg_size, &cfg);
   if (rc || (rc = check_cfg(&cfg)) != 0)
     return rc;
+  dlock__config_log_ignored(&cfg, &cfg);
   dlock_client *c = dlock__calloc(1, sizeof *c);
   if (!c)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -261,7 +322,9 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
   c->fork_gen = dlock__fork_gen();
   atomic_init(&c->refs, 1); /* the caller's; each lock object adds one */
   /* Each stage is undone by the labels below it, in reverse order. */
-  if ((rc = identity_init(c, cfg.url)) != 0)
+  rc = identity_init(c, cfg.url);
+  c->cfg.loaded = NULL; /* the caller's (TLS messages named its keys) */
+  if (rc != 0)
     goto fail_free;
   dlock__sync_init(&c->sync);
   if ((rc = dlock__sentinel_init(c)) != 0)

@@ -50,6 +50,10 @@ enum kind {
   K_SYNC,      /* sync_replicas from checkLockSyncedSlaves: true -1, false 0 */
   K_FLAG,      /* an int field from true / false: 1 / 0 */
   K_STR,       /* a string field, copied */
+  K_STORE,     /* a key store's URL or path (file: stripped), checked */
+  K_INTERVAL,  /* retryInterval: retry_interval_ms, and the constant delay */
+  K_DELAY,     /* retryDelay: a tagged delay strategy (retry_delay...) */
+  K_ZERO,      /* a cluster's database: 0 only (dlock's cluster has db 0) */
   K_PART,      /* a string that goes into the URL (enum part) */
   K_DB,        /* the database, into the URL */
   K_LIST,      /* the list of addresses, into the URL */
@@ -74,6 +78,13 @@ typedef struct key_def {
 #define IGNORED(name, where)                                                   \
   { name, where, K_IGNORED, 0, 0, NULL }
 
+/* Every property of Redisson's Config, BaseConfig,
+ * BaseMasterSlaveServersConfig, SingleServerConfig, SentinelServersConfig
+ * and ClusterServersConfig, current and removed ones (read from Redisson's
+ * sources, 3.0 to 4.x), and dlock's own keys. Redisson's Config also
+ * carries the connection settings (username, password, ssl*, tcp*...) at
+ * the top level since 4.0; a server section's value wins over them. */
+#define IN_ANY (IN_ROOT | IN_SERVERS)
 static const key_def g_keys[] = {
     {"lockWatchdogTimeout", IN_ROOT, K_INT, 0, FIELD(watchdog_timeout_ms)},
     {"singleServerConfig", IN_ROOT, K_SECTION, IN_SINGLE, 0, NULL},
@@ -83,46 +94,59 @@ static const key_def g_keys[] = {
     {"nodeAddresses", IN_CLUSTER, K_LIST, 0, 0, NULL},
     {"sentinelAddresses", IN_SENTINEL, K_LIST, 0, 0, NULL},
     {"masterName", IN_SENTINEL, K_PART, P_MASTER, 0, NULL},
-    {"username", IN_SERVERS, K_PART, P_USER, 0, NULL},
-    {"password", IN_SERVERS, K_PART, P_PASSWORD, 0, NULL},
+    {"username", IN_ANY, K_PART, P_USER, 0, NULL},
+    {"password", IN_ANY, K_PART, P_PASSWORD, 0, NULL},
     {"sentinelUsername", IN_SENTINEL, K_PART, P_SUSER, 0, NULL},
     {"sentinelPassword", IN_SENTINEL, K_PART, P_SPASS, 0, NULL},
     {"database", IN_SINGLE | IN_SENTINEL, K_DB, 0, 0, NULL},
+    {"database", IN_CLUSTER, K_ZERO, 0, 0, NULL},
     {"connectTimeout", IN_SERVERS, K_INT, 0, FIELD(connect_timeout_ms)},
     {"timeout", IN_SERVERS, K_INT, 0, FIELD(command_timeout_ms)},
     {"retryAttempts", IN_SERVERS, K_INT, 0, FIELD(retry_attempts)},
-    {"retryInterval", IN_SERVERS, K_INT, 0, FIELD(retry_interval_ms)},
+    {"retryInterval", IN_SERVERS, K_INTERVAL, 0, FIELD(retry_interval_ms)},
+    {"retryDelay", IN_SERVERS, K_DELAY, 0, FIELD(retry_delay)},
     {"connectionPoolSize", IN_SINGLE, K_INT, 0, FIELD(pool_size)},
     {"masterConnectionPoolSize", IN_MULTI, K_INT, 0, FIELD(pool_size)},
-    {"sslCaFile", IN_SERVERS, K_STR, 0, FIELD(tls_ca_file)},
-    {"sslCaDir", IN_SERVERS, K_STR, 0, FIELD(tls_ca_dir)},
-    {"sslCertFile", IN_SERVERS, K_STR, 0, FIELD(tls_cert_file)},
-    {"sslKeyFile", IN_SERVERS, K_STR, 0, FIELD(tls_key_file)},
-    {"sslServerName", IN_SERVERS, K_STR, 0, FIELD(tls_server_name)},
+    /* dlock's own (PEM files; Redisson has no such keys): also at the top
+     * level, for a dlock-only second file (docs/config.md) */
+    {"sslCaFile", IN_ANY, K_STR, 0, FIELD(tls_ca_file)},
+    {"sslCaDir", IN_ANY, K_STR, 0, FIELD(tls_ca_dir)},
+    {"sslCertFile", IN_ANY, K_STR, 0, FIELD(tls_cert_file)},
+    {"sslKeyFile", IN_ANY, K_STR, 0, FIELD(tls_key_file)},
+    {"sslServerName", IN_ANY, K_STR, 0, FIELD(tls_server_name)},
+    {"sslVerify", IN_ANY, K_SSLVERIFY, 0, FIELD(tls_verify)},
     {"clientName", IN_SERVERS, K_STR, 0, FIELD(client_name)},
-    {"sslVerify", IN_SERVERS, K_SSLVERIFY, 0, FIELD(tls_verify)},
-    {"sslEnableEndpointIdentification", IN_SERVERS, K_NAMES, 0,
-     FIELD(tls_verify)},
-    {"sslVerificationMode", IN_SERVERS, K_VERIFY, 0, FIELD(tls_verify)},
-    {"sslTruststore", IN_SERVERS, K_REFUSED, 0, 0,
-     "a Java keystore; dlock reads PEM: use sslCaFile or sslCaDir"},
-    {"sslTruststorePassword", IN_SERVERS, K_REFUSED, 0, 0,
-     "a Java keystore; dlock reads PEM: use sslCaFile or sslCaDir"},
-    {"sslKeystore", IN_SERVERS, K_REFUSED, 0, 0,
-     "a Java keystore; dlock reads PEM: use sslCertFile and sslKeyFile"},
-    {"sslKeystorePassword", IN_SERVERS, K_REFUSED, 0, 0,
-     "a Java keystore; dlock reads PEM: use sslCertFile and sslKeyFile"},
+    {"sslEnableEndpointIdentification", IN_ANY, K_NAMES, 0, FIELD(tls_verify)},
+    {"sslVerificationMode", IN_ANY, K_VERIFY, 0, FIELD(tls_verify)},
+    {"sslTruststore", IN_ANY, K_STORE, 0, FIELD(tls_truststore)},
+    {"sslTruststorePassword", IN_ANY, K_STR, 0, FIELD(tls_truststore_password)},
+    {"sslKeystore", IN_ANY, K_STORE, 0, FIELD(tls_keystore)},
+    {"sslKeystorePassword", IN_ANY, K_STR, 0, FIELD(tls_keystore_password)},
     {"masterSlaveServersConfig", IN_ROOT, K_REFUSED, 0, 0,
      "not supported: use singleServerConfig, clusterServersConfig or "
      "sentinelServersConfig"},
     {"replicatedServersConfig", IN_ROOT, K_REFUSED, 0, 0,
      "not supported: use singleServerConfig, clusterServersConfig or "
      "sentinelServersConfig"},
+    {"checkLockSyncedSlaves", IN_ROOT, K_SYNC, 0, FIELD(sync_replicas)},
+    {"slavesSyncTimeout", IN_ROOT, K_INT, 0, FIELD(sync_timeout_ms)},
+    /* dlock's own: "at least n replicas" has no Redisson key */
+    {"syncReplicas", IN_ROOT, K_INT, 0, FIELD(sync_replicas)},
+    /* Config */
     IGNORED("threads", IN_ROOT),
     IGNORED("nettyThreads", IN_ROOT),
+    IGNORED("nettyExecutor", IN_ROOT),
+    IGNORED("executor", IN_ROOT),
+    IGNORED("eventLoopGroup", IN_ROOT),
     IGNORED("codec", IN_ROOT),
+    IGNORED("codecProvider", IN_ROOT),
+    IGNORED("referenceCodecProvider", IN_ROOT),
+    IGNORED("resolverProvider", IN_ROOT),
     IGNORED("transportMode", IN_ROOT),
+    IGNORED("useLinuxNativeEpoll", IN_ROOT),
     IGNORED("referenceEnabled", IN_ROOT),
+    IGNORED("redissonReferenceEnabled", IN_ROOT),
+    IGNORED("decodeInExecutor", IN_ROOT),
     IGNORED("keepPubSubOrder", IN_ROOT),
     IGNORED("useScriptCache", IN_ROOT),
     IGNORED("minCleanUpDelay", IN_ROOT),
@@ -130,10 +154,9 @@ static const key_def g_keys[] = {
     IGNORED("cleanUpKeysAmount", IN_ROOT),
     IGNORED("lazyInitialization", IN_ROOT),
     IGNORED("protocol", IN_ROOT),
-    {"checkLockSyncedSlaves", IN_ROOT, K_SYNC, 0, FIELD(sync_replicas)},
-    {"slavesSyncTimeout", IN_ROOT, K_INT, 0, FIELD(sync_timeout_ms)},
-    /* dlock's own: "at least n replicas" has no Redisson key */
-    {"syncReplicas", IN_ROOT, K_INT, 0, FIELD(sync_replicas)},
+    IGNORED("valkeyCapabilities", IN_ROOT),
+    IGNORED("lockWatchdogBatchSize", IN_ROOT),
+    IGNORED("fairLockWaitTimeout", IN_ROOT),
     /* dlock's own: a waiting mutex spins when SUBSCRIBE is refused */
     {"spinFallback", IN_ROOT, K_FLAG, 0, FIELD(spin_fallback)},
     IGNORED("reliableTopicWatchdogTimeout", IN_ROOT),
@@ -141,40 +164,59 @@ static const key_def g_keys[] = {
     IGNORED("nettyHook", IN_ROOT),
     IGNORED("addressResolverGroupFactory", IN_ROOT),
     IGNORED("connectionListener", IN_ROOT),
+    IGNORED("tcpKeepAlive", IN_ROOT),
+    /* Config and BaseConfig */
+    IGNORED("credentialsResolver", IN_ANY),
+    IGNORED("nameMapper", IN_ANY),
+    IGNORED("commandMapper", IN_ANY),
+    IGNORED("sslProvider", IN_ANY),
+    IGNORED("sslProtocols", IN_ANY),
+    IGNORED("sslCiphers", IN_ANY),
+    IGNORED("sslKeystoreType", IN_ANY),
+    IGNORED("sslTrustManagerFactory", IN_ANY),
+    IGNORED("sslKeyManagerFactory", IN_ANY),
+    IGNORED("tcpNoDelay", IN_ANY),
+    IGNORED("tcpKeepAliveCount", IN_ANY),
+    IGNORED("tcpKeepAliveIdle", IN_ANY),
+    IGNORED("tcpKeepAliveInterval", IN_ANY),
+    IGNORED("tcpUserTimeout", IN_ANY),
+    /* BaseConfig */
     IGNORED("idleConnectionTimeout", IN_SERVERS),
     IGNORED("subscriptionsPerConnection", IN_SERVERS),
-    IGNORED("subscriptionConnectionMinimumIdleSize", IN_SERVERS),
-    IGNORED("subscriptionConnectionPoolSize", IN_SERVERS),
     IGNORED("subscriptionTimeout", IN_SERVERS),
     IGNORED("pingConnectionInterval", IN_SERVERS),
+    IGNORED("pingConnection", IN_SERVERS),
+    IGNORED("pingTimeout", IN_SERVERS),
     IGNORED("keepAlive", IN_SERVERS),
-    IGNORED("tcpNoDelay", IN_SERVERS),
-    IGNORED("tcpKeepAliveCount", IN_SERVERS),
-    IGNORED("tcpKeepAliveIdle", IN_SERVERS),
-    IGNORED("tcpKeepAliveInterval", IN_SERVERS),
-    IGNORED("tcpUserTimeout", IN_SERVERS),
-    IGNORED("dnsMonitoringInterval", IN_SERVERS),
-    IGNORED("retryDelay", IN_SERVERS),
     IGNORED("reconnectionDelay", IN_SERVERS),
-    IGNORED("nameMapper", IN_SERVERS),
-    IGNORED("commandMapper", IN_SERVERS),
-    IGNORED("credentialsResolver", IN_SERVERS),
-    IGNORED("sslProvider", IN_SERVERS),
-    IGNORED("sslProtocols", IN_SERVERS),
-    IGNORED("sslCiphers", IN_SERVERS),
-    IGNORED("sslKeystoreType", IN_SERVERS),
+    IGNORED("reconnectionTimeout", IN_SERVERS),
+    IGNORED("failedAttempts", IN_SERVERS),
+    IGNORED("credentialsReapplyInterval", IN_SERVERS),
+    /* BaseMasterSlaveServersConfig and SingleServerConfig */
+    IGNORED("subscriptionConnectionMinimumIdleSize", IN_SERVERS),
+    IGNORED("subscriptionConnectionPoolSize", IN_SERVERS),
+    IGNORED("dnsMonitoringInterval", IN_SERVERS),
+    IGNORED("dnsMonitoringTimes", IN_SERVERS),
+    IGNORED("dnsMonitoring", IN_SINGLE),
     IGNORED("connectionMinimumIdleSize", IN_SINGLE),
     IGNORED("masterConnectionMinimumIdleSize", IN_MULTI),
     IGNORED("slaveConnectionMinimumIdleSize", IN_MULTI),
     IGNORED("slaveConnectionPoolSize", IN_MULTI),
+    IGNORED("slaveSubscriptionConnectionMinimumIdleSize", IN_MULTI),
+    IGNORED("slaveSubscriptionConnectionPoolSize", IN_MULTI),
     IGNORED("failedSlaveReconnectionInterval", IN_MULTI),
     IGNORED("failedSlaveCheckInterval", IN_MULTI),
+    IGNORED("failedSlaveNodeDetector", IN_MULTI),
+    IGNORED("fallbackLoadingToMaster", IN_MULTI),
     IGNORED("readMode", IN_MULTI),
     IGNORED("subscriptionMode", IN_MULTI),
     IGNORED("loadBalancer", IN_MULTI),
+    /* SentinelServersConfig and ClusterServersConfig */
     IGNORED("scanInterval", IN_MULTI),
     IGNORED("natMapper", IN_MULTI),
+    IGNORED("natMap", IN_MULTI),
     IGNORED("checkSlotsCoverage", IN_CLUSTER),
+    IGNORED("checkMasterLinkStatus", IN_CLUSTER),
     IGNORED("shardedSubscriptionMode", IN_CLUSTER),
     IGNORED("checkSentinelsList", IN_SENTINEL),
     IGNORED("checkSlaveStatusWithSyncing", IN_SENTINEL),
@@ -184,18 +226,25 @@ static const key_def g_keys[] = {
 
 /* The string fields a load may set; loaded_mem.str[i] is what the field at
  * g_str_off[i] points to. */
-static const size_t g_str_off[] = {offsetof(dlock_config, url),
-                                   offsetof(dlock_config, tls_ca_file),
-                                   offsetof(dlock_config, tls_ca_dir),
-                                   offsetof(dlock_config, tls_cert_file),
-                                   offsetof(dlock_config, tls_key_file),
-                                   offsetof(dlock_config, tls_server_name),
-                                   offsetof(dlock_config, client_name)};
+static const size_t g_str_off[] = {
+    offsetof(dlock_config, url),
+    offsetof(dlock_config, tls_ca_file),
+    offsetof(dlock_config, tls_ca_dir),
+    offsetof(dlock_config, tls_cert_file),
+    offsetof(dlock_config, tls_key_file),
+    offsetof(dlock_config, tls_server_name),
+    offsetof(dlock_config, client_name),
+    offsetof(dlock_config, tls_truststore),
+    offsetof(dlock_config, tls_truststore_password),
+    offsetof(dlock_config, tls_keystore),
+    offsetof(dlock_config, tls_keystore_password)};
 #define NSTR (sizeof g_str_off / sizeof g_str_off[0])
 
 /* What cfg->loaded points to. */
 typedef struct loaded_mem {
   char *str[NSTR];
+  const char *key[NSTR]; /* the YAML key that set str[i] (for messages) */
+  char *ignored; /* "FILE:L:C: 'key' ...\n" per Redisson setting ignored */
 } loaded_mem;
 
 typedef struct loader {
@@ -213,6 +262,10 @@ typedef struct loader {
   yaml_mark_t part_mark[NPART];
   yaml_node_t *list; /* nodeAddresses / sentinelAddresses */
   long db;           /* -1: not set */
+  int had_url;       /* cfg->url was set before this load */
+  int pass;          /* the top level: 0 its own keys, 1 the section */
+  dlock__sb ignored; /* this load's Redisson settings that do nothing */
+  const yaml_node_t *cert_key, *key_key; /* sslCertFile / sslKeyFile */
 } loader;
 
 /* Whether the caller's struct holds the field of `width` bytes at off. */
@@ -286,6 +339,7 @@ static void mem_free(loaded_mem *m) {
     return;
   for (size_t i = 0; i < NSTR; i++)
     free(m->str[i]);
+  free(m->ignored);
   free(m);
 }
 
@@ -296,11 +350,13 @@ static size_t str_slot(size_t off) {
   return i;
 }
 
-/* The string field at off now points to s, which the load owns. */
-static void set_str(loader *ld, size_t off, char *s) {
+/* The string field at off now points to s, which the load owns; key: the
+ * YAML key that set it. */
+static void set_str(loader *ld, size_t off, char *s, const char *key) {
   size_t i = str_slot(off);
   free(ld->mem->str[i]);
   ld->mem->str[i] = s;
+  ld->mem->key[i] = key;
   memcpy(field_at(&ld->cfg, off), &s, sizeof s);
 }
 
@@ -319,6 +375,7 @@ static int loader_init(loader *ld, const char *path, const dlock_config *cfg) {
   ld->path = path;
   ld->db = -1;
   dlock__sb_init(&ld->text);
+  dlock__sb_init(&ld->ignored);
   ld->size = cfg->abi_size < sizeof ld->cfg ? cfg->abi_size : sizeof ld->cfg;
   dlock_config_init_sized(&ld->cfg, sizeof ld->cfg);
   memcpy(&ld->cfg, cfg, ld->size);
@@ -335,8 +392,11 @@ static int loader_init(loader *ld, const char *path, const dlock_config *cfg) {
     char *copy = dlock__strdup(cur);
     if (!copy)
       return oom();
-    set_str(ld, g_str_off[i], copy);
+    set_str(ld, g_str_off[i], copy, old->key[i]);
   }
+  if (old && old->ignored) /* the earlier file's, reported with these */
+    dlock__sb_adds(&ld->ignored, old->ignored);
+  ld->had_url = ld->cfg.url != NULL;
   return 0;
 }
 
@@ -347,6 +407,7 @@ static void loader_free(loader *ld) {
   yaml_document_delete(&ld->doc);
   yaml_parser_delete(&ld->parser);
   dlock__sb_free(&ld->text);
+  dlock__sb_free(&ld->ignored);
 }
 
 /* ---- reading and parsing ------------------------------------------------ */
@@ -655,13 +716,221 @@ static int bad_value(const loader *ld, const yaml_node_t *v, const key_def *d,
   if (d->kind == K_VERIFY)
     return at(ld, v->start_mark,
               "'%s' must be STRICT, CA_ONLY or NONE, not '%.40s'", d->name, s);
-  if (d->kind != K_INT && d->kind != K_DB)
+  if (d->kind != K_INT && d->kind != K_DB && d->kind != K_INTERVAL)
     return at(ld, v->start_mark, "'%s' must be true or false, not '%.40s'",
               d->name, s);
   return at(ld, v->start_mark,
             "'%s' must be an integer from %ld to %ld, not "
             "'%.40s'",
             d->name, lo, hi, s);
+}
+
+/* ---- key stores, durations, delay strategies ----------------------------- */
+
+/* sslTruststore / sslKeystore: Redisson's URL (file:/path, file:///path,
+ * file:relative) or a plain path; the file must be a PKCS12 store -- a Java
+ * keystore is refused here, naming the key, with the command that converts
+ * it. A file that cannot be read is left to dlock_client_new (a redis://
+ * server never needs it). The field gets the plain path. */
+static int set_store(loader *ld, const key_def *d, const yaml_node_t *v,
+                     char *s) {
+  size_t scheme =
+      strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                "0123456789+.-");
+  if (scheme > 1 && s[scheme] == ':' && strncmp(s, "file:", 5) != 0) {
+    int rc = at(ld, v->start_mark,
+                "'%s': '%.60s' is not a file: dlock reads a key store from a "
+                "file: URL (file:/path/to/store.p12) or a path",
+                d->name, s);
+    free(s);
+    return rc;
+  }
+  const char *path = dlock__store_path(s);
+  char *copy = dlock__strdup(path);
+  free(s);
+  if (!copy)
+    return oom();
+  /* A store this host cannot read: an error only if TLS needs it. */
+  FILE *f = fopen(copy, "rb");
+  unsigned char head[4];
+  size_t n = f ? fread(head, 1, sizeof head, f) : 0;
+  if (f)
+    fclose(f);
+  const char *kind;
+  if (dlock__store_java_kind(head, n, &kind)) {
+    char hint[1024];
+    dlock__store_java_hint(hint, sizeof hint, d->name, copy, kind);
+    int rc = at(ld, v->start_mark, "%s", hint);
+    free(copy);
+    return rc;
+  }
+  set_str(ld, d->off, copy, d->name);
+  return 0;
+}
+
+/* Digits with an optional fraction ("1", "0.25"), as nanoseconds of unit
+ * (ns per 1). -1 if s starts with none. *s moves past them. */
+static int parse_amount(const char **s, int64_t unit, int64_t *ns) {
+  const char *p = *s;
+  int64_t whole = 0, frac = 0, scale = 1;
+  if (!isdigit((unsigned char)*p))
+    return -1;
+  for (; isdigit((unsigned char)*p); p++)
+    if ((whole = whole * 10 + (*p - '0')) > 100000000)
+      return -1; /* far beyond any delay */
+  if (*p == '.') {
+    p++;
+    if (!isdigit((unsigned char)*p))
+      return -1;
+    for (; isdigit((unsigned char)*p); p++)
+      if (scale < 1000000000) {
+        frac = frac * 10 + (*p - '0');
+        scale *= 10;
+      }
+  }
+  if (whole > INT64_MAX / unit - 1)
+    return -1;
+  *ns = whole * unit + (int64_t)((double)frac * (double)unit / (double)scale);
+  *s = p;
+  return 0;
+}
+
+/* A java.time.Duration as Redisson's files write it: ISO-8601 (PT1S,
+ * PT0.1S, PT1M30S, P1DT2H; what Duration.toString gives), or a number of
+ * seconds (Jackson's form: 2, 1.5). *ms = whole milliseconds (truncated,
+ * as Duration.toMillis). -1 if s is neither, or negative, or above
+ * INT_MAX ms. */
+static int parse_duration(const char *s, long *ms) {
+  static const int64_t S = 1000000000;
+  int64_t ns = 0, part;
+  const char *p = s;
+  if (*p != 'P' && *p != 'p') {
+    if (parse_amount(&p, S, &ns) || *p)
+      return -1;
+  } else {
+    int any = 0;
+    p++;
+    if (isdigit((unsigned char)*p)) {
+      if (parse_amount(&p, 86400 * S, &part) || (*p != 'D' && *p != 'd'))
+        return -1;
+      ns += part;
+      p++;
+      any = 1;
+    }
+    if (*p == 'T' || *p == 't') {
+      p++;
+      static const struct {
+        char unit;
+        int64_t ns;
+      } u[] = {{'H', 3600 * S}, {'M', 60 * S}, {'S', S}};
+      int after = 0, found = 0;
+      while (*p && after < 3) {
+        const char *q = p;
+        int64_t x;
+        if (parse_amount(&q, 1, &x))
+          return -1;
+        char c = (char)toupper((unsigned char)*q);
+        int i = after;
+        while (i < 3 && u[i].unit != c)
+          i++;
+        if (i == 3)
+          return -1;
+        if (parse_amount(&p, u[i].ns, &part) || p != q)
+          return -1;
+        ns += part;
+        p++;
+        after = i + 1;
+        found = 1;
+      }
+      if (!found)
+        return -1;
+      any = 1;
+    }
+    if (!any || *p)
+      return -1;
+  }
+  if (ns / 1000000 > INT_MAX)
+    return -1;
+  *ms = (long)(ns / 1000000);
+  return 0;
+}
+
+/* retryDelay: !<org.redisson.config.EqualJitterDelay> {baseDelay: PT1S,
+ * maxDelay: PT2S} and the other kinds (ConstantDelay {delay: ...}). An
+ * empty mapping gives Redisson's defaults (100 ms, 1 s). */
+static int set_delay(loader *ld, const key_def *d, const yaml_node_t *v) {
+  static const struct {
+    const char *name;
+    int kind;
+  } kinds[] = {{"EqualJitterDelay", DLOCK_RETRY_EQUAL_JITTER},
+               {"FullJitterDelay", DLOCK_RETRY_FULL_JITTER},
+               {"DecorrelatedJitterDelay", DLOCK_RETRY_DECORRELATED_JITTER},
+               {"ConstantDelay", DLOCK_RETRY_CONSTANT}};
+  const char *tag = v->tag ? (const char *)v->tag : "";
+  if (strncmp(tag, "tag:yaml.org,2002:", 18) == 0)
+    tag += 18;
+  if (strncmp(tag, "org.redisson.config.", 20) == 0)
+    tag += 20;
+  int kind = -1;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(tag, kinds[i].name) == 0)
+      kind = kinds[i].kind;
+  if (kind < 0 || v->type != YAML_MAPPING_NODE)
+    return at(ld, v->start_mark,
+              "'%s' must be a delay strategy: !<org.redisson.config."
+              "EqualJitterDelay> {baseDelay: PT1S, maxDelay: PT2S} (or "
+              "FullJitterDelay, DecorrelatedJitterDelay; ConstantDelay "
+              "{delay: PT1.5S})",
+              d->name);
+  int constant = kind == DLOCK_RETRY_CONSTANT;
+  long base = 100, max = 1000, delay = 100; /* Redisson's for {} */
+  int have = 0;
+  for (const yaml_node_pair_t *p = v->data.mapping.pairs.start;
+       p < v->data.mapping.pairs.top; p++) {
+    const yaml_node_t *k = yaml_document_get_node(&ld->doc, p->key);
+    const yaml_node_t *x = yaml_document_get_node(&ld->doc, p->value);
+    const char *name = k->type == YAML_SCALAR_NODE ? text_of(k) : "";
+    long *dst = NULL;
+    int bit = 0;
+    if (!constant && strcmp(name, "baseDelay") == 0)
+      dst = &base, bit = 1;
+    else if (!constant && strcmp(name, "maxDelay") == 0)
+      dst = &max, bit = 2;
+    else if (constant && strcmp(name, "delay") == 0)
+      dst = &delay, bit = 4;
+    if (!dst)
+      return at(ld, k->start_mark, "'%s': %s takes %s", d->name, tag,
+                constant ? "delay" : "baseDelay and maxDelay");
+    char *s = NULL;
+    if (x->type != YAML_SCALAR_NODE)
+      return at(ld, x->start_mark, "'%s': %s must be a duration, not a %s",
+                d->name, name, type_name(x));
+    int rc = expand(ld, x, d->name, &s);
+    if (rc)
+      return rc;
+    rc = parse_duration(s, dst);
+    if (rc) {
+      rc = at(ld, x->start_mark,
+              "'%s': %s must be a duration (PT1S, PT0.5S, PT1M...), not "
+              "'%.40s'",
+              d->name, name, s);
+    }
+    free(s);
+    if (rc)
+      return rc;
+    have |= bit;
+  }
+  if (have && !constant && have != 3)
+    return at(ld, v->start_mark, "'%s': %s needs both baseDelay and maxDelay",
+              d->name, tag);
+  ld->cfg.retry_delay = kind;
+  if (constant) {
+    ld->cfg.retry_interval_ms = (int)delay;
+  } else {
+    ld->cfg.retry_base_delay_ms = (int)base;
+    ld->cfg.retry_max_delay_ms = (int)max;
+  }
+  return 0;
 }
 
 /* Stores the expanded value s of key d (s is the load's from here on). */
@@ -671,8 +940,26 @@ static int set_value(loader *ld, const key_def *d, const yaml_node_t *v,
   int val = 0, bad = 0;
   switch (d->kind) {
   case K_STR:
-    set_str(ld, d->off, s);
+    set_str(ld, d->off, s, d->name);
     return 0;
+  case K_STORE:
+    return set_store(ld, d, v, s);
+  case K_ZERO:
+    bad = parse_long(s, 0, 0, &n);
+    if (bad) {
+      free(s);
+      return at(ld, v->start_mark,
+                "'database' in clusterServersConfig must be 0: dlock uses a "
+                "Redis Cluster's database 0 only");
+    }
+    free(s);
+    return 0;
+  case K_INTERVAL: /* as Redisson's setRetryInterval: a constant delay */
+    bad = parse_long(s, dlock__config_int_min(d->off), INT_MAX, &n);
+    val = (int)n;
+    if (!bad && FITS(ld, retry_delay)) /* a struct before 0.3: constant */
+      ld->cfg.retry_delay = DLOCK_RETRY_CONSTANT;
+    break;
   case K_PART:
     free(ld->part[d->part]);
     ld->part[d->part] = s;
@@ -718,6 +1005,8 @@ static const char *expected(const key_def *d) {
   switch (d->kind) {
   case K_INT:
   case K_DB:
+  case K_INTERVAL:
+  case K_ZERO:
     return "an integer";
   case K_NAMES:
   case K_SSLVERIFY:
@@ -743,15 +1032,26 @@ static int set_key(loader *ld, const key_def *d, const yaml_node_t *k,
     ld->list = v;
     return 0;
   }
-  if (v->type != YAML_SCALAR_NODE)
+  int fit = d->kind == K_PART || d->kind == K_DB || d->kind == K_ZERO ||
+            fits(ld, d->off,
+                 d->kind == K_STR || d->kind == K_STORE ? sizeof(char *)
+                                                        : sizeof(int));
+  if (d->kind == K_DELAY)
+    fit = fit && FITS(ld, retry_max_delay_ms);
+  if (v->type != YAML_SCALAR_NODE && d->kind != K_DELAY)
     return at(ld, v->start_mark, "'%s' must be %s, not a %s", d->name,
               expected(d), type_name(v));
-  if (d->kind != K_PART && d->kind != K_DB &&
-      !fits(ld, d->off, d->kind == K_STR ? sizeof(char *) : sizeof(int)))
+  if (!fit)
     return at(ld, k->start_mark,
               "'%s' sets dlock_config.%s, which this program's dlock_config "
               "(%zu bytes, built against an older dlock.h) does not have",
               d->name, d->field, ld->size);
+  if (d->kind == K_DELAY)
+    return set_delay(ld, d, v);
+  if (d->off == FIELD_OFF(tls_cert_file) && d->kind == K_STR)
+    ld->cert_key = k;
+  if (d->off == FIELD_OFF(tls_key_file) && d->kind == K_STR)
+    ld->key_key = k;
   char *s = NULL;
   int rc = expand(ld, v, d->name, &s);
   return rc ? rc : set_value(ld, d, v, s);
@@ -786,11 +1086,35 @@ static int apply_key(loader *ld, unsigned where, const yaml_node_t *k,
     return unknown_key(ld, where, k);
   if (d->kind == K_SECTION)
     return enter_section(ld, d, k, v);
-  if (d->kind == K_IGNORED || is_null(v))
+  if (is_null(v))
     return 0;
+  if (d->kind == K_IGNORED) {
+    char line[300];
+    snprintf(line, sizeof line,
+             "%s:%lu:%lu: '%s' %s is a Redisson setting dlock has no use "
+             "for: ignored\n",
+             ld->path, (unsigned long)k->start_mark.line + 1,
+             (unsigned long)k->start_mark.column + 1, d->name,
+             where_name(where));
+    dlock__sb_adds(&ld->ignored, line);
+    return 0;
+  }
   if (d->kind == K_REFUSED)
     return at(ld, k->start_mark, "'%s': %s", d->name, d->field);
   return set_key(ld, d, k, v);
+}
+
+/* Whether pass ld->pass of the top level skips key k: the first pass sets
+ * the top level's own keys, the second enters the server section, so that
+ * a section's setting wins over the same one at the top level (Redisson's
+ * Config carries username, password, ssl*... there too). */
+static int other_pass(const loader *ld, unsigned where, const yaml_node_t *k) {
+  if (where != IN_ROOT)
+    return 0;
+  if (k->type != YAML_SCALAR_NODE)
+    return ld->pass == 1;
+  const key_def *d = find_key(text_of(k), where);
+  return (d && d->kind == K_SECTION) != (ld->pass == 1);
 }
 
 static int walk_map(loader *ld, unsigned where, const yaml_node_t *map) {
@@ -799,6 +1123,8 @@ static int walk_map(loader *ld, unsigned where, const yaml_node_t *map) {
        p++) {
     const yaml_node_t *k = yaml_document_get_node(&ld->doc, p->key);
     yaml_node_t *v = yaml_document_get_node(&ld->doc, p->value);
+    if (other_pass(ld, where, k))
+      continue;
     if (k->type != YAML_SCALAR_NODE)
       return at(ld, k->start_mark, "a key must be a name, not a %s",
                 type_name(k));
@@ -1024,10 +1350,20 @@ static int compose_multi(loader *ld, dlock__sb *b) {
 }
 
 static int compose(loader *ld) {
+  int parts = 0;
+  for (int i = 0; i < NPART; i++)
+    parts |= ld->part[i] != NULL;
+  /* A dlock-only second file (docs/config.md) sets no server: it keeps the
+   * URL an earlier load (or the program) set. */
+  if (!ld->section && ld->had_url && !parts)
+    return 0;
   if (!ld->section)
     return at(ld, mark_start(),
               "no server section: give one of singleServerConfig, "
-              "clusterServersConfig or sentinelServersConfig");
+              "clusterServersConfig or sentinelServersConfig%s",
+              ld->had_url ? " (a file without one may hold only dlock's "
+                            "own keys, not credentials)"
+                          : "");
   int rc = check_user(ld, P_USER, P_PASSWORD);
   if (rc == 0)
     rc = check_user(ld, P_SUSER, P_SPASS);
@@ -1041,9 +1377,29 @@ static int compose(loader *ld) {
   if (rc == 0 && (b.oom || !(url = dlock__strndup(b.p, b.len))))
     rc = oom();
   if (rc == 0)
-    set_str(ld, FIELD_OFF(url), url);
+    set_str(ld, FIELD_OFF(url), url, ld->section_name);
   dlock__sb_free(&b);
   return rc;
+}
+
+/* A client certificate this file names needs its key, and is given once:
+ * the errors name the YAML keys (tls.c would name the C fields). */
+static int check_pairs(loader *ld) {
+  const dlock_config *c = &ld->cfg;
+  const yaml_node_t *k = ld->cert_key ? ld->cert_key : ld->key_key;
+  if (!k)
+    return 0;
+  if ((c->tls_cert_file != NULL) != (c->tls_key_file != NULL))
+    return at(ld, k->start_mark,
+              "'%s' needs '%s' too (a client certificate needs its key)",
+              c->tls_cert_file ? "sslCertFile" : "sslKeyFile",
+              c->tls_cert_file ? "sslKeyFile" : "sslCertFile");
+  if (FITS(ld, tls_keystore) && c->tls_keystore)
+    return at(ld, k->start_mark,
+              "'%s' and 'sslKeystore' both give the client certificate: "
+              "give one",
+              text_of(k));
+  return 0;
 }
 
 /* ---- the calls ---------------------------------------------------------- */
@@ -1057,6 +1413,11 @@ static int commit(loader *ld, dlock_config *cfg) {
                        "older than 0.2",
                        ld->path, ld->size);
   loaded_mem *old = previous(cfg, ld->size);
+  if (ld->ignored.oom)
+    return oom();
+  if (ld->ignored.len &&
+      !(ld->mem->ignored = dlock__strndup(ld->ignored.p, ld->ignored.len)))
+    return oom();
   ld->cfg.loaded = ld->mem;
   ld->mem = NULL;
   memcpy(cfg, &ld->cfg, ld->size);
@@ -1069,7 +1430,9 @@ static int load(loader *ld, dlock_config *cfg) {
   yaml_node_t *root = rc ? NULL : parse(ld, &rc);
   if (!root)
     return rc;
-  if ((rc = walk_map(ld, IN_ROOT, root)) != 0 || (rc = compose(ld)) != 0)
+  for (ld->pass = 0; ld->pass < 2 && rc == 0; ld->pass++)
+    rc = walk_map(ld, IN_ROOT, root);
+  if (rc || (rc = check_pairs(ld)) != 0 || (rc = compose(ld)) != 0)
     return rc;
   return commit(ld, cfg);
 }
@@ -1109,4 +1472,34 @@ void dlock_config_dispose(dlock_config *cfg) {
   }
   mem_free(m);
   cfg->loaded = NULL;
+}
+
+/* The loaded record of cfg, if cfg's struct has the field and a load set
+ * it. */
+static const loaded_mem *loaded_of(const dlock_config *cfg) {
+  size_t size = cfg->abi_size < sizeof *cfg ? cfg->abi_size : sizeof *cfg;
+  return previous(cfg, size);
+}
+
+void dlock__config_log_ignored(const dlock_config *cfg,
+                               const dlock_config *log) {
+  const loaded_mem *m = loaded_of(cfg);
+  if (!m || !m->ignored || !dlock__log_on(log, DLOCK_LOG_INFO))
+    return;
+  for (const char *p = m->ignored; *p;) {
+    size_t n = strcspn(p, "\n");
+    dlock__log(log, DLOCK_LOG_INFO, NULL, "config_ignored", "%.*s", (int)n, p);
+    p += n + (p[n] == '\n');
+  }
+}
+
+const char *dlock__config_key(const dlock_config *cfg, size_t off,
+                              const char *c_name) {
+  const loaded_mem *m = loaded_of(cfg);
+  size_t i = str_slot(off);
+  const char *cur;
+  if (!m || g_str_off[i] != off || !m->key[i])
+    return c_name;
+  memcpy(&cur, field_at((dlock_config *)cfg, off), sizeof cur);
+  return cur && cur == m->str[i] ? m->key[i] : c_name;
 }

@@ -18,20 +18,19 @@
  * idempotent), so any command is retried after a connection error, a
  * timeout, or a transient server state (LOADING, BUSY, TRYAGAIN,
  * MASTERDOWN, CLUSTERDOWN, READONLY), up to cfg.retry_attempts times,
- * cfg.retry_interval_ms apart -- but never past the deadline of a call
- * with a finite wait budget (dlock__call_deadline): a timedlock of 1000 ms
- * against a dead server returns after about 1000 ms, not after the whole
- * retry policy.
- * A failure on a pooled connection that was idle (typically: the server
- * restarted) first drops the idle ones and retries at once on a fresh
- * connection, without counting as an attempt.
- * A counting script (semaphore, latch: counter.c) is safe to repeat only
- * while its once key lives, so it carries a resend window
- * (dlock__cmd.resend_window_ms, from dlock__once_ttl): no copy of it is
- * sent -- retry, reconnect-and-resend or redirect -- once the window since
- * its first send is over, however the time went (slow connects, WAIT,
- * redirects, a stalled process); the key outlives the window by the
- * longest one send can take.
+ * the pauses of the retry delay policy apart (dlock__retry_pause:
+ * cfg.retry_interval_ms, or cfg.retry_delay's jitter) -- but never past the
+ * deadline of a call with a finite wait budget (dlock__call_deadline): a
+ * timedlock of 1000 ms against a dead server returns after about 1000 ms, not
+ * after the whole retry policy. A failure on a pooled connection that was idle
+ * (typically: the server restarted) first drops the idle ones and retries at
+ * once on a fresh connection, without counting as an attempt. A counting script
+ * (semaphore, latch: counter.c) is safe to repeat only while its once key
+ * lives, so it carries a resend window (dlock__cmd.resend_window_ms, from
+ * dlock__once_ttl): no copy of it is sent -- retry, reconnect-and-resend or
+ * redirect -- once the window since its first send is over, however the time
+ * went (slow connects, WAIT, redirects, a stalled process); the key outlives
+ * the window by the longest one send can take.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -863,6 +862,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
           : 1 + (c->cfg.retry_attempts > 0 ? c->cfg.retry_attempts : 0);
   int stale_used = 0, redirects = 0, ask = 0;
   int64_t first = dlock__now_ms(); /* the first send starts now */
+  int64_t prev_pause = 0;          /* the retry delay policy's state */
   for (int i = 0;;) {
     attempt a;
     int closed_rc;
@@ -888,9 +888,12 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
       return rc;
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
-    int64_t pause = c->cfg.retry_interval_ms;
+    int64_t pause = dlock__retry_pause(&c->cfg, i - 1, &prev_pause);
     if (budget_spent(&pause))
       return rc; /* the call's wait budget ends its retries too */
+    dlock__log(&c->cfg, DLOCK_LOG_WARN, NULL, "retry",
+               "try %d of %d failed (%s); the next in %lld ms", i, attempts,
+               dlock_last_error(), (long long)pause);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0; /* a bound per attempt: the attempts are bounded */
     dlock__sleep_ms(pause);

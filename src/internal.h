@@ -55,7 +55,7 @@ int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
 
 /* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
-int64_t dlock__now_ms(void);  /* monotonic */
+int64_t dlock__now_ms(void); /* monotonic */
 /* ---- log hook (log.c) ---------------------------------------------------
  * dlock__log passes one event to cfg->log_fn (level <= cfg->log_level), or,
  * when no hook is set, to stderr if the environment's DLOCK_LOG asks for
@@ -98,8 +98,7 @@ typedef enum dlock__stat {
 typedef struct dlock__stats {
   _Atomic(uint64_t) v[DLOCK__ST_COUNT];
 } dlock__stats;
-static inline void dlock__stat_add(dlock__stats *s, dlock__stat k,
-                                   uint64_t n) {
+static inline void dlock__stat_add(dlock__stats *s, dlock__stat k, uint64_t n) {
   atomic_fetch_add_explicit(&s->v[k], n, memory_order_relaxed);
 }
 /* One wait of wait_ms ended with an acquisition: waits, histogram, total,
@@ -430,6 +429,26 @@ int64_t dlock__once_ttl(const dlock_config *cfg, int64_t *window);
 /* The lowest value dlock_client_new accepts for the int field of
  * dlock_config at byte offset off; INT_MIN for a field without a bound. */
 int dlock__config_int_min(size_t off);
+/* The pause before retry n (0: the first retry) under cfg's retry delay
+ * policy (retry_delay, dlock.h). *prev carries the previous pause between
+ * the calls of one retry loop (decorrelated jitter needs it; start it at
+ * 0); NULL: none. Any thread. */
+int64_t dlock__retry_pause(const dlock_config *cfg, int n, int64_t *prev);
+/* The longest pause dlock__retry_pause can return for cfg. */
+int64_t dlock__retry_pause_max(const dlock_config *cfg);
+
+/* ---- config files (config.c) -------------------------------------------- */
+
+/* Passes the Redisson settings the file(s) loaded into cfg accepted but
+ * ignore to log's hook, one "config_ignored" event (INFO) each. A config
+ * that was not loaded from a file: nothing. Called by dlock_client_new and
+ * dlock_async_new. */
+void dlock__config_log_ignored(const dlock_config *cfg,
+                               const dlock_config *log);
+/* The name of the setting at byte offset off of cfg for messages: the YAML
+ * key it came from when a config file set it, else c_name. */
+const char *dlock__config_key(const dlock_config *cfg, size_t off,
+                              const char *c_name);
 
 /* ---- URL (url.c) -------------------------------------------------------- */
 
@@ -517,6 +536,19 @@ extern const dlock__link_ops dlock__tls_link_ops;
  * DLOCK_ETLS (a file that does not load, with OpenSSL's reason) /
  * DLOCK_EINVAL / DLOCK_ENOMEM. */
 int dlock__tls_ctx_new(const dlock_config *cfg, void **out);
+/* pkcs12.c: loads cfg's PKCS12 stores (tls_truststore, tls_keystore) into
+ * the SSL_CTX ctx. 0, DLOCK_ETLS (unreadable, wrong password...) or
+ * DLOCK_EINVAL (a Java keystore: the message says how to convert it). */
+int dlock__tls_load_pkcs12(void *ctx, const dlock_config *cfg);
+/* A store's file name: path without Redisson's file: / file:// prefix. */
+const char *dlock__store_path(const char *path);
+/* 1 with *kind "JKS" / "JCEKS" when the n bytes at b start a Java keystore
+ * (which OpenSSL cannot read), else 0. */
+int dlock__store_java_kind(const unsigned char *b, size_t n, const char **kind);
+/* "KEY 'PATH' is a Java keystore (KIND) ...: convert it ... keytool ..."
+ * into buf. */
+int dlock__store_java_hint(char *buf, size_t len, const char *key,
+                           const char *path, const char *kind);
 void dlock__tls_ctx_free(void *ctx);
 /* 1 if the TLS link l presents a client certificate. */
 int dlock__tls_has_client_cert(const dlock__link *l);

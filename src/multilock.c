@@ -109,11 +109,12 @@ int dlock_multilock_lock(dlock_multilock *ml) {
 static int member_try(dlock_multilock *ml, size_t i, long long wait_ms,
                       long long lease_ms, const dlock__budget *b) {
   dlock_client *c = ml->locks[i]->c;
+  int64_t prev = 0;
   for (int k = 0;; k++) {
     int rc = dlock__mutex_acquire(ml->locks[i], 0, lease_ms);
     if (rc != DLOCK_ENOSYNC || wait_ms == 0 || k >= c->cfg.retry_attempts)
       return rc;
-    int64_t pause = c->cfg.retry_interval_ms;
+    int64_t pause = dlock__retry_pause(&c->cfg, k, &prev);
     if ((wait_ms > 0 && dlock__budget_left(b) <= pause) ||
         atomic_load(&c->closing))
       return rc;

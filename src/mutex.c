@@ -191,7 +191,7 @@ int64_t dlock__tombstone_ttl(const dlock_config *cfg) {
   /* Far past the retry policy: a copy still in the network (a reply
    * timeout closed its connection before the server read it) arrives
    * within seconds; a minute at least. */
-  int64_t t = ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
+  int64_t t = ((int64_t)cfg->command_timeout_ms + dlock__retry_pause_max(cfg)) *
               (cfg->retry_attempts + 1) * 4;
   return t < 60000 ? 60000 : t;
 }
@@ -929,11 +929,12 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
 static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   dlock__budget b;
   b.c = NULL; /* started by the first try */
+  int64_t prev = 0;
   for (int i = 0;; i++) {
     int rc = acquire_once(m, wait_ms, lease_ms, &b);
     if (rc != DLOCK_ENOSYNC || wait_ms == 0 || i >= m->c->cfg.retry_attempts)
       return rc;
-    int64_t pause = m->c->cfg.retry_interval_ms;
+    int64_t pause = dlock__retry_pause(&m->c->cfg, i, &prev);
     if ((wait_ms > 0 && dlock__budget_left(&b) <= pause) ||
         dlock__budget_canceled(&b) || atomic_load(&m->c->closing))
       return rc;

@@ -172,14 +172,19 @@ int dlock__tls_ctx_new(const dlock_config *cfg, void **out) {
         1)
       return ctx_fail(ctx, "cannot load the CA certificates",
                       cfg->tls_ca_file ? cfg->tls_ca_file : cfg->tls_ca_dir);
-  } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+  } else if (!cfg->tls_truststore &&
+             SSL_CTX_set_default_verify_paths(ctx) != 1) {
     return ctx_fail(ctx, "cannot load the system's CA store", NULL);
   }
   if ((cfg->tls_cert_file != NULL) != (cfg->tls_key_file != NULL)) {
     SSL_CTX_free(ctx);
-    return dlock__fail(DLOCK_EINVAL, "TLS: tls_cert_file and tls_key_file go "
-                                     "together (a client certificate needs "
-                                     "its key)");
+    return dlock__fail(
+        DLOCK_EINVAL,
+        "TLS: %s and %s go together (a client certificate needs its key)",
+        dlock__config_key(cfg, offsetof(dlock_config, tls_cert_file),
+                          "tls_cert_file"),
+        dlock__config_key(cfg, offsetof(dlock_config, tls_key_file),
+                          "tls_key_file"));
   }
   if (cfg->tls_cert_file) {
     if (SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert_file) != 1)
@@ -191,6 +196,11 @@ int dlock__tls_ctx_new(const dlock_config *cfg, void **out) {
     if (SSL_CTX_check_private_key(ctx) != 1)
       return ctx_fail(ctx, "the client key does not match the certificate",
                       cfg->tls_key_file);
+  }
+  int rc = dlock__tls_load_pkcs12(ctx, cfg); /* pkcs12.c */
+  if (rc) {
+    SSL_CTX_free(ctx);
+    return rc;
   }
   /* Only DLOCK_TLS_VERIFY_NONE turns the chain check off; CA_ONLY skips
    * the name alone (dlock__tls_attach). */

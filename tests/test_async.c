@@ -763,6 +763,68 @@ static void restart(int uv) {
 TH_CASE(restart_libevent) { restart(0); }
 TH_CASE(restart_libuv) { restart(1); }
 
+/* ---- the retry delay policy (issue 28) */
+
+/* "retry" events of the log hook: the pause each announces and when. */
+typedef struct retries {
+  int n;
+  int64_t pause[8], at[8];
+} retries;
+
+static void on_log(void *arg, int level, const char *name, const char *event,
+                   const char *msg) {
+  (void)level;
+  (void)name;
+  retries *t = arg;
+  const char *p = strstr(msg, "the next in ");
+  if (strcmp(event, "retry") == 0 && p && t->n < 8) {
+    t->pause[t->n] = atoll(p + 12);
+    t->at[t->n++] = th_now_ms();
+  }
+}
+
+/* The event-loop client's retry timer waits retry_delay's pauses: equal
+ * jitter over 100..400 ms gives retry n a pause in [e/2, e], e = min(100 *
+ * 2^n, 400), and the next try comes that long after. */
+static void retry_policy(int uv) {
+  retries t = {0};
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.retry_attempts = 3;
+  cfg.retry_delay = DLOCK_RETRY_EQUAL_JITTER;
+  cfg.retry_base_delay_ms = 100;
+  cfg.retry_max_delay_ms = 400;
+  cfg.command_timeout_ms = 1000;
+  cfg.log_fn = on_log;
+  cfg.log_arg = &t;
+  cfg.log_level = DLOCK_LOG_WARN;
+  fx f;
+  fx_begin(&f, uv, &cfg);
+  th_redis_kill(f.r); /* its unix socket is gone: connects fail at once */
+  res p = {0};
+  CHECK_OK(dlock_async_lock(f.a, "retried", 1, 0, -1, on_res, &p));
+  CHECK(tl_until(&f.l, &p.n, 1, 10000));
+  int64_t end = th_now_ms();
+  CHECK_RC(p.last, DLOCK_ECONN);
+  CHECK_MSG(t.n == 3, "%d retry events (want 3)", t.n);
+  t.at[3] = end;
+  int64_t slack = 300LL * th_timeout_mult();
+  for (int i = 0; i < 3; i++) {
+    int64_t e = 100LL << i < 400 ? 100LL << i : 400;
+    CHECK_MSG(t.pause[i] >= e / 2 && t.pause[i] <= e,
+              "pause %d: %lld ms, not in [%lld, %lld]", i,
+              (long long)t.pause[i], (long long)e / 2, (long long)e);
+    int64_t gap = t.at[i + 1] - t.at[i];
+    CHECK_MSG(gap >= t.pause[i] - 2 && gap <= t.pause[i] + slack,
+              "retry %d came %lld ms after the failure, the pause was %lld ms",
+              i, (long long)gap, (long long)t.pause[i]);
+  }
+  fx_end(&f);
+}
+
+TH_CASE(retry_delay_policy_libevent) { retry_policy(0); }
+TH_CASE(retry_delay_policy_libuv) { retry_policy(1); }
+
 /* ---- free with a renewal in flight */
 
 /* Issue 26: dlock_async_free with a watchdog renewal batch in flight freed

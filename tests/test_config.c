@@ -5,9 +5,16 @@
  * caller built against an older header (guard bytes), and loaded configs
  * used for real against redis-servers (TCP, unix socket, ACL user with the
  * password from the environment). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <dlock/async.h>
 
 #include "th.h"
 
@@ -464,13 +471,33 @@ TH_CASE(error_unknown_keys) {
                "3:3", "(it belongs at the top level)");
   expect_error("timeout: 5\nsingleServerConfig:\n  address: redis://h\n", "1:1",
                "'timeout' does not belong at the top level");
+  /* Redisson's ClusterServersConfig has a database (Valkey): dlock's
+   * cluster URL has none, so only 0 is honoured. */
   expect_error("clusterServersConfig:\n  nodeAddresses: [redis://h]\n"
                "  database: 1\n",
-               "3:3", "'database' does not belong in clusterServersConfig");
+               "3:13", "'database' in clusterServersConfig must be 0");
+  expect_url("clusterServersConfig:\n  nodeAddresses: [redis://h:1]\n"
+             "  database: 0\n",
+             "redis-cluster://h:1");
   /* Redisson keys dlock cannot honour. */
+  {
+    /* A store this host lacks is an error only when TLS needs it. */
+    dlock_config st;
+    dlock_config_init(&st);
+    CHECK_OK(load_text("singleServerConfig:\n  address: rediss://h\n"
+                       "  sslTruststore: file:/nonexistent/truststore.p12\n",
+                       &st));
+    CHECK_STR(st.tls_truststore, "/nonexistent/truststore.p12");
+    dlock_client *c = NULL;
+    CHECK_RC(dlock_client_new(&st, &c), DLOCK_ETLS);
+    CHECK_MSG(strstr(dlock_last_error(),
+                     "cannot open sslTruststore '/nonexistent/truststore.p12'"),
+              "%s", dlock_last_error());
+    dlock_config_dispose(&st);
+  }
   expect_error("singleServerConfig:\n  address: rediss://h\n"
-               "  sslTruststore: file:truststore.jks\n",
-               "3:3", "'sslTruststore': a Java keystore; dlock reads PEM");
+               "  sslTruststore: classpath:truststore.p12\n",
+               "3:18", "dlock reads a key store from a file: URL");
   expect_error("masterSlaveServersConfig:\n  masterAddress: redis://h\n", "1:1",
                "'masterSlaveServersConfig': not supported");
 }
@@ -584,7 +611,17 @@ TH_CASE(error_structure) {
   expect_error("singleServerConfig:\n  address: redis://a\n"
                "  timeout: 1\n  timeout: 2\n",
                "4:3", "duplicate key 'timeout' (first at line 3, column 3)");
-  expect_error("lockWatchdogTimeout: 5000\n", "1:1", "no server section");
+  /* After a load that set the URL, a file without a server section is a
+   * dlock-only second file (docs/config.md); on a fresh config, an error. */
+  {
+    dlock_config fresh;
+    dlock_config_init(&fresh);
+    CHECK_RC(load_text("lockWatchdogTimeout: 5000\n", &fresh), DLOCK_EINVAL);
+    CHECK_MSG(strstr(dlock_last_error(), ":1:1: no server section"), "%s",
+              dlock_last_error());
+  }
+  expect_error("password: x\n", "1:1",
+               "a file without one may hold only dlock's own keys");
   expect_error("", "1:1", "empty");
   expect_error("# only a comment\n", "1:1", "empty");
   expect_error("singleServerConfig:\n  address: redis://a\n---\nthreads: 1\n",
@@ -860,6 +897,33 @@ TH_CASE(older_struct) {
   dlock_config_dispose(cfg);
   check_guard(p, size);
   free(p);
+  /* A struct from before the retry delay fields: retryInterval loads,
+   * retryDelay is refused naming the field. */
+  size = offsetof(dlock_config, retry_delay);
+  p = malloc(size + GUARD_LEN);
+  CHECK(p != NULL);
+  memset(p, GUARD, size + GUARD_LEN);
+  cfg = (dlock_config *)p;
+  dlock_config_init_sized(cfg, size);
+  CHECK_OK(load_text("singleServerConfig:\n"
+                     "  address: redis://h\n"
+                     "  retryInterval: 250\n",
+                     cfg));
+  CHECK_EQ(cfg->retry_interval_ms, 250);
+  check_guard(p, size);
+  CHECK_RC(
+      load_text("singleServerConfig:\n"
+                "  address: redis://h\n"
+                "  retryDelay: !<org.redisson.config.FullJitterDelay> {}\n",
+                cfg),
+      DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(),
+                   ":3:3: 'retryDelay' sets dlock_config.retry_delay") != NULL,
+            "'%s'", dlock_last_error());
+  check_guard(p, size);
+  dlock_config_dispose(cfg);
+  check_guard(p, size);
+  free(p);
 }
 
 /* ---- loaded configs used for real ------------------------------------------
@@ -958,6 +1022,584 @@ TH_CASE(live_password_from_env) {
   CHECK_OK(load_text(text, &cfg));
   c = NULL;
   CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_EAUTH);
+  dlock_config_dispose(&cfg);
+}
+
+/* ---- Redisson's own files, every Redisson key, delay strategies ----------
+ * (issue 28) */
+
+/* Events the log hook got: config_ignored and retry lines, with the time
+ * each came. */
+typedef struct events {
+  pthread_mutex_t mu;
+  int n;
+  char ev[128][16];
+  char msg[128][400];
+  int64_t at[128];
+} events;
+
+static void collect(void *arg, int level, const char *name, const char *event,
+                    const char *msg) {
+  (void)level;
+  (void)name;
+  events *e = arg;
+  pthread_mutex_lock(&e->mu);
+  if (e->n < 128) {
+    snprintf(e->ev[e->n], sizeof e->ev[0], "%s", event);
+    snprintf(e->msg[e->n], sizeof e->msg[0], "%s", msg);
+    e->at[e->n] = th_now_ms();
+    e->n++;
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void events_init(events *e, dlock_config *cfg) {
+  memset(e, 0, sizeof *e);
+  pthread_mutex_init(&e->mu, NULL);
+  cfg->log_fn = collect;
+  cfg->log_arg = e;
+  cfg->log_level = DLOCK_LOG_DEBUG;
+}
+
+/* Whether an event of kind ev has a message containing what. */
+static int logged(events *e, const char *ev, const char *what) {
+  pthread_mutex_lock(&e->mu);
+  int found = 0;
+  for (int i = 0; i < e->n && !found; i++)
+    found = strcmp(e->ev[i], ev) == 0 && strstr(e->msg[i], what);
+  pthread_mutex_unlock(&e->mu);
+  return found;
+}
+
+static const char *fixture(const char *name) {
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/%s", DLOCK_TEST_CONFIG_DIR, name);
+  return path;
+}
+
+/* Redisson's example files (tests/config/, copied unchanged from its
+ * docs/configuration.md and repository) load and give their settings:
+ * tagged values (codec, loadBalancer, failedSlaveNodeDetector...), the
+ * current retryDelay (EqualJitterDelay, Duration strings), the older
+ * retryInterval, top-level username/password. What dlock has no use for is
+ * reported through the log hook when a client is made from the config.
+ * Failed at 86b83ff: "'failedSlaveNodeDetector' does not belong ...". */
+TH_CASE(redisson_doc_files_load_unchanged) {
+  static const struct {
+    const char *file, *url;
+    int retry_delay, attempts, interval;
+  } t[] = {
+      {"redisson-single.yaml", "redis://127.0.0.1:6379/0",
+       DLOCK_RETRY_EQUAL_JITTER, 4, 1500},
+      {"redisson-cluster.yaml",
+       "redis-cluster://127.0.0.1:7004,127.0.0.1:7001,127.0.0.1:7000",
+       DLOCK_RETRY_EQUAL_JITTER, 4, 1500},
+      {"redisson-sentinel.yaml",
+       "redis-sentinel://127.0.0.1:26379,127.0.0.1:26389/mymaster/0",
+       DLOCK_RETRY_EQUAL_JITTER, 4, 1500},
+      {"redisson-3.x-single.yaml", "redis://127.0.0.1:6379/0",
+       DLOCK_RETRY_CONSTANT, 3, 1500},
+      {"redisson-3.x-cluster.yaml",
+       "redis-cluster://127.0.0.1:7004,127.0.0.1:7001,127.0.0.1:7000",
+       DLOCK_RETRY_CONSTANT, 3, 1500},
+      {"redisson-3.x-sentinel.yaml",
+       "redis-sentinel://127.0.0.1:26379,127.0.0.1:26389/mymaster/0",
+       DLOCK_RETRY_CONSTANT, 3, 1500},
+      {"redisson-spring-boot-test.yaml", "redis://:123456@127.0.0.1:6379",
+       DLOCK_RETRY_CONSTANT, 3, 1500},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    int rc = dlock_config_load(fixture(t[i].file), &cfg);
+    CHECK_MSG(rc == 0, "%s: %s", t[i].file, dlock_last_error());
+    CHECK_STR(cfg.url, t[i].url);
+    CHECK_EQ(cfg.retry_delay, t[i].retry_delay);
+    CHECK_EQ(cfg.retry_attempts, t[i].attempts);
+    CHECK_EQ(cfg.retry_interval_ms, t[i].interval);
+    if (t[i].retry_delay == DLOCK_RETRY_EQUAL_JITTER) {
+      CHECK_EQ(cfg.retry_base_delay_ms, 1000); /* PT1S */
+      CHECK_EQ(cfg.retry_max_delay_ms, 2000);  /* PT2S */
+    }
+    if (i != 6) {
+      CHECK_EQ(cfg.connect_timeout_ms, 10000);
+      CHECK_EQ(cfg.command_timeout_ms, 3000);
+      CHECK_EQ(cfg.pool_size, 64);
+    }
+    CHECK_EQ(cfg.watchdog_timeout_ms, 30000);
+    CHECK(cfg.client_name == NULL); /* clientName: null */
+    /* The ignored settings, at client creation (lazy: no server needed;
+     * the cluster and sentinel URLs need one, and fail after logging). */
+    events e;
+    events_init(&e, &cfg);
+    cfg.lazy_connect = 1;
+    cfg.retry_attempts = 0;
+    cfg.connect_timeout_ms = 200;
+    dlock_client *c = NULL;
+    if (dlock_client_new(&cfg, &c) == 0)
+      dlock_client_free(c);
+    if (i != 6) {
+      CHECK_MSG(logged(&e, "config_ignored", "'codec' at the top level"),
+                "%s: no config_ignored event for codec", t[i].file);
+      CHECK(logged(&e, "config_ignored", "'idleConnectionTimeout' in "));
+      CHECK(logged(&e, "config_ignored", t[i].file));
+    }
+    if (strstr(t[i].file, "cluster") || strstr(t[i].file, "sentinel"))
+      CHECK(logged(&e, "config_ignored", "'loadBalancer'") &&
+            logged(&e, "config_ignored", "'failedSlaveNodeDetector'"));
+    if (i < 3)
+      CHECK(logged(&e, "config_ignored", "'reconnectionDelay'"));
+    /* clientName: null and password: null are "not set", not ignored. */
+    CHECK(!logged(&e, "config_ignored", "'clientName'"));
+    CHECK(!logged(&e, "config_ignored", "'password'"));
+    /* The event-loop client reports them too. */
+    if (i == 0) {
+      events e2;
+      events_init(&e2, &cfg);
+      dlock_async *a = NULL;
+      CHECK_OK(dlock_async_new(&cfg, &a));
+      dlock_async_free(a);
+      CHECK(logged(&e2, "config_ignored", "'codec' at the top level"));
+      CHECK_EQ(e2.n, e.n);
+    }
+    dlock_config_dispose(&cfg);
+  }
+  /* dlock has no replicated mode: the example is refused with the reason. */
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_RC(dlock_config_load(fixture("redisson-replicated.yaml"), &cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(strstr(dlock_last_error(),
+                   ":2:1: 'replicatedServersConfig': not supported"),
+            "%s", dlock_last_error());
+}
+
+/* Every property of Redisson's Config, BaseConfig,
+ * BaseMasterSlaveServersConfig, SingleServerConfig, SentinelServersConfig
+ * and ClusterServersConfig (3.x to 4.x, read from its sources) is accepted,
+ * with tagged mapping and tagged scalar values too. Failed at 86b83ff on
+ * pingTimeout, credentialsReapplyInterval, failedSlaveNodeDetector... */
+TH_CASE(every_redisson_key_accepted) {
+  static const char *const root[] = {"addressResolverGroupFactory",
+                                     "cleanUpKeysAmount",
+                                     "codec",
+                                     "codecProvider",
+                                     "commandMapper",
+                                     "connectionListener",
+                                     "credentialsResolver",
+                                     "decodeInExecutor",
+                                     "eventLoopGroup",
+                                     "executor",
+                                     "fairLockWaitTimeout",
+                                     "keepPubSubOrder",
+                                     "lazyInitialization",
+                                     "lockWatchdogBatchSize",
+                                     "maxCleanUpDelay",
+                                     "minCleanUpDelay",
+                                     "nameMapper",
+                                     "nettyExecutor",
+                                     "nettyHook",
+                                     "nettyThreads",
+                                     "protocol",
+                                     "redissonReferenceEnabled",
+                                     "referenceCodecProvider",
+                                     "referenceEnabled",
+                                     "reliableTopicWatchdogTimeout",
+                                     "resolverProvider",
+                                     "sslCiphers",
+                                     "sslKeyManagerFactory",
+                                     "sslKeystoreType",
+                                     "sslProtocols",
+                                     "sslProvider",
+                                     "sslTrustManagerFactory",
+                                     "tcpKeepAlive",
+                                     "tcpKeepAliveCount",
+                                     "tcpKeepAliveIdle",
+                                     "tcpKeepAliveInterval",
+                                     "tcpNoDelay",
+                                     "tcpUserTimeout",
+                                     "threads",
+                                     "transportMode",
+                                     "useLinuxNativeEpoll",
+                                     "useScriptCache",
+                                     "useThreadClassLoader",
+                                     "valkeyCapabilities",
+                                     NULL};
+  static const char *const base[] = {"commandMapper",
+                                     "credentialsReapplyInterval",
+                                     "credentialsResolver",
+                                     "failedAttempts",
+                                     "idleConnectionTimeout",
+                                     "keepAlive",
+                                     "nameMapper",
+                                     "pingConnection",
+                                     "pingConnectionInterval",
+                                     "pingTimeout",
+                                     "reconnectionDelay",
+                                     "reconnectionTimeout",
+                                     "sslCiphers",
+                                     "sslKeyManagerFactory",
+                                     "sslKeystoreType",
+                                     "sslProtocols",
+                                     "sslProvider",
+                                     "sslTrustManagerFactory",
+                                     "subscriptionTimeout",
+                                     "subscriptionsPerConnection",
+                                     "tcpKeepAliveCount",
+                                     "tcpKeepAliveIdle",
+                                     "tcpKeepAliveInterval",
+                                     "tcpNoDelay",
+                                     "tcpUserTimeout",
+                                     "subscriptionConnectionMinimumIdleSize",
+                                     "subscriptionConnectionPoolSize",
+                                     "dnsMonitoringInterval",
+                                     "dnsMonitoringTimes",
+                                     NULL};
+  static const char *const ms[] = {"failedSlaveCheckInterval",
+                                   "failedSlaveNodeDetector",
+                                   "failedSlaveReconnectionInterval",
+                                   "fallbackLoadingToMaster",
+                                   "loadBalancer",
+                                   "masterConnectionMinimumIdleSize",
+                                   "readMode",
+                                   "slaveConnectionMinimumIdleSize",
+                                   "slaveConnectionPoolSize",
+                                   "slaveSubscriptionConnectionMinimumIdleSize",
+                                   "slaveSubscriptionConnectionPoolSize",
+                                   "subscriptionMode",
+                                   "scanInterval",
+                                   "natMapper",
+                                   "natMap",
+                                   NULL};
+  static const char *const single[] = {"connectionMinimumIdleSize",
+                                       "dnsMonitoring", NULL};
+  static const char *const cluster[] = {"checkSlotsCoverage",
+                                        "checkMasterLinkStatus",
+                                        "shardedSubscriptionMode", NULL};
+  static const char *const sentinel[] = {"checkSentinelsList",
+                                         "checkSlaveStatusWithSyncing",
+                                         "sentinelsDiscovery", NULL};
+  static const struct {
+    const char *section, *head;
+    const char *const *lists[3];
+  } t[] = {
+      {"singleServerConfig", "  address: redis://h:1\n", {base, single, NULL}},
+      {"clusterServersConfig",
+       "  nodeAddresses: [redis://h:1]\n  database: 0\n",
+       {base, ms, cluster}},
+      {"sentinelServersConfig",
+       "  sentinelAddresses: [redis://h:1]\n  masterName: m\n",
+       {base, ms, sentinel}},
+  };
+  for (size_t s = 0; s < sizeof t / sizeof t[0]; s++) {
+    char *text = calloc(1, 16384);
+    size_t n = 0, keys = 0;
+    CHECK(text != NULL);
+    for (int i = 0; root[i]; i++, keys++) /* mapping, scalar, tagged */
+      n += (size_t)snprintf(text + n, 16384 - n,
+                            i % 3 == 0   ? "%s: !<org.redisson.X%d> {}\n"
+                            : i % 3 == 1 ? "%s: \"v%d\"\n"
+                                         : "%s: !<java.lang.Y> \"v%d\"\n",
+                            root[i], i);
+    n += (size_t)snprintf(text + n, 16384 - n, "%s:\n%s", t[s].section,
+                          t[s].head);
+    for (int l = 0; l < 3 && t[s].lists[l]; l++)
+      for (int i = 0; t[s].lists[l][i]; i++, keys++)
+        n += (size_t)snprintf(text + n, 16384 - n,
+                              i % 2 ? "  %s: !<org.redisson.Z> {a: 1}\n"
+                                    : "  %s: 5\n",
+                              t[s].lists[l][i]);
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    int rc = load_text(text, &cfg);
+    CHECK_MSG(rc == 0, "%s: %s", t[s].section, dlock_last_error());
+    events e;
+    events_init(&e, &cfg);
+    cfg.lazy_connect = 1;
+    cfg.retry_attempts = 0;
+    cfg.connect_timeout_ms = 200;
+    dlock_client *c = NULL;
+    if (dlock_client_new(&cfg, &c) == 0)
+      dlock_client_free(c);
+    CHECK_MSG((size_t)e.n == keys, "%s: %d config_ignored events for %zu keys",
+              t[s].section, e.n, keys);
+    dlock_config_dispose(&cfg);
+    free(text);
+  }
+}
+
+/* java.time.Duration values and the four delay kinds of retryDelay. */
+TH_CASE(retry_delay_values) {
+  static const struct {
+    const char *value;
+    int kind, base, max, interval;
+  } ok[] = {
+      {"!<org.redisson.config.EqualJitterDelay> {baseDelay: PT1S, maxDelay: "
+       "PT2S}",
+       DLOCK_RETRY_EQUAL_JITTER, 1000, 2000, 1500},
+      {"!<org.redisson.config.FullJitterDelay> {baseDelay: PT0.1S, maxDelay: "
+       "PT10S}",
+       DLOCK_RETRY_FULL_JITTER, 100, 10000, 1500},
+      {"!<org.redisson.config.DecorrelatedJitterDelay>\n    baseDelay: "
+       "PT0.25S\n    maxDelay: PT1M30S",
+       DLOCK_RETRY_DECORRELATED_JITTER, 250, 90000, 1500},
+      {"!<org.redisson.config.ConstantDelay> {delay: PT0.75S}",
+       DLOCK_RETRY_CONSTANT, 1000, 2000, 750},
+      /* SnakeYAML's !! form, Jackson's seconds, an empty mapping
+       * (Redisson's defaults: 100 ms, 1 s), hours and days */
+      {"!!org.redisson.config.EqualJitterDelay {baseDelay: 0.5, maxDelay: 3}",
+       DLOCK_RETRY_EQUAL_JITTER, 500, 3000, 1500},
+      {"!<org.redisson.config.FullJitterDelay> {}", DLOCK_RETRY_FULL_JITTER,
+       100, 1000, 1500},
+      {"!<org.redisson.config.EqualJitterDelay> {baseDelay: PT0.0015S, "
+       "maxDelay: P1DT1H}",
+       DLOCK_RETRY_EQUAL_JITTER, 1, 90000000, 1500},
+  };
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "singleServerConfig:\n  address: redis://h:1\n  retryDelay: %s\n",
+             ok[i].value);
+    dlock_config cfg;
+    dlock_config_init(&cfg);
+    int rc = load_text(text, &cfg);
+    CHECK_MSG(rc == 0, "%s: %s", ok[i].value, dlock_last_error());
+    CHECK_EQ(cfg.retry_delay, ok[i].kind);
+    CHECK_EQ(cfg.retry_base_delay_ms, ok[i].base);
+    CHECK_EQ(cfg.retry_max_delay_ms, ok[i].max);
+    CHECK_EQ(cfg.retry_interval_ms, ok[i].interval);
+    dlock_config_dispose(&cfg);
+  }
+  /* retryInterval after retryDelay: a constant delay, as Redisson's
+   * setRetryInterval gives. */
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text("singleServerConfig:\n  address: redis://h:1\n"
+                     "  retryDelay: !<org.redisson.config.FullJitterDelay> "
+                     "{baseDelay: PT1S, maxDelay: PT2S}\n"
+                     "  retryInterval: 300\n",
+                     &cfg));
+  CHECK_EQ(cfg.retry_delay, DLOCK_RETRY_CONSTANT);
+  CHECK_EQ(cfg.retry_interval_ms, 300);
+  dlock_config_dispose(&cfg);
+  const char *head = "singleServerConfig:\n  address: redis://h:1\n";
+  char text[512];
+#define BAD(value, pos, want)                                                  \
+  do {                                                                         \
+    snprintf(text, sizeof text, "%s  retryDelay: %s\n", head, value);          \
+    expect_error(text, pos, want);                                             \
+  } while (0)
+  BAD("{baseDelay: PT1S, maxDelay: PT2S}", "3:15",
+      "'retryDelay' must be a delay strategy");
+  BAD("!<org.redisson.config.Nope> {}", "3:15", "must be a delay strategy");
+  BAD("1500", "3:15", "must be a delay strategy");
+  BAD("!<org.redisson.config.EqualJitterDelay> {baseDelay: PT1S}", "3:15",
+      "needs both baseDelay and maxDelay");
+  BAD("!<org.redisson.config.EqualJitterDelay> {delay: PT1S}", "3:56",
+      "EqualJitterDelay takes baseDelay and maxDelay");
+  BAD("!<org.redisson.config.ConstantDelay> {baseDelay: PT1S}", "3:53",
+      "ConstantDelay takes delay");
+  static const char *const bad_durations[] = {
+      "1s",     "PT",  "P",    "-PT1S",      "PT1S2M", "PT1.S",
+      "PT1H1H", "P1H", "PT1X", "PT2147484S", "x",      "1e3"};
+  for (size_t i = 0; i < sizeof bad_durations / sizeof bad_durations[0]; i++) {
+    char v[128];
+    snprintf(v, sizeof v,
+             "!<org.redisson.config.ConstantDelay> {delay: \"%s\"}",
+             bad_durations[i]);
+    BAD(v, "3:60", "delay must be a duration (PT1S");
+  }
+#undef BAD
+}
+
+/* The Redisson file's settings reach the server: clientName is the
+ * connections' name (CLIENT LIST name=), lockWatchdogTimeout the lease,
+ * timeouts and the retry policy are the config's. The address comes from
+ * ${VAR}, which Redisson substitutes too: the file stays Redisson's. */
+TH_CASE(redisson_file_settings_honoured) {
+  th_redis *r = th_redis_new(1, NULL);
+  char port[16];
+  snprintf(port, sizeof port, "%d", r->port);
+  CHECK_EQ(setenv("DLOCK_T_REDIS_PORT", port, 1), 0);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text(
+      "singleServerConfig:\n"
+      "  idleConnectionTimeout: 10000\n"
+      "  connectTimeout: 2500\n"
+      "  timeout: 2000\n"
+      "  retryAttempts: 2\n"
+      "  retryDelay: !<org.redisson.config.EqualJitterDelay> {baseDelay: "
+      "PT0.2S, maxDelay: PT0.8S}\n"
+      "  reconnectionDelay: !<org.redisson.config.EqualJitterDelay> "
+      "{baseDelay: PT0.1S, maxDelay: PT10S}\n"
+      "  subscriptionsPerConnection: 5\n"
+      "  clientName: \"orders-service\"\n"
+      "  address: \"redis://127.0.0.1:${DLOCK_T_REDIS_PORT}\"\n"
+      "  connectionPoolSize: 8\n"
+      "  pingConnectionInterval: 30000\n"
+      "lockWatchdogTimeout: 6000\n"
+      "codec: !<org.redisson.codec.Kryo5Codec> {}\n"
+      "transportMode: \"NIO\"\n",
+      &cfg));
+  CHECK_EQ(cfg.connect_timeout_ms, 2500);
+  CHECK_EQ(cfg.command_timeout_ms, 2000);
+  CHECK_EQ(cfg.retry_attempts, 2);
+  CHECK_EQ(cfg.retry_delay, DLOCK_RETRY_EQUAL_JITTER);
+  CHECK_EQ(cfg.pool_size, 8);
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_config_dispose(&cfg);
+  dlock_mutex *m = NULL;
+  CHECK_OK(dlock_mutex_new(c, "cfg:honoured", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  long long pttl = th_cmd_int(r, "PTTL cfg:honoured");
+  CHECK_MSG(pttl > 3000 && pttl <= 6000, "PTTL %lld: not the file's 6 s", pttl);
+  redisReply *x = th_cmd(r, "CLIENT LIST");
+  CHECK(x && x->type == REDIS_REPLY_STRING);
+  CHECK_MSG(strstr(x->str, "name=orders-service "), "%s", x->str);
+  freeReplyObject(x);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* The gaps between retries against a stopped server follow retryDelay.
+ * Each "retry" event says the pause it is about to take; the test checks
+ * that pause against the kind's range and the gap to the next try against
+ * the pause (generous upper slack for a loaded machine). */
+static void measure_retries(const char *delay, int kind) {
+  /* A port bound but never listened on: every connection is refused, and
+   * no other process can take the port while the test holds it. */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sl = sizeof sa;
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
+  int port = ntohs(sa.sin_port);
+  char text[512];
+  snprintf(text, sizeof text,
+           "singleServerConfig:\n"
+           "  address: \"redis://127.0.0.1:%d\"\n"
+           "  connectTimeout: 1000\n"
+           "  retryAttempts: 4\n"
+           "  retryDelay: %s\n",
+           port, delay);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(load_text(text, &cfg));
+  cfg.lazy_connect = 1;
+  events e;
+  events_init(&e, &cfg);
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_config_dispose(&cfg);
+  dlock_mutex *m = NULL;
+  CHECK_OK(dlock_mutex_new(c, "cfg:retry", &m));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_mutex_lock(m), DLOCK_ECONN);
+  int64_t end = th_now_ms();
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  close(fd);
+  /* the pauses of the 4 retries, from the events */
+  int64_t pause[4], at[5];
+  int k = 0;
+  for (int i = 0; i < e.n && k < 4; i++) {
+    const char *p = strstr(e.msg[i], "the next in ");
+    if (strcmp(e.ev[i], "retry") != 0 || !p)
+      continue;
+    pause[k] = atoll(p + 12);
+    at[k++] = e.at[i];
+  }
+  CHECK_MSG(k == 4, "%d retry events (want 4)", k);
+  at[4] = end;
+  int64_t slack = 300LL * th_timeout_mult();
+  int64_t prev = 100; /* decorrelated: the first pause's "previous" */
+  for (int i = 0; i < 4; i++) {
+    int64_t b = 100, mx = 400, e2 = b << i < mx ? b << i : mx;
+    int64_t lo = 0, hi = 0;
+    switch (kind) {
+    case DLOCK_RETRY_EQUAL_JITTER:
+      lo = e2 / 2, hi = e2;
+      break;
+    case DLOCK_RETRY_FULL_JITTER:
+      lo = 0, hi = e2;
+      break;
+    case DLOCK_RETRY_DECORRELATED_JITTER:
+      lo = b, hi = b + 3 * prev - 1 < mx ? b + 3 * prev - 1 : mx;
+      prev = pause[i];
+      break;
+    default:
+      lo = hi = 150;
+    }
+    CHECK_MSG(pause[i] >= lo && pause[i] <= hi,
+              "%s: pause %d is %lld ms, not in [%lld, %lld]", delay, i,
+              (long long)pause[i], (long long)lo, (long long)hi);
+    int64_t gap = at[i + 1] - at[i];
+    CHECK_MSG(gap >= pause[i] - 2 && gap <= pause[i] + slack,
+              "%s: retry %d came %lld ms after the previous try, the pause "
+              "was %lld ms",
+              delay, i, (long long)gap, (long long)pause[i]);
+  }
+  printf("%s: pauses %lld %lld %lld %lld ms, call %lld ms\n", delay,
+         (long long)pause[0], (long long)pause[1], (long long)pause[2],
+         (long long)pause[3], (long long)(end - t0));
+}
+
+TH_CASE(retry_delay_kinds_measured) {
+  measure_retries("!<org.redisson.config.EqualJitterDelay> {baseDelay: "
+                  "PT0.1S, maxDelay: PT0.4S}",
+                  DLOCK_RETRY_EQUAL_JITTER);
+  measure_retries("!<org.redisson.config.FullJitterDelay> {baseDelay: "
+                  "PT0.1S, maxDelay: PT0.4S}",
+                  DLOCK_RETRY_FULL_JITTER);
+  measure_retries("!<org.redisson.config.DecorrelatedJitterDelay> "
+                  "{baseDelay: PT0.1S, maxDelay: PT0.4S}",
+                  DLOCK_RETRY_DECORRELATED_JITTER);
+  measure_retries("!<org.redisson.config.ConstantDelay> {delay: PT0.15S}",
+                  DLOCK_RETRY_CONSTANT);
+}
+
+/* dlock's own settings (PEM files, syncReplicas...) go in a second file
+ * that Redisson never reads, loaded after the Redisson file: it sets no
+ * server and keeps the first file's URL. */
+TH_CASE(dlock_settings_in_a_second_file) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(fixture("redisson-single.yaml"), &cfg));
+  CHECK_OK(load_text("# dlock.yaml\n"
+                     "sslCaFile: /etc/ssl/redis/ca.pem\n"
+                     "sslCertFile: /etc/ssl/redis/client.pem\n"
+                     "sslKeyFile: /etc/ssl/redis/client.key\n"
+                     "sslServerName: redis.internal\n"
+                     "syncReplicas: 1\n",
+                     &cfg));
+  CHECK_STR(cfg.url, "redis://127.0.0.1:6379/0");
+  CHECK_STR(cfg.tls_ca_file, "/etc/ssl/redis/ca.pem");
+  CHECK_STR(cfg.tls_server_name, "redis.internal");
+  CHECK_EQ(cfg.sync_replicas, 1);
+  CHECK_EQ(cfg.retry_delay, DLOCK_RETRY_EQUAL_JITTER); /* the first file's */
+  /* The ignored settings of the first file are still reported. */
+  events e;
+  events_init(&e, &cfg);
+  cfg.lazy_connect = 1;
+  dlock_client *c = NULL;
+  if (dlock_client_new(&cfg, &c) == 0)
+    dlock_client_free(c);
+  CHECK(logged(&e, "config_ignored", "redisson-single.yaml"));
+  dlock_config_dispose(&cfg);
+  /* A certificate without its key names the YAML keys. */
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(fixture("redisson-single.yaml"), &cfg));
+  CHECK_RC(load_text("sslCertFile: /etc/ssl/redis/client.pem\n", &cfg),
+           DLOCK_EINVAL);
+  CHECK_MSG(
+      strstr(dlock_last_error(), ":1:1: 'sslCertFile' needs 'sslKeyFile' too"),
+      "%s", dlock_last_error());
   dlock_config_dispose(&cfg);
 }
 

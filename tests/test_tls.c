@@ -699,3 +699,115 @@ TH_CASE(plain_url_to_tls_port_says_use_rediss) {
 }
 
 TH_MAIN()
+
+/* ---- PKCS12 key stores (Redisson's sslTruststore / sslKeystore) ---------- */
+
+/* A Redisson file naming a PKCS12 truststore (the test CA, made with
+ * openssl pkcs12 -export) and a PKCS12 keystore (the client certificate and
+ * key) connects over mutual TLS; the connection carries the file's
+ * clientName. Wrong passwords, a missing certificate and a Java keystore
+ * fail with messages that name the YAML keys; a JKS file says how to
+ * convert it (issue 28: sslTruststore was refused outright). */
+TH_CASE(pkcs12_stores_from_a_redisson_file) {
+  fixture f;
+  fixture_init(&f, 1);
+  char dir[512], cmd[4096];
+  snprintf(dir, sizeof dir, "%s", f.k.ca);
+  *strrchr(dir, '/') = '\0';
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && exec >>openssl.log 2>&1 && set -e && "
+           "openssl pkcs12 -export -nokeys -in ca.crt -out trust.p12 "
+           "  -passout pass:trust-pw && "
+           "openssl pkcs12 -export -in cli.crt -inkey cli.key -certfile ca.crt "
+           "  -out key.p12 -passout pass:key-pw && "
+           "printf '\\376\\355\\376\\355\\0\\0\\0\\2\\0\\0\\0\\0' >trust.jks",
+           dir);
+  sh(cmd);
+  char yaml[4096];
+  const char *fmt = "singleServerConfig:\n"
+                    "  address: \"rediss://127.0.0.1:%d\"\n"
+                    "  sslTruststore: \"file:%s/%s\"\n"
+                    "  sslTruststorePassword: \"%s\"\n"
+                    "  sslKeystore: \"%s%s/key.p12\"\n"
+                    "  sslKeystorePassword: \"%s\"\n"
+                    "  clientName: \"orders-p12\"\n"
+                    "  connectTimeout: 3000\n"
+                    "  retryAttempts: 0\n";
+  const char *path = th_tmpfile("redisson-tls.yaml");
+  /* load(truststore file, its password, keystore prefix, its password) */
+#define WRITE(trust, tpw, kprefix, kpw)                                        \
+  do {                                                                         \
+    snprintf(yaml, sizeof yaml, fmt, f.port, dir, trust, tpw, kprefix, dir,    \
+             kpw);                                                             \
+    FILE *o = fopen(path, "w");                                                \
+    CHECK(o &&fputs(yaml, o) >= 0 && fclose(o) == 0);                          \
+  } while (0)
+  dlock_config cfg;
+  dlock_client *c = NULL;
+  WRITE("trust.p12", "trust-pw", "file://", "key-pw");
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(path, &cfg));
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_config_dispose(&cfg);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "tls-p12", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  redisReply *x = th_cmd(f.r, "CLIENT LIST");
+  CHECK_MSG(x && x->str && strstr(x->str, "name=orders-p12 "),
+            "CLIENT LIST: %s", x && x->str ? x->str : "(none)");
+  freeReplyObject(x);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  /* A plain path works as well as a file: URL. */
+  WRITE("trust.p12", "trust-pw", "", "key-pw");
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(path, &cfg));
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_client_free(c);
+  dlock_config_dispose(&cfg);
+  /* Wrong passwords: the message names the YAML keys. */
+  WRITE("trust.p12", "nope", "", "key-pw");
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(path, &cfg));
+  expect_tls_error(&cfg, "sslTruststore '", "sslTruststorePassword");
+  dlock_config_dispose(&cfg);
+  WRITE("trust.p12", "trust-pw", "", "nope");
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(path, &cfg));
+  expect_tls_error(&cfg, "sslKeystore '", "sslKeystorePassword");
+  dlock_config_dispose(&cfg);
+  /* A Java keystore: refused by the loader, with the conversion. */
+  WRITE("trust.jks", "trust-pw", "", "key-pw");
+  dlock_config_init(&cfg);
+  CHECK_RC(dlock_config_load(path, &cfg), DLOCK_EINVAL);
+  const char *e = dlock_last_error();
+  CHECK_MSG(strstr(e, ":3:18: sslTruststore '") &&
+                strstr(e, "is a Java keystore (JKS)") &&
+                strstr(e, "keytool -importkeystore -srcstoretype JKS") &&
+                strstr(e, "-deststoretype PKCS12"),
+            "%s", e);
+  dlock_config_dispose(&cfg);
+  /* ... and by dlock_client_new when a program sets the field itself,
+   * naming the C field. */
+  char jks[600];
+  snprintf(jks, sizeof jks, "%s/trust.jks", dir);
+  dlock_config direct = f.cfg;
+  direct.tls_ca_file = NULL;
+  direct.tls_truststore = jks;
+  CHECK_RC(dlock_client_new(&direct, &c), DLOCK_EINVAL);
+  e = dlock_last_error();
+  CHECK_MSG(strstr(e, "tls_truststore '") && strstr(e, "keytool"), "%s", e);
+  /* The client certificate given twice: the file's key and the program's
+   * fields, each named as it was given. */
+  WRITE("trust.p12", "trust-pw", "", "key-pw");
+  dlock_config_init(&cfg);
+  CHECK_OK(dlock_config_load(path, &cfg));
+  cfg.tls_cert_file = f.k.cli_crt; /* the program adds a PEM certificate */
+  cfg.tls_key_file = f.k.cli_key;
+  CHECK_RC(dlock_client_new(&cfg, &c), DLOCK_EINVAL);
+  e = dlock_last_error();
+  CHECK_MSG(strstr(e, "sslKeystore") && strstr(e, "tls_cert_file"), "%s", e);
+  dlock_config_dispose(&cfg);
+#undef WRITE
+}

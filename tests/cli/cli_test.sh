@@ -691,6 +691,49 @@ help)
   expect_rc 0 -V
   ;;
 
+config_redisson)
+  # A Redisson file as it is: -v lists the settings dlock ignores (issue
+  # 28); $DLOCK_CONFIG_EXTRA holds dlock's own settings and is read after.
+  unset DLOCK_URL
+  cat >"$T/redisson.yaml" <<EOF
+singleServerConfig:
+  address: "unix://$SOCK"
+  retryDelay: !<org.redisson.config.EqualJitterDelay> {baseDelay: PT0.1S, maxDelay: PT0.2S}
+  pingTimeout: 1000
+  clientName: "cli-redisson"
+codec: !<org.redisson.codec.Kryo5Codec> {}
+EOF
+  expect_rc 0 -v --config "$T/redisson.yaml" rl -- true
+  grep -q "redisson.yaml:6:1: 'codec' at the top level is a Redisson setting dlock has no use for" "$T/last.err" ||
+    fail "-v: $(cat "$T/last.err")"
+  grep -q "'pingTimeout' in singleServerConfig" "$T/last.err" || fail "-v: $(cat "$T/last.err")"
+  expect_rc 0 --config "$T/redisson.yaml" rl -- true
+  ! grep -q "ignored" "$T/last.err" || fail "without -v: $(cat "$T/last.err")"
+  printf 'sslServerName: locks.internal\nsyncReplicas: 0\n' >"$T/dlock.yaml"
+  DLOCK_CONFIG_EXTRA="$T/dlock.yaml" expect_rc 0 --config "$T/redisson.yaml" rl -- true
+  printf 'sslServerNam: x\n' >"$T/dlock.yaml"
+  DLOCK_CONFIG_EXTRA="$T/dlock.yaml" expect_rc 64 --config "$T/redisson.yaml" rl -- true
+  grep -q "dlock.yaml:1:1: unknown key 'sslServerNam'" "$T/last.err" || fail "extra: $(cat "$T/last.err")"
+  ;;
+
+versions)
+  # Every tool answers --version with exit 0 and the release (issue 28:
+  # dlock-bench printed its usage and failed). The build dir is $4.
+  B=${4:?build dir}
+  v=$(sed -n 's/#define DLOCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' \
+    "$SRC/include/dlock/version.h" | paste -sd.)
+  for t in "$DL" "$B/tools/seckill/dlock-seckill" "$B/tools/stockd/dlock-stockd" \
+    "$B/tools/bench/dlock-bench" "$B/tools/rig/dlock-rig"; do
+    [ -x "$t" ] || fail "no $t"
+    timeout -k 2 30 "$t" --version >"$T/out" 2>"$T/last.err"
+    rc=$?
+    [ "$rc" = 0 ] || fail "$(basename "$t") --version exited $rc: $(head -c 300 "$T/last.err")"
+    name=$(basename "$t")
+    [ "$name" = dlock_cli ] && name=dlock
+    grep -q "^$name $v\b" "$T/out" || fail "$t --version: '$(cat "$T/out")' (want '$name $v')"
+  done
+  ;;
+
 manpage)
   page="$SRC/docs/dlock.1"
   [ -f "$page" ] || fail "no $page"

@@ -9,7 +9,7 @@ if(TARGET dlock_cli)
     status_fair force_unlock bad_input errors help manpage install fence shared fair
     kinds
     handover_race status_json_bytes emfile config config_errors tls_flags
-    tls_server habits)
+    tls_server habits versions config_redisson)
   foreach(c ${DLOCK_CLI_CASES})
     add_test(NAME cli.${c}
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../cli/cli_test.sh

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dlock.h>
+
 #include "bench.h"
 #include "opts.h"
 
@@ -29,7 +31,8 @@ enum {
   OPT_WD_TIMEOUT,
   OPT_HANDOFF_ROUNDS,
   OPT_PIPELINE,
-  OPT_HELP
+  OPT_HELP,
+  OPT_VERSION
 };
 
 static const dlc_opt g_opts[] = {
@@ -76,6 +79,8 @@ static const dlc_opt g_opts[] = {
     {"pipeline", 0, "N", OPT_PIPELINE, 0,
      "depth of the pipelined baseline (32)"},
     {"help", 'h', NULL, OPT_HELP, 0, "this text"},
+    {"version", 0, NULL, OPT_VERSION, 0,
+     "the tool's and the library's version"},
 };
 
 static const dlc_optset g_optset = {g_opts, sizeof g_opts / sizeof g_opts[0],
@@ -94,6 +99,7 @@ static void usage(FILE *f) {
 typedef struct pctx {
   bench_opts *o;
   int *tcp;
+  int action; /* OPT_HELP / OPT_VERSION */
 } pctx;
 
 /* The integer options: their range and where they go. 1: not one. */
@@ -169,7 +175,8 @@ static int apply(void *arg, const dlc_opt *op, const char *val, char *err,
     return secs_opt(name, val, &o->contended_secs, err, el);
   case OPT_SERIAL_SECS:
     return secs_opt(name, val, &o->serial_secs, err, el);
-  default: /* OPT_HELP */
+  default: /* OPT_HELP, OPT_VERSION: acted on at once */
+    ((pctx *)arg)->action = op->id;
     return 1;
   }
 }
@@ -214,9 +221,14 @@ void bench_parse_args(int argc, char **argv, bench_opts *o, int *tcp) {
   memset(o, 0, sizeof *o);
   o->multiplex = -1;
   *tcp = 0;
-  pctx p = {o, tcp};
+  pctx p = {o, tcp, 0};
   char err[512] = "";
   int rc = dlc_opt_parse_all(&g_optset, argc, argv, apply, &p, err, sizeof err);
+  if (rc > 0 && p.action == OPT_VERSION) {
+    printf("dlock-bench %s (libdlock %s)\n", DLOCK_VERSION_STRING,
+           dlock_version_string());
+    exit(fflush(stdout) == 0 ? 0 : 2);
+  }
   if (rc > 0) {
     usage(stdout);
     exit(0);

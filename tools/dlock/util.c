@@ -93,6 +93,17 @@ static void show_settings(const cli_opts *o, const char *file,
                                                           : "on");
 }
 
+/* -v: the Redisson settings of the config file that dlock accepts but has
+ * no use for (the library reports them through its log hook when the
+ * client is made). */
+static void log_verbose(void *arg, int level, const char *name,
+                        const char *event, const char *msg) {
+  (void)level;
+  (void)name;
+  if (strcmp(event, "config_ignored") == 0)
+    cli_debug(arg, "%s", msg);
+}
+
 int cli_settings(cli_opts *o) {
   dlock_config *cfg = &o->cfg;
   dlock_config_init(cfg);
@@ -108,6 +119,16 @@ int cli_settings(cli_opts *o) {
   cfg->pool_size = 4;
   const char *file = o->config ? o->config : env_value("DLOCK_CONFIG");
   int rc = file ? dlock_config_load(file, cfg) : 0;
+  /* dlock's own settings, in a file Redisson never reads (docs/config.md) */
+  const char *extra = env_value("DLOCK_CONFIG_EXTRA");
+  if (rc == 0 && extra) {
+    rc = dlock_config_load(extra, cfg);
+    file = file ? file : extra;
+  }
+  if (o->verbose && !cfg->log_fn) {
+    cfg->log_fn = log_verbose;
+    cfg->log_arg = o;
+  }
   if (rc) {
     cli_err("%s", dlock_last_error());
     return cli_exit_code(rc);

@@ -882,11 +882,19 @@ class Rig:
         return False
 
 
+# The release, filled in when the build copies this file (CMake's
+# configure_file); run from the source tree it stays as it is.
+VERSION = "@DLOCK_RIG_VERSION@"
+
+
 def parse(argv):
     p = argparse.ArgumentParser(
         prog="dlock-rig",
         description="The articles' rig: redis-server, N dlock-stockd "
         "instances behind nginx, ab as the load, once per strategy.")
+    p.add_argument("--version", action="version",
+                   version="dlock-rig " + (VERSION if "@" not in VERSION
+                                           else "(source tree)"))
     p.add_argument("--instances", type=int, default=2,
                    help="dlock-stockd instances (2)")
     p.add_argument("--requests", type=int, default=1000,
