@@ -66,6 +66,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 /* Prints --help to f. */
 void cli_usage(FILE *f);
 
+/* list, top, exporter (list.c): 1 with *exit_code set when argv is one
+ * of those commands, else 0 (argv is cli_parse's). */
+int cli_obs_dispatch(int argc, char **argv, int *exit_code);
+
 int cli_run(const cli_opts *o);
 int cli_status(const cli_opts *o);
 int cli_unlock(const cli_opts *o);
