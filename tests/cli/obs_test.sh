@@ -96,6 +96,7 @@ populate() {
   M1=$!
   wait_until 5 key_exists m1 || fail "no holder of m1"
   "$DL" -w 25 m1 -- true 2>"$T/m1w.err" &
+  M1W=$!
   wait_until 5 key_exists "dlock_lock_queue:{m1}" || fail "no waiter queued on m1"
   "$DL" --fair f1 -- sleep 25 2>"$T/f1.err" &
   wait_until 5 key_exists f1 || fail "no holder of f1"
@@ -126,13 +127,13 @@ list_json)
   ok=0
   for i in $(seq 1 100); do
     dl list --json >"$T/out" 2>"$T/last.err" || fail "list exited $?"
-    if json_check "$T/out" 'all(h["since_ms"] for n in ("m1","f1","rw1") for h in L(n)["holders"])'; then
+    if json_check "$T/out" 'all(h["since_ms"] for n in ("m1","f1","rw1") for h in L(n)["holders"]) and all(w["alive"] for n in ("m1","f1") for w in L(n)["waiters"])'; then
       ok=1
       break
     fi
     sleep 0.05
   done
-  [ $ok = 1 ] || fail "holders' since never published"
+  [ $ok = 1 ] || fail "holders' since or waiters' info never published"
   cp "$T/out" "$T/list.json"
   json_check "$T/out" 'sorted(l["name"] for l in d["locks"]) == ["f1","m1","rw1","sem1","sem2"]' ||
     fail "locks listed: $(cat "$T/out")"
@@ -143,6 +144,8 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
   [ "$h" = "$M1 dlock True True" ] || fail "m1's holder: $h (want pid $M1)"
   json_check "$T/out" 'len(L("m1")["waiters"]) == 1 and L("m1")["waiters"][0]["queue"] == "handover"' ||
     fail "m1's waiter"
+  json_check "$T/out" "L('m1')['waiters'][0]['pid'] == $M1W and L('m1')['waiters'][0]['program'] == 'dlock'" ||
+    fail "m1's waiter is not pid $M1W"
   json_check "$T/out" 'L("f1")["kind"] == "fair" and len(L("f1")["holders"]) == 1 and [w["queue"] for w in L("f1")["waiters"]] == ["fair", "fair"] and all(w["deadline_ms"] > 0 for w in L("f1")["waiters"])' ||
     fail "f1"
   json_check "$T/out" 'L("rw1")["kind"] == "rwlock" and [h["mode"] for h in L("rw1")["holders"]] == ["read", "read"] and all(h["alive"] and h["host"] and h["pid"] for h in L("rw1")["holders"])' ||

@@ -283,8 +283,12 @@ static void json_lock(FILE *f, const ls_lock *l, long long now) {
     const ls_waiter *w = &l->waiters[i];
     fputs(i ? ",{\"owner\":" : "{\"owner\":", f);
     dlc_json_str(f, w->owner);
-    fprintf(f, ",\"queue\":\"%s\",\"deadline_ms\":%lld}", w->queue,
-            w->deadline_ms);
+    fprintf(f, ",\"queue\":\"%s\",\"deadline_ms\":%lld,\"alive\":%s,\"host\":",
+            w->queue, w->deadline_ms, w->alive ? "true" : "false");
+    dlc_json_str(f, w->host);
+    fprintf(f, ",\"pid\":%lld,\"program\":", w->pid);
+    dlc_json_str(f, w->program);
+    fputc('}', f);
   }
   fprintf(f, "],\"subscribers\":%lld}", l->subscribers);
 }
@@ -335,6 +339,8 @@ static void text_lock(FILE *f, const ls_lock *l, long long now) {
   for (size_t i = 0; i < l->nwaiters; i++) {
     const ls_waiter *w = &l->waiters[i];
     fprintf(f, "  waiter %s (%s queue)", w->owner, w->queue);
+    if (w->alive)
+      fprintf(f, " host=%s pid=%lld program=%s", w->host, w->pid, w->program);
     if (w->deadline_ms > 0) {
       char in[32];
       cli_fmt_secs(w->deadline_ms - now, in, sizeof in);

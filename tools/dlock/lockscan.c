@@ -653,6 +653,15 @@ static int resolve_holders(scan *s) {
         return fail(s, "%s%s", "out of memory", "");
       }
     }
+  for (size_t i = 0; i < s->out->n; i++)
+    for (size_t j = 0; j < s->out->locks[i].nwaiters; j++) {
+      const ls_waiter *w = &s->out->locks[i].waiters[j];
+      if (strlen(w->owner) > UUID_LEN &&
+          set_add(&ids, w->owner, UUID_LEN) != 0) {
+        set_free(&ids);
+        return fail(s, "%s%s", "out of memory", "");
+      }
+    }
   redisReply **info = calloc(ids.n ? ids.n : 1, sizeof *info);
   int rc = info ? 0 : -1;
   /* send every node's share, then read in the same order per node */
@@ -696,6 +705,30 @@ static int resolve_holders(scan *s) {
           h->pid = strtoll(fv->str, NULL, 10);
         else if (strcmp(fk->str, since) == 0)
           h->since_ms = strtoll(fv->str, NULL, 10);
+      }
+    }
+  }
+  for (size_t i = 0; rc == 0 && i < s->out->n; i++) {
+    ls_lock *l = &s->out->locks[i];
+    for (size_t j = 0; j < l->nwaiters; j++) {
+      ls_waiter *w = &l->waiters[j];
+      const redisReply *r = NULL;
+      for (size_t k = 0; k < ids.n; k++)
+        if (strncmp(ids.v[k], w->owner, UUID_LEN) == 0)
+          r = info[k];
+      if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        continue;
+      w->alive = 1;
+      for (size_t f = 0; f + 1 < r->elements; f += 2) {
+        const redisReply *fk = r->element[f], *fv = r->element[f + 1];
+        if (fk->type != REDIS_REPLY_STRING || fv->type != REDIS_REPLY_STRING)
+          continue;
+        if (strcmp(fk->str, "host") == 0)
+          copy_n(w->host, sizeof w->host, fv->str, fv->len);
+        else if (strcmp(fk->str, "program") == 0)
+          copy_n(w->program, sizeof w->program, fv->str, fv->len);
+        else if (strcmp(fk->str, "pid") == 0)
+          w->pid = strtoll(fv->str, NULL, 10);
       }
     }
   }

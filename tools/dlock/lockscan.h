@@ -50,6 +50,10 @@ typedef struct ls_waiter {
   char owner[96];        /* "<uuid>:<tid>" */
   const char *queue;     /* "fair" or "handover" */
   long long deadline_ms; /* wall ms after which the entry is dead; 0: none */
+  int alive;             /* its client's info key exists */
+  char host[128];
+  char program[64];
+  long long pid;
 } ls_waiter;
 
 typedef struct ls_lock {
