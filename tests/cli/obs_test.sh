@@ -114,6 +114,12 @@ populate() {
   redis-cli -s "$SOCK" subscribe 'redisson_sc:{sem2}' >/dev/null 2>&1 &
   wait_until 5 sh -c "[ \"\$(redis-cli -s $SOCK pubsub numsub 'redisson_sc:{sem2}' | sed -n 2p)\" = 1 ]" ||
     fail "no subscriber on sem2"
+  "$DL" --fence fe1 -- sleep 25 2>"$T/fe1.err" &
+  wait_until 5 key_exists fe1 || fail "no holder of fe1"
+  R set l1 2 >/dev/null
+  redis-cli -s "$SOCK" subscribe 'redisson_countdownlatch__channel__{l1}' >/dev/null 2>&1 &
+  wait_until 5 sh -c "[ \"\$(redis-cli -s $SOCK pubsub numsub 'redisson_countdownlatch__channel__{l1}' | sed -n 2p)\" = 1 ]" ||
+    fail "no subscriber on l1"
   for i in $(seq 1 50); do echo "SET plain$i v$i"; done | R >/dev/null
   R hset userhash field value >/dev/null
   R set counter 42 >/dev/null
@@ -135,7 +141,7 @@ list_json)
   done
   [ $ok = 1 ] || fail "holders' since or waiters' info never published"
   cp "$T/out" "$T/list.json"
-  json_check "$T/out" 'sorted(l["name"] for l in d["locks"]) == ["f1","m1","rw1","sem1","sem2"]' ||
+  json_check "$T/out" 'sorted(l["name"] for l in d["locks"]) == ["f1","fe1","l1","m1","rw1","sem1","sem2"]' ||
     fail "locks listed: $(cat "$T/out")"
   json_check "$T/out" 'L("m1")["kind"] == "mutex" and len(L("m1")["holders"]) == 1' || fail "m1"
   h=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
@@ -153,18 +159,20 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
   json_check "$T/out" 'L("sem1")["kind"] == "permits" and L("sem1")["value"] == 1 and sorted(h["owner"] for h in L("sem1")["holders"]) == ["61"*16, "62"*16]' ||
     fail "sem1"
   json_check "$T/out" 'L("sem2")["kind"] == "semaphore" and L("sem2")["subscribers"] == 1' || fail "sem2"
+  json_check "$T/out" 'L("fe1")["kind"] == "fenced" and len(L("fe1")["holders"]) == 1' || fail "fe1"
+  json_check "$T/out" 'L("l1")["kind"] == "latch" and L("l1")["value"] == 2 and L("l1")["subscribers"] == 1' || fail "l1"
   json_check "$T/out" 'd["keys_scanned"] >= 60 and d["nodes"] == 1 and d["truncated"] is False' ||
     fail "summary"
   # --all adds the integer strings nothing marks; a pattern narrows.
   expect_rc 0 list --json --all
   json_check "$T/out" 'L("counter")["kind"] == "counter" and L("counter")["value"] == 42' || fail "--all"
-  expect_rc 0 list --json 'f*'
+  expect_rc 0 list --json 'f?'
   json_check "$T/out" '[l["name"] for l in d["locks"]] == ["f1"]' || fail "pattern"
   # The text form names the holder's process.
   expect_rc 0 list
   grep -q "^m1  mutex" "$T/out" || fail "text: no m1 line"
   grep -q "holder .* pid=$M1 program=dlock since=20" "$T/out" || fail "text: m1's holder"
-  grep -q "^5 locks; " "$T/out" || fail "text: summary"
+  grep -q "^7 locks; " "$T/out" || fail "text: summary"
   # --max-keys bounds the scan and says so.
   expect_rc 0 list --json --max-keys 5 --scan-count 5
   json_check "$T/out" 'd["truncated"] is True' || fail "--max-keys"
@@ -252,6 +260,15 @@ top_plain)
   # The busiest first: f1 (2 waiters) heads each refresh.
   [ "$(grep -A2 '^dlock top ' "$T/out" | grep -c '^f1 ')" = 3 ] || fail "f1 not first"
   grep -q '^m1  *mutex  *1 ' "$T/out" || fail "no m1 row"
+  # Hand-overs: a lock taken by one short-lived holder after another.
+  "$DL" hc -- sleep 0.3 2>"$T/hc.err"
+  ( for i in $(seq 1 40); do "$DL" hc -- sleep 0.15 2>>"$T/hc.err"; done ) &
+  CH=$!
+  wait_until 5 key_exists hc || fail "no churn on hc"
+  dl top -n 15 -i 0.2 hc >"$T/out" 2>"$T/last.err" </dev/null || fail "top hc exited $?"
+  kill "$CH" 2>/dev/null
+  awk '$1 == "hc" && $4 > 0 { n++ } END { exit n > 0 ? 0 : 1 }' "$T/out" ||
+    fail "no hand-overs seen on hc"
   # --limit bounds the rows; SIGINT ends a run without -n.
   dl top -n 1 --limit 2 >"$T/out" 2>"$T/last.err" </dev/null
   [ "$(wc -l <"$T/out")" = 4 ] || fail "--limit 2: $(wc -l <"$T/out") lines"

@@ -2,8 +2,8 @@
  *  - /healthz: 503 while Redis does not answer. One PING on a connection
  *    of its own, with a short timeout (SD_PING_MS), its result cached for
  *    at most SD_HEALTH_CACHE_MS: a stopped (SIGSTOP) or killed server is
- *    reported within SD_HEALTH_CACHE_MS + SD_PING_MS (1.5 s), a flood of
- *    probes costs Redis one PING a second.
+ *    reported within SD_HEALTH_CACHE_MS + SD_PING_MS (1 s), a flood of
+ *    probes costs Redis two PINGs a second.
  *  - /metrics: the library's counters of every dlock client of the
  *    service (dlock_client_stats), summed over the products, and the
  *    holds reported lost (cfg.on_lock_lost).
@@ -23,7 +23,7 @@
 #include "url.h"
 
 #define SD_PING_MS 500
-#define SD_HEALTH_CACHE_MS 1000
+#define SD_HEALTH_CACHE_MS 500
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static redisContext *g_rc;     /* the probe's connection, under g_mu */

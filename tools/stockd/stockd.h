@@ -117,7 +117,7 @@ void sd_log(const char *instance, const char *lock, const char *fmt, ...)
 /* cfg.on_lock_lost of the service's dlock clients (arg: the sd_opts):
  * counts and logs the loss. */
 void sd_on_lock_lost(const char *name, void *arg);
-/* 1 if Redis answered a PING in the last second (probing again when the
+/* 1 if Redis answered a PING in the last 0.5 s (probing again when the
  * last probe is older), else 0 with why. Any thread. */
 int sd_health(const sd_opts *o, char *why, size_t len);
 void sd_health_free(void);
