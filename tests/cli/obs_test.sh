@@ -269,6 +269,14 @@ top_plain)
   kill "$CH" 2>/dev/null
   awk '$1 == "hc" && $4 > 0 { n++ } END { exit n > 0 ? 0 : 1 }' "$T/out" ||
     fail "no hand-overs seen on hc"
+  # On a terminal (script(1) gives it one): redrawn in place, q quits.
+  if command -v script >/dev/null; then
+    (sleep 1; printf q) | timeout -k 2 20 script -qc "$DL top -i 0.2" /dev/null \
+      >"$T/tty.out" 2>&1 || fail "top on a tty exited $?"
+    grep -q $'\e\\[H\e\\[2J' "$T/tty.out" || fail "no redraw on a tty: $(head -c 300 "$T/tty.out")"
+  else
+    note "script(1) not installed: the tty mode is not checked"
+  fi
   # --limit bounds the rows; SIGINT ends a run without -n.
   dl top -n 1 --limit 2 >"$T/out" 2>"$T/last.err" </dev/null
   [ "$(wc -l <"$T/out")" = 4 ] || fail "--limit 2: $(wc -l <"$T/out") lines"
