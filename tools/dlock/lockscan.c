@@ -871,7 +871,8 @@ int ls_scan(const ls_opts *o, ls_result *out, char *err, size_t errlen) {
     ls_free(out);
     return s.code;
   }
-  qsort(out->locks, out->n, sizeof *out->locks, by_name);
+  if (out->n > 1)
+    qsort(out->locks, out->n, sizeof *out->locks, by_name);
   out->elapsed_ms = dlc_now_ms() - s.t0;
   return 0;
 }
