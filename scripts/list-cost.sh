@@ -28,7 +28,7 @@ for i in range(100):  # 100 held mutexes, Redisson layout, with a 10 min TTL
     cmd("PEXPIRE", "lock:%d" % i, "600000")
 PY
 redis-cli -s $T/s config resetstat >/dev/null
-python3 -c '
+PROBE_PY='
 import socket, sys, time, signal
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
 worst, n, stop = 0.0, 0, []
@@ -38,7 +38,12 @@ while not stop:
     worst = max(worst, time.monotonic() - t); n += 1
     time.sleep(0.01)
 print("%d PINGs, the slowest %.2f ms" % (n, worst * 1000))
-' $T/s > $T/probe &
+'
+python3 -c "$PROBE_PY" $T/s > $T/idle &
+PROBE=$!
+sleep 3
+kill -INT $PROBE; wait $PROBE || true
+python3 -c "$PROBE_PY" $T/s > $T/probe &
 PROBE=$!
 sleep 0.3
 t0=$(date +%s%N)
@@ -47,5 +52,6 @@ t1=$(date +%s%N)
 sleep 0.3
 kill -INT $PROBE; wait $PROBE || true
 echo "keys: $(redis-cli -s $T/s dbsize); dlock list: $(( (t1 - t0) / 1000000 )) ms; $(tail -1 $T/out)"
-echo "probe: $(cat $T/probe)"
+echo "probe, 3 s idle before: $(cat $T/idle)"
+echo "probe, during dlock list: $(cat $T/probe)"
 redis-cli -s $T/s info commandstats | grep -E 'cmdstat_(scan|type|hgetall|pttl|lrange|zrange|exists|get|pubsub)' | tr -d '\r'
