@@ -181,6 +181,11 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
   expect_rc 64 list a b
   expect_rc 64 list --listen :1
   grep -q "does not apply to 'list'" "$T/last.err" || fail "$(cat "$T/last.err")"
+  # With a command, "list" and "top" are lock names, as before.
+  expect_rc 0 top -- touch "$T/ran-top"
+  [ -e "$T/ran-top" ] || fail "dlock top -- CMD did not run CMD"
+  expect_rc 0 list -c "touch $T/ran-list"
+  [ -e "$T/ran-list" ] || fail "dlock list -c CMD did not run CMD"
   expect_rc 0 list --help
   grep -q "dlock exporter --listen" "$T/out" || fail "list --help"
   ;;

@@ -146,7 +146,8 @@ static void usage(FILE *f, const char *cmd) {
 }
 
 /* Which word is the subcommand: the first that is not an option or the
- * value of one (-u URL, --config FILE). -1: none of ours. */
+ * value of one (-u URL, --config FILE). -1: none of ours (also when a
+ * command follows: "--" or -c). */
 static int find_cmd(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -158,10 +159,16 @@ static int find_cmd(int argc, char **argv) {
         i++;
       continue;
     }
-    if (strcmp(a, "list") == 0 || strcmp(a, "top") == 0 ||
-        strcmp(a, "exporter") == 0)
-      return i;
-    return -1; /* a lock name or another subcommand */
+    if (strcmp(a, "list") != 0 && strcmp(a, "top") != 0 &&
+        strcmp(a, "exporter") != 0)
+      return -1; /* a lock name or another subcommand */
+    /* "dlock top -- CMD", "dlock list -c CMD": a lock of that name, as
+     * before these commands existed */
+    for (int j = i + 1; j < argc; j++)
+      if (strcmp(argv[j], "--") == 0 || strcmp(argv[j], "-c") == 0 ||
+          strcmp(argv[j], "--command") == 0)
+        return -1;
+    return i;
   }
   return -1;
 }
