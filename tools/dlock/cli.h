@@ -4,8 +4,10 @@
  * Files: args.c (command line -> cli_opts, --help), run.c and the files
  * run.h lists (acquire, run the command, supervise it, release), admin.c
  * (status, unlock --force), util.c (messages, exit codes, the client
- * policy), main.c. Only the public API of <dlock.h> is used, and
- * tools/common (clocks, JSON, URL redaction, option parsing).
+ * policy), main.c; list.c, exporter.c and lockscan.c (obs.h): list, top
+ * and exporter, which read the lock space over plain hiredis connections
+ * (tools/common/url.h). Otherwise only the public API of <dlock.h> is
+ * used, and tools/common (clocks, JSON, URL redaction, option parsing).
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H

@@ -260,15 +260,17 @@ static void render(FILE *f, const obs_opts *o, const ls_result *r, int ok,
   free(rows);
 }
 
-static void respond(int fd, const char *status, const char *ctype,
-                    const char *body, size_t len) {
+/* Sends the response; body_len: the bytes of body to send (0 for HEAD,
+ * whose Content-Length is still len). */
+static void respond_n(int fd, const char *status, const char *ctype,
+                      const char *body, size_t len, size_t body_len) {
   char h[256];
   int n = snprintf(h, sizeof h,
                    "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: "
                    "%zu\r\nConnection: close\r\n\r\n",
                    status, ctype, len);
   const char *parts[2] = {h, body};
-  size_t lens[2] = {(size_t)n, len};
+  size_t lens[2] = {(size_t)n, body_len};
   for (int p = 0; p < 2; p++) {
     size_t off = 0;
     while (off < lens[p]) {
@@ -278,6 +280,11 @@ static void respond(int fd, const char *status, const char *ctype,
       off += (size_t)w;
     }
   }
+}
+
+static void respond(int fd, const char *status, const char *ctype,
+                    const char *body, size_t len) {
+  respond_n(fd, status, ctype, body, len, len);
 }
 
 /* Reads the request head (at most 8 KB, 5 s). 0, or -1. */
@@ -337,8 +344,8 @@ static void serve(int fd, const obs_opts *o) {
   } else {
     render(f, o, ok ? &r : NULL, ok, secs);
     fclose(f);
-    respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body,
-            strcmp(method, "HEAD") == 0 ? 0 : len);
+    respond_n(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body,
+              len, strcmp(method, "HEAD") == 0 ? 0 : len);
   }
   free(body);
   if (ok)
