@@ -178,6 +178,8 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
   json_check "$T/out" 'd["truncated"] is True' || fail "--max-keys"
   # Errors.
   expect_rc 69 -u "unix://$T/none.sock" list
+  expect_rc 64 -u rediss://127.0.0.1:1 list
+  grep -q "not supported" "$T/last.err" || fail "rediss: $(cat "$T/last.err")"
   expect_rc 64 list a b
   expect_rc 64 list --listen :1
   grep -q "does not apply to 'list'" "$T/last.err" || fail "$(cat "$T/last.err")"

@@ -757,7 +757,7 @@ static int conn_failed(scan *s) {
 static int connect_nodes(scan *s) {
   const ls_opts *o = s->o;
   int to = o->timeout_s > 0 ? o->timeout_s : 5;
-  if (strncmp(o->url, "rediss", 6) == 0)
+  if (strncmp(o->url, "rediss", 6) == 0 && (s->code = 64))
     return fail(s, "%s%s",
                 "TLS URLs (rediss://) are not supported by list, top and "
                 "exporter yet",
