@@ -54,4 +54,4 @@ kill -INT $PROBE; wait $PROBE || true
 echo "keys: $(redis-cli -s $T/s dbsize); dlock list: $(( (t1 - t0) / 1000000 )) ms; $(tail -1 $T/out)"
 echo "probe, 3 s idle before: $(cat $T/idle)"
 echo "probe, during dlock list: $(cat $T/probe)"
-redis-cli -s $T/s info commandstats | grep -E 'cmdstat_(scan|type|hgetall|pttl|lrange|zrange|exists|get|pubsub)' | tr -d '\r'
+redis-cli -s $T/s info commandstats | grep -E 'cmdstat_(scan|type|hlen|hgetall|pttl|lrange|zrange|exists|getrange|pubsub)' | tr -d '\r'

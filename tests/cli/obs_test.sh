@@ -122,6 +122,10 @@ populate() {
     fail "no subscriber on l1"
   for i in $(seq 1 50); do echo "SET plain$i v$i"; done | R >/dev/null
   R hset userhash field value >/dev/null
+  # a big hash whose fields look like holders: too big to be a lock, and
+  # never read whole
+  python3 -c 'for i in range(600): print("HSET bighash 0b1e1c7e-0000-4000-8000-%012d:1 1" % i)' |
+    R >/dev/null
   R set counter 42 >/dev/null
 }
 

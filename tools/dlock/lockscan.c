@@ -369,7 +369,7 @@ static int take_hash(scan *s, node *nd, const char *name, redisReply **r) {
 
 /* ---- strings: semaphore, permits, latch, counter ----------------------- */
 
-#define STR_READS 5 /* GET, PTTL, ZRANGE, PUBSUB NUMSUB, TYPE */
+#define STR_READS 5 /* GETRANGE, PTTL, ZRANGE, PUBSUB NUMSUB, TYPE */
 
 static void send_str_reads(scan *s, node *nd, const char *name) {
   char tq[1024], sc[1024], lc[1024];
@@ -379,12 +379,13 @@ static void send_str_reads(scan *s, node *nd, const char *name) {
     snprintf(lc, sizeof lc, "redisson_countdownlatch__channel__%s", name);
   else
     snprintf(lc, sizeof lc, "redisson_countdownlatch__channel__{%s}", name);
-  const char *a1[] = {"GET", name};
+  /* the first 21 bytes only: an application's big string is never read */
+  const char *a1[] = {"GETRANGE", name, "0", "20"};
   const char *a2[] = {"PTTL", name};
   const char *a3[] = {"ZRANGE", tq, "0", "255", "WITHSCORES"};
   const char *a4[] = {"PUBSUB", "NUMSUB", sc, lc};
   const char *a5[] = {"TYPE", tq};
-  send(s, nd, 2, a1);
+  send(s, nd, 4, a1);
   send(s, nd, 2, a2);
   send(s, nd, 5, a3);
   send(s, nd, 4, a4);
@@ -513,6 +514,25 @@ static int do_batch(scan *s, node *nd, const redisReply *keys) {
   }
   if (!kind && rc == 0)
     rc = fail(s, "%s%s", "out of memory", "");
+  /* the hashes' sizes: a big one is an application's, never read whole
+   * (HGETALL of a million fields would stall Redis) */
+  for (size_t i = 0; rc == 0 && i < nc; i++)
+    if (kind[i] == 'h') {
+      const char *a[] = {"HLEN", cand[i]};
+      send(s, nd, 2, a);
+    }
+  for (size_t i = 0; rc == 0 && i < nc; i++) {
+    if (kind[i] != 'h')
+      continue;
+    redisReply *t = reply(s, nd);
+    if (!t) {
+      rc = -1;
+      break;
+    }
+    if (rint_of(t) > MAX_FIELDS)
+      kind[i] = 0;
+    freeReplyObject(t);
+  }
   /* details, one pipelined round for the batch */
   for (size_t i = 0; rc == 0 && i < nc; i++) {
     if (kind[i] == 'h')

@@ -7,8 +7,9 @@
  * CLUSTER SLOTS names): SCAN with MATCH and COUNT (never KEYS), one batch
  * at a time; per batch, one pipelined round of TYPE for the keys that can
  * be a lock's own key (a name not starting with redisson_ / dlock_, not a
- * read hold's {N}:...:rwlock_timeout:n), then one pipelined round per
- * kind for the details (docs/design.md "Every kind's keys"):
+ * read hold's {N}:...:rwlock_timeout:n), one of HLEN for the hashes (one
+ * of more than 512 fields is no lock and is not read), then one
+ * pipelined round for the details (docs/design.md "Every kind's keys"):
  *   hash, fields "<uuid>:<tid>"[":write"] (+ "mode"): mutex, fair, fenced
  *     (redisson_lock_token:{N} exists) or rwlock ("mode" present); its
  *     PTTL; waiters from dlock_lock_queue:{N} (mutex hand-over queue) and
