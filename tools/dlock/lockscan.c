@@ -136,7 +136,7 @@ static int fail(scan *s, const char *fmt, const char *a, const char *b) {
 }
 
 /* Appends a command (argv of C strings); counted. */
-static void send(scan *s, node *nd, int argc, const char **argv) {
+static void qsend(scan *s, node *nd, int argc, const char **argv) {
   redisAppendCommandArgv(nd->c, argc, argv, NULL);
   s->out->commands++;
 }
@@ -265,13 +265,13 @@ static void send_hash_reads(scan *s, node *nd, const char *name) {
   const char *a5[] = {"ZRANGE", ft, "0", "255", "WITHSCORES"};
   const char *a6[] = {"EXISTS", tk};
   const char *a7[] = {"HGETALL", ws};
-  send(s, nd, 2, a1);
-  send(s, nd, 2, a2);
-  send(s, nd, 4, a3);
-  send(s, nd, 4, a4);
-  send(s, nd, 5, a5);
-  send(s, nd, 2, a6);
-  send(s, nd, 2, a7);
+  qsend(s, nd, 2, a1);
+  qsend(s, nd, 2, a2);
+  qsend(s, nd, 4, a3);
+  qsend(s, nd, 4, a4);
+  qsend(s, nd, 5, a5);
+  qsend(s, nd, 2, a6);
+  qsend(s, nd, 2, a7);
 }
 
 static const char *waits_deadline(const redisReply *ws, const char *id) {
@@ -385,11 +385,11 @@ static void send_str_reads(scan *s, node *nd, const char *name) {
   const char *a3[] = {"ZRANGE", tq, "0", "255", "WITHSCORES"};
   const char *a4[] = {"PUBSUB", "NUMSUB", sc, lc};
   const char *a5[] = {"TYPE", tq};
-  send(s, nd, 4, a1);
-  send(s, nd, 2, a2);
-  send(s, nd, 5, a3);
-  send(s, nd, 4, a4);
-  send(s, nd, 2, a5);
+  qsend(s, nd, 4, a1);
+  qsend(s, nd, 2, a2);
+  qsend(s, nd, 5, a3);
+  qsend(s, nd, 4, a4);
+  qsend(s, nd, 2, a5);
 }
 
 /* evident: something besides the value says what the string is. */
@@ -497,7 +497,7 @@ static int do_batch(scan *s, node *nd, const redisReply *keys) {
   int rc = 0;
   for (size_t i = 0; i < nc; i++) {
     const char *a[] = {"TYPE", cand[i]};
-    send(s, nd, 2, a);
+    qsend(s, nd, 2, a);
   }
   char *kind = calloc(nc ? nc : 1, 1); /* 'h' hash, 's' string */
   for (size_t i = 0; i < nc && rc == 0; i++) {
@@ -519,7 +519,7 @@ static int do_batch(scan *s, node *nd, const redisReply *keys) {
   for (size_t i = 0; rc == 0 && i < nc; i++)
     if (kind[i] == 'h') {
       const char *a[] = {"HLEN", cand[i]};
-      send(s, nd, 2, a);
+      qsend(s, nd, 2, a);
     }
   for (size_t i = 0; rc == 0 && i < nc; i++) {
     if (kind[i] != 'h')
@@ -568,7 +568,7 @@ static int channel_evidence(scan *s, node *nd) {
                                 "redisson_countdownlatch__channel__*"};
   for (int p = 0; p < 2; p++) {
     const char *a[] = {"PUBSUB", "CHANNELS", pats[p]};
-    send(s, nd, 3, a);
+    qsend(s, nd, 3, a);
     redisReply *r = reply(s, nd);
     if (!r)
       return -1;
@@ -638,7 +638,7 @@ static int scan_node(scan *s, node *nd) {
       break;
     }
     const char *a[] = {"SCAN", cursor, "MATCH", s->pattern, "COUNT", count};
-    send(s, nd, 6, a);
+    qsend(s, nd, 6, a);
     redisReply *r = reply(s, nd);
     if (!r)
       return -1;
@@ -689,7 +689,7 @@ static int resolve_holders(scan *s) {
     char k[64];
     snprintf(k, sizeof k, "dlock_client:{%s}", ids.v[i]);
     const char *a[] = {"HGETALL", k};
-    send(s, node_for(s, k), 2, a);
+    qsend(s, node_for(s, k), 2, a);
   }
   for (size_t i = 0; rc == 0 && i < ids.n; i++) {
     char k[64];
