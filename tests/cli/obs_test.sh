@@ -92,33 +92,33 @@ start_redis
 # permits) and one with a waiter subscribed, and keys that are no locks.
 populate() {
   local i
-  "$DL" m1 -- sleep 25 2>"$T/m1.err" &
+  "$DL" m1 -- sleep 80 2>"$T/m1.err" &
   M1=$!
-  wait_until 5 key_exists m1 || fail "no holder of m1"
-  "$DL" -w 25 m1 -- true 2>"$T/m1w.err" &
+  wait_until 20 key_exists m1 || fail "no holder of m1"
+  "$DL" -w 80 m1 -- true 2>"$T/m1w.err" &
   M1W=$!
-  wait_until 5 key_exists "dlock_lock_queue:{m1}" || fail "no waiter queued on m1"
-  "$DL" --fair f1 -- sleep 25 2>"$T/f1.err" &
-  wait_until 5 key_exists f1 || fail "no holder of f1"
-  "$DL" --fair -w 25 f1 -- true 2>"$T/f1w1.err" &
-  wait_until 5 qlen_is f1 1 || fail "first fair waiter not queued"
-  "$DL" --fair -w 25 f1 -- true 2>"$T/f1w2.err" &
-  wait_until 5 qlen_is f1 2 || fail "second fair waiter not queued"
-  "$DL" -s rw1 -- sleep 25 2>"$T/rw1a.err" &
-  "$DL" -s rw1 -- sleep 25 2>"$T/rw1b.err" &
-  wait_until 5 hlen_is rw1 3 || fail "rw1 has not two readers: $(R hgetall rw1)"
+  wait_until 20 key_exists "dlock_lock_queue:{m1}" || fail "no waiter queued on m1"
+  "$DL" --fair f1 -- sleep 80 2>"$T/f1.err" &
+  wait_until 20 key_exists f1 || fail "no holder of f1"
+  "$DL" --fair -w 80 f1 -- true 2>"$T/f1w1.err" &
+  wait_until 20 qlen_is f1 1 || fail "first fair waiter not queued"
+  "$DL" --fair -w 80 f1 -- true 2>"$T/f1w2.err" &
+  wait_until 20 qlen_is f1 2 || fail "second fair waiter not queued"
+  "$DL" -s rw1 -- sleep 80 2>"$T/rw1a.err" &
+  "$DL" -s rw1 -- sleep 80 2>"$T/rw1b.err" &
+  wait_until 20 hlen_is rw1 3 || fail "rw1 has not two readers: $(R hgetall rw1)"
   R set sem1 1 >/dev/null
   R zadd '{sem1}:timeout' 9999999999999 "aaaaaaaaaaaaaaaa" 9999999999999 \
     "bbbbbbbbbbbbbbbb" >/dev/null
   R set sem2 0 >/dev/null
   redis-cli -s "$SOCK" subscribe 'redisson_sc:{sem2}' >/dev/null 2>&1 &
-  wait_until 5 sh -c "[ \"\$(redis-cli -s $SOCK pubsub numsub 'redisson_sc:{sem2}' | sed -n 2p)\" = 1 ]" ||
+  wait_until 20 sh -c "[ \"\$(redis-cli -s $SOCK pubsub numsub 'redisson_sc:{sem2}' | sed -n 2p)\" = 1 ]" ||
     fail "no subscriber on sem2"
-  "$DL" --fence fe1 -- sleep 25 2>"$T/fe1.err" &
-  wait_until 5 key_exists fe1 || fail "no holder of fe1"
+  "$DL" --fence fe1 -- sleep 80 2>"$T/fe1.err" &
+  wait_until 20 key_exists fe1 || fail "no holder of fe1"
   R set l1 2 >/dev/null
   redis-cli -s "$SOCK" subscribe 'redisson_countdownlatch__channel__{l1}' >/dev/null 2>&1 &
-  wait_until 5 sh -c "[ \"\$(redis-cli -s $SOCK pubsub numsub 'redisson_countdownlatch__channel__{l1}' | sed -n 2p)\" = 1 ]" ||
+  wait_until 20 sh -c "[ \"\$(redis-cli -s $SOCK pubsub numsub 'redisson_countdownlatch__channel__{l1}' | sed -n 2p)\" = 1 ]" ||
     fail "no subscriber on l1"
   for i in $(seq 1 50); do echo "SET plain$i v$i"; done | R >/dev/null
   R hset userhash field value >/dev/null
@@ -131,11 +131,13 @@ populate() {
 
 case "$CASE" in
 list_json)
+  T0=$(date +%s)
   populate
   # Hold starts are published once a hold has lasted 100 ms: poll (bounded)
   # until every holder's start is there.
   ok=0
-  for i in $(seq 1 100); do
+  end=$(($(date +%s) + 30))
+  while [ "$(date +%s)" -lt $end ]; do
     dl list --json >"$T/out" 2>"$T/last.err" || fail "list exited $?"
     if json_check "$T/out" 'all(h["since_ms"] for n in ("m1","f1","rw1") for h in L(n)["holders"]) and all(w["alive"] for n in ("m1","f1") for w in L(n)["waiters"])'; then
       ok=1
@@ -144,6 +146,7 @@ list_json)
     sleep 0.05
   done
   [ $ok = 1 ] || fail "holders' since or waiters' info never published"
+  note "populated in $((end - 30 - T0)) s; starts and waiters published $(($(date +%s) - end + 30)) s later"
   cp "$T/out" "$T/list.json"
   json_check "$T/out" 'sorted(l["name"] for l in d["locks"]) == ["f1","fe1","l1","m1","rw1","sem1","sem2"]' ||
     fail "locks listed: $(cat "$T/out")"
@@ -201,7 +204,7 @@ exporter)
   py=$(prom_python) || { echo "SKIP: python3-prometheus-client is not installed"; exit 77; }
   "$DL" exporter --listen 127.0.0.1:0 >"$T/exp.out" 2>"$T/exp.err" &
   EXP=$!
-  wait_until 5 grep -q "listening on" "$T/exp.out" || fail "exporter did not start"
+  wait_until 20 grep -q "listening on" "$T/exp.out" || fail "exporter did not start"
   port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$T/exp.out")
   get() { "$py" -c 'import sys, urllib.request
 try:
@@ -210,7 +213,8 @@ try:
 except urllib.error.HTTPError as e:
     print(e.code, file=sys.stderr)' "$port" "$1"; }
   # Poll (bounded) until the hold ages are published.
-  for i in $(seq 1 100); do
+  end=$(($(date +%s) + 30))
+  while [ "$(date +%s)" -lt $end ]; do
     get /metrics >"$T/out" 2>"$T/code"
     grep -q '^dlock_lock_hold_age_seconds{name="rw1"' "$T/out" &&
       grep -q '^dlock_lock_hold_age_seconds{name="m1"' "$T/out" && break
@@ -275,7 +279,7 @@ top_plain)
   "$DL" hc -- sleep 0.3 2>"$T/hc.err"
   ( for i in $(seq 1 40); do "$DL" hc -- sleep 0.15 2>>"$T/hc.err"; done ) &
   CH=$!
-  wait_until 5 key_exists hc || fail "no churn on hc"
+  wait_until 20 key_exists hc || fail "no churn on hc"
   dl top -n 15 -i 0.2 hc >"$T/out" 2>"$T/last.err" </dev/null || fail "top hc exited $?"
   kill "$CH" 2>/dev/null
   awk '$1 == "hc" && $4 > 0 { n++ } END { exit n > 0 ? 0 : 1 }' "$T/out" ||
@@ -293,9 +297,9 @@ top_plain)
   [ "$(wc -l <"$T/out")" = 4 ] || fail "--limit 2: $(wc -l <"$T/out") lines"
   "$DL" top -i 0.1 >"$T/top.out" 2>"$T/top.err" </dev/null &
   TP=$!
-  wait_until 5 grep -q '^dlock top ' "$T/top.out" || fail "top did not draw"
+  wait_until 20 grep -q '^dlock top ' "$T/top.out" || fail "top did not draw"
   kill -INT "$TP"
-  wait_until 5 sh -c "! kill -0 $TP 2>/dev/null" || fail "top did not stop on SIGINT"
+  wait_until 20 sh -c "! kill -0 $TP 2>/dev/null" || fail "top did not stop on SIGINT"
   wait "$TP"
   rc=$?
   [ $rc = 0 ] || fail "top exited $rc on SIGINT"

@@ -6,7 +6,7 @@ if(TARGET dlock_cli)
     add_test(NAME obs.${c}
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../cli/obs_test.sh
               $<TARGET_FILE:dlock_cli> ${PROJECT_SOURCE_DIR} ${c})
-    set_tests_properties(obs.${c} PROPERTIES TIMEOUT 60 LABELS tool
+    set_tests_properties(obs.${c} PROPERTIES TIMEOUT 120 LABELS tool
       SKIP_RETURN_CODE 77)
   endforeach()
 endif()
