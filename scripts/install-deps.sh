@@ -7,7 +7,9 @@
 #   install-deps.sh test    + what `make test` uses (man, groff, python3, the
 #                             rig's parts, chromium for the page test, ip for
 #                             the partition test, libfaketime, gdb: a test
-#                             that hangs prints its stacks)
+#                             that hangs prints its stacks,
+#                             python3-prometheus-client: the exporter's
+#                             output is parsed with it)
 #   install-deps.sh dev     + developer tools: valgrind, clang-format,
 #                             clang-tidy, stress-ng, clang (make fuzz) (the default)
 set -euo pipefail
@@ -15,7 +17,8 @@ profile=${1:-dev}
 build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
        libyaml-dev libevent-dev libuv1-dev redis-server redis-tools)
 rig=(nginx apache2-utils python3)
-test=(man-db groff-base chromium iproute2 libfaketime gdb)
+test=(man-db groff-base chromium iproute2 libfaketime gdb
+      python3-prometheus-client)
 dev=(valgrind clang-format clang-tidy stress-ng clang)
 case "$profile" in
   build) pkgs=("${build[@]}") ;;

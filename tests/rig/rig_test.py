@@ -569,11 +569,139 @@ def case_rig_serve_clicks(R, a, tmp):
     left = leftovers(tmp)
     check(not left, "processes left behind: %s" % left)
 
+def prometheus_parser():
+    """A function text -> {family: [(sample name, labels, value)]}, by
+    python3-prometheus-client's text parser: in this interpreter, or in
+    Debian's /usr/bin/python3 when this one lacks it (a pyenv first on
+    PATH). Skips the case when neither has it."""
+    prog = ("import json, sys\n"
+            "from prometheus_client.parser import "
+            "text_string_to_metric_families as p\n"
+            "print(json.dumps({f.name: [(s.name, s.labels, s.value) for s in "
+            "f.samples] for f in p(sys.stdin.read())}))\n")
+    for py in (sys.executable, "/usr/bin/python3"):
+        if os.path.exists(py) and subprocess.run(
+                [py, "-c", "import prometheus_client"],
+                stderr=subprocess.DEVNULL).returncode == 0:
+            def parse(text, py=py):
+                r = subprocess.run([py, "-c", prog], input=text,
+                                   capture_output=True, text=True)
+                check(r.returncode == 0, "not Prometheus text (%s):\n%s"
+                      % (r.stderr.strip().splitlines()[-1:], text))
+                return json.loads(r.stdout)
+            return parse
+    skip("python3-prometheus-client is not installed "
+         "(scripts/install-deps.sh test)")
+
+
+def case_stockd_health(R, a, tmp):
+    """/healthz is 503 within 2 s of Redis stopping (SIGSTOP, then kill)
+    and 200 again once it answers; /metrics carries the library's counters
+    and parses as Prometheus text; log lines carry a timestamp and the
+    lock name (issue 27)."""
+    parse = prometheus_parser()
+    one = One(R, a.stockd, tmp)
+    try:
+        one.alive()
+        one.req("POST", "/reset?product=sku1&stock=3")
+        code, _ = one.req("POST", "/deduct_stock?product=sku1&user=u1")
+        check(code == 200, "deduct: %d" % code)
+        code, text = one.req("GET", "/metrics")
+        check(code == 200, "metrics: %d" % code)
+        fams = parse(text)
+        for name in ("stockd_dlock_lost_holds", "stockd_dlock_renewals",
+                     "stockd_dlock_connected", "stockd_redis_up",
+                     "stockd_dlock_acquired", "stockd_dlock_reconnects"):
+            check(name in fams, "metrics lack %s:\n%s" % (name, text))
+        reasons = {s[1].get("reason") for s in
+                   fams["stockd_dlock_lost_holds"]}
+        check(reasons == {"key_gone", "unreachable", "thread_exit", "forced"},
+              "lost-hold reasons: %s" % reasons)
+        pid = one.redis.proc.pid
+
+        def until(code, limit):
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < limit:
+                c, body = one.req("GET", "/healthz")
+                if c == code:
+                    return time.monotonic() - t0, body
+                time.sleep(0.05)
+            raise Fail("/healthz not %d within %.1f s" % (code, limit))
+
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            took, body = until(503, 6)
+            print("503 %.2f s after SIGSTOP" % took)
+            check(took <= 2.0, "503 came %.2f s after SIGSTOP" % took)
+            check("Redis does not answer" in body, "503 body: %r" % body)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        until(200, 6)
+        code, text = one.req("GET", "/metrics")
+        check(metric(text, "stockd_redis_up") == 1, "redis_up:\n" + text)
+        one.redis.proc.kill()
+        one.redis.proc.wait()
+        took, _ = until(503, 6)
+        print("503 %.2f s after kill" % took)
+        check(took <= 2.0, "503 came %.2f s after kill" % took)
+        code, text = one.req("GET", "/metrics")
+        check(metric(text, "stockd_redis_up") == 0, "redis_up:\n" + text)
+    finally:
+        one.close()
+    log = open(one.s.log).read()
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z dlock-stockd\["
+    check(re.search(stamp + r".* lock=-: Redis unreachable", log),
+          "no timestamped 'Redis unreachable' line:\n" + log)
+    check(re.search(stamp + r".* lock=-: Redis reachable again", log),
+          "no 'reachable again' line:\n" + log)
+
+
+def case_stockd_lock_lost(R, a, tmp):
+    """A hold the service loses (its key deleted under a purchase) reaches
+    cfg.on_lock_lost: a timestamped log line naming the lock, and the
+    callbacks counter of /metrics (issue 27)."""
+    import threading
+    one = One(R, a.stockd, tmp, ["--work-ms", "4000-4000",
+                                 "--watchdog-ms", "600"])
+    lock = "stockd:sku1:lock"
+    try:
+        one.alive()
+        one.req("POST", "/reset?product=sku1&stock=3")
+        out = []
+        t = threading.Thread(target=lambda: out.append(
+            one.req("POST", "/deduct_stock?product=sku1&user=u1")))
+        t.start()
+        sock = one.redis.sock
+
+        def redis(*args):
+            return subprocess.run(["redis-cli", "-s", sock] + list(args),
+                                  capture_output=True, text=True).stdout
+        t0 = time.monotonic()
+        while redis("exists", lock).strip() != "1":
+            check(time.monotonic() - t0 < 5, "the purchase never held "
+                  + lock)
+            time.sleep(0.02)
+        redis("del", lock)
+        t.join(30)
+        check(not t.is_alive(), "the purchase did not end")
+        code, text = one.req("GET", "/metrics")
+        check(metric(text, "stockd_dlock_lock_lost_callbacks_total") == 1,
+              "lost callbacks:\n" + text)
+    finally:
+        one.close()
+    log = open(one.s.log).read()
+    check(re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+                    r"dlock-stockd\[[^]]*\] lock=%s: hold LOST"
+                    % re.escape(lock), log, re.M),
+          "no timestamped loss line naming the lock:\n" + log)
+
 
 CASES = {
     "stockd_endpoints": case_stockd_endpoints,
     "stockd_malformed": case_stockd_malformed,
     "stockd_slow_clients": case_stockd_slow_clients,
+    "stockd_health": case_stockd_health,
+    "stockd_lock_lost": case_stockd_lock_lost,
     "rig_quick": case_rig_quick,
     "rig_interrupted": case_rig_interrupted,
     "rig_serve_clicks": case_rig_serve_clicks,

@@ -235,6 +235,12 @@ redisContext *dlc_redis_connect_key(const char *url, const char *key,
   return connect_url(url, host, port, connect_s, cmd_s, err, errlen);
 }
 
+redisContext *dlc_redis_connect_node(const char *url, const char *host,
+                                     int port, int connect_s, int cmd_s,
+                                     char *err, size_t errlen) {
+  return connect_url(url, host, port, connect_s, cmd_s, err, errlen);
+}
+
 redisContext *dlc_redis_connect(const char *url, int connect_s, int cmd_s,
                                 char *err, size_t errlen) {
   return dlc_redis_connect_key(url, NULL, connect_s, cmd_s, err, errlen);

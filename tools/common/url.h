@@ -49,4 +49,11 @@ redisContext *dlc_redis_connect_key(const char *url, const char *key,
                                     int connect_s, int cmd_s, char *err,
                                     size_t errlen);
 
+/* The same for one node of the URL's deployment (a cluster's master, as
+ * CLUSTER SLOTS names it): host:port with the URL's credentials and db.
+ * NULL after writing why into err. */
+redisContext *dlc_redis_connect_node(const char *url, const char *host,
+                                     int port, int connect_s, int cmd_s,
+                                     char *err, size_t errlen);
+
 #endif

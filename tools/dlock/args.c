@@ -379,7 +379,7 @@ void cli_usage(FILE *f) {
         "free)\n"
         "       dlock unlock --force NAME               delete it, whoever "
         "holds it\n"
-        "Options:\n",
+        "       dlock list|top|exporter  every lock of a Redis (--help)\n",
         f);
   dlc_opt_help(f, &g_optset);
   fputs("Exit: the command's; not acquired: -E; 64 usage, 69 Redis "

@@ -5,8 +5,10 @@
  * run.h lists (acquire, run the command, supervise it, release), admin.c
  * (status, unlock --force), sem.c (--sem N on expirable permits, and the
  * status of such a name), util.c (messages, exit codes, the client
- * policy), main.c. Only the public API of <dlock.h> is used, and
- * tools/common (clocks, JSON, URL redaction, option parsing).
+ * policy), main.c; list.c, exporter.c and lockscan.c (obs.h): list, top
+ * and exporter, which read the lock space over plain hiredis connections
+ * (tools/common/url.h). Otherwise only the public API of <dlock.h> is
+ * used, and tools/common (clocks, JSON, URL redaction, option parsing).
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
@@ -67,6 +69,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 
 /* Prints --help to f. */
 void cli_usage(FILE *f);
+
+/* list, top, exporter (list.c): 1 with *exit_code set when argv is one
+ * of those commands, else 0 (argv is cli_parse's). */
+int cli_obs_dispatch(int argc, char **argv, int *exit_code);
 
 int cli_run(const cli_opts *o);
 int cli_status(const cli_opts *o);

@@ -6,6 +6,9 @@
 int main(int argc, char **argv) {
   cli_opts o;
   char err[512];
+  int obs_ex;
+  if (cli_obs_dispatch(argc, argv, &obs_ex)) /* list, top, exporter */
+    return obs_ex;
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) {
     cli_err("%s (see dlock --help)", err);
     return CLI_EX_USAGE;

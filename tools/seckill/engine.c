@@ -618,6 +618,8 @@ static int setup_dlock(sk_engine *e, char *err, size_t el) {
   dlock_config_init(&cfg);
   cfg.url = e->url;
   cfg.watchdog_timeout_ms = (int)e->watchdog_ms;
+  cfg.on_lock_lost = e->on_lock_lost;
+  cfg.on_lock_lost_arg = e->on_lock_lost_arg;
   if (e->threads > cfg.pool_size)
     cfg.pool_size = (int)(e->threads > 64 ? 64 : e->threads);
   if (kind == SK_REDLOCK)

@@ -43,6 +43,9 @@ typedef struct sk_engine {
   void (*killpoint)(sk_eth *th, enum sk_killpoint kp);
   void *user;
   atomic_llong *unlock_errors; /* counts failed releases, or NULL */
+  /* the dlock clients' cfg.on_lock_lost (NULL: none) */
+  void (*on_lock_lost)(const char *name, void *arg);
+  void *on_lock_lost_arg;
   /* ---- the engine's own state ---- */
   pthread_mutex_t local; /* strategy "local" */
   dlock_client *dc;

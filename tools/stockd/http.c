@@ -345,8 +345,17 @@ static void do_simple(sd_thread *t, sd_req *r) {
   const char *ctype = "text/plain; charset=utf-8";
   if (r->ep == SD_EP_METRICS) {
     sd_metrics_write(b, t->svc->o);
+    sd_metrics_dlock(b, t->svc);
     ctype = "text/plain; version=0.0.4";
   } else if (r->ep == SD_EP_HEALTHZ) {
+    char why[256];
+    if (!sd_health(t->svc->o, why, sizeof why)) {
+      evbuffer_add_printf(b, "unavailable %s: Redis does not answer: %s\n",
+                          t->svc->o->name, why);
+      reply(r->req, r->ep, 503, ctype, b);
+      evbuffer_free(b);
+      return;
+    }
     evbuffer_add_printf(b, "ok %s %s\n", t->svc->o->name,
                         t->svc->o->strategy->name);
   } else {
@@ -421,7 +430,7 @@ static int hook_aborted(sk_eth *th) {
 
 static void hook_error(sk_eth *th, const char *msg) {
   const sd_thread *t = th->user;
-  fprintf(stderr, "dlock-stockd[%s]: %s\n", t->svc->o->name, msg);
+  sd_log(t->svc->o->name, th->e->k.lock, "%s", msg);
 }
 
 int sd_service_init(sd_service *svc, const sd_opts *o) {
@@ -453,6 +462,8 @@ int sd_service_init(sd_service *svc, const sd_opts *o) {
     e->work_max_ms = o->work_max_ms;
     e->aborted = hook_aborted;
     e->on_error = hook_error;
+    e->on_lock_lost = sd_on_lock_lost;
+    e->on_lock_lost_arg = (void *)o;
     char err[256] = "";
     if (sk_engine_init(e, err, sizeof err) != 0) {
       fprintf(stderr, "dlock-stockd: %s: %s\n", p->name, err);

@@ -152,6 +152,7 @@ int main(int argc, char **argv) {
   rc = serve(&svc, lfd, &sigs);
   close(lfd);
   sd_service_free(&svc);
+  sd_health_free();
   libevent_global_shutdown();
   return rc;
 }

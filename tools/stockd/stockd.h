@@ -108,6 +108,22 @@ void sd_service_free(sd_service *svc);
 int sd_thread_init(sd_thread *t, sd_service *svc, int index, int fd);
 void sd_thread_free(sd_thread *t);
 
+/* ---- lock-service health (health.c) ------------------------------------ */
+
+/* A log line on stderr: ISO 8601 UTC time (ms), the instance, the lock
+ * (NULL: "-") and the message. Any thread. */
+void sd_log(const char *instance, const char *lock, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* cfg.on_lock_lost of the service's dlock clients (arg: the sd_opts):
+ * counts and logs the loss. */
+void sd_on_lock_lost(const char *name, void *arg);
+/* 1 if Redis answered a PING in the last 0.5 s (probing again when the
+ * last probe is older), else 0 with why. Any thread. */
+int sd_health(const sd_opts *o, char *why, size_t len);
+void sd_health_free(void);
+/* The library's counters of the service's dlock clients (/metrics). */
+void sd_metrics_dlock(struct evbuffer *out, const sd_service *svc);
+
 /* ---- slow clients (conn.c) ----------------------------------------------- */
 
 /* evhttp's bufferevent factory (arg: the sd_thread): a socket
