@@ -479,6 +479,35 @@ int dlock__tls_has_client_cert(const dlock__link *l);
 int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
                       const char *name, int port, int verify, int timeout_ms);
 
+/* The event-loop client's sessions (async_conn.c): the same context,
+ * socket BIO (no SIGPIPE) and checks as dlock__tls_attach, driven one
+ * non-blocking step at a time. dlock__tls_session: 0 and *out (an SSL
+ * over fd, made non-blocking), or -1 with why. dlock__tls_step runs one
+ * SSL_connect (op CONNECT: > 0 when done), SSL_read or SSL_write of up to
+ * n bytes: > 0 bytes, 0 the stream ended, or a DLOCK__TLS_* below (why
+ * says what failed for the ERR_ ones). */
+enum {
+  DLOCK__TLS_CONNECT,
+  DLOCK__TLS_READ,
+  DLOCK__TLS_WRITE,
+  DLOCK__TLS_WANT_READ = -1,
+  DLOCK__TLS_WANT_WRITE = -2,
+  DLOCK__TLS_ERR_IO = -3, /* the socket failed */
+  DLOCK__TLS_ERR_TLS = -4 /* TLS refused (verification, alert): ETLS */
+};
+int dlock__tls_session(void *ctx, int fd, const char *name, int verify,
+                       void **out, char *why, size_t wn);
+void dlock__tls_session_free(void *ssl);
+int dlock__tls_step(void *ssl, int op, void *buf, size_t n, char *why,
+                    size_t wn);
+/* Decoded bytes buffered in the session (poll cannot see them). */
+size_t dlock__tls_session_pending(void *ssl);
+
+/* A minimal TLS ClientHello (link.c): a TLS-only port answers it with a
+ * TLS record. What both clients probe a plain URL's odd server with. */
+extern const unsigned char dlock__tls_client_hello[52];
+extern const size_t dlock__tls_client_hello_len;
+
 /* Why a link's last operation failed (dlock__link.err). */
 enum {
   DLOCK__LINK_OK,
@@ -792,6 +821,8 @@ int dlock__sync_want(dlock_client *c, const char *key);
  * when fewer replicas confirmed than required. */
 void dlock__sync_done(dlock_client *c, const char *key, int want,
                       long long acks);
+/* The replicas INFO replication's reply lists as online, or -1. */
+int dlock__sync_parse_replicas(const redisReply *r);
 /* off = 1: the calling thread's writes send no WAIT until off = 0 (the
  * undo of an unconfirmed acquisition: nothing to confirm). */
 void dlock__sync_pause(int off);
