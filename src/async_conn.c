@@ -612,10 +612,15 @@ void dlock__aconn_start(dlock__aconn *k) {
  */
 
 /* The replicas a script's write waits for (cfg.sync_replicas; -1: those
- * the command connection's INFO counted), or 0 for no WAIT. */
+ * the command connection's INFO counted), or 0 for no WAIT. The same
+ * scripts as the blocking client's (sync.c): every lock write but the
+ * watchdog's renewals. */
 static int sync_want(dlock__aconn *k, const dlock__areq *r) {
   int n = k->a->cfg.sync_replicas;
-  if (!r->script || k != &k->a->cmd || n == 0)
+  /* Renewals go without WAIT, as the blocking watchdog's (replicas that
+   * lag never delay a renewal: docs/guarantees.md). */
+  if (!r->script || k != &k->a->cmd || n == 0 ||
+      r->script == dlock__core_script(DLOCK__S_RENEW))
     return 0;
   return n > 0 ? n : k->sync_n;
 }
