@@ -758,18 +758,11 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
              : u->password ? "AUTH with a password"
                            : "the server wants a password",
              r->str);
-  } else if (kind == 'R' && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-                             r->element[0]->type != REDIS_REPLY_STRING ||
-                             strcmp(r->element[0]->str, "master") != 0)) {
+  } else if (kind == 'R' && dlock__sentinel_role(r)) {
     /* Not (or no longer) the master: the sentinels are asked again and
      * the requests retried (sentinel.c's check_role). */
     snprintf(why, sizeof why, "%s:%d says it is not a master (%s)", u->host,
-             u->port,
-             r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                     r->element[0]->type == REDIS_REPLY_STRING
-                 ? r->element[0]->str
-             : r->type == REDIS_REPLY_ERROR ? r->str
-                                            : "no role");
+             u->port, dlock__sentinel_role(r));
     freeReplyObject(r);
     dlock__aroute_invalid(k);
     conn_fail(k, DLOCK_ECONN, why, 0);

@@ -188,17 +188,10 @@ static void ask_done(dlock__areq *r, redisReply *reply, int err,
   int port = 0;
   if (err)
     snprintf(line, sizeof line, "%s", why);
-  else if (reply->type == REDIS_REPLY_ERROR)
-    snprintf(line, sizeof line, "%s", reply->str);
-  else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-           reply->element[0]->type != REDIS_REPLY_STRING ||
-           reply->element[1]->type != REDIS_REPLY_STRING)
-    snprintf(line, sizeof line, "it does not know a master named '%s'",
-             a->url.master_name);
-  else {
-    snprintf(host, sizeof host, "%s", reply->element[0]->str);
-    port = atoi(reply->element[1]->str);
-  }
+  else if (dlock__sentinel_addr_reply(reply, a->url.master_name, host,
+                                      sizeof host, &port, line,
+                                      sizeof line) != 0)
+    host[0] = '\0';
   if (reply)
     freeReplyObject(reply);
   dlock__aconn_close_socket(&rt->q); /* the next question may go elsewhere */
@@ -309,19 +302,15 @@ static void watch_down(dlock__aconn *k, int err, const char *why) {
 static void watch_message(dlock_async *a, const char *ch, const char *p) {
   dlock__aroute *rt = a->route;
   const char *name = a->url.master_name;
-  size_t nl = strlen(name);
   if (strcmp(ch, "+switch-master") == 0) {
-    char mn[256], oh[256], nh[256];
-    int op, np;
-    if (sscanf(p, "%255s %255s %d %255s %d", mn, oh, &op, nh, &np) != 5 ||
-        strcmp(mn, name) != 0)
-      return;
-    if (set_master(rt, nh, np) == 0)
+    char nh[256];
+    int np;
+    if (dlock__sentinel_switch_msg(p, name, nh, sizeof nh, &np) &&
+        set_master(rt, nh, np) == 0)
       apply(a, 0, NULL);
     return;
   }
-  const char *at = strstr(p, " @ ");
-  if (!at || strncmp(at + 3, name, nl) != 0 || at[3 + nl] != ' ')
+  if (!dlock__sentinel_promoted_msg(p, name))
     return;
   /* The promoted replica answers as a master now; the sentinels name it
    * from now on: ask them (and ROLE checks it). */

@@ -806,6 +806,20 @@ int dlock__sentinel_target(dlock_client *c, dlock__url *target, char *buf,
 /* The master of generation gen failed (refused a connection, answered
  * READONLY): the next target asks the sentinels again. */
 void dlock__sentinel_invalidate(dlock_client *c, unsigned gen);
+/* The pure parts, shared with the event-loop client (async_route.c):
+ * - SENTINEL GET-MASTER-ADDR-BY-NAME's reply: 0 with host (n bytes) and
+ *   port, or DLOCK_EREDIS (an error reply) / DLOCK_ECONN (no such master)
+ *   with why;
+ * - ROLE's reply: NULL when "master", else what it is instead;
+ * - a +switch-master payload: 1 with the new address when it names `name`;
+ * - a +promoted-slave payload: 1 when it names `name`. */
+int dlock__sentinel_addr_reply(const redisReply *r, const char *name,
+                               char *host, size_t n, int *port, char *why,
+                               size_t wn);
+const char *dlock__sentinel_role(const redisReply *r);
+int dlock__sentinel_switch_msg(const char *payload, const char *name,
+                               char *host, size_t n, int *port);
+int dlock__sentinel_promoted_msg(const char *payload, const char *name);
 /* 1 if l was made for a master that is no longer the master. */
 int dlock__link_stale(dlock_client *c, const dlock__link *l);
 

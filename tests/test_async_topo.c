@@ -410,6 +410,40 @@ TH_CASE_T(sentinel_hold_across_failover, 180, "sentinel async") {
   tl_free(&l);
 }
 
+/* No sentinel answers: the call ends with DLOCK_ECONN listing what each
+ * sentinel said (as the blocking client's message), after the retry
+ * policy -- not with "cannot connect to (null):0" (f63ebda). */
+TH_CASE_T(sentinels_unreachable_say_why, 60, "sentinel async") {
+  th_redis *gone[3];
+  for (int i = 0; i < 3; i++) {
+    gone[i] = th_redis_new(1, NULL);
+    th_redis_stop(gone[i]);
+  }
+  char url[256];
+  snprintf(url, sizeof url,
+           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/" MASTER,
+           gone[0]->port, gone[1]->port, gone[2]->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 50;
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res r;
+  int64_t t0 = th_now_ms();
+  CHECK_RC(run_lock(&l, a, "x", 1, 0, &r), DLOCK_ECONN);
+  printf("ECONN after %lld ms: %s\n", (long long)(th_now_ms() - t0), r.msg);
+  CHECK_MSG(strstr(r.msg, "no master 'mymaster' found through 3 sentinels"),
+            "%s", r.msg);
+  char port[32];
+  snprintf(port, sizeof port, "127.0.0.1:%d", gone[2]->port);
+  CHECK_MSG(strstr(r.msg, port) && strstr(r.msg, "refused"), "%s", r.msg);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
 /* cfg.sync_replicas on the event-loop client: each lock write is followed
  * by WAIT, so with the replicas stopped the call answers no sooner than
  * sync_timeout_ms; with them running the write is on both when it
