@@ -102,14 +102,6 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
     free(a);
     return rc;
   }
-  if (a->url.cluster) {
-    dlock__url_free(&a->url);
-    free(a->url_str);
-    free(a);
-    return dlock__fail(DLOCK_ENOTSUP, "the event-loop client does not "
-                                      "support Redis Cluster "
-                                      "(redis-cluster://) yet");
-  }
   /* rediss://: the blocking client's context (tls.c), made once here. */
   if (a->url.tls && (rc = dlock__tls_ctx_new(&a->cfg, &a->tls_ctx)) != 0) {
     dlock__url_free(&a->url);
@@ -135,6 +127,7 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
   a->flush.arg = a;
   dlock__aconn_init(&a->cmd, a, "command");
   a->cmd.data = 1;
+  a->cmd.cmdconn = 1;
   dlock__asub_init(a);
   a->sub.data = 1;
   if (dlock__aroute_init(a) != 0) {
@@ -160,7 +153,8 @@ int dlock_async_attach(dlock_async *a, const dlock_async_hooks *h) {
   if (a->cmd.head)
     dlock__aconn_start(&a->cmd);
   if (a->sub_list)
-    dlock__aconn_start(&a->sub);
+    dlock__asub_kick(a); /* a->sub, or a cluster master's */
+  dlock__aroute_start(a);
   dlock__async_sync(a);
   return 0;
 }

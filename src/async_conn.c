@@ -104,6 +104,7 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
   if (!b.oom && (r->cmd = dlock__malloc(b.len)) != NULL) {
     memcpy(r->cmd, b.p, b.len);
     r->len = b.len;
+    r->slot = nkeys > 0 ? (int)dlock__key_slot(keys[0], klens[0]) : -1;
     r->script = s;
     r->fn = fn;
     r->arg = arg;
@@ -135,6 +136,8 @@ dlock__areq *dlock__areq_cmd(int argc, const char **argv, const size_t *lens,
     free(r);
     r = NULL;
   }
+  if (r)
+    r->slot = -1;
   return r;
 }
 
@@ -270,7 +273,10 @@ static void retry_unlink(dlock__aconn *k, dlock__areq *r) {
 static void retry_fired(dlock__atimer *t) {
   dlock__areq *r = t->arg;
   retry_unlink(r->k, r);
-  dlock__aconn_submit(r->k, r);
+  if (r->k->a->url.cluster && r->k->cmdconn)
+    dlock__aroute_submit(r->k->a, r); /* the map may have changed */
+  else
+    dlock__aconn_enqueue(r->k, r);
 }
 
 /* r failed with err (why): re-sent later, or ended when no attempt is
@@ -293,6 +299,11 @@ static void req_retry(dlock__aconn *k, dlock__areq *r, int err,
   r->retry.arg = r;
   dlock__async_timer(a, &r->retry,
                      dlock__async_now() + a->cfg.retry_interval_ms);
+}
+
+void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
+                        const char *why) {
+  req_retry(k, r, err, why);
 }
 
 /* Closes the connection; every request on it is retried (or, final, ends
@@ -514,7 +525,7 @@ static void handshake_bytes(dlock__aconn *k) {
     dlock__resp_argv(&k->out, 1, av, al);
     k->hs_kind[k->hs_n++] = 'R';
   }
-  if (k == &a->cmd && a->cfg.sync_replicas < 0) {
+  if (k->cmdconn && a->cfg.sync_replicas < 0) {
     const char *av[2] = {"INFO", "replication"};
     size_t al[2] = {4, 11};
     dlock__resp_argv(&k->out, 2, av, al);
@@ -619,7 +630,7 @@ static int sync_want(dlock__aconn *k, const dlock__areq *r) {
   int n = k->a->cfg.sync_replicas;
   /* Renewals go without WAIT, as the blocking watchdog's (replicas that
    * lag never delay a renewal: docs/guarantees.md). */
-  if (!r->script || k != &k->a->cmd || n == 0 ||
+  if (!r->script || !k->cmdconn || n == 0 ||
       r->script == dlock__core_script(DLOCK__S_RENEW))
     return 0;
   return n > 0 ? n : k->sync_n;
@@ -633,6 +644,10 @@ static int sync_want(dlock__aconn *k, const dlock__areq *r) {
 static void take_unsent(dlock__aconn *k) {
   int64_t now = dlock__async_now();
   for (dlock__areq *r = k->unsent; r; r = r->next) {
+    r->ask_pending = r->asking; /* ASK: ASKING right before it */
+    r->asking = 0;
+    if (r->ask_pending)
+      dlock__sb_adds(&k->out, "*1\r\n$6\r\nASKING\r\n");
     dlock__sb_add(&k->out, r->cmd, r->len);
     r->sent_at = now;
     r->wait_want = sync_want(k, r);
@@ -710,6 +725,14 @@ static void flush_out(dlock__aconn *k) {
 }
 
 void dlock__aconn_submit(dlock__aconn *k, dlock__areq *r) {
+  if (k == &k->a->cmd && k->a->url.cluster) {
+    dlock__aroute_submit(k->a, r); /* the slot's master */
+    return;
+  }
+  dlock__aconn_enqueue(k, r);
+}
+
+void dlock__aconn_enqueue(dlock__aconn *k, dlock__areq *r) {
   r->next = NULL;
   if (k->tail)
     k->tail->next = r;
@@ -786,6 +809,11 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
 /* The reply of the request at the head (or of its WAIT). */
 static void request_reply(dlock__aconn *k, redisReply *rep) {
   dlock__areq *r = k->head;
+  if (r->ask_pending) { /* ASKING's +OK */
+    r->ask_pending = 0;
+    freeReplyObject(rep);
+    return;
+  }
   if (r->waits && !r->held) {
     r->held = rep; /* its WAIT's answer comes next */
     return;
@@ -823,6 +851,20 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     dlock__aroute_invalid(k);
     req_retry(k, r, DLOCK_ECONN, why);
     conn_fail(k, DLOCK_ECONN, why, 0);
+    return;
+  }
+  char rh[256];
+  unsigned rslot;
+  int rport, ask = 0;
+  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
+      (dlock__parse_redirect(rep->str, "MOVED", &rslot, rh, sizeof rh,
+                             &rport) ||
+       (ask = dlock__parse_redirect(rep->str, "ASK", &rslot, rh, sizeof rh,
+                                    &rport)))) {
+    /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
+     * request alone goes there, after ASKING). */
+    freeReplyObject(rep);
+    dlock__aroute_redirect(k->a, r, rslot, rh, rport, ask);
     return;
   }
   if (rep->type == REDIS_REPLY_ERROR && dlock__retryable_reply(rep->str)) {

@@ -54,6 +54,10 @@ struct dlock__areq {
   size_t len;
   const dlock__script *script; /* NOSCRIPT: re-sent as EVAL */
   int eval;                    /* cmd is the EVAL form */
+  int slot;                    /* its first key's cluster slot, or -1 */
+  int asking;                  /* Cluster: send ASKING before it (ASK) */
+  int ask_pending;             /* ASKING's reply comes first */
+  int redirects;               /* MOVED / ASK / no owner so far */
   int waits;                   /* a WAIT was pipelined behind it */
   int wait_want;               /* the replicas it asked for */
   redisReply *held;            /* its reply, while the WAIT's is awaited */
@@ -106,6 +110,7 @@ struct dlock__aconn {
   dlock__url at;       /* the address of the connection open (borrowed) */
   char host[256];      /* at.host's bytes */
   int data;            /* a data node's connection (not a sentinel's) */
+  int cmdconn;         /* a command connection (a->cmd, a cluster node's) */
   unsigned gen;        /* Sentinel: the master generation it was made for */
   void *ssl;           /* rediss://: the TLS session (tls.c) */
   int ssl_rw;          /* TLS: a read waits for writability */
@@ -147,6 +152,13 @@ dlock__areq *dlock__areq_cmd(int argc, const char **argv, const size_t *lens,
                              dlock__areq_fn *fn, void *arg);
 /* Closes the socket (no request may be on it). */
 void dlock__aconn_close_socket(dlock__aconn *k);
+/* Queues r on k itself (dlock__aconn_submit routes a->cmd's requests on a
+ * cluster client). */
+void dlock__aconn_enqueue(dlock__aconn *k, dlock__areq *r);
+/* r failed with err: re-sent retry_interval_ms later through the route, or
+ * ended when no attempt is left. */
+void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
+                        const char *why);
 /* Events from async.c. */
 void dlock__aconn_readable(dlock__aconn *k);
 void dlock__aconn_writable(dlock__aconn *k);
@@ -190,7 +202,8 @@ struct dlock_async {
   dlock__map subs;             /* lock name -> dlock__asub */
   dlock__map chans;            /* channel and grant channel -> dlock__asub */
   dlock__asub *sub_list;
-  dlock__ahold *wd_head; /* holds the watchdog renews */
+  dlock__atimer sub_kick; /* Cluster: subscribe again after MOVED / ASK */
+  dlock__ahold *wd_head;  /* holds the watchdog renews */
   dlock__atimer wd_timer;
   int wd_batches; /* renewal requests in flight */
 };
@@ -266,6 +279,10 @@ int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
                      dlock__asub **out);
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);
 void dlock__asub_close(dlock_async *a);
+/* Makes k a subscriber connection (callbacks of async_sub.c). */
+void dlock__asub_conn_init(dlock_async *a, dlock__aconn *k);
+/* The map arrived: subscribe the entries that wait for a connection. */
+void dlock__asub_kick(dlock_async *a);
 
 /* ---- routes (async_route.c) ---------------------------------------------- */
 
@@ -273,8 +290,25 @@ void dlock__asub_close(dlock_async *a);
  * asked for (k is RESOLVING; dlock__aconn_resolved follows), or a code
  * with why. */
 int dlock__aroute_addr(dlock__aconn *k, char *why, size_t wn);
-/* k's server says it is not (or no longer) the master: ask again. */
+/* k's server says it is not (or no longer) the master: ask again (a
+ * cluster's map: refresh it). */
 void dlock__aroute_invalid(dlock__aconn *k);
+/* Cluster: sends r to the master of its slot (after the map is known). */
+void dlock__aroute_submit(dlock_async *a, dlock__areq *r);
+/* Cluster: MOVED (ask 0) or ASK (ask 1) to host:port for slot; r is
+ * re-sent there. */
+void dlock__aroute_redirect(dlock_async *a, dlock__areq *r, unsigned slot,
+                            const char *host, int port, int ask);
+/* The subscriber connection for channel ch: a->sub, a cluster slot's
+ * master's, or NULL while the map is unknown (asked for; then
+ * dlock__asub_kick). */
+dlock__aconn *dlock__aroute_subconn(dlock_async *a, const char *ch, size_t n);
+/* 1 when subscriptions are sharded (SSUBSCRIBE; scripts SPUBLISH). */
+int dlock__aroute_sharded(const dlock_async *a);
+/* What the scripts publish with: "SPUBLISH" on a sharded cluster. */
+const char *dlock__apublish(const dlock_async *a);
+/* async.c attached the client: start what waits. */
+void dlock__aroute_start(dlock_async *a);
 int dlock__aroute_init(dlock_async *a);
 void dlock__aroute_close(dlock_async *a);
 void dlock__aroute_free(dlock_async *a);

@@ -734,6 +734,18 @@ typedef struct dlock__cluster {
   int64_t tried_at;             /* last round of questions (refresh_mu) */
 } dlock__cluster;
 
+/* Walks a CLUSTER SHARDS (shards = 1; tls picks the tls-port) or CLUSTER
+ * SLOTS reply (an empty ip is `asked`, the node that answered), calling
+ * fn(ctx, lo, hi, host, port) for each master's slot range. 0, or fn's
+ * non-zero. Pure: both clients' maps are filled through it. */
+typedef int dlock__slots_fn(void *ctx, long long lo, long long hi,
+                            const char *host, int port);
+int dlock__cluster_parse(const redisReply *r, int shards, int tls,
+                         const char *asked, dlock__slots_fn *fn, void *ctx);
+/* "MOVED <slot> <host>:<port>" / "ASK ..." (verb): 1 with slot, host
+ * (cap bytes) and port, else 0 (conn.c; both clients). */
+int dlock__parse_redirect(const char *s, const char *verb, unsigned *slot,
+                          char *host, size_t cap, int *port);
 /* The slot of key[0..len): CRC16 of its hash tag (or the whole key) mod
  * 16384. */
 unsigned dlock__key_slot(const char *key, size_t len);

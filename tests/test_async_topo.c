@@ -3,10 +3,15 @@
  * every topology of the blocking client (issue 26): rediss:// against a
  * real TLS-only redis-server (certificates made at test time), and
  * redis-sentinel:// against 1 master + 2 replicas + 3 real sentinels
- * (redis-server --sentinel), through a failover. Each case runs its loop
- * on libevent from one thread.
+ * (redis-server --sentinel), through a failover; and redis-cluster:// on 3
+ * real masters, through a slot migration. Each case runs its loop on
+ * libevent from one thread.
  */
 #include "th.h"
+#include "th_cluster.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -492,6 +497,181 @@ TH_CASE_T(sync_replicas_wait_after_writes, 60, "sentinel async") {
   dlock_async_free(a);
   th_redis_resume(r[0]);
   th_redis_resume(r[1]);
+  tl_free(&l);
+}
+
+/* ---- redis-cluster:// ---------------------------------------------------- */
+
+static atomic_int g_lost;
+static void on_lost(const char *name, void *arg) {
+  (void)arg;
+  printf("lost: %s\n", name);
+  atomic_fetch_add(&g_lost, 1);
+}
+
+static dlock_config cluster_cfg(const th_cluster *cl) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = cl->url;
+  cfg.retry_attempts = 5;
+  cfg.retry_interval_ms = 100;
+  cfg.command_timeout_ms = 1000 * (int)slow();
+  cfg.connect_timeout_ms = 1000 * (int)slow();
+  cfg.on_lock_lost = on_lost;
+  return cfg;
+}
+
+/* Locks on every master of a 3-master cluster: each key on the master of
+ * its slot, a waiter woken by the unlock (sharded pub/sub on that master),
+ * and an async waiter served by a blocking client's unlock and the other
+ * way round (both clients SPUBLISH / SSUBSCRIBE). Fails on f63ebda:
+ * dlock_async_new refused redis-cluster:// (DLOCK_ENOTSUP). */
+TH_CASE_T(cluster_locks_on_three_masters, 120, "cluster async") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  dlock_config cfg = cluster_cfg(cl);
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  enum { N = 24 };
+  res v[N];
+  int on[3] = {0, 0, 0};
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "alock-%d", i);
+    int rc = run_lock(&l, a, name, 1, 0, &v[i]);
+    CHECK_MSG(rc == 0, "lock %s: %s %s", name, dlock_err_name(rc), v[i].msg);
+    int m = th_cluster_master_of(cl, th_cluster_slot(cl, name));
+    CHECK_EQ(th_cmd_int(cl->node[m], "EXISTS %s", name), 1);
+    on[m]++;
+  }
+  printf("locks per master: %d %d %d\n", on[0], on[1], on[2]);
+  CHECK(on[0] > 0 && on[1] > 0 && on[2] > 0);
+  /* A waiter (owner 2) of alock-0, woken by owner 1's unlock. */
+  res w, u;
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, "alock-0", 2, 20000, -1, on_res, &w));
+  int m0 = th_cluster_master_of(cl, th_cluster_slot(cl, "alock-0"));
+  int64_t end = th_now_ms() + 5000 * slow();
+  while (th_cmd_int(cl->node[m0], "LLEN dlock_lock_queue:{alock-0}") < 1 &&
+         th_now_ms() < end)
+    for (int i = 0; i < 5; i++)
+      tl_once(&l);
+  CHECK_EQ(w.n, 0);
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "alock-%d", i);
+    CHECK_OK(run_unlock(&l, a, name, 1, &u));
+  }
+  CHECK_MSG(tl_until(&l, &w.n, 1, 5000), "the waiter was not woken");
+  CHECK_MSG(w.last == 0, "waiter: %s %s", dlock_err_name(w.last), w.msg);
+  /* A blocking client waits for it: the async unlock's SPUBLISH wakes it. */
+  dlock_client *c = NULL;
+  dlock_config bcfg = cluster_cfg(cl);
+  CHECK_OK(dlock_client_new(&bcfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "alock-0", &m));
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  CHECK_OK(run_unlock(&l, a, "alock-0", 2, &u));
+  CHECK_OK(dlock_mutex_timedlock(m, 5000, -1));
+  /* And the other way: an async waiter served by the blocking unlock. */
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, "alock-0", 3, 20000, -1, on_res, &w));
+  end = th_now_ms() + 5000 * slow();
+  while (th_cmd_int(cl->node[m0], "LLEN dlock_lock_queue:{alock-0}") < 1 &&
+         th_now_ms() < end)
+    for (int i = 0; i < 5; i++)
+      tl_once(&l);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_MSG(tl_until(&l, &w.n, 1, 5000), "the async waiter was not woken");
+  CHECK_MSG(w.last == 0, "async waiter: %s %s", dlock_err_name(w.last), w.msg);
+  printf("async waiter served %lld ms after the blocking unlock\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_MSG(th_now_ms() - t0 < 1000 * slow(), "woken late");
+  CHECK_OK(run_unlock(&l, a, "alock-0", 3, &u));
+  CHECK_EQ(th_cmd_int(cl->node[m0], "EXISTS alock-0"), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
+typedef struct mover {
+  th_cluster *cl;
+  unsigned slot;
+  int from, to, dwell;
+  atomic_int done;
+} mover;
+
+static void *move_main(void *p) {
+  mover *mv = p;
+  th_cluster_move_slot(mv->cl, mv->slot, mv->from, mv->to, mv->dwell);
+  atomic_store(&mv->done, 1);
+  return NULL;
+}
+
+/* An async holder (watchdog lease) and an async waiter of one lock while
+ * its slot migrates to another master (IMPORTING / MIGRATING for two
+ * leases: ASK, then MOVED): the hold is renewed through the migration
+ * (never reported lost), the waiter's sharded subscription follows the
+ * slot to the new master, and the holder's unlock there hands it the
+ * lock. Fails on f63ebda: redis-cluster:// refused (DLOCK_ENOTSUP). */
+TH_CASE_T(cluster_holder_and_waiter_through_slot_migration, 120,
+          "cluster async") {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  const char *name = "amigrating";
+  unsigned slot = th_cluster_slot(cl, name);
+  int from = th_cluster_master_of(cl, slot), to = (from + 1) % 3;
+  dlock_config cfg = cluster_cfg(cl);
+  cfg.watchdog_timeout_ms = 1500 * (int)slow(); /* renewed every 500 ms */
+  /* The retry policy bridges the migration (TRYAGAIN while the lock's
+   * keys are split between the two nodes), as for a failover. */
+  cfg.retry_attempts = 30;
+  cfg.retry_interval_ms = 200 * (int)slow();
+  atomic_store(&g_lost, 0);
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h, w, u;
+  CHECK_OK(run_lock(&l, a, name, 1, 0, &h));
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, name, 2, 60000, -1, on_res, &w));
+  int64_t end = th_now_ms() + 5000 * slow();
+  char q[64];
+  snprintf(q, sizeof q, "LLEN dlock_lock_queue:{%s}", name);
+  while (th_cmd_int(cl->node[from], q) < 1 && th_now_ms() < end)
+    for (int i = 0; i < 5; i++)
+      tl_once(&l);
+  CHECK_EQ(th_cmd_int(cl->node[from], q), 1);
+  mover mv = {cl, slot, from, to, 2 * cfg.watchdog_timeout_ms, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, move_main, &mv);
+  end = th_now_ms() + 60000 * slow();
+  while (!atomic_load(&mv.done) && th_now_ms() < end)
+    tl_once(&l);
+  pthread_join(t, NULL);
+  CHECK_EQ(th_cluster_master_of(cl, slot), to);
+  /* A renewal period after it, on the new master. */
+  int64_t until = th_now_ms() + cfg.watchdog_timeout_ms / 3 + 300;
+  while (th_now_ms() < until)
+    tl_once(&l);
+  CHECK_EQ(atomic_load(&g_lost), 0);
+  CHECK_MSG(w.n == 0, "the waiter answered: %s %s", dlock_err_name(w.last),
+            w.msg);
+  long long pttl = th_cmd_int(cl->node[to], "PTTL %s", name);
+  printf("PTTL on the new master after the migration: %lld ms\n", pttl);
+  CHECK(pttl > 0);
+  int64_t t0 = th_now_ms();
+  int rc = run_unlock(&l, a, name, 1, &u);
+  CHECK_MSG(rc == 0, "unlock: %s %s", dlock_err_name(rc), u.msg);
+  CHECK_MSG(tl_until(&l, &w.n, 1, 10000), "the waiter was not served");
+  CHECK_MSG(w.last == 0, "waiter: %s %s", dlock_err_name(w.last), w.msg);
+  printf("waiter served %lld ms after the unlock was queued\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_EQ(th_cmd_int(cl->node[to], "EXISTS %s", name), 1);
+  CHECK_OK(run_unlock(&l, a, name, 2, &u));
+  CHECK_EQ(th_cmd_int(cl->node[to], "EXISTS %s", name), 0);
+  dlock_async_free(a);
   tl_free(&l);
 }
 
