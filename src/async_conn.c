@@ -40,6 +40,11 @@
  * connection make the route ask the sentinels again. cfg.sync_replicas:
  * every script (they all write) is followed by WAIT on the same
  * connection; its reply is held until WAIT's answer comes.
+ *
+ * CLUSTER (redis-cluster://): a request submitted to the command
+ * connection goes to its slot's master's (async_route.c); MOVED and ASK
+ * replies hand it back to the route, an ASK'd request is preceded by
+ * ASKING (whose +OK is skipped).
  */
 #include <errno.h>
 #include <netdb.h>

@@ -9,8 +9,9 @@
  *   async_sub.c    the subscriber connection and the channel entries
  *   async_lock.c   lock and unlock calls, the hold records
  *   async_wd.c     the watchdog timer: batched renewals, lost holds
- *   async_route.c  where a connection goes: the URL's server, or the
- *                  master the sentinels name (redis-sentinel://)
+ *   async_route.c  where a connection goes: the URL's server, the
+ *                  master the sentinels name (redis-sentinel://), or the
+ *                  master of a request's slot (redis-cluster://)
  */
 #ifndef DLOCK_ASYNC_INTERNAL_H
 #define DLOCK_ASYNC_INTERNAL_H

@@ -2,6 +2,7 @@
  * async_route.c -- where the event-loop client's data connections go.
  *
  * redis:// and rediss://: the URL's server (nothing to do here).
+ * redis-cluster://: the master of each request's slot (the last section).
  *
  * redis-sentinel:// and rediss-sentinel://: the master the sentinels name,
  * found as sentinel.c finds it for the blocking client, but over one

@@ -30,8 +30,11 @@
  * steps driven by the loop; no SIGPIPE when the server closes a
  * connection) and redis-sentinel:// / rediss-sentinel:// (the master the
  * sentinels name, asked again after a lost connection, READONLY, a ROLE
- * that is not master, +switch-master or +promoted-slave). Redis Cluster
- * URLs are not supported by this client (DLOCK_ENOTSUP). cfg.sync_replicas
+ * that is not master, +switch-master or +promoted-slave) and
+ * redis-cluster:// / rediss-cluster:// (each call sent to the master of
+ * its lock's slot, MOVED and ASK followed, sharded pub/sub on that
+ * master; a command and a subscriber connection per master).
+ * cfg.sync_replicas
  * sends WAIT after every lock write but renewals (a shortfall is not
  * reported: the write stands).
  *
@@ -41,7 +44,8 @@
  *
  * Connections: one command connection (every command pipelined on it) and
  * one subscriber connection, opened when first needed and reopened after a
- * failure (a Sentinel client has one more, to a sentinel). A command whose
+ * failure (a Sentinel client has one more, to a sentinel; a Cluster client
+ * has both per master, and one to ask for the slot map). A command whose
  * connection fails is re-sent after cfg.retry_interval_ms, at most
  * cfg.retry_attempts more times (the scripts are safe to repeat); then its
  * call answers DLOCK_ECONN (with a Sentinel URL: the message lists what
@@ -75,8 +79,8 @@ typedef void dlock_async_cb(int rc, void *arg);
  * apply. rediss://: the TLS context is made here (cfg's tls_* files
  * loaded once). Errors: DLOCK_EINVAL (NULL out, malformed URL or numbers,
  * a cfg dlock_config_init did not set up, tls_cert_file without
- * tls_key_file), DLOCK_ENOTSUP (redis-cluster:// or rediss-cluster://, or
- * a field this library does not know), DLOCK_ETLS (a tls_* file that does
+ * tls_key_file), DLOCK_ENOTSUP (a field this library does not know),
+ * DLOCK_ETLS (a tls_* file that does
  * not load, with OpenSSL's reason), DLOCK_ENOMEM. *out is NULL on failure.
  * Thread-safety: any thread. */
 DLOCK_SINCE(0, 2)
