@@ -847,9 +847,10 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     return;
   }
   if (rep->type == REDIS_REPLY_ERROR && k->data && k->a->url.sentinel &&
-      strncmp(rep->str, "READONLY", 8) == 0) {
-    /* A master turned replica (failover): ask the sentinels again, and
-     * send it to the new master. */
+      (strncmp(rep->str, "READONLY", 8) == 0 ||
+       strncmp(rep->str, "MASTERDOWN", 10) == 0)) {
+    /* A master turned replica (failover), or a replica that lost its
+     * master: ask the sentinels again, and send it to the master. */
     char why[300];
     snprintf(why, sizeof why, "%s:%d: %s", k->at.host, k->at.port, rep->str);
     freeReplyObject(rep);
@@ -872,6 +873,10 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     dlock__aroute_redirect(k->a, r, rslot, rh, rport, ask);
     return;
   }
+  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
+      (strncmp(rep->str, "READONLY", 8) == 0 ||
+       strncmp(rep->str, "CLUSTERDOWN", 11) == 0))
+    dlock__aroute_invalid(k); /* a failover: the map is asked for again */
   if (rep->type == REDIS_REPLY_ERROR && dlock__retryable_reply(rep->str)) {
     char why[256];
     snprintf(why, sizeof why, "%s", rep->str);

@@ -602,6 +602,11 @@ static void refresh_fired(dlock__atimer *t) { start_refresh(t->arg); }
 void dlock__aroute_submit(dlock_async *a, dlock__areq *r) {
   dlock__aroute *rt = a->route;
   int i = -1;
+  /* At least every DLOCK__CLUSTER_REFRESH_MS, as cluster.c: the map in
+   * hand serves meanwhile. */
+  if (rt->map_ok &&
+      dlock__async_now() - rt->tried_at >= DLOCK__CLUSTER_REFRESH_MS)
+    start_refresh(a);
   if (rt->map_ok) {
     if (r->slot >= 0)
       i = rt->owner[r->slot];
