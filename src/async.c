@@ -54,6 +54,9 @@ static void flush_fired(dlock__atimer *t) { (void)t; }
 static void enter(dlock_async *a) { a->depth++; }
 
 static void release_memory(dlock_async *a) {
+  dlock__aroute_free(a);
+  dlock__tls_ctx_free(a->tls_ctx);
+  free(a->tls_name);
   dlock__aheap_free(&a->timers);
   dlock__map_free(&a->holds);
   dlock__map_free(&a->subs);
@@ -101,22 +104,22 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
     free(a);
     return rc;
   }
-  /* Borrowed for this call only: not kept. */
+  /* rediss://: the blocking client's context (tls.c), made once here. */
+  if (a->url.tls && (rc = dlock__tls_ctx_new(&a->cfg, &a->tls_ctx)) != 0) {
+    dlock__url_free(&a->url);
+    free(a->url_str);
+    free(a);
+    return rc;
+  }
+  int name_oom = a->url.tls && a->cfg.tls_server_name &&
+                 !(a->tls_name = dlock__strdup(a->cfg.tls_server_name));
+  /* Borrowed for this call only: not kept (tls_name is the copy). */
   a->cfg.tls_ca_file = a->cfg.tls_ca_dir = NULL;
   a->cfg.tls_cert_file = a->cfg.tls_key_file = a->cfg.tls_server_name = NULL;
   a->cfg.tls_truststore = a->cfg.tls_truststore_password = NULL;
   a->cfg.tls_keystore = a->cfg.tls_keystore_password = NULL;
-  if (a->url.tls || a->url.cluster) {
-    int cl = a->url.cluster;
-    dlock__url_free(&a->url);
-    free(a->url_str);
-    free(a);
-    return dlock__fail(
-        DLOCK_ENOTSUP, "the event-loop client does not support %s yet",
-        cl ? "Redis Cluster (redis-cluster://)" : "TLS (rediss://)");
-  }
-  if (dlock__map_init(&a->holds, 64) || dlock__map_init(&a->subs, 16) ||
-      dlock__map_init(&a->chans, 32) ||
+  if (name_oom || dlock__map_init(&a->holds, 64) ||
+      dlock__map_init(&a->subs, 16) || dlock__map_init(&a->chans, 32) ||
       dlock__conn_name(a->cfg.client_name, &a->conn_name)) {
     release_memory(a);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -127,7 +130,14 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
   a->flush.fn = flush_fired;
   a->flush.arg = a;
   dlock__aconn_init(&a->cmd, a, "command");
+  a->cmd.data = 1;
+  a->cmd.cmdconn = 1;
   dlock__asub_init(a);
+  a->sub.data = 1;
+  if (dlock__aroute_init(a) != 0) {
+    release_memory(a);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
   *out = a;
   return 0;
 }
@@ -147,7 +157,8 @@ int dlock_async_attach(dlock_async *a, const dlock_async_hooks *h) {
   if (a->cmd.head)
     dlock__aconn_start(&a->cmd);
   if (a->sub_list)
-    dlock__aconn_start(&a->sub);
+    dlock__asub_kick(a); /* a->sub, or a cluster master's */
+  dlock__aroute_start(a);
   dlock__async_sync(a);
   return 0;
 }
@@ -160,6 +171,7 @@ void dlock_async_free(dlock_async *a) {
   a->closing = 1;
   dlock__aconn_close(&a->cmd);
   dlock__aconn_close(&a->sub);
+  dlock__aroute_close(a);
   dlock__awd_close(a);
   dlock__async_ops_close(a);
   dlock__asub_close(a);
@@ -179,9 +191,9 @@ const char *dlock_async_id(const dlock_async *a) { return a ? a->id : ""; }
 /* ---- the loop's entry points ------------------------------------------------
  */
 
+/* The connection of w: every watch the library makes is a dlock__awatch. */
 static dlock__aconn *conn_of(dlock_async_watch *w) {
-  dlock_async *a = w->a;
-  return a->cmd.w == w ? &a->cmd : a->sub.w == w ? &a->sub : NULL;
+  return ((dlock__awatch *)w)->k;
 }
 
 void dlock_async_on_readable(dlock_async_watch *w) {

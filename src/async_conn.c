@@ -22,7 +22,29 @@
  * multiplexed connection does.
  *
  * The bytes go through the hiredis reader for the replies (as link.c) and
- * dlock__resp_argv for the requests. TLS is not supported here.
+ * dlock__resp_argv for the requests.
+ *
+ * TLS (rediss://): after connect(2) comes the TLS state, SSL_connect one
+ * non-blocking step per readable/writable event (tls.c makes the session:
+ * the client's context, its socket BIO that writes with MSG_NOSIGNAL, the
+ * name checks of cfg.tls_verify); then every read and write goes through
+ * SSL_read / SSL_write, WANT_READ / WANT_WRITE becoming the interest given
+ * to the loop. A plain connection to a TLS-only port (reset or closed
+ * before the first handshake reply) is probed with a ClientHello on a
+ * connection of its own, as link.c does: a TLS answer fails the requests
+ * with DLOCK_ETLS ("use rediss://") instead of retrying.
+ *
+ * SENTINEL (redis-sentinel://): the address comes from async_route.c
+ * (RESOLVING until the sentinels named the master); the handshake ends
+ * with ROLE, and a server that is not a master, a READONLY reply or a lost
+ * connection make the route ask the sentinels again. cfg.sync_replicas:
+ * every script (they all write) is followed by WAIT on the same
+ * connection; its reply is held until WAIT's answer comes.
+ *
+ * CLUSTER (redis-cluster://): a request submitted to the command
+ * connection goes to its slot's master's (async_route.c); MOVED and ASK
+ * replies hand it back to the route, an ASK'd request is preceded by
+ * ASKING (whose +OK is skipped).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -38,6 +60,7 @@
 #include "async_internal.h"
 
 static void timeout_fired(dlock__atimer *t);
+static void tls_step(dlock__aconn *k);
 static void reconnect_fired(dlock__atimer *t);
 
 void dlock__aconn_init(dlock__aconn *k, dlock_async *a, const char *what) {
@@ -86,6 +109,7 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
   if (!b.oom && (r->cmd = dlock__malloc(b.len)) != NULL) {
     memcpy(r->cmd, b.p, b.len);
     r->len = b.len;
+    r->slot = nkeys > 0 ? (int)dlock__key_slot(keys[0], klens[0]) : -1;
     r->script = s;
     r->fn = fn;
     r->arg = arg;
@@ -98,9 +122,35 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
   return r;
 }
 
+dlock__areq *dlock__areq_cmd(int argc, const char **argv, const size_t *lens,
+                             dlock__areq_fn *fn, void *arg) {
+  dlock__areq *r = dlock__calloc(1, sizeof *r);
+  if (!r)
+    return NULL;
+  dlock__sb b;
+  dlock__sb_init(&b);
+  dlock__resp_argv(&b, argc, argv, lens);
+  if (!b.oom && (r->cmd = dlock__malloc(b.len)) != NULL) {
+    memcpy(r->cmd, b.p, b.len);
+    r->len = b.len;
+    r->fn = fn;
+    r->arg = arg;
+  }
+  dlock__sb_free(&b);
+  if (!r->cmd) {
+    free(r);
+    r = NULL;
+  }
+  if (r)
+    r->slot = -1;
+  return r;
+}
+
 void dlock__areq_free(dlock__areq *r) {
   if (!r)
     return;
+  if (r->held)
+    freeReplyObject(r->held);
   free(r->cmd);
   free(r);
 }
@@ -183,14 +233,18 @@ static void want_write(dlock__aconn *k, int on) {
 
 static void close_socket(dlock__aconn *k) {
   dlock_async *a = k->a;
+  if (k->ssl) {
+    dlock__tls_session_free(k->ssl); /* no close_notify: see tls.c */
+    k->ssl = NULL;
+  }
   if (k->w) {
     a->hooks.release(a->hooks.data, k->w);
     dlock__fd_untrack(k->w->fd);
     close(k->w->fd);
-    free(k->w);
+    free(k->w); /* the dlock__awatch */
     k->w = NULL;
   }
-  k->reading = k->writing = k->refused = 0;
+  k->reading = k->writing = k->refused = k->ssl_rw = k->answered = 0;
   if (k->reader) {
     redisReaderFree(k->reader);
     k->reader = NULL;
@@ -224,7 +278,10 @@ static void retry_unlink(dlock__aconn *k, dlock__areq *r) {
 static void retry_fired(dlock__atimer *t) {
   dlock__areq *r = t->arg;
   retry_unlink(r->k, r);
-  dlock__aconn_submit(r->k, r);
+  if (r->k->a->url.cluster && r->k->cmdconn)
+    dlock__aroute_submit(r->k->a, r); /* the map may have changed */
+  else
+    dlock__aconn_enqueue(r->k, r);
 }
 
 /* r failed with err (why): re-sent later, or ended when no attempt is
@@ -252,12 +309,20 @@ static void req_retry(dlock__aconn *k, dlock__areq *r, int err,
   dlock__async_timer(a, &r->retry, dlock__async_now() + pause);
 }
 
+void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
+                        const char *why) {
+  req_retry(k, r, err, why);
+}
+
 /* Closes the connection; every request on it is retried (or, final, ends
  * with err at once). */
 static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
   dlock_async *a = k->a;
-  char msg[256];
+  char msg[512];
   snprintf(msg, sizeof msg, "%s", why);
+  if (k->data && k->state != DLOCK__AC_RESOLVING && !a->closing)
+    dlock__aroute_invalid(k); /* Sentinel: the master may have moved */
+  k->probe = 0;
   close_socket(k);
   free_addrs(k);
   dlock__areq *list = k->head;
@@ -266,6 +331,10 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
     dlock__areq *r = list;
     list = r->next;
     r->next = NULL;
+    if (r->held) { /* the WAIT's answer did not come: sent again whole */
+      freeReplyObject(r->held);
+      r->held = NULL;
+    }
     if (a->closing) {
       req_drop(r);
       continue;
@@ -300,12 +369,14 @@ static int start_connect(dlock__aconn *k, int family, const struct sockaddr *sa,
     close(fd);
     return -1;
   }
-  k->w = dlock__calloc(1, sizeof *k->w);
-  if (!k->w) {
+  dlock__awatch *aw = dlock__calloc(1, sizeof *aw);
+  if (!aw) {
     close(fd);
     snprintf(why, wn, "out of memory");
     return -1;
   }
+  aw->k = k;
+  k->w = &aw->w;
   k->w->fd = fd;
   k->w->a = a;
   dlock__fd_track(fd);
@@ -317,7 +388,7 @@ static int start_connect(dlock__aconn *k, int family, const struct sockaddr *sa,
 }
 
 static void where(const dlock__aconn *k, char *buf, size_t n) {
-  const dlock__url *u = &k->a->url;
+  const dlock__url *u = &k->at;
   if (u->is_unix)
     snprintf(buf, n, "unix:%s", u->path);
   else
@@ -325,7 +396,7 @@ static void where(const dlock__aconn *k, char *buf, size_t n) {
 }
 
 static void connect_failed(dlock__aconn *k, const char *why) {
-  char at[300], msg[512];
+  char at[300], msg[600];
   where(k, at, sizeof at);
   snprintf(msg, sizeof msg, "cannot connect to %s: %s", at, why);
   conn_fail(k, DLOCK_ECONN, msg, 0);
@@ -357,8 +428,32 @@ static void try_next(dlock__aconn *k, const char *why) {
 
 static void conn_open(dlock__aconn *k) {
   dlock_async *a = k->a;
-  const dlock__url *u = &a->url;
-  char why[256] = "";
+  char why[512] = "";
+  k->at = k->url ? *k->url : a->url;
+  if (k->at.host) {
+    snprintf(k->host, sizeof k->host, "%s", k->at.host);
+    k->at.host = k->host;
+  }
+  int rc = k->data ? dlock__aroute_addr(k, why, sizeof why) : 0;
+  if (rc == 1) {
+    k->state = DLOCK__AC_RESOLVING;
+    return;
+  }
+  if (rc < 0) {
+    conn_fail(k, DLOCK_ECONN, why, 0);
+    return;
+  }
+  dlock__aconn_resolved(k, 0, NULL);
+}
+
+void dlock__aconn_resolved(dlock__aconn *k, int err, const char *why) {
+  dlock_async *a = k->a;
+  const dlock__url *u = &k->at;
+  k->state = DLOCK__AC_IDLE;
+  if (err) {
+    conn_fail(k, err, why, 0);
+    return;
+  }
   if (u->is_unix) {
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
@@ -368,10 +463,11 @@ static void conn_open(dlock__aconn *k) {
       return;
     }
     memcpy(sa.sun_path, u->path, strlen(u->path) + 1);
-    int rc = start_connect(k, AF_UNIX, (struct sockaddr *)&sa, sizeof sa, why,
-                           sizeof why);
+    char why2[256] = "";
+    int rc = start_connect(k, AF_UNIX, (struct sockaddr *)&sa, sizeof sa, why2,
+                           sizeof why2);
     if (rc < 0) {
-      connect_failed(k, why);
+      connect_failed(k, why2);
     } else if (rc == 0) {
       connected(k);
     } else {
@@ -399,9 +495,14 @@ static void conn_open(dlock__aconn *k) {
 }
 
 /* AUTH (or PING: a server that wants a password says so at once), CLIENT
- * SETNAME and SELECT, as link.c's handshake sends them. */
+ * SETNAME and SELECT, as link.c's handshake sends them; then, on a
+ * Sentinel client's data connection, ROLE (it must say "master", as
+ * sentinel.c checks), and, with sync_replicas -1 on the command
+ * connection, INFO replication (the replicas WAIT waits for). */
 static void handshake_bytes(dlock__aconn *k) {
-  const dlock__url *u = &k->a->url;
+  const dlock__url *u = &k->at;
+  dlock_async *a = k->a;
+  k->hs_n = 0;
   if (u->password) {
     const char *av[3] = {"AUTH", u->user ? u->user : u->password, u->password};
     size_t al[3] = {4, strlen(av[1]), strlen(u->password)};
@@ -411,26 +512,67 @@ static void handshake_bytes(dlock__aconn *k) {
     size_t al[1] = {4};
     dlock__resp_argv(&k->out, 1, av, al);
   }
-  k->hs_n = 1;
-  const char *name = k->a->conn_name;
+  k->hs_kind[k->hs_n++] = 'A';
+  const char *name = a->conn_name;
   if (name) {
     const char *av[3] = {"CLIENT", "SETNAME", name};
     size_t al[3] = {6, 7, strlen(name)};
     dlock__resp_argv(&k->out, 3, av, al);
-    k->hs_n++;
+    k->hs_kind[k->hs_n++] = 'N';
   }
   if (u->db) {
     char dbs[24];
     const char *av[2] = {"SELECT", dbs};
     size_t al[2] = {6, dlock__fmt_i64(dbs, u->db)};
     dlock__resp_argv(&k->out, 2, av, al);
-    k->hs_n++;
+    k->hs_kind[k->hs_n++] = 'S';
+  }
+  if (k->data && a->url.sentinel) {
+    const char *av[1] = {"ROLE"};
+    size_t al[1] = {4};
+    dlock__resp_argv(&k->out, 1, av, al);
+    k->hs_kind[k->hs_n++] = 'R';
+  }
+  if (k->cmdconn && a->cfg.sync_replicas < 0) {
+    const char *av[2] = {"INFO", "replication"};
+    size_t al[2] = {4, 11};
+    dlock__resp_argv(&k->out, 2, av, al);
+    k->hs_kind[k->hs_n++] = 'I';
   }
   k->hs_left = k->hs_n;
 }
 
+/* The TCP (or unix) connection is up: TLS first when the URL says so, or
+ * the probe's ClientHello, or the handshake. */
 static void connected(dlock__aconn *k) {
   free_addrs(k);
+  if (k->probe) {
+    k->state = DLOCK__AC_HANDSHAKE;
+    dlock__sb_reset(&k->out);
+    k->out_off = 0;
+    dlock__sb_add(&k->out, (const char *)dlock__tls_client_hello,
+                  dlock__tls_client_hello_len);
+    dlock__async_timer(k->a, &k->timeout,
+                       dlock__async_now() + k->a->cfg.connect_timeout_ms);
+    want_read(k, 1);
+    want_write(k, 1);
+    return;
+  }
+  if (k->at.tls && !k->ssl) {
+    dlock_async *a = k->a;
+    char why[300];
+    const char *name = a->tls_name ? a->tls_name : k->at.host;
+    if (dlock__tls_session(a->tls_ctx, k->w->fd, name, a->cfg.tls_verify,
+                           &k->ssl, why, sizeof why) != 0) {
+      conn_fail(k, DLOCK_ETLS, why, 1);
+      return;
+    }
+    k->state = DLOCK__AC_TLS;
+    dlock__async_timer(a, &k->timeout,
+                       dlock__async_now() + a->cfg.connect_timeout_ms);
+    tls_step(k);
+    return;
+  }
   k->reader = redisReaderCreate();
   if (!k->reader) {
     conn_fail(k, DLOCK_ENOMEM, "out of memory", 1);
@@ -447,6 +589,33 @@ static void connected(dlock__aconn *k) {
   want_write(k, 1);
 }
 
+/* One step of SSL_connect; on success the handshake of Redis follows. */
+static void tls_step(dlock__aconn *k) {
+  char why[400];
+  int r = dlock__tls_step(k->ssl, DLOCK__TLS_CONNECT, NULL, 0, why, sizeof why);
+  if (r > 0) {
+    dlock__async_untimer(k->a, &k->timeout);
+    want_write(k, 0);
+    connected(k);
+    return;
+  }
+  if (r == DLOCK__TLS_WANT_READ || r == DLOCK__TLS_WANT_WRITE) {
+    want_read(k, r == DLOCK__TLS_WANT_READ);
+    want_write(k, r == DLOCK__TLS_WANT_WRITE);
+    return;
+  }
+  char msg[600];
+  snprintf(msg, sizeof msg, "TLS handshake with %s:%d %s", k->at.host,
+           k->at.port,
+           r == 0 ? "failed: the server closed the connection"
+           : r == DLOCK__TLS_ERR_TLS ? why
+                                     : "failed");
+  if (r == DLOCK__TLS_ERR_TLS) /* a refused certificate does not heal */
+    conn_fail(k, DLOCK_ETLS, msg, 1);
+  else
+    connect_failed(k, msg);
+}
+
 static void reconnect_fired(dlock__atimer *t) {
   dlock__aconn *k = t->arg;
   if (k->state == DLOCK__AC_IDLE && k->a->attached && !k->a->closing)
@@ -461,38 +630,96 @@ void dlock__aconn_start(dlock__aconn *k) {
 /* ---- writing ---------------------------------------------------------------
  */
 
+/* The replicas a script's write waits for (cfg.sync_replicas; -1: those
+ * the command connection's INFO counted), or 0 for no WAIT. The same
+ * scripts as the blocking client's (sync.c): every lock write but the
+ * watchdog's renewals. */
+static int sync_want(dlock__aconn *k, const dlock__areq *r) {
+  int n = k->a->cfg.sync_replicas;
+  /* Renewals go without WAIT, as the blocking watchdog's (replicas that
+   * lag never delay a renewal: docs/guarantees.md). */
+  if (!r->script || !k->cmdconn || n == 0 ||
+      r->script == dlock__core_script(DLOCK__S_RENEW))
+    return 0;
+  return n > 0 ? n : k->sync_n;
+}
+
 /* Moves the bytes of queued requests into out (READY or HANDSHAKE: they
- * are pipelined behind the handshake). */
+ * are pipelined behind the handshake), each script followed by its WAIT
+ * when cfg.sync_replicas asks for one (sync.c's rule: WAIT counts the
+ * acknowledgements of this connection's writes, so it follows the script
+ * on the same connection). */
 static void take_unsent(dlock__aconn *k) {
   int64_t now = dlock__async_now();
   for (dlock__areq *r = k->unsent; r; r = r->next) {
+    r->ask_pending = r->asking; /* ASK: ASKING right before it */
+    r->asking = 0;
+    if (r->ask_pending)
+      dlock__sb_adds(&k->out, "*1\r\n$6\r\nASKING\r\n");
     dlock__sb_add(&k->out, r->cmd, r->len);
     r->sent_at = now;
+    r->wait_want = sync_want(k, r);
+    r->waits = r->wait_want > 0;
+    if (r->waits) {
+      char nr[24], ms[24];
+      const char *av[3] = {"WAIT", nr, ms};
+      size_t al[3] = {4, dlock__fmt_i64(nr, r->wait_want),
+                      dlock__fmt_i64(ms, k->a->cfg.sync_timeout_ms)};
+      dlock__resp_argv(&k->out, 3, av, al);
+    }
   }
   k->unsent = NULL;
   if (k->head && !k->timeout.slot)
     dlock__async_timer(k->a, &k->timeout,
-                       k->head->sent_at + k->a->cfg.command_timeout_ms);
+                       k->head->sent_at + k->a->cfg.command_timeout_ms +
+                           (k->head->waits ? k->a->cfg.sync_timeout_ms : 0));
+}
+
+/* send(2), or SSL_write on a TLS connection: > 0 bytes, -2 would block,
+ * -1 failed (why). */
+static ssize_t io_send(dlock__aconn *k, const char *p, size_t n, char *why,
+                       size_t wn) {
+  if (k->ssl) {
+    char e[300];
+    int r =
+        dlock__tls_step(k->ssl, DLOCK__TLS_WRITE, (void *)p, n, e, sizeof e);
+    if (r > 0)
+      return r;
+    if (r == DLOCK__TLS_WANT_WRITE || r == DLOCK__TLS_WANT_READ)
+      return -2; /* WANT_READ: the readable event writes again */
+    snprintf(why, wn, "%s: %s", k->what, r == 0 ? "broken pipe" : e);
+    return -1;
+  }
+  for (;;) {
+    ssize_t w = send(k->w->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return -2;
+    if (w < 0) {
+      snprintf(why, wn, "%s: %s", k->what, strerror(errno));
+      return -1;
+    }
+    return w;
+  }
 }
 
 static void flush_out(dlock__aconn *k) {
   if (k->state != DLOCK__AC_HANDSHAKE && k->state != DLOCK__AC_READY)
     return;
-  take_unsent(k);
+  if (!k->probe)
+    take_unsent(k);
   if (k->out.oom) {
     conn_fail(k, DLOCK_ENOMEM, "out of memory", 1);
     return;
   }
   while (k->out_off < k->out.len) {
-    ssize_t n = send(k->w->fd, k->out.p + k->out_off, k->out.len - k->out_off,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    char why[400];
+    ssize_t n = io_send(k, k->out.p + k->out_off, k->out.len - k->out_off, why,
+                        sizeof why);
+    if (n == -2)
       break;
     if (n < 0) {
-      char why[256];
-      snprintf(why, sizeof why, "%s: %s", k->what, strerror(errno));
       conn_fail(k, DLOCK_ECONN, why, 0);
       return;
     }
@@ -502,10 +729,18 @@ static void flush_out(dlock__aconn *k) {
     dlock__sb_reset(&k->out);
     k->out_off = 0;
   }
-  want_write(k, k->out.len > 0);
+  want_write(k, k->out.len > 0 || k->ssl_rw);
 }
 
 void dlock__aconn_submit(dlock__aconn *k, dlock__areq *r) {
+  if (k == &k->a->cmd && k->a->url.cluster) {
+    dlock__aroute_submit(k->a, r); /* the slot's master */
+    return;
+  }
+  dlock__aconn_enqueue(k, r);
+}
+
+void dlock__aconn_enqueue(dlock__aconn *k, dlock__areq *r) {
   r->next = NULL;
   if (k->tail)
     k->tail->next = r;
@@ -516,7 +751,7 @@ void dlock__aconn_submit(dlock__aconn *k, dlock__areq *r) {
     k->unsent = r;
   if (k->state == DLOCK__AC_IDLE)
     dlock__aconn_start(k);
-  else if (k->state != DLOCK__AC_CONNECTING)
+  else if (k->state == DLOCK__AC_HANDSHAKE || k->state == DLOCK__AC_READY)
     want_write(k, 1);
 }
 
@@ -527,29 +762,45 @@ void dlock__aconn_write(dlock__aconn *k, const char *p, size_t n) {
   want_write(k, 1);
 }
 
+void dlock__aconn_drop(dlock__aconn *k, const char *why) {
+  if (k->state != DLOCK__AC_IDLE && k->state != DLOCK__AC_RESOLVING)
+    conn_fail(k, DLOCK_ECONN, why, 0);
+}
+
 /* ---- reading ---------------------------------------------------------------
  */
 
 static void handshake_reply(dlock__aconn *k, redisReply *r) {
-  const dlock__url *u = &k->a->url;
-  char why[400];
+  const dlock__url *u = &k->at;
+  char why[600];
   int err = 0;
-  int first = k->hs_left == k->hs_n, select = k->hs_left == 1 && u->db;
+  char kind = k->hs_kind[k->hs_n - k->hs_left];
   /* A refused SETNAME (an ACL without +client) leaves the connection
-   * unnamed: not a failure. */
-  if (r->type == REDIS_REPLY_ERROR && (first || select)) {
-    if (select) {
-      err = DLOCK_EREDIS;
-      snprintf(why, sizeof why, "SELECT %d refused: %s", u->db, r->str);
-    } else {
-      err = dlock__is_auth_error(r->str) || u->password ? DLOCK_EAUTH
-                                                        : DLOCK_EREDIS;
-      snprintf(why, sizeof why, "%s: %s",
-               u->user       ? "AUTH with user and password"
-               : u->password ? "AUTH with a password"
-                             : "the server wants a password",
-               r->str);
-    }
+   * unnamed, a refused INFO leaves the replica count 0 (sync.c's rule):
+   * not failures. */
+  if (r->type == REDIS_REPLY_ERROR && kind == 'S') {
+    err = DLOCK_EREDIS;
+    snprintf(why, sizeof why, "SELECT %d refused: %s", u->db, r->str);
+  } else if (r->type == REDIS_REPLY_ERROR && kind == 'A') {
+    err = dlock__is_auth_error(r->str) || u->password ? DLOCK_EAUTH
+                                                      : DLOCK_EREDIS;
+    snprintf(why, sizeof why, "%s: %s",
+             u->user       ? "AUTH with user and password"
+             : u->password ? "AUTH with a password"
+                           : "the server wants a password",
+             r->str);
+  } else if (kind == 'R' && dlock__sentinel_role(r)) {
+    /* Not (or no longer) the master: the sentinels are asked again and
+     * the requests retried (sentinel.c's check_role). */
+    snprintf(why, sizeof why, "%s:%d says it is not a master (%s)", u->host,
+             u->port, dlock__sentinel_role(r));
+    freeReplyObject(r);
+    dlock__aroute_invalid(k);
+    conn_fail(k, DLOCK_ECONN, why, 0);
+    return;
+  } else if (kind == 'I') {
+    int n = dlock__sync_parse_replicas(r);
+    k->sync_n = n > 0 ? n : 0;
   }
   freeReplyObject(r);
   if (err) {
@@ -563,13 +814,33 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
   }
 }
 
-/* The reply of the request at the head. */
+/* The reply of the request at the head (or of its WAIT). */
 static void request_reply(dlock__aconn *k, redisReply *rep) {
   dlock__areq *r = k->head;
+  if (r->ask_pending) { /* ASKING's +OK */
+    r->ask_pending = 0;
+    freeReplyObject(rep);
+    return;
+  }
+  if (r->waits && !r->held) {
+    r->held = rep; /* its WAIT's answer comes next */
+    return;
+  }
   k->head = r->next;
   if (!k->head)
     k->tail = NULL;
   r->next = NULL;
+  if (r->held) {
+    /* rep is WAIT's: the acknowledgements. A shortfall is not the
+     * request's failure: the write was made (sync.c judges the blocking
+     * client's; here the count is only refreshed). */
+    if (rep->type == REDIS_REPLY_INTEGER && k->a->cfg.sync_replicas < 0 &&
+        rep->integer > k->sync_n)
+      k->sync_n = (int)rep->integer;
+    freeReplyObject(rep);
+    rep = r->held;
+    r->held = NULL;
+  }
   /* The reply timer stays armed for the old head's due time: when it
    * fires, it re-arms itself for the head of then (timeout_fired). */
   if (rep->type == REDIS_REPLY_ERROR && r->script && !r->eval &&
@@ -578,6 +849,37 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     dlock__aconn_submit(k, r);
     return;
   }
+  if (rep->type == REDIS_REPLY_ERROR && k->data && k->a->url.sentinel &&
+      (strncmp(rep->str, "READONLY", 8) == 0 ||
+       strncmp(rep->str, "MASTERDOWN", 10) == 0)) {
+    /* A master turned replica (failover), or a replica that lost its
+     * master: ask the sentinels again, and send it to the master. */
+    char why[300];
+    snprintf(why, sizeof why, "%s:%d: %s", k->at.host, k->at.port, rep->str);
+    freeReplyObject(rep);
+    dlock__aroute_invalid(k);
+    req_retry(k, r, DLOCK_ECONN, why);
+    conn_fail(k, DLOCK_ECONN, why, 0);
+    return;
+  }
+  char rh[256];
+  unsigned rslot;
+  int rport, ask = 0;
+  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
+      (dlock__parse_redirect(rep->str, "MOVED", &rslot, rh, sizeof rh,
+                             &rport) ||
+       (ask = dlock__parse_redirect(rep->str, "ASK", &rslot, rh, sizeof rh,
+                                    &rport)))) {
+    /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
+     * request alone goes there, after ASKING). */
+    freeReplyObject(rep);
+    dlock__aroute_redirect(k->a, r, rslot, rh, rport, ask);
+    return;
+  }
+  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
+      (strncmp(rep->str, "READONLY", 8) == 0 ||
+       strncmp(rep->str, "CLUSTERDOWN", 11) == 0))
+    dlock__aroute_invalid(k); /* a failover: the map is asked for again */
   if (rep->type == REDIS_REPLY_ERROR && dlock__retryable_reply(rep->str)) {
     char why[256];
     snprintf(why, sizeof why, "%s", rep->str);
@@ -603,6 +905,7 @@ static int replies(dlock__aconn *k) {
     if (!v)
       return 0;
     redisReply *r = v;
+    k->answered = 1;
     if (k->hs_left > 0)
       handshake_reply(k, r);
     else if (k->on_push)
@@ -619,21 +922,108 @@ static int replies(dlock__aconn *k) {
   }
 }
 
+/* recv(2), or SSL_read: > 0 bytes, 0 the end, -2 nothing now, -1 failed
+ * (why; *etls for TLS's own refusal). */
+static ssize_t io_recv(dlock__aconn *k, char *buf, size_t n, char *why,
+                       size_t wn, int *etls) {
+  *etls = 0;
+  if (k->ssl) {
+    char e[300];
+    int r = dlock__tls_step(k->ssl, DLOCK__TLS_READ, buf, n, e, sizeof e);
+    k->ssl_rw = r == DLOCK__TLS_WANT_WRITE;
+    if (r > 0)
+      return r;
+    if (r == DLOCK__TLS_WANT_READ || r == DLOCK__TLS_WANT_WRITE)
+      return -2;
+    if (r == 0)
+      return 0;
+    *etls = r == DLOCK__TLS_ERR_TLS;
+    snprintf(why, wn, "%s", e);
+    return -1;
+  }
+  for (;;) {
+    ssize_t r = recv(k->w->fd, buf, n, MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return -2;
+    if (r < 0)
+      snprintf(why, wn, "%s", strerror(errno));
+    return r;
+  }
+}
+
+/* A plain connection to a TCP port that reset or closed it before the
+ * first reply of the handshake, or answered bytes that are not RESP: what
+ * a TLS-only port does (link.c's plain_to_tls_port). The same address is
+ * probed with a ClientHello; the requests wait meanwhile. 1 if probing. */
+static int start_probe(dlock__aconn *k, const char *why) {
+  if (k->probe || k->ssl || k->at.tls || k->at.is_unix || k->answered ||
+      k->state != DLOCK__AC_HANDSHAKE)
+    return 0;
+  snprintf(k->probe_why, sizeof k->probe_why, "%s", why);
+  close_socket(k);
+  k->probe = 1;
+  dlock__aconn_resolved(k, 0, NULL);
+  return 1;
+}
+
+/* The probe's answer: TLS (0x15 alert / 0x16 handshake, version 3.x)
+ * makes the requests fail with DLOCK_ETLS; else the first failure stands
+ * and they are retried. */
+static void probe_end(dlock__aconn *k, const unsigned char *b, size_t n) {
+  char msg[600];
+  int tls = n >= 2 && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03;
+  if (tls) {
+    snprintf(msg, sizeof msg,
+             "the server at %s:%d speaks TLS: use rediss:// "
+             "(rediss-cluster://, rediss-sentinel://), not redis://",
+             k->at.host, k->at.port);
+    conn_fail(k, DLOCK_ETLS, msg, 1);
+  } else {
+    snprintf(msg, sizeof msg, "%s", k->probe_why);
+    conn_fail(k, DLOCK_ECONN, msg, 0);
+  }
+}
+
+static void probe_read(dlock__aconn *k) {
+  unsigned char b[2];
+  ssize_t n = recv(k->w->fd, b, sizeof b, MSG_DONTWAIT | MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return;
+  if (n == 1)
+    return; /* the second byte comes */
+  probe_end(k, b, n > 0 ? (size_t)n : 0);
+}
+
 void dlock__aconn_readable(dlock__aconn *k) {
+  if (k->probe && k->state == DLOCK__AC_HANDSHAKE) {
+    probe_read(k);
+    return;
+  }
+  if (k->state == DLOCK__AC_TLS) {
+    tls_step(k);
+    return;
+  }
   if (!k->reader)
     return;
   char buf[65536];
-  for (int i = 0; i < 8; i++) {
-    ssize_t n = recv(k->w->fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+  /* TLS: until SSL_read wants the socket (decoded bytes buffered in the
+   * session are invisible to the loop). */
+  int cap = k->ssl ? 1024 : 8;
+  for (int i = 0; i < cap; i++) {
+    char why[400] = "";
+    int etls = 0;
+    ssize_t n = io_recv(k, buf, sizeof buf, why, sizeof why, &etls);
+    if (n == -2)
       break;
     if (n <= 0) {
-      char why[256];
-      snprintf(why, sizeof why, "%s connection: %s", k->what,
-               n == 0 ? "server closed the connection" : strerror(errno));
-      conn_fail(k, DLOCK_ECONN, why, 0);
+      char msg[600];
+      snprintf(msg, sizeof msg, "%s connection: %s", k->what,
+               n == 0 ? "server closed the connection" : why);
+      if (!k->answered && k->data && !etls && start_probe(k, msg))
+        return;
+      conn_fail(k, etls ? DLOCK_ETLS : DLOCK_ECONN, msg, 0);
       return;
     }
     if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
@@ -642,7 +1032,7 @@ void dlock__aconn_readable(dlock__aconn *k) {
     }
     if (replies(k) != 0)
       return;
-    if ((size_t)n < sizeof buf)
+    if (!k->ssl && (size_t)n < sizeof buf)
       break;
   }
   if (k->state == DLOCK__AC_READY || k->state == DLOCK__AC_HANDSHAKE)
@@ -650,7 +1040,17 @@ void dlock__aconn_readable(dlock__aconn *k) {
 }
 
 void dlock__aconn_writable(dlock__aconn *k) {
+  if (k->state == DLOCK__AC_TLS) {
+    tls_step(k);
+    return;
+  }
   if (k->state != DLOCK__AC_CONNECTING) {
+    if (k->ssl_rw) { /* SSL_read wanted to write: it runs again */
+      k->ssl_rw = 0;
+      dlock__aconn_readable(k);
+      if (k->state != DLOCK__AC_READY && k->state != DLOCK__AC_HANDSHAKE)
+        return;
+    }
     flush_out(k);
     return;
   }
@@ -660,6 +1060,7 @@ void dlock__aconn_writable(dlock__aconn *k) {
     soerr = errno;
   if (soerr == 0) {
     dlock__async_untimer(k->a, &k->timeout);
+    want_write(k, 0);
     connected(k);
     return;
   }
@@ -678,6 +1079,10 @@ static void timeout_fired(dlock__atimer *t) {
     conn_fail(k, DLOCK_ENOMEM, why, 0);
     return;
   }
+  if (k->probe && k->state == DLOCK__AC_HANDSHAKE) {
+    probe_end(k, NULL, 0);
+    return;
+  }
   if (k->state == DLOCK__AC_CONNECTING) {
     snprintf(why, sizeof why, "no connection within %d ms",
              k->a->cfg.connect_timeout_ms);
@@ -685,9 +1090,18 @@ static void timeout_fired(dlock__atimer *t) {
     try_next(k, why);
     return;
   }
+  if (k->state == DLOCK__AC_TLS) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "TLS handshake with %s:%d: no answer in time",
+             k->at.host, k->at.port);
+    connect_failed(k, msg);
+    return;
+  }
   int64_t now = dlock__async_now();
   dlock__areq *h = k->head != k->unsent ? k->head : NULL;
-  int64_t due = h ? h->sent_at + k->a->cfg.command_timeout_ms : -1;
+  int64_t due = h ? h->sent_at + k->a->cfg.command_timeout_ms +
+                        (h->waits ? k->a->cfg.sync_timeout_ms : 0)
+                  : -1;
   if (k->hs_left > 0 || (h && due <= now)) {
     snprintf(why, sizeof why, "%s: no reply within %d ms", k->what,
              k->a->cfg.command_timeout_ms);
@@ -695,6 +1109,11 @@ static void timeout_fired(dlock__atimer *t) {
   } else if (h) {
     dlock__async_timer(k->a, &k->timeout, due);
   }
+}
+
+void dlock__aconn_close_socket(dlock__aconn *k) {
+  close_socket(k);
+  free_addrs(k);
 }
 
 void dlock__aconn_close(dlock__aconn *k) {

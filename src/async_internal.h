@@ -9,6 +9,9 @@
  *   async_sub.c    the subscriber connection and the channel entries
  *   async_lock.c   lock and unlock calls, the hold records
  *   async_wd.c     the watchdog timer: batched renewals, lost holds
+ *   async_route.c  where a connection goes: the URL's server, the
+ *                  master the sentinels name (redis-sentinel://), or the
+ *                  master of a request's slot (redis-cluster://)
  */
 #ifndef DLOCK_ASYNC_INTERNAL_H
 #define DLOCK_ASYNC_INTERNAL_H
@@ -52,6 +55,13 @@ struct dlock__areq {
   size_t len;
   const dlock__script *script; /* NOSCRIPT: re-sent as EVAL */
   int eval;                    /* cmd is the EVAL form */
+  int slot;                    /* its first key's cluster slot, or -1 */
+  int asking;                  /* Cluster: send ASKING before it (ASK) */
+  int ask_pending;             /* ASKING's reply comes first */
+  int redirects;               /* MOVED / ASK / no owner so far */
+  int waits;                   /* a WAIT was pipelined behind it */
+  int wait_want;               /* the replicas it asked for */
+  redisReply *held;            /* its reply, while the WAIT's is awaited */
   int tries;                   /* sends so far */
   int64_t pause;               /* the last retry pause (retry_delay) */
   int no_retry;                /* one send: the caller retries (renewals) */
@@ -69,10 +79,19 @@ struct dlock__areq {
 
 enum {
   DLOCK__AC_IDLE,
+  DLOCK__AC_RESOLVING, /* waiting for the address (async_route.c) */
   DLOCK__AC_CONNECTING,
+  DLOCK__AC_TLS, /* the TLS handshake (rediss://) */
   DLOCK__AC_HANDSHAKE,
   DLOCK__AC_READY
 };
+
+/* The library's watch of one socket: the public part, and its connection
+ * (the loop's events find their connection through it). */
+typedef struct dlock__awatch {
+  dlock_async_watch w;
+  dlock__aconn *k;
+} dlock__awatch;
 
 struct dlock__aconn {
   dlock_async *a;
@@ -84,8 +103,23 @@ struct dlock__aconn {
   redisReader *reader;
   dlock__sb out; /* bytes to write */
   size_t out_off;
-  int hs_left;                 /* handshake replies still expected */
-  int hs_n;                    /* handshake commands sent */
+  int hs_left;     /* handshake replies still expected */
+  int hs_n;        /* handshake commands sent */
+  char hs_kind[6]; /* what each handshake command is */
+  /* Where it connects: NULL is the client's URL; a sentinel connection
+   * has its own (async_route.c). */
+  const dlock__url *url;
+  dlock__url at;       /* the address of the connection open (borrowed) */
+  char host[256];      /* at.host's bytes */
+  int data;            /* a data node's connection (not a sentinel's) */
+  int cmdconn;         /* a command connection (a->cmd, a cluster node's) */
+  unsigned gen;        /* Sentinel: the master generation it was made for */
+  void *ssl;           /* rediss://: the TLS session (tls.c) */
+  int ssl_rw;          /* TLS: a read waits for writability */
+  int sync_n;          /* sync_replicas -1: the replicas INFO counted */
+  int answered;        /* a reply came on the socket open */
+  int probe;           /* probing for a TLS-only port (plain URL) */
+  char probe_why[600]; /* the failure that started the probe */
   dlock__areq *head, *tail;    /* sent or queued, in order */
   dlock__areq *unsent;         /* first of them whose bytes are not in out */
   dlock__areq *retrying;       /* waiting for their re-send */
@@ -109,6 +143,24 @@ void dlock__aconn_write(dlock__aconn *k, const char *p, size_t n);
 void dlock__aconn_start(dlock__aconn *k);
 /* Closes everything; requests are freed without their callbacks. */
 void dlock__aconn_close(dlock__aconn *k);
+/* Fails the connection (not final: its requests are retried): e.g. a
+ * master that moved. */
+void dlock__aconn_drop(dlock__aconn *k, const char *why);
+/* async_route.c's answer for a connection left RESOLVING: connect to
+ * k->at now (err 0), or fail with err and why. */
+void dlock__aconn_resolved(dlock__aconn *k, int err, const char *why);
+/* A request with a plain command (argv), for the route's own queries. */
+dlock__areq *dlock__areq_cmd(int argc, const char **argv, const size_t *lens,
+                             dlock__areq_fn *fn, void *arg);
+/* Closes the socket (no request may be on it). */
+void dlock__aconn_close_socket(dlock__aconn *k);
+/* Queues r on k itself (dlock__aconn_submit routes a->cmd's requests on a
+ * cluster client). */
+void dlock__aconn_enqueue(dlock__aconn *k, dlock__areq *r);
+/* r failed with err: re-sent retry_interval_ms later through the route, or
+ * ended when no attempt is left. */
+void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
+                        const char *why);
 /* Events from async.c. */
 void dlock__aconn_readable(dlock__aconn *k);
 void dlock__aconn_writable(dlock__aconn *k);
@@ -144,12 +196,16 @@ struct dlock_async {
   dlock__aop *done, *done_tail; /* completed, their callbacks not yet run */
   dlock__aop *ops;              /* every call not completed */
   dlock__aconn cmd, sub;
-  dlock__map holds;  /* "<name>\0<owner>" -> dlock__ahold */
-  uint64_t hold_gen; /* stamps hold records */
-  dlock__map subs;   /* lock name -> dlock__asub */
-  dlock__map chans;  /* channel and grant channel -> dlock__asub */
+  void *tls_ctx;               /* rediss://: the SSL_CTX (tls.c), else NULL */
+  char *tls_name;              /* cfg.tls_server_name, copied */
+  struct dlock__aroute *route; /* redis-sentinel://: async_route.c */
+  dlock__map holds;            /* "<name>\0<owner>" -> dlock__ahold */
+  uint64_t hold_gen;           /* stamps hold records */
+  dlock__map subs;             /* lock name -> dlock__asub */
+  dlock__map chans;            /* channel and grant channel -> dlock__asub */
   dlock__asub *sub_list;
-  dlock__ahold *wd_head; /* holds the watchdog renews */
+  dlock__atimer sub_kick; /* Cluster: subscribe again after MOVED / ASK */
+  dlock__ahold *wd_head;  /* holds the watchdog renews */
   dlock__atimer wd_timer;
   int wd_batches; /* renewal requests in flight */
 };
@@ -225,6 +281,41 @@ int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
                      dlock__asub **out);
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);
 void dlock__asub_close(dlock_async *a);
+/* Makes k a subscriber connection (callbacks of async_sub.c). */
+void dlock__asub_conn_init(dlock_async *a, dlock__aconn *k);
+/* The map arrived: subscribe the entries that wait for a connection. */
+void dlock__asub_kick(dlock_async *a);
+
+/* ---- routes (async_route.c) ---------------------------------------------- */
+
+/* Where k connects now: 0 with k->at set, or 1 when the address is being
+ * asked for (k is RESOLVING; dlock__aconn_resolved follows), or a code
+ * with why. */
+int dlock__aroute_addr(dlock__aconn *k, char *why, size_t wn);
+/* k's server says it is not (or no longer) the master: ask again (a
+ * cluster's map: refresh it). */
+void dlock__aroute_invalid(dlock__aconn *k);
+/* Cluster: sends r to the master of its slot (after the map is known). */
+void dlock__aroute_submit(dlock_async *a, dlock__areq *r);
+/* Cluster: MOVED (ask 0) or ASK (ask 1) to host:port for slot; r is
+ * re-sent there. */
+void dlock__aroute_redirect(dlock_async *a, dlock__areq *r, unsigned slot,
+                            const char *host, int port, int ask);
+/* The subscriber connection for channel ch: a->sub, a cluster slot's
+ * master's, or NULL while the map is unknown (asked for; then
+ * dlock__asub_kick). */
+dlock__aconn *dlock__aroute_subconn(dlock_async *a, const char *ch, size_t n);
+/* 1 when subscriptions are sharded (SSUBSCRIBE; scripts SPUBLISH). */
+int dlock__aroute_sharded(const dlock_async *a);
+/* What the scripts publish with: "SPUBLISH" on a sharded cluster. */
+const char *dlock__apublish(const dlock_async *a);
+/* async.c attached the client: start what waits. */
+void dlock__aroute_start(dlock_async *a);
+int dlock__aroute_init(dlock_async *a);
+void dlock__aroute_close(dlock_async *a);
+void dlock__aroute_free(dlock_async *a);
+/* The route's connection whose watch is w, or NULL. */
+dlock__aconn *dlock__aroute_conn(dlock_async *a, dlock_async_watch *w);
 
 /* ---- the watchdog (async_wd.c) ---------------------------------------------
  */

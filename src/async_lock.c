@@ -439,7 +439,7 @@ static void unlock_begin(dlock__aop *op) {
   int rc = dlock__rel_call_init(
       &k, h->key, h->name_len, h->field, h->fl,
       dlock__remaining_lease(&h->h, a->cfg.watchdog_timeout_ms), h->h.count,
-      rid, "PUBLISH"); /* no cluster client */
+      rid, dlock__apublish(a));
   dlock__areq *r = rc ? NULL
                       : dlock__areq_eval(dlock__core_script(DLOCK__S_UNLOCK),
                                          k.nkeys, k.keys, k.klens, k.nargs,

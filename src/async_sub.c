@@ -27,6 +27,7 @@ enum { SUB_IDLE, SUB_SUBSCRIBING, SUB_ACTIVE, SUB_UNSUBSCRIBING };
 
 struct dlock__asub {
   dlock__asub *next, *prev; /* a->sub_list */
+  dlock__aconn *k;          /* its connection (a->sub; a cluster node's) */
   int state;
   int confirms; /* (un)subscribe confirmations still expected */
   dlock__aop *w_head, *w_tail;
@@ -51,6 +52,9 @@ static void entry_free(dlock_async *a, dlock__asub *s) {
 }
 
 static void send_cmd(dlock_async *a, dlock__asub *s, const char *verb) {
+  /* A sharded cluster: SSUBSCRIBE / SUNSUBSCRIBE on the slot's master. */
+  if (dlock__aroute_sharded(a))
+    verb = verb[0] == 'S' ? "SSUBSCRIBE" : "SUNSUBSCRIBE";
   const char *av[3] = {verb, s->ch.p, s->grant.p};
   size_t al[3] = {strlen(verb), s->ch.len, s->grant.len};
   dlock__sb b;
@@ -58,16 +62,20 @@ static void send_cmd(dlock_async *a, dlock__asub *s, const char *verb) {
   dlock__sb_init_buf(&b, buf, sizeof buf);
   dlock__resp_argv(&b, 3, av, al);
   if (!b.oom)
-    dlock__aconn_write(&a->sub, b.p, b.len);
+    dlock__aconn_write(s->k, b.p, b.len);
   dlock__sb_free(&b);
   s->confirms = 2;
 }
 
 /* Subscribes s now, or when the connection is ready. */
 static void subscribe(dlock_async *a, dlock__asub *s) {
-  if (a->sub.state != DLOCK__AC_READY) {
-    s->state = SUB_IDLE;
-    dlock__aconn_start(&a->sub);
+  dlock__aconn *k = dlock__aroute_subconn(a, s->ch.p, s->ch.len);
+  s->state = SUB_IDLE;
+  if (!k)
+    return; /* the cluster's map is asked for: dlock__asub_kick */
+  s->k = k;
+  if (k->state != DLOCK__AC_READY) {
+    dlock__aconn_start(k);
     return;
   }
   send_cmd(a, s, "SUBSCRIBE");
@@ -192,7 +200,7 @@ static void decline(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
   wid[16] = '\0';
   dlock__rel_call k;
   int rc = dlock__decline_call_init(&k, s->name, s->name_len, field, fl, wid,
-                                    "PUBLISH"); /* no cluster client */
+                                    dlock__apublish(a));
   dlock__areq *r = rc ? NULL
                       : dlock__areq_eval(dlock__core_script(DLOCK__S_DECLINE),
                                          k.nkeys, k.keys, k.klens, 4, k.args,
@@ -257,6 +265,26 @@ static void refused(dlock_async *a, const char *why) {
 
 static void on_push(dlock__aconn *k, redisReply *r) {
   dlock_async *a = k->a;
+  if (r->type == REDIS_REPLY_ERROR && a->url.cluster &&
+      (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
+       strncmp(r->str, "TRYAGAIN", 8) == 0 ||
+       strncmp(r->str, "CLUSTERDOWN", 11) == 0)) {
+    /* The channel's slot moved (MOVED: the map is asked for again) or is
+     * moving (ASK, TRYAGAIN): not a refusal. The entries subscribing on k
+     * try again retry_interval_ms later (their waiters meanwhile wake at
+     * the holder's TTL, as without a subscription). */
+    for (dlock__asub *s = a->sub_list; s; s = s->next)
+      if (s->k == k && s->state == SUB_SUBSCRIBING) {
+        s->state = SUB_IDLE;
+        s->confirms = 0;
+      }
+    if (r->str[0] == 'M')
+      dlock__aroute_invalid(k);
+    dlock__async_timer(a, &a->sub_kick,
+                       dlock__async_now() + a->cfg.retry_interval_ms);
+    freeReplyObject(r);
+    return;
+  }
   if (r->type == REDIS_REPLY_ERROR) {
     char why[300];
     snprintf(why, sizeof why, "the server refused the subscription: %s",
@@ -272,8 +300,30 @@ static void on_push(dlock__aconn *k, redisReply *r) {
     return;
   }
   const char *kind = r->element[0]->str;
+  if (strcmp(kind, "smessage") == 0 || strcmp(kind, "ssubscribe") == 0 ||
+      strcmp(kind, "sunsubscribe") == 0)
+    kind++; /* sharded: as the plain ones */
   const redisReply *ch = r->element[1];
   dlock__asub *s = dlock__map_get(&a->chans, ch->str, ch->len);
+  if (s && s->k != k)
+    s = NULL; /* a late reply from a connection it left */
+  if (s && strcmp(kind, "unsubscribe") == 0 && s->state == SUB_ACTIVE) {
+    /* Not asked for: the channel's slot moved to another master (the
+     * cluster ends sharded subscriptions there). Subscribed again on the
+     * new owner once the map says which; the waiters attempt again (a
+     * message may have been lost meanwhile). */
+    s->state = SUB_IDLE;
+    s->confirms = 0;
+    for (dlock__aop *op = s->w_head; op; op = op->wnext)
+      op->active = 0;
+    dlock__aroute_invalid(k);
+    if (s->w_head)
+      subscribe(a, s);
+    else
+      entry_free(a, s);
+    freeReplyObject(r);
+    return;
+  }
   if (s && strcmp(kind, "message") == 0 &&
       r->element[2]->type == REDIS_REPLY_STRING) {
     int is_grant =
@@ -293,7 +343,7 @@ static void on_push(dlock__aconn *k, redisReply *r) {
 static void on_ready(dlock__aconn *k) {
   dlock_async *a = k->a;
   for (dlock__asub *s = a->sub_list; s; s = s->next)
-    if (s->state == SUB_IDLE && s->w_head)
+    if (s->state == SUB_IDLE && s->w_head && s->k == k)
       subscribe(a, s);
 }
 
@@ -301,30 +351,49 @@ static void on_down(dlock__aconn *k, int err, const char *why) {
   (void)err;
   (void)why;
   dlock_async *a = k->a;
+  int left = 0;
   for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
     nx = s->next;
+    if (s->k != k)
+      continue;
     if (!s->w_head) {
       entry_free(a, s);
       continue;
     }
+    left = 1;
     s->state = SUB_IDLE;
     s->confirms = 0;
     for (dlock__aop *op = s->w_head; op; op = op->wnext)
       op->active = 0;
   }
-  if (a->sub_list)
+  if (left) /* reopened later (on a cluster: the map is refreshed too) */
     dlock__async_timer(a, &k->reconnect,
                        dlock__async_now() + a->cfg.retry_interval_ms);
 }
 
+void dlock__asub_conn_init(dlock_async *a, dlock__aconn *k) {
+  dlock__aconn_init(k, a, "subscriber");
+  k->on_push = on_push;
+  k->on_ready = on_ready;
+  k->on_down = on_down;
+}
+
+static void kick_fired(dlock__atimer *t) { dlock__asub_kick(t->arg); }
+
 void dlock__asub_init(dlock_async *a) {
-  dlock__aconn_init(&a->sub, a, "subscriber");
-  a->sub.on_push = on_push;
-  a->sub.on_ready = on_ready;
-  a->sub.on_down = on_down;
+  dlock__asub_conn_init(a, &a->sub);
+  a->sub_kick.fn = kick_fired;
+  a->sub_kick.arg = a;
+}
+
+void dlock__asub_kick(dlock_async *a) {
+  for (dlock__asub *s = a->sub_list; s; s = s->next)
+    if (s->state == SUB_IDLE && s->w_head)
+      subscribe(a, s);
 }
 
 void dlock__asub_close(dlock_async *a) {
+  dlock__async_untimer(a, &a->sub_kick);
   while (a->sub_list)
     entry_free(a, a->sub_list);
 }

@@ -196,7 +196,9 @@ static void tick(dlock__atimer *t) {
       continue;
     }
     chunk[n++] = h;
-    if (n == WD_CHUNK) {
+    /* A cluster's keys are in many slots: one hold per renewal (a batch
+     * would be CROSSSLOT). */
+    if (n == WD_CHUNK || a->url.cluster) {
       send_chunk(a, chunk, n, now);
       n = 0;
     }

@@ -256,18 +256,19 @@ static const redisReply *shard_master(const redisReply *shard, int tls,
   return NULL;
 }
 
-static int parse_shards(dlock_client *c, const redisReply *r, int16_t *map) {
+static int parse_shards(const redisReply *r, int tls, dlock__slots_fn *fn,
+                        void *ctx) {
   for (size_t i = 0; i < r->elements; i++) {
     const redisReply *slots = field(r->element[i], "slots");
     long long port = 0;
-    const redisReply *ip = shard_master(r->element[i], c->url.tls, &port);
+    const redisReply *ip = shard_master(r->element[i], tls, &port);
     if (!slots || slots->type != REDIS_REPLY_ARRAY || !ip)
       continue;
     for (size_t k = 0; k + 1 < slots->elements; k += 2)
       if (slots->element[k]->type == REDIS_REPLY_INTEGER &&
           slots->element[k + 1]->type == REDIS_REPLY_INTEGER &&
-          assign(c, map, slots->element[k]->integer,
-                 slots->element[k + 1]->integer, ip->str, (int)port) != 0)
+          fn(ctx, slots->element[k]->integer, slots->element[k + 1]->integer,
+             ip->str, (int)port) != 0)
         return -1;
   }
   return 0;
@@ -275,8 +276,8 @@ static int parse_shards(dlock_client *c, const redisReply *r, int16_t *map) {
 
 /* CLUSTER SLOTS: [[lo, hi, [ip, port, id...], replicas...], ...]; an empty
  * ip means the node that answered (asked). */
-static int parse_slots(dlock_client *c, const redisReply *r, int16_t *map,
-                       const char *asked) {
+static int parse_slots(const redisReply *r, const char *asked,
+                       dlock__slots_fn *fn, void *ctx) {
   for (size_t i = 0; i < r->elements; i++) {
     const redisReply *e = r->element[i];
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
@@ -288,11 +289,28 @@ static int parse_slots(dlock_client *c, const redisReply *r, int16_t *map,
         e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
       continue;
     const char *ip = e->element[2]->element[0]->str;
-    if (assign(c, map, e->element[0]->integer, e->element[1]->integer,
-               *ip ? ip : asked, (int)e->element[2]->element[1]->integer) != 0)
+    if (fn(ctx, e->element[0]->integer, e->element[1]->integer,
+           *ip ? ip : asked, (int)e->element[2]->element[1]->integer) != 0)
       return -1;
   }
   return 0;
+}
+
+int dlock__cluster_parse(const redisReply *r, int shards, int tls,
+                         const char *asked, dlock__slots_fn *fn, void *ctx) {
+  return shards ? parse_shards(r, tls, fn, ctx)
+                : parse_slots(r, asked, fn, ctx);
+}
+
+typedef struct assign_ctx {
+  dlock_client *c;
+  int16_t *map;
+} assign_ctx;
+
+static int assign_fn(void *p, long long lo, long long hi, const char *host,
+                     int port) {
+  assign_ctx *x = p;
+  return assign(x->c, x->map, lo, hi, host, port);
 }
 
 /* Asks the server at u for the topology into map: 1 if it answered with a
@@ -325,7 +343,8 @@ static int ask_topology(dlock_client *c, const dlock__url *u, int16_t *map) {
     for (int s = 0; s < DLOCK__SLOTS; s++)
       map[s] = -1;
     pthread_mutex_lock(&c->cl->mu);
-    rc = shards ? parse_shards(c, r, map) : parse_slots(c, r, map, u->host);
+    assign_ctx x = {c, map};
+    rc = dlock__cluster_parse(r, shards, c->url.tls, u->host, assign_fn, &x);
     pthread_mutex_unlock(&c->cl->mu);
     for (int s = 0; rc == 0 && s < DLOCK__SLOTS; s++)
       if (map[s] >= 0)

@@ -565,9 +565,7 @@ int dlock__retryable_reply(const char *s) {
          strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "READONLY", 8) == 0;
 }
 
-/* "MOVED <slot> <host>:<port>" / "ASK ...": 1 with slot, host (into buf)
- * and port, else 0. */
-static int parse_redirect(const char *s, const char *verb, unsigned *slot,
+int dlock__parse_redirect(const char *s, const char *verb, unsigned *slot,
                           char *host, size_t cap, int *port) {
   size_t vl = strlen(verb);
   if (strncmp(s, verb, vl) != 0 || s[vl] != ' ')
@@ -733,9 +731,10 @@ static dlock__node *redirect(dlock_client *c, const redisReply *r, int *ask) {
   unsigned slot;
   char host[256];
   int port;
-  int moved = parse_redirect(r->str, "MOVED", &slot, host, sizeof host, &port);
-  if (!moved &&
-      !(*ask = parse_redirect(r->str, "ASK", &slot, host, sizeof host, &port)))
+  int moved =
+      dlock__parse_redirect(r->str, "MOVED", &slot, host, sizeof host, &port);
+  if (!moved && !(*ask = dlock__parse_redirect(r->str, "ASK", &slot, host,
+                                               sizeof host, &port)))
     return NULL;
   dlock__node *to = dlock__cluster_node_at(c, host, port);
   if (to && moved)

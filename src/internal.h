@@ -561,6 +561,35 @@ int dlock__tls_has_client_cert(const dlock__link *l);
 int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
                       const char *name, int port, int verify, int timeout_ms);
 
+/* The event-loop client's sessions (async_conn.c): the same context,
+ * socket BIO (no SIGPIPE) and checks as dlock__tls_attach, driven one
+ * non-blocking step at a time. dlock__tls_session: 0 and *out (an SSL
+ * over fd, made non-blocking), or -1 with why. dlock__tls_step runs one
+ * SSL_connect (op CONNECT: > 0 when done), SSL_read or SSL_write of up to
+ * n bytes: > 0 bytes, 0 the stream ended, or a DLOCK__TLS_* below (why
+ * says what failed for the ERR_ ones). */
+enum {
+  DLOCK__TLS_CONNECT,
+  DLOCK__TLS_READ,
+  DLOCK__TLS_WRITE,
+  DLOCK__TLS_WANT_READ = -1,
+  DLOCK__TLS_WANT_WRITE = -2,
+  DLOCK__TLS_ERR_IO = -3, /* the socket failed */
+  DLOCK__TLS_ERR_TLS = -4 /* TLS refused (verification, alert): ETLS */
+};
+int dlock__tls_session(void *ctx, int fd, const char *name, int verify,
+                       void **out, char *why, size_t wn);
+void dlock__tls_session_free(void *ssl);
+int dlock__tls_step(void *ssl, int op, void *buf, size_t n, char *why,
+                    size_t wn);
+/* Decoded bytes buffered in the session (poll cannot see them). */
+size_t dlock__tls_session_pending(void *ssl);
+
+/* A minimal TLS ClientHello (link.c): a TLS-only port answers it with a
+ * TLS record. What both clients probe a plain URL's odd server with. */
+extern const unsigned char dlock__tls_client_hello[52];
+extern const size_t dlock__tls_client_hello_len;
+
 /* Why a link's last operation failed (dlock__link.err). */
 enum {
   DLOCK__LINK_OK,
@@ -787,6 +816,18 @@ typedef struct dlock__cluster {
   int64_t tried_at;             /* last round of questions (refresh_mu) */
 } dlock__cluster;
 
+/* Walks a CLUSTER SHARDS (shards = 1; tls picks the tls-port) or CLUSTER
+ * SLOTS reply (an empty ip is `asked`, the node that answered), calling
+ * fn(ctx, lo, hi, host, port) for each master's slot range. 0, or fn's
+ * non-zero. Pure: both clients' maps are filled through it. */
+typedef int dlock__slots_fn(void *ctx, long long lo, long long hi,
+                            const char *host, int port);
+int dlock__cluster_parse(const redisReply *r, int shards, int tls,
+                         const char *asked, dlock__slots_fn *fn, void *ctx);
+/* "MOVED <slot> <host>:<port>" / "ASK ..." (verb): 1 with slot, host
+ * (cap bytes) and port, else 0 (conn.c; both clients). */
+int dlock__parse_redirect(const char *s, const char *verb, unsigned *slot,
+                          char *host, size_t cap, int *port);
 /* The slot of key[0..len): CRC16 of its hash tag (or the whole key) mod
  * 16384. */
 unsigned dlock__key_slot(const char *key, size_t len);
@@ -859,6 +900,20 @@ int dlock__sentinel_target(dlock_client *c, dlock__url *target, char *buf,
 /* The master of generation gen failed (refused a connection, answered
  * READONLY): the next target asks the sentinels again. */
 void dlock__sentinel_invalidate(dlock_client *c, unsigned gen);
+/* The pure parts, shared with the event-loop client (async_route.c):
+ * - SENTINEL GET-MASTER-ADDR-BY-NAME's reply: 0 with host (n bytes) and
+ *   port, or DLOCK_EREDIS (an error reply) / DLOCK_ECONN (no such master)
+ *   with why;
+ * - ROLE's reply: NULL when "master", else what it is instead;
+ * - a +switch-master payload: 1 with the new address when it names `name`;
+ * - a +promoted-slave payload: 1 when it names `name`. */
+int dlock__sentinel_addr_reply(const redisReply *r, const char *name,
+                               char *host, size_t n, int *port, char *why,
+                               size_t wn);
+const char *dlock__sentinel_role(const redisReply *r);
+int dlock__sentinel_switch_msg(const char *payload, const char *name,
+                               char *host, size_t n, int *port);
+int dlock__sentinel_promoted_msg(const char *payload, const char *name);
 /* 1 if l was made for a master that is no longer the master. */
 int dlock__link_stale(dlock_client *c, const dlock__link *l);
 
@@ -874,6 +929,8 @@ int dlock__sync_want(dlock_client *c, const char *key);
  * when fewer replicas confirmed than required. */
 void dlock__sync_done(dlock_client *c, const char *key, int want,
                       long long acks);
+/* The replicas INFO replication's reply lists as online, or -1. */
+int dlock__sync_parse_replicas(const redisReply *r);
 /* off = 1: the calling thread's writes send no WAIT until off = 0 (the
  * undo of an unconfirmed acquisition: nothing to confirm). */
 void dlock__sync_pause(int off);

@@ -377,7 +377,7 @@ int dlock__link_open(dlock_client *c, const dlock__url *url,
  * server to answer with a handshake record (0x16) or an alert (0x15),
  * both followed by the version's major byte 0x03; a RESP server reads it
  * as an unfinished inline command and says nothing. */
-static const unsigned char client_hello[52] = {
+const unsigned char dlock__tls_client_hello[52] = {
     0x16, 0x03, 0x01, 0x00, 0x2f, /* record: handshake, 47 bytes */
     0x01, 0x00, 0x00, 0x2b,       /* ClientHello, 43 bytes */
     0x03, 0x03,                   /* TLS 1.2 */
@@ -388,6 +388,8 @@ static const unsigned char client_hello[52] = {
     0x00,                                     /* no session id */
     0x00, 0x04, 0xc0, 0x2f, 0x13, 0x01,       /* 2 cipher suites */
     0x01, 0x00};                              /* compression: none */
+
+const size_t dlock__tls_client_hello_len = sizeof dlock__tls_client_hello;
 
 /* Whether the server at url answers a ClientHello like a TLS server, on a
  * connection of its own, within timeout_ms. */
@@ -400,8 +402,8 @@ static int speaks_tls(const dlock__url *url, int timeout_ms) {
   unsigned char b[2];
   size_t got = 0;
   int64_t until = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
-  if (send(fd, client_hello, sizeof client_hello, MSG_NOSIGNAL) ==
-      (ssize_t)sizeof client_hello) {
+  if (send(fd, dlock__tls_client_hello, sizeof dlock__tls_client_hello,
+           MSG_NOSIGNAL) == (ssize_t)sizeof dlock__tls_client_hello) {
     while (got < sizeof b) {
       int64_t left = until - dlock__now_ms();
       struct pollfd p = {fd, POLLIN, 0};

@@ -110,6 +110,54 @@ void dlock__sentinel_invalidate(dlock_client *c, unsigned gen) {
   pthread_mutex_unlock(&c->sent.mu);
 }
 
+/* ---- the answers, parsed (both clients: async_route.c too) -------------- */
+
+int dlock__sentinel_addr_reply(const redisReply *r, const char *name,
+                               char *host, size_t n, int *port, char *why,
+                               size_t wn) {
+  if (r->type == REDIS_REPLY_ERROR) {
+    snprintf(why, wn, "%s", r->str);
+    return DLOCK_EREDIS;
+  }
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_STRING) {
+    snprintf(why, wn, "it does not know a master named '%s'", name);
+    return DLOCK_ECONN;
+  }
+  snprintf(host, n, "%s", r->element[0]->str);
+  *port = atoi(r->element[1]->str);
+  return 0;
+}
+
+const char *dlock__sentinel_role(const redisReply *r) {
+  if (r->type == REDIS_REPLY_ERROR)
+    return r->str;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+      r->element[0]->type == REDIS_REPLY_STRING)
+    return strcmp(r->element[0]->str, "master") == 0 ? NULL
+                                                     : r->element[0]->str;
+  return "no role";
+}
+
+int dlock__sentinel_switch_msg(const char *payload, const char *name,
+                               char *host, size_t n, int *port) {
+  char mn[256], oh[256], nh[256];
+  int op, np;
+  if (sscanf(payload, "%255s %255s %d %255s %d", mn, oh, &op, nh, &np) != 5 ||
+      strcmp(mn, name) != 0)
+    return 0;
+  snprintf(host, n, "%s", nh);
+  *port = np;
+  return 1;
+}
+
+int dlock__sentinel_promoted_msg(const char *payload, const char *name) {
+  const char *at = strstr(payload, " @ ");
+  size_t n = strlen(name);
+  return at && strncmp(at + 3, name, n) == 0 && at[3 + n] == ' ';
+}
+
 /* ---- asking the sentinels ----------------------------------------------- */
 
 /* The URL of sentinel i: its address, the sentinels' credentials, the
@@ -138,19 +186,12 @@ static int ask_sentinel(dlock_client *c, int i, char *buf, size_t n,
                        c->url.master_name};
   size_t al[3] = {8, 23, strlen(c->url.master_name)};
   redisReply *r = dlock__link_cmd(l, 3, av, al);
+  char why[300];
   if (!r)
     rc = dlock__link_fail(l, c->cfg.command_timeout_ms, "SENTINEL");
-  else if (r->type == REDIS_REPLY_ERROR)
-    rc = dlock__fail(DLOCK_EREDIS, "%s", r->str);
-  else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-           r->element[0]->type != REDIS_REPLY_STRING ||
-           r->element[1]->type != REDIS_REPLY_STRING)
-    rc = dlock__fail(DLOCK_ECONN, "it does not know a master named '%s'",
-                     c->url.master_name);
-  else {
-    snprintf(buf, n, "%s", r->element[0]->str);
-    *port = atoi(r->element[1]->str);
-  }
+  else if ((rc = dlock__sentinel_addr_reply(r, c->url.master_name, buf, n, port,
+                                            why, sizeof why)) != 0)
+    dlock__fail(rc, "%s", why);
   if (r)
     freeReplyObject(r);
   dlock__link_free(l);
@@ -171,19 +212,14 @@ static int check_role(dlock_client *c, const char *host, int port) {
   const char *av[1] = {"ROLE"};
   size_t al[1] = {4};
   redisReply *r = dlock__link_cmd(l, 1, av, al);
+  const char *role = r ? dlock__sentinel_role(r) : NULL;
   if (!r)
     rc = dlock__link_fail(l, c->cfg.command_timeout_ms, "ROLE");
   else if (r->type == REDIS_REPLY_ERROR)
     rc = dlock__fail(DLOCK_EREDIS, "ROLE: %s", r->str);
-  else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-           r->element[0]->type != REDIS_REPLY_STRING ||
-           strcmp(r->element[0]->str, "master") != 0)
+  else if (role)
     rc = dlock__fail(DLOCK_ECONN, "%s:%d says it is not a master (%s)", host,
-                     port,
-                     r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                             r->element[0]->type == REDIS_REPLY_STRING
-                         ? r->element[0]->str
-                         : "no role");
+                     port, role);
   if (r)
     freeReplyObject(r);
   dlock__link_free(l);
@@ -270,10 +306,10 @@ int dlock__sentinel_target(dlock_client *c, dlock__url *target, char *buf,
 /* "+switch-master" payload "<name> <old ip> <old port> <new ip> <new
  * port>": records the new master when the name is ours. */
 static void on_switch(dlock_client *c, const char *payload) {
-  char name[256], oh[256], nh[256];
-  int op, np;
-  if (sscanf(payload, "%255s %255s %d %255s %d", name, oh, &op, nh, &np) != 5 ||
-      strcmp(name, c->url.master_name) != 0)
+  char nh[256];
+  int np;
+  if (!dlock__sentinel_switch_msg(payload, c->url.master_name, nh, sizeof nh,
+                                  &np))
     return;
   pthread_mutex_lock(&c->sent.mu);
   set_master(c, nh, np);
@@ -287,9 +323,7 @@ static void on_switch(dlock_client *c, const char *payload) {
  * +switch-master), so the client moves at once: it asks the sentinels
  * (who name the promoted replica from now on) and checks ROLE. */
 static void on_promoted(dlock_client *c, const char *payload) {
-  const char *at = strstr(payload, " @ ");
-  size_t n = strlen(c->url.master_name);
-  if (!at || strncmp(at + 3, c->url.master_name, n) != 0 || at[3 + n] != ' ')
+  if (!dlock__sentinel_promoted_msg(payload, c->url.master_name))
     return;
   dlock__sentinel *s = &c->sent;
   pthread_mutex_lock(&s->disc_mu);

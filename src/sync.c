@@ -50,7 +50,7 @@ int dlock__sync_short(const char **why) {
 /* The replicas INFO replication lists as online (connected_slaves less
  * those still loading their first copy: they cannot acknowledge yet, and
  * have every write of the copy they get), or -1. */
-static int parse_replicas(const redisReply *r) {
+int dlock__sync_parse_replicas(const redisReply *r) {
   if (!r || r->type != REDIS_REPLY_STRING) /* RESP2 */
     return -1;
   if (!strstr(r->str, "connected_slaves:"))
@@ -84,7 +84,7 @@ static int refresh(dlock_client *c, const char *key) {
   dlock__err_keep_begin();
   int rc = dlock__exec(c, &cmd, &r);
   dlock__err_keep_end();
-  int n = rc == 0 ? parse_replicas(r) : -1;
+  int n = rc == 0 ? dlock__sync_parse_replicas(r) : -1;
   if (r)
     freeReplyObject(r);
   if (n >= 0 || rc == DLOCK_EREDIS) /* refused (ACL): 0 until the next */

@@ -414,32 +414,51 @@ static int handshake_fail(dlock__link *l, const char *host, const char *name,
                      l->errstr[0] ? l->errstr : ssl_err_text(e, sizeof e));
 }
 
+/* A session of ctx over the connected socket fd (made non-blocking), its
+ * writes without SIGPIPE (sock_bio), sending `name` as SNI and checking
+ * the server as `verify` says. The one place both clients' sessions are
+ * made (dlock__tls_attach, the event-loop client's dlock__tls_session).
+ * NULL on failure, with *why set. */
+static SSL *session_new(void *ctx, int fd, const char *name, int verify,
+                        const char **why) {
+  SSL *ssl = SSL_new(ctx);
+  if (!ssl) {
+    *why = "cannot create a session";
+    return NULL;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  int chain = verify != DLOCK_TLS_VERIFY_NONE;
+  int check_name = chain && verify != DLOCK_TLS_VERIFY_CA_ONLY;
+  BIO *bio =
+      fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? NULL : sock_bio(fd);
+  if (bio)
+    SSL_set_bio(ssl, bio, bio); /* the session owns it from here */
+  if (!bio || set_peer_name(ssl, name, check_name) != 0) {
+    SSL_free(ssl);
+    *why = "cannot set up the session";
+    return NULL;
+  }
+  if (chain)
+    SSL_set_verify(ssl, SSL_VERIFY_PEER, verify_cb);
+  t_verify_why[0] = '\0';
+  return ssl;
+}
+
 int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
                       const char *name, int port, int verify, int timeout_ms) {
   tls_state *t = dlock__calloc(1, sizeof *t);
-  SSL *ssl = t ? SSL_new(ctx) : NULL;
+  if (!t)
+    return dlock__fail(DLOCK_ENOMEM, "TLS: cannot create a session");
+  const char *why = NULL;
+  SSL *ssl = session_new(ctx, l->fd, name, verify, &why);
   if (!ssl) {
     free(t);
-    return dlock__fail(DLOCK_ENOMEM, "TLS: cannot create a session");
+    return dlock__fail(DLOCK_ETLS, "TLS: %s for %s", why, name);
   }
   pthread_mutex_init(&t->mu, NULL);
   t->ssl = ssl;
   l->tls = t;
   l->ops = &dlock__tls_link_ops; /* from now on close frees the session */
-  int fl = fcntl(l->fd, F_GETFL);
-  int chain = verify != DLOCK_TLS_VERIFY_NONE;
-  int check_name = chain && verify != DLOCK_TLS_VERIFY_CA_ONLY;
-  BIO *bio = fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) < 0
-                 ? NULL
-                 : sock_bio(l->fd);
-  if (bio)
-    SSL_set_bio(ssl, bio, bio); /* the session owns it from here */
-  if (!bio || set_peer_name(ssl, name, check_name) != 0)
-    return dlock__fail(DLOCK_ETLS, "TLS: cannot set up the session for %s",
-                       name);
-  if (chain)
-    SSL_set_verify(ssl, SSL_VERIFY_PEER, verify_cb);
-  t_verify_why[0] = '\0';
   l->errstr[0] = '\0';
   for (;;) {
     ERR_clear_error();
@@ -457,4 +476,63 @@ int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
     if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, timeout_ms) != 0)
       return handshake_fail(l, host, name, port, errno == EAGAIN);
   }
+}
+
+/* ---- the event-loop client's sessions (async_conn.c) --------------------
+ * The same session, driven one non-blocking step at a time by the loop:
+ * no mutex (one thread), no waiting here. */
+
+int dlock__tls_session(void *ctx, int fd, const char *name, int verify,
+                       void **out, char *why, size_t wn) {
+  const char *w = NULL;
+  *out = session_new(ctx, fd, name, verify, &w);
+  if (!*out) {
+    snprintf(why, wn, "TLS: %s for %s", w, name);
+    return -1;
+  }
+  return 0;
+}
+
+void dlock__tls_session_free(void *ssl) { SSL_free(ssl); }
+
+int dlock__tls_step(void *ssl_, int op, void *buf, size_t n, char *why,
+                    size_t wn) {
+  SSL *ssl = ssl_;
+  int cap = n > INT32_MAX ? INT32_MAX : (int)n;
+  ERR_clear_error();
+  errno = 0;
+  int r = op == DLOCK__TLS_CONNECT ? SSL_connect(ssl)
+          : op == DLOCK__TLS_READ  ? SSL_read(ssl, buf, cap)
+                                   : SSL_write(ssl, buf, cap);
+  if (r > 0)
+    return r;
+  int e = SSL_get_error(ssl, r);
+  if (e == SSL_ERROR_WANT_READ)
+    return DLOCK__TLS_WANT_READ;
+  if (e == SSL_ERROR_WANT_WRITE)
+    return DLOCK__TLS_WANT_WRITE;
+  if (e == SSL_ERROR_ZERO_RETURN ||
+      (e == SSL_ERROR_SYSCALL &&
+       BIO_test_flags(SSL_get_rbio(ssl), BIO_FLAGS_IN_EOF))) {
+    ERR_clear_error();
+    snprintf(why, wn, "%s", "the server closed the connection");
+    return 0;
+  }
+  if (e == SSL_ERROR_SYSCALL) {
+    int en = errno ? errno : ECONNRESET;
+    ERR_clear_error();
+    snprintf(why, wn, "%s", strerror(en));
+    return DLOCK__TLS_ERR_IO;
+  }
+  char buf2[200];
+  if (op == DLOCK__TLS_CONNECT && t_verify_why[0])
+    snprintf(why, wn, "refused the server: %s", t_verify_why);
+  else
+    snprintf(why, wn, "TLS: %s", ssl_err_text(buf2, sizeof buf2));
+  return DLOCK__TLS_ERR_TLS;
+}
+
+size_t dlock__tls_session_pending(void *ssl) {
+  int p = SSL_pending(ssl);
+  return p > 0 ? (size_t)p : 0;
 }

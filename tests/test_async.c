@@ -1082,10 +1082,12 @@ TH_CASE(adapter_refuses_socket) {
 TH_CASE(new_and_refusals) {
   dlock_config cfg;
   dlock_config_init(&cfg);
-  cfg.url = "rediss://127.0.0.1:1";
+  cfg.url = "rediss://127.0.0.1:1"; /* TLS: a CA file that does not load */
+  cfg.tls_ca_file = "/nonexistent/ca.crt";
   dlock_async *a = (dlock_async *)1;
-  CHECK_RC(dlock_async_new(&cfg, &a), DLOCK_ENOTSUP);
+  CHECK_RC(dlock_async_new(&cfg, &a), DLOCK_ETLS);
   CHECK(a == NULL);
+  cfg.tls_ca_file = NULL;
   cfg.url = "nope://x";
   CHECK_RC(dlock_async_new(&cfg, &a), DLOCK_EINVAL);
   cfg.url = "redis://127.0.0.1:1"; /* nothing listens: no I/O yet */

@@ -24,7 +24,19 @@
  *
  * Kinds with an async form: the reentrant mutex (dlock_mutex_new's layout).
  * The fair, fenced, read-write and counting kinds are blocking-only.
- * rediss:// (TLS) is not supported by this client (DLOCK_ENOTSUP).
+ *
+ * Topologies: redis://, unix://, rediss:// (TLS: the blocking client's
+ * tls_* settings and checks; handshake, reads and writes are non-blocking
+ * steps driven by the loop; no SIGPIPE when the server closes a
+ * connection) and redis-sentinel:// / rediss-sentinel:// (the master the
+ * sentinels name, asked again after a lost connection, READONLY, a ROLE
+ * that is not master, +switch-master or +promoted-slave) and
+ * redis-cluster:// / rediss-cluster:// (each call sent to the master of
+ * its lock's slot, MOVED and ASK followed, sharded pub/sub on that
+ * master; a command and a subscriber connection per master).
+ * cfg.sync_replicas
+ * sends WAIT after every lock write but renewals (a shortfall is not
+ * reported: the write stands).
  *
  * Threads: a dlock_async and all its calls belong to one thread, the one
  * that runs its loop. Callbacks run on that thread, from the loop, never
@@ -32,9 +44,14 @@
  *
  * Connections: one command connection (every command pipelined on it) and
  * one subscriber connection, opened when first needed and reopened after a
- * failure. A command whose connection fails is re-sent after
- * cfg.retry_interval_ms, at most cfg.retry_attempts more times (the scripts
- * are safe to repeat); then its call answers DLOCK_ECONN.
+ * failure (a Sentinel client has one more, to a sentinel; a Cluster client
+ * has both per master, and one to ask for the slot map). A command whose
+ * connection fails is re-sent after cfg.retry_interval_ms, at most
+ * cfg.retry_attempts more times (the scripts are safe to repeat); then its
+ * call answers DLOCK_ECONN (with a Sentinel URL: the message lists what
+ * each sentinel said when none named a master). TLS failures that do not
+ * heal by retrying (a certificate refused, a plain redis:// URL at a TLS
+ * port: "speaks TLS: use rediss://") answer DLOCK_ETLS at once.
  */
 #ifndef DLOCK_ASYNC_H
 #define DLOCK_ASYNC_H
@@ -59,9 +76,12 @@ typedef void dlock_async_cb(int rc, void *arg);
  * loop (dlock_async_attach, or an adapter) and has work.
  * cfg.on_lock_lost is called on the loop (name valid during the call);
  * cfg.pool_size, multiplex, lazy_connect and subscription_linger_ms do not
- * apply. Errors: DLOCK_EINVAL (NULL out, malformed URL or numbers, a cfg
- * dlock_config_init did not set up), DLOCK_ENOTSUP (rediss://, or a field
- * this library does not know), DLOCK_ENOMEM. *out is NULL on failure.
+ * apply. rediss://: the TLS context is made here (cfg's tls_* files
+ * loaded once). Errors: DLOCK_EINVAL (NULL out, malformed URL or numbers,
+ * a cfg dlock_config_init did not set up, tls_cert_file without
+ * tls_key_file), DLOCK_ENOTSUP (a field this library does not know),
+ * DLOCK_ETLS (a tls_* file that does
+ * not load, with OpenSSL's reason), DLOCK_ENOMEM. *out is NULL on failure.
  * Thread-safety: any thread. */
 DLOCK_SINCE(0, 2)
 DLOCK_API int dlock_async_new(const dlock_config *cfg, dlock_async **out);
@@ -87,7 +107,9 @@ DLOCK_API void dlock_async_free(dlock_async *a);
  * one after another in the order they were made.
  * cb(rc, arg) runs once: DLOCK_OK (held), DLOCK_EBUSY, DLOCK_ETIMEDOUT,
  * DLOCK_ELOST (a reentrant acquire found the owner's hold gone),
- * DLOCK_ECONN, DLOCK_EAUTH, DLOCK_EREDIS, DLOCK_ECLOSED, DLOCK_ENOMEM.
+ * DLOCK_ECONN, DLOCK_EAUTH, DLOCK_EREDIS, DLOCK_ETLS (rediss://: the
+ * server's certificate refused, a client certificate it wants; or a plain
+ * URL at a TLS port), DLOCK_ECLOSED, DLOCK_ENOMEM.
  * Returns 0 (queued), or DLOCK_EINVAL (NULL a, name or cb, empty name,
  * lease_ms above DLOCK_LEASE_MAX_MS), DLOCK_ECLOSED (being freed),
  * DLOCK_ENOMEM: then nothing was queued and cb will not run.

@@ -710,3 +710,48 @@ int th_run_tool(const char *tool, const char *const *argv) {
   }
   return rc;
 }
+
+/* ---- TLS certificates (th.h) ---- */
+
+void th_make_certs(th_certs *k) {
+  snprintf(k->ca, sizeof k->ca, "%s", th_tmpfile("ca.crt"));
+  snprintf(k->srv_crt, sizeof k->srv_crt, "%s", th_tmpfile("srv.crt"));
+  snprintf(k->srv_key, sizeof k->srv_key, "%s", th_tmpfile("srv.key"));
+  snprintf(k->cli_crt, sizeof k->cli_crt, "%s", th_tmpfile("cli.crt"));
+  snprintf(k->cli_key, sizeof k->cli_key, "%s", th_tmpfile("cli.key"));
+  snprintf(k->other_ca, sizeof k->other_ca, "%s", th_tmpfile("other.crt"));
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s", k->ca);
+  *strrchr(dir, '/') = '\0';
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && exec >openssl.log 2>&1 && set -e && "
+           "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
+           "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 "
+           "  -subj /CN=dlock-test-ca && "
+           "openssl req -x509 $K -keyout other.key -out other.crt -days 2 "
+           "  -subj /CN=dlock-other-ca && "
+           "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' >srv.ext && "
+           "openssl req $K -keyout srv.key -out srv.csr -subj /CN=localhost && "
+           "openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key "
+           "  -CAcreateserial -out srv.crt -days 2 -extfile srv.ext && "
+           "openssl req $K -keyout cli.key -out cli.csr -subj /CN=dlock-client "
+           "&& openssl x509 -req -in cli.csr -CA ca.crt -CAkey ca.key "
+           "  -CAcreateserial -out cli.crt -days 2",
+           dir);
+  int rc = system(cmd);
+  CHECK_MSG(rc == 0, "command failed (%d): %s", rc, cmd);
+}
+
+int th_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t l = sizeof a;
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}

@@ -205,4 +205,16 @@ int th_wait(pid_t pid, int64_t timeout_ms);
 /* Path of a fresh file in the test's temp dir. */
 const char *th_tmpfile(const char *name);
 
+/* TLS test certificates in the test's temp dir, made by openssl(1) at
+ * test time (nothing committed): a CA, a server certificate for
+ * localhost / 127.0.0.1 and a client certificate signed by it, and a
+ * second CA that signed nothing we use. */
+typedef struct th_certs {
+  char ca[512], srv_crt[512], srv_key[512], cli_crt[512], cli_key[512];
+  char other_ca[512];
+} th_certs;
+void th_make_certs(th_certs *k);
+/* A loopback TCP port free now (bound, read, closed). */
+int th_free_port(void);
+
 #endif
