@@ -672,7 +672,8 @@ TH_CASE(pkcs12_stores_from_a_redisson_file) {
            "  -out key.p12 -passout pass:key-pw && "
            "printf '\\376\\355\\376\\355\\0\\0\\0\\2\\0\\0\\0\\0' >trust.jks",
            dir);
-  sh(cmd);
+  int shrc = system(cmd);
+  CHECK_MSG(shrc == 0, "command failed (%d): %s", shrc, cmd);
   char yaml[4096];
   const char *fmt = "singleServerConfig:\n"
                     "  address: \"rediss://127.0.0.1:%d\"\n"
