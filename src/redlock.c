@@ -624,7 +624,8 @@ void dlock_redlock_free(dlock_redlock *rl) {
 
 /* ---- acquire ------------------------------------------------------------- */
 
-static int64_t drift_ms(int64_t lease) { return lease / 100 + 2; }
+/* A Redlock's validity ends where a single lock's local deadline does: the
+ * engine's (engine.c dlock__eng_deadline: t0 + lease - lease/100 - 2). */
 
 /* Describes a failed round into buf. */
 static void describe(dlock_redlock *rl, const vote *vs, size_t yes,
@@ -715,7 +716,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
     if (!ok)
       extra = "; no majority for the fencing token counter";
   }
-  int64_t validity = lease - (dlock__now_ms() - t0) - drift_ms(lease);
+  int64_t validity = dlock__eng_deadline(t0, lease) - dlock__now_ms();
   if (ok && validity <= 0) {
     ok = 0;
     extra = "; the votes took longer than the lease";
@@ -723,7 +724,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
   if (ok) {
     round_unref(r); /* late yes votes stay: unlock releases every master */
     *t0_out = t0;
-    *valid_until = t0 + lease - drift_ms(lease);
+    *valid_until = dlock__eng_deadline(t0, lease);
     return 1;
   }
   describe(rl, vs, yes, extra, why, why_len);
@@ -957,7 +958,7 @@ static void *renew_main(void *arg) {
     if (rl->hold.count && rl->hold.gen == gen && !rl->hold.lost) {
       if (ok >= rl->quorum) {
         rl->hold.renewed_at = t0;
-        rl->hold.valid_until = t0 + lease - drift_ms(lease);
+        rl->hold.valid_until = dlock__eng_deadline(t0, lease);
         retry_at = 0;
       } else if (gone > rl->n - rl->quorum ||
                  dlock__now_ms() >= rl->hold.valid_until) {
