@@ -369,6 +369,54 @@ static void lock_begin(dlock__aop *op) {
 /* ---- unlock -----------------------------------------------------------------
  */
 
+static void tomb_done(dlock__areq *r, redisReply *reply, int err,
+                      const char *why) {
+  (void)err;
+  (void)why;
+  dlock__areq_free(r);
+  if (reply)
+    freeReplyObject(reply);
+}
+
+static void resp_bulk(dlock__sb *b, const char *p, size_t n) {
+  dlock__sb_add(b, "$", 1);
+  dlock__sb_addu64(b, n);
+  dlock__sb_add(b, "\r\n", 2);
+  dlock__sb_add(b, p, n);
+  dlock__sb_add(b, "\r\n", 2);
+}
+
+/* The tombstone of a final release sent more than once (the engine says
+ * when): SET redisson_unlock_latch:{name}:<rid> 1 PX <life>, as the blocking
+ * client's dlock__unlock_tombstone, so that a copy still in the network
+ * cannot release the owner's next hold. Best effort: sent once, its answer
+ * ignored. */
+static void tomb_send(dlock_async *a, const dlock__ahold *h, const char *rid) {
+  dlock__sb key, b;
+  dlock__sb_init(&key);
+  dlock__sb_init(&b);
+  dlock__unlock_latch_key(&key, h->key, rid);
+  char ts[24];
+  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&a->cfg));
+  dlock__sb_add(&b, "*5\r\n", 4);
+  resp_bulk(&b, "SET", 3);
+  resp_bulk(&b, key.p ? key.p : "", key.len);
+  resp_bulk(&b, "1", 1);
+  resp_bulk(&b, "PX", 2);
+  resp_bulk(&b, ts, tl);
+  dlock__areq *r = key.oom || b.oom ? NULL : dlock__calloc(1, sizeof *r);
+  if (r && (r->cmd = dlock__malloc(b.len)) != NULL) {
+    memcpy(r->cmd, b.p, b.len);
+    r->len = b.len;
+    r->fn = tomb_done;
+    dlock__aconn_submit(&a->cmd, r);
+  } else {
+    free(r);
+  }
+  dlock__sb_free(&key);
+  dlock__sb_free(&b);
+}
+
 static void unlock_done(dlock__areq *r, redisReply *reply, int err,
                         const char *why) {
   dlock__aop *op = r->arg;
@@ -379,6 +427,8 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
   int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
   dlock__eng_rel_out o =
       dlock__eng_unlock_end(&h->h, &op->u, rc, resent, dlock__async_now());
+  if (o.tombstone)
+    tomb_send(a, h, op->u.rid);
   /* (REL_PUT, holds of a newer generation, cannot happen here: the calls
    * of one record run one at a time.) */
   if (o.action == DLOCK__ENG_REL_FORGET)
