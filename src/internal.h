@@ -12,6 +12,10 @@
  *   watchdog thread: renews every watchdog hold of the client in pipelined
  *                    batches on its own connection; reports lost locks.
  *
+ *   engine (engine.c, engine.h): the hold decisions this client and the
+ *                    event-loop client share -- local deadlines, request
+ *                    ids, reentrancy. No I/O; both clients call it.
+ *
  * Naming: public names dlock_, internal non-static names dlock__.
  */
 #ifndef DLOCK_INTERNAL_H
