@@ -1,7 +1,9 @@
 /*
  * engine.c -- the lock engine (engine.h): the hold decisions both clients
  * share, made here once. It never blocks, never sleeps and does no I/O; it
- * reads no clock (the drivers pass `now`), only the per-thread PRNG for ids.
+ * reads no clock for a decision (the drivers pass `now`; the one clock read
+ * is the wall-clock stamp of a hold's start, for `dlock status`), and only
+ * the per-thread PRNG for ids.
  *
  * It owns: the local loss deadline of a hold and the expiry verdict that
  * says which deadline is next; request ids (drawn here, kept across an

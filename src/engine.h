@@ -4,9 +4,9 @@
  * (async_lock.c, async_wd.c) share, made in ONE place (engine.c).
  *
  * The engine is sans-I/O: it never blocks, never sleeps, sends nothing and
- * reads no clock. It is given times (monotonic ms) and answers (a script's
- * outcome, a renewal's flag) and says what they mean for a hold record
- * (dlock__hold): its count, its local deadline, whether it is lost, what
+ * reads no clock for a decision. It is given times (monotonic ms) and answers
+ * (a script's outcome, a renewal's flag) and says what they mean for a hold
+ * record (dlock__hold): its count, its local deadline, whether it is lost, what
  * request id an operation carries, when to look again. The drivers do the
  * I/O and the locking around it:
  *
