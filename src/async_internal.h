@@ -207,7 +207,8 @@ struct dlock_async {
   dlock__atimer sub_kick; /* Cluster: subscribe again after MOVED / ASK */
   dlock__ahold *wd_head;  /* holds the watchdog renews */
   dlock__atimer wd_timer;
-  int wd_batches; /* renewal requests in flight */
+  dlock__atimer loss_timer; /* the engine's next local deadline (async_wd.c) */
+  int wd_batches;           /* renewal requests in flight */
 };
 
 int64_t dlock__async_now(void);
@@ -253,7 +254,8 @@ struct dlock__aop {
   int wd;     /* lease from the watchdog */
   int target; /* the hold count after the attempt in flight */
   dlock__wait w;
-  int64_t sent; /* send time of the last attempt */
+  int64_t sent;        /* send time of the last attempt */
+  dlock__eng_unlock u; /* an unlock: the engine's view (rid, count) */
   int in_flight, again, expired, cancelling;
   dlock__asub *sub; /* joined subscription entry */
   int active;       /* its subscription is confirmed */

@@ -81,11 +81,7 @@ static void hold_put(dlock_async *a, dlock__ahold *h) {
 
 /* Forgets the owner's holds (the record goes when no call uses it). */
 static void drop_hold(dlock_async *a, dlock__ahold *h) {
-  h->h.count = 0;
-  h->h.wd_count = 0;
-  h->h.lost = 0;
-  h->h.releasing = 0;
-  h->h.unlock_pending = 0;
+  dlock__eng_forget(&h->h);
   dlock__awd_remove(a, h);
 }
 
@@ -349,9 +345,10 @@ static void attempt(dlock__aop *op, int target, int queue) {
 static void lock_begin(dlock__aop *op) {
   dlock__ahold *h = op->h;
   int64_t now = dlock__async_now();
-  int prior = h->h.count;
-  if (prior > 0 && (h->h.lost || now >= h->h.valid_until)) {
-    int was_lost = h->h.lost;
+  int prior;
+  int gone = dlock__eng_reenter(&h->h, now, &prior);
+  if (gone) {
+    int was_lost = gone != DLOCK__ENG_RAN_OUT;
     drop_hold(op->a, h);
     complete(op, DLOCK_ELOST,
              was_lost ? "lock '%s': owner %lld's hold was lost (renewal found "
@@ -362,7 +359,7 @@ static void lock_begin(dlock__aop *op) {
     return;
   }
   if (op->wait_ms != 0)
-    op->w.id = dlock__rand64() | 1;
+    op->w.id = dlock__eng_wait_id();
   op->w.deadline = op->wait_ms > 0 ? now + op->wait_ms : -1;
   if (op->wait_ms > 0)
     dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
@@ -372,6 +369,54 @@ static void lock_begin(dlock__aop *op) {
 /* ---- unlock -----------------------------------------------------------------
  */
 
+static void tomb_done(dlock__areq *r, redisReply *reply, int err,
+                      const char *why) {
+  (void)err;
+  (void)why;
+  dlock__areq_free(r);
+  if (reply)
+    freeReplyObject(reply);
+}
+
+static void resp_bulk(dlock__sb *b, const char *p, size_t n) {
+  dlock__sb_add(b, "$", 1);
+  dlock__sb_addu64(b, n);
+  dlock__sb_add(b, "\r\n", 2);
+  dlock__sb_add(b, p, n);
+  dlock__sb_add(b, "\r\n", 2);
+}
+
+/* The tombstone of a final release sent more than once (the engine says
+ * when): SET redisson_unlock_latch:{name}:<rid> 1 PX <life>, as the blocking
+ * client's dlock__unlock_tombstone, so that a copy still in the network
+ * cannot release the owner's next hold. Best effort: sent once, its answer
+ * ignored. */
+static void tomb_send(dlock_async *a, const dlock__ahold *h, const char *rid) {
+  dlock__sb key, b;
+  dlock__sb_init(&key);
+  dlock__sb_init(&b);
+  dlock__unlock_latch_key(&key, h->key, rid);
+  char ts[24];
+  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&a->cfg));
+  dlock__sb_add(&b, "*5\r\n", 4);
+  resp_bulk(&b, "SET", 3);
+  resp_bulk(&b, key.p ? key.p : "", key.len);
+  resp_bulk(&b, "1", 1);
+  resp_bulk(&b, "PX", 2);
+  resp_bulk(&b, ts, tl);
+  dlock__areq *r = key.oom || b.oom ? NULL : dlock__calloc(1, sizeof *r);
+  if (r && (r->cmd = dlock__malloc(b.len)) != NULL) {
+    memcpy(r->cmd, b.p, b.len);
+    r->len = b.len;
+    r->fn = tomb_done;
+    dlock__aconn_submit(&a->cmd, r);
+  } else {
+    free(r);
+  }
+  dlock__sb_free(&key);
+  dlock__sb_free(&b);
+}
+
 static void unlock_done(dlock__areq *r, redisReply *reply, int err,
                         const char *why) {
   dlock__aop *op = r->arg;
@@ -380,36 +425,27 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
   dlock__ahold *h = op->h;
   dlock_async *a = op->a;
   int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
-  h->h.releasing = 0;
-  /* A final release that may have been sent before and finds the field
-   * gone: that copy released it (as mutex.c rel_end; docs/errors.md). */
-  int released_before = rc == DLOCK_ELOST && h->h.count == 1 &&
-                        (resent || h->h.unlock_pending == 1);
-  if (released_before)
-    rc = 1;
-  int64_t at = released_before ? h->h.release_sent : dlock__async_now();
-  int expired = at >= h->h.valid_until || h->h.lost;
-  if (rc < 0 && rc != DLOCK_ELOST && !expired) {
-    /* Outcome unknown: the caller's retry at this count may be a second
-     * copy (the script counts it once: it carries the expected count). */
-    h->h.unlock_pending = h->h.count;
-    complete(op, rc, "%s", dlock_last_error());
-    return;
-  }
-  h->h.unlock_pending = 0;
-  if (expired || rc == DLOCK_ELOST || rc == 1 || h->h.count <= 1)
+  dlock__eng_rel_out o =
+      dlock__eng_unlock_end(&h->h, &op->u, rc, resent, dlock__async_now());
+  if (o.tombstone)
+    tomb_send(a, h, op->u.rid);
+  /* (REL_PUT, holds of a newer generation, cannot happen here: the calls
+   * of one record run one at a time.) */
+  if (o.action == DLOCK__ENG_REL_FORGET)
     drop_hold(a, h);
-  else if (dlock__hold_drop_one(&h->h))
+  else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(&h->h))
     dlock__awd_remove(a, h);
-  if (rc == DLOCK_ELOST)
+  if (o.rc == DLOCK_ELOST && !o.expired)
     complete(op, DLOCK_ELOST,
              "lock '%s' was lost while held (expired, deleted or taken)",
              h->key);
-  else if (expired)
+  else if (o.rc == DLOCK_ELOST)
     complete(op, DLOCK_ELOST,
              "lock '%s': its lease ran out before the unlock (local deadline "
              "passed; another owner may have held it)",
              h->key);
+  else if (o.rc < 0) /* outcome unknown: the retry is its second copy */
+    complete(op, o.rc, "%s", dlock_last_error());
   else
     complete(op, DLOCK_OK, "%s", "");
 }
@@ -417,12 +453,14 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
 static void unlock_begin(dlock__aop *op) {
   dlock__ahold *h = op->h;
   dlock_async *a = op->a;
-  if (h->h.count == 0) {
+  int rc = dlock__eng_unlock_begin(&h->h, dlock__async_now(),
+                                   a->cfg.watchdog_timeout_ms, &op->u);
+  if (rc == DLOCK_EPERM) {
     complete(op, DLOCK_EPERM, "lock '%s' is not held by owner %lld", h->key,
              h->owner);
     return;
   }
-  if (h->h.lost) {
+  if (rc == DLOCK_ELOST) {
     drop_hold(a, h);
     complete(op, DLOCK_ELOST,
              "lock '%s' was lost while held (renewal found it gone, or its "
@@ -430,31 +468,22 @@ static void unlock_begin(dlock__aop *op) {
              h->key);
     return;
   }
-  /* The count this unlock expects makes it idempotent by state: a retry
-   * by the caller after DLOCK_ECONN counts once (issue 26). */
-  char rid[33]; /* names the tombstone, which only the blocking client
-                 * writes (mutex.c): here it never exists */
-  dlock__request_id(rid);
+  /* The count this unlock expects makes it idempotent by state, and a
+   * retry after DLOCK_ECONN carries the same request id (the engine keeps
+   * it in the record): it counts once (issue 26). */
   dlock__rel_call k;
-  int rc = dlock__rel_call_init(
-      &k, h->key, h->name_len, h->field, h->fl,
-      dlock__remaining_lease(&h->h, a->cfg.watchdog_timeout_ms), h->h.count,
-      rid, dlock__apublish(a));
+  rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                            op->u.lease, op->u.expected, op->u.rid,
+                            dlock__apublish(a));
   dlock__areq *r = rc ? NULL
                       : dlock__areq_eval(dlock__core_script(DLOCK__S_UNLOCK),
                                          k.nkeys, k.keys, k.klens, k.nargs,
                                          k.args, k.alens, unlock_done, op);
   dlock__rel_call_free(&k);
   if (!r) {
+    h->h.releasing = 0;
     complete(op, DLOCK_ENOMEM, "out of memory");
     return;
-  }
-  /* The key may vanish under a renewal in flight because of this very
-   * final unlock: not a loss. A partial one leaves the lock held. */
-  if (h->h.count == 1) {
-    if (h->h.unlock_pending != 1)
-      h->h.release_sent = dlock__async_now();
-    h->h.releasing = 1;
   }
   op->in_flight = 1;
   dlock__aconn_submit(&a->cmd, r);

@@ -9,12 +9,22 @@
  * taken), or when its local deadline -- the send time of the last confirmed
  * acquisition or renewal + lease - margin -- passes before a renewal is
  * confirmed (the server cannot be reached). A renewal that finds the key
- * gone during the hold's own final unlock is not a loss.
+ * gone during the hold's own final unlock is not a loss. Both rules are the
+ * engine's (engine.c: dlock__eng_renew_answer, dlock__eng_expiry), as for
+ * the blocking client's watchdog.
+ *
+ * DEADLINES ON TIME. Besides the renewal tick, a second loop timer
+ * (loss_timer) is armed at the engine's next local deadline whenever that
+ * comes before the next tick: a hold taken between two ticks whose
+ * renewals go unanswered is reported lost AT its deadline -- before the key
+ * can expire on the server and another client take it -- not at the tick
+ * after it (up to a third of the lease later; issue 26).
  *
  * Replies find their holds again by key and generation: a hold released,
  * or released and taken again, while its renewal was in flight is not
  * touched by that renewal's answer.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +53,20 @@ static int64_t period(const dlock_async *a) {
   return p > 0 ? p : 1;
 }
 
+static void loss_fire(dlock__atimer *t);
+
+/* Arms the deadline timer for `at` when that comes before the next tick
+ * (the tick looks at every deadline itself) and before the timer's time. */
+static void arm_loss(dlock_async *a, int64_t at) {
+  if (a->wd_timer.slot && at >= a->wd_timer.at)
+    return;
+  if (a->loss_timer.slot && a->loss_timer.at <= at)
+    return;
+  a->loss_timer.fn = loss_fire;
+  a->loss_timer.arg = a;
+  dlock__async_timer(a, &a->loss_timer, at);
+}
+
 void dlock__awd_add(dlock_async *a, dlock__ahold *h) {
   if (h->in_wd)
     return;
@@ -57,6 +81,10 @@ void dlock__awd_add(dlock_async *a, dlock__ahold *h) {
     a->wd_timer.arg = a;
     dlock__async_timer(a, &a->wd_timer, dlock__async_now() + period(a));
   }
+  /* Rare: a deadline before the next tick (an acquisition whose reply took
+   * most of the lease). One comparison otherwise. */
+  if (h->h.valid_until < a->wd_timer.at)
+    arm_loss(a, h->h.valid_until);
 }
 
 void dlock__awd_remove(dlock_async *a, dlock__ahold *h) {
@@ -70,12 +98,15 @@ void dlock__awd_remove(dlock_async *a, dlock__ahold *h) {
     h->wd_next->wd_prev = h->wd_prev;
   h->wd_prev = h->wd_next = NULL;
   h->in_wd = 0;
-  if (!a->wd_head)
+  if (!a->wd_head) {
     dlock__async_untimer(a, &a->wd_timer);
+    dlock__async_untimer(a, &a->loss_timer);
+  }
 }
 
 void dlock__awd_close(dlock_async *a) {
   dlock__async_untimer(a, &a->wd_timer);
+  dlock__async_untimer(a, &a->loss_timer);
   a->wd_head = NULL;
 }
 
@@ -108,20 +139,25 @@ static void batch_done(dlock__areq *r, redisReply *reply, int err,
   dlock__sb_init(&names);
   int ok =
       !err && reply && reply->type == REDIS_REPLY_STRING && reply->len == b->n;
-  int64_t lease = a->cfg.watchdog_timeout_ms;
-  int64_t until = b->sent + lease - dlock__lease_margin(lease);
-  for (size_t i = 0; ok && i < b->n; i++) {
+  int64_t now = dlock__async_now();
+  for (size_t i = 0; i < b->n; i++) {
     const wd_item *it = &b->items[i];
     dlock__ahold *h =
         dlock__map_get(&a->holds, b->keys + it->key_off, it->key_len);
     if (!h || h->gen != it->gen || h->h.gen != it->hgen || !h->in_wd)
       continue;
-    if (reply->str[i] == '1') {
-      if (until > h->h.valid_until)
-        h->h.valid_until = until;
-      h->h.renewed_at = b->sent;
-    } else if (!dlock__release_may_have_run(&h->h)) {
+    /* No answer: the tick is the retry (RETRY), the deadline timer the
+     * loss; the engine decides as for the blocking watchdog. */
+    switch (dlock__eng_renew_answer(&h->h, ok, ok && reply->str[i] == '1',
+                                    b->sent, a->cfg.watchdog_timeout_ms, now)) {
+    case DLOCK__ENG_LOST:
       lose(a, h, &names);
+      break;
+    case DLOCK__ENG_END_QUIET:
+      dlock__awd_remove(a, h);
+      break;
+    default:
+      break;
     }
   }
   if (reply)
@@ -182,19 +218,27 @@ static void send_chunk(dlock_async *a, dlock__ahold **holds, size_t n,
   dlock__aconn_submit(&a->cmd, r);
 }
 
-static void tick(dlock__atimer *t) {
-  dlock_async *a = t->arg;
-  int64_t now = dlock__async_now();
-  dlock__sb names;
-  dlock__sb_init(&names);
+/* The engine's expiry verdict for every renewed hold at now: lost ones are
+ * marked and named in names, ended ones leave the list; the rest, when
+ * chunk is not NULL, are renewed. Returns the next deadline (or far). */
+static int64_t look(dlock_async *a, int64_t now, dlock__sb *names, int renew) {
+  int64_t next = INT64_MAX;
   dlock__ahold *chunk[WD_CHUNK];
   size_t n = 0;
   for (dlock__ahold *h = a->wd_head, *nx; h; h = nx) {
     nx = h->wd_next;
-    if (now >= h->h.valid_until) {
-      lose(a, h, &names);
+    switch (dlock__eng_expiry(&h->h, now, &next)) {
+    case DLOCK__ENG_LOST:
+      lose(a, h, names);
       continue;
+    case DLOCK__ENG_END_QUIET:
+      dlock__awd_remove(a, h);
+      continue;
+    default:
+      break;
     }
+    if (!renew)
+      continue;
     chunk[n++] = h;
     /* A cluster's keys are in many slots: one hold per renewal (a batch
      * would be CROSSSLOT). */
@@ -205,7 +249,32 @@ static void tick(dlock__atimer *t) {
   }
   if (n)
     send_chunk(a, chunk, n, now);
-  if (a->wd_head)
+  return next;
+}
+
+static void tick(dlock__atimer *t) {
+  dlock_async *a = t->arg;
+  int64_t now = dlock__async_now();
+  dlock__sb names;
+  dlock__sb_init(&names);
+  int64_t next = look(a, now, &names, 1);
+  if (a->wd_head) {
     dlock__async_timer(a, &a->wd_timer, now + period(a));
+    if (next < a->wd_timer.at)
+      arm_loss(a, next);
+  }
+  report(a, &names);
+}
+
+/* A local deadline is due (or a final unlock was settling): the engine's
+ * verdict for each hold now; the timer follows the next deadline. */
+static void loss_fire(dlock__atimer *t) {
+  dlock_async *a = t->arg;
+  int64_t now = dlock__async_now();
+  dlock__sb names;
+  dlock__sb_init(&names);
+  int64_t next = look(a, now, &names, 0);
+  if (a->wd_head && next < INT64_MAX)
+    arm_loss(a, next);
   report(a, &names);
 }

@@ -392,11 +392,7 @@ static void forget_thread(dlock_client *c, uint64_t tid) {
         continue;
       if (h->count > 0 && !h->lost)
         dlock__lost_add(&lost, e->name, DLOCK__LOST_THREAD_EXIT);
-      h->count = 0;
-      h->wd_count = 0;
-      h->lost = 0;
-      h->unlock_pending = 0;
-      h->gen++;
+      dlock__eng_forget(h); /* engine.c: every hold of the record goes */
       dlock__hold_put(c, h);
     }
   dlock__lost_report(c, lost);

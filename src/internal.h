@@ -12,6 +12,10 @@
  *   watchdog thread: renews every watchdog hold of the client in pipelined
  *                    batches on its own connection; reports lost locks.
  *
+ *   engine (engine.c, engine.h): the hold decisions this client and the
+ *                    event-loop client share -- local deadlines, request
+ *                    ids, reentrancy. No I/O; both clients call it.
+ *
  * Naming: public names dlock_, internal non-static names dlock__.
  */
 #ifndef DLOCK_INTERNAL_H
@@ -122,8 +126,6 @@ int dlock__random_bytes(void *buf, size_t n);
 uint64_t dlock__rand64(void);
 void dlock__rand_reset_thread(void); /* after fork(): reseed on next use */
 void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]);
-/* 32 lowercase hex chars + NUL, from the per-thread PRNG. */
-void dlock__request_id(char out[33]);
 /* SHA1 of data as 40 lowercase hex chars + NUL. */
 void dlock__sha1_hex(const char *data, size_t len, char out[41]);
 /* Per-process thread id: a counter, never reused, assigned on first use. */
@@ -1309,14 +1311,9 @@ struct dlock__hold {
   unsigned char *marks;
 };
 
-/* The lease argument of an unlock that leaves holds, for the scripts'
- * remaining_ttl (DLOCK__LUA_TTL; reg_mu held). Holds are released last
- * first. Only watchdog holds remain: wd_lease (exact: Redisson resets the
- * TTL to the lease of the remaining holds). A fixed hold remains: minus the
- * longest of the most recent explicit lease and (if watchdog holds remain)
- * wd_lease -- extend to at least that, never shorten: the fixed hold's
- * deadline was promised from its own acquisition. */
-int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease);
+/* The decisions about a hold both clients share (engine.c). */
+#include "engine.h"
+
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
 void dlock__wd_remove(dlock_client *c, dlock__hold *h); /* reg_mu held */
 /* Waits until no renewal batch is in flight (reg_mu held). */
@@ -1474,9 +1471,6 @@ int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms, long long lease_ms);
 int dlock__mutex_release(dlock_mutex *m);
 /* The calling thread's recorded hold count on m (no Redis traffic). */
 int dlock__mutex_local_count(dlock_mutex *m);
-/* The clock-drift margin a local deadline keeps from the server's expiry:
- * lease/100 + 2 ms (Redlock's drift factor). */
-int64_t dlock__lease_margin(int64_t lease);
 /* The integer answer of a script run (rc, r from dlock__eval): frees r.
  * Returns rc when it failed, DLOCK_EPROTO (no reply / not an integer) or
  * 0 with *v set -- or, when nil is not NULL and the reply is nil, 0 with
@@ -1487,16 +1481,6 @@ int dlock__take_int(int rc, redisReply *r, long long *v, int *nil);
 int dlock__reacquired_in_vain(const char *kind, const char *name);
 /* Parses an integer reply; DLOCK_EPROTO otherwise. */
 int dlock__reply_int(const redisReply *r, long long *v);
-
-/* The bookkeeping of one acquisition on a hold record (no lock taken, no
- * watchdog list touched): count = target, the hold's lease kind (fixed_bits,
- * wd_count), lease_ms, and the local deadline sent + lease - margin (a
- * first hold resets the record; a reentrant one never shortens it). */
-void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
-                      int64_t sent, uint64_t token);
-/* One hold fewer after a release that leaves holds: count and wd_count.
- * Returns 1 when no watchdog hold remains (leave the watchdog's list). */
-int dlock__hold_drop_one(dlock__hold *h);
 
 /* The calls of the plain mutex's scripts, KEYS and ARGV ready to send:
  * what the blocking mutex (mutex.c) and the event-loop client (async_lock.c)
@@ -1587,10 +1571,5 @@ void dlock__wd_decline_poke(dlock_client *c);
 /* The unlock script's answer (r is freed): 1 released (or handed over),
  * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
 int dlock__rel_reply(int rc, redisReply *r);
-/* 1 while the final release of h (in flight, or sent with its outcome
- * unknown) can still have released the lock: it was first sent before the
- * hold's local deadline. Then a key found gone is not a loss to report
- * (reg_mu held, or the event loop's thread for the async client). */
-int dlock__release_may_have_run(const dlock__hold *h);
 
 #endif

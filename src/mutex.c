@@ -443,50 +443,9 @@ static dlock__hold *find_hold(dlock_mutex *m, uint64_t tid) {
 
 /* Forgets the thread's holds and frees the record (reg.mu held). */
 static void drop_hold(dlock_client *c, dlock__hold *h) {
-  h->count = 0;
-  h->wd_count = 0;
-  h->lost = 0;
-  h->unlock_pending = 0;
-  h->releasing = 0;
-  h->gen++;
+  dlock__eng_forget(h);
   dlock__wd_remove(c, h);
   dlock__hold_put(c, h);
-}
-
-int64_t dlock__lease_margin(int64_t lease) { return lease / 100 + 2; }
-
-void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
-                      int64_t sent, uint64_t token) {
-  int64_t until = sent + lease - dlock__lease_margin(lease);
-  if (h->count == 0) {
-    h->gen++;
-    h->unlock_pending = 0;
-    h->token = 0;
-    h->wd_count = 0;
-    h->fixed_bits = 0;
-    h->lost = 0;
-    h->renewed_at = sent;
-    h->valid_until = until;
-    h->since_ms = dlock__wall_ms();
-    h->since_at = dlock__now_ms();
-    h->since_pub = 0;
-  } else if (until > h->valid_until) {
-    /* A reentrant acquire never shortens the key's TTL (scripts.c). */
-    h->valid_until = until;
-  }
-  h->count = target;
-  /* Only a fenced acquisition draws a token: a plain reentrant acquire of
-   * the same name (same record) keeps the fenced hold's (issue 25.12). */
-  if (token)
-    h->token = token;
-  if (target >= 1 && target <= 64) {
-    uint64_t bit = (uint64_t)1 << (target - 1);
-    h->fixed_bits = wd ? h->fixed_bits & ~bit : h->fixed_bits | bit;
-  }
-  if (wd)
-    h->wd_count++;
-  else
-    h->lease_ms = lease;
 }
 
 /* Records a successful acquisition (takes reg.mu). sent = monotonic time
@@ -512,39 +471,6 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
     dlock__wd_add(c, h);
   pthread_mutex_unlock(&c->reg.mu);
   return 0;
-}
-
-/* 1 if the hold number idx+1 has a fixed lease (reg.mu held). */
-static int hold_is_fixed(const dlock__hold *h, int idx) {
-  return idx >= 64 || ((h->fixed_bits >> idx) & 1);
-}
-
-int dlock__hold_drop_one(dlock__hold *h) {
-  if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
-    h->wd_count--;
-  h->count--;
-  if (h->wd_count > h->count)
-    h->wd_count = h->count;
-  return h->wd_count == 0;
-}
-
-int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease) {
-  int idx = h->count - 1; /* the hold being released */
-  int wd_left = h->wd_count - (hold_is_fixed(h, idx) ? 0 : 1);
-  uint64_t below = idx >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << idx) - 1);
-  int fixed_left = idx > 64 || (h->fixed_bits & below) != 0;
-  if (!fixed_left)
-    return wd_lease;
-  int64_t l = h->lease_ms;
-  if (wd_left > 0 && wd_lease > l)
-    l = wd_lease;
-  return -l;
-}
-
-/* A hold is valid while it is not reported lost and its local deadline has
- * not passed (reg.mu held). */
-static int hold_valid(const dlock__hold *h, int64_t now) {
-  return h && h->count > 0 && !h->lost && now < h->valid_until;
 }
 
 int dlock__mutex_local_count(dlock_mutex *m) {
@@ -668,13 +594,13 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   }
   a->w.deadline = a->b.deadline;
   if (wait_ms != 0)
-    a->w.id = dlock__rand64() | 1;
+    a->w.id = dlock__eng_wait_id();
   a->slot.wait_id = a->w.id;
   pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, a->tid);
-  a->prior = h ? h->count : 0;
-  if (h && a->prior > 0 && !hold_valid(h, a->b.started)) {
-    int was_lost = h->lost;
+  int gone = dlock__eng_reenter(h, a->b.started, &a->prior);
+  if (gone) {
+    int was_lost = gone == DLOCK__ENG_RAN_OUT ? 0 : gone;
     drop_hold(c, h);
     pthread_mutex_unlock(&c->reg.mu);
     if (was_lost)
@@ -968,141 +894,62 @@ int dlock_mutex_unlock(dlock_mutex *m) {
   return dlock__mutex_release(m);
 }
 
-/* One unlock call: what its steps share. */
+/* One unlock call: the engine's view of it (request id, expected count,
+ * send time) and the record. */
 typedef struct rel {
   dlock__hold *h;
-  uint32_t gen;  /* h's generation when the unlock began */
-  int64_t lease; /* remaining_ttl argument (dlock__remaining_lease) */
-  int expected;  /* the hold count before this unlock */
-  int resent;    /* an earlier call sent this unlock (outcome unknown) */
-  int64_t sent;  /* when this unlock was first sent (an earlier call's) */
-  char rid[33];  /* this unlock's request id (an earlier call's if resent) */
+  dlock__eng_unlock u;
   int tombstone; /* a final release sent more than once: write its tomb */
 } rel;
-
-/* Request ids are 32 hex chars; a hold keeps a pending one in 16 bytes. */
-static void rid_from_hex(const char *hex, uint64_t out[2]) {
-  out[0] = out[1] = 0;
-  for (int i = 0; i < 32; i++) {
-    char ch = hex[i];
-    uint64_t d = (uint64_t)(ch <= '9' ? ch - '0' : ch - 'a' + 10) & 15;
-    out[i / 16] = (out[i / 16] << 4) | d;
-  }
-}
-
-static void rid_to_hex(const uint64_t in[2], char out[33]) {
-  static const char hx[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++)
-    out[i] = hx[(in[i / 16] >> (4 * (15 - i % 16))) & 15];
-  out[32] = '\0';
-}
 
 /* Finds the thread's hold and prepares the unlock (reg.mu held). 0 or a
  * code (the hold is not there, or was lost: then it is dropped). */
 static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
   dlock_client *c = m->c;
   dlock__hold *h = find_hold(m, tid);
-  if (!h || h->count == 0)
+  int rc = dlock__eng_unlock_begin(h, dlock__now_ms(),
+                                   c->cfg.watchdog_timeout_ms, &r->u);
+  if (rc == DLOCK_EPERM)
     return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
                        m->name);
-  if (h->lost) {
+  if (rc == DLOCK_ELOST) {
     int why = h->lost;
     drop_hold(c, h);
     return dlock__fail(DLOCK_ELOST, "lock '%s' was lost while held: %s",
                        m->name, dlock__lost_why(why));
   }
   r->h = h;
-  r->gen = h->gen;
-  r->lease = dlock__remaining_lease(h, c->cfg.watchdog_timeout_ms);
-  r->expected = h->count;
-  /* A previous unlock at this count ended without a reply: this one may be
-   * its second copy (the script makes the two count once). */
-  r->resent = h->unlock_pending > 0 && h->unlock_pending == h->count;
-  r->sent = r->resent && h->count == 1 ? h->release_sent : dlock__now_ms();
-  if (r->resent)
-    rid_to_hex(h->unlock_rid, r->rid);
-  else
-    dlock__request_id(r->rid);
-  if (h->count == 1) {
-    /* The key may vanish under a renewal batch in flight because of this
-     * very unlock: not a loss to report (issue 10: spurious on_lock_lost).
-     * Only the final release: a partial one leaves the lock held, and its
-     * loss must be told (issue 25.8). */
-    h->releasing = 1;
-    h->release_sent = r->sent;
-  }
   return 0;
 }
 
-/* One hold fewer after a confirmed release that leaves holds (reg.mu). */
-static void drop_one(dlock_client *c, dlock__hold *h) {
-  if (dlock__hold_drop_one(h))
-    dlock__wd_remove(c, h);
-}
-
 /* Records the outcome rc of the release script (reg.mu held); sends = how
- * often the router sent it. Returns the call's answer: rc itself for an
- * unknown outcome (the record stays, and remembers that an unlock at this
- * count may have run), DLOCK_ELOST (message set) when the hold was not
- * ours any more, or 0. */
+ * often the router sent it. Returns the call's answer (the engine's
+ * dlock__eng_unlock_end): rc itself for an unknown outcome (the record
+ * stays, and remembers that an unlock at this count may have run),
+ * DLOCK_ELOST (message set) when the hold was not ours any more, or 0. */
 static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
   dlock_client *c = m->c;
   dlock__hold *h = r->h;
-  h->releasing = 0;
-  int mine = h->gen == r->gen;
-  /* A final release that may have been sent before (by the router, or by
-   * the caller's earlier call that ended without a reply) and finds the
-   * field gone: that copy released it -- or the hold had vanished by
-   * other means (force unlock, an operator) in between, which no state
-   * left on the server can tell apart (docs/errors.md). The lock is not
-   * held by this thread either way. */
-  int copy = r->resent || sends > 1;
-  int released_before = rc == DLOCK_ELOST && r->expected == 1 && copy;
-  if (released_before)
-    rc = 1;
-  /* Copies of a final release may still be in the network: the thread's
-   * next hold of this lock must not be released by one (its tombstone). */
-  r->tombstone = mine && copy && r->expected == 1 && rc == 1;
-  /* Past the local deadline the hold was not ours for sure: whatever Redis
-   * answered, the caller must treat the critical section as unprotected.
-   * A copy that found the field gone says nothing about when the release
-   * ran: then what counts is that it was first sent in time. */
-  int64_t at = released_before ? r->sent : dlock__now_ms();
-  int expired = mine && at >= h->valid_until;
-  if (rc < 0 && rc != DLOCK_ELOST && !expired) {
-    if (mine) {
-      h->unlock_pending = h->count;
-      rid_from_hex(r->rid, h->unlock_rid);
-      /* still "may have released": watchdog.c stays quiet about it */
-    }
-    return rc;
-  }
-  if (!mine) {
+  dlock__eng_rel_out o =
+      dlock__eng_unlock_end(h, &r->u, rc, sends > 1, dlock__now_ms());
+  r->tombstone = o.tombstone;
+  if (o.action == DLOCK__ENG_REL_PUT)
     dlock__hold_put(c, h);
-  } else {
-    h->unlock_pending = 0;
-    expired |= h->lost;
-    if (expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1)
-      drop_hold(c, h);
-    else
-      drop_one(c, h);
-  }
-  if (rc == DLOCK_ELOST)
+  else if (o.action == DLOCK__ENG_REL_FORGET)
+    drop_hold(c, h);
+  else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(h))
+    dlock__wd_remove(c, h);
+  if (o.rc == DLOCK_ELOST && !o.expired)
     return dlock__fail(DLOCK_ELOST,
                        "lock '%s' was lost while held (expired, deleted or "
                        "taken)",
                        m->name);
-  if (expired)
+  if (o.rc == DLOCK_ELOST)
     return dlock__fail(DLOCK_ELOST,
                        "lock '%s': its lease ran out before the unlock (local "
                        "deadline passed; another owner may have held it)",
                        m->name);
-  return 0;
-}
-
-int dlock__release_may_have_run(const dlock__hold *h) {
-  return h->count == 1 && (h->releasing || h->unlock_pending == 1) &&
-         h->release_sent < h->valid_until;
+  return o.rc;
 }
 
 int dlock__mutex_release(dlock_mutex *m) {
@@ -1120,13 +967,13 @@ int dlock__mutex_release(dlock_mutex *m) {
   pthread_mutex_unlock(&c->reg.mu);
   if (rc)
     return rc;
-  rc = m->ops->release(m, tid, r.lease, r.expected, r.rid);
+  rc = m->ops->release(m, tid, r.u.lease, r.u.expected, r.u.rid);
   int sends = dlock__exec_sends();
   pthread_mutex_lock(&c->reg.mu);
   rc = rel_end(m, &r, rc, sends);
   pthread_mutex_unlock(&c->reg.mu);
   if (r.tombstone)
-    dlock__unlock_tombstone(c, m->name, r.rid);
+    dlock__unlock_tombstone(c, m->name, r.u.rid);
   return rc;
 }
 
@@ -1199,7 +1046,7 @@ static int local_state(dlock_mutex *m, int64_t *left) {
   int64_t now = dlock__now_ms();
   pthread_mutex_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
-  int st = !h || h->count == 0 ? -1 : hold_valid(h, now);
+  int st = !h || h->count == 0 ? -1 : dlock__eng_valid(h, now);
   if (left)
     *left = st == 1 ? h->valid_until - now : 0;
   pthread_mutex_unlock(&c->reg.mu);

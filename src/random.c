@@ -71,11 +71,4 @@ void dlock__uuid4(char out[DLOCK__UUID_LEN + 1]) {
   *o = '\0';
 }
 
-void dlock__request_id(char out[33]) {
-  uint64_t a = dlock__rand64(), b = dlock__rand64();
-  for (int i = 0; i < 16; i++) {
-    out[i] = hexdig[(a >> (i * 4)) & 15];
-    out[16 + i] = hexdig[(b >> (i * 4)) & 15];
-  }
-  out[32] = '\0';
-}
+/* Request ids are drawn by the engine (engine.c dlock__request_id). */

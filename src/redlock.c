@@ -38,6 +38,7 @@
  * returns DLOCK_ELOST.
  */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -624,7 +625,8 @@ void dlock_redlock_free(dlock_redlock *rl) {
 
 /* ---- acquire ------------------------------------------------------------- */
 
-static int64_t drift_ms(int64_t lease) { return lease / 100 + 2; }
+/* A Redlock's validity ends where a single lock's local deadline does: the
+ * engine's (engine.c dlock__eng_deadline: t0 + lease - lease/100 - 2). */
 
 /* Describes a failed round into buf. */
 static void describe(dlock_redlock *rl, const vote *vs, size_t yes,
@@ -715,7 +717,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
     if (!ok)
       extra = "; no majority for the fencing token counter";
   }
-  int64_t validity = lease - (dlock__now_ms() - t0) - drift_ms(lease);
+  int64_t validity = dlock__eng_deadline(t0, lease) - dlock__now_ms();
   if (ok && validity <= 0) {
     ok = 0;
     extra = "; the votes took longer than the lease";
@@ -723,7 +725,7 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
   if (ok) {
     round_unref(r); /* late yes votes stay: unlock releases every master */
     *t0_out = t0;
-    *valid_until = t0 + lease - drift_ms(lease);
+    *valid_until = dlock__eng_deadline(t0, lease);
     return 1;
   }
   describe(rl, vs, yes, extra, why, why_len);
@@ -915,10 +917,11 @@ static void *renew_main(void *arg) {
     if (retry_at > 0)
       due = retry_at;
     int64_t now = dlock__now_ms();
-    if (now >= rl->hold.valid_until) {
+    int64_t next = INT64_MAX;
+    if (dlock__eng_expiry(&rl->hold, now, &next) == DLOCK__ENG_LOST) {
       /* The local deadline passed without a confirmed round: lost now,
-       * before any other client can have taken the majority (issue 9.1). */
-      rl->hold.lost = 1;
+       * before any other client can have taken the majority (issue 9.1;
+       * the engine's rule, as for a single lock). */
       dlock_client *c = rl->clients[0];
       pthread_mutex_unlock(&rl->mu);
       if (c->cfg.on_lock_lost)
@@ -955,17 +958,18 @@ static void *renew_main(void *arg) {
     int report = 0;
     pthread_mutex_lock(&rl->mu);
     if (rl->hold.count && rl->hold.gen == gen && !rl->hold.lost) {
-      if (ok >= rl->quorum) {
-        rl->hold.renewed_at = t0;
-        rl->hold.valid_until = t0 + lease - drift_ms(lease);
-        retry_at = 0;
-      } else if (gone > rl->n - rl->quorum ||
-                 dlock__now_ms() >= rl->hold.valid_until) {
-        rl->hold.lost = 1;
+      /* A majority renewed: renewed. A majority can no longer: "gone".
+       * Neither: no answer (the engine's rule: lost past the deadline). */
+      int v = dlock__eng_renew_answer(
+          &rl->hold, ok >= rl->quorum || gone > rl->n - rl->quorum,
+          ok >= rl->quorum, t0, lease, dlock__now_ms());
+      if (v == DLOCK__ENG_LOST) {
         report = 1;
-      } else {
+      } else if (v == DLOCK__ENG_RETRY) {
         int64_t step = lease / 10 > 50 ? lease / 10 : 50;
         retry_at = dlock__now_ms() + step;
+      } else {
+        retry_at = 0;
       }
     }
     if (report) {

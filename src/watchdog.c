@@ -535,26 +535,20 @@ static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
     if (!h->in_wd || h->gen != st->items[i].gen || h->count == 0)
       continue; /* released meanwhile: the reply says nothing about it */
     int answered = st->flags[i] != 2; /* a failed node's items: 2 */
-    if (answered && st->flags[i] == 1) {
-      h->renewed_at = sent_at;
-      h->valid_until = sent_at + t->lease - dlock__lease_margin(t->lease);
-      h->retry_at = 0;
-    } else if (dlock__release_may_have_run(h)) {
-      /* Gone because this thread's final unlock deleted it (its reply is
-       * on the way, or was lost): the unlock's answer decides, not the
-       * renewal. An unlock no longer in flight: the key is gone or
-       * unrenewable either way, stop renewing. */
-      if (!h->releasing && (answered || now >= h->valid_until))
-        dlock__wd_remove(c, h);
-      else if (!answered)
-        h->retry_at = now + t->retry;
-    } else if (answered || now >= h->valid_until) {
-      /* Answered "0": the key is gone; else no answer came in time. */
-      h->lost = answered ? DLOCK__LOST_GONE : DLOCK__LOST_UNRENEWED;
+    switch (dlock__eng_renew_answer(h, answered, st->flags[i] == 1, sent_at,
+                                    t->lease, now)) {
+    case DLOCK__ENG_END_QUIET:
+      dlock__wd_remove(c, h);
+      break;
+    case DLOCK__ENG_LOST:
       dlock__wd_remove(c, h);
       note_lost(lost, st->items[i].name, h->lost);
-    } else {
+      break;
+    case DLOCK__ENG_RETRY:
       h->retry_at = now + t->retry;
+      break;
+    default:
+      break;
     }
   }
 }
@@ -720,9 +714,8 @@ static void *wd_main(void *arg) {
 static void *exp_main(void *arg) {
   dlock_client *c = arg;
   const int64_t lease = c->cfg.watchdog_timeout_ms;
-  const int64_t idle = lease - dlock__lease_margin(lease) > 1
-                           ? lease - dlock__lease_margin(lease)
-                           : 1;
+  const int64_t idle =
+      dlock__eng_deadline(0, lease) > 1 ? dlock__eng_deadline(0, lease) : 1;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
     int64_t now = dlock__now_ms();
@@ -731,20 +724,16 @@ static void *exp_main(void *arg) {
     dlock__hold *h = c->wd.head;
     while (h) {
       dlock__hold *nx = h->wd_next;
-      if (h->releasing && dlock__release_may_have_run(h)) {
-        /* The final unlock in flight settles it; look again soon. */
-        if (now + 10 < next)
-          next = now + 10;
-      } else if (dlock__release_may_have_run(h) && now >= h->valid_until) {
-        /* A final unlock sent in time whose outcome is unknown: the lock
-         * may have been released, nothing to report; renewals end. */
-        dlock__wd_remove(c, h);
-      } else if (h->count > 0 && !h->lost && now >= h->valid_until) {
-        h->lost = DLOCK__LOST_UNRENEWED;
+      switch (dlock__eng_expiry(h, now, &next)) {
+      case DLOCK__ENG_END_QUIET:
+        dlock__wd_remove(c, h); /* renewals end, nothing to report */
+        break;
+      case DLOCK__ENG_LOST:
         dlock__wd_remove(c, h);
         note_lost(&lost, dlock__lockent_name(h->e, NULL), h->lost);
-      } else if (h->valid_until < next) {
-        next = h->valid_until;
+        break;
+      default:
+        break;
       }
       h = nx;
     }

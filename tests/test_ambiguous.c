@@ -17,6 +17,7 @@
 
 #include "faultproxy.h"
 #include "th.h"
+#include "th_drive.h"
 
 #define CMD_MS 400
 #define DELAY_MS 1200 /* past CMD_MS */
@@ -35,6 +36,7 @@ typedef struct rig {
   th_redis *r;
   fp_proxy *p;
   dlock_client *c;
+  th_drive *d; /* rig_drive: the case body runs on either client */
 } rig;
 
 static rig rig_new(int multiplex, int wd_ms) {
@@ -52,6 +54,27 @@ static rig rig_new(int multiplex, int wd_ms) {
     cfg.watchdog_timeout_ms = wd_ms;
   cfg.on_lock_lost = on_lost;
   g.c = th_client_cfg(g.r, &cfg);
+  g.d = NULL;
+  return g;
+}
+
+/* rig_new's server, proxy and configuration, with a th_drive of kind
+ * instead of a client (its loss reports: th_drive_lost_count). */
+static rig rig_drive(int kind, int multiplex, int wd_ms) {
+  rig g;
+  g.r = th_redis_new(1, NULL);
+  g.p = fp_new(NULL, g.r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(g.p);
+  cfg.command_timeout_ms = CMD_MS * th_timeout_mult();
+  cfg.retry_attempts = 3;
+  cfg.retry_interval_ms = 50;
+  cfg.multiplex = multiplex;
+  if (wd_ms)
+    cfg.watchdog_timeout_ms = wd_ms;
+  g.c = NULL;
+  g.d = th_drive_new(kind, &cfg);
   return g;
 }
 
@@ -61,6 +84,13 @@ static void arm(rig *g, const char *name, int mode) {
   fp_arm(g->p, name, mode, DELAY_MS * th_timeout_mult());
 }
 static void fired(rig *g, int n) {
+  if (g->d) { /* the client runs while we wait (async: its loop) */
+    int64_t end = th_now_ms() + 10000LL * th_timeout_mult();
+    while (fp_fired(g->p) < n && th_now_ms() < end)
+      th_drive_pump(g->d, 5);
+    CHECK_MSG(fp_fired(g->p) >= n, "fault %d did not fire", n);
+    return;
+  }
   CHECK_MSG(fp_wait_fired(g->p, n, 10000) == 0, "fault %d did not fire", n);
 }
 
@@ -81,94 +111,117 @@ static long long exists(rig *g, const char *key) {
   return th_cmd_int(g->r, "EXISTS %s", key);
 }
 
-/* acquire and reentrant re-acquire: each counts once on the server. */
-static void acquire_body(int multiplex) {
-  rig g = rig_new(multiplex, 0);
+/* acquire and reentrant re-acquire: each counts once on the server. Run
+ * by both clients (th_drive.h); _pool: the blocking client's pool. */
+static void acquire_body(int kind, int multiplex) {
+  rig g = rig_drive(kind, multiplex, 0);
   int n = 0;
   for (int i = 0; i < 3; i++) {
     char name[32];
     snprintf(name, sizeof name, "amb-acq-%s", g_mode_names[g_modes[i]]);
-    dlock_mutex *m;
-    CHECK_OK(dlock_mutex_new(g.c, name, &m));
+    dlock_mutex *m = th_drive_mutex(g.d, name); /* blocking: its record */
     arm(&g, name, g_modes[i]);
-    CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
+    CHECK_OK(th_drive_lock(g.d, name, 1, 0, 30000));
     fired(&g, ++n);
     CHECK_EQ(hold_count(&g, name), 1);
-    CHECK_EQ(dlock_mutex_hold_count(m), 1);
+    if (m)
+      CHECK_EQ(dlock_mutex_hold_count(m), 1);
     arm(&g, name, g_modes[i]); /* reentrant */
-    CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
+    CHECK_OK(th_drive_lock(g.d, name, 1, 0, 30000));
     fired(&g, ++n);
     CHECK_EQ(hold_count(&g, name), 2);
-    CHECK_EQ(dlock_mutex_hold_count(m), 2);
-    CHECK_OK(dlock_mutex_unlock(m));
+    if (m)
+      CHECK_EQ(dlock_mutex_hold_count(m), 2);
+    CHECK_OK(th_drive_unlock(g.d, name, 1));
     CHECK_EQ(hold_count(&g, name), 1);
-    CHECK_OK(dlock_mutex_unlock(m));
+    CHECK_OK(th_drive_unlock(g.d, name, 1));
     CHECK_EQ(exists(&g, name), 0);
-    dlock_mutex_free(m);
   }
-  CHECK_EQ(atomic_load(&g_lost), 0);
-  dlock_client_free(g.c);
+  CHECK_EQ(th_drive_lost_count(g.d), 0);
+  th_drive_free(g.d);
 }
-TH_CASE(acquire_and_reacquire_count_once) { acquire_body(1); }
-TH_CASE(acquire_and_reacquire_count_once_pool) { acquire_body(0); }
+TH_CASE(acquire_and_reacquire_count_once_blocking) {
+  acquire_body(TH_DRIVE_BLOCKING, 1);
+}
+TH_CASE(acquire_and_reacquire_count_once_pool) {
+  acquire_body(TH_DRIVE_BLOCKING, 0);
+}
+TH_CASE(acquire_and_reacquire_count_once_async) {
+  acquire_body(TH_DRIVE_ASYNC, 1);
+}
 
 /* unlock: a lost, late or cut reply of an unlock counts once and is not
- * reported as DLOCK_ELOST (the lock was ours until the unlock ran). */
-static void unlock_body(int multiplex) {
-  rig g = rig_new(multiplex, 0);
+ * reported as DLOCK_ELOST (the lock was ours until the unlock ran). Run by
+ * both clients. */
+static void unlock_body(int kind, int multiplex) {
+  rig g = rig_drive(kind, multiplex, 0);
   int n = 0;
   for (int i = 0; i < 3; i++) {
     char name[32];
     snprintf(name, sizeof name, "amb-unl-%s", g_mode_names[g_modes[i]]);
-    dlock_mutex *m;
-    CHECK_OK(dlock_mutex_new(g.c, name, &m));
-    CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
-    CHECK_OK(dlock_mutex_timedlock(m, 0, 30000));
+    CHECK_OK(th_drive_lock(g.d, name, 1, 0, 30000));
+    CHECK_OK(th_drive_lock(g.d, name, 1, 0, 30000));
     CHECK_EQ(hold_count(&g, name), 2);
     arm(&g, name, g_modes[i]);
-    CHECK_OK(dlock_mutex_unlock(m));
+    CHECK_OK(th_drive_unlock(g.d, name, 1));
     fired(&g, ++n);
     CHECK_EQ(hold_count(&g, name), 1);
     arm(&g, name, g_modes[i]);
-    CHECK_OK(dlock_mutex_unlock(m));
+    CHECK_OK(th_drive_unlock(g.d, name, 1));
     fired(&g, ++n);
     CHECK_EQ(exists(&g, name), 0);
-    CHECK_EQ(dlock_mutex_is_held(m), 0);
-    dlock_mutex_free(m);
+    dlock_mutex *m = th_drive_mutex(g.d, name);
+    if (m)
+      CHECK_EQ(dlock_mutex_is_held(m), 0);
+    CHECK_RC(th_drive_unlock(g.d, name, 1), DLOCK_EPERM);
   }
-  CHECK_EQ(atomic_load(&g_lost), 0);
-  dlock_client_free(g.c);
+  CHECK_EQ(th_drive_lost_count(g.d), 0);
+  th_drive_free(g.d);
 }
-TH_CASE(unlock_counts_once_and_is_not_lost) { unlock_body(1); }
-TH_CASE(unlock_counts_once_and_is_not_lost_pool) { unlock_body(0); }
+TH_CASE(unlock_counts_once_and_is_not_lost_blocking) {
+  unlock_body(TH_DRIVE_BLOCKING, 1);
+}
+TH_CASE(unlock_counts_once_and_is_not_lost_pool) {
+  unlock_body(TH_DRIVE_BLOCKING, 0);
+}
+TH_CASE(unlock_counts_once_and_is_not_lost_async) {
+  unlock_body(TH_DRIVE_ASYNC, 1);
+}
 
 /* watchdog renewal: a renewal whose reply is lost, late or cut is not a
- * lost lock while a later renewal confirms it before the local deadline. */
-TH_CASE_T(renewal_fault_is_not_a_lost_lock, 120, "slow") {
+ * lost lock while a later renewal confirms it before the local deadline.
+ * Run by both clients. */
+static void renewal_body(int kind) {
   int wd = 2400 * th_timeout_mult();
-  rig g = rig_new(1, wd);
+  rig g = rig_drive(kind, 1, wd);
   for (int i = 0; i < 3; i++) {
     char name[32];
     snprintf(name, sizeof name, "amb-ren-%s", g_mode_names[g_modes[i]]);
-    dlock_mutex *m;
-    CHECK_OK(dlock_mutex_new(g.c, name, &m));
-    CHECK_OK(dlock_mutex_lock(m));
+    CHECK_OK(th_drive_lock(g.d, name, 1, -1, -1));
+    dlock_mutex *m = th_drive_mutex(g.d, name);
     arm(&g, name, g_modes[i]);
     fired(&g, i + 1);
     /* A full lease after the fault: renewals must have carried it on. */
     int64_t end = th_now_ms() + wd;
     while (th_now_ms() < end) {
-      CHECK_EQ(dlock_mutex_is_held(m), 1);
-      th_sleep_ms(50);
+      if (m)
+        CHECK_EQ(dlock_mutex_is_held(m), 1);
+      CHECK_EQ(th_drive_lost_count(g.d), 0);
+      th_drive_pump(g.d, 50);
     }
     CHECK_EQ(hold_count(&g, name), 1);
     CHECK_MSG(th_cmd_int(g.r, "PTTL %s", name) > 0, "no TTL");
-    CHECK_OK(dlock_mutex_unlock(m));
+    CHECK_OK(th_drive_unlock(g.d, name, 1));
     CHECK_EQ(exists(&g, name), 0);
-    dlock_mutex_free(m);
   }
-  CHECK_EQ(atomic_load(&g_lost), 0);
-  dlock_client_free(g.c);
+  CHECK_EQ(th_drive_lost_count(g.d), 0);
+  th_drive_free(g.d);
+}
+TH_CASE_T(renewal_fault_is_not_a_lost_lock_blocking, 120, "slow") {
+  renewal_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(renewal_fault_is_not_a_lost_lock_async, 120, "slow") {
+  renewal_body(TH_DRIVE_ASYNC);
 }
 
 /* force unlock: sent once (never re-sent: a second copy could delete a
@@ -468,8 +521,71 @@ static void caller_retry_body(int kind) {
   dlock_client_free(other);
   dlock_client_free(c);
 }
-TH_CASE(unlock_retried_by_caller_late_counts_once_mutex) {
-  caller_retry_body(K_MUTEX);
+/* caller_retry_body's scenario for the plain mutex, run by both clients
+ * (th_drive.h): the retried unlock keeps its count and request id (the
+ * engine keeps them in the record), and the retried final release leaves
+ * its tombstone. */
+static void caller_retry_drive(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  cfg.command_timeout_ms = CMD_MS * th_timeout_mult();
+  cfg.retry_attempts = 0;
+  cfg.retry_interval_ms = 50;
+  th_drive *d = th_drive_new(kind, &cfg);
+  dlock_client *other = th_client(r);
+  const char *name = "amb-retry-mutex";
+  CHECK_OK(th_drive_lock(d, name, 1, 0, 30000));
+  CHECK_OK(th_drive_lock(d, name, 1, 0, 30000));
+  CHECK_EQ(count_of(r, name), 2);
+  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
+  CHECK_MSG(fp_wait_fired(p, 1, 10000) == 0, "fault did not fire");
+  CHECK_EQ(count_of(r, name), 1); /* it ran */
+  /* Past the old latch's life, twice over: a scenario, not a wait. */
+  th_drive_pump(d, 2 * old_latch_ms(&cfg) + 200);
+  int rc = th_drive_unlock(d, name, 1);
+  CHECK_MSG(rc == DLOCK_OK, "%s: retried unlock: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  long long n = count_of(r, name);
+  CHECK_MSG(n == 1, "%s: hold count %lld after a retried unlock of 2 holds",
+            th_drive_kind(d), n);
+  dlock_mutex *m = th_drive_mutex(d, name);
+  if (m)
+    CHECK_EQ(dlock_mutex_hold_count(m), 1);
+  holder o = holder_new(other, K_MUTEX, name);
+  CHECK_RC(holder_try_excluded(&o), DLOCK_EBUSY);
+  /* The final release, its reply lost, retried by the caller. */
+  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
+  CHECK_MSG(fp_wait_fired(p, 2, 10000) == 0, "fault did not fire");
+  CHECK_EQ(exists_r(r, name), 0);
+  th_drive_pump(d, 2 * old_latch_ms(&cfg) + 200);
+  rc = th_drive_unlock(d, name, 1);
+  CHECK_MSG(rc == DLOCK_OK, "%s: retried final unlock: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  /* The tombstone (written once the reply of a re-sent final release came
+   * back): the client runs until it is there. */
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
+  while (tombstones(r, name) < 1 && th_now_ms() < end)
+    th_drive_pump(d, 5);
+  CHECK_MSG(tombstones(r, name) == 1, "%s: %lld tombstones", th_drive_kind(d),
+            tombstones(r, name));
+  CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_EPERM); /* nothing left */
+  CHECK_OK(holder_try_excluded(&o));
+  CHECK_OK(holder_unlock(&o));
+  holder_free(&o);
+  CHECK_EQ(th_drive_lost_count(d), 0);
+  th_drive_free(d);
+  dlock_client_free(other);
+}
+TH_CASE(unlock_retried_by_caller_late_counts_once_mutex_blocking) {
+  caller_retry_drive(TH_DRIVE_BLOCKING);
+}
+TH_CASE(unlock_retried_by_caller_late_counts_once_mutex_async) {
+  caller_retry_drive(TH_DRIVE_ASYNC);
 }
 TH_CASE(unlock_retried_by_caller_late_counts_once_fair) {
   caller_retry_body(K_FAIR);

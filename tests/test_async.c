@@ -5,9 +5,11 @@
  */
 #include "faultproxy.h"
 #include "th.h"
+#include "th_proxy.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "dlock/adapters/libevent.h"
@@ -709,6 +711,114 @@ static void lost(int uv) {
 
 TH_CASE(lost_libevent) { lost(0); }
 TH_CASE(lost_libuv) { lost(1); }
+
+/* ---- a loss told before another client can take the lock (issue 26) */
+
+/* Another client polls with trylock (a blocking client, straight to the
+ * server) until it gets the lock; when it stops, done is set. */
+typedef struct grab {
+  dlock_mutex *m;
+  int64_t got; /* monotonic ms it acquired, or -1 */
+  atomic_int done;
+} grab;
+
+static void *grab_main(void *arg) {
+  grab *g = arg;
+  g->got = -1;
+  int64_t end = th_now_ms() + 30000LL * th_timeout_mult();
+  while (th_now_ms() < end) {
+    int rc = dlock_mutex_trylock(g->m);
+    if (rc == 0) {
+      g->got = th_now_ms();
+      (void)dlock_mutex_unlock(g->m);
+      break;
+    }
+    if (rc != DLOCK_EBUSY)
+      break;
+    th_sleep_ms(2);
+  }
+  atomic_store(&g->done, 1);
+  return NULL;
+}
+
+static void on_lost_at(const char *name, void *arg) {
+  int64_t *at = arg;
+  if (strcmp(name, "told") == 0 && *at == 0)
+    *at = th_now_ms();
+}
+
+/* A watchdog hold taken half a renewal period after another one (so its
+ * local deadline falls between two ticks of the watchdog timer), then the
+ * path to Redis is blackholed: no renewal is confirmed any more, the key
+ * expires one lease after the hold's acquisition, and a blocking client
+ * polling with trylock takes it. The async holder must be told first: at
+ * its local deadline (lease - 62 ms after the acquisition was sent). Old
+ * code (f63ebda) looked at deadlines only at the ticks and told it ~P/2
+ * after the other client had acquired. */
+enum { TOLD_WD_MS = 6000 };
+
+static void told_in_time(int uv) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  int64_t lost_at = 0;
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = th_proxy_url(p);
+  cfg.watchdog_timeout_ms = TOLD_WD_MS;
+  cfg.command_timeout_ms = 1000;
+  cfg.retry_attempts = 1;
+  cfg.retry_interval_ms = 100;
+  cfg.on_lock_lost = on_lost_at;
+  cfg.on_lock_lost_arg = &lost_at;
+  fx f;
+  f.r = r;
+  tl_init(&f.l, uv);
+  f.a = new_async(r, &cfg);
+  tl_attach(&f.l, f.a);
+  dlock_client *other = th_client(r);
+  grab g;
+  memset(&g, 0, sizeof g);
+  CHECK_OK(dlock_mutex_new(other, "told", &g.m));
+  res x[2];
+  memset(x, 0, sizeof x);
+  /* The first hold starts the watchdog's tick; the second comes half a
+   * period later (a placement in time, not a wait for an event). */
+  CHECK_OK(dlock_async_lock(f.a, "phase", 1, 0, -1, on_res, &x[0]));
+  CHECK(tl_until(&f.l, &x[0].n, 1, 5000));
+  CHECK_RC(x[0].last, DLOCK_OK);
+  tl_for(&f.l, TOLD_WD_MS / 6);
+  CHECK_OK(dlock_async_lock(f.a, "told", 1, 0, -1, on_res, &x[1]));
+  CHECK(tl_until(&f.l, &x[1].n, 1, 5000));
+  CHECK_RC(x[1].last, DLOCK_OK);
+  th_proxy_blackhole(p, 1);
+  int64_t cut = th_now_ms();
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, grab_main, &g), 0);
+  int64_t end = th_now_ms() + 40000LL * th_timeout_mult();
+  while (!atomic_load(&g.done) && th_now_ms() < end)
+    tl_once(&f.l);
+  pthread_join(t, NULL);
+  printf("async holder told %lld ms after the cut, the other client "
+         "acquired at %lld ms\n",
+         lost_at ? (long long)(lost_at - cut) : -1LL,
+         g.got > 0 ? (long long)(g.got - cut) : -1LL);
+  CHECK_MSG(g.got > 0, "the other client never acquired the expired lock");
+  CHECK_MSG(lost_at > 0 && lost_at <= g.got,
+            "async holder told at %lld ms after the cut, the other client "
+            "acquired at %lld ms: two owners",
+            lost_at ? (long long)(lost_at - cut) : -1LL,
+            (long long)(g.got - cut));
+  dlock_mutex_free(g.m);
+  dlock_client_free(other);
+  fx_end(&f);
+}
+
+TH_CASE_T(loss_told_before_another_client_acquires_libevent, 120, "slow") {
+  told_in_time(0);
+}
+TH_CASE_T(loss_told_before_another_client_acquires_libuv, 120, "slow") {
+  told_in_time(1);
+}
 
 /* ---- Redis killed and restarted with calls pending */
 

@@ -1,0 +1,273 @@
+/*
+ * engine.c -- the lock engine (engine.h): the hold decisions both clients
+ * share, made here once. It never blocks, never sleeps and does no I/O; it
+ * reads no clock for a decision (the drivers pass `now`; the one clock read
+ * is the wall-clock stamp of a hold's start, for `dlock status`), and only
+ * the per-thread PRNG for ids.
+ *
+ * It owns: the local loss deadline of a hold and the expiry verdict that
+ * says which deadline is next; request ids (drawn here, kept across an
+ * unlock's retries in the record); the reentrancy decision and what an
+ * unlock's answer does to the count. Its drivers: mutex.c / holds.c /
+ * watchdog.c (the blocking client, under reg.mu) and async_lock.c /
+ * async_wd.c (the event-loop client, on the loop). docs/design.md, "The
+ * engine", has the picture.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- (a) the local loss deadline ----------------------------------------- */
+
+int64_t dlock__lease_margin(int64_t lease) { return lease / 100 + 2; }
+
+int64_t dlock__eng_deadline(int64_t sent, int64_t lease) {
+  return sent + lease - dlock__lease_margin(lease);
+}
+
+void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
+                      int64_t sent, uint64_t token) {
+  int64_t until = dlock__eng_deadline(sent, lease);
+  if (h->count == 0) {
+    h->gen++;
+    h->unlock_pending = 0;
+    h->token = 0;
+    h->wd_count = 0;
+    h->fixed_bits = 0;
+    h->lost = 0;
+    h->renewed_at = sent;
+    h->valid_until = until;
+    h->since_ms = dlock__wall_ms();
+    h->since_at = sent;
+    h->since_pub = 0;
+  } else if (until > h->valid_until) {
+    /* A reentrant acquire never shortens the key's TTL (scripts.c). */
+    h->valid_until = until;
+  }
+  h->count = target;
+  /* Only a fenced acquisition draws a token: a plain reentrant acquire of
+   * the same name (same record) keeps the fenced hold's (issue 25.12). */
+  if (token)
+    h->token = token;
+  if (target >= 1 && target <= 64) {
+    uint64_t bit = (uint64_t)1 << (target - 1);
+    h->fixed_bits = wd ? h->fixed_bits & ~bit : h->fixed_bits | bit;
+  }
+  if (wd)
+    h->wd_count++;
+  else
+    h->lease_ms = lease;
+}
+
+void dlock__eng_renewed(dlock__hold *h, int64_t sent, int64_t lease) {
+  int64_t until = dlock__eng_deadline(sent, lease);
+  if (until > h->valid_until)
+    h->valid_until = until;
+  h->renewed_at = sent;
+  h->retry_at = 0;
+}
+
+int dlock__eng_valid(const dlock__hold *h, int64_t now) {
+  return h && h->count > 0 && !h->lost && now < h->valid_until;
+}
+
+int dlock__release_may_have_run(const dlock__hold *h) {
+  return h->count == 1 && (h->releasing || h->unlock_pending == 1) &&
+         h->release_sent < h->valid_until;
+}
+
+int dlock__eng_expiry(dlock__hold *h, int64_t now, int64_t *next) {
+  if (h->releasing && dlock__release_may_have_run(h)) {
+    /* The final unlock in flight settles it; look again soon. */
+    if (now + 10 < *next)
+      *next = now + 10;
+    return DLOCK__ENG_SETTLING;
+  }
+  if (dlock__release_may_have_run(h) && now >= h->valid_until)
+    return DLOCK__ENG_END_QUIET; /* sent in time, outcome unknown */
+  if (h->count > 0 && !h->lost && now >= h->valid_until) {
+    h->lost = DLOCK__LOST_UNRENEWED;
+    return DLOCK__ENG_LOST;
+  }
+  if (h->valid_until < *next)
+    *next = h->valid_until;
+  return DLOCK__ENG_KEEP;
+}
+
+int dlock__eng_renew_answer(dlock__hold *h, int answered, int renewed,
+                            int64_t sent, int64_t lease, int64_t now) {
+  if (answered && renewed) {
+    dlock__eng_renewed(h, sent, lease);
+    return DLOCK__ENG_KEEP;
+  }
+  if (dlock__release_may_have_run(h)) {
+    /* Gone because this owner's final unlock deleted it (its reply is on
+     * the way, or was lost): the unlock's answer decides, not the renewal.
+     * An unlock no longer in flight: the key is gone or unrenewable either
+     * way, stop renewing. */
+    if (!h->releasing && (answered || now >= h->valid_until))
+      return DLOCK__ENG_END_QUIET;
+    return answered ? DLOCK__ENG_KEEP : DLOCK__ENG_RETRY;
+  }
+  if (answered || now >= h->valid_until) {
+    /* Answered "0": the key is gone; else no answer came in time. */
+    h->lost = answered ? DLOCK__LOST_GONE : DLOCK__LOST_UNRENEWED;
+    return DLOCK__ENG_LOST;
+  }
+  return DLOCK__ENG_RETRY;
+}
+
+/* ---- (b) request ids ------------------------------------------------------
+ */
+
+static const char hexdig[] = "0123456789abcdef";
+
+void dlock__request_id(char out[33]) {
+  uint64_t a = dlock__rand64(), b = dlock__rand64();
+  for (int i = 0; i < 16; i++) {
+    out[i] = hexdig[(a >> (i * 4)) & 15];
+    out[16 + i] = hexdig[(b >> (i * 4)) & 15];
+  }
+  out[32] = '\0';
+}
+
+uint64_t dlock__eng_wait_id(void) { return dlock__rand64() | 1; }
+
+/* Request ids are 32 hex chars; a record keeps a pending one in 16 bytes. */
+static void rid_from_hex(const char *hex, uint64_t out[2]) {
+  out[0] = out[1] = 0;
+  for (int i = 0; i < 32; i++) {
+    char ch = hex[i];
+    uint64_t d = (uint64_t)(ch <= '9' ? ch - '0' : ch - 'a' + 10) & 15;
+    out[i / 16] = (out[i / 16] << 4) | d;
+  }
+}
+
+static void rid_to_hex(const uint64_t in[2], char out[33]) {
+  for (int i = 0; i < 32; i++)
+    out[i] = hexdig[(in[i / 16] >> (4 * (15 - i % 16))) & 15];
+  out[32] = '\0';
+}
+
+/* ---- (c) reentrancy and the unlock's count ---------------------------------
+ */
+
+int dlock__eng_reenter(const dlock__hold *h, int64_t now, int *prior) {
+  *prior = h ? h->count : 0;
+  if (*prior == 0 || dlock__eng_valid(h, now))
+    return 0;
+  return h->lost ? h->lost : DLOCK__ENG_RAN_OUT;
+}
+
+void dlock__eng_forget(dlock__hold *h) {
+  h->count = 0;
+  h->wd_count = 0;
+  h->lost = 0;
+  h->unlock_pending = 0;
+  h->releasing = 0;
+  h->gen++;
+}
+
+/* 1 if the hold number idx+1 has a fixed lease. */
+static int hold_is_fixed(const dlock__hold *h, int idx) {
+  return idx >= 64 || ((h->fixed_bits >> idx) & 1);
+}
+
+int dlock__hold_drop_one(dlock__hold *h) {
+  if (!hold_is_fixed(h, h->count - 1) && h->wd_count > 0)
+    h->wd_count--;
+  h->count--;
+  if (h->wd_count > h->count)
+    h->wd_count = h->count;
+  return h->wd_count == 0;
+}
+
+int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease) {
+  int idx = h->count - 1; /* the hold being released */
+  int wd_left = h->wd_count - (hold_is_fixed(h, idx) ? 0 : 1);
+  uint64_t below = idx >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << idx) - 1);
+  int fixed_left = idx > 64 || (h->fixed_bits & below) != 0;
+  if (!fixed_left)
+    return wd_lease;
+  int64_t l = h->lease_ms;
+  if (wd_left > 0 && wd_lease > l)
+    l = wd_lease;
+  return -l;
+}
+
+int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
+                            dlock__eng_unlock *u) {
+  if (!h || h->count == 0)
+    return DLOCK_EPERM;
+  if (h->lost)
+    return DLOCK_ELOST;
+  u->gen = h->gen;
+  u->lease = dlock__remaining_lease(h, wd_lease);
+  u->expected = h->count;
+  /* A previous unlock at this count ended without a reply: this one may be
+   * its second copy (the script makes the two count once, by state), and
+   * carries its request id. */
+  u->resent = h->unlock_pending > 0 && h->unlock_pending == h->count;
+  u->sent = u->resent && h->count == 1 ? h->release_sent : now;
+  if (u->resent)
+    rid_to_hex(h->unlock_rid, u->rid);
+  else
+    dlock__request_id(u->rid);
+  if (h->count == 1) {
+    /* The key may vanish under a renewal in flight because of this very
+     * unlock: not a loss to report (issue 10: spurious on_lock_lost). Only
+     * the final release: a partial one leaves the lock held, and its loss
+     * must be told (issue 25.8). */
+    h->releasing = 1;
+    h->release_sent = u->sent;
+  }
+  return 0;
+}
+
+dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
+                                         const dlock__eng_unlock *u, int rc,
+                                         int copy, int64_t now) {
+  dlock__eng_rel_out o = {rc, 0, DLOCK__ENG_REL_KEEP, 0};
+  h->releasing = 0;
+  int mine = h->gen == u->gen;
+  copy |= u->resent;
+  /* A final release that may have been sent before (by the retry policy,
+   * or by the caller's earlier call that ended without a reply) and finds
+   * the field gone: that copy released it -- or the hold had vanished by
+   * other means (force unlock, an operator) in between, which no state
+   * left on the server can tell apart (docs/errors.md). The lock is not
+   * held by this owner either way. */
+  int released_before = rc == DLOCK_ELOST && u->expected == 1 && copy;
+  if (released_before)
+    rc = 1;
+  /* Copies of a final release may still be in the network: the owner's
+   * next hold of this lock must not be released by one (its tombstone). */
+  o.tombstone = mine && copy && u->expected == 1 && rc == 1;
+  /* Past the local deadline the hold was not ours for sure: whatever Redis
+   * answered, the caller must treat the critical section as unprotected.
+   * A copy that found the field gone says nothing about when the release
+   * ran: then what counts is that it was first sent in time. */
+  int64_t at = released_before ? u->sent : now;
+  int expired = mine && at >= h->valid_until;
+  if (rc < 0 && rc != DLOCK_ELOST && !expired) {
+    if (mine) {
+      /* still "may have released": the watchdog stays quiet about it */
+      h->unlock_pending = h->count;
+      rid_from_hex(u->rid, h->unlock_rid);
+    }
+    o.rc = rc;
+    return o;
+  }
+  if (!mine) {
+    o.action = DLOCK__ENG_REL_PUT;
+  } else {
+    h->unlock_pending = 0;
+    expired |= h->lost != 0;
+    o.action = expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1
+                   ? DLOCK__ENG_REL_FORGET
+                   : DLOCK__ENG_REL_ONE;
+  }
+  o.rc = rc == DLOCK_ELOST || expired ? DLOCK_ELOST : 0;
+  o.expired = rc != DLOCK_ELOST && expired;
+  return o;
+}

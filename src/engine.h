@@ -1,0 +1,168 @@
+/*
+ * engine.h -- the lock engine: the decisions about a hold that the blocking
+ * client (mutex.c, holds.c, watchdog.c) and the event-loop client
+ * (async_lock.c, async_wd.c) share, made in ONE place (engine.c).
+ *
+ * The engine is sans-I/O: it never blocks, never sleeps, sends nothing and
+ * reads no clock for a decision. It is given times (monotonic ms) and answers
+ * (a script's outcome, a renewal's flag) and says what they mean for a hold
+ * record (dlock__hold): its count, its local deadline, whether it is lost, what
+ * request id an operation carries, when to look again. The drivers do the
+ * I/O and the locking around it:
+ *
+ *   blocking client: the calling thread (acquire, release), the watchdog
+ *     thread (renewals) and the expiry thread (deadlines), under reg.mu;
+ *   event-loop client: the loop's callbacks and timers (one thread).
+ *
+ * It owns, once for both:
+ *   (a) the LOCAL LOSS DEADLINE of a hold: send time of the last confirmed
+ *       acquisition or renewal + lease - dlock__lease_margin(lease)
+ *       (dlock__eng_deadline; set by dlock__hold_note and dlock__eng_renewed),
+ *       and the expiry verdict that also says which deadline is next
+ *       (dlock__eng_expiry: a driver sleeps or arms a timer until then);
+ *   (b) REQUEST IDS: every id is drawn by dlock__request_id (32 hex) or
+ *       dlock__eng_wait_id (a wait's id); an unlock whose outcome is unknown
+ *       keeps its id in the record and its retry sends the same one
+ *       (dlock__eng_unlock_begin / dlock__eng_unlock_end);
+ *   (c) REENTRANCY: whether an acquire of (client, name, owner) is a
+ *       re-entry and which count the script expects (dlock__eng_reenter),
+ *       and what an unlock's answer does to the count
+ *       (dlock__eng_unlock_end).
+ *
+ * Thread-safety: none of its own; every call on a record runs under the
+ * record's guard (reg.mu for the blocking client, the loop's thread for the
+ * event-loop client). dlock__request_id and dlock__eng_wait_id use the
+ * per-thread PRNG: any thread.
+ */
+#ifndef DLOCK_ENGINE_H
+#define DLOCK_ENGINE_H
+
+#include <stdint.h>
+
+typedef struct dlock__hold dlock__hold;
+
+/* ---- (a) the local loss deadline ----------------------------------------- */
+
+/* The clock-drift margin a local deadline keeps from the server's expiry:
+ * lease/100 + 2 ms (Redlock's drift factor). */
+int64_t dlock__lease_margin(int64_t lease);
+/* The local deadline of a hold confirmed by a command sent at `sent` with
+ * `lease`: sent + lease - margin. The key's TTL started after the send, so
+ * the server cannot expire it before. */
+int64_t dlock__eng_deadline(int64_t sent, int64_t lease);
+
+/* The bookkeeping of one acquisition on a hold record (no lock taken, no
+ * watchdog list touched): count = target, the hold's lease kind (fixed_bits,
+ * wd_count), lease_ms, and the local deadline sent + lease - margin (a
+ * first hold resets the record; a reentrant one never shortens it). */
+void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
+                      int64_t sent, uint64_t token);
+/* A renewal sent at `sent` with `lease` was confirmed: renewed_at and the
+ * local deadline move (never back: the renew script never shortens a TTL),
+ * the retry schedule ends. */
+void dlock__eng_renewed(dlock__hold *h, int64_t sent, int64_t lease);
+/* 1 while h is held, not reported lost, and its local deadline not passed. */
+int dlock__eng_valid(const dlock__hold *h, int64_t now);
+
+/* What a look at a renewed hold's deadline, or at a renewal's answer, says. */
+enum {
+  DLOCK__ENG_KEEP = 0,  /* nothing to do (renewed, or not due) */
+  DLOCK__ENG_RETRY,     /* no answer yet, deadline not passed: renew again */
+  DLOCK__ENG_SETTLING,  /* its final unlock is in flight: look again soon */
+  DLOCK__ENG_END_QUIET, /* stop renewing, report nothing (unlocked in time) */
+  DLOCK__ENG_LOST       /* report it lost (h->lost says why) */
+};
+/* The expiry verdict for a renewed hold at `now` (KEEP, SETTLING,
+ * END_QUIET, or LOST with h->lost set); *next is lowered to the hold's
+ * deadline when it is still ahead (the driver's next wake-up), or to now +
+ * 10 while SETTLING. Called by watchdog.c's expiry thread and async_wd.c's
+ * deadline timer: one rule for both clients. */
+int dlock__eng_expiry(dlock__hold *h, int64_t now, int64_t *next);
+/* A renewal sent at `sent` answered: answered = 0 no answer (failure),
+ * renewed = its flag. Updates h (dlock__eng_renewed, or h->lost) and
+ * returns KEEP (renewed), RETRY, END_QUIET or LOST. */
+int dlock__eng_renew_answer(dlock__hold *h, int answered, int renewed,
+                            int64_t sent, int64_t lease, int64_t now);
+/* 1 while the final release of h (in flight, or sent with its outcome
+ * unknown) can still have released the lock: it was first sent before the
+ * hold's local deadline. Then a key found gone is not a loss to report. */
+int dlock__release_may_have_run(const dlock__hold *h);
+
+/* ---- (b) request ids ------------------------------------------------------
+ */
+
+/* A fresh request id: 32 lowercase hex chars + NUL (per-thread PRNG). The
+ * only place ids are drawn (unlocks, undo releases, once keys). */
+void dlock__request_id(char out[33]);
+/* A fresh wait id (non-zero): names one waiting acquire call in queue
+ * entries and grants, kept across all its attempts. */
+uint64_t dlock__eng_wait_id(void);
+
+/* ---- (c) reentrancy and the unlock's count ---------------------------------
+ */
+
+/* An acquire by the record's owner at `now` (h may be NULL: no record).
+ * Returns 0 with *prior = the count the owner holds (the acquire script
+ * expects *prior + 1 after it: a re-entry when *prior > 0), or, for a
+ * re-entry whose hold is gone, DLOCK__LOST_* (reported lost) or
+ * DLOCK__ENG_RAN_OUT (its local deadline passed): the caller forgets the
+ * record (dlock__eng_forget) and answers DLOCK_ELOST. */
+#define DLOCK__ENG_RAN_OUT 0x100
+int dlock__eng_reenter(const dlock__hold *h, int64_t now, int *prior);
+/* Forgets every hold of the record (count, lease kinds, pending unlock,
+ * loss) and bumps its generation: replies about the old holds are ignored.
+ * The driver takes it off its renewal list. */
+void dlock__eng_forget(dlock__hold *h);
+/* One hold fewer after a release that leaves holds: count and wd_count.
+ * Returns 1 when no watchdog hold remains (leave the watchdog's list). */
+int dlock__hold_drop_one(dlock__hold *h);
+/* The lease argument of an unlock that leaves holds, for the scripts'
+ * remaining_ttl (DLOCK__LUA_TTL). Holds are released last first. Only
+ * watchdog holds remain: wd_lease (exact: Redisson resets the TTL to the
+ * lease of the remaining holds). A fixed hold remains: minus the longest of
+ * the most recent explicit lease and (if watchdog holds remain) wd_lease --
+ * extend to at least that, never shorten: the fixed hold's deadline was
+ * promised from its own acquisition. */
+int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease);
+
+/* One unlock call as the engine sees it (dlock__eng_unlock_begin fills it). */
+typedef struct dlock__eng_unlock {
+  uint32_t gen;  /* the record's generation when the unlock began */
+  int64_t lease; /* remaining_ttl argument (dlock__remaining_lease) */
+  int expected;  /* the hold count before this unlock */
+  int resent;    /* an earlier call sent this unlock (outcome unknown) */
+  int64_t sent;  /* when this unlock was first sent (an earlier call's) */
+  char rid[33];  /* its request id (an earlier call's if resent) */
+} dlock__eng_unlock;
+/* Starts an unlock of h at `now` (h may be NULL). Returns 0 (u filled: send
+ * the unlock script with u->lease, u->expected, u->rid), DLOCK_EPERM (the
+ * owner holds nothing) or DLOCK_ELOST (the hold was reported lost: h->lost
+ * says why; the caller forgets the record). A retry of an unlock that ended
+ * without an answer at the same count is its second copy: same request id,
+ * same first send time. */
+int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
+                            dlock__eng_unlock *u);
+/* What to do with the record after the unlock's answer. */
+enum {
+  DLOCK__ENG_REL_KEEP = 0, /* outcome unknown: the record stays as it is */
+  DLOCK__ENG_REL_PUT,      /* not this record's holds any more: free if idle */
+  DLOCK__ENG_REL_FORGET,   /* no hold remains: dlock__eng_forget */
+  DLOCK__ENG_REL_ONE       /* one hold fewer: dlock__hold_drop_one */
+};
+typedef struct dlock__eng_rel_out {
+  int rc;        /* the call's answer: 0, DLOCK_ELOST, or rc itself */
+  int expired;   /* DLOCK_ELOST because the local deadline passed */
+  int action;    /* DLOCK__ENG_REL_* */
+  int tombstone; /* a final release sent more than once: write its tomb */
+} dlock__eng_rel_out;
+/* The unlock script answered rc (1 released, 0 holds remain, DLOCK_ELOST,
+ * or another negative code: outcome unknown); copy = it may have been sent
+ * more than once (by the retry policy, or an earlier call). Clears
+ * h->releasing, records a pending unlock (count and request id) for an
+ * unknown outcome, and says what the call answers and what to do with the
+ * record (the action is the driver's: it owns the lists). */
+dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
+                                         const dlock__eng_unlock *u, int rc,
+                                         int copy, int64_t now);
+
+#endif

@@ -1,0 +1,341 @@
+/*
+ * th_drive.c -- the two drivers of th_drive.h: the blocking client, and the
+ * event-loop client on a private poll(2) loop (the dozen hooks of
+ * dlock_async_hooks, no loop library needed).
+ */
+#include "th_drive.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlock/async.h"
+#include "th.h"
+
+#define MAX_NAMES 64
+#define MAX_WATCH 16
+
+typedef struct lost_name {
+  char name[64];
+  atomic_llong at;
+} lost_name;
+
+typedef struct watch {
+  dlock_async_watch *w;
+  int rd, wr;
+} watch;
+
+struct th_drive {
+  int kind;
+  dlock_config cfg;
+  atomic_int lost;
+  lost_name names[MAX_NAMES]; /* first report per name */
+  atomic_int nnames;
+  pthread_mutex_t mu; /* guards names[] growth */
+  /* blocking */
+  dlock_client *c;
+  struct {
+    char name[128];
+    dlock_mutex *m;
+  } mx[MAX_NAMES];
+  int nmx;
+  /* async */
+  dlock_async *a;
+  watch ws[MAX_WATCH];
+  int nws;
+  int64_t timer_at; /* monotonic ms; -1 none */
+  dlock_client *force_c;
+};
+
+static void on_lost(const char *name, void *arg) {
+  th_drive *d = arg;
+  atomic_fetch_add(&d->lost, 1);
+  pthread_mutex_lock(&d->mu);
+  int n = atomic_load(&d->nnames);
+  int i = 0;
+  while (i < n && strcmp(d->names[i].name, name) != 0)
+    i++;
+  if (i == n && n < MAX_NAMES) {
+    snprintf(d->names[n].name, sizeof d->names[n].name, "%s", name);
+    atomic_store(&d->names[n].at, (long long)th_now_ms());
+    atomic_store(&d->nnames, n + 1);
+  }
+  pthread_mutex_unlock(&d->mu);
+}
+
+int th_drive_lost_count(const th_drive *d) {
+  return atomic_load(&((th_drive *)d)->lost);
+}
+
+int64_t th_drive_lost_at(const th_drive *d, const char *name) {
+  th_drive *m = (th_drive *)d;
+  pthread_mutex_lock(&m->mu);
+  int64_t at = 0;
+  for (int i = 0; i < atomic_load(&m->nnames); i++)
+    if (strcmp(m->names[i].name, name) == 0)
+      at = atomic_load(&m->names[i].at);
+  pthread_mutex_unlock(&m->mu);
+  return at;
+}
+
+const char *th_drive_kind(const th_drive *d) {
+  return d->kind == TH_DRIVE_ASYNC ? "async" : "blocking";
+}
+
+/* ---- the private loop ------------------------------------------------- */
+
+static watch *find_watch(th_drive *d, dlock_async_watch *w) {
+  for (int i = 0; i < d->nws; i++)
+    if (d->ws[i].w == w)
+      return &d->ws[i];
+  return NULL;
+}
+
+static watch *get_watch(th_drive *d, dlock_async_watch *w) {
+  watch *x = find_watch(d, w);
+  if (x || d->nws == MAX_WATCH)
+    return x;
+  x = &d->ws[d->nws++];
+  memset(x, 0, sizeof *x);
+  x->w = w;
+  return x;
+}
+
+static int h_add_read(void *data, dlock_async_watch *w) {
+  watch *x = get_watch(data, w);
+  if (!x)
+    return -1;
+  x->rd = 1;
+  return 0;
+}
+static void h_del_read(void *data, dlock_async_watch *w) {
+  watch *x = find_watch(data, w);
+  if (x)
+    x->rd = 0;
+}
+static int h_add_write(void *data, dlock_async_watch *w) {
+  watch *x = get_watch(data, w);
+  if (!x)
+    return -1;
+  x->wr = 1;
+  return 0;
+}
+static void h_del_write(void *data, dlock_async_watch *w) {
+  watch *x = find_watch(data, w);
+  if (x)
+    x->wr = 0;
+}
+static void h_release(void *data, dlock_async_watch *w) {
+  th_drive *d = data;
+  watch *x = find_watch(d, w);
+  if (x)
+    *x = d->ws[--d->nws];
+}
+static void h_schedule(void *data, long long ms) {
+  th_drive *d = data;
+  d->timer_at = th_now_ms() + ms;
+}
+static void h_cancel(void *data) { ((th_drive *)data)->timer_at = -1; }
+static void h_cleanup(void *data) { (void)data; }
+
+/* One turn: poll at most max_ms (or until the timer), then run what is
+ * ready. */
+static void turn(th_drive *d, int64_t max_ms) {
+  struct pollfd pf[MAX_WATCH];
+  dlock_async_watch *who[MAX_WATCH];
+  int n = 0;
+  for (int i = 0; i < d->nws; i++) {
+    if (!d->ws[i].rd && !d->ws[i].wr)
+      continue;
+    pf[n].fd = d->ws[i].w->fd;
+    pf[n].events =
+        (short)((d->ws[i].rd ? POLLIN : 0) | (d->ws[i].wr ? POLLOUT : 0));
+    pf[n].revents = 0;
+    who[n++] = d->ws[i].w;
+  }
+  int64_t now = th_now_ms();
+  int64_t wait = max_ms;
+  if (d->timer_at >= 0 && d->timer_at - now < wait)
+    wait = d->timer_at - now;
+  if (wait < 0)
+    wait = 0;
+  (void)poll(pf, (nfds_t)n, (int)wait);
+  for (int i = 0; i < n; i++) {
+    /* A callback may have closed a socket: only live watches. */
+    watch *x = find_watch(d, who[i]);
+    if (!x)
+      continue;
+    short re = pf[i].revents;
+    if (x->rd && (re & (POLLIN | POLLERR | POLLHUP)))
+      dlock_async_on_readable(who[i]);
+    x = find_watch(d, who[i]);
+    if (x && x->wr && (re & (POLLOUT | POLLERR | POLLHUP)))
+      dlock_async_on_writable(who[i]);
+  }
+  if (d->timer_at >= 0 && th_now_ms() >= d->timer_at) {
+    d->timer_at = -1;
+    dlock_async_on_timer(d->a);
+  }
+}
+
+typedef struct done {
+  int n, rc;
+} done;
+
+static void on_done(int rc, void *arg) {
+  done *x = arg;
+  x->n++;
+  x->rc = rc;
+}
+
+/* Runs the loop until x has its callback; the bound is generous (every
+ * wait of a case is far shorter). */
+static int run_call(th_drive *d, done *x, const char *what) {
+  int64_t end = th_now_ms() + 120000LL * th_timeout_mult();
+  while (x->n == 0 && th_now_ms() < end)
+    turn(d, 5);
+  if (x->n == 0)
+    th_fail(__FILE__, __LINE__, "async %s: no callback in 120 s", what);
+  return x->rc;
+}
+
+/* ---- the drivers --------------------------------------------------------- */
+
+th_drive *th_drive_new(int kind, const dlock_config *cfg) {
+  th_drive *d = calloc(1, sizeof *d);
+  if (!d)
+    th_fail(__FILE__, __LINE__, "out of memory");
+  d->kind = kind;
+  d->cfg = *cfg;
+  d->cfg.on_lock_lost = on_lost;
+  d->cfg.on_lock_lost_arg = d;
+  d->timer_at = -1;
+  pthread_mutex_init(&d->mu, NULL);
+  int rc;
+  if (kind == TH_DRIVE_BLOCKING) {
+    rc = dlock_client_new(&d->cfg, &d->c);
+  } else {
+    rc = dlock_async_new(&d->cfg, &d->a);
+    dlock_async_hooks h = {d,           h_add_read,  h_del_read,
+                           h_add_write, h_del_write, h_release,
+                           h_schedule,  h_cancel,    h_cleanup};
+    if (rc == 0)
+      rc = dlock_async_attach(d->a, &h);
+  }
+  if (rc)
+    th_fail(__FILE__, __LINE__, "%s client: %s: %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  return d;
+}
+
+static dlock_mutex *mutex_of(th_drive *d, dlock_client *c, const char *name) {
+  for (int i = 0; i < d->nmx; i++)
+    if (strcmp(d->mx[i].name, name) == 0)
+      return d->mx[i].m;
+  if (d->nmx == MAX_NAMES || strlen(name) >= sizeof d->mx[0].name)
+    th_fail(__FILE__, __LINE__, "th_drive: too many or too long names");
+  dlock_mutex *m = NULL;
+  int rc = dlock_mutex_new(c, name, &m);
+  if (rc)
+    th_fail(__FILE__, __LINE__, "dlock_mutex_new: %s", dlock_last_error());
+  snprintf(d->mx[d->nmx].name, sizeof d->mx[0].name, "%s", name);
+  d->mx[d->nmx++].m = m;
+  return m;
+}
+
+static void blocking_owner(long long owner) {
+  if (owner != 1)
+    th_fail(__FILE__, __LINE__,
+            "th_drive: the blocking driver's owner is the calling thread "
+            "(owner 1), not %lld",
+            owner);
+}
+
+int th_drive_lock(th_drive *d, const char *name, long long owner,
+                  long long wait_ms, long long lease_ms) {
+  if (d->kind == TH_DRIVE_BLOCKING) {
+    blocking_owner(owner);
+    return dlock_mutex_timedlock(mutex_of(d, d->c, name), wait_ms, lease_ms);
+  }
+  done x = {0, 0};
+  int rc = dlock_async_lock(d->a, name, owner, wait_ms, lease_ms, on_done, &x);
+  return rc ? rc : run_call(d, &x, "lock");
+}
+
+int th_drive_unlock(th_drive *d, const char *name, long long owner) {
+  if (d->kind == TH_DRIVE_BLOCKING) {
+    blocking_owner(owner);
+    return dlock_mutex_unlock(mutex_of(d, d->c, name));
+  }
+  done x = {0, 0};
+  int rc = dlock_async_unlock(d->a, name, owner, on_done, &x);
+  return rc ? rc : run_call(d, &x, "unlock");
+}
+
+int th_drive_force_unlock(th_drive *d, const char *name) {
+  dlock_client *c = d->c;
+  if (d->kind == TH_DRIVE_ASYNC) {
+    if (!d->force_c) {
+      dlock_config cfg = d->cfg;
+      cfg.on_lock_lost = NULL;
+      int rc = dlock_client_new(&cfg, &d->force_c);
+      if (rc)
+        th_fail(__FILE__, __LINE__, "force client: %s", dlock_last_error());
+    }
+    c = d->force_c;
+  }
+  return dlock_mutex_force_unlock(mutex_of(d, c, name));
+}
+
+const char *th_drive_field(th_drive *d, const char *name, long long owner,
+                           char *buf, size_t len) {
+  if (d->kind == TH_DRIVE_BLOCKING) {
+    blocking_owner(owner);
+    if (dlock_mutex_owner(mutex_of(d, d->c, name), buf, len) != 0)
+      th_fail(__FILE__, __LINE__, "dlock_mutex_owner: %s", dlock_last_error());
+  } else {
+    snprintf(buf, len, "%s:%lld", dlock_async_id(d->a), owner);
+  }
+  return buf;
+}
+
+dlock_mutex *th_drive_mutex(th_drive *d, const char *name) {
+  return d->kind == TH_DRIVE_BLOCKING ? mutex_of(d, d->c, name) : NULL;
+}
+
+void th_drive_pump(th_drive *d, int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  if (d->kind == TH_DRIVE_BLOCKING) {
+    th_sleep_ms(ms);
+    return;
+  }
+  while (th_now_ms() < end)
+    turn(d, end - th_now_ms() < 5 ? end - th_now_ms() : 5);
+}
+
+int th_drive_pump_until(th_drive *d, const volatile int *flag, int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  while (!__atomic_load_n(flag, __ATOMIC_SEQ_CST) && th_now_ms() < end) {
+    if (d->kind == TH_DRIVE_BLOCKING)
+      th_sleep_ms(2);
+    else
+      turn(d, 2);
+  }
+  return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
+}
+
+void th_drive_free(th_drive *d) {
+  if (!d)
+    return;
+  for (int i = 0; i < d->nmx; i++)
+    dlock_mutex_free(d->mx[i].m);
+  if (d->a)
+    dlock_async_free(d->a);
+  dlock_client_free(d->c);
+  dlock_client_free(d->force_c);
+  pthread_mutex_destroy(&d->mu);
+  free(d);
+}

@@ -1,0 +1,65 @@
+/*
+ * th_drive.h -- one driver interface over both clients, so that a test
+ * case body runs against the blocking client (dlock.h) and the event-loop
+ * client (dlock/async.h) alike: parity shown by tests (issue 26). A fix
+ * that lands in one client only fails the other's run of the same body.
+ *
+ * Every call is synchronous from the test's point of view:
+ *   - blocking: the dlock_mutex call itself, on the calling thread (the
+ *     owner is the calling thread: only owner 1 is accepted);
+ *   - async: the call is queued on a dlock_async attached to a private
+ *     poll(2) loop of the driver, and the loop runs on the calling thread
+ *     until its callback ran (bounded).
+ * Between calls the async client runs only inside th_drive_* calls: a case
+ * that waits for something (a loss report, renewals) uses th_drive_pump
+ * (which, for the blocking driver, just sleeps: its threads run anyway).
+ *
+ * Loss reports (cfg.on_lock_lost) are counted by the driver, with the
+ * monotonic time (th_now_ms) of the first report of each name asked for.
+ * Thread-safety: a driver belongs to one thread; th_drive_lost_* may be
+ * read from any.
+ */
+#ifndef TH_DRIVE_H
+#define TH_DRIVE_H
+
+#include <stdint.h>
+
+#include "dlock.h"
+
+typedef struct th_drive th_drive;
+
+enum { TH_DRIVE_BLOCKING = 0, TH_DRIVE_ASYNC = 1 };
+
+/* A driver of kind over a client made from cfg (cfg->url set; the driver
+ * replaces on_lock_lost with its own). Fails the case on error. */
+th_drive *th_drive_new(int kind, const dlock_config *cfg);
+/* "blocking" or "async", for messages. */
+const char *th_drive_kind(const th_drive *d);
+/* dlock_mutex_timedlock / dlock_async_lock of (name, owner). */
+int th_drive_lock(th_drive *d, const char *name, long long owner,
+                  long long wait_ms, long long lease_ms);
+/* dlock_mutex_unlock / dlock_async_unlock of (name, owner). */
+int th_drive_unlock(th_drive *d, const char *name, long long owner);
+/* dlock_mutex_force_unlock. The event-loop client has none: its driver
+ * uses a blocking client made from the same cfg. */
+int th_drive_force_unlock(th_drive *d, const char *name);
+/* The hash field (name, owner) holds in ("<client id>:<owner or tid>"). */
+const char *th_drive_field(th_drive *d, const char *name, long long owner,
+                           char *buf, size_t len);
+/* The blocking driver's mutex object of name (its client's local view:
+ * dlock_mutex_is_held, validity, hold count); NULL for the async driver,
+ * which has no such calls. */
+dlock_mutex *th_drive_mutex(th_drive *d, const char *name);
+/* Lets ms pass with the client running (async: its loop turns). */
+void th_drive_pump(th_drive *d, int64_t ms);
+/* Runs the client until *flag (written by another thread) is non-zero or
+ * ms pass. Returns the flag. */
+int th_drive_pump_until(th_drive *d, const volatile int *flag, int64_t ms);
+/* Loss reports so far (any name); when the first report of `name` came
+ * (th_now_ms), 0 if none yet. */
+int th_drive_lost_count(const th_drive *d);
+int64_t th_drive_lost_at(const th_drive *d, const char *name);
+/* Frees the driver and its client (locks held expire with their lease). */
+void th_drive_free(th_drive *d);
+
+#endif

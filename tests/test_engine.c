@@ -1,0 +1,162 @@
+/*
+ * test_engine.c -- the lock engine (src/engine.c) on its own: it does no
+ * I/O and reads no clock for its decisions, so its rules are checked here
+ * with made-up times and answers, no server. What both clients decide
+ * through it: the local loss deadline and the next one, request ids kept
+ * across an unlock's retries, reentrancy and the unlock's count.
+ */
+#include <string.h>
+
+#include "internal.h"
+#include "th.h"
+
+static dlock__hold hold0(void) {
+  dlock__hold h;
+  memset(&h, 0, sizeof h);
+  return h;
+}
+
+/* sent + lease - (lease/100 + 2); the next deadline; lost at it. */
+TH_CASE(deadline_next_and_loss) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 3000, 1000, 0);
+  CHECK_EQ(h.count, 1);
+  CHECK_EQ(h.valid_until, 1000 + 3000 - 32);
+  CHECK_EQ(dlock__eng_deadline(1000, 3000), 3968);
+  int64_t next = INT64_MAX;
+  CHECK_EQ(dlock__eng_expiry(&h, 2000, &next), DLOCK__ENG_KEEP);
+  CHECK_EQ(next, 3968);
+  /* an earlier deadline elsewhere stays the next one */
+  next = 2500;
+  CHECK_EQ(dlock__eng_expiry(&h, 2000, &next), DLOCK__ENG_KEEP);
+  CHECK_EQ(next, 2500);
+  next = INT64_MAX;
+  CHECK_EQ(dlock__eng_expiry(&h, 3968, &next), DLOCK__ENG_LOST);
+  CHECK_EQ(h.lost, DLOCK__LOST_UNRENEWED);
+  CHECK(!dlock__eng_valid(&h, 3000)); /* lost: invalid at any time */
+}
+
+/* A confirmed renewal moves the deadline on, never back; an unanswered
+ * one is retried until the deadline, then lost; "0" is gone at once. */
+TH_CASE(renewal_answers) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 3000, 1000, 0);
+  CHECK_EQ(dlock__eng_renew_answer(&h, 1, 1, 2000, 3000, 2100),
+           DLOCK__ENG_KEEP);
+  CHECK_EQ(h.valid_until, 2000 + 3000 - 32);
+  CHECK_EQ(h.renewed_at, 2000);
+  CHECK_EQ(dlock__eng_renew_answer(&h, 1, 1, 1500, 3000, 2100),
+           DLOCK__ENG_KEEP);
+  CHECK_EQ(h.valid_until, 2000 + 3000 - 32); /* not back */
+  CHECK_EQ(dlock__eng_renew_answer(&h, 0, 0, 3000, 3000, 4000),
+           DLOCK__ENG_RETRY);
+  CHECK_EQ(h.lost, 0);
+  CHECK_EQ(dlock__eng_renew_answer(&h, 0, 0, 3000, 3000, 4968),
+           DLOCK__ENG_LOST);
+  CHECK_EQ(h.lost, DLOCK__LOST_UNRENEWED);
+  dlock__hold g = hold0();
+  dlock__hold_note(&g, 1, 1, 3000, 1000, 0);
+  CHECK_EQ(dlock__eng_renew_answer(&g, 1, 0, 2000, 3000, 2100),
+           DLOCK__ENG_LOST);
+  CHECK_EQ(g.lost, DLOCK__LOST_GONE);
+}
+
+/* A final unlock in flight, sent before the deadline: a key found gone is
+ * not a loss; past the deadline the renewals just end. */
+TH_CASE(final_unlock_in_flight_is_not_a_loss) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 3000, 1000, 0);
+  dlock__eng_unlock u;
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 2000, 3000, &u), 0);
+  CHECK(h.releasing);
+  CHECK_EQ(dlock__eng_renew_answer(&h, 1, 0, 2000, 3000, 2100),
+           DLOCK__ENG_KEEP);
+  CHECK_EQ(h.lost, 0);
+  int64_t next = INT64_MAX;
+  CHECK_EQ(dlock__eng_expiry(&h, 2100, &next), DLOCK__ENG_SETTLING);
+  CHECK_EQ(next, 2110);
+  h.releasing = 0;
+  h.unlock_pending = 1; /* ended without an answer */
+  CHECK_EQ(dlock__eng_expiry(&h, 3968, &next), DLOCK__ENG_END_QUIET);
+  CHECK_EQ(h.lost, 0);
+}
+
+/* Reentrancy: the count the acquire expects, and a re-entry into a hold
+ * that is gone. */
+TH_CASE(reentry) {
+  int prior = -1;
+  CHECK_EQ(dlock__eng_reenter(NULL, 0, &prior), 0);
+  CHECK_EQ(prior, 0);
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 3000, 1000, 0);
+  CHECK_EQ(dlock__eng_reenter(&h, 2000, &prior), 0);
+  CHECK_EQ(prior, 1);
+  CHECK_EQ(dlock__eng_reenter(&h, 3968, &prior), DLOCK__ENG_RAN_OUT);
+  h.lost = DLOCK__LOST_GONE;
+  CHECK_EQ(dlock__eng_reenter(&h, 2000, &prior), DLOCK__LOST_GONE);
+  uint32_t gen = h.gen;
+  dlock__eng_forget(&h);
+  CHECK_EQ(h.count, 0);
+  CHECK_EQ(h.lost, 0);
+  CHECK(h.gen != gen);
+  CHECK_EQ(dlock__eng_reenter(&h, 2000, &prior), 0);
+  CHECK_EQ(prior, 0);
+}
+
+/* An unlock that ended without an answer keeps its count and request id:
+ * the caller's retry is its second copy. A new unlock draws a new id. */
+TH_CASE(unlock_retry_keeps_request_id_and_count) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 30000, 1000, 0);
+  dlock__hold_note(&h, 2, 1, 30000, 1100, 0);
+  dlock__eng_unlock u1, u2, u3;
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 2000, 30000, &u1), 0);
+  CHECK_EQ(u1.expected, 2);
+  CHECK_EQ(strlen(u1.rid), 32);
+  dlock__eng_rel_out o = dlock__eng_unlock_end(&h, &u1, DLOCK_ECONN, 0, 2500);
+  CHECK_EQ(o.rc, DLOCK_ECONN);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_KEEP);
+  CHECK_EQ(h.count, 2);
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 3000, 30000, &u2), 0);
+  CHECK(u2.resent);
+  CHECK_EQ(u2.expected, 2);
+  CHECK_STR(u2.rid, u1.rid);
+  o = dlock__eng_unlock_end(&h, &u2, 0, 0, 3100);
+  CHECK_EQ(o.rc, 0);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_ONE);
+  CHECK_EQ(dlock__hold_drop_one(&h), 0);
+  CHECK_EQ(h.count, 1);
+  /* the final release: its reply lost, the retry finds the hold gone:
+   * that copy released it, and a tombstone is due */
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 4000, 30000, &u3), 0);
+  CHECK(strcmp(u3.rid, u1.rid) != 0);
+  CHECK_EQ(u3.expected, 1);
+  o = dlock__eng_unlock_end(&h, &u3, DLOCK_ECONN, 0, 4100);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_KEEP);
+  dlock__eng_unlock u4;
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 5000, 30000, &u4), 0);
+  CHECK_STR(u4.rid, u3.rid);
+  CHECK_EQ(u4.sent, 4000); /* the first copy's send time */
+  o = dlock__eng_unlock_end(&h, &u4, DLOCK_ELOST, 0, 5100);
+  CHECK_EQ(o.rc, 0);
+  CHECK(o.tombstone);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_FORGET);
+  /* nothing held: EPERM */
+  dlock__eng_forget(&h);
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 6000, 30000, &u4), DLOCK_EPERM);
+}
+
+/* Past the local deadline an unlock's success is reported as a loss: the
+ * hold was not ours for sure. */
+TH_CASE(unlock_after_deadline_is_lost) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 0, 1000, 1000, 0);
+  dlock__eng_unlock u;
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 1500, 30000, &u), 0);
+  dlock__eng_rel_out o = dlock__eng_unlock_end(&h, &u, 1, 0, 1990);
+  CHECK_EQ(o.rc, DLOCK_ELOST);
+  CHECK(o.expired);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_FORGET);
+}
+
+TH_MAIN()
