@@ -881,6 +881,10 @@ typedef struct dlock__pubsub {
   dlock__map subs;   /* shared channel -> dlock__sub */
   atomic_int n_subs; /* entries in subs (a lock-free hint) */
   dlock__map grants; /* grant channel -> dlock__sub */
+  /* The time (ms) by which the thread looks at the entries again, -1 =
+   * only when poked (set by the thread under mu): a waiter that leaves an
+   * entry pokes it only if its linger would end before that. */
+  int64_t wake_at;
   dlock__sub *list;
   /* Grants that reached no wait (its thread gave up and its cancel could
    * not leave the queue): the watchdog thread sends their declines. */

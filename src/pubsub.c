@@ -193,8 +193,13 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
     s->slots_tail = slot->prev;
   int poke_it = 0;
   if (--s->refs == 0) {
+    /* The thread unsubscribes after the linger: it must look again by
+     * then. Already due to look earlier (the usual case when one thread
+     * locks and unlocks in a loop, each lock joining the lingering entry):
+     * no poke -- a wake-up of the thread per acquisition otherwise. */
     s->idle_since = dlock__now_ms();
-    poke_it = 1;
+    int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
+    poke_it = c->ps.wake_at < 0 || c->ps.wake_at > due;
   }
   pthread_mutex_unlock(&c->ps.mu);
   pthread_cond_destroy(&slot->cv);
@@ -724,6 +729,7 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
   }
   pthread_mutex_lock(&c->ps.mu);
   int64_t due = reconcile(c, ps);
+  c->ps.wake_at = due;
   pthread_mutex_unlock(&c->ps.mu);
   int64_t now = dlock__now_ms();
   int connected = 0;
@@ -736,6 +742,7 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
   if (connected) { /* subscribe on the new connections at once */
     pthread_mutex_lock(&c->ps.mu);
     due = reconcile(c, ps);
+    c->ps.wake_at = due;
     pthread_mutex_unlock(&c->ps.mu);
   }
   for (int i = 0; i < ps->n; i++)
@@ -810,6 +817,7 @@ int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
 int dlock__pubsub_init(dlock__pubsub *ps) {
   memset(ps, 0, sizeof *ps);
   ps->pipe[0] = ps->pipe[1] = -1;
+  ps->wake_at = -1;
   if (pthread_mutex_init(&ps->mu, NULL) != 0)
     goto fail;
   if (dlock__map_init(&ps->subs, 64) != 0)

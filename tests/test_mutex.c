@@ -1006,6 +1006,45 @@ TH_CASE(redisson_waiter_served_under_contention) {
   redisFree(cmd);
 }
 
+/* A thread that locks and unlocks in a loop while its client is still
+ * subscribed joins the lingering entry with each first attempt and leaves
+ * it again; the subscriber thread is not poked for each of those (only when
+ * the linger would end before it looks again), and still unsubscribes once
+ * the linger has passed after the last one. */
+static void *linger_loop(void *p) {
+  other_call *o = p;
+  o->rc = dlock_mutex_timedlock(o->m, 20000, -1); /* waits: subscribes */
+  if (o->rc == 0)
+    o->rc = dlock_mutex_unlock(o->m);
+  for (int i = 0; i < 300 && o->rc == 0; i++) {
+    o->rc = dlock_mutex_lock(o->m);
+    if (o->rc == 0)
+      o->rc = dlock_mutex_unlock(o->m);
+  }
+  return NULL;
+}
+
+TH_CASE(subscription_lingers_then_goes_after_lock_loops) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r); /* subscription_linger_ms 100 */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "ll", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  other_call o = {m, 4, 20000, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, linger_loop, &o);
+  th_wait_numsub(r, "redisson_lock__channel:{ll}", 1, 10000 * slow());
+  CHECK_OK(dlock_mutex_unlock(m));
+  pthread_join(t, NULL);
+  CHECK_OK(o.rc);
+  int64_t t0 = th_now_ms();
+  th_wait_numsub(r, "redisson_lock__channel:{ll}", 0, 10000 * slow());
+  printf("unsubscribed %lld ms after the last unlock (linger 100 ms)\n",
+         (long long)(th_now_ms() - t0));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* ---- Redisson layout from a raw connection ------------------------------- */
 
 typedef struct field_arg {
