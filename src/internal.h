@@ -234,7 +234,7 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
  *   - an empty queue: the lock is freed and "0" published, as before.
  * A head whose deadline passed or whose client is gone is never waited
  * for: handover skips it. */
-#define DLOCK__SLICE_MS "4"
+#define DLOCK__SLICE_MS "6"
 #define DLOCK__SLICE_N "12"
 #define DLOCK__LUA_POLICY                                                      \
   "local function release(lock, ch, q, waits, gp, marker, self, pub)\n"        \
