@@ -180,7 +180,9 @@ static void decline_done(dlock__areq *r, redisReply *reply, int err,
   (void)dlock__take_int(err, reply, &v, NULL);
 }
 
-/* A grant "<owner>|<wait id>" that reached no waiting call: the call had
+/* A retry "<owner>|<wait id>|r" that reached no call is declined as well:
+ * the script drops that wait's entry and passes a free lock on.
+ * A grant "<owner>|<wait id>" that reached no waiting call: the call had
  * ended and its cancel could not leave the queue, so the unlock handed the
  * lock to a wait that no longer exists. The decline script gives it back
  * (to the next live waiter) unless the owner took it as its own since. Not
@@ -231,8 +233,14 @@ static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
   }
 }
 
-/* A grant's payload "<owner>|<wait id>": the wait id (0 if malformed). */
-static uint64_t grant_wid(const char *p, size_t n) {
+/* A grant's payload "<owner>|<wait id>": the wait id (0 if malformed).
+ * "<owner>|<wait id>|r" asks that wait to retry (the unlock freed the lock
+ * and woke the queue's head: DLOCK__LUA_POLICY): *retry set. A waiting
+ * call attempts again either way. */
+static uint64_t grant_wid(const char *p, size_t n, int *retry) {
+  *retry = n > 2 && p[n - 2] == '|' && p[n - 1] == 'r';
+  if (*retry)
+    n -= 2;
   const char *bar = memchr(p, '|', n);
   if (!bar || (size_t)(p + n - bar - 1) != 16)
     return 0;
@@ -328,8 +336,11 @@ static void on_push(dlock__aconn *k, redisReply *r) {
       r->element[2]->type == REDIS_REPLY_STRING) {
     int is_grant =
         ch->len == s->grant.len && memcmp(ch->str, s->grant.p, ch->len) == 0;
+    int retry = 0;
     uint64_t wid =
-        is_grant ? grant_wid(r->element[2]->str, r->element[2]->len) : 0;
+        is_grant ? grant_wid(r->element[2]->str, r->element[2]->len, &retry)
+                 : 0;
+    (void)retry; /* a retry that reached no call is declined too */
     if ((!is_grant || wid) && !wake(s, wid) && is_grant)
       decline(a, s, r->element[2]->str, r->element[2]->len);
   } else if (s && strcmp(kind, "subscribe") == 0) {

@@ -262,6 +262,70 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  end\n"                                                                    \
   "end\n"
 
+/* The default policy of the final unlock (issue 30), Go's sync.Mutex
+ * normal/starvation modes in the unlock script (lock, Redisson channel,
+ * queue, queue deadlines, grant channel prefix, marker, self, publish).
+ * The queue's head gets a slice of DLOCK__SLICE_MS from the first unlock
+ * that sees it at the head ("h" = "<wait id>|<ms>" in the deadlines hash):
+ *   - within the slice (normal mode) the lock is freed: the releaser, or
+ *     any arrival, takes it directly with its next attempt (barging, no
+ *     cross-process hand-off). The slice's first unlock wakes the head
+ *     (a retry message "<tid>|<wait id>|r" on its grant channel: it
+ *     attempts at once, and again when its slice ends, so a lock left free
+ *     is taken) and publishes "0" when the channel has more subscribers
+ *     than the queue has entries plus the releaser's client (so someone
+ *     listens who is not queued: a Redisson waiter, a dlock waiter not yet
+ *     queued) -- dlock's queued waiters are not woken in a herd; later
+ *     unlocks of the slice wake nobody. A slice also ends after
+ *     DLOCK__SLICE_N barging unlocks, so on a fast machine every process
+ *     gets the same number of acquisitions per round;
+ *   - once the slice is over (starvation mode) the lock goes straight to
+ *     the head (handover), so no queued waiter waits more than one slice
+ *     per waiter ahead of it;
+ *   - an empty queue: the lock is freed and "0" published, as before.
+ * A head whose deadline passed or whose client is gone is never waited
+ * for: handover skips it. */
+#define DLOCK__SLICE_MS "6"
+#define DLOCK__SLICE_N "12"
+#define DLOCK__LUA_POLICY                                                      \
+  "local function release(lock, ch, q, waits, gp, marker, self, pub)\n"        \
+  "  local head = redis.call('lindex', q, 0)\n"                                \
+  "  if not head then\n"                                                       \
+  "    redis.call(pub, ch, '0')\n"                                             \
+  "    return\n"                                                               \
+  "  end\n"                                                                    \
+  "  local owner, wid = string.match(head, '^(.+)|%d+|(%x+)$')\n"              \
+  "  local t = redis.call('time')\n"                                           \
+  "  local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                      \
+  "  local h = wid and owner ~= self and redis.call('hget', waits, 'h')\n"     \
+  "  local hw, hs, hn = nil, nil, nil\n"                                       \
+  "  if h then hw, hs, hn = string.match(h, '^(%x+)|(%d+)|(%d+)$') end\n"      \
+  "  if wid and owner ~= self and hw ~= wid then\n"                            \
+  "    local dl = redis.call('hget', waits, wid)\n"                            \
+  "    local sep = string.find(owner, ':', 1, true)\n"                         \
+  "    if dl and sep and (dl == '0' or tonumber(dl) > now) then\n"             \
+  "      redis.call('hset', waits, 'h', wid .. '|' .. now .. '|0')\n"          \
+  "      if redis.call(pub, gp .. ':' .. string.sub(owner, 1, sep - 1),\n"     \
+  "          string.sub(owner, sep + 1) .. '|' .. wid .. '|r') > 0 then\n"     \
+  "        local ns = redis.pcall('pubsub', pub == 'SPUBLISH' and\n"           \
+  "          'shardnumsub' or 'numsub', ch)\n"                                 \
+  "        ns = not ns.err and ns[2]\n"                                        \
+  "        if not ns or ns > #redis.call('lrange', q, 0, ns - 1) + 1 then\n"   \
+  "          redis.call(pub, ch, '0')\n"                                       \
+  "        end\n"                                                              \
+  "        return\n"                                                           \
+  "      end\n"                                                                \
+  "    end\n"                                                                  \
+  "  elseif hw == wid and now - tonumber(hs) < " DLOCK__SLICE_MS " and\n"      \
+  "      tonumber(hn) < " DLOCK__SLICE_N " then\n"                             \
+  "    redis.call('hset', waits, 'h', wid .. '|' .. hs .. '|' .. (hn + 1))\n"  \
+  "    return\n"                                                               \
+  "  end\n"                                                                    \
+  "  if not handover(lock, q, waits, gp, marker, self, pub) then\n"            \
+  "    redis.call(pub, ch, '0')\n"                                             \
+  "  end\n"                                                                    \
+  "end\n"
+
 /* One name, one kind (issue 25.6): every acquire script checks the shape
  * of the key before it writes, so a name held by one kind of lock refuses
  * every other kind instead of being rewritten. The shapes: a mutex hash
@@ -958,6 +1022,10 @@ typedef struct dlock__pubsub {
   dlock__map subs;   /* shared channel -> dlock__sub */
   atomic_int n_subs; /* entries in subs (a lock-free hint) */
   dlock__map grants; /* grant channel -> dlock__sub */
+  /* The time (ms) by which the thread looks at the entries again, -1 =
+   * only when poked (set by the thread under mu): a waiter that leaves an
+   * entry pokes it only if its linger would end before that. */
+  int64_t wake_at;
   dlock__sub *list;
   /* Grants that reached no wait (its thread gave up and its cancel could
    * not leave the queue): the watchdog thread sends their declines. */

@@ -11,6 +11,8 @@
  * and sleep on the slot's condition variable. Messages wake slots:
  *   grant channel, payload <tid>  -> exactly that thread: it now holds the
  *                                     lock (the unlock script handed it over)
+ *   grant channel, <tid>|<wid>|r  -> that wait retries (the lock was freed:
+ *                                     the head of the queue, issue 30)
  *   lock channel "0"              -> one thread retries (Redisson semantics)
  *   lock channel "1"              -> every thread retries (read unlock)
  * When a subscription becomes active, and after every reconnect (messages
@@ -191,8 +193,13 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
     s->slots_tail = slot->prev;
   int poke_it = 0;
   if (--s->refs == 0) {
+    /* The thread unsubscribes after the linger: it must look again by
+     * then. Already due to look earlier (the usual case when one thread
+     * locks and unlocks in a loop, each lock joining the lingering entry):
+     * no poke -- a wake-up of the thread per acquisition otherwise. */
     s->idle_since = dlock__now_ms();
-    poke_it = 1;
+    int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
+    poke_it = c->ps.wake_at < 0 || c->ps.wake_at > due;
   }
   pthread_mutex_unlock(&c->ps.mu);
   pthread_cond_destroy(&slot->cv);
@@ -467,7 +474,10 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
   s->confirms = 0;
 }
 
-/* A grant message's payload "<tid>|<wait id>" (16 hex digits): the wait
+/* A retry "<tid>|<wait id>|r" for a wait that is not there is declined the
+ * same way: the decline script drops that wait's entry from the head of
+ * the queue and passes a free lock on (scripts.c).
+ * A grant message's payload "<tid>|<wait id>" (16 hex digits): the wait
  * the unlock script handed the lock to. A grant for another (older) wait of
  * the thread is never taken as this wait's: it only kicks the thread, whose
  * next attempt finds its field (if the hand-over wrote it) with its own
@@ -480,7 +490,11 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
 static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
   const char *bar = memchr(p, '|', pl);
   uint64_t wid = 0;
-  int okw = bar && pl - (size_t)(bar - p) - 1 == 16, ok = 0;
+  /* "<tid>|<wait id>|r": not a grant, a retry (the unlock freed the lock
+   * and woke the queue's head, DLOCK__LUA_POLICY): kick that wait only. */
+  int retry = bar && pl - (size_t)(bar - p) - 1 == 18 && p[pl - 2] == '|' &&
+              p[pl - 1] == 'r';
+  int okw = bar && pl - (size_t)(bar - p) - 1 == (retry ? 18u : 16u), ok = 0;
   for (size_t i = 0; okw && i < 16; i++) {
     char hc = bar[1 + i];
     int d = hc >= '0' && hc <= '9'   ? hc - '0'
@@ -495,7 +509,9 @@ static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
     return 0;
   for (dlock__slot *sl = s->slots; sl; sl = sl->next)
     if (sl->tid == (uint64_t)v) {
-      if (sl->wait_id == wid)
+      if (retry && sl->wait_id != wid)
+        continue;
+      if (sl->wait_id == wid && !retry)
         sl->granted = 1;
       else
         sl->kicked = 1;
@@ -713,6 +729,7 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
   }
   pthread_mutex_lock(&c->ps.mu);
   int64_t due = reconcile(c, ps);
+  c->ps.wake_at = due;
   pthread_mutex_unlock(&c->ps.mu);
   int64_t now = dlock__now_ms();
   int connected = 0;
@@ -725,6 +742,7 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
   if (connected) { /* subscribe on the new connections at once */
     pthread_mutex_lock(&c->ps.mu);
     due = reconcile(c, ps);
+    c->ps.wake_at = due;
     pthread_mutex_unlock(&c->ps.mu);
   }
   for (int i = 0; i < ps->n; i++)
@@ -799,6 +817,7 @@ int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
 int dlock__pubsub_init(dlock__pubsub *ps) {
   memset(ps, 0, sizeof *ps);
   ps->pipe[0] = ps->pipe[1] = -1;
+  ps->wake_at = -1;
   if (pthread_mutex_init(&ps->mu, NULL) != 0)
     goto fail;
   if (dlock__map_init(&ps->subs, 64) != 0)

@@ -65,8 +65,9 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  return nil\n"
          "end\n"
          /* held by another kind of lock (a read-write lock, a semaphore):
-          * taken, never rewritten (issue 25.6) */
-         "if kind_of(KEYS[1]) ~= 'mutex' then\n"
+          * taken, never rewritten (issue 25.6). The key exists: kind_of's
+          * TYPE is not needed (HEXISTS raises WRONGTYPE for a non-hash) */
+         "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n"
          "  if ARGV[3] ~= '1' then return -3 end\n"
          "  return busy_ttl(KEYS[1])\n"
          "end\n"
@@ -100,6 +101,19 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  end\n"
          "  redis.call('pexpire', KEYS[2], 300000)\n"
          "  redis.call('pexpire', KEYS[3], 300000)\n"
+         /* the queue's head in its slice (DLOCK__LUA_POLICY): attempt
+          * again when the slice ends, whoever holds the lock then */
+         "  local h = redis.call('hget', KEYS[3], 'h')\n"
+         "  local hw, hs = nil, nil\n"
+         "  if h then hw, hs = string.match(h, '^(%x+)|(%d+)') end\n"
+         "  if hw == ARGV[8] then\n"
+         "    local t = redis.call('time')\n"
+         "    local left = tonumber(hs) + " DLOCK__SLICE_MS " + 1 -\n"
+         "      (t[1] * 1000 + math.floor(t[2] / 1000))\n"
+         "    local p = redis.call('pttl', KEYS[1])\n"
+         "    if left > 0 and (p < 0 or left < p) then return left end\n"
+         "    return p\n"
+         "  end\n"
          "end\n"
          "return redis.call('pttl', KEYS[1])\n",
          {0}},
@@ -124,7 +138,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * after the thread took the lock again: it changes nothing. The
           * client writes a tombstone only after a final release it had to
           * send more than once (dlock__unlock_tombstone). */
-         DLOCK__LUA_TTL DLOCK__LUA_HANDOVER
+         DLOCK__LUA_TTL DLOCK__LUA_HANDOVER DLOCK__LUA_POLICY
          "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
          "if not n then return nil end\n"
          "local want = tonumber(ARGV[5])\n"
@@ -136,11 +150,8 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "end\n"
          "if redis.call('exists', KEYS[7]) == 1 then return 1 end\n"
          "redis.call('del', KEYS[1])\n"
-         "if handover(KEYS[1], KEYS[3], KEYS[5], KEYS[4], KEYS[6], ARGV[3], "
-         "ARGV[4]) then\n"
-         "  return 1\n"
-         "end\n"
-         "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+         "release(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], KEYS[6], "
+         "ARGV[3], ARGV[4])\n"
          "return 1\n",
          {0}},
     [DLOCK__S_FORCE_UNLOCK] =
@@ -201,8 +212,27 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * it as its own since (then the marker is gone). 1 = given back
           * (passed on to the next live waiter, or freed), 0 = not ours to
           * give back. */
-         DLOCK__LUA_HANDOVER
-         "if redis.call('get', KEYS[6]) ~= ARGV[3] then return 0 end\n"
+         DLOCK__LUA_HANDOVER DLOCK__LUA_POLICY
+         /* A retry message ("<tid>|<wait id>|r", DLOCK__LUA_POLICY) that
+          * reached no wait: the entry at the queue's head is that ended
+          * wait's. It goes, and a free lock is passed on to the next
+          * head as an unlock would (1). */
+         "if redis.call('get', KEYS[6]) ~= ARGV[3] then\n"
+         "  local wid = string.sub(ARGV[3], #ARGV[2] + 2)\n"
+         "  local head = redis.call('lindex', KEYS[3], 0)\n"
+         "  if not head or string.sub(head, 1, #ARGV[2] + 1) ~= ARGV[2] .. "
+         "'|'\n"
+         "      or string.sub(head, -#wid - 1) ~= '|' .. wid then\n"
+         "    return 0\n"
+         "  end\n"
+         "  redis.call('lpop', KEYS[3])\n"
+         "  redis.call('hdel', KEYS[5], wid)\n"
+         "  if redis.call('exists', KEYS[1]) == 0 then\n"
+         "    release(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], KEYS[6], "
+         "ARGV[2], ARGV[4])\n"
+         "  end\n"
+         "  return 1\n"
+         "end\n"
          "redis.call('del', KEYS[6])\n"
          "if redis.call('hget', KEYS[1], ARGV[2]) ~= '1' then return 0 end\n"
          "redis.call('hdel', KEYS[1], ARGV[2])\n"

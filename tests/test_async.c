@@ -317,6 +317,55 @@ static void ended_wait_grant_declined(int uv) {
 TH_CASE(ended_wait_grant_declined_libevent) { ended_wait_grant_declined(0); }
 TH_CASE(ended_wait_grant_declined_libuv) { ended_wait_grant_declined(1); }
 
+/* The default policy (issue 30) from the event-loop client: the unlock that
+ * finds a young head frees the lock and sends the head a retry
+ * ("<owner>|<wait id>|r") instead of a grant; the queued call attempts again
+ * and takes the free lock. Fails on f63ebda: the message was a grant. */
+static void retry_wakes_the_queued_call(int uv) {
+  fx f;
+  fx_begin(&f, uv, NULL);
+  th_redis *r = f.r;
+  dlock_async *a = f.a;
+  redisContext *ps = th_redis_raw(r);
+  struct timeval tv = {5, 0};
+  redisSetTimeout(ps, tv);
+  redisReply *x = redisCommand(ps, "PSUBSCRIBE dlock_grant__channel:{rt}:*");
+  CHECK(x && x->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(x);
+  res h = {0}, w = {0}, u = {0}, u2 = {0};
+  CHECK_OK(dlock_async_lock(a, "rt", 1, -1, 60000, on_res, &h));
+  CHECK(tl_until(&f.l, &h.n, 1, 5000));
+  CHECK_RC(h.last, DLOCK_OK);
+  CHECK_OK(dlock_async_lock(a, "rt", 2, 8000, 60000, on_res, &w));
+  CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{rt}", 1), 1);
+  CHECK_OK(dlock_async_unlock(a, "rt", 1, on_res, &u));
+  CHECK(tl_until(&f.l, &w.n, 1, 5000));
+  CHECK_RC(w.last, DLOCK_OK);
+  x = NULL;
+  CHECK(redisGetReply(ps, (void **)&x) == REDIS_OK && x);
+  CHECK(x->type == REDIS_REPLY_ARRAY && x->elements == 4);
+  const char *msg = x->element[3]->str;
+  size_t ml = strlen(msg);
+  printf("message to the queued call: %s\n", msg);
+  CHECK_MSG(ml > 2 && strncmp(msg, "2|", 2) == 0 &&
+                strcmp(msg + ml - 2, "|r") == 0,
+            "not a retry: '%s'", msg);
+  freeReplyObject(x);
+  char live[80];
+  snprintf(live, sizeof live, "%s:2", dlock_async_id(a));
+  CHECK_EQ(th_cmd_int(r, "HEXISTS rt %s", live), 1);
+  CHECK_OK(dlock_async_unlock(a, "rt", 2, on_res, &u2));
+  CHECK(tl_until(&f.l, &u2.n, 1, 5000));
+  CHECK_RC(u2.last, DLOCK_OK);
+  redisFree(ps);
+  fx_end(&f);
+}
+
+TH_CASE(retry_wakes_the_queued_call_libevent) {
+  retry_wakes_the_queued_call(0);
+}
+TH_CASE(retry_wakes_the_queued_call_libuv) { retry_wakes_the_queued_call(1); }
+
 /* Issue 25.1 in this client: a timed call ends (its budget) while the lock
  * stands handed to its owner by a hand-over to an older, ended call of that
  * owner (that call's 1.5 s lease; the grant lost, only the state is there).

@@ -740,6 +740,322 @@ TH_CASE(waiter_wakes_within_ms_of_unlock) {
   dlock_client_free(c);
 }
 
+/* ---- the default policy: barging, hand-over, bounded waits (issue 30) ---- */
+
+/* A waiter queued by hand, as a dlock client queues one: its entry, its
+ * wait's deadline (0: none) and a raw subscriber on its grant channel, so
+ * that what the unlock script sends it can be read and nothing retries
+ * behind the test's back. */
+typedef struct fake_waiter {
+  redisContext *sub;
+  char field[64], wid[17], grant_ch[160];
+} fake_waiter;
+
+static void fake_waiter_queue(th_redis *r, const char *name, fake_waiter *f) {
+  snprintf(f->field, sizeof f->field,
+           "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee:42");
+  static int n;
+  snprintf(f->wid, sizeof f->wid, "00000000000000%02x", 0xa1 + n++);
+  snprintf(f->grant_ch, sizeof f->grant_ch,
+           "dlock_grant__channel:{%s}:aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee",
+           name);
+  f->sub = subscriber(r, f->grant_ch);
+  freeReplyObject(th_cmd(r, "RPUSH dlock_lock_queue:{%s} %s|30000|%s", name,
+                         f->field, f->wid));
+  freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{%s} %s 0", name, f->wid));
+}
+
+/* The next message on the fake waiter's grant channel. */
+static void fake_waiter_expect(fake_waiter *f, const char *suffix) {
+  char want[64];
+  snprintf(want, sizeof want, "42|%s%s", f->wid, suffix);
+  expect_message(f->sub, f->grant_ch, want);
+}
+
+/* Go's normal mode: the oldest waiter is young (its slice has just begun),
+ * so the unlock frees the lock -- the releaser takes it again at once with
+ * no cross-process hand-off -- and only asks the head to retry. Fails on
+ * f63ebda: the unlock handed the lock to the queued waiter (the trylock
+ * answered EBUSY). */
+TH_CASE(policy_barges_while_the_oldest_waiter_is_young) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "pb", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  fake_waiter f;
+  fake_waiter_queue(r, "pb", &f);
+  CHECK_OK(dlock_mutex_unlock(m));
+  fake_waiter_expect(&f, "|r"); /* a retry, not a grant */
+  CHECK_EQ(th_cmd_int(r, "HEXISTS pb %s", f.field), 0);
+  CHECK_OK(dlock_mutex_trylock(m)); /* the releaser barges */
+  /* The head keeps its place, and a slice of its own from now on. */
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{pb}"), 1);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS dlock_lock_waits:{pb} h"), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  redisFree(f.sub);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* Go's starvation mode: once the head's slice is over (time, or the
+ * barging unlocks it allows), the unlock hands the lock straight to it.
+ * Fails on f63ebda at its first step (no barging at all). */
+TH_CASE(policy_hands_over_once_the_oldest_waiter_is_old) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "ph", &m));
+  /* By time: the slice (a few ms) passes while the lock is held. */
+  CHECK_OK(dlock_mutex_lock(m));
+  fake_waiter f;
+  fake_waiter_queue(r, "ph", &f);
+  CHECK_OK(dlock_mutex_unlock(m));
+  fake_waiter_expect(&f, "|r");
+  CHECK_OK(dlock_mutex_trylock(m));
+  th_sleep_ms(20); /* the policy is about time: let the slice end */
+  CHECK_OK(dlock_mutex_unlock(m));
+  fake_waiter_expect(&f, "");
+  CHECK_EQ(hget(r, "ph", f.field), 1);
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{ph}"), 0);
+  freeReplyObject(th_cmd(r, "DEL ph"));
+  redisFree(f.sub);
+  /* By count: however fast the releaser is, a slice allows a bounded
+   * number of barging unlocks. */
+  fake_waiter g;
+  CHECK_OK(dlock_mutex_lock(m));
+  fake_waiter_queue(r, "ph", &g);
+  int unlocks = 0, handed = 0;
+  for (; unlocks < 100 && !handed; unlocks++) {
+    CHECK_OK(dlock_mutex_unlock(m));
+    handed = th_cmd_int(r, "HEXISTS ph %s", g.field) == 1;
+    if (!handed)
+      CHECK_OK(dlock_mutex_trylock(m));
+  }
+  printf("handed over at unlock %d\n", unlocks);
+  CHECK_MSG(handed && unlocks > 1 && unlocks <= 20,
+            "handed over: %d, after %d unlocks", handed, unlocks);
+  redisFree(g.sub);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* Bounded waits under contention: processes on one lock, each counting its
+ * acquisitions and its longest wait. Progress and fairness, not speed: no
+ * lost update, every process served, none starved by the barging (least /
+ * best served >= 0.1 even on a loaded box), no wait near the 30 s lease. */
+#define BW_PROCS 5
+static int bw_proc(void *arg) {
+  int idx = (int)(intptr_t)arg;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "bw:go", 20000))
+    return 20;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "bw", &m))
+    return 21;
+  int64_t end = th_now_ms() + 1500, worst = 0;
+  long n = 0;
+  while (th_now_ms() < end) {
+    int64_t t0 = th_now_ms();
+    if (dlock_mutex_lock(m))
+      return 22;
+    int64_t w = th_now_ms() - t0;
+    if (w > worst)
+      worst = w;
+    long long v = raw_int(raw, "GET bw:ctr");
+    raw_do(raw, "SET bw:ctr %lld", (v < 0 ? 0 : v) + 1);
+    if (dlock_mutex_unlock(m))
+      return 23;
+    n++;
+  }
+  raw_do(raw, "HSET bw:count %d %ld", idx, n);
+  raw_do(raw, "HSET bw:worst %d %lld", idx, (long long)worst);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  redisFree(raw);
+  return 0;
+}
+
+TH_CASE(policy_bounds_waits_under_contention) {
+  g_r = th_redis_new(0, NULL);
+  pid_t p[BW_PROCS];
+  for (int i = 0; i < BW_PROCS; i++)
+    p[i] = th_fork(bw_proc, (void *)(intptr_t)i);
+  freeReplyObject(th_cmd(g_r, "SET bw:go 1"));
+  for (int i = 0; i < BW_PROCS; i++)
+    CHECK_EQ(th_wait(p[i], 60000), 0);
+  long long total = 0, lo = -1, hi = 0, worst = 0;
+  for (int i = 0; i < BW_PROCS; i++) {
+    long long n = hget(g_r, "bw:count", (char[]){(char)('0' + i), 0});
+    long long w = hget(g_r, "bw:worst", (char[]){(char)('0' + i), 0});
+    total += n;
+    lo = lo < 0 || n < lo ? n : lo;
+    hi = n > hi ? n : hi;
+    worst = w > worst ? w : worst;
+  }
+  printf("%lld acquisitions in 1.5 s, least %lld / best %lld served, max "
+         "wait %lld ms\n",
+         total, lo, hi, worst);
+  CHECK_EQ(th_get_ll(g_r, "bw:ctr"), total);
+  CHECK_MSG(lo > 0 && lo * 10 >= hi, "least %lld, best %lld served", lo, hi);
+  CHECK_MSG(worst < 3000 * slow(), "a wait of %lld ms", worst);
+}
+
+/* A Redisson waiter (its lock script from a raw connection, woken by "0" on
+ * redisson_lock__channel:{name}) on a lock that dlock processes keep busy:
+ * it is woken and served while they go on, not only once their queue has
+ * drained. Fails on f63ebda: with dlock waiters queued every unlock handed
+ * the lock over and published nothing, so the Redisson waiter slept until
+ * the dlock processes stopped. */
+#define RW_PROCS 3
+static const char *k_redisson_lock =
+    "if (redis.call('exists', KEYS[1]) == 0) or "
+    "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+static const char *k_redisson_unlock =
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
+    "if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); "
+    "return 0; else redis.call('del', KEYS[1]); "
+    "redis.call('publish', KEYS[2], ARGV[1]); return 1; end;";
+
+static int rw_proc(void *arg) {
+  (void)arg;
+  redisContext *raw = th_redis_raw(g_r);
+  if (wait_key(raw, "rw:go", 20000))
+    return 20;
+  dlock_client *c = th_client(g_r);
+  dlock_mutex *m;
+  if (dlock_mutex_new(c, "rw", &m))
+    return 21;
+  int64_t end = th_now_ms() + 20000 * slow();
+  while (th_now_ms() < end && raw_int(raw, "EXISTS rw:stop") != 1) {
+    for (int i = 0; i < 20; i++) {
+      if (dlock_mutex_lock(m))
+        return 22;
+      long long v = raw_int(raw, "GET rw:ctr");
+      raw_do(raw, "SET rw:ctr %lld", (v < 0 ? 0 : v) + 1);
+      if (dlock_mutex_unlock(m))
+        return 23;
+    }
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  redisFree(raw);
+  return 0;
+}
+
+TH_CASE(redisson_waiter_served_under_contention) {
+  g_r = th_redis_new(0, NULL);
+  pid_t p[RW_PROCS];
+  for (int i = 0; i < RW_PROCS; i++)
+    p[i] = th_fork(rw_proc, NULL);
+  const char *ch = "redisson_lock__channel:{rw}";
+  const char *me = "99999999-8888-4777-8666-555555555555:1";
+  redisContext *sub = subscriber(g_r, ch);
+  struct timeval tv = {0, 100000}; /* a bounded read: re-check the clock */
+  redisSetTimeout(sub, tv);
+  redisContext *cmd = th_redis_raw(g_r);
+  freeReplyObject(th_cmd(g_r, "SET rw:go 1"));
+  /* Wait until the dlock processes contend (a queue has formed). */
+  th_wait_llen(g_r, "dlock_lock_queue:{rw}", 1, 10000 * slow());
+  int64_t t0 = th_now_ms(), limit = 10000 * slow();
+  int got = 0, woken = 0, free_at_once = 0;
+  while (!got && th_now_ms() - t0 < limit) {
+    redisReply *x =
+        redisCommand(cmd, "EVAL %s 1 rw 30000 %s", k_redisson_lock, me);
+    CHECK(x && x->type != REDIS_REPLY_ERROR);
+    got = x->type == REDIS_REPLY_NIL;
+    freeReplyObject(x);
+    if (got && woken == 0 && free_at_once < 100) {
+      /* the lock was free at that instant: that is not waiting -- give it
+       * back and try again until an attempt has to wait */
+      free_at_once++;
+      x = redisCommand(cmd, "EVAL %s 2 rw %s 0 30000 %s", k_redisson_unlock, ch,
+                       me);
+      freeReplyObject(x);
+      got = 0;
+      continue;
+    }
+    if (got)
+      break;
+    /* Redisson waits for "0" (or the holder's TTL: 30 s here). */
+    redisReply *msg = NULL;
+    if (redisGetReply(sub, (void **)&msg) == REDIS_OK && msg) {
+      woken++;
+      freeReplyObject(msg);
+    } else {
+      /* the read timed out: a fresh connection (hiredis keeps the error) */
+      redisFree(sub);
+      sub = subscriber(g_r, ch);
+      redisSetTimeout(sub, tv);
+    }
+  }
+  int64_t took = th_now_ms() - t0;
+  int still_busy = th_cmd_int(g_r, "LLEN dlock_lock_queue:{rw}") > 0 ||
+                   th_cmd_int(g_r, "EXISTS rw:stop") == 0;
+  if (got) {
+    redisReply *x = redisCommand(cmd, "EVAL %s 2 rw %s 0 30000 %s",
+                                 k_redisson_unlock, ch, me);
+    freeReplyObject(x);
+  }
+  freeReplyObject(th_cmd(g_r, "SET rw:stop 1"));
+  for (int i = 0; i < RW_PROCS; i++)
+    CHECK_EQ(th_wait(p[i], 60000), 0);
+  printf("the Redisson waiter: %s after %lld ms, woken %d times by \"0\" "
+         "(%d attempts found the lock free at once)\n",
+         got ? "served" : "NOT served", (long long)took, woken, free_at_once);
+  CHECK_MSG(got, "the Redisson waiter was not served in %lld ms",
+            (long long)took);
+  CHECK(woken > 0);
+  CHECK(still_busy);
+  redisFree(sub);
+  redisFree(cmd);
+}
+
+/* A thread that locks and unlocks in a loop while its client is still
+ * subscribed joins the lingering entry with each first attempt and leaves
+ * it again; the subscriber thread is not poked for each of those (only when
+ * the linger would end before it looks again), and still unsubscribes once
+ * the linger has passed after the last one. */
+static void *linger_loop(void *p) {
+  other_call *o = p;
+  o->rc = dlock_mutex_timedlock(o->m, 20000, -1); /* waits: subscribes */
+  if (o->rc == 0)
+    o->rc = dlock_mutex_unlock(o->m);
+  for (int i = 0; i < 300 && o->rc == 0; i++) {
+    o->rc = dlock_mutex_lock(o->m);
+    if (o->rc == 0)
+      o->rc = dlock_mutex_unlock(o->m);
+  }
+  return NULL;
+}
+
+TH_CASE(subscription_lingers_then_goes_after_lock_loops) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r); /* subscription_linger_ms 100 */
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "ll", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  other_call o = {m, 4, 20000, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, linger_loop, &o);
+  th_wait_numsub(r, "redisson_lock__channel:{ll}", 1, 10000 * slow());
+  CHECK_OK(dlock_mutex_unlock(m));
+  pthread_join(t, NULL);
+  CHECK_OK(o.rc);
+  int64_t t0 = th_now_ms();
+  th_wait_numsub(r, "redisson_lock__channel:{ll}", 0, 10000 * slow());
+  printf("unsubscribed %lld ms after the last unlock (linger 100 ms)\n",
+         (long long)(th_now_ms() - t0));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* ---- Redisson layout from a raw connection ------------------------------- */
 
 typedef struct field_arg {

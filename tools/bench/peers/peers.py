@@ -142,10 +142,11 @@ def run_peer(a, tag, name, argv_for_worker, env=None, cwd=None):
     return summarize(name, res, errs, a.secs, counter_val, a.workers)
 
 
-def run_dlock(a):
-    sys.stderr.write("# peers: dlock (dlock-bench --only contended), "
-                     "%d processes, %.1f s\n" % (a.workers, a.secs))
-    p = subprocess.run([a.bench, "--url", "unix://" + a.sock, "--only",
+def run_dlock(a, exe=None, label="dlock (this project, C)"):
+    exe = exe or a.bench
+    sys.stderr.write("# peers: %s (dlock-bench --only contended), "
+                     "%d processes, %.1f s\n" % (label, a.workers, a.secs))
+    p = subprocess.run([exe, "--url", "unix://" + a.sock, "--only",
                         "contended", "--workers", str(a.workers),
                         "--contended-secs", str(a.secs), "--serial-secs",
                         str(min(a.secs, 3.0)), "--reps", "1", "--json"],
@@ -156,7 +157,7 @@ def run_dlock(a):
         return None, "dlock-bench failed: " + p.stderr.strip()[-300:]
     c = json.loads(js[-1])["scenarios"]["contended"]
     return ({
-        "library": "dlock (this project, C)",
+        "library": label,
         "acq_per_s": c["acq_per_s"], "p50_ms": c["acquire_p50_ms"],
         "p99_ms": c["acquire_p99_ms"], "max_ms": c["acquire_max_ms"],
         "worker_min": c["worker_min"], "worker_max": c["worker_max"],
@@ -193,6 +194,11 @@ def peer_specs(a):
     specs, notes = [], []
     here = os.path.dirname(os.path.abspath(__file__))
     specs.append(("dlock (this project, C)", lambda: run_dlock(a)))
+    if a.base_bench:
+        # Another build of dlock-bench (e.g. the commit before a change),
+        # measured in the same run: a before/after pair from one hour.
+        lbl = "base dlock (%s)" % a.base_label
+        specs.append((lbl, lambda: run_dlock(a, a.base_bench, lbl)))
 
     py = a.python
     if py:
@@ -286,6 +292,35 @@ def main_run(a):
             fmt(r["p50_ms"], 3), fmt(r["p99_ms"], 3), fmt(r["max_ms"], 2),
             r["worker_min"], r["worker_max"], r["failed"], r["lost"]))
     print()
+    # Issue 30's table: the policy's three numbers, dlock's row from this
+    # very run, and how it compares with the best peer.
+    print("## dlock against the best peer (issue 30: >= 1.2x the best peer's "
+          "acq/s, max wait <= 50 ms, least/best served >= 0.8, 0 lost)\n")
+    print("| library | acq/s | per-worker min..max | least/best | max wait "
+          "| lost updates |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in sorted(rows, key=lambda r: -r["acq_per_s"]):
+        fair = (r["worker_min"] / r["worker_max"]) if r["worker_max"] else 0.0
+        name = r["library"]
+        if name.startswith("dlock"):
+            name = "**%s**" % name
+        print("| %s | %s | %s..%s | %.2f | %s ms | %s |" % (
+            name, fmt(r["acq_per_s"]), r["worker_min"], r["worker_max"], fair,
+            fmt(r["max_ms"], 1), r["lost"]))
+    mine = [r for r in rows if r["library"].startswith("dlock")]
+    peers = [r for r in rows if not r["library"].startswith("dlock")
+             and not r["library"].startswith("base dlock")]
+    if mine and peers:
+        d, best = mine[0], max(peers, key=lambda r: r["acq_per_s"])
+        fair = (d["worker_min"] / d["worker_max"]) if d["worker_max"] else 0.0
+        ratio = d["acq_per_s"] / best["acq_per_s"] if best["acq_per_s"] else 0
+        ok = (ratio >= 1.2 and d["max_ms"] <= 50 and fair >= 0.8
+              and d["lost"] == 0)
+        print("\ndlock / best peer (%s): %.2fx; max wait %.1f ms; least/best "
+              "%.2f; lost %d -> %s" % (best["library"], ratio, d["max_ms"],
+                                       fair, d["lost"],
+                                       "MET" if ok else "MISSED"))
+    print()
     for r in rows:
         if r["workers_ok"] != "%d/%d" % (a.workers, a.workers):
             notes.append("%s: only %s workers finished" % (r["library"],
@@ -315,6 +350,8 @@ def main():
     ap.add_argument("--node-note", default="")
     ap.add_argument("--python", default="")
     ap.add_argument("--pyver", default="")
+    ap.add_argument("--base-bench", default="")
+    ap.add_argument("--base-label", default="base")
     main_run(ap.parse_args())
 
 

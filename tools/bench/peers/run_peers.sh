@@ -4,7 +4,7 @@
 # JSON line.
 #
 #   tools/bench/peers/run_peers.sh [--workers N] [--secs S] [--rounds R]
-#                                  [--bench EXE]
+#                                  [--bench EXE] [--base-bench EXE]
 #   make bench-peers PEERS_FLAGS="--secs 5"
 #
 # Every library runs the contended scenario of dlock-bench: N processes
@@ -13,6 +13,8 @@
 # library's row is its median round (the machine is shared and noisy).
 # Peers:
 #   - dlock itself (dlock-bench --only contended with the same N and S);
+#     --base-bench EXE adds a second dlock row from another build (e.g. the
+#     commit before a change: before and after from the same run);
 #   - redis-py's Lock (python3-redis, apt-get installed if missing),
 #     defaults, blocking_timeout=1, sleep 1 ms;
 #   - node redlock and redis-semaphore (npm, installed into a temp dir; set
@@ -26,13 +28,15 @@ workers=8
 secs=5
 rounds=3
 bench=""
+base_bench=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
     --secs) secs=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --base-bench) base_bench=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "run_peers.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -102,4 +106,5 @@ echo "# dlock peers: redis-server $rver (private, unix socket), $(nproc) CPUs, $
 echo
 python3 "$here/peers.py" run --sock "$sock" --workers "$workers" --secs "$secs" --rounds "$rounds" \
   --bench "$bench" --node-dir "$node_dir" --node-note "$node_note" \
-  --python "$py" --pyver "$pyver"
+  --python "$py" --pyver "$pyver" --base-bench "$base_bench" \
+  --base-label "$(basename "$(dirname "$(dirname "$(dirname "$(dirname "${base_bench:-x/x/x/x/x}")")")")")"
