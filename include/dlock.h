@@ -716,11 +716,11 @@ typedef struct dlock_client_stats {
   uint64_t wait_hist[DLOCK_STATS_WAIT_BUCKETS]; /* waits by duration */
   uint64_t wait_ms_total;                       /* sum of the waits, ms */
   uint64_t wait_ms_max;                         /* the longest wait, ms */
-  uint64_t timeouts;        /* waits that ended DLOCK_ETIMEDOUT */
-  uint64_t cancels;         /* waits that ended DLOCK_ECANCELED */
-  uint64_t renewals_sent;   /* watchdog renewals sent (per hold) */
-  uint64_t renewals_failed; /* ... answered by an error or no answer */
-  uint64_t lost_key_gone;   /* holds lost: a renewal found the field gone */
+  uint64_t timeouts;         /* waits that ended DLOCK_ETIMEDOUT */
+  uint64_t cancels;          /* waits that ended DLOCK_ECANCELED */
+  uint64_t renewals_sent;    /* watchdog renewals sent (per hold) */
+  uint64_t renewals_failed;  /* ... answered by an error or no answer */
+  uint64_t lost_key_gone;    /* holds lost: a renewal found the field gone */
   uint64_t lost_unreachable; /* ... the server unreachable past the lease */
   uint64_t lost_thread_exit; /* ... the holding thread exited */
   uint64_t lost_forced;      /* ... force-unlocked / deleted by others */
@@ -732,6 +732,8 @@ typedef struct dlock_client_stats {
   uint64_t holds;            /* now: holds this client has (a gauge) */
   int32_t connected;         /* now: 1 if the command connection is up */
   int32_t reserved_;
+  uint64_t lost_expired; /* holds with a fixed lease that ran out before
+                            their unlock (counted at the unlock) */
   /* ---- new fields go here, at the end (docs/abi.md) ---- */
 } dlock_client_stats;
 typedef dlock_client_stats dlock_stats;
@@ -747,7 +749,7 @@ DLOCK_API int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
                                        size_t size);
 /* dlock_client_stats(c, &st): dlock_client_stats_sized with this header's
  * sizeof(dlock_client_stats). */
-#define dlock_client_stats(c, st)                                            \
+#define dlock_client_stats(c, st)                                              \
   dlock_client_stats_sized((c), (st), sizeof(dlock_client_stats))
 
 /* The waiters queued for the fair lock `name` (Redisson's list

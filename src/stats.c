@@ -65,22 +65,25 @@ static const size_t g_off[DLOCK__ST_COUNT] = {
     [DLOCK__ST_ENOSYNC] = offsetof(dlock_client_stats, enosync),
     [DLOCK__ST_COMMANDS] = offsetof(dlock_client_stats, commands),
     [DLOCK__ST_ROUND_TRIPS] = offsetof(dlock_client_stats, round_trips),
+    [DLOCK__ST_LOST_EXPIRED] = offsetof(dlock_client_stats, lost_expired),
 };
 
-/* Holds now: begun minus ended (every way a hold ends is counted). */
-static uint64_t holds_now(const uint64_t *v) {
-  uint64_t ended = v[DLOCK__ST_RELEASED] + v[DLOCK__ST_LOST_KEY_GONE] +
-                   v[DLOCK__ST_LOST_UNREACHABLE] +
-                   v[DLOCK__ST_LOST_THREAD_EXIT] + v[DLOCK__ST_LOST_FORCED];
-  return v[DLOCK__ST_ACQUIRED] > ended ? v[DLOCK__ST_ACQUIRED] - ended : 0;
-}
-
-/* The standalone node's multiplexed connection is up. */
+/* The command connections are up: the only node's, or on a cluster every
+ * master's (that owns slots) that this client has talked to. */
 static int32_t connected_now(dlock_client *c) {
-  pthread_mutex_lock(&c->node.mux.mu);
-  int32_t up = c->node.mux.link != NULL && !c->node.mux.broken;
-  pthread_mutex_unlock(&c->node.mux.mu);
-  return up;
+  if (!c->cl)
+    return dlock__node_up(&c->node);
+  dlock__node *m[DLOCK__CLUSTER_MAX_NODES];
+  int n = dlock__cluster_masters(c, m, DLOCK__CLUSTER_MAX_NODES);
+  if (n > DLOCK__CLUSTER_MAX_NODES)
+    n = DLOCK__CLUSTER_MAX_NODES;
+  int up = 0;
+  for (int i = 0; i < n; i++) {
+    if (atomic_load(&m[i]->dropped))
+      return 0; /* its connection failed and was not made again */
+    up |= dlock__node_up(m[i]);
+  }
+  return up; /* masters never talked to yet do not count */
 }
 
 int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
@@ -99,7 +102,7 @@ int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
     v[k] = atomic_load_explicit(&c->stats.v[k], memory_order_relaxed);
     memcpy((unsigned char *)&full + g_off[k], &v[k], sizeof v[k]);
   }
-  full.holds = holds_now(v);
+  full.holds = (uint64_t)dlock__holds_now(c);
   full.connected = connected_now(c);
   memset(st, 0, size);
   memcpy(st, &full, size < sizeof full ? size : sizeof full);
