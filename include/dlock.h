@@ -410,6 +410,18 @@ DLOCK_SINCE(0, 2)
 DLOCK_API int dlock_client_info_query(dlock_client *c, const char *owner,
                                       dlock_client_info *info);
 
+/* The connection name (CLIENT SETNAME, dlock_config.client_name or the
+ * default "dlock:<program>:<host>:<pid>") of the client whose id starts
+ * `owner` (as for dlock_client_info_query), as its info key records it,
+ * into buf (len bytes, truncated, NUL-terminated; "" when none). Returns 1
+ * (found), 0 (no info key, or a client that names no connection), or
+ * DLOCK_EINVAL (NULL, len 0, owner shorter than 36 characters),
+ * DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any
+ * thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_client_conn_name_query(dlock_client *c, const char *owner,
+                                           char *buf, size_t len);
+
 /* When the hold of `owner` -- a holder field "<client id>:<thread id>
  * [:write]" from dlock_status -- on lock `name` began: *since_ms gets the
  * wall-clock time (ms since the epoch) the holder's client took the lock

@@ -250,6 +250,40 @@ int dlock_client_info_query(dlock_client *c, const char *owner,
   return rc;
 }
 
+int dlock_client_conn_name_query(dlock_client *c, const char *owner, char *buf,
+                                 size_t len) {
+  dlock__clear_error();
+  if (buf && len)
+    buf[0] = '\0';
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!owner || !buf || !len || strlen(owner) < DLOCK__UUID_LEN)
+    return dlock__fail(DLOCK_EINVAL,
+                       "owner must start with a 36-character client id, buf "
+                       "must not be NULL or empty");
+  dlock__sb k;
+  dlock__sb_init(&k);
+  info_key(&k, owner);
+  if (k.oom) {
+    dlock__sb_free(&k);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  const char *argv[3] = {"HGET", k.p, "conn_name"};
+  size_t lens[3] = {4, k.len, 9};
+  dlock__cmd cmd = {k.p, NULL, 3, argv, lens, 0};
+  redisReply *r = NULL;
+  rc = dlock__exec(c, &cmd, &r);
+  if (rc == 0 && r && r->type == REDIS_REPLY_STRING) {
+    copy_str(buf, len, r);
+    rc = 1;
+  }
+  if (r)
+    freeReplyObject(r);
+  dlock__sb_free(&k);
+  return rc;
+}
+
 int dlock_hold_since_query(dlock_client *c, const char *owner, const char *name,
                            long long *since_ms) {
   dlock__clear_error();
