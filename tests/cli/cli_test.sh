@@ -155,9 +155,10 @@ nonblock)
   # Silent on conflict, as flock -n (issue 18: cron mailed every overlap).
   [ ! -s "$T/last.err" ] && [ ! -s "$T/out" ] ||
     fail "-n printed on conflict: $(cat "$T/out" "$T/last.err")"
-  # -v explains: one line naming the lock and its holder.
+  # -v explains: one line naming the lock and its holder (who it is, as
+  # status says it: issue 27).
   expect_rc 1 -n -v nb -- true
-  grep -q "lock 'nb' is held by [0-9a-f-]*:[0-9]*; not acquired" "$T/last.err" ||
+  grep -q "lock 'nb' is held by [0-9a-f-]*:[0-9]* (host .*, pid [0-9]*, program dlock); not acquired" "$T/last.err" ||
     fail "-n -v: $(cat "$T/last.err")"
   expect_rc 42 -n -E 42 nb -- true
   expect_rc 1 -w 0 nb -- true
