@@ -255,6 +255,9 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
   dlock_async *a = k->a;
   char msg[256];
   snprintf(msg, sizeof msg, "%s", why);
+  if (!a->closing) /* observability (issue 27) */
+    dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "disconnect",
+               "connection lost: %s", msg);
   close_socket(k);
   free_addrs(k);
   dlock__areq *list = k->head;

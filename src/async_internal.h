@@ -150,7 +150,8 @@ struct dlock_async {
   dlock__asub *sub_list;
   dlock__ahold *wd_head; /* holds the watchdog renews */
   dlock__atimer wd_timer;
-  int wd_batches; /* renewal requests in flight */
+  int wd_batches;     /* renewal requests in flight */
+  dlock__stats stats; /* dlock_async_stats's counters (stats.c) */
 };
 
 int64_t dlock__async_now(void);

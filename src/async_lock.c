@@ -192,6 +192,8 @@ void dlock__async_ops_close(dlock_async *a) {
 /* The call holds the lock now (the attempt sent at op->sent said so). */
 static void held(dlock__aop *op) {
   dlock__ahold *h = op->h;
+  dlock__stat_add(&op->a->stats,
+                  h->h.count > 0 ? DLOCK__ST_REENTERED : DLOCK__ST_ACQUIRED, 1);
   dlock__hold_note(&h->h, op->target, op->wd, op->lease, op->sent, 0);
   if (op->wd)
     dlock__awd_add(op->a, h);
@@ -253,6 +255,7 @@ static void timed_out(dlock__aop *op) {
       return;
     op->w.queued = 0;
   }
+  dlock__stat_add(&op->a->stats, DLOCK__ST_TIMEOUTS, 1);
   complete(op, DLOCK_ETIMEDOUT, "lock '%s' still held elsewhere after %lld ms",
            op->h->key, op->wait_ms);
 }

@@ -91,6 +91,9 @@ static void report(dlock_async *a, dlock__sb *names) {
   for (size_t at = 0; at < names->len && !a->closing;) {
     const char *name = names->p + at;
     at += strlen(name) + 1;
+    dlock__log(&a->cfg, DLOCK_LOG_ERROR, name, "lost",
+               "lost: a renewal found its key gone, or renewals failed until "
+               "its lease ran out");
     if (a->cfg.on_lock_lost)
       a->cfg.on_lock_lost(name, a->cfg.on_lock_lost_arg);
   }
@@ -108,6 +111,13 @@ static void batch_done(dlock__areq *r, redisReply *reply, int err,
   dlock__sb_init(&names);
   int ok =
       !err && reply && reply->type == REDIS_REPLY_STRING && reply->len == b->n;
+  dlock__stat_add(&a->stats, DLOCK__ST_RENEWALS_SENT, b->n);
+  if (!ok) {
+    dlock__stat_add(&a->stats, DLOCK__ST_RENEWALS_FAILED, b->n);
+    dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "renew_failed",
+               "renewal of %zu holds failed: %s", b->n,
+               why && *why ? why : "unexpected reply");
+  }
   int64_t lease = a->cfg.watchdog_timeout_ms;
   int64_t until = b->sent + lease - dlock__lease_margin(lease);
   for (size_t i = 0; ok && i < b->n; i++) {

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "async_internal.h"
 #include "internal.h"
 
 #define STATS_MAGIC 0x444c5354u /* "DLST" */
@@ -86,6 +87,24 @@ static int32_t connected_now(dlock_client *c) {
   return up; /* masters never talked to yet do not count */
 }
 
+/* The counters of s into full (its layout record written). */
+static void take(const dlock__stats *s, dlock_client_stats *full, size_t size) {
+  memset(full, 0, sizeof *full);
+  full->abi_magic = STATS_MAGIC;
+  full->abi_size = (uint32_t)size;
+  for (int k = 0; k < DLOCK__ST_COUNT; k++) {
+    uint64_t v = atomic_load_explicit(&s->v[k], memory_order_relaxed);
+    memcpy((unsigned char *)full + g_off[k], &v, sizeof v);
+  }
+}
+
+/* Writes what fits of full into the caller's size bytes. */
+static void give(dlock_client_stats *st, const dlock_client_stats *full,
+                 size_t size) {
+  memset(st, 0, size);
+  memcpy(st, full, size < sizeof *full ? size : sizeof *full);
+}
+
 int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
                              size_t size) {
   if (!c || !st || size < 8 || size > STATS_SIZE_MAX)
@@ -94,17 +113,29 @@ int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
                        "of %zu bytes (use the dlock_client_stats macro)",
                        size);
   dlock_client_stats full;
-  memset(&full, 0, sizeof full);
-  full.abi_magic = STATS_MAGIC;
-  full.abi_size = (uint32_t)size;
-  uint64_t v[DLOCK__ST_COUNT];
-  for (int k = 0; k < DLOCK__ST_COUNT; k++) {
-    v[k] = atomic_load_explicit(&c->stats.v[k], memory_order_relaxed);
-    memcpy((unsigned char *)&full + g_off[k], &v[k], sizeof v[k]);
-  }
+  take(&c->stats, &full, size);
   full.holds = (uint64_t)dlock__holds_now(c);
   full.connected = connected_now(c);
-  memset(st, 0, size);
-  memcpy(st, &full, size < sizeof full ? size : sizeof full);
+  give(st, &full, size);
+  return 0;
+}
+
+int dlock_async_stats_sized(dlock_async *a, dlock_client_stats *st,
+                            size_t size) {
+  if (!a || !st || size < 8 || size > STATS_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_async_stats: NULL argument or a struct size "
+                       "of %zu bytes (use the dlock_async_stats macro)",
+                       size);
+  dlock_client_stats full;
+  take(&a->stats, &full, size);
+  int64_t now = dlock__now_ms();
+  for (size_t i = 0; a->holds.b && i < a->holds.nb; i++)
+    for (dlock__map_ent *e = a->holds.b[i]; e; e = e->next) {
+      const dlock__ahold *h = e->val;
+      full.holds += h->h.count > 0 && !h->h.lost && now < h->h.valid_until;
+    }
+  full.connected = a->cmd.state == DLOCK__AC_READY;
+  give(st, &full, size);
   return 0;
 }
