@@ -735,7 +735,7 @@ typedef struct dlock_client_stats {
   uint64_t cancels;         /* waits that ended DLOCK_ECANCELED */
   uint64_t renewals_sent;   /* watchdog renewals sent (per hold, retries too) */
   uint64_t renewals_failed; /* renewal rounds that failed: an error, no answer,
-                               or not confirmed within two renewal periods (once
+                               or not confirmed within 1.5 renewal periods (once
                                per round and hold) */
   uint64_t lost_key_gone;   /* holds lost: a renewal found the field gone */
   uint64_t lost_unreachable; /* ... the server unreachable past the lease */

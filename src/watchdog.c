@@ -883,9 +883,10 @@ static void *exp_main(void *arg) {
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
     int64_t now = dlock__now_ms();
-    /* At most half a period: a hold added meanwhile (dlock__wd_add wakes
-     * no one) is looked at before its renewal is late by half a period. */
-    int64_t next = now + (idle < period / 2 + 1 ? idle : period / 2 + 1);
+    /* At most a quarter period: a hold added meanwhile (dlock__wd_add
+     * wakes no one) is looked at within a quarter period of its renewal
+     * being late. */
+    int64_t next = now + (idle < period / 4 + 1 ? idle : period / 4 + 1);
     lost_note *lost = NULL;
     wd_fails late;
     late.n = late.more = 0;
@@ -907,11 +908,11 @@ static void *exp_main(void *arg) {
         note_lost(&lost, dlock__lockent_name(h->e, NULL), h->lost);
       } else {
         /* A renewal due one period after the last confirmed one and still
-         * unconfirmed a period later failed, whatever holds the watchdog
+         * unconfirmed half a period later failed, whatever holds the watchdog
          * thread (a connect or a write to a paused server): logged now,
          * while the lease runs, unless the watchdog logged a failure of
          * this round itself. */
-        int64_t late_at = h->renewed_at + 2 * period;
+        int64_t late_at = h->renewed_at + period + period / 2;
         if (h->count > 0 && !h->lost && now >= late_at &&
             h->fail_logged < h->renewed_at + period) {
           size_t nl;
@@ -929,7 +930,7 @@ static void *exp_main(void *arg) {
     if (late.n) {
       char why[64];
       snprintf(why, sizeof why, "not confirmed for %lld ms",
-               (long long)(2 * period));
+               (long long)(period + period / 2));
       report_fails(c, &late, why);
     }
     if (lost) {

@@ -122,12 +122,15 @@ static dlock_client_stats stats(dlock_client *c) {
 
 /* Under a paused server (SIGSTOP), the hook hears of the failed renewal --
  * with the lease it has left -- before the loss is logged and before
- * on_lock_lost runs: a renewal's answer is awaited at most half the lease
- * (here 1.5 s; command_timeout_ms is the default 3 s, longer than the
- * lease, which used to hide every failure until after the loss). */
+ * on_lock_lost runs. A 1.5 s watchdog with the default 3 s
+ * command_timeout_ms: the renewal (or the info key write before it) waits
+ * longer than the lease for its answer, which used to hide every failure
+ * until after the loss; now the expiry thread tells the renewal that is
+ * half a period late, and the watchdog's own connection waits at most half
+ * the lease. */
 TH_CASE_T(renewal_failure_logged_before_the_loss, 120, "slow") {
   th_redis *r = th_redis_new(0, NULL);
-  dlock_client *c = hooked_client(r, 3000, DLOCK_LOG_INFO);
+  dlock_client *c = hooked_client(r, 1500, DLOCK_LOG_INFO);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "paused", &m));
   CHECK_OK(dlock_mutex_lock(m));
