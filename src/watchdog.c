@@ -34,6 +34,17 @@
  * -- not when a renewal stuck in a dead network gives up, which can be a
  * command timeout later, after another client took the lock (issue 9.1).
  *
+ * TELLING FAILURES AS THEY HAPPEN (issue 27). The watchdog's own
+ * connections -- made with their handshake, and read -- wait at most half
+ * the lease for an answer (when that is shorter than command_timeout_ms);
+ * the client's info key goes over them too. Every renewal that gets no
+ * answer is logged (renew_failed, with the lease left) and counted; and
+ * the expiry thread, which looks at the holds at least every quarter
+ * period, logs a renewal still unconfirmed half a period past its due time
+ * whatever holds the watchdog thread. Losses are counted by reason and
+ * logged (lost) before on_lock_lost runs; no hook is called with reg.mu
+ * held.
+ *
  * DECLINES. The watchdog thread also sends the decline script for a grant
  * that reached no wait of this client (pubsub.c): the unlock handed the
  * lock to a queue entry of a wait that had ended, and the lock goes back.
