@@ -400,6 +400,13 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
     return;
   }
   h->h.unlock_pending = 0;
+  if ((expired || rc == DLOCK_ELOST || rc == 1 || h->h.count <= 1) &&
+      !h->h.lost) /* a lost one was counted by the watchdog */
+    dlock__stat_add(&a->stats,
+                    expired             ? DLOCK__ST_LOST_EXPIRED
+                    : rc == DLOCK_ELOST ? DLOCK__ST_LOST_FORCED
+                                        : DLOCK__ST_RELEASED,
+                    1);
   if (expired || rc == DLOCK_ELOST || rc == 1 || h->h.count <= 1)
     drop_hold(a, h);
   else if (dlock__hold_drop_one(&h->h))

@@ -81,6 +81,11 @@ void dlock__awd_close(dlock_async *a) {
 
 /* Marks h lost and appends its name to names (NUL-separated). */
 static void lose(dlock_async *a, dlock__ahold *h, dlock__sb *names) {
+  dlock__stat_add(&a->stats,
+                  dlock__async_now() >= h->h.valid_until
+                      ? DLOCK__ST_LOST_UNREACHABLE
+                      : DLOCK__ST_LOST_KEY_GONE,
+                  1);
   dlock__sb_add(names, h->key, h->name_len + 1);
   dlock__ahold_lost(a, h);
 }

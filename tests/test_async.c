@@ -221,6 +221,7 @@ static void many_in_flight(int uv) {
   CHECK_EQ(th_cmd_int(r, "EXISTS many:0 many:500 many:999"), 0);
   CHECK_OK(dlock_async_stats(a, &st));
   CHECK_EQ(st.holds, 0);
+  CHECK_EQ(st.released, N);
   CHECK_EQ(threads_now(), 1);
   fx_end(&f);
 }

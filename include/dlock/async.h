@@ -68,7 +68,9 @@ DLOCK_API int dlock_async_new(const dlock_config *cfg, dlock_async **out);
 
 /* The client's counters (dlock_client_stats's struct and meaning,
  * docs/operations.md), writing at most `size` bytes (the caller's sizeof):
- * acquired, reentered, timeouts, renewals_sent/failed, and the gauges
+ * acquired, reentered, released, lost_key_gone, lost_unreachable,
+ * lost_forced, lost_expired, timeouts,
+ * renewals_sent/failed, and the gauges
  * holds and connected (the command connection is ready) so far.
  * Errors: DLOCK_EINVAL (NULL, a size below 8 or above 4096). Thread-safety:
  * the loop's thread. */
