@@ -168,8 +168,11 @@ typedef struct dlock_client dlock_client;
 
 /* The log hook (since 0.3). level: DLOCK_LOG_*. name: the lock name the
  * event is about, or NULL. event: a short fixed word naming the kind of
- * event ("connect", "disconnect", "failover", "redirect", "renew_failed",
- * "lost", "decline", "retry", "config_ignored", ...: docs/operations.md).
+ * event ("connect", "reconnect", "disconnect", "failover", "redirect",
+ * "retry", "acquired", "renew_failed", "lost", "expired", "enosync",
+ * "decline", "config_ignored", ...: docs/operations.md). A hold's loss is
+ * logged ("lost") before on_lock_lost runs, and its renewal failures
+ * ("renew_failed", with the lease left) as they happen.
  * msg: one line for humans, no newline. All strings are valid during the
  * call only. Called from whichever thread met the event (an API thread,
  * the watchdog or pub/sub thread, or the loop of an event-loop client),
@@ -454,6 +457,18 @@ typedef struct dlock_client_info {
 DLOCK_SINCE(0, 2)
 DLOCK_API int dlock_client_info_query(dlock_client *c, const char *owner,
                                       dlock_client_info *info);
+
+/* The connection name (CLIENT SETNAME, dlock_config.client_name or the
+ * default "dlock:<program>:<host>:<pid>") of the client whose id starts
+ * `owner` (as for dlock_client_info_query), as its info key records it,
+ * into buf (len bytes, truncated, NUL-terminated; "" when none). Returns 1
+ * (found), 0 (no info key, or a client that names no connection), or
+ * DLOCK_EINVAL (NULL, len 0, owner shorter than 36 characters),
+ * DLOCK_ECONN, DLOCK_EREDIS, DLOCK_EFORK, DLOCK_ECLOSED. Thread-safety: any
+ * thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_client_conn_name_query(dlock_client *c, const char *owner,
+                                           char *buf, size_t len);
 
 /* When the hold of `owner` -- a holder field "<client id>:<thread id>
  * [:write]" from dlock_status -- on lock `name` began: *since_ms gets the
@@ -776,26 +791,35 @@ typedef struct dlock_client_stats {
   uint64_t acquired_handover; /* ... by a hand-over grant to a waiter */
   uint64_t reentered;         /* re-entries of a hold this thread had */
   uint64_t released;          /* holds ended by their final unlock */
-  uint64_t waits;             /* acquisitions that had to wait */
+  uint64_t waits; /* acquisitions that had to wait (and got the lock) */
   uint64_t wait_hist[DLOCK_STATS_WAIT_BUCKETS]; /* waits by duration */
   uint64_t wait_ms_total;                       /* sum of the waits, ms */
   uint64_t wait_ms_max;                         /* the longest wait, ms */
-  uint64_t timeouts;         /* waits that ended DLOCK_ETIMEDOUT */
-  uint64_t cancels;          /* waits that ended DLOCK_ECANCELED */
-  uint64_t renewals_sent;    /* watchdog renewals sent (per hold) */
-  uint64_t renewals_failed;  /* ... answered by an error or no answer */
-  uint64_t lost_key_gone;    /* holds lost: a renewal found the field gone */
+  uint64_t timeouts;        /* waits that ended DLOCK_ETIMEDOUT */
+  uint64_t cancels;         /* waits that ended DLOCK_ECANCELED */
+  uint64_t renewals_sent;   /* watchdog renewals sent (per hold, retries too) */
+  uint64_t renewals_failed; /* renewal rounds that failed: an error, no answer,
+                               or not confirmed within 1.5 renewal periods (once
+                               per round and hold) */
+  uint64_t lost_key_gone;   /* holds lost: a renewal found the field gone */
   uint64_t lost_unreachable; /* ... the server unreachable past the lease */
   uint64_t lost_thread_exit; /* ... the holding thread exited */
-  uint64_t lost_forced;      /* ... force-unlocked / deleted by others */
-  uint64_t reconnects;       /* connections reopened after a failure */
-  uint64_t retries;          /* commands re-sent under the retry policy */
-  uint64_t enosync;          /* acquisitions undone: replicas did not ack */
-  uint64_t commands;         /* commands sent (every connection) */
-  uint64_t round_trips;      /* writes that waited for their replies */
-  uint64_t holds;            /* now: holds this client has (a gauge) */
-  int32_t connected;         /* now: 1 if the command connection is up */
+  uint64_t lost_forced; /* ... this thread's own unlock or reentrant acquire
+                           found it gone before its lease ended (force-unlocked,
+                           deleted, taken) */
+  uint64_t reconnects;  /* connections reopened after a failure (command,
+                           subscriber, watchdog) */
+  uint64_t retries;     /* commands re-sent under the retry policy */
+  uint64_t enosync;     /* acquisitions undone: replicas did not ack */
+  uint64_t commands;    /* commands sent (every connection) */
+  uint64_t round_trips; /* writes that waited for their replies */
+  uint64_t holds;    /* now: holds this client has (held, not lost, before their
+                        local deadline; a gauge) */
+  int32_t connected; /* now: 1 if the command connection is up (on a cluster:
+                        every master talked to) */
   int32_t reserved_;
+  uint64_t lost_expired; /* holds with a fixed lease that ran out before
+                            their unlock (counted at the unlock) */
   /* ---- new fields go here, at the end (docs/abi.md) ---- */
 } dlock_client_stats;
 typedef dlock_client_stats dlock_stats;

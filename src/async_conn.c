@@ -320,6 +320,9 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
   dlock_async *a = k->a;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", why);
+  if (!a->closing) /* observability (issue 27) */
+    dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "disconnect",
+               "connection lost: %s", msg);
   if (k->data && k->state != DLOCK__AC_RESOLVING && !a->closing)
     dlock__aroute_invalid(k); /* Sentinel: the master may have moved */
   k->probe = 0;

@@ -209,6 +209,7 @@ struct dlock_async {
   dlock__atimer wd_timer;
   dlock__atimer loss_timer; /* the engine's next local deadline (async_wd.c) */
   int wd_batches;           /* renewal requests in flight */
+  dlock__stats stats;       /* dlock_async_stats's counters (stats.c) */
 };
 
 int64_t dlock__async_now(void);

@@ -188,6 +188,8 @@ void dlock__async_ops_close(dlock_async *a) {
 /* The call holds the lock now (the attempt sent at op->sent said so). */
 static void held(dlock__aop *op) {
   dlock__ahold *h = op->h;
+  dlock__stat_add(&op->a->stats,
+                  h->h.count > 0 ? DLOCK__ST_REENTERED : DLOCK__ST_ACQUIRED, 1);
   dlock__hold_note(&h->h, op->target, op->wd, op->lease, op->sent, 0);
   if (op->wd)
     dlock__awd_add(op->a, h);
@@ -249,6 +251,7 @@ static void timed_out(dlock__aop *op) {
       return;
     op->w.queued = 0;
   }
+  dlock__stat_add(&op->a->stats, DLOCK__ST_TIMEOUTS, 1);
   complete(op, DLOCK_ETIMEDOUT, "lock '%s' still held elsewhere after %lld ms",
            op->h->key, op->wait_ms);
 }
@@ -425,10 +428,17 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
   dlock__ahold *h = op->h;
   dlock_async *a = op->a;
   int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
+  int reported = h->h.lost; /* counted when the watchdog reported it */
   dlock__eng_rel_out o =
       dlock__eng_unlock_end(&h->h, &op->u, rc, resent, dlock__async_now());
   if (o.tombstone)
     tomb_send(a, h, op->u.rid);
+  if (o.action == DLOCK__ENG_REL_FORGET && !reported)
+    dlock__stat_add(&a->stats,
+                    o.expired             ? DLOCK__ST_LOST_EXPIRED
+                    : o.rc == DLOCK_ELOST ? DLOCK__ST_LOST_FORCED
+                                          : DLOCK__ST_RELEASED,
+                    1);
   /* (REL_PUT, holds of a newer generation, cannot happen here: the calls
    * of one record run one at a time.) */
   if (o.action == DLOCK__ENG_REL_FORGET)

@@ -112,6 +112,11 @@ void dlock__awd_close(dlock_async *a) {
 
 /* Marks h lost and appends its name to names (NUL-separated). */
 static void lose(dlock_async *a, dlock__ahold *h, dlock__sb *names) {
+  dlock__stat_add(&a->stats,
+                  dlock__async_now() >= h->h.valid_until
+                      ? DLOCK__ST_LOST_UNREACHABLE
+                      : DLOCK__ST_LOST_KEY_GONE,
+                  1);
   dlock__sb_add(names, h->key, h->name_len + 1);
   dlock__ahold_lost(a, h);
 }
@@ -122,6 +127,9 @@ static void report(dlock_async *a, dlock__sb *names) {
   for (size_t at = 0; at < names->len && !a->closing;) {
     const char *name = names->p + at;
     at += strlen(name) + 1;
+    dlock__log(&a->cfg, DLOCK_LOG_ERROR, name, "lost",
+               "lost: a renewal found its key gone, or renewals failed until "
+               "its lease ran out");
     if (a->cfg.on_lock_lost)
       a->cfg.on_lock_lost(name, a->cfg.on_lock_lost_arg);
   }
@@ -139,6 +147,13 @@ static void batch_done(dlock__areq *r, redisReply *reply, int err,
   dlock__sb_init(&names);
   int ok =
       !err && reply && reply->type == REDIS_REPLY_STRING && reply->len == b->n;
+  dlock__stat_add(&a->stats, DLOCK__ST_RENEWALS_SENT, b->n);
+  if (!ok) {
+    dlock__stat_add(&a->stats, DLOCK__ST_RENEWALS_FAILED, b->n);
+    dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "renew_failed",
+               "renewal of %zu holds failed: %s", b->n,
+               why && *why ? why : "unexpected reply");
+  }
   int64_t now = dlock__async_now();
   for (size_t i = 0; i < b->n; i++) {
     const wd_item *it = &b->items[i];

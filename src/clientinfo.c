@@ -84,6 +84,11 @@ void dlock__info_soon(dlock_client *c) {
 }
 
 int dlock__info_write(dlock_client *c) {
+  return dlock__info_write_via(c, NULL, NULL);
+}
+
+int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
+                          void *arg) {
   pthread_once(&g_once, init_scripts);
   char host[256] = "", pid[24], ttl[24], started[24];
   if (gethostname(host, sizeof host - 1) != 0)
@@ -97,10 +102,15 @@ int dlock__info_write(dlock_client *c) {
   dlock__sb_init(&hb);
   info_key(&k, c->id);
   int nh = dlock__holds_since(c, &hb);
-  const char **args =
-      hb.oom ? NULL : dlock__calloc(5 + 2 * (size_t)nh, sizeof *args);
+  /* ARGV: ttl, host, pid, program, started, then field/value pairs: the
+   * connection name (dlock status shows it), the hold starts. 4 more slots
+   * for EVAL, the body, numkeys and the key (a send of its own). */
+  int npairs = nh + (c->conn_name != NULL);
+  const char **all =
+      hb.oom ? NULL : dlock__calloc(9 + 2 * (size_t)npairs, sizeof *all);
+  const char **args = all ? all + 4 : NULL;
   if (k.oom || !args) {
-    free(args);
+    free(all);
     dlock__sb_free(&k);
     dlock__sb_free(&hb);
     return DLOCK_ENOMEM;
@@ -112,23 +122,47 @@ int dlock__info_write(dlock_client *c) {
   args[2] = pid;
   args[3] = prog ? prog : "?";
   args[4] = started;
+  int na = 5;
+  if (c->conn_name) {
+    args[na++] = "conn_name";
+    args[na++] = c->conn_name;
+  }
   const char *p = hb.p;
   for (int i = 0; i < 2 * nh; i++) {
-    args[5 + i] = p;
+    args[na++] = p;
     p += strlen(p) + 1;
   }
   redisReply *r = NULL;
+  int rc;
   dlock__err_keep_begin(); /* a background write: no one's message */
-  /* Sent once and without a WAIT: bookkeeping, nothing a replica must
-   * confirm, and a WAIT would hold the watchdog thread -- and the renewals
-   * behind it -- for sync_timeout_ms whenever replicas lag (issue 25.7). */
-  static const dlock__send_how how = {2, 1, 0};
-  int rc = dlock__eval_how(c, &g_write, 1, keys, klens, 5 + 2 * nh, args, NULL,
-                           &how, &r);
+  if (send) {
+    /* EVAL itself (no script cache to miss), on the caller's connection */
+    char nk[2] = "1";
+    all[0] = "EVAL";
+    all[1] = g_write.body;
+    all[2] = nk;
+    all[3] = k.p;
+    size_t *lens = dlock__calloc(4 + (size_t)na, sizeof *lens);
+    if (!lens) {
+      rc = DLOCK_ENOMEM;
+    } else {
+      for (int i = 0; i < 4 + na; i++)
+        lens[i] = i == 3 ? k.len : strlen(all[i]);
+      rc = send(c, arg, k.p, 4 + na, all, lens);
+      free(lens);
+    }
+  } else {
+    /* Sent once and without a WAIT: bookkeeping, nothing a replica must
+     * confirm, and a WAIT would hold the watchdog thread -- and the
+     * renewals behind it -- for sync_timeout_ms whenever replicas lag
+     * (issue 25.7). */
+    static const dlock__send_how how = {2, 1, 0};
+    rc = dlock__eval_how(c, &g_write, 1, keys, klens, na, args, NULL, &how, &r);
+  }
   dlock__err_keep_end();
   if (r)
     freeReplyObject(r);
-  free(args);
+  free(all);
   dlock__sb_free(&k);
   dlock__sb_free(&hb);
   return rc;
@@ -210,6 +244,40 @@ int dlock_client_info_query(dlock_client *c, const char *owner,
   rc = dlock__exec(c, &cmd, &r);
   if (rc == 0 && r)
     rc = take_fields(r, info);
+  if (r)
+    freeReplyObject(r);
+  dlock__sb_free(&k);
+  return rc;
+}
+
+int dlock_client_conn_name_query(dlock_client *c, const char *owner, char *buf,
+                                 size_t len) {
+  dlock__clear_error();
+  if (buf && len)
+    buf[0] = '\0';
+  int rc = dlock__client_check(c);
+  if (rc)
+    return rc;
+  if (!owner || !buf || !len || strlen(owner) < DLOCK__UUID_LEN)
+    return dlock__fail(DLOCK_EINVAL,
+                       "owner must start with a 36-character client id, buf "
+                       "must not be NULL or empty");
+  dlock__sb k;
+  dlock__sb_init(&k);
+  info_key(&k, owner);
+  if (k.oom) {
+    dlock__sb_free(&k);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  const char *argv[3] = {"HGET", k.p, "conn_name"};
+  size_t lens[3] = {4, k.len, 9};
+  dlock__cmd cmd = {k.p, NULL, 3, argv, lens, 0};
+  redisReply *r = NULL;
+  rc = dlock__exec(c, &cmd, &r);
+  if (rc == 0 && r && r->type == REDIS_REPLY_STRING) {
+    copy_str(buf, len, r);
+    rc = 1;
+  }
   if (r)
     freeReplyObject(r);
   dlock__sb_free(&k);

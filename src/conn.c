@@ -43,6 +43,72 @@
 
 #include "internal.h"
 
+/* ---- observability: connection events (log.c, stats.c) ------------------ */
+
+/* Where n is, for log lines: host:port, the socket path, or the master of
+ * a Sentinel URL. */
+static void node_where(const dlock__node *n, char *buf, size_t len) {
+  const dlock__url *u = n->url;
+  if (u->is_unix)
+    snprintf(buf, len, "%s", u->path ? u->path : "?");
+  else if (u->sentinel)
+    snprintf(buf, len, "the master of '%s'",
+             u->master_name ? u->master_name : "?");
+  else
+    snprintf(buf, len, "%s:%d", u->host ? u->host : "?", u->port);
+}
+
+int dlock__node_up(dlock__node *n) {
+  return atomic_load_explicit(&n->up, memory_order_relaxed);
+}
+
+/* A command connection of n was made: counted as a reconnect when one
+ * failed before; logged (connect / reconnect). */
+static void node_connected(dlock__node *n) {
+  dlock_client *c = n->c;
+  atomic_store_explicit(&n->up, 1, memory_order_relaxed);
+  int again = atomic_exchange(&n->dropped, 0);
+  if (again)
+    dlock__stat_add(&c->stats, DLOCK__ST_RECONNECTS, 1);
+  int level = again ? DLOCK_LOG_INFO : DLOCK_LOG_DEBUG;
+  if (!dlock__log_on(&c->cfg, level))
+    return;
+  char where[300];
+  node_where(n, where, sizeof where);
+  dlock__log(&c->cfg, level, NULL, again ? "reconnect" : "connect",
+             "%s to %s (connection name '%s')",
+             again ? "reconnected" : "connected", where,
+             c->conn_name ? c->conn_name : "");
+}
+
+/* A command connection of n failed and was closed (why: how). Any lock
+ * may be held: the line is logged by the next disc_flush on this thread,
+ * once no lock is held (a hook may call dlock_client_stats). */
+static _Thread_local char t_disc[300];
+static _Thread_local dlock__node *t_disc_node;
+
+static void node_dropped(dlock__node *n, const char *why) {
+  atomic_store_explicit(&n->up, 0, memory_order_relaxed);
+  atomic_store(&n->dropped, 1);
+  snprintf(t_disc, sizeof t_disc, "%s", why);
+  t_disc_node = n;
+}
+
+/* Logs the disconnect node_dropped noted on this thread (no lock held). */
+static void disc_flush(void) {
+  dlock__node *n = t_disc_node;
+  if (!n)
+    return;
+  t_disc_node = NULL;
+  dlock_client *c = n->c;
+  if (atomic_load(&c->closing) || !dlock__log_on(&c->cfg, DLOCK_LOG_WARN))
+    return;
+  char where[300];
+  node_where(n, where, sizeof where);
+  dlock__log(&c->cfg, DLOCK_LOG_WARN, NULL, "disconnect",
+             "connection to %s lost: %s", where, t_disc);
+}
+
 /* ---- the pool ----------------------------------------------------------- */
 
 int dlock__node_init(dlock__node *n, dlock_client *c, const dlock__url *url,
@@ -134,6 +200,7 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
   k->next = NULL;
   *fresh = 1;
   *out = k;
+  node_connected(n);
   return 0;
 }
 
@@ -241,7 +308,8 @@ static int mux_connect(dlock__node *n, int *fresh) {
   if (rc)
     return rc;
   pthread_mutex_lock(&m->mu);
-  if (m->link == NULL) {
+  int made = m->link == NULL;
+  if (made) {
     m->link = l;
     m->gen++;
     *fresh = 1;
@@ -249,6 +317,8 @@ static int mux_connect(dlock__node *n, int *fresh) {
   }
   pthread_mutex_unlock(&m->mu);
   dlock__link_free(l); /* another thread connected meanwhile */
+  if (made)
+    node_connected(n);
   return 0;
 }
 
@@ -270,6 +340,8 @@ static void mux_fail_all(dlock__mux *m, dlock__mreq *self, int timed_out,
     h = nx;
   }
   m->head = m->tail = NULL;
+  if (m->link) /* logged by mux_roundtrip, once mux.mu is released */
+    node_dropped((dlock__node *)((char *)m - offsetof(dlock__node, mux)), why);
   dlock__link_free(m->link);
   m->link = NULL;
   m->broken = 0;
@@ -354,9 +426,18 @@ static void attempt_fail(attempt *a, int err, const char *msg) {
 }
 
 /* Encoded command b on the shared connection (a->fresh set once). */
+static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
+                                        attempt *a);
 static redisReply *mux_roundtrip(dlock__node *n, void *unused,
                                  const dlock__sb *b, attempt *a) {
   (void)unused;
+  redisReply *r = mux_roundtrip_locked(n, b, a);
+  disc_flush(); /* a disconnect met on the way, now that no lock is held */
+  return r;
+}
+
+static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
+                                        attempt *a) {
   dlock__mux *m = &n->mux;
   dlock__mreq req;
   memset(&req, 0, sizeof req);
@@ -475,6 +556,15 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
 typedef redisReply *roundtrip_fn(dlock__node *n, void *conn, const dlock__sb *b,
                                  attempt *a);
 
+/* Counts one send that went out: its command (and the WAIT behind it) and
+ * the round trip. */
+static void count_send(dlock_client *c, const attempt *a) {
+  if (!a->sent)
+    return;
+  dlock__stat_add(&c->stats, DLOCK__ST_COMMANDS, 1 + (a->with_wait != 0));
+  dlock__stat_add(&c->stats, DLOCK__ST_ROUND_TRIPS, 1);
+}
+
 /* RESP of cmd into b; with eval, EVAL and the script's body in place of
  * EVALSHA and its digest (the router's answer to NOSCRIPT). */
 static void encode_cmd(dlock__sb *b, const dlock__cmd *cmd, int eval) {
@@ -515,6 +605,7 @@ static void send_cmd(dlock__node *n, roundtrip_fn *rt, void *conn,
   a->with_wait = cmd->wait_replicas > 0;
   encode_cmd(&b, cmd, 0);
   redisReply *r = rt(n, conn, &b, a);
+  count_send(n->c, a);
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {
     freeReplyObject(r);
@@ -523,6 +614,7 @@ static void send_cmd(dlock__node *n, roundtrip_fn *rt, void *conn,
     a->wait_reply = NULL;
     encode_cmd(&b, cmd, 1);
     r = rt(n, conn, &b, a);
+    count_send(n->c, a);
   }
   a->reply = r;
   dlock__sb_free(&b);
@@ -544,11 +636,14 @@ static void node_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
     return;
   }
   send_cmd(n, pool_roundtrip, k, cmd, a);
-  if (a->reply)
+  if (a->reply) {
     pool_put(n, k);
-  else
+  } else {
     /* A failure most likely broke the idle ones too (server restart). */
+    node_dropped(n, a->msg);
     pool_drop(n, k, 1);
+    disc_flush();
+  }
 }
 
 /* ---- the router --------------------------------------------------------- */
@@ -693,6 +788,9 @@ static void ask_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
                          ? NULL
                          : dlock__link_reply(l);
     r = ok ? dlock__link_reply(l) : NULL;
+    dlock__stat_add(&n->c->stats, DLOCK__ST_COMMANDS,
+                    2 + (cmd->wait_replicas > 0));
+    dlock__stat_add(&n->c->stats, DLOCK__ST_ROUND_TRIPS, 1);
     if (ok)
       freeReplyObject(ok);
     if (r && cmd->wait_replicas > 0 &&
@@ -739,6 +837,10 @@ static dlock__node *redirect(dlock_client *c, const redisReply *r, int *ask) {
   dlock__node *to = dlock__cluster_node_at(c, host, port);
   if (to && moved)
     dlock__cluster_moved(c, slot, to);
+  if (to)
+    dlock__log(&c->cfg, moved ? DLOCK_LOG_INFO : DLOCK_LOG_DEBUG, NULL,
+               "redirect", "%s: slot %u served by %s:%d, followed",
+               moved ? "MOVED" : "ASK", slot, host, port);
   return to;
 }
 
@@ -849,6 +951,25 @@ static int resend_closed(const dlock__cmd *cmd, int64_t first, int *rc) {
   return 1;
 }
 
+/* A re-send under the retry policy (after pause_ms): counted and logged
+ * with the failure that caused it (the thread's message). */
+static void retry_note(dlock_client *c, const dlock__cmd *cmd, int64_t pause_ms,
+                       int attempt_no, int attempts) {
+  dlock__stat_add(&c->stats, DLOCK__ST_RETRIES, 1);
+  if (!dlock__log_on(&c->cfg, DLOCK_LOG_WARN))
+    return;
+  const char *what = cmd->script ? cmd->script->name : cmd->argv[0];
+  if (pause_ms > 0)
+    dlock__log(&c->cfg, DLOCK_LOG_WARN, cmd->key, "retry",
+               "%s failed (%s); retry %d of %d, the next in %lld ms", what,
+               dlock_last_error(), attempt_no, attempts - 1,
+               (long long)pause_ms);
+  else
+    dlock__log(&c->cfg, DLOCK_LOG_WARN, cmd->key, "retry",
+               "%s failed (%s); re-sent at once on a new connection", what,
+               dlock_last_error());
+}
+
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   *out = NULL;
   t_sends = 0;
@@ -881,8 +1002,10 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     int verdict = judge(c, cmd, &a, &stale_used, out, &rc);
     if (verdict == FINAL)
       return rc;
-    if (verdict == RETRY_NOW)
+    if (verdict == RETRY_NOW) {
+      retry_note(c, cmd, 0, i + 1, attempts);
       continue;
+    }
     if (++i >= attempts)
       return rc;
     if (atomic_load(&c->closing))
@@ -890,9 +1013,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     int64_t pause = dlock__retry_pause(&c->cfg, i - 1, &prev_pause);
     if (budget_spent(&pause))
       return rc; /* the call's wait budget ends its retries too */
-    dlock__log(&c->cfg, DLOCK_LOG_WARN, NULL, "retry",
-               "try %d of %d failed (%s); the next in %lld ms", i, attempts,
-               dlock_last_error(), (long long)pause);
+    retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0; /* a bound per attempt: the attempts are bounded */
     dlock__sleep_ms(pause);

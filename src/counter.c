@@ -121,8 +121,13 @@ int dlock__counter_wait(dlock__chobj *o, long long wait_ms) {
     return DLOCK_EBUSY;
   char what[300];
   snprintf(what, sizeof what, "%s '%.256s'", o->kind->name, o->name);
-  return dlock__sub_wait_check(o->c, o->channel, o->kind->wake_policy, &b,
-                               o->kind->recheck_ms, ready_cb, o, what);
+  r = dlock__sub_wait_check(o->c, o->channel, o->kind->wake_policy, &b,
+                            o->kind->recheck_ms, ready_cb, o, what);
+  if (r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
+    dlock__stat_add(
+        &o->c->stats,
+        r == DLOCK_ETIMEDOUT ? DLOCK__ST_TIMEOUTS : DLOCK__ST_CANCELS, 1);
+  return r;
 }
 
 static void once_key(dlock__sb *b, const char *name, const char *rid) {

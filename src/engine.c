@@ -94,6 +94,19 @@ int dlock__eng_expiry(dlock__hold *h, int64_t now, int64_t *next) {
   return DLOCK__ENG_KEEP;
 }
 
+int dlock__eng_renew_late(dlock__hold *h, int64_t now, int64_t period,
+                          int64_t *next) {
+  int64_t late_at = h->renewed_at + period + period / 2;
+  if (h->count > 0 && !h->lost && now >= late_at &&
+      h->fail_logged < h->renewed_at + period) {
+    h->fail_logged = now;
+    return 1;
+  }
+  if (now < late_at && late_at < *next)
+    *next = late_at;
+  return 0;
+}
+
 int dlock__eng_renew_answer(dlock__hold *h, int answered, int renewed,
                             int64_t sent, int64_t lease, int64_t now) {
   if (answered && renewed) {

@@ -78,6 +78,15 @@ enum {
  * 10 while SETTLING. Called by watchdog.c's expiry thread and async_wd.c's
  * deadline timer: one rule for both clients. */
 int dlock__eng_expiry(dlock__hold *h, int64_t now, int64_t *next);
+/* A renewal due one period after the hold's last confirmed one and still
+ * unconfirmed half a period later has failed, whatever keeps the renewing
+ * thread (a connect or a write to a paused server): returns 1 when that is
+ * to be told now (once per renewal round: noted in h->fail_logged), else
+ * 0, bringing *next forward to when it would be late. The log hook hears
+ * of failing renewals while the lease still runs (issue 27). */
+int dlock__eng_renew_late(dlock__hold *h, int64_t now, int64_t period,
+                          int64_t *next);
+
 /* A renewal sent at `sent` answered: answered = 0 no answer (failure),
  * renewed = its flag. Updates h (dlock__eng_renewed, or h->lost) and
  * returns KEEP (renewed), RETRY, END_QUIET or LOST. */

@@ -219,6 +219,20 @@ size_t dlock_client_hold_records(dlock_client *c) {
   return n;
 }
 
+int64_t dlock__holds_now(dlock_client *c) {
+  int64_t n = 0;
+  pthread_mutex_lock(&c->reg.mu);
+  int64_t now = dlock__now_ms();
+  for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
+    for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
+      const dlock__lockent *e = me->val;
+      for (const dlock__hold *h = e->holds; h; h = h->next)
+        n += h->count > 0 && !h->lost && now < h->valid_until;
+    }
+  pthread_mutex_unlock(&c->reg.mu);
+  return n;
+}
+
 /* The info key's hold start times (clientinfo.c): appends
  * "since:<tid>:<name>\0<ms>\0" for each current hold to b (at most
  * DLOCK__INFO_HOLDS_MAX); returns how many. Takes reg.mu. */

@@ -97,6 +97,7 @@ typedef enum dlock__stat {
   DLOCK__ST_ENOSYNC,
   DLOCK__ST_COMMANDS,
   DLOCK__ST_ROUND_TRIPS,
+  DLOCK__ST_LOST_EXPIRED,
   DLOCK__ST_COUNT
 } dlock__stat;
 typedef struct dlock__stats {
@@ -693,6 +694,11 @@ struct dlock__link {
  * SELECT. 0 and *out (free with dlock__link_free), or DLOCK_ECONN /
  * DLOCK_EAUTH / DLOCK_EREDIS / DLOCK_ENOMEM with the message set. */
 int dlock__link_open(dlock_client *c, const dlock__url *url, dlock__link **out);
+/* The same with replies (the handshake's, and later ones) awaited at most
+ * reply_ms instead of command_timeout_ms (the watchdog's links: a renewal
+ * must be answered while its lease runs). */
+int dlock__link_open_ms(dlock_client *c, const dlock__url *url, int reply_ms,
+                        dlock__link **out);
 /* Closes the socket (untracking it: see dlock__fd_track) and frees l.
  * Accepts NULL. */
 void dlock__link_free(dlock__link *l);
@@ -764,7 +770,14 @@ typedef struct dlock__node {
   int use_mux; /* cfg.multiplex */
   dlock__mux mux;
   dlock__sync sync; /* a cluster master's replica count (sync.c) */
+  /* Observability (conn.c): up = the command connection is open (a gauge
+   * dlock_client_stats reads without a lock); dropped = a connection
+   * failed, the next one made is a reconnect. */
+  atomic_int up;
+  atomic_int dropped;
 } dlock__node;
+/* 1 if the command connection of n is up (dlock_client_stats). */
+int dlock__node_up(dlock__node *n);
 
 /* One command. argv[0..argc) with lengths. When script is set, argv[0] and
  * argv[1] are filled in by the router (EVALSHA sha, or EVAL body after a
@@ -1113,6 +1126,16 @@ struct dlock_client {
 void dlock__info_want(dlock_client *c);
 /* Writes the key (no lock held; one attempt). 0 or a negative code. */
 int dlock__info_write(dlock_client *c);
+/* The same, sent by send(c, arg, key, argc, argv, lens) -- an EVAL of the
+ * write script, routed by key -- instead of the router (the watchdog's own
+ * connection, whose replies are awaited within the lease). send returns 0
+ * or a negative code. The key also carries "conn_name" (the client's
+ * connection name) for dlock status. */
+typedef int dlock__info_send_fn(dlock_client *c, void *arg, const char *key,
+                                int argc, const char **argv,
+                                const size_t *lens);
+int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
+                          void *arg);
 
 /* The info key is written again soon (reg.mu held) -- at once, or
  * DLOCK__INFO_GAP_MS after the previous write ended: a published hold
@@ -1130,6 +1153,9 @@ void dlock__info_since_later(dlock_client *c);
  * lasted DLOCK__SINCE_AFTER_MS and its start is unpublished (write the info
  * key now); *next = when the next unpublished hold gets that old, or 0. */
 int dlock__holds_since_due(dlock_client *c, int64_t now, int64_t *next);
+/* The holds c has now (dlock_client_stats's gauge): records of a thread
+ * holding the lock, not lost, before their local deadline. Takes reg.mu. */
+int64_t dlock__holds_now(dlock_client *c);
 /* The info key lists at most this many holds (since:<tid>:<name>). */
 #define DLOCK__INFO_HOLDS_MAX 512
 /* Appends "since:<tid>:<name>\0<wall ms>\0" for each current hold of c
@@ -1353,11 +1379,12 @@ struct dlock__hold {
    * first sent: if that was before valid_until, its outcome can still be
    * "released", and no loss is reported for the hold (watchdog.c). */
   int64_t release_sent;
-  int64_t renewed_at; /* monotonic ms: last acquire or confirmed renewal */
-  int64_t since_ms;   /* wall clock ms of the acquisition that began the hold
-                         (count 0 -> 1): the info key's since:<tid>:<name> */
-  int64_t since_at;   /* the same moment, monotonic ms */
-  int since_pub;      /* since_ms went out with an info write */
+  int64_t renewed_at;  /* monotonic ms: last acquire or confirmed renewal */
+  int64_t fail_logged; /* monotonic ms a failed renewal was last logged */
+  int64_t since_ms;    /* wall clock ms of the acquisition that began the hold
+                          (count 0 -> 1): the info key's since:<tid>:<name> */
+  int64_t since_at;    /* the same moment, monotonic ms */
+  int since_pub;       /* since_ms went out with an info write */
   /* Local deadline (monotonic ms): send time of the last confirmed
    * acquisition or renewal + lease - dlock__lease_margin(lease). Past it the
    * hold is lost whatever Redis says later (watchdog.c's expiry thread

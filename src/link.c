@@ -351,20 +351,26 @@ static int handshake(dlock__link *l, const dlock__url *url, const char *name,
   return rc;
 }
 
-static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out);
+static int open_url(dlock_client *c, const dlock__url *url, int reply_ms,
+                    dlock__link **out);
 
 int dlock__link_open(dlock_client *c, const dlock__url *url,
                      dlock__link **out) {
+  return dlock__link_open_ms(c, url, c->cfg.command_timeout_ms, out);
+}
+
+int dlock__link_open_ms(dlock_client *c, const dlock__url *url, int reply_ms,
+                        dlock__link **out) {
   *out = NULL;
   if (!url->sentinel)
-    return open_url(c, url, out);
+    return open_url(c, url, reply_ms, out);
   /* Sentinel: connect to the master as last discovered (sentinel.c); one
    * that refuses makes the next connection ask the sentinels again. */
   dlock__url target;
   char host[256];
   unsigned gen = 0;
   int rc = dlock__sentinel_target(c, &target, host, sizeof host, &gen);
-  if (rc == 0 && (rc = open_url(c, &target, out)) == DLOCK_ECONN)
+  if (rc == 0 && (rc = open_url(c, &target, reply_ms, out)) == DLOCK_ECONN)
     dlock__sentinel_invalidate(c, gen);
   if (rc == 0 && *out)
     (*out)->addr_gen = gen;
@@ -432,7 +438,8 @@ static int plain_to_tls_port(const dlock__link *l, const dlock__url *url,
   return odd && speaks_tls(url, timeout_ms);
 }
 
-static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
+static int open_url(dlock_client *c, const dlock__url *url, int reply_ms,
+                    dlock__link **out) {
   *out = NULL;
   dlock__link *l = dlock__calloc(1, sizeof *l);
   redisReader *rd = l ? redisReaderCreate() : NULL;
@@ -452,8 +459,7 @@ static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
   l->fd = fd;
   l->reader = rd;
   dlock__fd_track(fd);
-  dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
-                          c->cfg.command_timeout_ms);
+  dlock__link_set_timeout(l, reply_ms, c->cfg.command_timeout_ms);
   int rc = 0;
   if (url->tls) {
     const char *name =
@@ -462,7 +468,7 @@ static int open_url(dlock_client *c, const dlock__url *url, dlock__link **out) {
                            c->cfg.tls_verify, c->cfg.connect_timeout_ms);
   }
   if (rc == 0)
-    rc = handshake(l, url, c->conn_name, c->cfg.command_timeout_ms);
+    rc = handshake(l, url, c->conn_name, reply_ms);
   if (rc == DLOCK_ECONN && plain_to_tls_port(l, url, c->cfg.connect_timeout_ms))
     rc = dlock__fail(DLOCK_ETLS,
                      "the server at %s:%d speaks TLS: use rediss:// "

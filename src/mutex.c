@@ -448,6 +448,27 @@ static void drop_hold(dlock_client *c, dlock__hold *h) {
   dlock__hold_put(c, h);
 }
 
+/* ---- counters and log events of holds (stats.c, log.c) ---- */
+
+/* A hold found gone on the server by this thread's own call (an unlock or
+ * a reentrant acquire) before its local deadline, with no loss reported:
+ * deleted or taken by someone else (force unlock, an operator's DEL). */
+static void lost_found(dlock_client *c, const char *name, const char *by) {
+  dlock__stat_add(&c->stats, DLOCK__ST_LOST_FORCED, 1);
+  dlock__log(&c->cfg, DLOCK_LOG_ERROR, name, "lost",
+             "lost: %s found this thread's hold gone before its lease ended "
+             "(force-unlocked, deleted or taken by another client)",
+             by);
+}
+
+/* A hold with a fixed lease whose local deadline passed before its unlock
+ * (or the thread's next acquire of it): the lease ended it. */
+static void lost_expired(dlock_client *c, const char *name) {
+  dlock__stat_add(&c->stats, DLOCK__ST_LOST_EXPIRED, 1);
+  dlock__log(&c->cfg, DLOCK_LOG_WARN, name, "expired",
+             "expired: the hold's lease ran out before it was unlocked");
+}
+
 /* Records a successful acquisition (takes reg.mu). sent = monotonic time
  * the acquiring command (or the confirmation of a hand-over) was sent: the
  * key's TTL started after it, so sent + lease - margin is a local deadline
@@ -541,6 +562,8 @@ typedef struct acq {
   int joined;         /* joined before the first attempt (queued with it) */
   int away;           /* the last attempt met a passing failure (rides_out) */
   char away_why[512]; /* ... and its message */
+  int waited;         /* the call entered the wait loop (counters) */
+  int handover;       /* the lock came by a hand-over grant (counters) */
 } acq;
 
 /* "lock 'name'" for messages. */
@@ -601,6 +624,8 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   int gone = dlock__eng_reenter(h, a->b.started, &a->prior);
   if (gone) {
     int was_lost = gone == DLOCK__ENG_RAN_OUT ? 0 : gone;
+    if (!was_lost)
+      lost_expired(c, m->name);
     drop_hold(c, h);
     pthread_mutex_unlock(&c->reg.mu);
     if (was_lost)
@@ -704,6 +729,7 @@ static int sleep_once(acq *a) {
   }
   if (!granted)
     return 0;
+  a->handover = 1;
   /* The unlock script made us the owner (this wait's grant). With replica
    * sync the hand-over is confirmed like a direct acquisition: by a write
    * with a WAIT behind it -- one more attempt, which finds the field and
@@ -740,6 +766,7 @@ static int wait_loop(acq *a) {
   pthread_mutex_lock(&a->c->reg.mu);
   dlock__info_want(a->c);
   pthread_mutex_unlock(&a->c->reg.mu);
+  a->waited = 1;
   int rc = subscribe(a);
   if (rc)
     return rc;
@@ -782,6 +809,7 @@ static int leave_queue(acq *a) {
                              &a->token, &a->w);
   int held = cr == 1 && attempt(a, 1, 0) == 1;
   dlock__err_keep_end();
+  a->handover |= held;
   return held;
 }
 
@@ -804,9 +832,37 @@ static int undo_unsynced(acq *a, const char *why) {
     rc = 1; /* a copy of this release found what an earlier one left */
   dlock__sync_pause(0);
   dlock__err_keep_end();
+  dlock__stat_add(&a->c->stats, DLOCK__ST_ENOSYNC, 1);
+  dlock__log(&a->c->cfg, DLOCK_LOG_WARN, a->m->name, "enosync",
+             "acquisition undone: %s", msg);
   return dlock__fail(
       DLOCK_ENOSYNC, "lock '%s': %s; the acquisition was undone%s", a->m->name,
       msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
+}
+
+/* A successful acquire call (its hold recorded). */
+static void count_acquired(const acq *a) {
+  dlock__stats *s = &a->c->stats;
+  if (a->prior > 0) {
+    dlock__stat_add(s, DLOCK__ST_REENTERED, 1);
+    return;
+  }
+  dlock__stat_add(s, DLOCK__ST_ACQUIRED, 1);
+  dlock__stat_add(
+      s, a->handover ? DLOCK__ST_ACQUIRED_HANDOVER : DLOCK__ST_ACQUIRED_DIRECT,
+      1);
+  int64_t waited = 0;
+  if (a->waited) {
+    waited = dlock__now_ms() - a->b.started;
+    dlock__stat_wait(s, waited);
+  }
+  if (dlock__log_on(&a->c->cfg, DLOCK_LOG_DEBUG))
+    dlock__log(
+        &a->c->cfg, DLOCK_LOG_DEBUG, a->m->name, "acquired",
+        "acquired %s%s (lease %lld ms%s, waited %lld ms)",
+        a->handover ? "by hand-over" : "directly",
+        a->m->ops->field_suffix && a->m->ops->field_suffix[0] ? " (write)" : "",
+        (long long)a->lease, a->wd ? ", watchdog" : "", (long long)waited);
 }
 
 static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
@@ -829,6 +885,8 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   if (rc == DLOCK_ELOST) {
     pthread_mutex_lock(&a.c->reg.mu);
     dlock__hold *h = find_hold(m, a.tid);
+    if (h && h->count > 0 && !h->lost)
+      lost_found(a.c, m->name, "a reentrant acquire");
     if (h)
       drop_hold(a.c, h);
     pthread_mutex_unlock(&a.c->reg.mu);
@@ -842,8 +900,9 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   const char *why = NULL;
   if (rc == 1 && dlock__sync_short(&why))
     return undo_unsynced(&a, why);
-  if (rc == 1)
-    return record_hold(m, a.tid, a.prior + 1, a.wd, a.lease, a.sent, a.token);
+  if (rc == 1 && (rc = record_hold(m, a.tid, a.prior + 1, a.wd, a.lease, a.sent,
+                                   a.token)) == 0)
+    count_acquired(&a);
   return rc;
 }
 
@@ -858,6 +917,10 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
   int64_t prev = 0;
   for (int i = 0;; i++) {
     int rc = acquire_once(m, wait_ms, lease_ms, &b);
+    if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED)
+      dlock__stat_add(
+          &m->c->stats,
+          rc == DLOCK_ETIMEDOUT ? DLOCK__ST_TIMEOUTS : DLOCK__ST_CANCELS, 1);
     if (rc != DLOCK_ENOSYNC || wait_ms == 0 || i >= m->c->cfg.retry_attempts)
       return rc;
     int64_t pause = dlock__retry_pause(&m->c->cfg, i, &prev);
@@ -930,9 +993,18 @@ static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
 static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
   dlock_client *c = m->c;
   dlock__hold *h = r->h;
+  int reported = h->lost; /* counted and logged when it was reported */
   dlock__eng_rel_out o =
       dlock__eng_unlock_end(h, &r->u, rc, sends > 1, dlock__now_ms());
   r->tombstone = o.tombstone;
+  if (o.action == DLOCK__ENG_REL_FORGET && !reported) {
+    if (o.expired)
+      lost_expired(c, m->name);
+    else if (o.rc == DLOCK_ELOST)
+      lost_found(c, m->name, "the unlock");
+    else
+      dlock__stat_add(&c->stats, DLOCK__ST_RELEASED, 1);
+  }
   if (o.action == DLOCK__ENG_REL_PUT)
     dlock__hold_put(c, h);
   else if (o.action == DLOCK__ENG_REL_FORGET)

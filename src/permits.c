@@ -57,7 +57,7 @@ typedef struct wd_permit {
   struct wd_permit *next;
   unsigned char raw[16];
   /* Local deadline (monotonic ms): the send time of the last confirmed
-   * acquisition or renewal + the lease - dlock__lease_margin(lease). The
+   * acquisition or renewal + the lease - margin (dlock__eng_deadline). The
    * server's expiry cannot come before it; after it, it may have. */
   int64_t valid_until;
 } wd_permit;
@@ -516,7 +516,7 @@ static void *renewer(void *arg) {
       }
       for (wd_permit *w = p->wd; w; w = w->next)
         if (memcmp(w->raw, ids[j], 16) == 0)
-          w->valid_until = sent + lease - dlock__lease_margin(lease);
+          w->valid_until = dlock__eng_deadline(sent, lease);
     }
     free(ids);
     free(gone);
@@ -533,7 +533,7 @@ static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   memcpy(w->raw, raw, 16);
   int64_t lease = wd_lease(p);
-  w->valid_until = sent + lease - dlock__lease_margin(lease);
+  w->valid_until = dlock__eng_deadline(sent, lease);
   pthread_mutex_lock(&p->mu);
   int rc = 0;
   if (!p->started) {

@@ -230,6 +230,7 @@ typedef struct ps_conn {
   size_t sent_head, sent_n, sent_cap;
   dlock__sb out; /* commands not yet written (flush_out) */
   int wanted;    /* a subscription waits for this connection */
+  int failed;    /* it was lost: the next one made is a reconnect */
 } ps_conn;
 
 typedef struct ps_state {
@@ -398,6 +399,11 @@ static void sub_reset(dlock__sub *s) {
 static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
   ps_conn *pc = &ps->conns[i];
   if (pc->link) {
+    pc->failed = 1;
+    if (!atomic_load(&c->closing))
+      dlock__log(&c->cfg, DLOCK_LOG_WARN, NULL, "disconnect",
+                 "subscriber connection lost: %s",
+                 pc->link->errstr[0] ? pc->link->errstr : "closed");
     dlock__link_free(pc->link);
     pc->link = NULL;
   }
@@ -663,6 +669,12 @@ static void ps_connect(dlock_client *c, ps_state *ps, int i) {
                           c->cfg.command_timeout_ms);
   pc->link = l;
   pc->backoff = 50;
+  if (pc->failed) {
+    pc->failed = 0;
+    dlock__stat_add(&c->stats, DLOCK__ST_RECONNECTS, 1);
+    dlock__log(&c->cfg, DLOCK_LOG_INFO, NULL, "reconnect",
+               "subscriber connection reopened");
+  }
 }
 
 /* Reads what connection i has and handles every complete reply. 0, or -1

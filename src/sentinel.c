@@ -84,14 +84,19 @@ static void wake_subscriber(dlock_client *c) {
 }
 
 /* Records host:port as the master (mu held). A new address is a new
- * generation. */
-static void set_master(dlock_client *c, const char *host, int port) {
+ * generation: returns 1 then, with the old address ("" none) in old[0..n)
+ * for master_log. */
+static int set_master(dlock_client *c, const char *host, int port, char *old,
+                      size_t n) {
   dlock__sentinel *s = &c->sent;
   int same = s->host && strcmp(s->host, host) == 0 && s->port == port;
+  old[0] = '\0';
+  if (!same && s->host)
+    snprintf(old, n, "%s:%d", s->host, s->port);
   if (!same) {
     char *h = dlock__strdup(host);
     if (!h)
-      return; /* out of memory: the next target discovers again */
+      return 0; /* out of memory: the next target discovers again */
     free(s->host);
     s->host = h;
     s->port = port;
@@ -99,6 +104,21 @@ static void set_master(dlock_client *c, const char *host, int port) {
     atomic_store(&c->sync.replicas, -1);
   }
   s->known = 1;
+  return !same;
+}
+
+/* Logs a new master (no lock held): a failover followed when there was
+ * another one before. */
+static void master_log(dlock_client *c, const char *old, const char *host,
+                       int port, const char *how) {
+  if (old[0])
+    dlock__log(&c->cfg, DLOCK_LOG_INFO, NULL, "failover",
+               "master of '%s' moved from %s to %s:%d (%s)", c->url.master_name,
+               old, host, port, how);
+  else
+    dlock__log(&c->cfg, DLOCK_LOG_DEBUG, NULL, "master",
+               "master of '%s' is %s:%d (%s)", c->url.master_name, host, port,
+               how);
 }
 
 void dlock__sentinel_invalidate(dlock_client *c, unsigned gen) {
@@ -241,10 +261,13 @@ static int discover(dlock_client *c) {
     if (rc == 0)
       rc = check_role(c, host, port);
     if (rc == 0) {
+      char old[300];
       pthread_mutex_lock(&s->mu);
-      set_master(c, host, port);
+      int moved = set_master(c, host, port, old, sizeof old);
       s->next = i;
       pthread_mutex_unlock(&s->mu);
+      if (moved)
+        master_log(c, old, host, port, "asked the sentinels");
       dlock__sb_free(&why);
       return 0;
     }
@@ -311,9 +334,12 @@ static void on_switch(dlock_client *c, const char *payload) {
   if (!dlock__sentinel_switch_msg(payload, c->url.master_name, nh, sizeof nh,
                                   &np))
     return;
+  char old[300];
   pthread_mutex_lock(&c->sent.mu);
-  set_master(c, nh, np);
+  int moved = set_master(c, nh, np, old, sizeof old);
   pthread_mutex_unlock(&c->sent.mu);
+  if (moved)
+    master_log(c, old, nh, np, "+switch-master");
   wake_subscriber(c);
 }
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "async_internal.h"
 #include "internal.h"
 
 #define STATS_MAGIC 0x444c5354u /* "DLST" */
@@ -65,22 +66,43 @@ static const size_t g_off[DLOCK__ST_COUNT] = {
     [DLOCK__ST_ENOSYNC] = offsetof(dlock_client_stats, enosync),
     [DLOCK__ST_COMMANDS] = offsetof(dlock_client_stats, commands),
     [DLOCK__ST_ROUND_TRIPS] = offsetof(dlock_client_stats, round_trips),
+    [DLOCK__ST_LOST_EXPIRED] = offsetof(dlock_client_stats, lost_expired),
 };
 
-/* Holds now: begun minus ended (every way a hold ends is counted). */
-static uint64_t holds_now(const uint64_t *v) {
-  uint64_t ended = v[DLOCK__ST_RELEASED] + v[DLOCK__ST_LOST_KEY_GONE] +
-                   v[DLOCK__ST_LOST_UNREACHABLE] +
-                   v[DLOCK__ST_LOST_THREAD_EXIT] + v[DLOCK__ST_LOST_FORCED];
-  return v[DLOCK__ST_ACQUIRED] > ended ? v[DLOCK__ST_ACQUIRED] - ended : 0;
+/* The command connections are up: the only node's, or on a cluster every
+ * master's (that owns slots) that this client has talked to. */
+static int32_t connected_now(dlock_client *c) {
+  if (!c->cl)
+    return dlock__node_up(&c->node);
+  dlock__node *m[DLOCK__CLUSTER_MAX_NODES];
+  int n = dlock__cluster_masters(c, m, DLOCK__CLUSTER_MAX_NODES);
+  if (n > DLOCK__CLUSTER_MAX_NODES)
+    n = DLOCK__CLUSTER_MAX_NODES;
+  int up = 0;
+  for (int i = 0; i < n; i++) {
+    if (atomic_load(&m[i]->dropped))
+      return 0; /* its connection failed and was not made again */
+    up |= dlock__node_up(m[i]);
+  }
+  return up; /* masters never talked to yet do not count */
 }
 
-/* The standalone node's multiplexed connection is up. */
-static int32_t connected_now(dlock_client *c) {
-  pthread_mutex_lock(&c->node.mux.mu);
-  int32_t up = c->node.mux.link != NULL && !c->node.mux.broken;
-  pthread_mutex_unlock(&c->node.mux.mu);
-  return up;
+/* The counters of s into full (its layout record written). */
+static void take(const dlock__stats *s, dlock_client_stats *full, size_t size) {
+  memset(full, 0, sizeof *full);
+  full->abi_magic = STATS_MAGIC;
+  full->abi_size = (uint32_t)size;
+  for (int k = 0; k < DLOCK__ST_COUNT; k++) {
+    uint64_t v = atomic_load_explicit(&s->v[k], memory_order_relaxed);
+    memcpy((unsigned char *)full + g_off[k], &v, sizeof v);
+  }
+}
+
+/* Writes what fits of full into the caller's size bytes. */
+static void give(dlock_client_stats *st, const dlock_client_stats *full,
+                 size_t size) {
+  memset(st, 0, size);
+  memcpy(st, full, size < sizeof *full ? size : sizeof *full);
 }
 
 int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
@@ -91,17 +113,29 @@ int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
                        "of %zu bytes (use the dlock_client_stats macro)",
                        size);
   dlock_client_stats full;
-  memset(&full, 0, sizeof full);
-  full.abi_magic = STATS_MAGIC;
-  full.abi_size = (uint32_t)size;
-  uint64_t v[DLOCK__ST_COUNT];
-  for (int k = 0; k < DLOCK__ST_COUNT; k++) {
-    v[k] = atomic_load_explicit(&c->stats.v[k], memory_order_relaxed);
-    memcpy((unsigned char *)&full + g_off[k], &v[k], sizeof v[k]);
-  }
-  full.holds = holds_now(v);
+  take(&c->stats, &full, size);
+  full.holds = (uint64_t)dlock__holds_now(c);
   full.connected = connected_now(c);
-  memset(st, 0, size);
-  memcpy(st, &full, size < sizeof full ? size : sizeof full);
+  give(st, &full, size);
+  return 0;
+}
+
+int dlock_async_stats_sized(dlock_async *a, dlock_client_stats *st,
+                            size_t size) {
+  if (!a || !st || size < 8 || size > STATS_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_async_stats: NULL argument or a struct size "
+                       "of %zu bytes (use the dlock_async_stats macro)",
+                       size);
+  dlock_client_stats full;
+  take(&a->stats, &full, size);
+  int64_t now = dlock__now_ms();
+  for (size_t i = 0; a->holds.b && i < a->holds.nb; i++)
+    for (dlock__map_ent *e = a->holds.b[i]; e; e = e->next) {
+      const dlock__ahold *h = e->val;
+      full.holds += h->h.count > 0 && !h->h.lost && now < h->h.valid_until;
+    }
+  full.connected = a->cmd.state == DLOCK__AC_READY;
+  give(st, &full, size);
   return 0;
 }

@@ -34,6 +34,17 @@
  * -- not when a renewal stuck in a dead network gives up, which can be a
  * command timeout later, after another client took the lock (issue 9.1).
  *
+ * TELLING FAILURES AS THEY HAPPEN (issue 27). The watchdog's own
+ * connections -- made with their handshake, and read -- wait at most half
+ * the lease for an answer (when that is shorter than command_timeout_ms);
+ * the client's info key goes over them too. Every renewal that gets no
+ * answer is logged (renew_failed, with the lease left) and counted; and
+ * the expiry thread, which looks at the holds at least every quarter
+ * period, logs a renewal still unconfirmed half a period past its due time
+ * whatever holds the watchdog thread. Losses are counted by reason and
+ * logged (lost) before on_lock_lost runs; no hook is called with reg.mu
+ * held.
+ *
  * DECLINES. The watchdog thread also sends the decline script for a grant
  * that reached no wait of this client (pubsub.c): the unlock handed the
  * lock to a queue entry of a wait that had ended, and the lock goes back.
@@ -121,6 +132,7 @@ typedef struct wd_item {
 typedef struct wd_link {
   dlock__node *node;
   dlock__link *link; /* or NULL */
+  int failed;        /* the last link failed: the next one is a reconnect */
 } wd_link;
 
 typedef struct wd_state {
@@ -257,6 +269,13 @@ static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
   return 0;
 }
 
+/* How long the watchdog waits for a renewal batch's answer. */
+static int wd_read_ms(const dlock_client *c) {
+  int half = c->cfg.watchdog_timeout_ms / 2;
+  int cto = c->cfg.command_timeout_ms;
+  return half > 0 && half < cto ? half : cto;
+}
+
 /* The watchdog's link to node, connected when missing: NULL on failure. */
 static dlock__link *node_link(dlock_client *c, wd_state *st, dlock__node *node,
                               wd_link **out) {
@@ -272,15 +291,27 @@ static dlock__link *node_link(dlock_client *c, wd_state *st, dlock__node *node,
       st->links = nl;
       st->links_cap = nc;
     }
-    st->links[st->nlinks++] = (wd_link){node, NULL};
+    st->links[st->nlinks++] = (wd_link){node, NULL, 0};
   }
   *out = &st->links[i];
   if (st->links[i].link && dlock__link_stale(c, st->links[i].link)) {
     dlock__link_free(st->links[i].link); /* Sentinel failover: follow */
     st->links[i].link = NULL;
   }
-  if (!st->links[i].link && dlock__link_open(c, node->url, &st->links[i].link))
-    return NULL;
+  if (!st->links[i].link) {
+    /* A renewal's answer (and the handshake's) is due well within the
+     * lease: awaited at most half of it (when shorter than
+     * command_timeout_ms), a paused server is seen -- and logged,
+     * renew_failed -- while the lease still runs. */
+    if (dlock__link_open_ms(c, node->url, wd_read_ms(c), &st->links[i].link))
+      return NULL;
+    if (st->links[i].failed) {
+      st->links[i].failed = 0;
+      dlock__stat_add(&c->stats, DLOCK__ST_RECONNECTS, 1);
+      dlock__log(&c->cfg, DLOCK_LOG_INFO, NULL, "reconnect",
+                 "watchdog connection reopened");
+    }
+  }
   return st->links[i].link;
 }
 
@@ -289,9 +320,11 @@ static dlock__link *node_link(dlock_client *c, wd_state *st, dlock__node *node,
  * unknown). */
 static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
                       const char *lease, size_t ll) {
-  wd_link *wl;
+  wd_link *wl = NULL;
   dlock__link *l = node_link(c, st, st->items[from].node, &wl);
   if (!l) {
+    if (wl)
+      wl->failed = 1;
     dlock__cluster_mark_stale(c); /* the master may have failed over */
     return dlock_last_error()[0] ? DLOCK_ECONN
                                  : dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -299,11 +332,15 @@ static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
   int rc = 0;
   size_t sent_to = from;
   st->script_loads = 0;
+  uint64_t chunks = 0;
   for (size_t at = from; at < to && rc == 0; at = sent_to) {
     sent_to = chunk_end(st, at, to);
     if (send_chunk(c, l, st->items + at, sent_to - at, lease, ll) != 0)
       rc = 1;
+    chunks++;
   }
+  dlock__stat_add(&c->stats, DLOCK__ST_COMMANDS, chunks);
+  dlock__stat_add(&c->stats, DLOCK__ST_ROUND_TRIPS, 1);
   for (size_t at = from, e; at < sent_to && rc == 0; at = e) {
     e = chunk_end(st, at, to);
     rc = read_chunk(c, l, st, at, e - at);
@@ -315,10 +352,14 @@ static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
   }
   if (rc == 0)
     return 0;
+  rc = l->err != DLOCK__LINK_OK
+           ? dlock__link_fail(l, wd_read_ms(c), "renewal connection failed")
+           : dlock__fail(DLOCK_ECONN, "renewal connection failed");
   dlock__link_free(wl->link);
   wl->link = NULL;
+  wl->failed = 1;
   dlock__cluster_mark_stale(c);
-  return dlock__fail(DLOCK_ECONN, "renewal connection failed");
+  return rc;
 }
 
 static int item_order(const void *a, const void *b) {
@@ -424,12 +465,23 @@ static void note_lost(lost_note **list, const char *name, int why) {
  * holds) and frees the list. During the callback, dlock_last_error() on
  * this thread says why (dlock.h, on_lock_lost). */
 static void report_lost(dlock_client *c, lost_note *lost) {
-  if (lost && c->cfg.on_lock_lost) {
+  if (lost) {
     pthread_mutex_unlock(&c->reg.mu);
     for (lost_note *ln = lost; ln; ln = ln->next) {
-      dlock__fail(DLOCK_ELOST, "lock '%s' was lost: %s", ln->name,
-                  dlock__lost_why(ln->why));
-      c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+      /* counted and logged first: the log line comes before the report */
+      dlock__stat_add(&c->stats,
+                      ln->why == DLOCK__LOST_GONE ? DLOCK__ST_LOST_KEY_GONE
+                      : ln->why == DLOCK__LOST_THREAD_EXIT
+                          ? DLOCK__ST_LOST_THREAD_EXIT
+                          : DLOCK__ST_LOST_UNREACHABLE,
+                      1);
+      dlock__log(&c->cfg, DLOCK_LOG_ERROR, ln->name, "lost", "lost: %s",
+                 dlock__lost_why(ln->why));
+      if (c->cfg.on_lock_lost) {
+        dlock__fail(DLOCK_ELOST, "lock '%s' was lost: %s", ln->name,
+                    dlock__lost_why(ln->why));
+        c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
+      }
     }
     pthread_mutex_lock(&c->reg.mu);
   }
@@ -524,17 +576,75 @@ static size_t collect(dlock_client *c, wd_state *st, const wd_timing *t,
   return n;
 }
 
+/* Renewals that got no answer in one pass, logged (renew_failed) once
+ * reg.mu is released: the first few by name, the rest counted. */
+#define WD_FAILS_NAMED 16
+typedef struct wd_fails {
+  int n, more;
+  uint64_t counted; /* failed renewal rounds (renewals_failed) */
+  struct {
+    char name[160];
+    int64_t left; /* ms of the local deadline left */
+  } v[WD_FAILS_NAMED];
+} wd_fails;
+
+static void fail_note(wd_fails *f, const char *name, size_t len, int64_t left) {
+  f->counted++;
+  if (f->n == WD_FAILS_NAMED) {
+    f->more++;
+    return;
+  }
+  if (len >= sizeof f->v[0].name)
+    len = sizeof f->v[0].name - 1;
+  memcpy(f->v[f->n].name, name, len);
+  f->v[f->n].name[len] = '\0';
+  f->v[f->n++].left = left;
+}
+
+/* Counts and logs the failures of a pass (reg.mu held; released while
+ * the hook runs). why: the batch's error. */
+static void report_fails(dlock_client *c, wd_fails *f, const char *why) {
+  if (f->counted)
+    dlock__stat_add(&c->stats, DLOCK__ST_RENEWALS_FAILED, f->counted);
+  if (f->n == 0)
+    return;
+  if (!dlock__log_on(&c->cfg, DLOCK_LOG_WARN))
+    return;
+  pthread_mutex_unlock(&c->reg.mu);
+  for (int i = 0; i < f->n; i++) {
+    int64_t left = f->v[i].left > 0 ? f->v[i].left : 0;
+    dlock__log(&c->cfg, DLOCK_LOG_WARN, f->v[i].name, "renew_failed",
+               "renewal of '%s' failed: %lld.%lld s of lease left (%s)",
+               f->v[i].name, (long long)(left / 1000),
+               (long long)(left % 1000 / 100), why[0] ? why : "no answer");
+  }
+  if (f->more)
+    dlock__log(&c->cfg, DLOCK_LOG_WARN, NULL, "renew_failed",
+               "renewals of %d more holds failed (%s)", f->more,
+               why[0] ? why : "no answer");
+  pthread_mutex_lock(&c->reg.mu);
+}
+
 /* Records what a batch sent at sent_at found (reg.mu held): renewed holds
  * get a new local deadline, gone ones are lost (noted in *lost), and ones
  * without an answer are retried unless their deadline passed. */
 static void apply(dlock_client *c, const wd_state *st, const wd_timing *t,
-                  size_t n, int64_t sent_at, lost_note **lost) {
+                  size_t n, int64_t sent_at, lost_note **lost,
+                  wd_fails *fails) {
   int64_t now = dlock__now_ms();
   for (size_t i = 0; i < n; i++) {
     dlock__hold *h = st->items[i].h;
     if (!h->in_wd || h->gen != st->items[i].gen || h->count == 0)
       continue; /* released meanwhile: the reply says nothing about it */
     int answered = st->flags[i] != 2; /* a failed node's items: 2 */
+    if (!answered && !dlock__release_may_have_run(h)) {
+      /* logged every time; counted once per renewal round */
+      int first = h->fail_logged < h->renewed_at + t->period;
+      fail_note(fails, st->items[i].name, st->items[i].name_len,
+                h->valid_until - now);
+      fails->counted -= !first;
+      h->fail_logged = now;
+    }
     switch (dlock__eng_renew_answer(h, answered, st->flags[i] == 1, sent_at,
                                     t->lease, now)) {
     case DLOCK__ENG_END_QUIET:
@@ -570,19 +680,27 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   pthread_mutex_unlock(&c->reg.mu);
   memset(st->flags, 0, n);
   int64_t sent_at = dlock__now_ms();
-  if (nstd)
-    (void)renew_batch(c, st, nstd);   /* failures: flags stay 2 */
+  dlock__stat_add(&c->stats, DLOCK__ST_RENEWALS_SENT, n);
+  char why[200] = "";
+  if (nstd && renew_batch(c, st, nstd) != 0) /* failures: flags stay 2 */
+    snprintf(why, sizeof why, "%s", dlock_last_error());
   for (size_t i = nstd; i < n; i++) { /* custom renewals (read locks) */
     const wd_item *it = &st->items[i];
     int r = it->ops->renew(c, it->name, it->name_len, it->tid, it->count);
     st->flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
+    if (r < 0 && !why[0])
+      snprintf(why, sizeof why, "%s", dlock_last_error());
   }
   lost_note *lost = NULL;
+  wd_fails fails;
+  fails.n = fails.more = 0;
+  fails.counted = 0;
   pthread_mutex_lock(&c->reg.mu);
-  apply(c, st, t, n, sent_at, &lost);
+  apply(c, st, t, n, sent_at, &lost, &fails);
   dlock__hold_grave_empty(c);
   c->wd.busy = 0;
   pthread_cond_broadcast(&c->reg.cv);
+  report_fails(c, &fails, why);
   report_lost(c, lost);
 }
 
@@ -600,7 +718,48 @@ static int holds_due(dlock_client *c, const wd_timing *t) {
  * is due one period (after a failure: one retry interval) after this one
  * ENDS: a write that takes long (an unreachable server) is not due again
  * at once, ahead of the renewals (issue 25.7). */
-static int info_tick(dlock_client *c, const wd_timing *t) {
+/* dlock__info_write_via's sender: the watchdog's own link to the key's
+ * node, whose replies are awaited at most wd_read_ms -- a paused server
+ * holds this thread no longer than it would hold a renewal. */
+static int info_send(dlock_client *c, void *arg, const char *key, int argc,
+                     const char **argv, const size_t *lens) {
+  wd_state *st = arg;
+  dlock__node *node = c->cl ? dlock__cluster_lookup(c, key) : &c->node;
+  wd_link *wl = NULL;
+  dlock__link *l = node ? node_link(c, st, node, &wl) : NULL;
+  if (!l) {
+    if (wl)
+      wl->failed = 1;
+    dlock__cluster_mark_stale(c);
+    return DLOCK_ECONN;
+  }
+  dlock__sb b;
+  dlock__sb_init(&b);
+  dlock__resp_argv(&b, argc, argv, lens);
+  redisReply *r = NULL;
+  int rc = b.oom ? DLOCK_ENOMEM : 0;
+  if (!rc &&
+      (dlock__link_send(l, b.p, b.len) != 0 || !(r = dlock__link_reply(l)))) {
+    rc = dlock__link_fail(l, wd_read_ms(c), "client info write");
+    dlock__link_free(wl->link);
+    wl->link = NULL;
+    wl->failed = 1;
+  }
+  dlock__sb_free(&b);
+  if (!b.oom) {
+    dlock__stat_add(&c->stats, DLOCK__ST_COMMANDS, 1);
+    dlock__stat_add(&c->stats, DLOCK__ST_ROUND_TRIPS, 1);
+  }
+  if (r && r->type == REDIS_REPLY_ERROR) {
+    rc = DLOCK_EREDIS; /* MOVED, CLUSTERDOWN, ...: look again */
+    dlock__cluster_mark_stale(c);
+  }
+  if (r)
+    freeReplyObject(r);
+  return rc;
+}
+
+static int info_tick(dlock_client *c, const wd_timing *t, wd_state *st) {
   int64_t now = dlock__now_ms();
   if (c->wd.info_at == 0 || now < c->wd.info_at)
     return 0;
@@ -611,7 +770,7 @@ static int info_tick(dlock_client *c, const wd_timing *t) {
   c->wd.info_running = 1;
   c->wd.info_dirty = 0; /* the write lists the holds of now */
   pthread_mutex_unlock(&c->reg.mu);
-  int rc = dlock__info_write(c);
+  int rc = dlock__info_write_via(c, info_send, st);
   pthread_mutex_lock(&c->reg.mu);
   c->wd.info_running = 0;
   c->wd.info_end = dlock__now_ms();
@@ -658,8 +817,16 @@ static int decline_tick(dlock_client *c) {
   pthread_mutex_unlock(&c->ps.mu);
   while (d) {
     dlock__decline *nx = d->next;
-    if (dlock__decline_send(c, d) >= 0)
+    int rc = dlock__decline_send(c, d);
+    if (rc >= 0)
       atomic_fetch_add(&c->wd.declined, 1);
+    dlock__log(&c->cfg, rc < 0 ? DLOCK_LOG_WARN : DLOCK_LOG_DEBUG, d->name,
+               "decline",
+               "declined a hand-over grant that reached no wait (it had "
+               "ended): %s",
+               rc == 1   ? "the lock was given back"
+               : rc == 0 ? "nothing to give back"
+                         : dlock_last_error());
     free(d);
     d = nx;
   }
@@ -681,7 +848,7 @@ static void *wd_main(void *arg) {
     since_tick(c);
     /* Renewals first: the info key is bookkeeping and waits for them. */
     if (!holds_due(c, &t)) {
-      (void)info_tick(c, &t);
+      (void)info_tick(c, &t, &st);
       continue;
     }
     renew_due(c, &st, &t);
@@ -716,11 +883,18 @@ static void *exp_main(void *arg) {
   const int64_t lease = c->cfg.watchdog_timeout_ms;
   const int64_t idle =
       dlock__eng_deadline(0, lease) > 1 ? dlock__eng_deadline(0, lease) : 1;
+  const int64_t period = lease / 3 > 0 ? lease / 3 : 1;
   pthread_mutex_lock(&c->reg.mu);
   while (!c->wd.stop) {
     int64_t now = dlock__now_ms();
-    int64_t next = now + idle;
+    /* At most a quarter period: a hold added meanwhile (dlock__wd_add
+     * wakes no one) is looked at within a quarter period of its renewal
+     * being late. */
+    int64_t next = now + (idle < period / 4 + 1 ? idle : period / 4 + 1);
     lost_note *lost = NULL;
+    wd_fails late;
+    late.n = late.more = 0;
+    late.counted = 0;
     dlock__hold *h = c->wd.head;
     while (h) {
       dlock__hold *nx = h->wd_next;
@@ -732,15 +906,32 @@ static void *exp_main(void *arg) {
         dlock__wd_remove(c, h);
         note_lost(&lost, dlock__lockent_name(h->e, NULL), h->lost);
         break;
+      case DLOCK__ENG_KEEP:
+        /* A renewal late by half a period is told now, while the lease
+         * runs (whatever holds the watchdog thread). */
+        if (dlock__eng_renew_late(h, now, period, &next)) {
+          size_t nl;
+          const char *nm = dlock__lockent_name(h->e, &nl);
+          fail_note(&late, nm, nl, h->valid_until - now);
+        }
+        break;
       default:
         break;
       }
       h = nx;
     }
+    if (late.n) {
+      char why[64];
+      snprintf(why, sizeof why, "not confirmed for %lld ms",
+               (long long)(period + period / 2));
+      report_fails(c, &late, why);
+    }
     if (lost) {
       report_lost(c, lost);
       continue;
     }
+    if (late.n)
+      continue;
     c->wd.exp_wake_at = next;
     struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, next - now);
     pthread_cond_timedwait(&c->wd.exp_cv, &c->reg.mu, &ts);

@@ -210,12 +210,20 @@ static void many_in_flight(int uv) {
   freeReplyObject(h);
   long long pttl = th_cmd_int(r, "PTTL many:999");
   CHECK_MSG(pttl > 25000 && pttl <= 30000, "pttl %lld", pttl);
+  dlock_client_stats st; /* the counters (issue 27) */
+  CHECK_OK(dlock_async_stats(a, &st));
+  CHECK_EQ(st.acquired, N);
+  CHECK_EQ(st.holds, N);
+  CHECK_EQ(st.connected, 1);
   for (int i = 0; i < N; i++) {
     snprintf(name, sizeof name, "many:%d", i);
     CHECK_OK(dlock_async_unlock(a, name, 7, on_res, &unlocked[i]));
   }
   CHECK_EQ(tl_until_all(&f.l, unlocked, N, 1), N);
   CHECK_EQ(th_cmd_int(r, "EXISTS many:0 many:500 many:999"), 0);
+  CHECK_OK(dlock_async_stats(a, &st));
+  CHECK_EQ(st.holds, 0);
+  CHECK_EQ(st.released, N);
   CHECK_EQ(threads_now(), 1);
   fx_end(&f);
 }

@@ -86,6 +86,20 @@ typedef void dlock_async_cb(int rc, void *arg);
 DLOCK_SINCE(0, 2)
 DLOCK_API int dlock_async_new(const dlock_config *cfg, dlock_async **out);
 
+/* The client's counters (dlock_client_stats's struct and meaning,
+ * docs/operations.md), writing at most `size` bytes (the caller's sizeof):
+ * acquired, reentered, released, lost_key_gone, lost_unreachable,
+ * lost_forced, lost_expired, timeouts,
+ * renewals_sent/failed, and the gauges
+ * holds and connected (the command connection is ready) so far.
+ * Errors: DLOCK_EINVAL (NULL, a size below 8 or above 4096). Thread-safety:
+ * the loop's thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_async_stats_sized(dlock_async *a, dlock_client_stats *st,
+                                      size_t size);
+#define dlock_async_stats(a, st)                                               \
+  dlock_async_stats_sized((a), (st), sizeof(dlock_client_stats))
+
 /* Closes the connections and frees the client. Every call still pending
  * calls back once, inside this call, with DLOCK_ECLOSED (a lock being
  * acquired may still be taken on the server: it expires after its lease);

@@ -155,9 +155,10 @@ nonblock)
   # Silent on conflict, as flock -n (issue 18: cron mailed every overlap).
   [ ! -s "$T/last.err" ] && [ ! -s "$T/out" ] ||
     fail "-n printed on conflict: $(cat "$T/out" "$T/last.err")"
-  # -v explains: one line naming the lock and its holder.
+  # -v explains: one line naming the lock and its holder (who it is, as
+  # status says it: issue 27).
   expect_rc 1 -n -v nb -- true
-  grep -q "lock 'nb' is held by [0-9a-f-]*:[0-9]*; not acquired" "$T/last.err" ||
+  grep -q "lock 'nb' is held by [0-9a-f-]*:[0-9]* (host .*, pid [0-9]*, program dlock); not acquired" "$T/last.err" ||
     fail "-n -v: $(cat "$T/last.err")"
   expect_rc 42 -n -E 42 nb -- true
   expect_rc 1 -w 0 nb -- true
@@ -1114,6 +1115,41 @@ habits)
   el=$(($(now_ms) - t0))
   [ "$el" -lt 2000 ] || fail "-w 0.5 on a held lock took $el ms"
   kill "$HOLDER" 2>/dev/null
+  ;;
+
+verbose_events)
+  # -v (issue 27): every line timestamped (ISO 8601, UTC, ms); the library's
+  # events as they happen -- acquired, the renewal failures of a paused
+  # server before the loss; a conflict names the holder's host, pid and
+  # program; "status" shows the holder's connection name.
+  stamp='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z dlock: '
+  "$DL" -v --watchdog 3 vb -- sh -c "echo \"\$DLOCK_OWNER\" > $T/owner; sleep 20" \
+    2>"$T/a.err" &
+  apid=$!
+  wait_until 5 file_has "$T/owner" || fail "holder did not start"
+  owner=$(cat "$T/owner")
+  wait_until 5 key_exists "dlock_client:{${owner%%:*}}" || fail "no info key"
+  expect_rc 1 -n -v vb -- true
+  grep -Eq "${stamp}lock 'vb' is held by $owner \(host $(hostname), pid $apid, program dlock\)" \
+    "$T/last.err" || fail "conflict: $(cat "$T/last.err")"
+  expect_rc 0 status vb
+  grep -q "conn dlock:dlock:$(hostname):$apid" "$T/out" || fail "status: $(cat "$T/out")"
+  expect_rc 0 status --json vb
+  json_check "$T/out" "d['holders'][0]['client']['conn_name'] == 'dlock:dlock:$(hostname):$apid'" ||
+    fail "status json: $(cat "$T/out")"
+  # A paused server: the renewal's failure (with the lease left), then the
+  # loss, each on a timestamped line as it happens.
+  kill -STOP "${REDIS_PIDS[0]}"
+  wait_until 10 grep -q "ERROR lost 'vb'" "$T/a.err"
+  kill -CONT "${REDIS_PIDS[0]}"
+  wait "$apid"
+  grep -Eq "${stamp}acquired lock 'vb'" "$T/a.err" || fail "acquired: $(cat "$T/a.err")"
+  f=$(grep -nE "${stamp}WARN renew_failed 'vb': renewal of 'vb' failed: [0-9.]+ s of lease left" \
+    "$T/a.err" | head -1 | cut -d: -f1)
+  l=$(grep -nE "${stamp}ERROR lost 'vb': lost: " "$T/a.err" | head -1 | cut -d: -f1)
+  [ -n "$f" ] && [ -n "$l" ] && [ "$f" -lt "$l" ] ||
+    fail "renew_failed (line $f) before lost (line $l): $(cat "$T/a.err")"
+  note "$(cat "$T/a.err")"
   ;;
 
 *)

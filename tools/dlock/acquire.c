@@ -51,7 +51,7 @@ static void not_acquired(run_state *rs, long long start) {
   const cli_opts *o = rs->o;
   if (o->quiet)
     return;
-  char who[160], other[96], waited[32];
+  char who[512], other[96], waited[32];
   run_holder_of(rs, who, sizeof who, other, sizeof other);
   cli_fmt_secs(dlc_now_ms() - start, waited, sizeof waited);
   if (other[0]) {
@@ -101,7 +101,7 @@ static int try_once(run_state *rs, long long start, int *ex) {
     *ex = o->conflict_code;
     return 0;
   }
-  char who[160], other[96];
+  char who[512], other[96];
   run_holder_of(rs, who, sizeof who, other, sizeof other);
   cli_debug(o, "waiting for lock '%s' (held%s%s%s%s)", o->name,
             other[0] ? " as " : "", other, who[0] ? " by " : " elsewhere", who);

@@ -23,7 +23,8 @@ typedef struct who {
   long long count; /* -1: a waiter */
   int known;       /* info found */
   dlock_client_info info;
-  long long since_ms; /* when the hold began; 0: unknown */
+  long long since_ms;  /* when the hold began; 0: unknown */
+  char conn_name[256]; /* its connection name; "": unknown */
 } who;
 
 typedef struct view {
@@ -54,6 +55,9 @@ static int view_fetch(dlock_client *c, const char *name, view *v) {
         holder ? v->st.holders[i].owner : v->waiters[i - v->st.n_holders];
     x->count = holder ? v->st.holders[i].count : -1;
     x->known = dlock_client_info_query(c, x->owner, &x->info) == 1;
+    if (x->known && dlock_client_conn_name_query(c, x->owner, x->conn_name,
+                                                 sizeof x->conn_name) != 1)
+      x->conn_name[0] = '\0';
     if (holder && x->known &&
         dlock_hold_since_query(c, x->owner, name, &x->since_ms) != 1)
       x->since_ms = 0;
@@ -96,7 +100,12 @@ static void json_who(const who *x) {
   dlc_json_str(stdout, x->info.host);
   printf(",\"pid\":%lld,\"program\":", x->info.pid);
   dlc_json_str(stdout, x->info.program);
-  printf(",\"started_ms\":%lld}}", x->info.started_ms);
+  printf(",\"started_ms\":%lld,\"conn_name\":", x->info.started_ms);
+  if (x->conn_name[0])
+    dlc_json_str(stdout, x->conn_name);
+  else
+    fputs("null", stdout);
+  fputs("}}", stdout);
 }
 
 static void print_json(const cli_opts *o, const view *v) {
@@ -131,8 +140,11 @@ static void text_who(const who *x, char *buf, size_t len) {
     return;
   char t[40];
   fmt_time(x->since_ms > 0 ? x->since_ms : x->info.started_ms, t, sizeof t);
-  snprintf(buf, len, "  host %.200s  pid %lld  program %.200s  since %s",
-           x->info.host, x->info.pid, x->info.program, t);
+  int n =
+      snprintf(buf, len, "  host %.200s  pid %lld  program %.200s  since %s",
+               x->info.host, x->info.pid, x->info.program, t);
+  if (x->conn_name[0] && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, "  conn %.250s", x->conn_name);
 }
 
 static void print_status(const cli_opts *o, const view *v) {
@@ -154,7 +166,7 @@ static void print_status(const cli_opts *o, const view *v) {
            st->mode[0] ? " (" : "", st->mode, st->mode[0] ? " mode)" : "", ttl);
   }
   for (size_t i = 0; i < v->n; i++) {
-    char w[640];
+    char w[1024];
     text_who(&v->w[i], w, sizeof w);
     if (i < st->n_holders)
       printf("  holder %s  count %lld%s\n", v->w[i].owner, v->w[i].count, w);

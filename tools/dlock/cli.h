@@ -88,6 +88,8 @@ int sem_status(const cli_opts *o, dlock_client *c, int *ex);
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_note(const cli_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* "2026-11-27T10:40:00.123Z" (UTC, ms) into buf: -v lines start with it. */
+void cli_stamp(char *buf, size_t len);
 void cli_debug(const cli_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -114,8 +114,15 @@ void run_holder_of(run_state *rs, char *buf, size_t len, char *other,
   if (dlock_status_query(rs->c, rs->o->name, &st) != 0)
     return;
   int rw = rs->lk.kind == K_READ || rs->lk.kind == K_WRITE;
-  if (st.n_holders)
-    snprintf(buf, len, "%s", st.holders[0].owner);
+  if (st.n_holders) {
+    /* who it is, as "dlock status" says it (the holder's info key) */
+    dlock_client_info ci;
+    if (dlock_client_info_query(rs->c, st.holders[0].owner, &ci) == 1)
+      snprintf(buf, len, "%s (host %.100s, pid %lld, program %.100s)",
+               st.holders[0].owner, ci.host, ci.pid, ci.program);
+    else
+      snprintf(buf, len, "%s", st.holders[0].owner);
+  }
   if (st.locked && st.mode[0] && !rw)
     snprintf(other, olen, "a read-write lock (-s/-x)");
   else if (st.n_holders && !st.mode[0] && rw)

@@ -35,13 +35,45 @@ void cli_note(const cli_opts *o, const char *fmt, ...) {
   va_end(ap);
 }
 
+void cli_stamp(char *buf, size_t len) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  char s[32];
+  strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf, len, "%s.%03ldZ", s, ts.tv_nsec / 1000000L);
+}
+
 void cli_debug(const cli_opts *o, const char *fmt, ...) {
   if (!o->verbose)
     return;
+  char line[2048], when[40];
   va_list ap;
   va_start(ap, fmt);
-  vmsg(fmt, ap);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  cli_stamp(when, sizeof when);
+  /* -v lines carry the time (ISO 8601, UTC, ms): one write per line. */
+  fprintf(stderr, "%s dlock: %s\n", when, line);
+  fflush(stderr);
+}
+
+/* -v: the library's events (dlock_config.log_fn), timestamped like the
+ * -v lines. Any thread. */
+static void cli_log_hook(void *arg, int level, const char *name,
+                         const char *event, const char *msg) {
+  (void)arg;
+  static const char *const lv[] = {"?", "ERROR", "WARN", "INFO", "DEBUG"};
+  char when[40];
+  cli_stamp(when, sizeof when);
+  if (name)
+    fprintf(stderr, "%s dlock: %s %s '%s': %s\n", when,
+            lv[level >= 1 && level <= 4 ? level : 0], event, name, msg);
+  else
+    fprintf(stderr, "%s dlock: %s %s: %s\n", when,
+            lv[level >= 1 && level <= 4 ? level : 0], event, msg);
+  fflush(stderr);
 }
 
 static const char *env_value(const char *name) {
@@ -267,6 +299,11 @@ int cli_connect(const cli_opts *o, long long lease_ms, long long deadline_ms,
     cfg.command_timeout_ms = (int)(ct < 250 ? 250 : ct > 2000 ? 2000 : ct);
   cfg.on_lock_lost = on_lost;
   cfg.on_lock_lost_arg = arg;
+  if (o->verbose && !cfg.log_fn) {
+    /* renewal failures, reconnects, failovers, losses as they happen */
+    cfg.log_fn = cli_log_hook;
+    cfg.log_level = DLOCK_LOG_INFO;
+  }
   char red[1024], det[2048], raw[2048];
   dlc_url_redact(url, red, sizeof red);
   int rc;
