@@ -435,7 +435,7 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
     tomb_send(a, h, op->u.rid);
   if (o.action == DLOCK__ENG_REL_FORGET && !reported)
     dlock__stat_add(&a->stats,
-                    o.expired             ? DLOCK__ST_LOST_EXPIRED
+                    o.ran_out             ? DLOCK__ST_LOST_EXPIRED
                     : o.rc == DLOCK_ELOST ? DLOCK__ST_LOST_FORCED
                                           : DLOCK__ST_RELEASED,
                     1);

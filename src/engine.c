@@ -240,7 +240,7 @@ int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
 dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
                                          const dlock__eng_unlock *u, int rc,
                                          int copy, int64_t now) {
-  dlock__eng_rel_out o = {rc, 0, DLOCK__ENG_REL_KEEP, 0};
+  dlock__eng_rel_out o = {rc, 0, DLOCK__ENG_REL_KEEP, 0, 0};
   h->releasing = 0;
   int mine = h->gen == u->gen;
   copy |= u->resent;
@@ -282,5 +282,6 @@ dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
   }
   o.rc = rc == DLOCK_ELOST || expired ? DLOCK_ELOST : 0;
   o.expired = rc != DLOCK_ELOST && expired;
+  o.ran_out = expired;
   return o;
 }

@@ -163,6 +163,7 @@ typedef struct dlock__eng_rel_out {
   int expired;   /* DLOCK_ELOST because the local deadline passed */
   int action;    /* DLOCK__ENG_REL_* */
   int tombstone; /* a final release sent more than once: write its tomb */
+  int ran_out;   /* the local deadline had passed, whatever Redis said */
 } dlock__eng_rel_out;
 /* The unlock script answered rc (1 released, 0 holds remain, DLOCK_ELOST,
  * or another negative code: outcome unknown); copy = it may have been sent

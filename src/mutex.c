@@ -998,7 +998,7 @@ static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
       dlock__eng_unlock_end(h, &r->u, rc, sends > 1, dlock__now_ms());
   r->tombstone = o.tombstone;
   if (o.action == DLOCK__ENG_REL_FORGET && !reported) {
-    if (o.expired)
+    if (o.ran_out)
       lost_expired(c, m->name);
     else if (o.rc == DLOCK_ELOST)
       lost_found(c, m->name, "the unlock");

@@ -251,7 +251,7 @@ TH_CASE(counters_of_holds_waits_timeouts_cancels_handovers) {
   CHECK_EQ(st.waits, 0); /* waits count acquisitions that waited */
   th_wait_llen(r, "dlock_lock_queue:{busy}", 0, 5000 * slow());
 
-  /* A hand-over: the waiter queued, the holder unlocks. */
+  /* A queued waiter served: the holder unlocks. */
   waiter h = {c, "busy", 30000 * slow(), -1};
   int64_t t0 = th_now_ms();
   CHECK_EQ(pthread_create(&t, NULL, wait_thread, &h), 0);
@@ -262,7 +262,11 @@ TH_CASE(counters_of_holds_waits_timeouts_cancels_handovers) {
   CHECK_OK(h.rc);
   int64_t waited = th_now_ms() - t0;
   st = stats(c);
-  CHECK_EQ(st.acquired_handover, 1);
+  /* The default policy (issue 30) lets a young waiter take the lock itself
+   * (a retry message) or hands it over once the waiter's slice ended:
+   * either way it is one acquisition, counted once, by one route. */
+  CHECK(st.acquired_handover <= 1);
+  CHECK_EQ(st.acquired_direct + st.acquired_handover, N + 1);
   CHECK_EQ(st.acquired, N + 1);
   CHECK_EQ(st.released, N + 1);
   CHECK_EQ(st.waits, 1);

@@ -67,7 +67,9 @@ static void cli_log_hook(void *arg, int level, const char *name,
   static const char *const lv[] = {"?", "ERROR", "WARN", "INFO", "DEBUG"};
   char when[40];
   cli_stamp(when, sizeof when);
-  if (name)
+  if (strcmp(event, "config_ignored") == 0)
+    fprintf(stderr, "%s dlock: %s\n", when, msg); /* a -v settings line */
+  else if (name)
     fprintf(stderr, "%s dlock: %s %s '%s': %s\n", when,
             lv[level >= 1 && level <= 4 ? level : 0], event, name, msg);
   else
@@ -125,17 +127,6 @@ static void show_settings(const cli_opts *o, const char *file,
                                                           : "on");
 }
 
-/* -v: the Redisson settings of the config file that dlock accepts but has
- * no use for (the library reports them through its log hook when the
- * client is made). */
-static void log_verbose(void *arg, int level, const char *name,
-                        const char *event, const char *msg) {
-  (void)level;
-  (void)name;
-  if (strcmp(event, "config_ignored") == 0)
-    cli_debug(arg, "%s", msg);
-}
-
 int cli_settings(cli_opts *o) {
   dlock_config *cfg = &o->cfg;
   dlock_config_init(cfg);
@@ -158,8 +149,9 @@ int cli_settings(cli_opts *o) {
     file = file ? file : extra;
   }
   if (o->verbose && !cfg->log_fn) {
-    cfg->log_fn = log_verbose;
-    cfg->log_arg = o;
+    /* the library's events, the config's ignored settings among them */
+    cfg->log_fn = cli_log_hook;
+    cfg->log_level = DLOCK_LOG_INFO;
   }
   if (rc) {
     cli_err("%s", dlock_last_error());
