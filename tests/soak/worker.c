@@ -53,6 +53,26 @@ static int count_fds(void) {
   return n - 1; /* the DIR's own */
 }
 
+/* What the fds left open after the client was freed point to ("D fd
+ * target" lines: the checker reports the leak, these say what it is). */
+static void log_fds(int fds0) {
+  if (count_fds() <= fds0)
+    return;
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char p[300], t[256];
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = e->d_name[0] == '.' ? -1 : readlink(p, t, sizeof t - 1);
+    if (n > 0) {
+      t[n] = '\0';
+      logf_("D %s %s\n", e->d_name, t);
+    }
+  }
+  if (d)
+    closedir(d);
+}
+
 static long rss_kb(void) {
   FILE *f = fopen("/proc/self/statm", "r");
   long pages = 0, rss = 0;
@@ -334,8 +354,8 @@ static void pump(int64_t us) {
 /* One critical section of the async worker on a plain mutex resource. The
  * async client has no validity call: `until` in its A line is the first
  * lease counted from the start of the wait (a lower bound of the key's
- * expiry); the checker uses it only when the process is killed mid-hold,
- * else the hold ends at its unlock or its loss report (checker.c). */
+ * expiry); the hold ends at the earliest of that, its unlock and its loss
+ * report (checker.c). */
 static void async_section(int idx, soak_shared *sh, int i) {
   const soak_res *r = &soak_resources[i];
   int64_t t0 = soak_now_us();
@@ -392,6 +412,7 @@ static int async_worker(int idx, soak_shared *sh, dlock_config *cfg, int fds0) {
     }
   }
   dlock_async_free(g_loop.a);
+  log_fds(fds0);
   logf_("E %d %d %ld %ld\n", fds0, count_fds(), rss0, rss1);
   return 0;
 }
@@ -443,6 +464,7 @@ int soak_worker(int idx, const char *url, const char *direct, const char *dir,
     redisFree(store);
   free_objs(&o);
   dlock_client_free(c);
+  log_fds(fds0);
   logf_("E %d %d %ld %ld\n", fds0, count_fds(), rss0, rss1);
   return 0;
 }
