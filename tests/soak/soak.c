@@ -1,14 +1,19 @@
 /*
- * soak.c -- `make soak` (soak.h): starts a redis-server (appendonly,
- * appendfsync always), one blackholing proxy per worker, the worker
- * processes (this program re-executed with --worker), then for
- * --minutes (default $SOAK_MINUTES, else 10) injects a random fault every
- * 1-3 s: kill -9 of a worker (restarted), SIGSTOP of a fenced holder past
- * its lease (the Kleppmann pause), redis-server SIGSTOP, redis-server
- * kill -9 and restart (its AOF reloads), CLIENT KILL of the command
- * connections, CLIENT KILL of the pub/sub connections, a partition of one
- * worker (its proxy blackholed past the lease). Then it stops the workers
- * and runs the checker. Exit 0 when the checker finds nothing.
+ * soak.c -- `make soak` (soak.h): starts the topology (--topology:
+ * standalone, one redis-server with appendfsync always and one
+ * blackholing proxy per worker; sentinel, 1 master + 2 replicas + 3
+ * sentinels; cluster, 3 masters from their AOF -- the last two with a
+ * separate redis-server for the fenced store), the worker processes (this
+ * program re-executed with --worker; a third drive the event-loop client),
+ * then for --minutes (default $SOAK_MINUTES, else 10) injects a random
+ * fault of the topology's list every 1-3 s (g_topo_faults): kill -9 of a
+ * worker (restarted), SIGSTOP of a fenced holder past its lease (the
+ * Kleppmann pause), server SIGSTOP, server kill -9 and restart (its AOF
+ * reloads), CLIENT KILL of the command connections, CLIENT KILL of the
+ * pub/sub connections, a partition of one worker (its proxy blackholed
+ * past the lease), a Sentinel failover (master kill -9), a cluster slot
+ * migration. Then it stops the workers and runs the checker. Exit 0 when
+ * the checker finds nothing.
  *
  *   dlock_soak [--minutes M] [--workers N] [--seed S] [--keep]
  *              [--topology standalone|sentinel|cluster]
