@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps deps-build deps-rig deps-test deps-dev build rig test test-plain test-asan test-tsan test-valgrind test-stress \
-        demo bench bench-peers clean format tidy install man fuzz soak rig-serve screenshots
+        demo bench bench-peers clean format tidy install man fuzz soak soak-all rig-serve screenshots
 
 all: build
 
@@ -75,12 +75,22 @@ fuzz: deps-dev
 	cmake --build build-fuzz -j$(JOBS)
 	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-# Worker processes on every lock kind under a random fault schedule for
-# SOAK_MINUTES, then a checker (tests/soak/soak.h); not part of make test.
+# Worker processes (blocking and event-loop clients) on every lock kind
+# under a random fault schedule for SOAK_MINUTES, then a checker
+# (tests/soak/soak.h); not part of make test. SOAK_TOPOLOGY: standalone,
+# sentinel or cluster; soak-all runs the three one after the other.
 SOAK_MINUTES ?= 10
+SOAK_TOPOLOGY ?= standalone
 SOAK_FLAGS ?=
 soak: build
-	SOAK_MINUTES=$(SOAK_MINUTES) ./build/tests/dlock_soak $(SOAK_FLAGS)
+	SOAK_MINUTES=$(SOAK_MINUTES) ./build/tests/dlock_soak \
+	  --topology $(SOAK_TOPOLOGY) $(SOAK_FLAGS)
+
+soak-all: build
+	@rc=0; for t in standalone sentinel cluster; do \
+	  SOAK_MINUTES=$(SOAK_MINUTES) ./build/tests/dlock_soak --topology $$t \
+	    $(SOAK_FLAGS) || rc=1; \
+	done; exit $$rc
 
 # The lab in its three scenarios (normal, a killed holder, a lease shorter
 # than the work): one table, a column per scenario; every naive strategy

@@ -452,4 +452,11 @@ void dlock__sentinel_stop(dlock_client *c) {
   (void)w;
   pthread_join(c->sent.thread, NULL);
   c->sent.started = 0;
+  /* The pipe goes with the thread, not with the memory: a thread that
+   * used the client keeps a reference to it (holds.c) until it exits, and
+   * the fds must not wait for that. */
+  for (int i = 0; i < 2; i++)
+    if (c->sent.pipe[i] >= 0)
+      close(c->sent.pipe[i]);
+  c->sent.pipe[0] = c->sent.pipe[1] = -1;
 }

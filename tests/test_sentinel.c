@@ -4,6 +4,7 @@
  * killed under contention, replicas stopped (DLOCK_ENOSYNC), a waiter
  * across a failover, unreachable sentinels, WAIT on a plain master. Every
  * case prints its figures (docs/sentinel.md quotes them). */
+#include <dirent.h>
 #include "th.h"
 
 #include <fcntl.h>
@@ -185,6 +186,40 @@ TH_CASE_T(lock_unlock_and_switch, 150, "sentinel") {
   CHECK_MSG(ok, "never locked on the new master");
   dlock_mutex_free(m);
   dlock_client_free(c);
+}
+
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    n += e->d_name[0] != '.';
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* A freed client leaves no fd open (make soak on a Sentinel topology
+ * found 2 fds left per freed client). */
+TH_CASE_T(client_free_leaves_no_fd, 90, "sentinel") {
+  topo t;
+  topo_start(&t);
+  dlock_config cfg = sentinel_cfg(&t);
+  int before = open_fds();
+  for (int i = 0; i < 5; i++) {
+    dlock_client *c;
+    dlock_mutex *m;
+    CHECK_OK(dlock_client_new(&cfg, &c));
+    CHECK_OK(dlock_mutex_new(c, "fds", &m));
+    CHECK_OK(dlock_mutex_lock(m));
+    CHECK_OK(dlock_mutex_unlock(m));
+    dlock_mutex_free(m);
+    dlock_client_free(c);
+  }
+  int after = open_fds();
+  printf("fds before %d, after 5 clients made, used and freed %d\n", before,
+         after);
+  CHECK_MSG(after == before, "%d fds left by 5 freed clients", after - before);
 }
 
 TH_CASE_T(sentinels_unreachable, 60, "sentinel") {

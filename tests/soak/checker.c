@@ -26,7 +26,9 @@
 typedef struct hold {
   int res, kind;
   int64_t start, end, until, unlocked_at;
-  int clean; /* unlocked with DLOCK_OK */
+  int clean;       /* unlocked with DLOCK_OK */
+  int async;       /* the event-loop client's */
+  int64_t lost_at; /* async: its loss report during the hold, else 0 */
 } hold;
 typedef struct waitrec {
   int res;
@@ -42,6 +44,8 @@ static int g_nf;
 static struct {
   long sections[8], elost, lost_reports, fences_rejected, fences_ok;
   long fences_down; /* the store could not be reached (Redis down) */
+  long async_sections, async_lost, async_cut; /* event-loop client's */
+  int async_workers;
   int leaks_fd, leaks_mem, workers_clean, workers;
 } g;
 
@@ -65,11 +69,17 @@ static void close_hold(hold *h) {
 }
 
 static void read_line(const char *ln, hold *cur, int64_t *wait_from,
-                      int *wait_res) {
+                      int *wait_res, int *async) {
   char res[64];
   long long a = 0, b = 0, c = 0, d = 0;
   int i;
   switch (ln[0]) {
+  case 'K':
+    if (strncmp(ln, "K async", 7) == 0 && !*async) {
+      *async = 1;
+      g.async_workers++;
+    }
+    break;
   case 'W':
     if (sscanf(ln, "W %63s %lld", res, &a) == 2) {
       *wait_res = res_index(res);
@@ -81,8 +91,9 @@ static void read_line(const char *ln, hold *cur, int64_t *wait_from,
         (i = res_index(res)) < 0)
       break;
     close_hold(cur);
-    *cur = (hold){i, soak_resources[i].kind, b, 0, c, 0, 0};
+    *cur = (hold){i, soak_resources[i].kind, b, 0, c, 0, 0, *async, 0};
     g.sections[soak_resources[i].kind]++;
+    g.async_sections += *async;
     if (*wait_res >= 0 && g_nw < MAX_EV)
       g_w[g_nw++] = (waitrec){*wait_res, *wait_from, b};
     *wait_res = -1;
@@ -102,7 +113,22 @@ static void read_line(const char *ln, hold *cur, int64_t *wait_from,
     if (sscanf(ln, "U %63s %lld %lld %lld", res, &a, &b, &c) == 4 &&
         cur->res >= 0) {
       int64_t end = b;
-      if (cur->kind != K_SEM && cur->until > 0 && cur->until < end)
+      /* The event-loop client has no validity call: its hold ends at the
+       * unlock (an OK unlock proves the client's deadline had not passed
+       * and the field was there), or at its loss report if one came
+       * first... */
+      if (cur->async) {
+        if (cur->lost_at > 0 && cur->lost_at < end)
+          end = cur->lost_at;
+        /* ...but never past its first lease counted from the wait's
+         * start: a paused process learns of its loss only when it runs
+         * again (the Kleppmann pause). Counted, as it may shorten a hold
+         * that was in fact renewed. */
+        if (cur->until < end) {
+          end = cur->until > cur->start ? cur->until : cur->start;
+          g.async_cut++;
+        }
+      } else if (cur->kind != K_SEM && cur->until > 0 && cur->until < end)
         end = cur->until;
       cur->end = end;
       cur->clean = a == 0;
@@ -117,6 +143,11 @@ static void read_line(const char *ln, hold *cur, int64_t *wait_from,
     break;
   case 'L':
     g.lost_reports++;
+    if (sscanf(ln, "L %63s %lld", res, &a) == 2 && cur->res >= 0 &&
+        cur->async && cur->lost_at == 0) {
+      cur->lost_at = a;
+      g.async_lost++;
+    }
     break;
   case 'E':
     if (sscanf(ln, "E %lld %lld %lld %lld", &a, &b, &c, &d) == 4) {
@@ -139,10 +170,10 @@ static void read_log(const char *path) {
   g.workers++;
   hold cur = {.res = -1};
   int64_t wait_from = 0;
-  int wait_res = -1;
+  int wait_res = -1, async = 0;
   char ln[512];
   while (fgets(ln, sizeof ln, f))
-    read_line(ln, &cur, &wait_from, &wait_res);
+    read_line(ln, &cur, &wait_from, &wait_res, &async);
   close_hold(&cur);
   fclose(f);
 }
@@ -284,8 +315,12 @@ int soak_check(const char *dir, const char *direct_url, int paused_in_cs) {
          g.sections[K_MUTEX], g.sections[K_FAIR], g.sections[K_FENCED],
          g.sections[K_RW_READ], g.sections[K_RW_WRITE], g.sections[K_SEM],
          g.elost, g.lost_reports);
-  printf("worker processes: %d (%d ended cleanly)\n", g.workers,
-         g.workers_clean);
+  printf("worker processes: %d (%d ended cleanly; %d on the event-loop "
+         "client)\n",
+         g.workers, g.workers_clean, g.async_workers);
+  printf("event-loop client: %ld critical sections (plain mutex), %ld "
+         "ended by a loss report, %ld judged only to their first lease\n",
+         g.async_sections, g.async_lost, g.async_cut);
   printf("mutual-exclusion violations: %d\n", viol);
   printf("fenced store: %ld writes accepted, %ld stale rejected, %ld stale "
          "accepted (%ld not delivered: Redis down)\n",

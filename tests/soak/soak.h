@@ -21,6 +21,8 @@
  *   M rss_kb fds         a sample of the process's memory and fds
  *   E fds0 fds1 rss0 rss1  a clean end: fds before the client / after it
  *                        was freed; rss at the first and last sample
+ *   K async              (first line) this worker drives the event-loop
+ *                        client; without it, the blocking client
  * Fault log (faults.log): "kind t0 t1 detail".
  */
 #ifndef DLOCK_SOAK_H
@@ -42,6 +44,20 @@ typedef struct soak_res {
 extern const soak_res soak_resources[];
 extern const int soak_nresources;
 
+/* Topologies (--topology). standalone: one redis-server (appendfsync
+ * always), every kind. sentinel: 1 master + SOAK_SENTINEL_REPLICAS
+ * replicas + 3 sentinels; cluster: 3 masters, no replicas (appendfsync
+ * always, restarted from their AOF). The semaphore is left out of both:
+ * its counts are not covered by replica sync (docs/guarantees.md), so a
+ * failover may give a permit twice -- a documented limit, not a bug. */
+enum { SOAK_STANDALONE, SOAK_SENTINEL, SOAK_CLUSTER };
+/* sync_replicas of the sentinel workers: every replica, so that every
+ * acquisition reported held is on the replica that gets promoted (with
+ * fewer, Sentinel may promote one that missed it: docs/sentinel.md). */
+#define SOAK_SENTINEL_REPLICAS 2
+/* Whether resource i is used on topology t. */
+int soak_res_in(int i, int t);
+
 /* Shared with the workers through a file mapped in every process. */
 enum { PH_IDLE, PH_WAIT, PH_HOLD, PH_PRE_WRITE, PH_SEM };
 typedef struct soak_shared {
@@ -52,9 +68,11 @@ typedef struct soak_shared {
 int64_t soak_now_us(void);
 soak_shared *soak_map(const char *path, int create);
 
-/* worker.c: runs worker idx until shared->stop; exit status 0. */
+/* worker.c: runs worker idx until shared->stop; exit status 0. async:
+ * the event-loop client (plain mutex resources only), else the blocking
+ * client (every resource of the topology). */
 int soak_worker(int idx, const char *url, const char *direct_url,
-                const char *dir, soak_shared *sh);
+                const char *dir, int topology, int async, soak_shared *sh);
 
 /* checker.c: reads dir's logs and the stores on redis at direct_url
  * (NULL: logs only),
