@@ -500,6 +500,154 @@ TH_CASE_T(sync_replicas_wait_after_writes, 60, "sentinel async") {
   tl_free(&l);
 }
 
+/* Waits until n replicas of m are online at m's offset. */
+static void replicas_caught_up(th_redis *m, int n) {
+  int64_t end = th_now_ms() + 20000 * slow();
+  for (;;) {
+    redisReply *x = th_cmd(m, "INFO replication");
+    const char *o = strstr(x->str, "master_repl_offset:");
+    long long off = o ? atoll(o + 19) : -1;
+    int ok = 0;
+    for (const char *p = x->str; (p = strstr(p, ",state=online,offset=")); p++)
+      ok += atoll(p + 21) == off;
+    freeReplyObject(x);
+    if (ok >= n)
+      return;
+    CHECK_MSG(th_now_ms() < end, "replicas did not catch up");
+    th_sleep_ms(10);
+  }
+}
+
+/* The count field of the lock hash `name` on m (0: no hash). */
+static long long hold_count(th_redis *m, const char *name) {
+  redisReply *x = th_cmd(m, "HVALS %s", name);
+  long long v = x->type == REDIS_REPLY_ARRAY && x->elements == 1
+                    ? atoll(x->element[0]->str)
+                    : 0;
+  freeReplyObject(x);
+  return v;
+}
+
+/* Replica sync on the event-loop client is the blocking client's (one
+ * rule, engine.c): an acquisition the replicas did not confirm within
+ * sync_timeout_ms is undone -- nothing of it left on the master, a
+ * reentrant one back to its count -- tried again under the retry policy,
+ * and the call ends with DLOCK_ENOSYNC; a hand-over (the unlock's grant)
+ * is confirmed the same way. Once the replica runs again, it succeeds.
+ * Fails on 4a47d6f: the lock with the only replica stopped answered
+ * DLOCK_OK and the key stayed held. */
+TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  replicas_caught_up(m, 1);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 400 * (int)slow();
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 50;
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h, w;
+  /* A trylock: one attempt, undone. */
+  th_redis_pause(rep);
+  int rc = run_lock(&l, a, "ns", 1, 0, &h);
+  printf("trylock, replica stopped: %s (%s)\n", dlock_err_name(rc), h.msg);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s %s", dlock_err_name(rc), h.msg);
+  CHECK_MSG(strstr(h.msg, "0 of 1 replica") && strstr(h.msg, "undone"), "%s",
+            h.msg);
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  /* A timed call: tried again under the retry policy (3 attempts, each a
+   * WAIT of sync_timeout_ms), then DLOCK_ENOSYNC, nothing left. */
+  int64_t t0 = th_now_ms();
+  rc = run_lock(&l, a, "ns", 1, 60000, &h);
+  int64_t took = th_now_ms() - t0;
+  printf("timed lock, replica stopped: %s after %lld ms\n", dlock_err_name(rc),
+         (long long)took);
+  CHECK_RC(rc, DLOCK_ENOSYNC);
+  CHECK_MSG(took >= 3 * cfg.sync_timeout_ms, "not retried: %lld ms",
+            (long long)took);
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  /* The replica runs again: the same call succeeds, the write is on it. */
+  th_redis_resume(rep);
+  rc = run_lock(&l, a, "ns", 1, 60000, &h);
+  CHECK_MSG(rc == 0, "after resume: %s %s", dlock_err_name(rc), h.msg);
+  CHECK_EQ(th_cmd_int(rep, "EXISTS ns"), 1);
+  /* A reentrant acquisition not confirmed goes back to the count before. */
+  th_redis_pause(rep);
+  CHECK_RC(run_lock(&l, a, "ns", 1, 0, &h), DLOCK_ENOSYNC);
+  CHECK_EQ(hold_count(m, "ns"), 1);
+  th_redis_resume(rep);
+  /* A hand-over: owner 2 waits, owner 1 unlocks with the replica stopped;
+   * the grant's acquisition is not confirmed either: undone, ENOSYNC. */
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, "ns", 2, 60000, -1, on_res, &w));
+  int64_t end = th_now_ms() + 5000 * slow();
+  while (th_cmd_int(m, "LLEN dlock_lock_queue:{ns}") < 1 && th_now_ms() < end)
+    tl_once(&l);
+  CHECK_EQ(th_cmd_int(m, "LLEN dlock_lock_queue:{ns}"), 1);
+  th_redis_pause(rep);
+  CHECK_OK(run_unlock(&l, a, "ns", 1, &h));
+  CHECK_MSG(tl_until(&l, &w.n, 1, 20000), "the waiter never answered");
+  printf("hand-over, replica stopped: %s (%s)\n", dlock_err_name(w.last),
+         w.msg);
+  CHECK_MSG(w.last == DLOCK_ENOSYNC, "%s %s", dlock_err_name(w.last), w.msg);
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  th_redis_resume(rep);
+  CHECK_OK(run_lock(&l, a, "ns", 2, 60000, &h));
+  CHECK_OK(run_unlock(&l, a, "ns", 2, &h));
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
+/* sync_replicas -1 on the event-loop client: the replica count is read
+ * again about every second (the engine's rule, as the blocking client's
+ * sync.c), not only at connect -- a replica attached after the connection
+ * is waited for. Fails on 4a47d6f: with the count read at connect (0),
+ * a lock with the new replica stopped answered DLOCK_OK at once. */
+TH_CASE_T(sync_all_replicas_count_refreshed, 120, "sentinel async") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = -1;
+  cfg.sync_timeout_ms = 400 * (int)slow();
+  cfg.retry_attempts = 0;
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h;
+  CHECK_OK(run_lock(&l, a, "na", 1, 0, &h)); /* connected: no replica */
+  CHECK_OK(run_unlock(&l, a, "na", 1, &h));
+  th_redis *rep = th_replica_new(m);
+  replicas_caught_up(m, 1);
+  th_redis_pause(rep);
+  /* Within ~1 s (plus the load) the count is read again: bounded. */
+  int64_t end = th_now_ms() + 10000 * slow();
+  int rc = 0;
+  while (th_now_ms() < end) {
+    rc = run_lock(&l, a, "na", 1, 0, &h);
+    if (rc != 0)
+      break;
+    CHECK_OK(run_unlock(&l, a, "na", 1, &h));
+    int64_t until = th_now_ms() + 100;
+    while (th_now_ms() < until)
+      tl_once(&l);
+  }
+  printf("lock with the new replica stopped: %s (%s)\n", dlock_err_name(rc),
+         h.msg);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s %s", dlock_err_name(rc), h.msg);
+  CHECK_EQ(th_cmd_int(m, "EXISTS na"), 0);
+  th_redis_resume(rep);
+  CHECK_OK(run_lock(&l, a, "na", 1, 0, &h));
+  CHECK_EQ(th_cmd_int(rep, "EXISTS na"), 1);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
 /* ---- redis-cluster:// ---------------------------------------------------- */
 
 static atomic_int g_lost;
