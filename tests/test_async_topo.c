@@ -4,8 +4,8 @@
  * real TLS-only redis-server (certificates made at test time), and
  * redis-sentinel:// against 1 master + 2 replicas + 3 real sentinels
  * (redis-server --sentinel), through a failover; and redis-cluster:// on 3
- * real masters, through a slot migration. Each case runs its loop on
- * libevent from one thread.
+ * real masters, through a slot migration. Each case runs its loop once on
+ * libevent and once on libuv (the _libuv twin), from one thread.
  */
 #include "th.h"
 #include "th_cluster.h"
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "dlock/adapters/libevent.h"
+#include "dlock/adapters/libuv.h"
 #include "dlock/async.h"
 
 static int64_t slow(void) { return th_timeout_mult(); }
@@ -27,9 +28,16 @@ static int64_t slow(void) { return th_timeout_mult(); }
  */
 
 typedef struct tloop {
+  int uv;
   struct event_base *base;
   struct event *tick;
+  uv_loop_t loop;
+  uv_timer_t utick;
 } tloop;
+
+/* Which adapter the case runs on: each case runs once on libevent and once
+ * on libuv (its _libuv twin), as test_async.c's. */
+static int g_uv;
 
 static void ev_tick(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
@@ -37,21 +45,42 @@ static void ev_tick(evutil_socket_t fd, short what, void *arg) {
   (void)arg;
 }
 
-/* A 5 ms ticker keeps one turn of the loop from blocking for ever. */
+static void uv_tick(uv_timer_t *t) { (void)t; }
+
+/* A 5 ms ticker keeps one turn of either loop from blocking for ever. */
 static void tl_init(tloop *l) {
-  l->base = event_base_new();
-  CHECK(l->base);
-  l->tick = event_new(l->base, -1, EV_PERSIST, ev_tick, NULL);
-  struct timeval tv = {0, 5000};
-  event_add(l->tick, &tv);
+  memset(l, 0, sizeof *l);
+  l->uv = g_uv;
+  if (l->uv) {
+    CHECK_EQ(uv_loop_init(&l->loop), 0);
+    uv_timer_init(&l->loop, &l->utick);
+    uv_timer_start(&l->utick, uv_tick, 5, 5);
+  } else {
+    l->base = event_base_new();
+    CHECK(l->base);
+    l->tick = event_new(l->base, -1, EV_PERSIST, ev_tick, NULL);
+    struct timeval tv = {0, 5000};
+    event_add(l->tick, &tv);
+  }
 }
 
 static void tl_free(tloop *l) {
-  event_free(l->tick);
-  event_base_free(l->base);
+  if (l->uv) {
+    uv_close((uv_handle_t *)&l->utick, NULL);
+    uv_run(&l->loop, UV_RUN_DEFAULT); /* the closed handles go */
+    CHECK_EQ(uv_loop_close(&l->loop), 0);
+  } else {
+    event_free(l->tick);
+    event_base_free(l->base);
+  }
 }
 
-static void tl_once(tloop *l) { event_base_loop(l->base, EVLOOP_ONCE); }
+static void tl_once(tloop *l) {
+  if (l->uv)
+    uv_run(&l->loop, UV_RUN_ONCE);
+  else
+    event_base_loop(l->base, EVLOOP_ONCE);
+}
 
 /* Runs the loop until *n >= want or ms (x the timeout multiplier) pass. */
 static int tl_until(tloop *l, const int *n, int want, int64_t ms) {
@@ -96,7 +125,10 @@ static dlock_async *new_async(tloop *l, const dlock_config *cfg) {
   int rc = dlock_async_new(cfg, &a);
   CHECK_MSG(rc == 0, "dlock_async_new(%s): %s %s", cfg->url, dlock_err_name(rc),
             dlock_last_error());
-  CHECK_OK(dlock_libevent_attach(a, l->base));
+  if (l->uv)
+    CHECK_OK(dlock_libuv_attach(a, &l->loop));
+  else
+    CHECK_OK(dlock_libevent_attach(a, l->base));
   return a;
 }
 
@@ -136,7 +168,16 @@ static void tls_begin(tls_fx *f, int auth_clients) {
  * connection too), unlock: everything over rediss://, with a client
  * certificate the server requires. Fails on f63ebda: dlock_async_new
  * refused rediss:// (DLOCK_ENOTSUP). */
+static void tls_lock_wait_unlock_run(void);
 TH_CASE_T(tls_lock_wait_unlock, 60, "async") {
+  g_uv = 0;
+  tls_lock_wait_unlock_run();
+}
+TH_CASE_T(tls_lock_wait_unlock_libuv, 60, "async") {
+  g_uv = 1;
+  tls_lock_wait_unlock_run();
+}
+static void tls_lock_wait_unlock_run(void) {
   tls_fx f;
   tls_begin(&f, 1);
   f.cfg.tls_cert_file = f.k.cli_crt;
@@ -169,7 +210,16 @@ TH_CASE_T(tls_lock_wait_unlock, 60, "async") {
  * sign the server's certificate, a wrong name (but not with CA_ONLY), a
  * missing client certificate, and a plain redis:// URL at the TLS port
  * ("speaks TLS: use rediss://", as the blocking client says). */
+static void tls_errors_are_said_run(void);
 TH_CASE_T(tls_errors_are_said, 60, "async") {
+  g_uv = 0;
+  tls_errors_are_said_run();
+}
+TH_CASE_T(tls_errors_are_said_libuv, 60, "async") {
+  g_uv = 1;
+  tls_errors_are_said_run();
+}
+static void tls_errors_are_said_run(void) {
   tls_fx f;
   tls_begin(&f, 0);
   tloop l;
@@ -230,7 +280,16 @@ TH_CASE_T(tls_errors_are_said, 60, "async") {
  * writes go through tls.c's socket BIO (send with MSG_NOSIGNAL). The
  * harness ignores SIGPIPE; this case has the default disposition, as most
  * programs. Fails on f63ebda: rediss:// refused (DLOCK_ENOTSUP). */
+static void tls_killed_connections_never_raise_sigpipe_run(void);
 TH_CASE_T(tls_killed_connections_never_raise_sigpipe, 90, "async slow") {
+  g_uv = 0;
+  tls_killed_connections_never_raise_sigpipe_run();
+}
+TH_CASE_T(tls_killed_connections_never_raise_sigpipe_libuv, 90, "async slow") {
+  g_uv = 1;
+  tls_killed_connections_never_raise_sigpipe_run();
+}
+static void tls_killed_connections_never_raise_sigpipe_run(void) {
   signal(SIGPIPE, SIG_DFL);
   tls_fx f;
   tls_begin(&f, 0);
@@ -353,7 +412,16 @@ static dlock_config sentinel_cfg(const topo *t) {
  * the waiter gets it there. sync_replicas 1: each write is on a replica
  * when its call answers, so the hold survives the switch. Fails on
  * f63ebda: every call failed with "cannot connect to (null):0". */
+static void sentinel_hold_across_failover_run(void);
 TH_CASE_T(sentinel_hold_across_failover, 180, "sentinel async") {
+  g_uv = 0;
+  sentinel_hold_across_failover_run();
+}
+TH_CASE_T(sentinel_hold_across_failover_libuv, 180, "sentinel async") {
+  g_uv = 1;
+  sentinel_hold_across_failover_run();
+}
+static void sentinel_hold_across_failover_run(void) {
   topo t;
   topo_start(&t);
   dlock_config cfg = sentinel_cfg(&t);
@@ -418,7 +486,16 @@ TH_CASE_T(sentinel_hold_across_failover, 180, "sentinel async") {
 /* No sentinel answers: the call ends with DLOCK_ECONN listing what each
  * sentinel said (as the blocking client's message), after the retry
  * policy -- not with "cannot connect to (null):0" (f63ebda). */
+static void sentinels_unreachable_say_why_run(void);
 TH_CASE_T(sentinels_unreachable_say_why, 60, "sentinel async") {
+  g_uv = 0;
+  sentinels_unreachable_say_why_run();
+}
+TH_CASE_T(sentinels_unreachable_say_why_libuv, 60, "sentinel async") {
+  g_uv = 1;
+  sentinels_unreachable_say_why_run();
+}
+static void sentinels_unreachable_say_why_run(void) {
   th_redis *gone[3];
   for (int i = 0; i < 3; i++) {
     gone[i] = th_redis_new(1, NULL);
@@ -454,7 +531,16 @@ TH_CASE_T(sentinels_unreachable_say_why, 60, "sentinel async") {
  * sync_timeout_ms; with them running the write is on both when it
  * answers. Fails on f63ebda (the async client ignored sync_replicas: its
  * lock answered at once with both replicas stopped). */
+static void sync_replicas_wait_after_writes_run(void);
 TH_CASE_T(sync_replicas_wait_after_writes, 60, "sentinel async") {
+  g_uv = 0;
+  sync_replicas_wait_after_writes_run();
+}
+TH_CASE_T(sync_replicas_wait_after_writes_libuv, 60, "sentinel async") {
+  g_uv = 1;
+  sync_replicas_wait_after_writes_run();
+}
+static void sync_replicas_wait_after_writes_run(void) {
   th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
   th_redis *r[2] = {th_replica_new(m), th_replica_new(m)};
   /* Both replicas online and caught up. */
@@ -536,7 +622,16 @@ static long long hold_count(th_redis *m, const char *name) {
  * is confirmed the same way. Once the replica runs again, it succeeds.
  * Fails on 4a47d6f: the lock with the only replica stopped answered
  * DLOCK_OK and the key stayed held. */
+static void sync_shortfall_undone_enosync_run(void);
 TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
+  g_uv = 0;
+  sync_shortfall_undone_enosync_run();
+}
+TH_CASE_T(sync_shortfall_undone_enosync_libuv, 120, "sentinel async") {
+  g_uv = 1;
+  sync_shortfall_undone_enosync_run();
+}
+static void sync_shortfall_undone_enosync_run(void) {
   th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
   th_redis *rep = th_replica_new(m);
   replicas_caught_up(m, 1);
@@ -572,6 +667,7 @@ TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
   CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
   /* The replica runs again: the same call succeeds, the write is on it. */
   th_redis_resume(rep);
+  replicas_caught_up(m, 1);
   rc = run_lock(&l, a, "ns", 1, 60000, &h);
   CHECK_MSG(rc == 0, "after resume: %s %s", dlock_err_name(rc), h.msg);
   CHECK_EQ(th_cmd_int(rep, "EXISTS ns"), 1);
@@ -580,6 +676,7 @@ TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
   CHECK_RC(run_lock(&l, a, "ns", 1, 0, &h), DLOCK_ENOSYNC);
   CHECK_EQ(hold_count(m, "ns"), 1);
   th_redis_resume(rep);
+  replicas_caught_up(m, 1);
   /* A hand-over: owner 2 waits, owner 1 unlocks with the replica stopped;
    * the grant's acquisition is not confirmed either: undone, ENOSYNC. */
   memset(&w, 0, sizeof w);
@@ -596,6 +693,7 @@ TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
   CHECK_MSG(w.last == DLOCK_ENOSYNC, "%s %s", dlock_err_name(w.last), w.msg);
   CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
   th_redis_resume(rep);
+  replicas_caught_up(m, 1);
   CHECK_OK(run_lock(&l, a, "ns", 2, 60000, &h));
   CHECK_OK(run_unlock(&l, a, "ns", 2, &h));
   CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
@@ -608,14 +706,23 @@ TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
  * sync.c), not only at connect -- a replica attached after the connection
  * is waited for. Fails on 4a47d6f: with the count read at connect (0),
  * a lock with the new replica stopped answered DLOCK_OK at once. */
+static void sync_all_replicas_count_refreshed_run(void);
 TH_CASE_T(sync_all_replicas_count_refreshed, 120, "sentinel async") {
+  g_uv = 0;
+  sync_all_replicas_count_refreshed_run();
+}
+TH_CASE_T(sync_all_replicas_count_refreshed_libuv, 120, "sentinel async") {
+  g_uv = 1;
+  sync_all_replicas_count_refreshed_run();
+}
+static void sync_all_replicas_count_refreshed_run(void) {
   th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
   dlock_config cfg;
   dlock_config_init(&cfg);
   cfg.url = m->tcp_url;
   cfg.sync_replicas = -1;
   cfg.sync_timeout_ms = 400 * (int)slow();
-  cfg.retry_attempts = 0;
+  cfg.retry_attempts = 3; /* trylocks below: one attempt each */
   tloop l;
   tl_init(&l);
   dlock_async *a = new_async(&l, &cfg);
@@ -642,7 +749,8 @@ TH_CASE_T(sync_all_replicas_count_refreshed, 120, "sentinel async") {
   CHECK_MSG(rc == DLOCK_ENOSYNC, "%s %s", dlock_err_name(rc), h.msg);
   CHECK_EQ(th_cmd_int(m, "EXISTS na"), 0);
   th_redis_resume(rep);
-  CHECK_OK(run_lock(&l, a, "na", 1, 0, &h));
+  replicas_caught_up(m, 1);
+  CHECK_OK(run_lock(&l, a, "na", 1, 60000, &h));
   CHECK_EQ(th_cmd_int(rep, "EXISTS na"), 1);
   dlock_async_free(a);
   tl_free(&l);
@@ -674,7 +782,16 @@ static dlock_config cluster_cfg(const th_cluster *cl) {
  * and an async waiter served by a blocking client's unlock and the other
  * way round (both clients SPUBLISH / SSUBSCRIBE). Fails on f63ebda:
  * dlock_async_new refused redis-cluster:// (DLOCK_ENOTSUP). */
+static void cluster_locks_on_three_masters_run(void);
 TH_CASE_T(cluster_locks_on_three_masters, 120, "cluster async") {
+  g_uv = 0;
+  cluster_locks_on_three_masters_run();
+}
+TH_CASE_T(cluster_locks_on_three_masters_libuv, 120, "cluster async") {
+  g_uv = 1;
+  cluster_locks_on_three_masters_run();
+}
+static void cluster_locks_on_three_masters_run(void) {
   th_cluster *cl = th_cluster_new(3, 0, 2000);
   dlock_config cfg = cluster_cfg(cl);
   tloop l;
@@ -764,8 +881,18 @@ static void *move_main(void *p) {
  * (never reported lost), the waiter's sharded subscription follows the
  * slot to the new master, and the holder's unlock there hands it the
  * lock. Fails on f63ebda: redis-cluster:// refused (DLOCK_ENOTSUP). */
+static void cluster_holder_and_waiter_through_slot_migration_run(void);
 TH_CASE_T(cluster_holder_and_waiter_through_slot_migration, 120,
           "cluster async") {
+  g_uv = 0;
+  cluster_holder_and_waiter_through_slot_migration_run();
+}
+TH_CASE_T(cluster_holder_and_waiter_through_slot_migration_libuv, 120,
+          "cluster async") {
+  g_uv = 1;
+  cluster_holder_and_waiter_through_slot_migration_run();
+}
+static void cluster_holder_and_waiter_through_slot_migration_run(void) {
   th_cluster *cl = th_cluster_new(3, 0, 2000);
   const char *name = "amigrating";
   unsigned slot = th_cluster_slot(cl, name);
