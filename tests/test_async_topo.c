@@ -951,3 +951,112 @@ static void cluster_holder_and_waiter_through_slot_migration_run(void) {
 }
 
 TH_MAIN()
+
+static char g_lost_name[64];
+static void on_lost_named(const char *name, void *arg) {
+  (void)arg;
+  printf("lost: %s\n", name);
+  snprintf(g_lost_name, sizeof g_lost_name, "%s", name);
+  atomic_fetch_add(&g_lost, 1);
+}
+
+/* A master of a 3-master cluster (no replicas) is killed with -9 while the
+ * async client holds a lock on each master, then restarted: the holds on
+ * the other masters are renewed and unlocked as if nothing happened, only
+ * the dead master's hold is reported lost, calls on its slots end with
+ * DLOCK_ECONN (no crash, no hang), and once it is back (its nodes.conf
+ * keeps its slots) locks there work again. The cluster serves the slots
+ * it still has (cluster-require-full-coverage no). */
+static void cluster_master_killed_and_restarted_run(void);
+TH_CASE_T(cluster_master_killed_and_restarted, 120, "cluster async") {
+  g_uv = 0;
+  cluster_master_killed_and_restarted_run();
+}
+TH_CASE_T(cluster_master_killed_and_restarted_libuv, 120, "cluster async") {
+  g_uv = 1;
+  cluster_master_killed_and_restarted_run();
+}
+static void cluster_master_killed_and_restarted_run(void) {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  for (int i = 0; i < 3; i++) {
+    redisReply *x =
+        th_cmd(cl->node[i], "CONFIG SET cluster-require-full-coverage no");
+    freeReplyObject(x);
+  }
+  /* One lock name per master. */
+  char name[3][32];
+  int found = 0;
+  for (int i = 0; found != 7 && i < 1000; i++) {
+    char n[32];
+    snprintf(n, sizeof n, "akill-%d", i);
+    int m = th_cluster_master_of(cl, th_cluster_slot(cl, n));
+    if (!(found & (1 << m)) && m >= 0 && m < 3) {
+      snprintf(name[m], sizeof name[m], "%s", n);
+      found |= 1 << m;
+    }
+    if (found == 7)
+      break;
+  }
+  CHECK_EQ(found, 7);
+  dlock_config cfg = cluster_cfg(cl);
+  cfg.on_lock_lost = on_lost_named;
+  cfg.watchdog_timeout_ms = 3000 * (int)slow(); /* renewed every second */
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 100;
+  atomic_store(&g_lost, 0);
+  g_lost_name[0] = '\0';
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h[3], r;
+  for (int m = 0; m < 3; m++)
+    CHECK_OK(run_lock(&l, a, name[m], 1, 0, &h[m]));
+  const int dead = 1;
+  int64_t t0 = th_now_ms();
+  th_redis_kill(cl->node[dead]);
+  /* A call on the dead master's slots: DLOCK_ECONN after the retry
+   * policy, bounded. */
+  char other[48];
+  snprintf(other, sizeof other, "{%s}x", name[dead]);
+  int rc = run_lock(&l, a, other, 1, 0, &r);
+  printf("lock on the dead master: %s after %lld ms (%s)\n", dlock_err_name(rc),
+         (long long)(th_now_ms() - t0), r.msg);
+  CHECK_MSG(rc == DLOCK_ECONN, "%s %s", dlock_err_name(rc), r.msg);
+  /* Longer than the lease: the live holds are renewed, the dead one is
+   * reported lost (its renewals cannot reach it). */
+  int64_t until = t0 + cfg.watchdog_timeout_ms + 1500;
+  while (th_now_ms() < until || atomic_load(&g_lost) == 0) {
+    CHECK_MSG(th_now_ms() < until + 10000 * slow(), "no loss reported");
+    tl_once(&l);
+  }
+  CHECK_EQ(atomic_load(&g_lost), 1);
+  CHECK_MSG(strcmp(g_lost_name, name[dead]) == 0, "lost %s", g_lost_name);
+  for (int m = 0; m < 3; m++) {
+    if (m == dead)
+      continue;
+    long long pttl = th_cmd_int(cl->node[m], "PTTL %s", name[m]);
+    CHECK_MSG(pttl > cfg.watchdog_timeout_ms / 3, "%s not renewed: PTTL %lld",
+              name[m], pttl);
+    CHECK_OK(run_unlock(&l, a, name[m], 1, &r));
+    CHECK_EQ(th_cmd_int(cl->node[m], "EXISTS %s", name[m]), 0);
+  }
+  CHECK_RC(run_unlock(&l, a, name[dead], 1, &r), DLOCK_ELOST);
+  /* Back (empty, its slots kept by nodes.conf): locks there work again. */
+  th_redis_restart(cl->node[dead]);
+  int64_t end = th_now_ms() + 30000 * slow();
+  for (;;) {
+    rc = run_lock(&l, a, name[dead], 1, 0, &r);
+    if (rc == 0)
+      break;
+    CHECK_MSG(th_now_ms() < end, "no recovery: %s %s", dlock_err_name(rc),
+              r.msg);
+    th_sleep_ms(100);
+  }
+  printf("lock on the restarted master %lld ms after the kill\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_EQ(th_cmd_int(cl->node[dead], "EXISTS %s", name[dead]), 1);
+  CHECK_OK(run_unlock(&l, a, name[dead], 1, &r));
+  CHECK_EQ(th_cmd_int(cl->node[dead], "EXISTS %s", name[dead]), 0);
+  dlock_async_free(a);
+  tl_free(&l);
+}
