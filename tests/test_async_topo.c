@@ -1060,3 +1060,135 @@ static void cluster_master_killed_and_restarted_run(void) {
   dlock_async_free(a);
   tl_free(&l);
 }
+
+/* ---- rediss-cluster:// ---------------------------------------------------
+ */
+
+static int tls_state_ok(th_redis *r) {
+  redisReply *x = th_cmd(r, "CLUSTER INFO");
+  int ok = x && x->type == REDIS_REPLY_STRING &&
+           strstr(x->str, "cluster_state:ok") != NULL;
+  if (x)
+    freeReplyObject(x);
+  return ok;
+}
+
+/* cmd's integer on r, or 0 when r answers otherwise (MOVED: not its
+ * slot). */
+static long long int_or_0(th_redis *r, const char *cmd, const char *key) {
+  redisReply *x = th_cmd(r, "%s %s", cmd, key);
+  long long v = x && x->type == REDIS_REPLY_INTEGER ? x->integer : 0;
+  if (x)
+    freeReplyObject(x);
+  return v;
+}
+
+/* Locks on a 3-master TLS-only cluster (tls-cluster yes: the bus and the
+ * ports CLUSTER SHARDS names are TLS; the harness speaks to each node over
+ * its plain unix socket): each call goes over rediss:// to the master of
+ * its slot, a waiter is woken over a TLS sharded subscription, and nothing
+ * is left behind. */
+static void tls_cluster_locks_on_three_masters_run(void);
+TH_CASE_T(tls_cluster_locks_on_three_masters, 120, "cluster async") {
+  g_uv = 0;
+  tls_cluster_locks_on_three_masters_run();
+}
+TH_CASE_T(tls_cluster_locks_on_three_masters_libuv, 120, "cluster async") {
+  g_uv = 1;
+  tls_cluster_locks_on_three_masters_run();
+}
+static void tls_cluster_locks_on_three_masters_run(void) {
+  th_certs k;
+  th_make_certs(&k);
+  th_redis *node[3];
+  int tport[3], bport[3];
+  char url[256];
+  int o = snprintf(url, sizeof url, "rediss-cluster://");
+  for (int i = 0; i < 3; i++) {
+    tport[i] = th_free_port();
+    bport[i] = th_free_port();
+    char conf[4096];
+    snprintf(conf, sizeof conf,
+             "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+             "tls-ca-cert-file %s\ntls-auth-clients no\ntls-cluster yes\n"
+             "cluster-enabled yes\ncluster-config-file nodes.conf\n"
+             "cluster-node-timeout 2000\ncluster-port %d\n",
+             tport[i], k.srv_crt, k.srv_key, k.ca, bport[i]);
+    node[i] = th_redis_new(0, conf);
+    o += snprintf(url + o, sizeof url - (size_t)o, "%s127.0.0.1:%d",
+                  i ? "," : "", tport[i]);
+  }
+  /* The slots in three ranges, the nodes met over the TLS bus. */
+  for (int i = 0; i < 3; i++) {
+    int lo = i * 16384 / 3, hi = (i + 1) * 16384 / 3 - 1;
+    redisReply *x = th_cmd(node[i], "CLUSTER ADDSLOTSRANGE %d %d", lo, hi);
+    CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "ADDSLOTSRANGE: %s",
+              x && x->str ? x->str : "?");
+    freeReplyObject(x);
+  }
+  for (int i = 1; i < 3; i++) {
+    redisReply *x =
+        th_cmd(node[0], "CLUSTER MEET 127.0.0.1 %d %d", tport[i], bport[i]);
+    CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "MEET: %s",
+              x && x->str ? x->str : "?");
+    freeReplyObject(x);
+  }
+  int64_t end = th_now_ms() + 30000 * slow();
+  for (int i = 0; i < 3; i++)
+    while (!tls_state_ok(node[i])) {
+      CHECK_MSG(th_now_ms() < end, "the TLS cluster did not form (node %d)", i);
+      th_sleep_ms(50);
+    }
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.tls_ca_file = k.ca;
+  cfg.retry_attempts = 5;
+  cfg.retry_interval_ms = 100;
+  cfg.command_timeout_ms = 1000 * (int)slow();
+  cfg.connect_timeout_ms = 1000 * (int)slow();
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  enum { N = 12 };
+  res v[N], w, u;
+  int on[3] = {0, 0, 0};
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tlock-%d", i);
+    int rc = run_lock(&l, a, name, 1, 0, &v[i]);
+    CHECK_MSG(rc == 0, "lock %s: %s %s", name, dlock_err_name(rc), v[i].msg);
+    int where = -1;
+    for (int m = 0; m < 3; m++)
+      if (int_or_0(node[m], "EXISTS", name) == 1)
+        where = m;
+    CHECK_MSG(where >= 0, "%s on no master", name);
+    on[where]++;
+  }
+  printf("locks per TLS master: %d %d %d\n", on[0], on[1], on[2]);
+  CHECK(on[0] > 0 && on[1] > 0 && on[2] > 0);
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, "tlock-0", 2, 20000, -1, on_res, &w));
+  end = th_now_ms() + 5000 * slow();
+  long long q = 0;
+  while (q < 1 && th_now_ms() < end) {
+    for (int i = 0; i < 5; i++)
+      tl_once(&l);
+    q = 0;
+    for (int m = 0; m < 3; m++)
+      q += int_or_0(node[m], "LLEN", "dlock_lock_queue:{tlock-0}");
+  }
+  CHECK_EQ(q, 1);
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tlock-%d", i);
+    CHECK_OK(run_unlock(&l, a, name, 1, &u));
+  }
+  CHECK_MSG(tl_until(&l, &w.n, 1, 5000), "the waiter was not woken");
+  CHECK_MSG(w.last == 0, "waiter: %s %s", dlock_err_name(w.last), w.msg);
+  CHECK_OK(run_unlock(&l, a, "tlock-0", 2, &u));
+  for (int m = 0; m < 3; m++)
+    CHECK_EQ(th_cmd_int(node[m], "DBSIZE"), 0);
+  dlock_async_free(a);
+  tl_free(&l);
+}
