@@ -270,7 +270,6 @@ struct dlock__aop {
   dlock__atimer sync_t;
   int sync_i;         /* acquisitions undone so far */
   int64_t sync_prev;  /* the last retry pause (dlock__retry_pause) */
-  int undoing;        /* the undo of an unconfirmed acquisition in flight */
   char sync_why[160]; /* what the last WAIT said */
 };
 

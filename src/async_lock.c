@@ -346,14 +346,16 @@ static void undo_done(dlock__areq *r, redisReply *reply, int err,
   dlock__areq_free(r);
   dlock_async *a = op->a;
   op->in_flight = 0;
-  op->undoing = 0;
   int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
   if (rc == DLOCK_ELOST && op->target == 1 && resent)
     rc = 1; /* a copy of this release found what an earlier one left */
   int64_t now = dlock__async_now();
   int64_t pause = dlock__retry_pause(&a->cfg, op->sync_i, &op->sync_prev);
   int64_t left = op->wait_ms > 0 ? op->w.deadline - now : 0;
-  if (rc < 0 || op->expired || a->closing ||
+  /* As mutex.c's acquire: tried again even when the undo failed (its
+   * lease ends what it left; a retry that cannot reach the server ends
+   * with that error). */
+  if (op->expired || a->closing ||
       !dlock__eng_sync_retry(op->sync_i, a->cfg.retry_attempts, op->wait_ms,
                              left, pause)) {
     enosync(op, rc >= 0);
@@ -404,7 +406,6 @@ static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
   }
   u->no_sync = 1;
   op->in_flight = 1;
-  op->undoing = 1;
   dlock__aconn_submit(&a->cmd, u);
 }
 
