@@ -9,6 +9,7 @@
  */
 #include "th.h"
 #include "th_cluster.h"
+#include "th_drive.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1191,4 +1192,49 @@ static void tls_cluster_locks_on_three_masters_run(void) {
     CHECK_EQ(th_cmd_int(node[m], "DBSIZE"), 0);
   dlock_async_free(a);
   tl_free(&l);
+}
+
+/* ---- parity: one body, both clients (th_drive.h) ------------------------ */
+
+/* Replica sync as one rule for both clients: with the only replica stopped
+ * a trylock and a timed lock end with DLOCK_ENOSYNC and leave no key; after
+ * it resumes, the lock is taken and is on the replica. The blocking run
+ * passed before; the async one fails on 4a47d6f (DLOCK_OK, key kept). */
+static void sync_parity_body(int kind) {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  replicas_caught_up(m, 1);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 300 * (int)slow();
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 50;
+  th_drive *d = th_drive_new(kind, &cfg);
+  th_redis_pause(rep);
+  int rc = th_drive_lock(d, "np", 1, 0, -1);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s trylock: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  rc = th_drive_lock(d, "np", 1, 20000, -1);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s timedlock: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  th_redis_resume(rep);
+  replicas_caught_up(m, 1);
+  rc = th_drive_lock(d, "np", 1, 20000, -1);
+  CHECK_MSG(rc == 0, "%s after resume: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(th_cmd_int(rep, "EXISTS np"), 1);
+  CHECK_OK(th_drive_unlock(d, "np", 1));
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  th_drive_free(d);
+}
+
+TH_CASE_T(sync_shortfall_parity_blocking, 90, "sentinel async") {
+  sync_parity_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(sync_shortfall_parity_async, 90, "sentinel async") {
+  sync_parity_body(TH_DRIVE_ASYNC);
 }
