@@ -633,6 +633,66 @@ void dlock__aconn_start(dlock__aconn *k) {
 /* ---- writing ---------------------------------------------------------------
  */
 
+static void info_done(dlock__areq *r, redisReply *reply, int err,
+                      const char *why) {
+  dlock__aconn *k = r->arg;
+  (void)why;
+  dlock__areq_free(r);
+  int n = err ? -1 : dlock__sync_parse_replicas(reply);
+  if (reply)
+    freeReplyObject(reply);
+  /* Refused (an ACL user without +info): 0 until the next read, as
+   * sync.c's; not reached: the count stays, read again next time. */
+  if (n >= 0 || (!err && reply))
+    k->sync_n = n > 0 ? n : 0;
+  else
+    k->sync_at = 0;
+}
+
+/* sync_replicas -1: the replica count is read again (INFO replication,
+ * pipelined before the first unsent script) when the engine says it is
+ * stale (dlock__eng_sync_stale: every DLOCK__SYNC_REFRESH_MS, as the
+ * blocking client's sync.c) or a WAIT's answer differed from it -- so
+ * replicas that attach later are waited for, and one that left is not. */
+static void sync_refresh(dlock__aconn *k, int64_t now) {
+  if (k->a->cfg.sync_replicas >= 0 || !k->cmdconn || !k->unsent ||
+      k->state != DLOCK__AC_READY)
+    return;
+  int scripts = 0;
+  for (dlock__areq *r = k->unsent; r && !scripts; r = r->next)
+    scripts = r->script && !r->no_sync;
+  if (!scripts || (!k->sync_recount && !dlock__eng_sync_stale(k->sync_at, now)))
+    return;
+  dlock__sb b;
+  dlock__sb_init(&b);
+  const char *av[2] = {"INFO", "replication"};
+  size_t al[2] = {4, 11};
+  dlock__resp_argv(&b, 2, av, al);
+  dlock__areq *r = b.oom ? NULL : dlock__calloc(1, sizeof *r);
+  if (r && (r->cmd = dlock__malloc(b.len)) != NULL) {
+    memcpy(r->cmd, b.p, b.len);
+    r->len = b.len;
+    r->slot = -1;
+    r->no_retry = 1;
+    r->fn = info_done;
+    r->arg = k;
+    dlock__areq *p = NULL;
+    for (dlock__areq *q = k->head; q != k->unsent; q = q->next)
+      p = q;
+    r->next = k->unsent;
+    if (p)
+      p->next = r;
+    else
+      k->head = r;
+    k->unsent = r;
+    k->sync_at = now;
+    k->sync_recount = 0;
+  } else {
+    free(r);
+  }
+  dlock__sb_free(&b);
+}
+
 /* The replicas a script's write waits for (cfg.sync_replicas; -1: those
  * the command connection's INFO counted), or 0 for no WAIT. The same
  * scripts as the blocking client's (sync.c): every lock write but the
@@ -641,7 +701,7 @@ static int sync_want(dlock__aconn *k, const dlock__areq *r) {
   int n = k->a->cfg.sync_replicas;
   /* Renewals go without WAIT, as the blocking watchdog's (replicas that
    * lag never delay a renewal: docs/guarantees.md). */
-  if (!r->script || !k->cmdconn || n == 0 ||
+  if (!r->script || !k->cmdconn || n == 0 || r->no_sync ||
       r->script == dlock__core_script(DLOCK__S_RENEW))
     return 0;
   return n > 0 ? n : k->sync_n;
@@ -654,7 +714,9 @@ static int sync_want(dlock__aconn *k, const dlock__areq *r) {
  * on the same connection). */
 static void take_unsent(dlock__aconn *k) {
   int64_t now = dlock__async_now();
+  sync_refresh(k, now);
   for (dlock__areq *r = k->unsent; r; r = r->next) {
+    r->unsynced = 0;
     r->ask_pending = r->asking; /* ASK: ASKING right before it */
     r->asking = 0;
     if (r->ask_pending)
@@ -804,6 +866,8 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
   } else if (kind == 'I') {
     int n = dlock__sync_parse_replicas(r);
     k->sync_n = n > 0 ? n : 0;
+    k->sync_at = dlock__async_now();
+    k->sync_recount = 0;
   }
   freeReplyObject(r);
   if (err) {
@@ -834,12 +898,22 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     k->tail = NULL;
   r->next = NULL;
   if (r->held) {
-    /* rep is WAIT's: the acknowledgements. A shortfall is not the
-     * request's failure: the write was made (sync.c judges the blocking
-     * client's; here the count is only refreshed). */
-    if (rep->type == REDIS_REPLY_INTEGER && k->a->cfg.sync_replicas < 0 &&
-        rep->integer > k->sync_n)
-      k->sync_n = (int)rep->integer;
+    /* rep is WAIT's: the acknowledgements, judged by the engine's rule
+     * (dlock__eng_sync_verdict, the blocking client's too). A shortfall is
+     * not the request's failure -- the write was made -- but the caller's
+     * to undo (async_lock.c: r->unsynced). sync_replicas -1 and the count
+     * changed: it is read again before the next script, and this answer
+     * judged by the count known now (at least what WAIT counted). */
+    int cfg = k->a->cfg.sync_replicas;
+    r->acks = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+    int v = dlock__eng_sync_verdict(cfg, r->wait_want, r->acks, -1);
+    if (v == DLOCK__ENG_SYNC_RECOUNT) {
+      k->sync_recount = 1;
+      if (r->acks > k->sync_n)
+        k->sync_n = (int)r->acks;
+      v = dlock__eng_sync_verdict(cfg, r->wait_want, r->acks, k->sync_n);
+    }
+    r->unsynced = v != DLOCK__ENG_SYNC_OK;
     freeReplyObject(rep);
     rep = r->held;
     r->held = NULL;

@@ -62,6 +62,9 @@ struct dlock__areq {
   int waits;                   /* a WAIT was pipelined behind it */
   int wait_want;               /* the replicas it asked for */
   redisReply *held;            /* its reply, while the WAIT's is awaited */
+  int no_sync;                 /* never followed by WAIT (an undo) */
+  int unsynced;                /* WAIT did not confirm it (engine's verdict) */
+  long long acks;              /* WAIT's answer (-1: it failed) */
   int tries;                   /* sends so far */
   int64_t pause;               /* the last retry pause (retry_delay) */
   int no_retry;                /* one send: the caller retries (renewals) */
@@ -117,6 +120,8 @@ struct dlock__aconn {
   void *ssl;           /* rediss://: the TLS session (tls.c) */
   int ssl_rw;          /* TLS: a read waits for writability */
   int sync_n;          /* sync_replicas -1: the replicas INFO counted */
+  int64_t sync_at;     /* when INFO was last sent for it (0: never) */
+  int sync_recount;    /* a WAIT's answer asked to count again */
   int answered;        /* a reply came on the socket open */
   int probe;           /* probing for a TLS-only port (plain URL) */
   char probe_why[600]; /* the failure that started the probe */
@@ -261,6 +266,12 @@ struct dlock__aop {
   dlock__asub *sub; /* joined subscription entry */
   int active;       /* its subscription is confirmed */
   dlock__atimer deadline_t, ttl_t;
+  /* Replica sync: an acquisition the replicas did not confirm is undone
+   * and tried again after sync_t (engine.c's dlock__eng_sync_retry). */
+  dlock__atimer sync_t;
+  int sync_i;         /* acquisitions undone so far */
+  int64_t sync_prev;  /* the last retry pause (dlock__retry_pause) */
+  char sync_why[160]; /* what the last WAIT said */
 };
 
 /* Completes every pending call with DLOCK_ECLOSED and frees the records

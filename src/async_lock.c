@@ -129,6 +129,7 @@ complete(dlock__aop *op, int rc, const char *fmt, ...) {
   va_end(ap);
   dlock__async_untimer(a, &op->deadline_t);
   dlock__async_untimer(a, &op->ttl_t);
+  dlock__async_untimer(a, &op->sync_t);
   if (op->sub)
     dlock__asub_leave(a, op->sub, op);
   op->sub = NULL;
@@ -170,6 +171,7 @@ void dlock__async_ops_close(dlock_async *a) {
     unlink_op(op);
     dlock__async_untimer(a, &op->deadline_t);
     dlock__async_untimer(a, &op->ttl_t);
+    dlock__async_untimer(a, &op->sync_t);
     op->sub = NULL;
     op->h = NULL;
     op->rc = DLOCK_ECLOSED;
@@ -256,10 +258,14 @@ static void timed_out(dlock__aop *op) {
            op->h->key, op->wait_ms);
 }
 
+static void enosync(dlock__aop *op, int undone);
+
 static void deadline_fired(dlock__atimer *t) {
   dlock__aop *op = t->arg;
   op->expired = 1;
-  if (!op->in_flight)
+  if (op->sync_t.slot) /* pausing before a retry after DLOCK_ENOSYNC */
+    enosync(op, 1);
+  else if (!op->in_flight)
     timed_out(op);
 }
 
@@ -316,14 +322,110 @@ static void taken(dlock__aop *op, int64_t ttl) {
     dlock__async_timer(a, &op->ttl_t, dlock__async_now() + (ttl > 0 ? ttl : 1));
 }
 
+/* ---- replica sync ------------------------------------------------------- */
+
+static void lock_begin(dlock__aop *op);
+
+/* The call ends with DLOCK_ENOSYNC: the replicas did not confirm its
+ * acquisition, which was undone (or the undo failed: the lease ends it). */
+static void enosync(dlock__aop *op, int undone) {
+  complete(op, DLOCK_ENOSYNC, "lock '%s': %s; the acquisition was undone%s",
+           op->h->key, op->sync_why,
+           undone ? "" : " (the undo failed: the lease ends it)");
+}
+
+static void sync_fired(dlock__atimer *t) {
+  dlock__aop *op = t->arg;
+  lock_begin(op);
+}
+
+/* The undo answered: try again under the retry policy within the call's
+ * wait budget, or end with DLOCK_ENOSYNC -- the engine's rule
+ * (dlock__eng_sync_retry), the blocking client's (mutex.c) too. */
+static void undo_done(dlock__areq *r, redisReply *reply, int err,
+                      const char *why) {
+  dlock__aop *op = r->arg;
+  int resent = r->tries > 0;
+  dlock__areq_free(r);
+  dlock_async *a = op->a;
+  op->in_flight = 0;
+  int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
+  if (rc == DLOCK_ELOST && op->target == 1 && resent)
+    rc = 1; /* a copy of this release found what an earlier one left */
+  int64_t now = dlock__async_now();
+  int64_t pause = dlock__retry_pause(&a->cfg, op->sync_i, &op->sync_prev);
+  int64_t left = op->wait_ms > 0 ? op->w.deadline - now : 0;
+  /* As mutex.c's acquire: tried again even when the undo failed (its
+   * lease ends what it left; a retry that cannot reach the server ends
+   * with that error). */
+  if (op->expired || a->closing ||
+      !dlock__eng_sync_retry(op->sync_i, a->cfg.retry_attempts, op->wait_ms,
+                             left, pause)) {
+    enosync(op, rc >= 0);
+    return;
+  }
+  op->sync_i++;
+  dlock__async_timer(a, &op->sync_t, now + pause);
+}
+
+/* The acquisition the attempt made was not confirmed by the replicas
+ * (async_conn.c: the engine's verdict on WAIT's answer): give it back with
+ * the unlock script -- reentrant: the count goes back to target - 1, the
+ * TTL never shortened -- without a WAIT, as mutex.c's undo_unsynced. The
+ * call leaves its subscription and the queue state; a retry starts over. */
+static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
+  dlock_async *a = op->a;
+  dlock__ahold *h = op->h;
+  int want = r->wait_want;
+  if (r->acks < 0)
+    snprintf(op->sync_why, sizeof op->sync_why,
+             "WAIT failed (an ACL user without +wait?): the write's "
+             "replication is unconfirmed");
+  else
+    snprintf(op->sync_why, sizeof op->sync_why,
+             "%lld of %d replica%s confirmed the write within %d ms "
+             "(sync_timeout_ms)",
+             r->acks, want, want == 1 ? "" : "s", a->cfg.sync_timeout_ms);
+  dlock__async_untimer(a, &op->ttl_t);
+  if (op->sub)
+    dlock__asub_leave(a, op->sub, op);
+  op->sub = NULL;
+  op->active = op->again = 0;
+  op->w.queued = 0;
+  char rid[33];
+  dlock__request_id(rid);
+  int64_t lease = op->target > 1 ? -op->lease : op->lease;
+  dlock__rel_call k;
+  int rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl, lease,
+                                op->target, rid, dlock__apublish(a));
+  dlock__areq *u = rc ? NULL
+                      : dlock__areq_eval(dlock__core_script(DLOCK__S_UNLOCK),
+                                         k.nkeys, k.keys, k.klens, k.nargs,
+                                         k.args, k.alens, undo_done, op);
+  dlock__rel_call_free(&k);
+  if (!u) {
+    enosync(op, 0);
+    return;
+  }
+  u->no_sync = 1;
+  op->in_flight = 1;
+  dlock__aconn_submit(&a->cmd, u);
+}
+
 static void attempt_done(dlock__areq *r, redisReply *reply, int err,
                          const char *why) {
   dlock__aop *op = r->arg;
-  dlock__areq_free(r);
+  int unsynced = !err && r->unsynced;
   op->in_flight = 0;
   int64_t ttl = -1;
   int rc = err ? dlock__fail(err, "%s", why)
                : dlock__acq_reply(0, reply, op->h->key, &ttl);
+  if (rc == 1 && unsynced) {
+    undo_unsynced(op, r);
+    dlock__areq_free(r);
+    return;
+  }
+  dlock__areq_free(r);
   if (rc == 1) {
     held(op);
   } else if (rc == 0) {
@@ -361,11 +463,13 @@ static void lock_begin(dlock__aop *op) {
              h->key, h->owner);
     return;
   }
-  if (op->wait_ms != 0)
-    op->w.id = dlock__eng_wait_id();
-  op->w.deadline = op->wait_ms > 0 ? now + op->wait_ms : -1;
-  if (op->wait_ms > 0)
-    dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
+  if (op->sync_i == 0) { /* not a retry after DLOCK_ENOSYNC: same budget */
+    if (op->wait_ms != 0)
+      op->w.id = dlock__eng_wait_id();
+    op->w.deadline = op->wait_ms > 0 ? now + op->wait_ms : -1;
+    if (op->wait_ms > 0)
+      dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
+  }
   attempt(op, prior + 1, 0);
 }
 
@@ -523,6 +627,8 @@ static int queue_call(dlock_async *a, const char *name, long long owner,
   op->deadline_t.arg = op;
   op->ttl_t.fn = ttl_fired;
   op->ttl_t.arg = op;
+  op->sync_t.fn = sync_fired;
+  op->sync_t.arg = op;
   op->next = a->ops;
   if (a->ops)
     a->ops->prev = op;

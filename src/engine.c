@@ -285,3 +285,26 @@ dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
   o.ran_out = expired;
   return o;
 }
+
+/* ---- (d) replica sync --------------------------------------------------- */
+
+int dlock__eng_sync_stale(int64_t checked_at, int64_t now) {
+  return now - checked_at >= DLOCK__SYNC_REFRESH_MS;
+}
+
+int dlock__eng_sync_verdict(int cfg, int want, long long acks, int count) {
+  if (cfg < 0 && acks != want) {
+    if (count < 0)
+      return DLOCK__ENG_SYNC_RECOUNT;
+    return acks >= 0 && acks >= count ? DLOCK__ENG_SYNC_OK
+                                      : DLOCK__ENG_SYNC_SHORT;
+  }
+  return acks >= 0 && acks >= want ? DLOCK__ENG_SYNC_OK : DLOCK__ENG_SYNC_SHORT;
+}
+
+int dlock__eng_sync_retry(int i, int retry_attempts, long long wait_ms,
+                          int64_t budget_left, int64_t pause) {
+  if (wait_ms == 0 || i >= retry_attempts)
+    return 0;
+  return wait_ms < 0 || budget_left > pause;
+}

@@ -27,7 +27,13 @@
  *   (c) REENTRANCY: whether an acquire of (client, name, owner) is a
  *       re-entry and which count the script expects (dlock__eng_reenter),
  *       and what an unlock's answer does to the count
- *       (dlock__eng_unlock_end).
+ *       (dlock__eng_unlock_end);
+ *   (d) REPLICA SYNC (cfg.sync_replicas, docs/sentinel.md): whether a lock
+ *       write's WAIT answer confirms it (dlock__eng_sync_verdict), when a
+ *       cached replica count is read again (dlock__eng_sync_stale), and
+ *       whether an acquisition undone for a shortfall is tried again or
+ *       ends with DLOCK_ENOSYNC (dlock__eng_sync_retry). mutex.c/sync.c
+ *       and async_conn.c/async_lock.c follow the same three answers.
  *
  * Thread-safety: none of its own; every call on a record runs under the
  * record's guard (reg.mu for the blocking client, the loop's thread for the
@@ -174,5 +180,38 @@ typedef struct dlock__eng_rel_out {
 dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
                                          const dlock__eng_unlock *u, int rc,
                                          int copy, int64_t now);
+
+/* ---- (d) replica sync --------------------------------------------------- */
+
+/* How often a cached replica count (sync_replicas -1) is read again, ms. */
+#define DLOCK__SYNC_REFRESH_MS 1000
+/* 1 when a replica count read at checked_at (0: never) is due to be read
+ * again at now: replicas that attach later are waited for. */
+int dlock__eng_sync_stale(int64_t checked_at, int64_t now);
+
+/* What a WAIT answer says about the write before it. */
+enum {
+  DLOCK__ENG_SYNC_OK = 0, /* confirmed */
+  DLOCK__ENG_SYNC_SHORT,  /* not confirmed: undo the acquisition */
+  DLOCK__ENG_SYNC_RECOUNT /* cfg -1 and the count changed: read it again
+                             and ask once more with `count` */
+};
+/* The verdict on a write followed by WAIT want replicas that answered
+ * acks (-1: WAIT failed, e.g. an ACL user without +wait). cfg is
+ * cfg.sync_replicas; count is the replica count read after the answer
+ * (sync_replicas -1), or -1 when not read yet. With cfg -1 an answer that
+ * differs from want means replicas came or went: RECOUNT until the caller
+ * passes the count it read again, then confirmed when acks reach it (a
+ * replica that left is not waited for). Else confirmed when acks >= want. */
+int dlock__eng_sync_verdict(int cfg, int want, long long acks, int count);
+
+/* After an acquisition was undone for a shortfall (the i-th, from 0): 1 to
+ * try again after `pause` (dlock__retry_pause), 0 to end with
+ * DLOCK_ENOSYNC. As Redisson, under the retry policy (retry_attempts) and
+ * within the call's wait budget: a trylock (wait_ms 0) is one attempt, a
+ * timed call tries again only while its budget left outlasts the pause, a
+ * call that waits for ever (wait_ms < 0) has the whole policy. */
+int dlock__eng_sync_retry(int i, int retry_attempts, long long wait_ms,
+                          int64_t budget_left, int64_t pause);
 
 #endif

@@ -112,10 +112,12 @@ static int member_try(dlock_multilock *ml, size_t i, long long wait_ms,
   int64_t prev = 0;
   for (int k = 0;; k++) {
     int rc = dlock__mutex_acquire(ml->locks[i], 0, lease_ms);
-    if (rc != DLOCK_ENOSYNC || wait_ms == 0 || k >= c->cfg.retry_attempts)
+    if (rc != DLOCK_ENOSYNC)
       return rc;
     int64_t pause = dlock__retry_pause(&c->cfg, k, &prev);
-    if ((wait_ms > 0 && dlock__budget_left(b) <= pause) ||
+    if (!dlock__eng_sync_retry(k, c->cfg.retry_attempts, wait_ms,
+                               wait_ms > 0 ? dlock__budget_left(b) : 0,
+                               pause) ||
         atomic_load(&c->closing))
       return rc;
     dlock__sleep_ms(pause);

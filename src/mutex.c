@@ -921,10 +921,13 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
       dlock__stat_add(
           &m->c->stats,
           rc == DLOCK_ETIMEDOUT ? DLOCK__ST_TIMEOUTS : DLOCK__ST_CANCELS, 1);
-    if (rc != DLOCK_ENOSYNC || wait_ms == 0 || i >= m->c->cfg.retry_attempts)
+    if (rc != DLOCK_ENOSYNC)
       return rc;
+    /* The engine's rule (dlock__eng_sync_retry), the async client's too. */
     int64_t pause = dlock__retry_pause(&m->c->cfg, i, &prev);
-    if ((wait_ms > 0 && dlock__budget_left(&b) <= pause) ||
+    if (!dlock__eng_sync_retry(i, m->c->cfg.retry_attempts, wait_ms,
+                               wait_ms > 0 ? dlock__budget_left(&b) : 0,
+                               pause) ||
         dlock__budget_canceled(&b) || atomic_load(&m->c->closing))
       return rc;
     dlock__sleep_ms(pause);

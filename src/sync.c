@@ -15,8 +15,8 @@
  * connected_slaves that are online: one still loading its first copy
  * cannot acknowledge, and gets every write with that copy). The count is cached
  * and read again when WAIT's answer differs from it, when the master changes
- * (sentinel.c resets it), and every REFRESH_MS, so replicas that attach later
- * are waited for.
+ * (sentinel.c resets it), and every DLOCK__SYNC_REFRESH_MS (engine.c's rule,
+ * the async client's too), so replicas that attach later are waited for.
  *
  * WHAT IF INFO is refused (an ACL user without +info) or fails? The count
  * is taken as 0 (no WAIT) until the next refresh; the caller's call is not
@@ -27,8 +27,6 @@
 #include <string.h>
 
 #include "internal.h"
-
-#define REFRESH_MS 1000
 
 static _Thread_local int t_short;
 static _Thread_local int t_off; /* dlock__sync_pause */
@@ -105,7 +103,7 @@ int dlock__sync_want(dlock_client *c, const char *key) {
   long long now = dlock__now_ms();
   /* One thread refreshes a known count; an unknown one, every thread that
    * needs it (none may skip the WAIT for want of it). */
-  if (n < 0 || (now - at >= REFRESH_MS &&
+  if (n < 0 || (dlock__eng_sync_stale(at, now) &&
                 atomic_compare_exchange_strong(&sy->checked_at, &at, now)))
     n = refresh(c, key);
   return n;
@@ -113,15 +111,15 @@ int dlock__sync_want(dlock_client *c, const char *key) {
 
 void dlock__sync_done(dlock_client *c, const char *key, int want,
                       long long acks) {
-  if (c->cfg.sync_replicas < 0 && acks != want) {
-    /* Replicas came or went: the count is read again, and a replica that
-     * left is not waited for. */
-    int now = refresh(c, key);
-    if (acks >= 0 && acks >= now)
-      return;
-  } else if (acks >= want) {
+  /* The engine's verdict (dlock__eng_sync_verdict), the async client's
+   * too. Replicas came or went (RECOUNT): the count is read again, and a
+   * replica that left is not waited for. */
+  int cfg = c->cfg.sync_replicas;
+  int v = dlock__eng_sync_verdict(cfg, want, acks, -1);
+  if (v == DLOCK__ENG_SYNC_RECOUNT)
+    v = dlock__eng_sync_verdict(cfg, want, acks, refresh(c, key));
+  if (v == DLOCK__ENG_SYNC_OK)
     return;
-  }
   t_short = 1;
   if (acks < 0)
     snprintf(t_why, sizeof t_why,

@@ -4,11 +4,12 @@
  * real TLS-only redis-server (certificates made at test time), and
  * redis-sentinel:// against 1 master + 2 replicas + 3 real sentinels
  * (redis-server --sentinel), through a failover; and redis-cluster:// on 3
- * real masters, through a slot migration. Each case runs its loop on
- * libevent from one thread.
+ * real masters, through a slot migration. Each case runs its loop once on
+ * libevent and once on libuv (the _libuv twin), from one thread.
  */
 #include "th.h"
 #include "th_cluster.h"
+#include "th_drive.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "dlock/adapters/libevent.h"
+#include "dlock/adapters/libuv.h"
 #include "dlock/async.h"
 
 static int64_t slow(void) { return th_timeout_mult(); }
@@ -27,9 +29,16 @@ static int64_t slow(void) { return th_timeout_mult(); }
  */
 
 typedef struct tloop {
+  int uv;
   struct event_base *base;
   struct event *tick;
+  uv_loop_t loop;
+  uv_timer_t utick;
 } tloop;
+
+/* Which adapter the case runs on: each case runs once on libevent and once
+ * on libuv (its _libuv twin), as test_async.c's. */
+static int g_uv;
 
 static void ev_tick(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
@@ -37,21 +46,42 @@ static void ev_tick(evutil_socket_t fd, short what, void *arg) {
   (void)arg;
 }
 
-/* A 5 ms ticker keeps one turn of the loop from blocking for ever. */
+static void uv_tick(uv_timer_t *t) { (void)t; }
+
+/* A 5 ms ticker keeps one turn of either loop from blocking for ever. */
 static void tl_init(tloop *l) {
-  l->base = event_base_new();
-  CHECK(l->base);
-  l->tick = event_new(l->base, -1, EV_PERSIST, ev_tick, NULL);
-  struct timeval tv = {0, 5000};
-  event_add(l->tick, &tv);
+  memset(l, 0, sizeof *l);
+  l->uv = g_uv;
+  if (l->uv) {
+    CHECK_EQ(uv_loop_init(&l->loop), 0);
+    uv_timer_init(&l->loop, &l->utick);
+    uv_timer_start(&l->utick, uv_tick, 5, 5);
+  } else {
+    l->base = event_base_new();
+    CHECK(l->base);
+    l->tick = event_new(l->base, -1, EV_PERSIST, ev_tick, NULL);
+    struct timeval tv = {0, 5000};
+    event_add(l->tick, &tv);
+  }
 }
 
 static void tl_free(tloop *l) {
-  event_free(l->tick);
-  event_base_free(l->base);
+  if (l->uv) {
+    uv_close((uv_handle_t *)&l->utick, NULL);
+    uv_run(&l->loop, UV_RUN_DEFAULT); /* the closed handles go */
+    CHECK_EQ(uv_loop_close(&l->loop), 0);
+  } else {
+    event_free(l->tick);
+    event_base_free(l->base);
+  }
 }
 
-static void tl_once(tloop *l) { event_base_loop(l->base, EVLOOP_ONCE); }
+static void tl_once(tloop *l) {
+  if (l->uv)
+    uv_run(&l->loop, UV_RUN_ONCE);
+  else
+    event_base_loop(l->base, EVLOOP_ONCE);
+}
 
 /* Runs the loop until *n >= want or ms (x the timeout multiplier) pass. */
 static int tl_until(tloop *l, const int *n, int want, int64_t ms) {
@@ -96,7 +126,10 @@ static dlock_async *new_async(tloop *l, const dlock_config *cfg) {
   int rc = dlock_async_new(cfg, &a);
   CHECK_MSG(rc == 0, "dlock_async_new(%s): %s %s", cfg->url, dlock_err_name(rc),
             dlock_last_error());
-  CHECK_OK(dlock_libevent_attach(a, l->base));
+  if (l->uv)
+    CHECK_OK(dlock_libuv_attach(a, &l->loop));
+  else
+    CHECK_OK(dlock_libevent_attach(a, l->base));
   return a;
 }
 
@@ -136,7 +169,16 @@ static void tls_begin(tls_fx *f, int auth_clients) {
  * connection too), unlock: everything over rediss://, with a client
  * certificate the server requires. Fails on f63ebda: dlock_async_new
  * refused rediss:// (DLOCK_ENOTSUP). */
+static void tls_lock_wait_unlock_run(void);
 TH_CASE_T(tls_lock_wait_unlock, 60, "async") {
+  g_uv = 0;
+  tls_lock_wait_unlock_run();
+}
+TH_CASE_T(tls_lock_wait_unlock_libuv, 60, "async") {
+  g_uv = 1;
+  tls_lock_wait_unlock_run();
+}
+static void tls_lock_wait_unlock_run(void) {
   tls_fx f;
   tls_begin(&f, 1);
   f.cfg.tls_cert_file = f.k.cli_crt;
@@ -169,7 +211,16 @@ TH_CASE_T(tls_lock_wait_unlock, 60, "async") {
  * sign the server's certificate, a wrong name (but not with CA_ONLY), a
  * missing client certificate, and a plain redis:// URL at the TLS port
  * ("speaks TLS: use rediss://", as the blocking client says). */
+static void tls_errors_are_said_run(void);
 TH_CASE_T(tls_errors_are_said, 60, "async") {
+  g_uv = 0;
+  tls_errors_are_said_run();
+}
+TH_CASE_T(tls_errors_are_said_libuv, 60, "async") {
+  g_uv = 1;
+  tls_errors_are_said_run();
+}
+static void tls_errors_are_said_run(void) {
   tls_fx f;
   tls_begin(&f, 0);
   tloop l;
@@ -230,7 +281,16 @@ TH_CASE_T(tls_errors_are_said, 60, "async") {
  * writes go through tls.c's socket BIO (send with MSG_NOSIGNAL). The
  * harness ignores SIGPIPE; this case has the default disposition, as most
  * programs. Fails on f63ebda: rediss:// refused (DLOCK_ENOTSUP). */
+static void tls_killed_connections_never_raise_sigpipe_run(void);
 TH_CASE_T(tls_killed_connections_never_raise_sigpipe, 90, "async slow") {
+  g_uv = 0;
+  tls_killed_connections_never_raise_sigpipe_run();
+}
+TH_CASE_T(tls_killed_connections_never_raise_sigpipe_libuv, 90, "async slow") {
+  g_uv = 1;
+  tls_killed_connections_never_raise_sigpipe_run();
+}
+static void tls_killed_connections_never_raise_sigpipe_run(void) {
   signal(SIGPIPE, SIG_DFL);
   tls_fx f;
   tls_begin(&f, 0);
@@ -353,7 +413,16 @@ static dlock_config sentinel_cfg(const topo *t) {
  * the waiter gets it there. sync_replicas 1: each write is on a replica
  * when its call answers, so the hold survives the switch. Fails on
  * f63ebda: every call failed with "cannot connect to (null):0". */
+static void sentinel_hold_across_failover_run(void);
 TH_CASE_T(sentinel_hold_across_failover, 180, "sentinel async") {
+  g_uv = 0;
+  sentinel_hold_across_failover_run();
+}
+TH_CASE_T(sentinel_hold_across_failover_libuv, 180, "sentinel async") {
+  g_uv = 1;
+  sentinel_hold_across_failover_run();
+}
+static void sentinel_hold_across_failover_run(void) {
   topo t;
   topo_start(&t);
   dlock_config cfg = sentinel_cfg(&t);
@@ -418,7 +487,16 @@ TH_CASE_T(sentinel_hold_across_failover, 180, "sentinel async") {
 /* No sentinel answers: the call ends with DLOCK_ECONN listing what each
  * sentinel said (as the blocking client's message), after the retry
  * policy -- not with "cannot connect to (null):0" (f63ebda). */
+static void sentinels_unreachable_say_why_run(void);
 TH_CASE_T(sentinels_unreachable_say_why, 60, "sentinel async") {
+  g_uv = 0;
+  sentinels_unreachable_say_why_run();
+}
+TH_CASE_T(sentinels_unreachable_say_why_libuv, 60, "sentinel async") {
+  g_uv = 1;
+  sentinels_unreachable_say_why_run();
+}
+static void sentinels_unreachable_say_why_run(void) {
   th_redis *gone[3];
   for (int i = 0; i < 3; i++) {
     gone[i] = th_redis_new(1, NULL);
@@ -454,7 +532,16 @@ TH_CASE_T(sentinels_unreachable_say_why, 60, "sentinel async") {
  * sync_timeout_ms; with them running the write is on both when it
  * answers. Fails on f63ebda (the async client ignored sync_replicas: its
  * lock answered at once with both replicas stopped). */
+static void sync_replicas_wait_after_writes_run(void);
 TH_CASE_T(sync_replicas_wait_after_writes, 60, "sentinel async") {
+  g_uv = 0;
+  sync_replicas_wait_after_writes_run();
+}
+TH_CASE_T(sync_replicas_wait_after_writes_libuv, 60, "sentinel async") {
+  g_uv = 1;
+  sync_replicas_wait_after_writes_run();
+}
+static void sync_replicas_wait_after_writes_run(void) {
   th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
   th_redis *r[2] = {th_replica_new(m), th_replica_new(m)};
   /* Both replicas online and caught up. */
@@ -500,6 +587,176 @@ TH_CASE_T(sync_replicas_wait_after_writes, 60, "sentinel async") {
   tl_free(&l);
 }
 
+/* Waits until n replicas of m are online at m's offset. */
+static void replicas_caught_up(th_redis *m, int n) {
+  int64_t end = th_now_ms() + 20000 * slow();
+  for (;;) {
+    redisReply *x = th_cmd(m, "INFO replication");
+    const char *o = strstr(x->str, "master_repl_offset:");
+    long long off = o ? atoll(o + 19) : -1;
+    int ok = 0;
+    for (const char *p = x->str; (p = strstr(p, ",state=online,offset=")); p++)
+      ok += atoll(p + 21) == off;
+    freeReplyObject(x);
+    if (ok >= n)
+      return;
+    CHECK_MSG(th_now_ms() < end, "replicas did not catch up");
+    th_sleep_ms(10);
+  }
+}
+
+/* The count field of the lock hash `name` on m (0: no hash). */
+static long long hold_count(th_redis *m, const char *name) {
+  redisReply *x = th_cmd(m, "HVALS %s", name);
+  long long v = x->type == REDIS_REPLY_ARRAY && x->elements == 1
+                    ? atoll(x->element[0]->str)
+                    : 0;
+  freeReplyObject(x);
+  return v;
+}
+
+/* Replica sync on the event-loop client is the blocking client's (one
+ * rule, engine.c): an acquisition the replicas did not confirm within
+ * sync_timeout_ms is undone -- nothing of it left on the master, a
+ * reentrant one back to its count -- tried again under the retry policy,
+ * and the call ends with DLOCK_ENOSYNC; a hand-over (the unlock's grant)
+ * is confirmed the same way. Once the replica runs again, it succeeds.
+ * Fails on 4a47d6f: the lock with the only replica stopped answered
+ * DLOCK_OK and the key stayed held. */
+static void sync_shortfall_undone_enosync_run(void);
+TH_CASE_T(sync_shortfall_undone_enosync, 120, "sentinel async") {
+  g_uv = 0;
+  sync_shortfall_undone_enosync_run();
+}
+TH_CASE_T(sync_shortfall_undone_enosync_libuv, 120, "sentinel async") {
+  g_uv = 1;
+  sync_shortfall_undone_enosync_run();
+}
+static void sync_shortfall_undone_enosync_run(void) {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  replicas_caught_up(m, 1);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 400 * (int)slow();
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 50;
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h, w;
+  /* A trylock: one attempt, undone. */
+  th_redis_pause(rep);
+  int rc = run_lock(&l, a, "ns", 1, 0, &h);
+  printf("trylock, replica stopped: %s (%s)\n", dlock_err_name(rc), h.msg);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s %s", dlock_err_name(rc), h.msg);
+  CHECK_MSG(strstr(h.msg, "0 of 1 replica") && strstr(h.msg, "undone"), "%s",
+            h.msg);
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  /* A timed call: tried again under the retry policy (3 attempts, each a
+   * WAIT of sync_timeout_ms), then DLOCK_ENOSYNC, nothing left. */
+  int64_t t0 = th_now_ms();
+  rc = run_lock(&l, a, "ns", 1, 60000, &h);
+  int64_t took = th_now_ms() - t0;
+  printf("timed lock, replica stopped: %s after %lld ms\n", dlock_err_name(rc),
+         (long long)took);
+  CHECK_RC(rc, DLOCK_ENOSYNC);
+  CHECK_MSG(took >= 3 * cfg.sync_timeout_ms, "not retried: %lld ms",
+            (long long)took);
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  /* The replica runs again: the same call succeeds, the write is on it. */
+  th_redis_resume(rep);
+  replicas_caught_up(m, 1);
+  rc = run_lock(&l, a, "ns", 1, 60000, &h);
+  CHECK_MSG(rc == 0, "after resume: %s %s", dlock_err_name(rc), h.msg);
+  CHECK_EQ(th_cmd_int(rep, "EXISTS ns"), 1);
+  /* A reentrant acquisition not confirmed goes back to the count before. */
+  th_redis_pause(rep);
+  CHECK_RC(run_lock(&l, a, "ns", 1, 0, &h), DLOCK_ENOSYNC);
+  CHECK_EQ(hold_count(m, "ns"), 1);
+  th_redis_resume(rep);
+  replicas_caught_up(m, 1);
+  /* A hand-over: owner 2 waits, owner 1 unlocks with the replica stopped;
+   * the grant's acquisition is not confirmed either: undone, ENOSYNC. */
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, "ns", 2, 60000, -1, on_res, &w));
+  int64_t end = th_now_ms() + 5000 * slow();
+  while (th_cmd_int(m, "LLEN dlock_lock_queue:{ns}") < 1 && th_now_ms() < end)
+    tl_once(&l);
+  CHECK_EQ(th_cmd_int(m, "LLEN dlock_lock_queue:{ns}"), 1);
+  th_redis_pause(rep);
+  CHECK_OK(run_unlock(&l, a, "ns", 1, &h));
+  CHECK_MSG(tl_until(&l, &w.n, 1, 20000), "the waiter never answered");
+  printf("hand-over, replica stopped: %s (%s)\n", dlock_err_name(w.last),
+         w.msg);
+  CHECK_MSG(w.last == DLOCK_ENOSYNC, "%s %s", dlock_err_name(w.last), w.msg);
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  th_redis_resume(rep);
+  replicas_caught_up(m, 1);
+  CHECK_OK(run_lock(&l, a, "ns", 2, 60000, &h));
+  CHECK_OK(run_unlock(&l, a, "ns", 2, &h));
+  CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
+/* sync_replicas -1 on the event-loop client: the replica count is read
+ * again about every second (the engine's rule, as the blocking client's
+ * sync.c), not only at connect -- a replica attached after the connection
+ * is waited for. Fails on 4a47d6f: with the count read at connect (0),
+ * a lock with the new replica stopped answered DLOCK_OK at once. */
+static void sync_all_replicas_count_refreshed_run(void);
+TH_CASE_T(sync_all_replicas_count_refreshed, 120, "sentinel async") {
+  g_uv = 0;
+  sync_all_replicas_count_refreshed_run();
+}
+TH_CASE_T(sync_all_replicas_count_refreshed_libuv, 120, "sentinel async") {
+  g_uv = 1;
+  sync_all_replicas_count_refreshed_run();
+}
+static void sync_all_replicas_count_refreshed_run(void) {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = -1;
+  cfg.sync_timeout_ms = 400 * (int)slow();
+  cfg.retry_attempts = 3; /* trylocks below: one attempt each */
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h;
+  CHECK_OK(run_lock(&l, a, "na", 1, 0, &h)); /* connected: no replica */
+  CHECK_OK(run_unlock(&l, a, "na", 1, &h));
+  th_redis *rep = th_replica_new(m);
+  replicas_caught_up(m, 1);
+  th_redis_pause(rep);
+  /* Within ~1 s (plus the load) the count is read again: bounded. */
+  int64_t end = th_now_ms() + 10000 * slow();
+  int rc = 0;
+  while (th_now_ms() < end) {
+    rc = run_lock(&l, a, "na", 1, 0, &h);
+    if (rc != 0)
+      break;
+    CHECK_OK(run_unlock(&l, a, "na", 1, &h));
+    int64_t until = th_now_ms() + 100;
+    while (th_now_ms() < until)
+      tl_once(&l);
+  }
+  printf("lock with the new replica stopped: %s (%s)\n", dlock_err_name(rc),
+         h.msg);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s %s", dlock_err_name(rc), h.msg);
+  CHECK_EQ(th_cmd_int(m, "EXISTS na"), 0);
+  th_redis_resume(rep);
+  replicas_caught_up(m, 1);
+  CHECK_OK(run_lock(&l, a, "na", 1, 60000, &h));
+  CHECK_EQ(th_cmd_int(rep, "EXISTS na"), 1);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
 /* ---- redis-cluster:// ---------------------------------------------------- */
 
 static atomic_int g_lost;
@@ -526,7 +783,16 @@ static dlock_config cluster_cfg(const th_cluster *cl) {
  * and an async waiter served by a blocking client's unlock and the other
  * way round (both clients SPUBLISH / SSUBSCRIBE). Fails on f63ebda:
  * dlock_async_new refused redis-cluster:// (DLOCK_ENOTSUP). */
+static void cluster_locks_on_three_masters_run(void);
 TH_CASE_T(cluster_locks_on_three_masters, 120, "cluster async") {
+  g_uv = 0;
+  cluster_locks_on_three_masters_run();
+}
+TH_CASE_T(cluster_locks_on_three_masters_libuv, 120, "cluster async") {
+  g_uv = 1;
+  cluster_locks_on_three_masters_run();
+}
+static void cluster_locks_on_three_masters_run(void) {
   th_cluster *cl = th_cluster_new(3, 0, 2000);
   dlock_config cfg = cluster_cfg(cl);
   tloop l;
@@ -616,8 +882,18 @@ static void *move_main(void *p) {
  * (never reported lost), the waiter's sharded subscription follows the
  * slot to the new master, and the holder's unlock there hands it the
  * lock. Fails on f63ebda: redis-cluster:// refused (DLOCK_ENOTSUP). */
+static void cluster_holder_and_waiter_through_slot_migration_run(void);
 TH_CASE_T(cluster_holder_and_waiter_through_slot_migration, 120,
           "cluster async") {
+  g_uv = 0;
+  cluster_holder_and_waiter_through_slot_migration_run();
+}
+TH_CASE_T(cluster_holder_and_waiter_through_slot_migration_libuv, 120,
+          "cluster async") {
+  g_uv = 1;
+  cluster_holder_and_waiter_through_slot_migration_run();
+}
+static void cluster_holder_and_waiter_through_slot_migration_run(void) {
   th_cluster *cl = th_cluster_new(3, 0, 2000);
   const char *name = "amigrating";
   unsigned slot = th_cluster_slot(cl, name);
@@ -676,3 +952,289 @@ TH_CASE_T(cluster_holder_and_waiter_through_slot_migration, 120,
 }
 
 TH_MAIN()
+
+static char g_lost_name[64];
+static void on_lost_named(const char *name, void *arg) {
+  (void)arg;
+  printf("lost: %s\n", name);
+  snprintf(g_lost_name, sizeof g_lost_name, "%s", name);
+  atomic_fetch_add(&g_lost, 1);
+}
+
+/* A master of a 3-master cluster (no replicas) is killed with -9 while the
+ * async client holds a lock on each master, then restarted: the holds on
+ * the other masters are renewed and unlocked as if nothing happened, only
+ * the dead master's hold is reported lost, calls on its slots end with
+ * DLOCK_ECONN (no crash, no hang), and once it is back (its nodes.conf
+ * keeps its slots) locks there work again. The cluster serves the slots
+ * it still has (cluster-require-full-coverage no). */
+static void cluster_master_killed_and_restarted_run(void);
+TH_CASE_T(cluster_master_killed_and_restarted, 120, "cluster async") {
+  g_uv = 0;
+  cluster_master_killed_and_restarted_run();
+}
+TH_CASE_T(cluster_master_killed_and_restarted_libuv, 120, "cluster async") {
+  g_uv = 1;
+  cluster_master_killed_and_restarted_run();
+}
+static void cluster_master_killed_and_restarted_run(void) {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  for (int i = 0; i < 3; i++) {
+    redisReply *x =
+        th_cmd(cl->node[i], "CONFIG SET cluster-require-full-coverage no");
+    freeReplyObject(x);
+  }
+  /* One lock name per master. */
+  char name[3][32];
+  int found = 0;
+  for (int i = 0; found != 7 && i < 1000; i++) {
+    char n[32];
+    snprintf(n, sizeof n, "akill-%d", i);
+    int m = th_cluster_master_of(cl, th_cluster_slot(cl, n));
+    if (!(found & (1 << m)) && m >= 0 && m < 3) {
+      snprintf(name[m], sizeof name[m], "%s", n);
+      found |= 1 << m;
+    }
+    if (found == 7)
+      break;
+  }
+  CHECK_EQ(found, 7);
+  dlock_config cfg = cluster_cfg(cl);
+  cfg.on_lock_lost = on_lost_named;
+  cfg.watchdog_timeout_ms = 3000 * (int)slow(); /* renewed every second */
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 100;
+  atomic_store(&g_lost, 0);
+  g_lost_name[0] = '\0';
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  res h[3], r;
+  for (int m = 0; m < 3; m++)
+    CHECK_OK(run_lock(&l, a, name[m], 1, 0, &h[m]));
+  const int dead = 1;
+  int64_t t0 = th_now_ms();
+  th_redis_kill(cl->node[dead]);
+  /* A call on the dead master's slots: DLOCK_ECONN after the retry
+   * policy, bounded. */
+  char other[48];
+  snprintf(other, sizeof other, "{%s}x", name[dead]);
+  int rc = run_lock(&l, a, other, 1, 0, &r);
+  printf("lock on the dead master: %s after %lld ms (%s)\n", dlock_err_name(rc),
+         (long long)(th_now_ms() - t0), r.msg);
+  CHECK_MSG(rc == DLOCK_ECONN, "%s %s", dlock_err_name(rc), r.msg);
+  /* Longer than the lease: the live holds are renewed, the dead one is
+   * reported lost (its renewals cannot reach it). */
+  int64_t until = t0 + cfg.watchdog_timeout_ms + 1500;
+  while (th_now_ms() < until || atomic_load(&g_lost) == 0) {
+    CHECK_MSG(th_now_ms() < until + 10000 * slow(), "no loss reported");
+    tl_once(&l);
+  }
+  CHECK_EQ(atomic_load(&g_lost), 1);
+  CHECK_MSG(strcmp(g_lost_name, name[dead]) == 0, "lost %s", g_lost_name);
+  for (int m = 0; m < 3; m++) {
+    if (m == dead)
+      continue;
+    long long pttl = th_cmd_int(cl->node[m], "PTTL %s", name[m]);
+    CHECK_MSG(pttl > cfg.watchdog_timeout_ms / 3, "%s not renewed: PTTL %lld",
+              name[m], pttl);
+    CHECK_OK(run_unlock(&l, a, name[m], 1, &r));
+    CHECK_EQ(th_cmd_int(cl->node[m], "EXISTS %s", name[m]), 0);
+  }
+  CHECK_RC(run_unlock(&l, a, name[dead], 1, &r), DLOCK_ELOST);
+  /* Back (empty, its slots kept by nodes.conf): locks there work again. */
+  th_redis_restart(cl->node[dead]);
+  int64_t end = th_now_ms() + 30000 * slow();
+  for (;;) {
+    rc = run_lock(&l, a, name[dead], 1, 0, &r);
+    if (rc == 0)
+      break;
+    CHECK_MSG(th_now_ms() < end, "no recovery: %s %s", dlock_err_name(rc),
+              r.msg);
+    th_sleep_ms(100);
+  }
+  printf("lock on the restarted master %lld ms after the kill\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_EQ(th_cmd_int(cl->node[dead], "EXISTS %s", name[dead]), 1);
+  CHECK_OK(run_unlock(&l, a, name[dead], 1, &r));
+  CHECK_EQ(th_cmd_int(cl->node[dead], "EXISTS %s", name[dead]), 0);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
+/* ---- rediss-cluster:// ---------------------------------------------------
+ */
+
+static int tls_state_ok(th_redis *r) {
+  redisReply *x = th_cmd(r, "CLUSTER INFO");
+  int ok = x && x->type == REDIS_REPLY_STRING &&
+           strstr(x->str, "cluster_state:ok") != NULL;
+  if (x)
+    freeReplyObject(x);
+  return ok;
+}
+
+/* cmd's integer on r, or 0 when r answers otherwise (MOVED: not its
+ * slot). */
+static long long int_or_0(th_redis *r, const char *cmd, const char *key) {
+  redisReply *x = th_cmd(r, "%s %s", cmd, key);
+  long long v = x && x->type == REDIS_REPLY_INTEGER ? x->integer : 0;
+  if (x)
+    freeReplyObject(x);
+  return v;
+}
+
+/* Locks on a 3-master TLS-only cluster (tls-cluster yes: the bus and the
+ * ports CLUSTER SHARDS names are TLS; the harness speaks to each node over
+ * its plain unix socket): each call goes over rediss:// to the master of
+ * its slot, a waiter is woken over a TLS sharded subscription, and nothing
+ * is left behind. */
+static void tls_cluster_locks_on_three_masters_run(void);
+TH_CASE_T(tls_cluster_locks_on_three_masters, 120, "cluster async") {
+  g_uv = 0;
+  tls_cluster_locks_on_three_masters_run();
+}
+TH_CASE_T(tls_cluster_locks_on_three_masters_libuv, 120, "cluster async") {
+  g_uv = 1;
+  tls_cluster_locks_on_three_masters_run();
+}
+static void tls_cluster_locks_on_three_masters_run(void) {
+  th_certs k;
+  th_make_certs(&k);
+  th_redis *node[3];
+  int tport[3], bport[3];
+  char url[256];
+  int o = snprintf(url, sizeof url, "rediss-cluster://");
+  for (int i = 0; i < 3; i++) {
+    tport[i] = th_free_port();
+    bport[i] = th_free_port();
+    char conf[4096];
+    snprintf(conf, sizeof conf,
+             "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+             "tls-ca-cert-file %s\ntls-auth-clients no\ntls-cluster yes\n"
+             "cluster-enabled yes\ncluster-config-file nodes.conf\n"
+             "cluster-node-timeout 2000\ncluster-port %d\n",
+             tport[i], k.srv_crt, k.srv_key, k.ca, bport[i]);
+    node[i] = th_redis_new(0, conf);
+    o += snprintf(url + o, sizeof url - (size_t)o, "%s127.0.0.1:%d",
+                  i ? "," : "", tport[i]);
+  }
+  /* The slots in three ranges, the nodes met over the TLS bus. */
+  for (int i = 0; i < 3; i++) {
+    int lo = i * 16384 / 3, hi = (i + 1) * 16384 / 3 - 1;
+    redisReply *x = th_cmd(node[i], "CLUSTER ADDSLOTSRANGE %d %d", lo, hi);
+    CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "ADDSLOTSRANGE: %s",
+              x && x->str ? x->str : "?");
+    freeReplyObject(x);
+  }
+  for (int i = 1; i < 3; i++) {
+    redisReply *x =
+        th_cmd(node[0], "CLUSTER MEET 127.0.0.1 %d %d", tport[i], bport[i]);
+    CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "MEET: %s",
+              x && x->str ? x->str : "?");
+    freeReplyObject(x);
+  }
+  int64_t end = th_now_ms() + 30000 * slow();
+  for (int i = 0; i < 3; i++)
+    while (!tls_state_ok(node[i])) {
+      CHECK_MSG(th_now_ms() < end, "the TLS cluster did not form (node %d)", i);
+      th_sleep_ms(50);
+    }
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.tls_ca_file = k.ca;
+  cfg.retry_attempts = 5;
+  cfg.retry_interval_ms = 100;
+  cfg.command_timeout_ms = 1000 * (int)slow();
+  cfg.connect_timeout_ms = 1000 * (int)slow();
+  tloop l;
+  tl_init(&l);
+  dlock_async *a = new_async(&l, &cfg);
+  enum { N = 12 };
+  res v[N], w, u;
+  int on[3] = {0, 0, 0};
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tlock-%d", i);
+    int rc = run_lock(&l, a, name, 1, 0, &v[i]);
+    CHECK_MSG(rc == 0, "lock %s: %s %s", name, dlock_err_name(rc), v[i].msg);
+    int where = -1;
+    for (int m = 0; m < 3; m++)
+      if (int_or_0(node[m], "EXISTS", name) == 1)
+        where = m;
+    CHECK_MSG(where >= 0, "%s on no master", name);
+    on[where]++;
+  }
+  printf("locks per TLS master: %d %d %d\n", on[0], on[1], on[2]);
+  CHECK(on[0] > 0 && on[1] > 0 && on[2] > 0);
+  memset(&w, 0, sizeof w);
+  CHECK_OK(dlock_async_lock(a, "tlock-0", 2, 20000, -1, on_res, &w));
+  end = th_now_ms() + 5000 * slow();
+  long long q = 0;
+  while (q < 1 && th_now_ms() < end) {
+    for (int i = 0; i < 5; i++)
+      tl_once(&l);
+    q = 0;
+    for (int m = 0; m < 3; m++)
+      q += int_or_0(node[m], "LLEN", "dlock_lock_queue:{tlock-0}");
+  }
+  CHECK_EQ(q, 1);
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "tlock-%d", i);
+    CHECK_OK(run_unlock(&l, a, name, 1, &u));
+  }
+  CHECK_MSG(tl_until(&l, &w.n, 1, 5000), "the waiter was not woken");
+  CHECK_MSG(w.last == 0, "waiter: %s %s", dlock_err_name(w.last), w.msg);
+  CHECK_OK(run_unlock(&l, a, "tlock-0", 2, &u));
+  for (int m = 0; m < 3; m++)
+    CHECK_EQ(th_cmd_int(node[m], "DBSIZE"), 0);
+  dlock_async_free(a);
+  tl_free(&l);
+}
+
+/* ---- parity: one body, both clients (th_drive.h) ------------------------ */
+
+/* Replica sync as one rule for both clients: with the only replica stopped
+ * a trylock and a timed lock end with DLOCK_ENOSYNC and leave no key; after
+ * it resumes, the lock is taken and is on the replica. The blocking run
+ * passed before; the async one fails on 4a47d6f (DLOCK_OK, key kept). */
+static void sync_parity_body(int kind) {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  replicas_caught_up(m, 1);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 300 * (int)slow();
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 50;
+  th_drive *d = th_drive_new(kind, &cfg);
+  th_redis_pause(rep);
+  int rc = th_drive_lock(d, "np", 1, 0, -1);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s trylock: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  rc = th_drive_lock(d, "np", 1, 20000, -1);
+  CHECK_MSG(rc == DLOCK_ENOSYNC, "%s timedlock: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  th_redis_resume(rep);
+  replicas_caught_up(m, 1);
+  rc = th_drive_lock(d, "np", 1, 20000, -1);
+  CHECK_MSG(rc == 0, "%s after resume: %s %s", th_drive_kind(d),
+            dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(th_cmd_int(rep, "EXISTS np"), 1);
+  CHECK_OK(th_drive_unlock(d, "np", 1));
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  th_drive_free(d);
+}
+
+TH_CASE_T(sync_shortfall_parity_blocking, 90, "sentinel async") {
+  sync_parity_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(sync_shortfall_parity_async, 90, "sentinel async") {
+  sync_parity_body(TH_DRIVE_ASYNC);
+}

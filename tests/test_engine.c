@@ -3,7 +3,8 @@
  * I/O and reads no clock for its decisions, so its rules are checked here
  * with made-up times and answers, no server. What both clients decide
  * through it: the local loss deadline and the next one, request ids kept
- * across an unlock's retries, reentrancy and the unlock's count.
+ * across an unlock's retries, reentrancy and the unlock's count, replica
+ * sync's verdicts.
  */
 #include <string.h>
 
@@ -160,3 +161,31 @@ TH_CASE(unlock_after_deadline_is_lost) {
 }
 
 TH_MAIN()
+
+/* Replica sync (cfg.sync_replicas), one rule for both clients: a WAIT
+ * answer confirms a write when it reaches what was asked; with -1 a count
+ * that changed is read again and the answer judged by it; an undone
+ * acquisition is retried under the policy within the call's budget. */
+TH_CASE(replica_sync_rules) {
+  CHECK_EQ(dlock__eng_sync_verdict(1, 1, 1, -1), DLOCK__ENG_SYNC_OK);
+  CHECK_EQ(dlock__eng_sync_verdict(2, 2, 3, -1), DLOCK__ENG_SYNC_OK);
+  CHECK_EQ(dlock__eng_sync_verdict(1, 1, 0, -1), DLOCK__ENG_SYNC_SHORT);
+  CHECK_EQ(dlock__eng_sync_verdict(1, 1, -1, -1), DLOCK__ENG_SYNC_SHORT);
+  /* -1: as many as counted */
+  CHECK_EQ(dlock__eng_sync_verdict(-1, 2, 2, -1), DLOCK__ENG_SYNC_OK);
+  CHECK_EQ(dlock__eng_sync_verdict(-1, 2, 1, -1), DLOCK__ENG_SYNC_RECOUNT);
+  CHECK_EQ(dlock__eng_sync_verdict(-1, 2, 1, 1), DLOCK__ENG_SYNC_OK);
+  CHECK_EQ(dlock__eng_sync_verdict(-1, 2, 1, 2), DLOCK__ENG_SYNC_SHORT);
+  CHECK_EQ(dlock__eng_sync_verdict(-1, 1, 2, 3), DLOCK__ENG_SYNC_SHORT);
+  CHECK_EQ(dlock__eng_sync_verdict(-1, 1, -1, 0), DLOCK__ENG_SYNC_SHORT);
+  CHECK(!dlock__eng_sync_stale(5000, 5999));
+  CHECK(dlock__eng_sync_stale(5000, 6000));
+  CHECK(dlock__eng_sync_stale(0, 6000)); /* never read */
+  /* trylock: one attempt; policy exhausted: none more */
+  CHECK(!dlock__eng_sync_retry(0, 3, 0, 0, 10));
+  CHECK(!dlock__eng_sync_retry(3, 3, -1, 0, 10));
+  /* for ever: the whole policy; timed: while the budget outlasts it */
+  CHECK(dlock__eng_sync_retry(2, 3, -1, 0, 10));
+  CHECK(dlock__eng_sync_retry(0, 3, 1000, 11, 10));
+  CHECK(!dlock__eng_sync_retry(0, 3, 1000, 10, 10));
+}
