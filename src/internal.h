@@ -239,7 +239,10 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  local now = nil\n"                                                        \
   "  while true do\n"                                                          \
   "    local w = redis.call('lpop', q)\n"                                      \
-  "    if not w then return false end\n"                                       \
+  "    if not w then\n"                                                        \
+  "      redis.call('del', waits)\n"                                           \
+  "      return false\n"                                                       \
+  "    end\n"                                                                  \
   "    local owner, lease, wid = string.match(w, '^(.+)|(%d+)|(%x+)$')\n"      \
   "    local dl = wid and redis.call('hget', waits, wid)\n"                    \
   "    if wid then redis.call('hdel', waits, wid) end\n"                       \
@@ -258,6 +261,7 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "      redis.call('hset', lock, owner, 1)\n"                                 \
   "      redis.call('pexpire', lock, lease)\n"                                 \
   "      redis.call('set', marker, owner .. '|' .. wid, 'px', lease)\n"        \
+  "      if redis.call('llen', q) == 0 then redis.call('del', waits) end\n"    \
   "      return true\n"                                                        \
   "    end\n"                                                                  \
   "  end\n"                                                                    \
@@ -1095,14 +1099,14 @@ struct dlock_client {
    * after the client (dlock_client_free stops threads and connections;
    * the memory goes with the last reference). */
   atomic_int refs;
-  atomic_uint cancel_gen; /* bumped by dlock_client_cancel_waits */
+  atomic_uint cancel_gen;    /* bumped by dlock_client_cancel_waits */
   atomic_int spin_fell_back; /* SUBSCRIBE refused: mutexes spin (spin.c) */
-  dlock__node node;       /* standalone: the only node. The router picks it. */
-  dlock__stats stats;     /* dlock_client_stats's counters (stats.c) */
-  dlock__cluster *cl;     /* redis-cluster://: the masters; else NULL */
-  void *tls_ctx;          /* SSL_CTX of a rediss:// client, else NULL */
-  char *tls_name;         /* copy of cfg.tls_server_name */
-  char *conn_name; /* CLIENT SETNAME of every link; NULL: none (own copy) */
+  dlock__node node;   /* standalone: the only node. The router picks it. */
+  dlock__stats stats; /* dlock_client_stats's counters (stats.c) */
+  dlock__cluster *cl; /* redis-cluster://: the masters; else NULL */
+  void *tls_ctx;      /* SSL_CTX of a rediss:// client, else NULL */
+  char *tls_name;     /* copy of cfg.tls_server_name */
+  char *conn_name;    /* CLIENT SETNAME of every link; NULL: none (own copy) */
   int64_t latch_ttl_ms;
   int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
   int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */

@@ -55,6 +55,11 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  if ARGV[6] == '1' then\n"
          "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
          "    redis.call('hdel', KEYS[3], ARGV[8])\n"
+         /* the deadlines hash (and the policy's slice field "h") lives
+          * only while the queue does */
+         "    if redis.call('llen', KEYS[2]) == 0 then\n"
+         "      redis.call('del', KEYS[3])\n"
+         "    end\n"
          "  end\n"
          "end\n"
          "if redis.call('exists', KEYS[1]) == 0 then\n"
@@ -199,6 +204,8 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * keep it: its marker goes, so no decline can undo it). */
          "redis.call('lrem', KEYS[2], 0, ARGV[2])\n"
          "redis.call('hdel', KEYS[3], ARGV[3])\n"
+         "if redis.call('llen', KEYS[2]) == 0 then redis.call('del', KEYS[3]) "
+         "end\n"
          "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
          "redis.call('del', KEYS[4])\n"
          "return 1\n",
@@ -227,6 +234,9 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "  end\n"
          "  redis.call('lpop', KEYS[3])\n"
          "  redis.call('hdel', KEYS[5], wid)\n"
+         "  if redis.call('llen', KEYS[3]) == 0 then redis.call('del', "
+         "KEYS[5]) "
+         "end\n"
          "  if redis.call('exists', KEYS[1]) == 0 then\n"
          "    release(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], KEYS[6], "
          "ARGV[2], ARGV[4])\n"

@@ -798,6 +798,48 @@ TH_CASE(policy_barges_while_the_oldest_waiter_is_young) {
   dlock_client_free(c);
 }
 
+/* A waiter served by barging leaves no queue keys behind: the deadlines
+ * hash (which also holds the policy's slice field "h") goes with the last
+ * queue entry, whichever script removes it (acquire, cancel, hand-over,
+ * decline). Fails on 0b08df0: dlock_lock_waits:{qk} stays, no TTL. */
+typedef struct qk_waiter {
+  th_redis *r;
+  int rc;
+} qk_waiter;
+static void *qk_wait(void *arg) {
+  qk_waiter *w = arg;
+  dlock_client *c = th_client(w->r);
+  dlock_mutex *m;
+  w->rc = dlock_mutex_new(c, "qk", &m);
+  if (!w->rc)
+    w->rc = dlock_mutex_timedlock(m, 20000, -1);
+  if (!w->rc)
+    w->rc = dlock_mutex_unlock(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return NULL;
+}
+TH_CASE(policy_leaves_no_queue_keys) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "qk", &m));
+  for (int round = 0; round < 3; round++) {
+    CHECK_OK(dlock_mutex_lock(m));
+    qk_waiter w = {r, -1};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, qk_wait, &w), 0);
+    th_wait_llen(r, "dlock_lock_queue:{qk}", 1, 10000 * th_timeout_mult());
+    CHECK_OK(dlock_mutex_unlock(m)); /* young head: a retry, it barges */
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_OK(w.rc);
+    CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_queue:{qk}"), 0);
+    CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_waits:{qk}"), 0);
+  }
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
 /* Go's starvation mode: once the head's slice is over (time, or the
  * barging unlocks it allows), the unlock hands the lock straight to it.
  * Fails on f63ebda at its first step (no barging at all). */
@@ -819,6 +861,8 @@ TH_CASE(policy_hands_over_once_the_oldest_waiter_is_old) {
   CHECK_EQ(hget(r, "ph", f.field), 1);
   CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
   CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{ph}"), 0);
+  /* the queue is gone: so is its deadlines hash with the slice's "h" */
+  CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_waits:{ph}"), 0);
   freeReplyObject(th_cmd(r, "DEL ph"));
   redisFree(f.sub);
   /* By count: however fast the releaser is, a slice allows a bounded
