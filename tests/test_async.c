@@ -562,7 +562,8 @@ static void reentrant(int uv) {
   "-@all +ping +auth +select +evalsha +eval +script|load +subscribe "          \
   "+unsubscribe +publish +get +set +del +exists +type +pttl +pexpire +time "   \
   "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
-  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
+  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +llen +zadd "         \
+  "+zincrby "                                                                  \
   "+zrange +zrem +zscore +zrangebyscore +zcard"
 
 /* Lock, a waiter woken over pub/sub, renewal and unlock for a user with

@@ -24,7 +24,8 @@ static int64_t slow(void) { return th_timeout_mult(); }
   "-@all +ping +auth +select +evalsha +eval +script|load "                     \
   "+get +set +del +exists +type +pttl +pexpire +time "                         \
   "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
-  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
+  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +llen +zadd "         \
+  "+zincrby "                                                                  \
   "+zrange +zrem +zscore"
 
 /* The same with SUBSCRIBE and PUBLISH allowed but no channel: the server

@@ -382,7 +382,8 @@ TH_CASE(mutual_tls) {
   "-@all +ping +auth +select +evalsha +eval +script|load +subscribe "          \
   "+unsubscribe +publish +get +set +del +exists +type +pttl +pexpire +time "   \
   "+incr +incrby +decr +decrby +hset +hget +hgetall +hdel +hexists +hincrby "  \
-  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +zadd +zincrby "      \
+  "+hkeys +hlen +rpush +lpop +lrange +lrem +lindex +lpos +llen +zadd "         \
+  "+zincrby "                                                                  \
   "+zrange +zrem +zscore +zrangebyscore +zcard"
 
 static dlock_client *acl_client(th_redis *r, const char *user) {
