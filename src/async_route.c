@@ -409,6 +409,7 @@ static int node_at(dlock_async *a, const char *host, int port) {
       return i;
   if (rt->nn == rt->ncap) {
     int cap = rt->ncap ? rt->ncap * 2 : 8;
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): *v is a pointer, as meant
     struct anode **v = realloc(rt->nodes, (size_t)cap * sizeof *v);
     if (!v)
       return -1;

@@ -189,8 +189,10 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
              : dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (rc != 0 || !k || !k->link) {
     free(k);
-    if (rc == 0)
-      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    if (rc == 0) { /* never 0 here: the caller would use an unset *out */
+      dlock__fail(DLOCK_ENOMEM, "out of memory");
+      rc = DLOCK_ENOMEM;
+    }
     pthread_mutex_lock(&n->mu);
     n->total--;
     pthread_cond_signal(&n->cv);

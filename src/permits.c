@@ -228,7 +228,7 @@ static const dlock__counter_kind g_kind = {"permits", channel_of,
 
 static void to_hex(const unsigned char raw[16], char out[33]) {
   static const char hx[] = "0123456789abcdef";
-  for (int i = 0; i < 16; i++) {
+  for (size_t i = 0; i < 16; i++) {
     out[2 * i] = hx[raw[i] >> 4];
     out[2 * i + 1] = hx[raw[i] & 15];
   }
@@ -251,7 +251,7 @@ static int from_hex(const char *id, unsigned char raw[16]) {
   if (strlen(id) != DLOCK_PERMIT_ID_LEN)
     return dlock__fail(DLOCK_EINVAL, "permit id '%.40s' is not %d hex digits",
                        id, DLOCK_PERMIT_ID_LEN);
-  for (int i = 0; i < 16; i++) {
+  for (size_t i = 0; i < 16; i++) {
     int hi = hexval(id[2 * i]), lo = hexval(id[2 * i + 1]);
     if (hi < 0 || lo < 0)
       return dlock__fail(DLOCK_EINVAL, "permit id '%.40s' is not hex", id);
@@ -388,12 +388,12 @@ static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
     }
     redisReply *r = NULL;
     int rc = eval(p, &g_update, 0, (int)(3 + k), args, alens, &r);
-    if (rc == 0 && (!r || r->type != REDIS_REPLY_STRING || r->len != k))
+    if (rc == 0 && r && r->type == REDIS_REPLY_STRING && r->len == k)
+      for (size_t i = 0; i < k; i++)
+        gone[at + i] = (char)(r->str[i] == '0');
+    else if (rc == 0)
       rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected renewal reply",
                        p->o.name);
-    if (rc == 0)
-      for (size_t i = 0; i < k; i++)
-        gone[at + i] = r->str[i] == '0';
     freeReplyObject(r);
     if (rc)
       return rc;
@@ -851,12 +851,13 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
     *available = 0;
   redisReply *r = NULL;
   rc = eval(p, &g_list, 2, 0, NULL, NULL, &r);
-  if (rc == 0 &&
-      (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-       r->element[1]->type != REDIS_REPLY_ARRAY || r->element[1]->elements % 2))
+  int shaped = rc == 0 && r && r->type == REDIS_REPLY_ARRAY &&
+               r->elements >= 2 && r->element[1]->type == REDIS_REPLY_ARRAY &&
+               r->element[1]->elements % 2 == 0;
+  if (rc == 0 && !shaped)
     rc = dlock__fail(DLOCK_EPROTO, "permits '%s': unexpected list reply",
                      p->o.name);
-  int set = rc == 0 && r->element[0]->type == REDIS_REPLY_STRING;
+  int set = shaped && r->element[0]->type == REDIS_REPLY_STRING;
   if (set) {
     char *end = NULL;
     long long v = strtoll(r->element[0]->str, &end, 10);
@@ -867,11 +868,11 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
     else if (available)
       *available = v;
   }
-  size_t k = rc == 0 ? r->element[1]->elements / 2 : 0;
+  size_t k = rc == 0 && shaped ? r->element[1]->elements / 2 : 0;
   dlock_permit *list = k ? dlock__calloc(k, sizeof *list) : NULL;
   if (k && !list)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  for (size_t i = 0; rc == 0 && i < k; i++) {
+  for (size_t i = 0; list && i < k; i++) { /* list: set iff rc == 0 && k */
     const redisReply *m = r->element[1]->element[2 * i];
     const redisReply *s = r->element[1]->element[2 * i + 1];
     if (m->type == REDIS_REPLY_STRING && m->len == 16)

@@ -923,7 +923,7 @@ static void *exp_main(void *arg) {
     if (late.n) {
       char why[64];
       snprintf(why, sizeof why, "not confirmed for %lld ms",
-               (long long)(period + period / 2));
+               (long long)period + period / 2);
       report_fails(c, &late, why);
     }
     if (lost) {

@@ -421,7 +421,7 @@ TH_CASE(lazy_connect_reports_on_first_use) {
   t0 = th_now_ms();
   CHECK_RC(dlock_mutex_trylock(m), DLOCK_ECONN);
   int64_t el = th_now_ms() - t0;
-  CHECK_MSG(el >= 2 * 200 - 20 && el <= (300 + 200) * 3 + 1000 * slow(),
+  CHECK_MSG(el >= 2 * 200 - 20 && el <= (300L + 200) * 3 + 1000 * slow(),
             "first operation failed after %lld ms", (long long)el);
   CHECK_RC(dlock_mutex_unlock(m), DLOCK_EPERM);
   dlock_mutex_free(m);

@@ -340,7 +340,7 @@ static int64_t next_renewal(dlock_mutex *probe, int64_t until) {
  * much, right after the deadline was computed, does to a wait. 0 all fine,
  * 77 the shim had no effect, else the number of the check that failed. */
 static int redlock_child(char *urls, const char *shim_file) {
-  int fd = open(shim_file, O_RDWR | O_CLOEXEC);
+  int fd = shim_file ? open(shim_file, O_RDWR | O_CLOEXEC) : -1; /* getenv */
   if (fd < 0)
     return 2;
   shim_offset(fd, RL_STEP_MS);

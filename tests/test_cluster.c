@@ -252,7 +252,7 @@ static void one_kind(dlock_client *a, dlock_client *b, int kind,
   int64_t lat = w.done_at - released;
   printf("kind %d (%s): woken %lld ms after the release\n", kind, name,
          (long long)lat);
-  CHECK(lat < 1000 * th_timeout_mult());
+  CHECK(lat < 1000L * th_timeout_mult());
   dlock_mutex_free(m);
   dlock_rwlock_free(rw);
   dlock_sem_free(sm);
@@ -274,7 +274,7 @@ TH_CASE_T(every_kind_wakes_by_sharded_pubsub, 180, "cluster") {
   pthread_t t;
   pthread_create(&t, NULL, wait_thread, &w);
   int owner = th_cluster_master_of(cl, th_cluster_slot(cl, "k-mutex"));
-  int64_t until = th_now_ms() + 5000 * th_timeout_mult();
+  int64_t until = th_now_ms() + 5000L * th_timeout_mult();
   long long subs = 0;
   while (subs != 1 && th_now_ms() < until) {
     redisReply *r = th_cmd(
@@ -435,7 +435,7 @@ TH_CASE_T(slot_migration_under_contention, 240, "cluster") {
  * is want (bounded); returns the last count. */
 static long long wait_shardsubs(th_cluster *cl, int i, const char *channel,
                                 long long want) {
-  int64_t until = th_now_ms() + 10000 * th_timeout_mult();
+  int64_t until = th_now_ms() + 10000L * th_timeout_mult();
   long long subs = -1;
   do {
     redisReply *r = th_cmd(cl->node[i], "PUBSUB SHARDNUMSUB %s", channel);
@@ -475,7 +475,7 @@ TH_CASE_T(waiter_resubscribes_after_slot_move, 120, "cluster") {
   printf("waiter woken %lld ms after the unlock on the new master\n",
          (long long)(w.done_at - released));
   fflush(stdout);
-  CHECK(w.done_at - released < 1000 * th_timeout_mult());
+  CHECK(w.done_at - released < 1000L * th_timeout_mult());
   dlock_mutex_free(m);
   dlock_client_free(a);
   dlock_client_free(b);
@@ -604,7 +604,7 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
   CHECK_OK(dlock_mutex_lock(h));
   CHECK_OK(dlock_mutex_lock(g));
   /* The replica may still be in its first sync on a loaded machine. */
-  int64_t until = th_now_ms() + 30000 * th_timeout_mult();
+  int64_t until = th_now_ms() + 30000L * th_timeout_mult();
   while (!(replica_has(cl, replica, held) && replica_has(cl, replica, gone))) {
     CHECK(th_now_ms() < until);
     usleep(20 * 1000);
@@ -624,7 +624,7 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
   /* The new master lacks one hold's key (as if its write had not
    * replicated): the watchdog's next renewal there reports it lost. */
   CHECK_EQ(th_cmd_int(cl->node[nm], "DEL %s", gone), 1);
-  until = th_now_ms() + 12000 * th_timeout_mult();
+  until = th_now_ms() + 12000L * th_timeout_mult();
   while (atomic_load(&g_lost) == 0 && th_now_ms() < until)
     usleep(20 * 1000);
   CHECK_EQ(atomic_load(&g_lost), 1);
@@ -698,7 +698,7 @@ TH_CASE_T(list_scans_every_master, 120, "cluster") {
   const char *argv[] = {"-u", cl->url, "list", "--json", "lst:*", NULL};
   int rc = -1, ok = 0;
   char buf[65536];
-  int64_t until = th_now_ms() + 10000 * th_timeout_mult();
+  int64_t until = th_now_ms() + 10000L * th_timeout_mult();
   /* until every hold's start is published (after 100 ms) */
   while (!ok && th_now_ms() < until) {
     if ((rc = th_run_tool("DLOCK_TEST_CLI", argv)) < 0)

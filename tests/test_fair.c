@@ -225,7 +225,7 @@ TH_CASE_T(lease_and_watchdog, 120, "slow") {
 
 #define FIFO_PROCS 5
 #define FIFO_THREADS 2
-#define FIFO_N (FIFO_PROCS * FIFO_THREADS)
+enum { FIFO_N = FIFO_PROCS * FIFO_THREADS };
 
 typedef struct fifo_thr {
   dlock_mutex *m;

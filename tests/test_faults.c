@@ -156,7 +156,7 @@ TH_CASE_T(wrong_type_key_does_not_starve_other_renewals, 120, "slow") {
   cmd_ok(r, "DEL %s", "batch-a");
   cmd_ok(r, "SET batch-a %s", "clobbered");
   int64_t t0 = th_now_ms();
-  while (th_now_ms() - t0 < 3 * 900) {
+  while (th_now_ms() - t0 < 3L * 900) {
     long long t = th_cmd_int(r, "PTTL batch-b");
     CHECK_MSG(t > 0,
               "batch-b expired %lld ms after batch-a was clobbered "
@@ -427,7 +427,7 @@ TH_CASE(script_flush_is_invisible) {
   CHECK_OK(dlock_mutex_unlock(m)); /* partial */
   FLUSH();
   /* The watchdog's renewal script is gone too: still renewed. */
-  th_sleep_ms(3 * 600);
+  th_sleep_ms(3L * 600);
   CHECK_EQ(dlock_mutex_is_held(m), 1);
   CHECK_EQ(atomic_load(&g_lost), 0);
   /* A waiter on the other client, flushed while it waits. */
@@ -570,7 +570,7 @@ static int parse_monitor(const char *line, char **argv, size_t *lens, int max) {
         out[o++] = (char)strtol(hx, NULL, 16);
         p += 4;
       } else if (*p == '\\' && p[1]) {
-        out[o++] = p[1] == 'n' ? '\n' : p[1] == 'r' ? '\r' : p[1];
+        out[o++] = (char)(p[1] == 'n' ? '\n' : p[1] == 'r' ? '\r' : p[1]);
         p += 2;
       } else {
         out[o++] = *p++;

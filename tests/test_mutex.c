@@ -468,7 +468,7 @@ TH_CASE_T(watchdog_keeps_lock_and_stops_after_unlock, 120, "slow") {
   int64_t t0 = th_now_ms();
   long long prev = raw_int(raw, "PTTL wd"), minttl = prev;
   int renewals = 0, unlocked_once = 0;
-  while (th_now_ms() - t0 < 4 * wd) {
+  while (th_now_ms() - t0 < 4L * wd) {
     long long t = raw_int(raw, "PTTL wd");
     long long n = raw_int(raw, "HGET wd %s", field);
     CHECK_MSG(t > 0, "lock expired after %lld ms under the watchdog",
@@ -479,7 +479,7 @@ TH_CASE_T(watchdog_keeps_lock_and_stops_after_unlock, 120, "slow") {
     if (t < minttl)
       minttl = t;
     prev = t;
-    if (!unlocked_once && th_now_ms() - t0 > 2 * wd) {
+    if (!unlocked_once && th_now_ms() - t0 > 2L * wd) {
       CHECK_OK(dlock_mutex_unlock(m)); /* one hold left: still renewed */
       unlocked_once = 1;
       prev = raw_int(raw, "PTTL wd");
@@ -496,7 +496,7 @@ TH_CASE_T(watchdog_keeps_lock_and_stops_after_unlock, 120, "slow") {
    * own field again by hand with a short TTL; it has to expire. */
   raw_do(raw, "HSET wd %s 1", field);
   raw_do(raw, "PEXPIRE wd 400");
-  th_sleep_ms(2 * wd);
+  th_sleep_ms(2L * wd);
   CHECK_EQ(raw_int(raw, "EXISTS wd"), 0);
   /* ...and nothing resurrected the released lock. */
   CHECK_EQ(atomic_load(&g_lost_calls), 0);
@@ -729,11 +729,12 @@ TH_CASE(waiter_wakes_within_ms_of_unlock) {
   long long med = lat_us[WL_ROUNDS / 2];
   printf("unlock -> other process holds: median %.2f ms, min %.2f, max %.2f "
          "(TTL ~30000 ms)\n",
-         med / 1000.0, lat_us[0] / 1000.0, lat_us[WL_ROUNDS - 1] / 1000.0);
+         (double)med / 1000.0, (double)lat_us[0] / 1000.0,
+         (double)lat_us[WL_ROUNDS - 1] / 1000.0);
   /* Functional, not a benchmark: woken by the unlock, not by the 30 s TTL.
    * (The issue's figure is < 50 ms; the bound has room for noisy hosts.) */
-  CHECK_MSG(med < 1000 * 1000, "median wake-up %lld us", med);
-  CHECK_MSG(lat_us[WL_ROUNDS - 1] < 10000 * 1000, "max wake-up %lld us",
+  CHECK_MSG(med < 1000LL * 1000, "median wake-up %lld us", med);
+  CHECK_MSG(lat_us[WL_ROUNDS - 1] < 10000LL * 1000, "max wake-up %lld us",
             lat_us[WL_ROUNDS - 1]);
   redisFree(raw);
   dlock_mutex_free(m);
@@ -1330,7 +1331,7 @@ TH_CASE_T(thread_exit_with_hold_lets_it_expire, 120, "slow") {
   CHECK_RC(dlock_mutex_trylock(o), DLOCK_EBUSY);
   int rc;
   while ((rc = dlock_mutex_trylock(o)) == DLOCK_EBUSY &&
-         th_now_ms() - t0 < 3 * wd * slow())
+         th_now_ms() - t0 < 3L * wd * slow())
     th_sleep_ms(20);
   CHECK_OK(rc);
   int64_t took = th_now_ms() - t0;

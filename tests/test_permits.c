@@ -32,7 +32,7 @@ static long long avail(dlock_permits *p) {
 
 /* The 16 raw bytes of a hex id. */
 static void raw_of(const char *hex, unsigned char raw[16]) {
-  for (int i = 0; i < 16; i++) {
+  for (size_t i = 0; i < 16; i++) {
     unsigned v = 0;
     CHECK(sscanf(hex + 2 * i, "%2x", &v) == 1);
     raw[i] = (unsigned char)v;
@@ -99,7 +99,7 @@ TH_CASE(acquire_release_update_available) {
   int64_t s = th_now_ms();
   CHECK_OK(dlock_permits_update_lease(p, id2, 300));
   CHECK(zscore("{pa}:timeout", id2) <= wall_ms() + 300);
-  CHECK_OK(dlock_permits_acquire(p, 5000 * th_timeout_mult(), 60000, id3));
+  CHECK_OK(dlock_permits_acquire(p, 5000LL * th_timeout_mult(), 60000, id3));
   CHECK_MSG(th_now_ms() - s >= 290, "took %lld ms",
             (long long)(th_now_ms() - s));
   CHECK_RC(dlock_permits_release(p, id2), DLOCK_ELOST); /* reclaimed */
@@ -336,7 +336,7 @@ TH_CASE_T(watchdog_keeps_permit_past_lease, 120, "slow") {
             now_exp, first);
   /* Moved to a fixed lease, it is no longer renewed. */
   CHECK_OK(dlock_permits_update_lease(p, id, 400));
-  CHECK_OK(dlock_permits_acquire(p2, 3000 * th_timeout_mult(), 60000, other));
+  CHECK_OK(dlock_permits_acquire(p2, 3000LL * th_timeout_mult(), 60000, other));
   CHECK_RC(dlock_permits_release(p, id), DLOCK_ELOST);
   CHECK_OK(dlock_permits_release(p2, other));
   /* A watchdog permit released is gone for good. */
@@ -391,7 +391,7 @@ TH_CASE_T(watchdog_permit_lost_when_redis_stops_answering, 120, "slow") {
   dlock_client *c2 = th_client(g_r);
   dlock_permits *p2 = open_permits(c2, "pl");
   char other[DLOCK_PERMIT_ID_LEN + 1];
-  CHECK_OK(dlock_permits_acquire(p2, 5000 * th_timeout_mult(), 60000, other));
+  CHECK_OK(dlock_permits_acquire(p2, 5000LL * th_timeout_mult(), 60000, other));
   CHECK_RC(dlock_permits_release(p, id), DLOCK_ELOST);
   CHECK_OK(dlock_permits_release(p2, other));
   dlock_permits_free(p2);

@@ -471,9 +471,9 @@ TH_CASE(validity_ends_each_hold_locally) {
 
 typedef struct rd_thr {
   dlock_rwlock *rw;
-  int rc;
   int64_t got_at;
   int *inside;
+  int rc;
   int n;
 } rd_thr;
 
@@ -514,7 +514,7 @@ TH_CASE(write_release_wakes_all_readers) {
   pthread_t th[N];
   int inside = 0;
   for (int i = 0; i < N; i++) {
-    t[i] = (rd_thr){rw2, -1, 0, &inside, N};
+    t[i] = (rd_thr){.rw = rw2, .rc = -1, .inside = &inside, .n = N};
     pthread_create(&th[i], NULL, reader_thread, &t[i]);
   }
   th_sleep_ms(300);
@@ -547,7 +547,7 @@ TH_CASE(downgrade) {
   CHECK_RC(dlock_rwlock_downgrade(rw, -1), DLOCK_EPERM);
   CHECK_OK(dlock_rwlock_wrlock(rw));
   int inside = 0;
-  rd_thr t = {rw2, -1, 0, &inside, 1};
+  rd_thr t = {.rw = rw2, .rc = -1, .inside = &inside, .n = 1};
   pthread_t th;
   pthread_create(&th, NULL, reader_thread, &t);
   th_sleep_ms(200);

@@ -867,7 +867,7 @@ TH_CASE_T(composite_records_do_not_outlive_their_holds, 120, "") {
   long long grew = (long long)after - (long long)before;
   printf("heap after %d threads: %+lld bytes\n", N, grew);
   /* One record left per thread would be >= 100 bytes a thread and kind. */
-  CHECK_MSG(grew < 64 * 1024, "the heap grew by %lld bytes (%lld a thread)",
+  CHECK_MSG(grew < 64LL * 1024, "the heap grew by %lld bytes (%lld a thread)",
             grew, grew / N);
   /* A hold still alive keeps its record, and the objects still work. */
   CHECK_OK(dlock_rwlock_rdlock(x.rw));
@@ -1114,7 +1114,7 @@ TH_CASE_T(watchdog_renews_while_replicas_lag, 120, "slow") {
   }
   th_redis_pause(rep);
   /* Two leases: without renewals the key is gone after one. */
-  int64_t until = th_now_ms() + 2 * cfg.watchdog_timeout_ms;
+  int64_t until = th_now_ms() + 2L * cfg.watchdog_timeout_ms;
   while (th_now_ms() < until && atomic_load(&g_lost_count) == 0)
     th_sleep_ms(50);
   CHECK_EQ(atomic_load(&g_lost_count), 0);
@@ -1181,8 +1181,8 @@ TH_CASE_T(once_keys_outlive_slow_resends, 120, "slow") {
   printf("post took %lld ms (old once TTL %lld ms)\n", (long long)took,
          (long long)old_ttl);
   CHECK(took > old_ttl); /* the re-send came after the old TTL */
-  CHECK_EQ(th_get_ll(r, "late-sem"), 3);          /* counted once */
-  CHECK_EQ(fp_wait_fired(p, 1, 10000 * mult), 0); /* the delay was used */
+  CHECK_EQ(th_get_ll(r, "late-sem"), 3);           /* counted once */
+  CHECK_EQ(fp_wait_fired(p, 1, 10000L * mult), 0); /* the delay was used */
   dlock_sem_free(s);
   dlock_sem_free(sb);
   dlock_client_free(c);
@@ -1260,7 +1260,7 @@ TH_CASE_T(router_stops_resending_when_once_key_may_be_gone, 120, "slow") {
   close(fds[1]);
   /* Stop the worker as soon as its post has run (it then waits up to one
    * command timeout, 1 s, for the reply the proxy holds). */
-  int64_t until = th_now_ms() + 10000 * a.mult;
+  int64_t until = th_now_ms() + 10000L * a.mult;
   while (th_get_ll(r, "stall-sem") != 2 && th_now_ms() < until)
     th_sleep_ms(5);
   CHECK_EQ(kill(w, SIGSTOP), 0);
@@ -1268,15 +1268,15 @@ TH_CASE_T(router_stops_resending_when_once_key_may_be_gone, 120, "slow") {
   CHECK_EQ(once_keys(r), 1);
   /* Until the post's once key has expired (its TTL, ~10 s here). */
   int64_t stopped = th_now_ms();
-  until = stopped + 30000 * a.mult;
+  until = stopped + 30000L * a.mult;
   while (once_keys(r) != 0 && th_now_ms() < until)
     th_sleep_ms(50);
   printf("once key expired %lld ms after the stop\n",
          (long long)(th_now_ms() - stopped));
   CHECK_EQ(once_keys(r), 0);
   CHECK_EQ(kill(w, SIGCONT), 0);
-  CHECK_EQ(th_wait(w, 20000 * a.mult), 0); /* ECONN, "not re-sent" */
-  CHECK_EQ(th_get_ll(r, "stall-sem"), 2);  /* counted once */
+  CHECK_EQ(th_wait(w, 20000L * a.mult), 0); /* ECONN, "not re-sent" */
+  CHECK_EQ(th_get_ll(r, "stall-sem"), 2);   /* counted once */
 }
 
 /* 9.3: the once keys of a busy object do not pile up: each change deletes
@@ -1384,7 +1384,7 @@ TH_CASE(force_unlock_is_sent_once_and_only_to_locks) {
   char owner[128];
   CHECK_OK(dlock_mutex_owner(mb, owner, sizeof owner));
   long long since = 0;
-  int64_t until = th_now_ms() + 5000 * th_timeout_mult();
+  int64_t until = th_now_ms() + 5000L * th_timeout_mult();
   while (dlock_hold_since_query(cb, owner, "forced", &since) != 1 &&
          th_now_ms() < until)
     th_sleep_ms(10);

@@ -643,7 +643,7 @@ TH_CASE(plain_url_to_tls_port_says_use_rediss) {
   int64_t el = th_now_ms() - t0;
   CHECK_MSG(strstr(dlock_last_error(), "speaks TLS: use rediss://"),
             "message: %s", dlock_last_error());
-  CHECK_MSG(el < 1500 * th_timeout_mult(), "took %lld ms", (long long)el);
+  CHECK_MSG(el < 1500L * th_timeout_mult(), "took %lld ms", (long long)el);
   /* The same server over rediss:// still works. */
   CHECK_OK(dlock_client_new(&f.cfg, &c));
   dlock_client_free(c);

@@ -521,7 +521,7 @@ int main(int argc, char **argv) {
     waitpid(me[i], &st, 0);
     EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d failed", i);
   }
-  EXPECT(g_sh->counter == ME_PROCS * ME_THREADS * ME_ITERS,
+  EXPECT(g_sh->counter == (long)ME_PROCS * ME_THREADS * ME_ITERS,
          "counter %ld, want %d: lost updates", g_sh->counter,
          ME_PROCS * ME_THREADS * ME_ITERS);
   EXPECT(atomic_load(&g_sh->overlap) == 0, "%d overlapping critical sections",

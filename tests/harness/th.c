@@ -471,7 +471,7 @@ th_redis *th_replica_new(th_redis *master) {
            "repl-diskless-sync-delay 0\n",
            master->port);
   th_redis *r = server_new(0, extra);
-  int64_t end = th_now_ms() + 10000 * th_timeout_mult();
+  int64_t end = th_now_ms() + 10000L * th_timeout_mult();
   char online[64];
   snprintf(online, sizeof online, "port=%d,state=online", r->port);
   for (;;) {

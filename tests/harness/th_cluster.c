@@ -59,7 +59,7 @@ th_cluster *th_cluster_new(int masters, int replicas, int node_timeout_ms) {
                   i ? "," : "", cl->node[i]->port);
   }
   create(cl, replicas);
-  int64_t until = th_now_ms() + 30000 * th_timeout_mult();
+  int64_t until = th_now_ms() + 30000L * th_timeout_mult();
   for (int i = 0; i < cl->n; i++)
     while (!state_ok(cl->node[i])) {
       if (th_now_ms() > until)

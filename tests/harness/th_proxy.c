@@ -101,7 +101,7 @@ static void *proxy_main(void *arg) {
       break;
     if (atomic_exchange(&p->silence_req, 0)) {
       for (int i = 0; i < TH_PROXY_MAX; i++)
-        p->silent[i] = p->a[i] >= 0;
+        p->silent[i] = (char)(p->a[i] >= 0);
       atomic_store(&p->silence_done, 1);
     }
     for (int k = 0; k < n; k++) {

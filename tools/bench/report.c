@@ -69,9 +69,7 @@ static void fmt_num(char *buf, size_t n, double v) {
     snprintf(buf, n, "n/a");
   else if (isinf(v))
     snprintf(buf, n, "inf");
-  else if (v == floor(v) && fabs(v) < 1e15)
-    snprintf(buf, n, "%.0f", v);
-  else if (fabs(v) >= 1000)
+  else if ((v == floor(v) && fabs(v) < 1e15) || fabs(v) >= 1000)
     snprintf(buf, n, "%.0f", v);
   else if (fabs(v) >= 100)
     snprintf(buf, n, "%.1f", v);
@@ -314,7 +312,7 @@ static void print_json(const bench_opts *o, double wall_s) {
     printf(":{");
     int first = 1;
     for (int k = i; k < g_nm; k++) {
-      if (strcmp(g_m[k].scen, g_m[i].scen))
+      if (strcmp(g_m[k].scen, g_m[i].scen) != 0)
         continue;
       if (!first)
         putchar(',');

@@ -452,7 +452,7 @@ static void seen_update(seen *s, const ls_lock *l, long long now,
   s->owners = owners;
   s->nowners = owners ? l->nholders : 0;
   s->handovers += changes;
-  s->rate = dt_ms > 0 ? changes * 1000.0 / (double)dt_ms : 0;
+  s->rate = dt_ms > 0 ? (double)changes * 1000.0 / (double)dt_ms : 0;
   char **w = calloc(l->nwaiters + 1, sizeof *w);
   long long *ws = calloc(l->nwaiters + 1, sizeof *ws);
   for (size_t i = 0; w && ws && i < l->nwaiters; i++) {
@@ -593,7 +593,8 @@ static int do_top(const obs_opts *o) {
     /* pointers into sv moved if it grew: re-find them */
     for (size_t i = 0; i < nr; i++)
       rows[i].s = seen_get(&sv, &ns, rows[i].l->name);
-    qsort(rows, nr, sizeof *rows, row_cmp);
+    if (nr) /* rows is NULL if calloc failed; qsort wants a valid base */
+      qsort(rows, nr, sizeof *rows, row_cmp);
     draw(stdout, tty, &r, rows, nr, limit, k);
     free(rows);
     ls_free(&r);

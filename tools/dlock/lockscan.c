@@ -507,9 +507,9 @@ static int do_batch(scan *s, node *nd, const redisReply *keys) {
       break;
     }
     if (kind && t->type == REDIS_REPLY_STATUS)
-      kind[i] = strcmp(t->str, "hash") == 0     ? 'h'
-                : strcmp(t->str, "string") == 0 ? 's'
-                                                : 0;
+      kind[i] = (char)(strcmp(t->str, "hash") == 0     ? 'h'
+                       : strcmp(t->str, "string") == 0 ? 's'
+                                                       : 0);
     freeReplyObject(t);
   }
   if (!kind && rc == 0)
@@ -682,6 +682,7 @@ static int resolve_holders(scan *s) {
         return fail(s, "%s%s", "out of memory", "");
       }
     }
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): *info is a pointer, as meant
   redisReply **info = calloc(ids.n ? ids.n : 1, sizeof *info);
   int rc = info ? 0 : -1;
   /* send every node's share, then read in the same order per node */
@@ -811,11 +812,12 @@ static int connect_nodes(scan *s) {
   }
   s->ranges = calloc(r->elements ? r->elements : 1, sizeof *s->ranges);
   node *nv = realloc(s->nodes, (r->elements + 1) * sizeof *nv);
+  if (nv) /* the old block is gone: keep the new one for ls_scan to free */
+    s->nodes = nv;
   if (!s->ranges || !nv) {
     freeReplyObject(r);
     return fail(s, "%s%s", "out of memory", "");
   }
-  s->nodes = nv;
   int rc = 0;
   for (size_t i = 0; i < r->elements && rc == 0; i++) {
     const redisReply *e = r->element[i];

@@ -490,7 +490,7 @@ static int request_permits(sk_eth *th, const char *uid) {
   killpoint(th, SK_KP_LOCKED); /* a dead buyer: its unit comes back */
   business_work(th);           /* the buyer pays */
   unsigned char raw[16];
-  for (int i = 0; i < 16; i++) {
+  for (size_t i = 0; i < 16; i++) {
     unsigned v = 0;
     sscanf(id + 2 * i, "%2x", &v);
     raw[i] = (unsigned char)v;
@@ -589,8 +589,7 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
 
 int sk_engine_uses_dlock(const sk_strategy *s) {
   return s->kind == SK_DLOCK || s->kind == SK_SEGMENTED || s->kind == SK_FAIR ||
-         s->kind == SK_REDLOCK || s->kind == SK_SPIN ||
-         s->kind == SK_PERMITS;
+         s->kind == SK_REDLOCK || s->kind == SK_SPIN || s->kind == SK_PERMITS;
 }
 
 static int setup_redlock(sk_engine *e, dlock_config *cfg, char *err,

@@ -69,7 +69,7 @@ static int probe(const sd_opts *o) {
       return 0;
     }
   }
-  struct timeval tv = {0, SD_PING_MS * 1000};
+  struct timeval tv = {0, (suseconds_t)SD_PING_MS * 1000};
   redisSetTimeout(g_rc, tv);
   redisReply *r = redisCommand(g_rc, "PING");
   int ok =
