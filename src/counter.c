@@ -122,7 +122,7 @@ int dlock__counter_wait(dlock__chobj *o, long long wait_ms) {
   char what[300];
   snprintf(what, sizeof what, "%s '%.256s'", o->kind->name, o->name);
   r = dlock__sub_wait_check(o->c, o->channel, o->kind->wake_policy, &b,
-                            o->kind->recheck_ms, ready_cb, o, what);
+                            o->kind->recheck_ms, NULL, ready_cb, o, what);
   if (r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
     dlock__stat_add(
         &o->c->stats,

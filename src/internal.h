@@ -1276,13 +1276,16 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot);
 int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what);
 /* The wait of the kinds without hand-over (semaphore, latch): subscribes to
  * channel, then calls check(arg) -- 1 done, 0 not yet, < 0 error -- after
- * every wake-up and at least every recheck_ms (pub/sub is at most once),
- * until it is done or the budget b (started before the caller's first
- * check) says stop. Returns 0, check's error, or dlock__budget_over's
- * answer (DLOCK_ETIMEDOUT with no message: the caller words it). */
+ * every wake-up and at least every recheck_ms (pub/sub is at most once;
+ * recheck_fn(arg), when not NULL, gives that bound anew before each sleep:
+ * the permits' next expiry), until it is done or the budget b (started
+ * before the caller's first check) says stop. Returns 0, check's error, or
+ * dlock__budget_over's answer (DLOCK_ETIMEDOUT with no message: the caller
+ * words it). */
 int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
                           const dlock__budget *b, int64_t recheck_ms,
-                          int (*check)(void *), void *arg, const char *what);
+                          int64_t (*recheck_fn)(void *), int (*check)(void *),
+                          void *arg, const char *what);
 /* The mutex and maps: 0 or DLOCK_ENOMEM (nothing left to undo). */
 int dlock__pubsub_init(dlock__pubsub *ps);
 /* Frees what _init made; forked: in a fork child (the mutex is left). */

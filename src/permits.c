@@ -611,8 +611,10 @@ static int try_once(void *arg) {
   return rc;
 }
 
-/* How long a waiter may sleep before its next attempt. */
-static int64_t recheck_in(const attempt *a) {
+/* How long a waiter may sleep before its next attempt: the recheck
+ * period, or less when a permit expires sooner. */
+static int64_t recheck_in(void *arg) {
+  const attempt *a = arg;
   int64_t ms = DLOCK__PERMITS_RECHECK_MS;
   if (a->next_expiry > 0) {
     int64_t d = a->next_expiry - dlock__wall_ms() + 1;
@@ -622,44 +624,6 @@ static int64_t recheck_in(const attempt *a) {
       ms = d;
   }
   return ms;
-}
-
-static int wait_loop(dlock_permits *p, attempt *a, const dlock__budget *b,
-                     const char *what) {
-  dlock_client *c = p->o.c;
-  dlock__slot slot;
-  slot.wait_id = 0;
-  dlock__sub *sub = NULL;
-  int active = 0;
-  int rc = dlock__sub_join(c, p->o.channel, NULL, DLOCK__WAKE_COUNT, &slot,
-                           &sub, &active);
-  if (rc || !sub)
-    return rc ? rc : DLOCK_ENOMEM;
-  int need_wait = !active;
-  for (;;) {
-    if (need_wait) {
-      int64_t until = dlock__budget_clamp(b, dlock__now_ms() + recheck_in(a));
-      int granted = 0;
-      if (!dlock__budget_canceled(b))
-        dlock__sub_wait(c, sub, &slot, until, &granted, &active);
-      if (slot.failed) {
-        rc = dlock__sub_error(c, sub, what);
-        break;
-      }
-      if ((rc = dlock__budget_over(b, what)) != 0 && rc != DLOCK_ETIMEDOUT)
-        break;
-    }
-    need_wait = 1;
-    int r = try_once(a);
-    if (r != 0) {
-      rc = r == 1 ? 0 : r;
-      break;
-    }
-    if ((rc = dlock__budget_over(b, what)) != 0)
-      break;
-  }
-  dlock__sub_leave(c, sub, &slot);
-  return rc;
 }
 
 int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
@@ -686,7 +650,9 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
     if (wait_ms == 0)
       return dlock__fail(DLOCK_EBUSY, "permits '%s': no permit available",
                          p->o.name);
-    rc = wait_loop(p, &a, &b, what);
+    rc = dlock__sub_wait_check(p->o.c, p->o.channel, DLOCK__WAKE_COUNT, &b,
+                               DLOCK__PERMITS_RECHECK_MS, recheck_in, try_once,
+                               &a, what);
     if (rc == DLOCK_ETIMEDOUT)
       return dlock__fail(rc, "permits '%s': no permit within %lld ms",
                          p->o.name, wait_ms);

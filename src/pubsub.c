@@ -906,7 +906,8 @@ void dlock__pubsub_stop(dlock_client *c) {
 
 int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
                           const dlock__budget *b, int64_t recheck_ms,
-                          int (*check)(void *), void *arg, const char *what) {
+                          int64_t (*recheck_fn)(void *), int (*check)(void *),
+                          void *arg, const char *what) {
   dlock__slot slot;
   slot.wait_id = 0;
   dlock__sub *sub = NULL;
@@ -920,7 +921,8 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
   int need_wait = !active;
   for (;;) {
     if (need_wait) {
-      int64_t until = dlock__budget_clamp(b, dlock__now_ms() + recheck_ms);
+      int64_t until = dlock__budget_clamp(
+          b, dlock__now_ms() + (recheck_fn ? recheck_fn(arg) : recheck_ms));
       int granted = 0;
       /* A cancel that came before the join kicked no slot of ours. */
       if (!dlock__budget_canceled(b))

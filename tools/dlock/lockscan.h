@@ -93,8 +93,8 @@ typedef struct ls_result {
 
 /* Scans o->url's lock space into *out (sorted by name). 0, or the exit
  * code with why in err (out is then empty): 69 a node unreachable, 77 its
- * login refused, 64 a TLS URL (not supported yet), 70 any other failure. ls_free(out) either way. Thread-safety:
- * any thread; out is the caller's. */
+ * login refused, 64 a TLS URL (not supported yet), 70 any other failure.
+ * ls_free(out) either way. Thread-safety: any thread; out is the caller's. */
 int ls_scan(const ls_opts *o, ls_result *out, char *err, size_t errlen);
 void ls_free(ls_result *r);
 
