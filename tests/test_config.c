@@ -1509,10 +1509,17 @@ static void measure_retries(const char *delay, int kind) {
   int64_t pause[4], at[5];
   int k = 0;
   for (int i = 0; i < e.n && k < 4; i++) {
-    const char *p = strstr(e.msg[i], "the next in ");
-    if (strcmp(e.ev[i], "retry") != 0 || !p)
+    if (strcmp(e.ev[i], "retry") != 0)
       continue;
-    pause[k] = atoll(p + 12);
+    /* A pause of 0 (full jitter draws from [0, e]) is told as "re-sent at
+     * once" rather than "the next in 0 ms". */
+    const char *p = strstr(e.msg[i], "the next in ");
+    if (p)
+      pause[k] = atoll(p + 12);
+    else if (strstr(e.msg[i], "re-sent at once"))
+      pause[k] = 0;
+    else
+      continue;
     at[k++] = e.at[i];
   }
   CHECK_MSG(k == 4, "%d retry events (want 4)", k);
