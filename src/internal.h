@@ -290,8 +290,12 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
  *   - an empty queue: the lock is freed and "0" published, as before.
  * A head whose deadline passed or whose client is gone is never waited
  * for: handover skips it. */
+#ifndef DLOCK__SLICE_MS /* a -D overrides them for measurements */
 #define DLOCK__SLICE_MS "6"
+#endif
+#ifndef DLOCK__SLICE_N
 #define DLOCK__SLICE_N "12"
+#endif
 #define DLOCK__LUA_POLICY                                                      \
   "local function release(lock, ch, q, waits, gp, marker, self, pub)\n"        \
   "  local head = redis.call('lindex', q, 0)\n"                                \
