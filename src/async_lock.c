@@ -352,6 +352,10 @@ static void undo_done(dlock__areq *r, redisReply *reply, int err,
   int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
   if (rc == DLOCK_ELOST && op->target == 1 && resent)
     rc = 1; /* a copy of this release found what an earlier one left */
+  /* Counted and told per undone acquisition, as mutex.c's undo_unsynced. */
+  dlock__stat_add(&a->stats, DLOCK__ST_ENOSYNC, 1);
+  dlock__log(&a->cfg, DLOCK_LOG_WARN, op->h->key, "enosync",
+             "acquisition undone: %s", op->sync_why);
   int64_t now = dlock__async_now();
   int64_t pause = dlock__retry_pause(&a->cfg, op->sync_i, &op->sync_prev);
   int64_t left = op->wait_ms > 0 ? op->w.deadline - now : 0;

@@ -671,6 +671,10 @@ static void sync_shortfall_undone_enosync_run(void) {
   CHECK_MSG(strstr(h.msg, "0 of 1 replica") && strstr(h.msg, "undone"), "%s",
             h.msg);
   CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  /* Counted as the blocking client counts: once per undone acquisition. */
+  dlock_client_stats st;
+  CHECK_OK(dlock_async_stats(a, &st));
+  CHECK_EQ(st.enosync, 1);
   /* A timed call: tried again under the retry policy (3 attempts, each a
    * WAIT of sync_timeout_ms), then DLOCK_ENOSYNC, nothing left. */
   int64_t t0 = th_now_ms();
@@ -682,6 +686,8 @@ static void sync_shortfall_undone_enosync_run(void) {
   CHECK_MSG(took >= 3 * cfg.sync_timeout_ms, "not retried: %lld ms",
             (long long)took);
   CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
+  CHECK_OK(dlock_async_stats(a, &st));
+  CHECK_EQ(st.enosync, 4);
   /* The replica runs again: the same call succeeds, the write is on it. */
   th_redis_resume(rep);
   replicas_caught_up(m, 1);
