@@ -666,12 +666,22 @@ int main(int argc, char **argv) {
   int nk = 0;
   while (kinds[nk] >= 0)
     nk++;
-  int64_t end = soak_now_us() + (int64_t)(minutes * 60e6);
+  int64_t start = soak_now_us(), end = start + (int64_t)(minutes * 60e6);
+  int64_t next_status = start + 60000000; /* a status line a minute */
   while (soak_now_us() < end) {
     sleep_ms(1000 + rand() % 2000);
     reap();
     fault(kinds[rand() % nk]);
     reap();
+    if (soak_now_us() >= next_status) {
+      long total = 0;
+      for (int k = 0; k < nk; k++)
+        total += g.counts[kinds[k]];
+      printf("soak: %.1f of %.1f min, %ld faults so far\n",
+             (double)(soak_now_us() - start) / 60e6, minutes, total);
+      fflush(stdout);
+      next_status += 60000000;
+    }
   }
   finish();
   printf("faults:");
