@@ -8,8 +8,10 @@
  *                                          unlock handed the lock to that
  *                                          wait (scripts.c)
  * A message on the lock channel wakes every waiting call of the entry (they
- * attempt again; the script's queue keeps the hand-over order); a grant
- * wakes the call whose wait id it names. An entry's subscription is
+ * attempt again; the script's queue keeps the hand-over order); a grant or
+ * a retry wakes the call it names (wait id and owner), and one that names
+ * no waiting call is declined: the engine's rule (engine.h (e)), the
+ * blocking client's too. An entry's subscription is
  * confirmed before its calls join the server's hand-over queue: the unlock
  * skips a queued waiter whose grant reaches no subscriber.
  *
@@ -156,20 +158,12 @@ void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op) {
 /* ---- the connection's events
  * ------------------------------------------------- */
 
-/* Wakes the waiters of s (all, or the one of wait id wid when wid != 0). */
-/* Wakes the call waiting with id wid (0: every call). 1 if one woke. */
-static int wake(dlock__asub *s, uint64_t wid) {
-  int woke = 0;
+/* Wakes every call waiting on s (each attempts again). */
+static void wake_all(dlock__asub *s) {
   for (dlock__aop *op = s->w_head, *nx; op; op = nx) {
     nx = op->wnext;
-    if (wid && op->w.id != wid)
-      continue;
     dlock__aop_wake(op);
-    woke = 1;
-    if (wid)
-      break;
   }
-  return woke;
 }
 
 static void decline_done(dlock__areq *r, redisReply *reply, int err,
@@ -180,29 +174,26 @@ static void decline_done(dlock__areq *r, redisReply *reply, int err,
   (void)dlock__take_int(err, reply, &v, NULL);
 }
 
-/* A retry "<owner>|<wait id>|r" that reached no call is declined as well:
- * the script drops that wait's entry and passes a free lock on.
- * A grant "<owner>|<wait id>" that reached no waiting call: the call had
- * ended and its cancel could not leave the queue, so the unlock handed the
- * lock to a wait that no longer exists. The decline script gives it back
- * (to the next live waiter) unless the owner took it as its own since. Not
+/* A grant or a retry g that no waiting call took (the engine's rule,
+ * dlock__eng_grant_unclaimed): the call it names had ended and its cancel
+ * could not leave the queue, so the unlock handed the lock (or the head's
+ * slice) to a wait that no longer exists. The decline script gives the lock
+ * back (to the next live waiter), unless the owner took it as its own
+ * since, and drops a retried wait's entry from the queue's head. Not
  * repeated if it fails: the wait's lease then ends the hold. */
-static void decline(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
-  const char *bar = memchr(p, '|', n);
-  size_t ol = bar ? (size_t)(bar - p) : 0;
-  if (!ol || DLOCK__UUID_LEN + 2 + ol > DLOCK__FIELD_MAX)
+static void decline(dlock_async *a, dlock__asub *s, const dlock__grant *g) {
+  size_t ol = g->owner_len;
+  if (DLOCK__UUID_LEN + 2 + ol > DLOCK__FIELD_MAX)
     return;
-  char field[DLOCK__FIELD_MAX], wid[17];
+  char field[DLOCK__FIELD_MAX];
   memcpy(field, a->id, DLOCK__UUID_LEN);
   field[DLOCK__UUID_LEN] = ':';
-  memcpy(field + DLOCK__UUID_LEN + 1, p, ol);
+  memcpy(field + DLOCK__UUID_LEN + 1, g->owner, ol);
   size_t fl = DLOCK__UUID_LEN + 1 + ol;
   field[fl] = '\0';
-  memcpy(wid, bar + 1, 16);
-  wid[16] = '\0';
   dlock__rel_call k;
-  int rc = dlock__decline_call_init(&k, s->name, s->name_len, field, fl, wid,
-                                    dlock__apublish(a));
+  int rc = dlock__decline_call_init(&k, s->name, s->name_len, field, fl,
+                                    g->wid_hex, dlock__apublish(a));
   dlock__areq *r = rc ? NULL
                       : dlock__areq_eval(dlock__core_script(DLOCK__S_DECLINE),
                                          k.nkeys, k.keys, k.klens, 4, k.args,
@@ -210,6 +201,27 @@ static void decline(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
   dlock__rel_call_free(&k);
   if (r)
     dlock__aconn_submit(&a->cmd, r);
+}
+
+/* A message on s's grant channel: the engine says which waiting call it
+ * names (dlock__eng_grant_verdict: its wait id and its owner), and that one
+ * no call took is declined -- the blocking client's rule too (pubsub.c
+ * on_grant). The call named attempts again for a RETRY and for a GRANTED
+ * alike: this client has no granted fast path, the attempt finds the field
+ * the hand-over wrote and confirms the hold (its lease from that attempt).
+ * A malformed message is ignored. */
+static void on_grant(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
+  dlock__grant g;
+  if (!dlock__eng_grant_parse(p, n, &g))
+    return;
+  for (dlock__aop *op = s->w_head; op; op = op->wnext)
+    if (op->h && dlock__eng_grant_verdict(&g, op->h->owner, op->w.id) !=
+                     DLOCK__GRANT_NONE) {
+      dlock__aop_wake(op); /* may end the call: nothing of s after this */
+      return;
+    }
+  if (dlock__eng_grant_unclaimed(&g) == DLOCK__GRANT_DECLINE)
+    decline(a, s, &g);
 }
 
 static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
@@ -225,35 +237,12 @@ static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
     }
     for (dlock__aop *op = s->w_head; op; op = op->wnext)
       op->active = 1;
-    wake(s, 0);
+    wake_all(s);
   } else if (s->w_head) {
     subscribe(a, s);
   } else {
     entry_free(a, s);
   }
-}
-
-/* A grant's payload "<owner>|<wait id>": the wait id (0 if malformed).
- * "<owner>|<wait id>|r" asks that wait to retry (the unlock freed the lock
- * and woke the queue's head: DLOCK__LUA_POLICY): *retry set. A waiting
- * call attempts again either way. */
-static uint64_t grant_wid(const char *p, size_t n, int *retry) {
-  *retry = n > 2 && p[n - 2] == '|' && p[n - 1] == 'r';
-  if (*retry)
-    n -= 2;
-  const char *bar = memchr(p, '|', n);
-  if (!bar || (size_t)(p + n - bar - 1) != 16)
-    return 0;
-  uint64_t v = 0;
-  for (const char *q = bar + 1; q < p + n; q++) {
-    int d = *q >= '0' && *q <= '9'   ? *q - '0'
-            : *q >= 'a' && *q <= 'f' ? *q - 'a' + 10
-                                     : -1;
-    if (d < 0)
-      return 0;
-    v = v << 4 | (uint64_t)d;
-  }
-  return v;
 }
 
 /* SUBSCRIBE refused (an ACL user without the channel): its waiters end. */
@@ -334,15 +323,10 @@ static void on_push(dlock__aconn *k, redisReply *r) {
   }
   if (s && strcmp(kind, "message") == 0 &&
       r->element[2]->type == REDIS_REPLY_STRING) {
-    int is_grant =
-        ch->len == s->grant.len && memcmp(ch->str, s->grant.p, ch->len) == 0;
-    int retry = 0;
-    uint64_t wid =
-        is_grant ? grant_wid(r->element[2]->str, r->element[2]->len, &retry)
-                 : 0;
-    (void)retry; /* a retry that reached no call is declined too */
-    if ((!is_grant || wid) && !wake(s, wid) && is_grant)
-      decline(a, s, r->element[2]->str, r->element[2]->len);
+    if (ch->len == s->grant.len && memcmp(ch->str, s->grant.p, ch->len) == 0)
+      on_grant(a, s, r->element[2]->str, r->element[2]->len);
+    else
+      wake_all(s); /* the lock channel: every call attempts again */
   } else if (s && strcmp(kind, "subscribe") == 0) {
     confirmed(a, s, 1);
   } else if (s && strcmp(kind, "unsubscribe") == 0) {

@@ -8,10 +8,12 @@
  * It owns: the local loss deadline of a hold and the expiry verdict that
  * says which deadline is next; request ids (drawn here, kept across an
  * unlock's retries in the record); the reentrancy decision and what an
- * unlock's answer does to the count. Its drivers: mutex.c / holds.c /
- * watchdog.c (the blocking client, under reg.mu) and async_lock.c /
- * async_wd.c (the event-loop client, on the loop). docs/design.md, "The
- * engine", has the picture.
+ * unlock's answer does to the count; replica sync's verdicts; what a
+ * message on a grant channel means (a hand-over, a retry, declined). Its
+ * drivers: mutex.c / holds.c / watchdog.c / pubsub.c (the blocking client,
+ * under reg.mu or ps.mu) and async_lock.c / async_wd.c / async_sub.c (the
+ * event-loop client, on the loop). docs/design.md, "The engine", has the
+ * picture.
  */
 #include <string.h>
 
@@ -307,4 +309,71 @@ int dlock__eng_sync_retry(int i, int retry_attempts, long long wait_ms,
   if (wait_ms == 0 || i >= retry_attempts)
     return 0;
   return wait_ms < 0 || budget_left > pause;
+}
+
+/* ---- (e) hand-over grants ------------------------------------------------ */
+
+/* The owner part as a field writes it: "0", or an optional '-' and a
+ * decimal number without leading zeros, within a long long. */
+static int owner_number(const char *p, size_t n, long long *out) {
+  size_t i = n > 0 && p[0] == '-' ? 1 : 0;
+  if (i >= n || n - i > 19 || (p[i] == '0' && n - i > 1) ||
+      (i == 1 && p[1] == '0'))
+    return 0;
+  unsigned long long v = 0,
+                     lim = i ? 9223372036854775808ULL : 9223372036854775807ULL;
+  for (; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9')
+      return 0;
+    unsigned d = (unsigned)(p[i] - '0');
+    if (v > (lim - d) / 10)
+      return 0;
+    v = v * 10 + d;
+  }
+  /* -2^63 has no positive twin: negate in unsigned arithmetic */
+  *out = p[0] == '-' ? (long long)(0 - v) : (long long)v;
+  return 1;
+}
+
+int dlock__eng_grant_parse(const char *p, size_t n, dlock__grant *g) {
+  memset(g, 0, sizeof *g);
+  const char *bar = p ? memchr(p, '|', n) : NULL;
+  if (!bar || bar == p)
+    return 0; /* no bar, or an empty owner */
+  size_t rest = n - (size_t)(bar - p) - 1;
+  const char *w = bar + 1;
+  if (rest == 18 && w[16] == '|' && w[17] == 'r')
+    g->retry = 1;
+  else if (rest != 16)
+    return 0;
+  uint64_t v = 0;
+  for (int i = 0; i < 16; i++) {
+    char c = w[i];
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                   : -1;
+    if (d < 0)
+      return 0;
+    v = v << 4 | (uint64_t)d;
+    g->wid_hex[i] = c;
+  }
+  g->wid_hex[16] = '\0';
+  g->wid = v;
+  g->owner = p;
+  g->owner_len = (size_t)(bar - p);
+  g->owner_num = owner_number(p, g->owner_len, &g->owner_id);
+  g->valid = 1;
+  return 1;
+}
+
+int dlock__eng_grant_verdict(const dlock__grant *g, long long owner,
+                             uint64_t wid) {
+  if (!g->valid || !g->owner_num || g->owner_id != owner || wid == 0 ||
+      g->wid != wid)
+    return DLOCK__GRANT_NONE;
+  return g->retry ? DLOCK__GRANT_RETRY : DLOCK__GRANT_GRANTED;
+}
+
+int dlock__eng_grant_unclaimed(const dlock__grant *g) {
+  return g->valid && g->owner_num ? DLOCK__GRANT_DECLINE : DLOCK__GRANT_NONE;
 }

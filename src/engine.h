@@ -33,7 +33,16 @@
  *       cached replica count is read again (dlock__eng_sync_stale), and
  *       whether an acquisition undone for a shortfall is tried again or
  *       ends with DLOCK_ENOSYNC (dlock__eng_sync_retry). mutex.c/sync.c
- *       and async_conn.c/async_lock.c follow the same three answers.
+ *       and async_conn.c/async_lock.c follow the same three answers;
+ *   (e) HAND-OVER GRANTS (docs/design.md, "Acquire, release, hand-over"):
+ *       what a message on a lock's grant channel is (dlock__eng_grant_parse:
+ *       "<owner>|<wait id>" a hand-over, "<owner>|<wait id>|r" a retry,
+ *       anything else ignored), what it means for one waiting wait
+ *       (dlock__eng_grant_verdict: not for it, granted, or retry -- by wait
+ *       id AND owner, nothing else) and that a message no waiting wait took
+ *       is declined (dlock__eng_grant_unclaimed). pubsub.c (on_grant, the
+ *       blocking client's slots) and async_sub.c (on_push, the event-loop
+ *       client's calls) follow the same three answers.
  *
  * Thread-safety: none of its own; every call on a record runs under the
  * record's guard (reg.mu for the blocking client, the loop's thread for the
@@ -43,6 +52,7 @@
 #ifndef DLOCK_ENGINE_H
 #define DLOCK_ENGINE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct dlock__hold dlock__hold;
@@ -213,5 +223,75 @@ int dlock__eng_sync_verdict(int cfg, int want, long long acks, int count);
  * call that waits for ever (wait_ms < 0) has the whole policy. */
 int dlock__eng_sync_retry(int i, int retry_attempts, long long wait_ms,
                           int64_t budget_left, int64_t pause);
+
+/* ---- (e) hand-over grants ---------------------------------------------- */
+
+/* A message on a lock's grant channel "dlock_grant__channel:...:<client id>"
+ * (scripts: DLOCK__LUA_HANDOVER writes "<owner>|<wait id>", DLOCK__LUA_POLICY
+ * "<owner>|<wait id>|r"), parsed. The owner is the lock field's part after
+ * "<client id>:": a blocking thread's id, an async call's owner. */
+typedef struct dlock__grant {
+  int valid;          /* 1: a grant or a retry; 0: malformed, ignored */
+  const char *owner;  /* the owner part (points into the message) */
+  size_t owner_len;   /* > 0 when valid */
+  int owner_num;      /* the owner is a number as a field writes it ("0",
+                         "-12", "42": no '+', no leading zero, a long long) */
+  long long owner_id; /* its value (when owner_num) */
+  uint64_t wid;       /* the wait id named */
+  char wid_hex[17];   /* the same, as sent (16 lowercase hex) + NUL */
+  int retry;          /* "|r": the wait is the queue's head in its slice */
+} dlock__grant;
+
+/* Parses p[0..n) into *g (owner points into p). Returns 1 for a valid
+ * message: a non-empty owner, '|', exactly 16 lowercase hex digits, and
+ * nothing more or "|r". Else 0 (g->valid 0): both clients ignore it. */
+int dlock__eng_grant_parse(const char *p, size_t n, dlock__grant *g);
+
+/* What a grant-channel message means for one waiting wait, and after all. */
+enum {
+  DLOCK__GRANT_NONE = 0, /* not for this wait (or: nothing more to do) */
+  DLOCK__GRANT_GRANTED,  /* the unlock handed the lock to this wait: it holds
+                            it (blocking: no further round trip; async: its
+                            next attempt finds the field and confirms it --
+                            the event-loop client has no granted fast path) */
+  DLOCK__GRANT_RETRY,    /* the lock was freed and this wait is the queue's
+                            head in its slice: it attempts again now */
+  DLOCK__GRANT_DECLINE   /* no waiting wait took it: send the decline script
+                            (field "<client id>:<owner>", the wait id) */
+};
+
+/* The verdict of message g for the waiting wait (owner, wid): GRANTED or
+ * RETRY when g names exactly that wait (its wait id and its owner), else
+ * NONE -- a wait id is never 0, an owner that is not a number is no wait's.
+ * In particular a grant or a retry naming ANOTHER wait of the same owner
+ * (an older wait, ended, whose queue entry stayed because its cancel could
+ * not reach Redis) is NONE for the owner's running wait: it does not wake
+ * it, and the message ends declined. Why not kick the owner's running wait
+ * (its attempt would find the field and take the hand-over as its own)?
+ *   - the hand-over served the ENDED wait's place in the queue; the next
+ *     live waiter in that queue is next, not a later wait of the same owner
+ *     (the queue's arrival order, as a hand-over to a live wait promises);
+ *   - a kicked wait may end without attempting (its budget, a cancel, an
+ *     expired async call) and without a queue entry whose cancel would find
+ *     the field: the lock would stay with nobody for the ended wait's lease
+ *     (the watchdog's 30 s). The decline gives it back at once;
+ *   - the decline costs no safety: it does nothing when the owner took the
+ *     lock as its own meanwhile (any acquisition of the field deletes the
+ *     hand-over's marker, scripts.c), so the race between the decline and
+ *     the running wait's own attempt ends with one holder either way.
+ * Drivers: pubsub.c on_grant over the entry's slots (owner = the slot's
+ * thread id), async_sub.c on_push over the entry's calls (owner = the
+ * call's owner); the first wait whose verdict is not NONE takes it. */
+int dlock__eng_grant_verdict(const dlock__grant *g, long long owner,
+                             uint64_t wid);
+/* The rule after every waiting wait of the channel said NONE (or there was
+ * none): DLOCK__GRANT_DECLINE for a valid message whose owner is a number
+ * (a field this client can have: the decline script gives the lock back
+ * unless that field took it as its own since, and drops a retried wait's
+ * entry from the queue's head), else DLOCK__GRANT_NONE (nothing to give
+ * back). Blocking: queued for the watchdog thread (dlock__decline_send);
+ * async: sent at once. Sent once; if it fails, the ended wait's lease ends
+ * the hold. */
+int dlock__eng_grant_unclaimed(const dlock__grant *g);
 
 #endif

@@ -9,10 +9,12 @@
  *
  * Waiting threads register a slot (on their own stack) in the entry's FIFO
  * and sleep on the slot's condition variable. Messages wake slots:
- *   grant channel, payload <tid>  -> exactly that thread: it now holds the
+ *   grant channel, <tid>|<wid>    -> exactly that wait: it now holds the
  *                                     lock (the unlock script handed it over)
  *   grant channel, <tid>|<wid>|r  -> that wait retries (the lock was freed:
  *                                     the head of the queue, issue 30)
+ *   either, naming no waiting wait -> declined (the engine's rule for both
+ *                                     clients: engine.h (e), on_grant)
  *   lock channel "0"              -> one thread retries (Redisson semantics)
  *   lock channel "1"              -> every thread retries (read unlock)
  * When a subscription becomes active, and after every reconnect (messages
@@ -480,50 +482,39 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
   s->confirms = 0;
 }
 
-/* A retry "<tid>|<wait id>|r" for a wait that is not there is declined the
- * same way: the decline script drops that wait's entry from the head of
- * the queue and passes a free lock on (scripts.c).
- * A grant message's payload "<tid>|<wait id>" (16 hex digits): the wait
- * the unlock script handed the lock to. A grant for another (older) wait of
- * the thread is never taken as this wait's: it only kicks the thread, whose
- * next attempt finds its field (if the hand-over wrote it) with its own
- * lease and takes it as its own. No wait of the thread at all: it gave up.
- * Its cancel settles the outcome if it still runs; if it failed, the lock
- * was handed to a wait that no longer exists and would stay taken for that
- * wait's lease -- queue a decline (the watchdog thread sends it; the script
- * does nothing if the thread took the lock as its own meanwhile). Returns 1
- * if a decline was queued. ps.mu held. */
+/* A message on s's grant channel. What it is and which wait takes it is
+ * the engine's decision (engine.h (e), one rule for both clients):
+ *   GRANTED  "<tid>|<wait id>" names this slot's wait: the unlock handed it
+ *            the lock; the thread holds it with no further round trip
+ *            (mutex.c sleep_once confirms it against the local deadline);
+ *   RETRY    "<tid>|<wait id>|r" names it: the lock was freed and the wait
+ *            is the queue's head in its slice (DLOCK__LUA_POLICY): kick it;
+ *   NONE     for every slot -- no wait of that id, including a grant or a
+ *            retry for an older wait of a thread that waits again: that
+ *            wait ended (its cancel could not leave the queue), so the lock
+ *            was handed, or the head's slice given, to a wait that no longer
+ *            exists -- DECLINE: queue a decline (the watchdog thread sends
+ *            it; the script does nothing if the thread took the lock as its
+ *            own meanwhile, else gives it back to the next live waiter).
+ * A malformed message is ignored. Returns 1 if a decline was queued.
+ * ps.mu held. */
 static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
-  const char *bar = memchr(p, '|', pl);
-  uint64_t wid = 0;
-  /* "<tid>|<wait id>|r": not a grant, a retry (the unlock freed the lock
-   * and woke the queue's head, DLOCK__LUA_POLICY): kick that wait only. */
-  int retry = bar && pl - (size_t)(bar - p) - 1 == 18 && p[pl - 2] == '|' &&
-              p[pl - 1] == 'r';
-  int okw = bar && pl - (size_t)(bar - p) - 1 == (retry ? 18u : 16u), ok = 0;
-  for (size_t i = 0; okw && i < 16; i++) {
-    char hc = bar[1 + i];
-    int d = hc >= '0' && hc <= '9'   ? hc - '0'
-            : hc >= 'a' && hc <= 'f' ? hc - 'a' + 10
-                                     : -1;
-    if (d < 0)
-      okw = 0;
-    wid = (wid << 4) | (uint64_t)(d & 15);
-  }
-  int64_t v = okw ? parse_i64(p, (size_t)(bar - p), &ok) : 0;
-  if (!okw || !ok)
+  dlock__grant g;
+  if (!dlock__eng_grant_parse(p, pl, &g))
     return 0;
-  for (dlock__slot *sl = s->slots; sl; sl = sl->next)
-    if (sl->tid == (uint64_t)v) {
-      if (retry && sl->wait_id != wid)
-        continue;
-      if (sl->wait_id == wid && !retry)
-        sl->granted = 1;
-      else
-        sl->kicked = 1;
-      slot_signal(sl);
-      return 0;
-    }
+  for (dlock__slot *sl = s->slots; sl; sl = sl->next) {
+    int v = dlock__eng_grant_verdict(&g, (long long)sl->tid, sl->wait_id);
+    if (v == DLOCK__GRANT_NONE)
+      continue;
+    if (v == DLOCK__GRANT_GRANTED)
+      sl->granted = 1;
+    else
+      sl->kicked = 1;
+    slot_signal(sl);
+    return 0;
+  }
+  if (dlock__eng_grant_unclaimed(&g) != DLOCK__GRANT_DECLINE)
+    return 0;
   /* The lock's name from the grant channel, own_name(name) ":" <uuid>. */
   size_t gl = strlen(s->grant_channel);
   dlock__sb name;
@@ -533,9 +524,10 @@ static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
       dlock__own_name_back("dlock_grant__channel", s->grant_channel,
                            gl - DLOCK__UUID_LEN - 1, &name) == 0 &&
       (d = dlock__malloc(sizeof *d + name.len + 1)) != NULL) {
-    d->tid = (uint64_t)v;
-    memcpy(d->wid, bar + 1, 16);
-    d->wid[16] = '\0';
+    /* a thread id is never negative: such an owner names no field of
+     * this client, and the decline script answers 0 */
+    d->tid = (uint64_t)g.owner_id;
+    memcpy(d->wid, g.wid_hex, sizeof d->wid);
     memcpy(d->name, name.p, name.len);
     d->name[name.len] = '\0';
     d->next = c->ps.declines;

@@ -4,7 +4,7 @@
  * with made-up times and answers, no server. What both clients decide
  * through it: the local loss deadline and the next one, request ids kept
  * across an unlock's retries, reentrancy and the unlock's count, replica
- * sync's verdicts.
+ * sync's verdicts, what a grant-channel message means.
  */
 #include <string.h>
 
@@ -158,6 +158,112 @@ TH_CASE(unlock_after_deadline_is_lost) {
   CHECK_EQ(o.rc, DLOCK_ELOST);
   CHECK(o.expired);
   CHECK_EQ(o.action, DLOCK__ENG_REL_FORGET);
+}
+
+/* What a grant-channel message is (engine.h (e)), one parser for both
+ * clients: "<owner>|<16 lowercase hex>" a hand-over, "...|r" a retry;
+ * anything else is malformed and ignored by both. */
+static int parse(const char *m, dlock__grant *g) {
+  return dlock__eng_grant_parse(m, strlen(m), g);
+}
+
+TH_CASE(grant_parse) {
+  dlock__grant g;
+  CHECK_EQ(parse("42|00000000000000ab", &g), 1);
+  CHECK(g.valid && !g.retry && g.owner_num);
+  CHECK_EQ(g.owner_id, 42);
+  CHECK_EQ(g.owner_len, 2);
+  CHECK(memcmp(g.owner, "42", 2) == 0);
+  CHECK_EQ(g.wid, 0xab);
+  CHECK_STR(g.wid_hex, "00000000000000ab");
+  /* a retry; the whole range of hex digits; a negative async owner */
+  CHECK_EQ(parse("-7|0123456789abcdef|r", &g), 1);
+  CHECK(g.retry && g.owner_num);
+  CHECK_EQ(g.owner_id, -7);
+  CHECK_EQ(g.wid, 0x0123456789abcdefULL);
+  CHECK_STR(g.wid_hex, "0123456789abcdef");
+  CHECK_EQ(parse("0|ffffffffffffffff", &g), 1);
+  CHECK_EQ(g.owner_id, 0);
+  CHECK_EQ(g.wid, UINT64_MAX);
+  CHECK_EQ(parse("9223372036854775807|0000000000000001", &g), 1);
+  CHECK_EQ(g.owner_id, INT64_MAX);
+  CHECK_EQ(parse("-9223372036854775808|0000000000000001", &g), 1);
+  CHECK(g.owner_num);
+  CHECK_EQ(g.owner_id, INT64_MIN);
+  /* an owner that is no number as a field writes it: valid, names no wait */
+  const char *odd[] = {"x|0000000000000001",
+                       "007|0000000000000001",
+                       "-0|0000000000000001",
+                       "+1|0000000000000001",
+                       "9223372036854775808|0000000000000001",
+                       "1:2|0000000000000001"};
+  for (size_t i = 0; i < sizeof odd / sizeof *odd; i++) {
+    CHECK_MSG(parse(odd[i], &g) == 1 && !g.owner_num, "%s", odd[i]);
+    CHECK_EQ(dlock__eng_grant_unclaimed(&g), DLOCK__GRANT_NONE);
+  }
+  /* malformed: 15 / 17 hex digits, uppercase, no bar, an empty owner, a
+   * bad flag, a bare thread id (the payload before wait ids), empty */
+  const char *bad[] = {"42|00000000000000a",
+                       "42|00000000000000abc",
+                       "42|00000000000000AB",
+                       "4200000000000000ab",
+                       "|00000000000000ab",
+                       "|00000000000000ab|r",
+                       "42|00000000000000ab|x",
+                       "42|00000000000000ab|",
+                       "42|00000000000000ab|rr",
+                       "42|0000000000000g0b",
+                       "42",
+                       ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    CHECK_MSG(parse(bad[i], &g) == 0 && !g.valid, "'%s' parsed", bad[i]);
+    CHECK_EQ(dlock__eng_grant_verdict(&g, 42, 0xab), DLOCK__GRANT_NONE);
+    CHECK_EQ(dlock__eng_grant_unclaimed(&g), DLOCK__GRANT_NONE);
+  }
+  CHECK_EQ(dlock__eng_grant_parse(NULL, 0, &g), 0);
+}
+
+/* The verdict table: a message is taken only by the wait it names (wait id
+ * and owner); a grant or a retry for another wait of the same owner (an
+ * ended one) is no wait's, and any message no wait took is declined. */
+TH_CASE(grant_verdict_table) {
+  dlock__grant g;
+  const long long me = 42;
+  const uint64_t wid = 0xab, old = 0xaa;
+  struct {
+    const char *msg;
+    int verdict; /* for the waiting wait (42, 0xab) */
+  } t[] = {
+      {"42|00000000000000ab", DLOCK__GRANT_GRANTED}, /* for the wait */
+      {"42|00000000000000ab|r", DLOCK__GRANT_RETRY}, /* retry, the wait */
+      {"42|00000000000000aa", DLOCK__GRANT_NONE},    /* older wait, owner */
+      {"42|00000000000000aa|r", DLOCK__GRANT_NONE},  /* retry, another */
+      {"43|00000000000000ab", DLOCK__GRANT_NONE},    /* another owner */
+      {"43|00000000000000ab|r", DLOCK__GRANT_NONE},
+      {"43|00000000000000cc", DLOCK__GRANT_NONE}, /* no wait at all */
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    CHECK_EQ(parse(t[i].msg, &g), 1);
+    CHECK_MSG(dlock__eng_grant_verdict(&g, me, wid) == t[i].verdict,
+              "%s: verdict %d, want %d", t[i].msg,
+              dlock__eng_grant_verdict(&g, me, wid), t[i].verdict);
+    /* taken by its wait, or declined when no wait took it */
+    CHECK_EQ(dlock__eng_grant_unclaimed(&g), DLOCK__GRANT_DECLINE);
+  }
+  /* the older wait, were it still waiting, takes its own grant */
+  CHECK_EQ(parse("42|00000000000000aa", &g), 1);
+  CHECK_EQ(dlock__eng_grant_verdict(&g, me, old), DLOCK__GRANT_GRANTED);
+  /* a wait id is never 0: a message naming 0 is no wait's */
+  CHECK_EQ(parse("42|0000000000000000", &g), 1);
+  CHECK_EQ(dlock__eng_grant_verdict(&g, me, 0), DLOCK__GRANT_NONE);
+  CHECK_EQ(dlock__eng_grant_unclaimed(&g), DLOCK__GRANT_DECLINE);
+  /* an owner that is no number is no wait's, and nothing to decline */
+  CHECK_EQ(parse("042|00000000000000ab", &g), 1);
+  CHECK_EQ(dlock__eng_grant_verdict(&g, me, wid), DLOCK__GRANT_NONE);
+  CHECK_EQ(dlock__eng_grant_unclaimed(&g), DLOCK__GRANT_NONE);
+  /* blocking thread ids and async owners compare as numbers */
+  CHECK_EQ(parse("-3|00000000000000ab|r", &g), 1);
+  CHECK_EQ(dlock__eng_grant_verdict(&g, -3, wid), DLOCK__GRANT_RETRY);
 }
 
 TH_MAIN()
