@@ -16,6 +16,8 @@
  *                        (its local deadline; sem: 0, no lease)
  *   V res until          the local deadline seen later (renewals)
  *   S res token ok t     a write to the fenced store: ok 1 accepted, 0 not
+ *   R res t              the unlock is about to be called (a process killed
+ *                        after this line may have released: checker.c)
  *   U res rc t           unlock called at t, returned rc
  *   L res t              on_lock_lost for res
  *   M rss_kb fds         a sample of the process's memory and fds

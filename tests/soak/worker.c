@@ -183,6 +183,7 @@ static void one_section(int idx, soak_shared *sh, objs *o, int i,
   if (r->kind <= K_FENCED)
     log_validity(r, o->m[i], 0, 0, 0);
   int64_t tu = soak_now_us();
+  logf_("R %s %lld\n", r->name, (long long)tu); /* the unlock begins */
   if (r->kind == K_SEM)
     rc = dlock_sem_post(o->sem);
   else if (r->kind == K_RW_READ || r->kind == K_RW_WRITE)
@@ -378,6 +379,7 @@ static void async_section(int idx, soak_shared *sh, int i) {
         (long long)t0 + (long long)lease * 1000);
   pump(5000 + rand() % 35000);
   int64_t tu = soak_now_us();
+  logf_("R %s %lld\n", r->name, (long long)tu); /* the unlock begins */
   done y = {0, 0};
   rc = dlock_async_unlock(g_loop.a, r->lock, 1, on_done, &y);
   if (rc == 0)
