@@ -106,8 +106,11 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   size_t lsl = dlock__fmt_i64(k->ls, lease);
   size_t tsl = dlock__fmt_i64(k->ts, target);
   /* How long the entry may be handed the lock: the engine's rule (an
-   * entry left behind by a cancel that failed dies with the wait). */
-  int64_t left = dlock__eng_entry_ttl(w->deadline, dlock__now_ms());
+   * entry left behind by a cancel that failed dies with the wait). The
+   * clock is read only for a wait with a deadline (the fast path's lock
+   * has none). */
+  int64_t left =
+      dlock__eng_entry_ttl(w->deadline, w->deadline >= 0 ? dlock__now_ms() : 0);
   size_t dsl = dlock__fmt_i64(k->ds, left);
   const char *keys[4] = {name, k->q.p, k->dl.p, k->mk.p};
   size_t klens[4] = {name_len, k->q.len, k->dl.len, k->mk.len};
