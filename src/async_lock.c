@@ -16,7 +16,9 @@
  * lock is ours: one more attempt confirms it and gives the hold a local
  * deadline from its send time), a "0" (free: attempt), the holder's TTL
  * (pub/sub is at most once: attempt), the deadline (leave the queue; if
- * the lock was handed to us meanwhile, keep it).
+ * the lock was handed to us meanwhile, keep it). What each answer means is
+ * the engine's (engine.h (f)), as for the blocking client's wait loop: a
+ * call that ends queued for any reason leaves the queue first.
  *
  * ORDER: the calls of one (name, owner) run one at a time, in call order,
  * so a reentrant lock or an unlock always sees the count the earlier calls
@@ -198,9 +200,18 @@ static void held(dlock__aop *op) {
   complete(op, DLOCK_OK, "%s", "");
 }
 
-static void timed_out(dlock__aop *op);
 static void attempt_done(dlock__areq *r, redisReply *reply, int err,
                          const char *why);
+
+/* Ends the wait with the code and message wait_end kept in op->rc and
+ * op->msg (not held). */
+static void end_kept(dlock__aop *op) {
+  char msg[sizeof op->msg];
+  memcpy(msg, op->msg, sizeof msg);
+  if (op->rc == DLOCK_ETIMEDOUT)
+    dlock__stat_add(&op->a->stats, DLOCK__ST_TIMEOUTS, 1);
+  complete(op, op->rc, "%s", msg);
+}
 
 static void cancel_done(dlock__areq *r, redisReply *reply, int err,
                         const char *why) {
@@ -208,16 +219,18 @@ static void cancel_done(dlock__areq *r, redisReply *reply, int err,
   dlock__areq_free(r);
   (void)why;
   long long v = 0;
-  int rc = dlock__take_int(err, reply, &v, NULL);
+  int cr = dlock__take_int(err, reply, &v, NULL);
   op->in_flight = 0;
   op->w.queued = 0;
-  if (rc == 0 && v == 1) {
-    /* Handed to us before the cancel: confirm it (the attempt's answer
-     * decides; expired makes a "taken" answer a timeout). */
+  /* The engine's verdict on the cancel's answer (mutex.c's leave_queue
+   * follows it too): handed to us before the cancel -> one more attempt,
+   * not queueing, confirms it (attempt_done asks dlock__eng_confirm_answer
+   * while op->cancelling); else the wait ends with its own code. */
+  if (dlock__eng_cancel_answer(cr ? cr : v == 1) == DLOCK__WAIT_CONFIRM) {
     attempt(op, 1, 0);
     return;
   }
-  timed_out(op);
+  end_kept(op);
 }
 
 /* Sends the acquire script (target = the hold count after it; queue =
@@ -244,18 +257,32 @@ static int send_call(dlock__aop *op, int target, int queue, int cancel) {
   return 0;
 }
 
-/* The wait ran out: leave the server's queue first if this wait may be in
- * it. */
-static void timed_out(dlock__aop *op) {
-  if (op->w.queued) {
+/* The wait ends without the lock with rc (why: its message): the engine
+ * says whether it leaves the server's queue first (dlock__eng_wait_end:
+ * on every end while it may be queued, as the blocking client; until
+ * issue 26 only when the deadline passed). The code and message are kept
+ * in op->rc / op->msg until the cancel answered (cancel_done). */
+static void wait_end(dlock__aop *op, int rc, const char *why) {
+  op->rc = rc;
+  snprintf(op->msg, sizeof op->msg, "%s", why);
+  int v = dlock__eng_wait_end(rc, &op->w);
+  if (v == DLOCK__WAIT_GONE)
+    drop_hold(op->a, op->h);
+  if (v == DLOCK__WAIT_CANCEL && !op->cancelling) {
     op->cancelling = 1;
     if (send_call(op, 1, 0, 1) == 0)
       return;
-    op->w.queued = 0;
   }
-  dlock__stat_add(&op->a->stats, DLOCK__ST_TIMEOUTS, 1);
-  complete(op, DLOCK_ETIMEDOUT, "lock '%s' still held elsewhere after %lld ms",
+  op->w.queued = 0;
+  end_kept(op);
+}
+
+/* The wait ran out (its deadline). */
+static void timed_out(dlock__aop *op) {
+  char why[sizeof op->msg];
+  snprintf(why, sizeof why, "lock '%s' still held elsewhere after %lld ms",
            op->h->key, op->wait_ms);
+  wait_end(op, DLOCK_ETIMEDOUT, why);
 }
 
 static void enosync(dlock__aop *op, int undone);
@@ -279,7 +306,7 @@ void dlock__aop_wake(dlock__aop *op) {
     return;
   }
   dlock__async_untimer(op->a, &op->ttl_t);
-  attempt(op, 1, op->active);
+  attempt(op, 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
 }
 
 void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why) {
@@ -288,20 +315,15 @@ void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why) {
     op->expired = 1; /* ends with the reply of the attempt in flight */
     return;
   }
-  complete(op, err, "lock '%s': %s", op->h->key, why);
+  char msg[sizeof op->msg];
+  snprintf(msg, sizeof msg, "lock '%s': %s", op->h->key, why);
+  wait_end(op, err, msg); /* queued: leaves the queue first */
 }
 
-/* The lock is taken elsewhere (holder's PTTL ttl): wait, or end. */
-static void taken(dlock__aop *op, int64_t ttl) {
+/* The lock is taken elsewhere: wait (the engine's verdict: SLEEP until
+ * `until`, -1 for a wake-up message only). */
+static void taken(dlock__aop *op, int64_t until) {
   dlock_async *a = op->a;
-  if (op->expired) {
-    timed_out(op);
-    return;
-  }
-  if (op->wait_ms == 0) {
-    complete(op, DLOCK_EBUSY, "lock '%s' is held elsewhere", op->h->key);
-    return;
-  }
   if (!op->sub) {
     int rc = dlock__asub_join(a, op->h->key, op, &op->sub);
     if (rc < 0) {
@@ -315,11 +337,13 @@ static void taken(dlock__aop *op, int64_t ttl) {
   }
   if (op->again) {
     op->again = 0;
-    attempt(op, 1, op->active);
+    attempt(op, 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
     return;
   }
-  if (ttl >= 0)
-    dlock__async_timer(a, &op->ttl_t, dlock__async_now() + (ttl > 0 ? ttl : 1));
+  /* A wake-up at the deadline is the deadline timer's (it ends the wait
+   * without one more attempt, as the blocking client's sleep does). */
+  if (until >= 0 && (op->w.deadline < 0 || until < op->w.deadline))
+    dlock__async_timer(a, &op->ttl_t, until);
 }
 
 /* ---- replica sync ------------------------------------------------------- */
@@ -430,14 +454,40 @@ static void attempt_done(dlock__areq *r, redisReply *reply, int err,
     return;
   }
   dlock__areq_free(r);
-  if (rc == 1) {
+  if (op->cancelling) {
+    /* The attempt that confirms a hand-over the cancel found: the
+     * engine's verdict (mutex.c's leave_queue too) -- held, or the wait
+     * ends with its own code, whatever this attempt met. */
+    if (dlock__eng_confirm_answer(rc) == DLOCK__WAIT_HELD)
+      held(op);
+    else
+      end_kept(op);
+    return;
+  }
+  if (rc == 0 && op->expired) { /* the deadline fired while in flight */
+    timed_out(op);
+    return;
+  }
+  /* The engine's verdict on the answer (mutex.c's wait loop follows it
+   * too). No longest sleep: the event-loop client has only plain locks. */
+  int64_t until = -1;
+  switch (dlock__eng_wait_answer(rc, ttl, op->wait_ms, &op->w,
+                                 dlock__async_now(), 0, &until)) {
+  case DLOCK__WAIT_HELD:
     held(op);
-  } else if (rc == 0) {
-    taken(op, ttl);
-  } else {
-    if (rc == DLOCK_ELOST)
-      drop_hold(op->a, op->h);
-    complete(op, rc, "%s", dlock_last_error());
+    break;
+  case DLOCK__WAIT_BUSY:
+    complete(op, DLOCK_EBUSY, "lock '%s' is held elsewhere", op->h->key);
+    break;
+  case DLOCK__WAIT_SLEEP:
+    taken(op, until);
+    break;
+  default: /* GONE, TIMED_OUT, FAILED, CANCEL: the wait ends */
+    if (rc == 0)
+      timed_out(op);
+    else
+      wait_end(op, rc, dlock_last_error());
+    break;
   }
 }
 
@@ -474,7 +524,9 @@ static void lock_begin(dlock__aop *op) {
     if (op->wait_ms > 0)
       dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
   }
-  attempt(op, prior + 1, 0);
+  /* Not subscribed yet: the engine's rule says no queue (the plain lock
+   * does not queue from the first attempt). */
+  attempt(op, prior + 1, dlock__eng_wait_queue(op->wait_ms, 0, 0));
 }
 
 /* ---- unlock -----------------------------------------------------------------

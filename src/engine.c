@@ -9,7 +9,9 @@
  * says which deadline is next; request ids (drawn here, kept across an
  * unlock's retries in the record); the reentrancy decision and what an
  * unlock's answer does to the count; replica sync's verdicts; what a
- * message on a grant channel means (a hand-over, a retry, declined). Its
+ * message on a grant channel means (a hand-over, a retry, declined); what
+ * an attempt's answer means for a wait, and its cancel (sleep until when,
+ * time out, leave the queue, keep a hand-over the cancel found). Its
  * drivers: mutex.c / holds.c / watchdog.c / pubsub.c (the blocking client,
  * under reg.mu or ps.mu) and async_lock.c / async_wd.c / async_sub.c (the
  * event-loop client, on the loop). docs/design.md, "The engine", has the
@@ -376,4 +378,53 @@ int dlock__eng_grant_verdict(const dlock__grant *g, long long owner,
 
 int dlock__eng_grant_unclaimed(const dlock__grant *g) {
   return g->valid && g->owner_num ? DLOCK__GRANT_DECLINE : DLOCK__GRANT_NONE;
+}
+
+/* ---- (f) waits ----------------------------------------------------------- */
+
+int dlock__eng_wait_end(int rc, const dlock__wait *w) {
+  if (rc == DLOCK_ELOST)
+    return DLOCK__WAIT_GONE;
+  if (w->queued)
+    return DLOCK__WAIT_CANCEL;
+  return rc == DLOCK_ETIMEDOUT ? DLOCK__WAIT_TIMED_OUT : DLOCK__WAIT_FAILED;
+}
+
+int dlock__eng_wait_answer(int rc, int64_t ttl, long long wait_ms,
+                           const dlock__wait *w, int64_t now, int64_t max_sleep,
+                           int64_t *until) {
+  *until = -1;
+  if (rc == 1)
+    return DLOCK__WAIT_HELD;
+  if (rc < 0)
+    return dlock__eng_wait_end(rc, w);
+  if (wait_ms == 0)
+    return DLOCK__WAIT_BUSY;
+  if (w->deadline >= 0 && now >= w->deadline)
+    return dlock__eng_wait_end(DLOCK_ETIMEDOUT, w);
+  int64_t u = ttl >= 0 ? now + (ttl > 0 ? ttl : 1) : -1;
+  if (max_sleep > 0 && (u < 0 || u > now + max_sleep))
+    u = now + max_sleep;
+  if (w->deadline >= 0 && (u < 0 || u > w->deadline))
+    u = w->deadline;
+  *until = u;
+  return DLOCK__WAIT_SLEEP;
+}
+
+int dlock__eng_cancel_answer(int cr) {
+  return cr == 1 ? DLOCK__WAIT_CONFIRM : DLOCK__WAIT_END;
+}
+
+int dlock__eng_confirm_answer(int rc) {
+  return rc == 1 ? DLOCK__WAIT_HELD : DLOCK__WAIT_END;
+}
+
+int dlock__eng_wait_queue(long long wait_ms, int subscribed, int queue_first) {
+  return wait_ms != 0 && (subscribed || queue_first);
+}
+
+int64_t dlock__eng_entry_ttl(int64_t deadline, int64_t now) {
+  if (deadline < 0)
+    return 0;
+  return deadline - now < 1 ? 1 : deadline - now;
 }

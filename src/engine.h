@@ -42,7 +42,25 @@
  *       id AND owner, nothing else) and that a message no waiting wait took
  *       is declined (dlock__eng_grant_unclaimed). pubsub.c (on_grant, the
  *       blocking client's slots) and async_sub.c (on_push, the event-loop
- *       client's calls) follow the same three answers.
+ *       client's calls) follow the same three answers;
+ *   (f) WAITS (docs/design.md, "Acquire, release, hand-over"): what an
+ *       acquire attempt's answer means for a wait -- held, the re-entered
+ *       hold gone, a try-lock's "busy", sleep until when (the holder's
+ *       PTTL or the slice's "retry in N ms", a kind's longest sleep, the
+ *       wait's deadline), timed out or failed, and whether the wait must
+ *       leave the server's queue (the cancel script) before it ends
+ *       (dlock__eng_wait_answer, dlock__eng_wait_end); what the cancel's
+ *       answer and the attempt that confirms a hand-over found by it mean
+ *       (dlock__eng_cancel_answer, dlock__eng_confirm_answer); whether an
+ *       attempt joins the hand-over queue (dlock__eng_wait_queue) and how
+ *       long its entry may be handed the lock (dlock__eng_entry_ttl, the
+ *       acquire script's ARGV[7]). mutex.c (attempt, wait_loop,
+ *       sleep_once, leave_queue) and async_lock.c (attempt_done, taken,
+ *       wait_end, cancel_done) follow the same answers. Not the engine's
+ *       yet: whether an attempt's failure is ridden out (the blocking
+ *       client's rides_out keeps a timed wait trying through a failover;
+ *       the event-loop client ends the call), and who wakes a wait (the
+ *       drivers' subscriptions and timers).
  *
  * Thread-safety: none of its own; every call on a record runs under the
  * record's guard (reg.mu for the blocking client, the loop's thread for the
@@ -293,5 +311,101 @@ int dlock__eng_grant_verdict(const dlock__grant *g, long long owner,
  * async: sent at once. Sent once; if it fails, the ended wait's lease ends
  * the hold. */
 int dlock__eng_grant_unclaimed(const dlock__grant *g);
+
+/* ---- (f) waits ----------------------------------------------------------- */
+
+typedef struct dlock__wait dlock__wait; /* internal.h: id, queued, deadline */
+
+/* What an acquire attempt's answer, or the end of a wait, means. */
+enum {
+  DLOCK__WAIT_HELD = 0,  /* the attempt took the lock (or a hand-over it
+                            confirmed): the call holds it */
+  DLOCK__WAIT_GONE,      /* a re-entry found the owner's hold gone (the
+                            script's -3): DLOCK_ELOST, forget the record;
+                            never queued (a re-entry never queues) */
+  DLOCK__WAIT_BUSY,      /* a try-lock (wait_ms 0) found it taken:
+                            DLOCK_EBUSY; it never waits nor queues */
+  DLOCK__WAIT_SLEEP,     /* taken: sleep until *until (-1: until a wake-up
+                            message or the deadline, none being set), then
+                            attempt again */
+  DLOCK__WAIT_TIMED_OUT, /* the deadline passed, not queued: ETIMEDOUT */
+  DLOCK__WAIT_FAILED,    /* another code ends it, not queued: that code */
+  DLOCK__WAIT_CANCEL,    /* it ends (timed out, or any other code) while an
+                            attempt of it may have left a queue entry: send
+                            the cancel script first (dlock__eng_cancel_answer
+                            says what its answer means), then end with the
+                            wait's own code */
+  DLOCK__WAIT_CONFIRM,   /* the cancel found the lock handed to this wait:
+                            attempt once more, not queueing (its answer:
+                            dlock__eng_confirm_answer) */
+  DLOCK__WAIT_END        /* end with the wait's own code (not held) */
+};
+
+/* How a wait that ends with code rc (< 0: DLOCK_ETIMEDOUT when its
+ * deadline passed, DLOCK_ECANCELED, an attempt's error, a subscription
+ * that failed, ...) ends: GONE for DLOCK_ELOST from a re-entry, CANCEL
+ * when w may be queued (w->queued), else TIMED_OUT or FAILED.
+ * ONE RULE FOR EVERY END: until issue 26 the event-loop client ran the
+ * cancel only when its deadline passed; a queued call that ended with an
+ * error (an attempt's, its subscription's) left its entry in the queue.
+ * The blocking client cancelled on every end, and that is the rule now:
+ * an entry left behind is handed the lock by a later unlock, and a wait
+ * with no deadline (wait_ms < 0) has an entry that never dies by itself --
+ * the lock then takes a hand-over and a decline (or, with the client
+ * gone, a skipped PUBLISH) to pass on, and the cancel also finds a
+ * hand-over made before the end (kept: DLOCK__WAIT_CONFIRM). A cancel
+ * that cannot reach Redis costs nothing more than no cancel. */
+int dlock__eng_wait_end(int rc, const dlock__wait *w);
+
+/* What an attempt's answer rc means for the wait w, at `now`:
+ *   rc as dlock__acq_reply answers: 1 held, 0 taken with ttl = the
+ *   holder's PTTL or the slice policy's "retry in N ms" (scripts.c: the
+ *   queue's head in its slice), -1 a key with no TTL; DLOCK_ELOST the
+ *   script's -3 (a re-entry whose hold is gone); another code < 0 failed.
+ *   wait_ms is the call's (0 try-lock, < 0 no deadline), max_sleep the
+ *   kind's longest sleep (0 none; > 0 a kind whose waiting attempts keep
+ *   its queue place alive: dlock__mutex_ops.max_sleep_ms).
+ * Returns HELD, GONE, BUSY (wait_ms 0), SLEEP with *until = the earliest
+ * of now + ttl (at least 1 ms; none for ttl < 0), now + max_sleep and the
+ * wait's deadline (-1: none of them), or, when the deadline has passed
+ * (now >= w->deadline) or rc < 0, dlock__eng_wait_end's verdict. */
+int dlock__eng_wait_answer(int rc, int64_t ttl, long long wait_ms,
+                           const dlock__wait *w, int64_t now, int64_t max_sleep,
+                           int64_t *until);
+
+/* The cancel script's answer cr (1: the lock was handed to this wait
+ * before the cancel -- it keeps it; 0: not; < 0: the cancel failed, e.g.
+ * Redis unreachable). CONFIRM for 1 (one more attempt, not queueing, takes
+ * the lock as the call's own: its lease counted from that attempt's send
+ * time, and with replica sync its WAIT -- the hold found may be a
+ * hand-over to an OLDER wait of the owner, with that wait's lease); else
+ * END: the wait ends with its own code, the cancel's error is not
+ * reported (the entry, if it stayed, dies with the wait's deadline). The
+ * caller marks the wait not queued either way (sent once). */
+int dlock__eng_cancel_answer(int cr);
+
+/* The confirming attempt's answer rc (as dlock__eng_wait_answer's): HELD
+ * for 1, else END -- the wait's own code stays the call's answer, whatever
+ * the attempt met. ONE RULE: until issue 26 the event-loop client reported
+ * the confirming attempt's error (e.g. DLOCK_ECONN) instead; the blocking
+ * client's rule is kept: the caller asked for the lock within its wait and
+ * is told why that wait ended (a lost reply's hold, if any, is not the
+ * call's: no record, its lease ends it). */
+int dlock__eng_confirm_answer(int rc);
+
+/* 1 when an attempt of a wait joins the server's hand-over queue (the
+ * acquire script's queue flag, ARGV[4]): never for a try-lock (wait_ms 0);
+ * else when the wait's subscription is confirmed (a grant can reach it) or
+ * the kind queues from the first attempt (queue_first: the fair lock).
+ * Waits without pub/sub (spin.c) never queue: nobody hands them the lock.
+ * A re-entry never queues (its first attempt succeeds or finds the hold
+ * gone). */
+int dlock__eng_wait_queue(long long wait_ms, int subscribed, int queue_first);
+
+/* How long a queue entry of w may be handed the lock (the acquire
+ * script's ARGV[7], ms, server side): until the wait's deadline, at least
+ * 1 ms, so an entry left by a cancel that could not reach Redis dies with
+ * the wait; 0 (no limit) for a wait with no deadline. */
+int64_t dlock__eng_entry_ttl(int64_t deadline, int64_t now);
 
 #endif

@@ -15,6 +15,9 @@
  *      free (retry), the holder's TTL runs out (retry: pub/sub is at most
  *      once), or the caller's wait budget ends (leave the queue; if the lock
  *      was handed over meanwhile, keep it).
+ *   What each answer means -- sleep until when, time out, leave the queue,
+ *   keep a hand-over the cancel found, join the queue -- is the engine's
+ *   (engine.h (f)): async_lock.c asks the same functions.
  *
  * HOLD RECORDS (holds.c). The client keeps, per lock name and thread, what
  * that thread holds: count, whether the watchdog renews it, the lease, the
@@ -102,14 +105,12 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   k->el = queue_entry(field, fl, lease, w->id, k->entry, k->wid);
   size_t lsl = dlock__fmt_i64(k->ls, lease);
   size_t tsl = dlock__fmt_i64(k->ts, target);
-  /* How long the entry may be handed the lock: until the wait's deadline
-   * (an entry left behind by a cancel that failed dies with it). */
-  int64_t left = 0;
-  if (w->deadline >= 0) {
-    left = w->deadline - dlock__now_ms();
-    if (left < 1)
-      left = 1;
-  }
+  /* How long the entry may be handed the lock: the engine's rule (an
+   * entry left behind by a cancel that failed dies with the wait). The
+   * clock is read only for a wait with a deadline (the fast path's lock
+   * has none). */
+  int64_t left =
+      dlock__eng_entry_ttl(w->deadline, w->deadline >= 0 ? dlock__now_ms() : 0);
   size_t dsl = dlock__fmt_i64(k->ds, left);
   const char *keys[4] = {name, k->q.p, k->dl.p, k->mk.p};
   size_t klens[4] = {name_len, k->q.len, k->dl.len, k->mk.len};
@@ -657,7 +658,6 @@ static int attempt(acq *a, int target, int queue) {
  * waiter first and joins the server's queue with this very attempt. */
 static int first_attempt(acq *a) {
   dlock_mutex *m = a->m;
-  int queue = a->b.wait_ms != 0 && m->ops->queue_first;
   if (a->b.wait_ms != 0 && !dlock__spins(m) &&
       atomic_load_explicit(&a->c->ps.n_subs, memory_order_relaxed) > 0) {
     dlock__sb ch, gr;
@@ -665,14 +665,20 @@ static int first_attempt(acq *a) {
     dlock__sb_init(&gr);
     m->ops->channels(m, a->tid, &ch, &gr);
     if (!ch.oom && !gr.oom &&
-        dlock__sub_join_active(a->c, ch.p, &a->slot, &a->sub)) {
+        dlock__sub_join_active(a->c, ch.p, &a->slot, &a->sub))
       a->active = a->joined = 1;
-      queue = 1;
-    }
     dlock__sb_free(&ch);
     dlock__sb_free(&gr);
   }
-  return attempt(a, a->prior + 1, queue);
+  return attempt(
+      a, a->prior + 1,
+      dlock__eng_wait_queue(a->b.wait_ms, a->joined, m->ops->queue_first));
+}
+
+/* Whether the wait's next attempt joins the hand-over queue (the engine's
+ * rule, the event-loop client's too). */
+static int queue_flag(const acq *a) {
+  return dlock__eng_wait_queue(a->b.wait_ms, a->active, a->m->ops->queue_first);
 }
 
 /* Subscribes for the wait (unless first_attempt joined already). */
@@ -713,16 +719,22 @@ static int rides_out(acq *a, int rc) {
 }
 
 /* Sleeps until a wake-up, the holder's TTL, the kind's longest sleep or
- * the deadline. 1 held (a grant, confirmed), 0 go on, or a code. */
+ * the deadline -- the engine's verdict on the last answer (taken, a->ttl)
+ * at the time of the sleep (dlock__eng_wait_answer), the event-loop
+ * client's too. 1 held (a grant, confirmed), 0 go on, or a code. */
 static int sleep_once(acq *a) {
-  int64_t now = dlock__now_ms();
-  int64_t until = a->ttl >= 0 ? now + (a->ttl > 0 ? a->ttl : 1) : -1;
-  int64_t max_sleep = a->m->ops->max_sleep_ms;
-  if (max_sleep > 0 && (until < 0 || until > now + max_sleep))
-    until = now + max_sleep;
+  int64_t until = -1;
+  if (dlock__eng_wait_answer(0, a->ttl, a->b.wait_ms, &a->w, dlock__now_ms(),
+                             a->m->ops->max_sleep_ms,
+                             &until) != DLOCK__WAIT_SLEEP) {
+    int rc = wait_over(a); /* the deadline passed */
+    return rc ? rc
+              : dlock__fail(DLOCK_ETIMEDOUT,
+                            "lock '%s' still held elsewhere after %lld ms",
+                            a->m->name, a->b.wait_ms);
+  }
   int granted = 0;
-  dlock__sub_wait(a->c, a->sub, &a->slot, dlock__budget_clamp(&a->b, until),
-                  &granted, &a->active);
+  dlock__sub_wait(a->c, a->sub, &a->slot, until, &granted, &a->active);
   if (a->slot.failed) {
     char what[300];
     return dlock__sub_error(a->c, a->sub, lock_what(a->m, what, sizeof what));
@@ -739,7 +751,7 @@ static int sleep_once(acq *a) {
    * the local deadline (confirm_handover). Gone already (the lease ran out
    * before we could confirm): wait on. */
   if (dlock__sync_want(a->c, a->m->name) > 0)
-    return attempt(a, 1, a->active || a->m->ops->queue_first);
+    return attempt(a, 1, queue_flag(a));
   return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
 }
 
@@ -785,7 +797,7 @@ static int wait_loop(acq *a) {
     if (rc == 0 && wait && (rc = wait_over(a)) != 0)
       return rc;
     if (rc == 0)
-      rc = attempt(a, 1, a->active || a->m->ops->queue_first);
+      rc = attempt(a, 1, queue_flag(a));
     if (rc == 0)
       a->away = 0; /* the server answered: taken */
     else if (rc == 1 || !rides_out(a, rc))
@@ -802,12 +814,15 @@ static int wait_loop(acq *a) {
  * lock as this call's own -- its lease from the attempt's send time, and
  * with replica sync its WAIT -- or finds it gone (expired meanwhile). */
 static int leave_queue(acq *a) {
-  if (!a->w.queued || !a->m->ops->cancel)
-    return 0;
   dlock__err_keep_begin();
   int cr = a->m->ops->cancel(a->m, a->tid, a->lease, dlock__budget_left(&a->b),
                              &a->token, &a->w);
-  int held = cr == 1 && attempt(a, 1, 0) == 1;
+  a->w.queued = 0;
+  /* The engine's verdicts on the cancel's answer and on the attempt that
+   * confirms a hand-over it found (the event-loop client's too): the
+   * call's own error stays the one reported otherwise. */
+  int held = dlock__eng_cancel_answer(cr) == DLOCK__WAIT_CONFIRM &&
+             dlock__eng_confirm_answer(attempt(a, 1, 0)) == DLOCK__WAIT_HELD;
   dlock__err_keep_end();
   a->handover |= held;
   return held;
@@ -875,7 +890,9 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   rc = first_attempt(&a);
   if (rc < 0 && rides_out(&a, rc))
     rc = 0; /* wait (subscribed) and try again */
-  if (rc == 0 && wait_ms == 0)
+  int64_t until;
+  if (rc == 0 && dlock__eng_wait_answer(0, a.ttl, wait_ms, &a.w, a.sent, 0,
+                                        &until) == DLOCK__WAIT_BUSY)
     rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
   else if (rc == 0)
     rc = dlock__spins(m) ? dlock__spin_wait(&a.b, spin_round, &a)
@@ -894,8 +911,10 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   }
   /* An attempt may have queued us before its reply was lost, or the wait
    * ended queued: leave the queue, so the lock is never handed to a thread
-   * not waiting. (A first attempt of a reentrant hold never queues.) */
-  if (rc < 0 && a.prior == 0 && leave_queue(&a))
+   * not waiting -- on every end, the engine's rule (dlock__eng_wait_end).
+   * (A first attempt of a reentrant hold never queues.) */
+  if (rc < 0 && a.prior == 0 && a.m->ops->cancel &&
+      dlock__eng_wait_end(rc, &a.w) == DLOCK__WAIT_CANCEL && leave_queue(&a))
     rc = 1;
   const char *why = NULL;
   if (rc == 1 && dlock__sync_short(&why))

@@ -4,7 +4,8 @@
  * with made-up times and answers, no server. What both clients decide
  * through it: the local loss deadline and the next one, request ids kept
  * across an unlock's retries, reentrancy and the unlock's count, replica
- * sync's verdicts, what a grant-channel message means.
+ * sync's verdicts, what a grant-channel message means, what an attempt's
+ * answer and a cancel's mean for a wait.
  */
 #include <string.h>
 
@@ -264,6 +265,104 @@ TH_CASE(grant_verdict_table) {
   /* blocking thread ids and async owners compare as numbers */
   CHECK_EQ(parse("-3|00000000000000ab|r", &g), 1);
   CHECK_EQ(dlock__eng_grant_verdict(&g, -3, wid), DLOCK__GRANT_RETRY);
+}
+
+/* ---- (f) waits ----------------------------------------------------------- */
+
+static dlock__wait wait_of(int queued, int64_t deadline) {
+  dlock__wait w;
+  memset(&w, 0, sizeof w);
+  w.id = 0x11;
+  w.queued = queued;
+  w.deadline = deadline;
+  return w;
+}
+
+/* What an attempt's answer means for a wait, one table for both clients
+ * (mutex.c's wait loop, async_lock.c's attempt_done): held, gone, a
+ * try-lock's busy, sleep until the earliest of the TTL (at least 1 ms),
+ * the kind's longest sleep and the deadline, or the end -- cancelling
+ * first whenever the wait may be queued. */
+TH_CASE(wait_answer_table) {
+  static const struct {
+    int rc;
+    int64_t ttl;
+    long long wait_ms;
+    int queued;
+    int64_t deadline, now, max_sleep;
+    int want;
+    int64_t until;
+  } t[] = {
+      /* held / gone, whatever the rest */
+      {1, -1, 5000, 1, 6000, 9000, 0, DLOCK__WAIT_HELD, -1},
+      {1, -1, 0, 0, -1, 1000, 0, DLOCK__WAIT_HELD, -1},
+      {DLOCK_ELOST, -1, 5000, 0, 6000, 1000, 0, DLOCK__WAIT_GONE, -1},
+      /* a try-lock never waits nor queues */
+      {0, 300, 0, 0, -1, 1000, 0, DLOCK__WAIT_BUSY, -1},
+      /* the holder's TTL (or the slice's "retry in N ms"), bounded */
+      {0, 300, 5000, 1, 6000, 1000, 0, DLOCK__WAIT_SLEEP, 1300},
+      {0, 0, 5000, 1, 6000, 1000, 0, DLOCK__WAIT_SLEEP, 1001},
+      {0, 6, -1, 1, -1, 1000, 0, DLOCK__WAIT_SLEEP, 1006},
+      {0, 9000, 5000, 1, 6000, 1000, 0, DLOCK__WAIT_SLEEP, 6000},
+      {0, 9000, 5000, 1, 6000, 1000, 200, DLOCK__WAIT_SLEEP, 1200},
+      {0, -1, 5000, 1, 6000, 1000, 200, DLOCK__WAIT_SLEEP, 1200},
+      /* no TTL, no deadline, no longest sleep: a wake-up only */
+      {0, -1, -1, 1, -1, 1000, 0, DLOCK__WAIT_SLEEP, -1},
+      /* no TTL: until the deadline */
+      {0, -1, 5000, 0, 6000, 1000, 0, DLOCK__WAIT_SLEEP, 6000},
+      /* the deadline passed: cancel first when queued */
+      {0, 300, 5000, 1, 6000, 6000, 0, DLOCK__WAIT_CANCEL, -1},
+      {0, 300, 5000, 0, 6000, 6001, 0, DLOCK__WAIT_TIMED_OUT, -1},
+      /* an error ends it: cancel first when queued (both clients) */
+      {DLOCK_ECONN, -1, 5000, 1, 6000, 1000, 0, DLOCK__WAIT_CANCEL, -1},
+      {DLOCK_EREDIS, -1, -1, 1, -1, 1000, 0, DLOCK__WAIT_CANCEL, -1},
+      {DLOCK_ECONN, -1, 5000, 0, 6000, 1000, 0, DLOCK__WAIT_FAILED, -1},
+      {DLOCK_ETIMEDOUT, -1, 5000, 0, 6000, 6000, 0, DLOCK__WAIT_TIMED_OUT, -1},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    dlock__wait w = wait_of(t[i].queued, t[i].deadline);
+    int64_t until = 77;
+    int v = dlock__eng_wait_answer(t[i].rc, t[i].ttl, t[i].wait_ms, &w,
+                                   t[i].now, t[i].max_sleep, &until);
+    CHECK_MSG(v == t[i].want, "row %zu: verdict %d, want %d", i, v, t[i].want);
+    CHECK_MSG(until == t[i].until, "row %zu: until %lld, want %lld", i,
+              (long long)until, (long long)t[i].until);
+  }
+}
+
+/* How a wait ends, whatever ended it; what the cancel's answer and the
+ * confirming attempt's mean. */
+TH_CASE(wait_end_and_cancel_table) {
+  dlock__wait q = wait_of(1, 6000), n = wait_of(0, 6000);
+  CHECK_EQ(dlock__eng_wait_end(DLOCK_ETIMEDOUT, &q), DLOCK__WAIT_CANCEL);
+  CHECK_EQ(dlock__eng_wait_end(DLOCK_ECANCELED, &q), DLOCK__WAIT_CANCEL);
+  CHECK_EQ(dlock__eng_wait_end(DLOCK_ECONN, &q), DLOCK__WAIT_CANCEL);
+  CHECK_EQ(dlock__eng_wait_end(DLOCK_ETIMEDOUT, &n), DLOCK__WAIT_TIMED_OUT);
+  CHECK_EQ(dlock__eng_wait_end(DLOCK_ECONN, &n), DLOCK__WAIT_FAILED);
+  CHECK_EQ(dlock__eng_wait_end(DLOCK_ELOST, &q), DLOCK__WAIT_GONE);
+  /* cancel: 1 handed to this wait -> confirm; 0 or an error -> end */
+  CHECK_EQ(dlock__eng_cancel_answer(1), DLOCK__WAIT_CONFIRM);
+  CHECK_EQ(dlock__eng_cancel_answer(0), DLOCK__WAIT_END);
+  CHECK_EQ(dlock__eng_cancel_answer(DLOCK_ECONN), DLOCK__WAIT_END);
+  CHECK_EQ(dlock__eng_cancel_answer(DLOCK_EREDIS), DLOCK__WAIT_END);
+  /* the confirming attempt: held, or the wait's own code (not its error) */
+  CHECK_EQ(dlock__eng_confirm_answer(1), DLOCK__WAIT_HELD);
+  CHECK_EQ(dlock__eng_confirm_answer(0), DLOCK__WAIT_END);
+  CHECK_EQ(dlock__eng_confirm_answer(DLOCK_ECONN), DLOCK__WAIT_END);
+}
+
+/* The queue flag and the entry's deadline (the acquire script's ARGV[4]
+ * and ARGV[7]). */
+TH_CASE(wait_queue_and_entry_ttl) {
+  CHECK_EQ(dlock__eng_wait_queue(0, 1, 1), 0); /* try-lock: never */
+  CHECK_EQ(dlock__eng_wait_queue(5000, 0, 0), 0);
+  CHECK_EQ(dlock__eng_wait_queue(5000, 1, 0), 1);
+  CHECK_EQ(dlock__eng_wait_queue(-1, 1, 0), 1);
+  CHECK_EQ(dlock__eng_wait_queue(5000, 0, 1), 1); /* fair: first attempt */
+  CHECK_EQ(dlock__eng_entry_ttl(-1, 1000), 0);    /* no deadline */
+  CHECK_EQ(dlock__eng_entry_ttl(6000, 1000), 5000);
+  CHECK_EQ(dlock__eng_entry_ttl(6000, 6000), 1); /* at least 1 ms */
+  CHECK_EQ(dlock__eng_entry_ttl(6000, 9000), 1);
 }
 
 TH_MAIN()
