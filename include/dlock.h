@@ -1063,7 +1063,9 @@ DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_lock(dlock_redlock *rl);
 /* One round: DLOCK_EBUSY if it did not win, with dlock_last_error() naming
  * the votes ("2 of 5 masters voted, 3 needed (1 held elsewhere, 2 failed or
- * unreachable: ...)"); nothing of ours is left on any reachable master.
+ * unreachable: ...)"); nothing of ours is left on any reachable master
+ * (a vote still running when the round gave up -- a paused master -- is
+ * taken back by its thread when it ends; dlock_redlock_free waits for it).
  * Watchdog lease. Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 DLOCK_API int dlock_redlock_trylock(dlock_redlock *rl);

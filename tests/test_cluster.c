@@ -210,10 +210,34 @@ static void *wait_thread(void *arg) {
   return NULL;
 }
 
+/* Polls (bounded) until a shard channel of name (any channel with the
+ * tag {name}) has a subscriber on the slot's master; returns the first such
+ * channel's name in buf, or fails the test. */
+static void wait_waiter_subscribed(th_cluster *cl, const char *name, char *buf,
+                                   size_t len) {
+  int owner = th_cluster_master_of(cl, th_cluster_slot(cl, name));
+  int64_t until = th_now_ms() + 10000L * th_timeout_mult();
+  for (;;) {
+    redisReply *r =
+        th_cmd(cl->node[owner], "PUBSUB SHARDCHANNELS *{%s}*", name);
+    int found = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+    if (found)
+      snprintf(buf, len, "%s", r->element[0]->str);
+    freeReplyObject(r);
+    if (found)
+      return;
+    if (th_now_ms() > until)
+      th_fail(__FILE__, __LINE__, "no subscriber on a channel of '%s'", name);
+    usleep(10 * 1000);
+  }
+}
+
 /* One kind: a holder (client a) blocks, a waiter (client b) waits; the
  * release wakes the waiter by pub/sub: within a second, where the
- * holder's lease (30 s) or the kinds' re-check would take far longer. */
-static void one_kind(dlock_client *a, dlock_client *b, int kind,
+ * holder's lease (30 s) or the kinds' re-check would take far longer.
+ * Released once the waiter is subscribed (old: after a fixed 300 ms, which
+ * a loaded machine can outlast: the waiter then may not wait at all). */
+static void one_kind(th_cluster *cl, dlock_client *a, dlock_client *b, int kind,
                      const char *name) {
   dlock_mutex *m = NULL;
   dlock_rwlock *rw = NULL;
@@ -237,7 +261,8 @@ static void one_kind(dlock_client *a, dlock_client *b, int kind,
   waiter w = {b, name, kind, -100, 0};
   pthread_t t;
   pthread_create(&t, NULL, wait_thread, &w);
-  usleep(300 * 1000); /* the waiter subscribes and sleeps */
+  char ch[256];
+  wait_waiter_subscribed(cl, name, ch, sizeof ch);
   int64_t released = th_now_ms();
   if (m)
     CHECK_OK(dlock_mutex_unlock(m));
@@ -250,8 +275,8 @@ static void one_kind(dlock_client *a, dlock_client *b, int kind,
   pthread_join(t, NULL);
   CHECK_RC(w.rc, DLOCK_OK);
   int64_t lat = w.done_at - released;
-  printf("kind %d (%s): woken %lld ms after the release\n", kind, name,
-         (long long)lat);
+  printf("kind %d (%s): woken %lld ms after the release (subscribed: %s)\n",
+         kind, name, (long long)lat, ch);
   CHECK(lat < 1000L * th_timeout_mult());
   dlock_mutex_free(m);
   dlock_rwlock_free(rw);
@@ -265,7 +290,7 @@ TH_CASE_T(every_kind_wakes_by_sharded_pubsub, 180, "cluster") {
   const char *names[] = {"k-mutex", "k-fair", "k-fenced",
                          "k-rw",    "k-sem",  "k-latch"};
   for (int k = 0; k < 6; k++)
-    one_kind(a, b, k, names[k]);
+    one_kind(cl, a, b, k, names[k]);
   /* The mutex's channel was subscribed with SSUBSCRIBE on its master. */
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(a, "k-mutex", &m));
@@ -316,8 +341,9 @@ typedef struct contender {
   const char *url;
   const char *name;
   const char *counter; /* a file: read, +1, write -- not atomic */
-  int64_t run_ms;      /* how long to contend, from the start */
+  int64_t run_ms;      /* how long to contend, from the start (at most) */
   const char *go;      /* NULL, or a file: start once it exists */
+  const char *stop;    /* NULL, or a file: stop once it exists */
 } contender;
 
 static int contend(void *arg) {
@@ -325,7 +351,13 @@ static int contend(void *arg) {
   dlock_config cfg;
   dlock_config_init(&cfg);
   cfg.url = k->url;
-  cfg.retry_attempts = 40;
+  /* An unlock has only the retry policy to outlast a slot migration
+   * (while IMPORTING/MIGRATING is set, every script of the lock answers
+   * TRYAGAIN: some of its keys are missing) or a failover; the parent's
+   * migration dwells 1.5 s, stretched by a loaded machine (old: 40 tries,
+   * about 4 s: 'unlock: EREDIS: TRYAGAIN ...'). 20 s x the slack. A lock
+   * rides those out within its wait budget anyway. */
+  cfg.retry_attempts = 200 * th_timeout_mult();
   cfg.retry_interval_ms = 100;
   cfg.command_timeout_ms = 1000;
   cfg.watchdog_timeout_ms = 10000;
@@ -339,7 +371,9 @@ static int contend(void *arg) {
     usleep(10 * 1000);
   int64_t until = th_now_ms() + k->run_ms;
   int n = 0;
-  while (th_now_ms() < until) {
+  /* At least one increment each, however late this process started. */
+  while (n == 0 ||
+         (th_now_ms() < until && !(k->stop && access(k->stop, F_OK) == 0))) {
     int rc = dlock_mutex_timedlock(m, 30000, -1);
     if (rc) {
       fprintf(stderr, "lock: %s: %s\n", dlock_err_name(rc), dlock_last_error());
@@ -382,13 +416,24 @@ static long read_long(const char *path) {
   return v;
 }
 
+/* Polls (bounded) until the counter has grown by at least by. */
+static void wait_progress(const char *counter, long by) {
+  long want = read_long(counter) + by;
+  int64_t until = th_now_ms() + 30000L * th_timeout_mult();
+  while (read_long(counter) < want && th_now_ms() < until)
+    usleep(20 * 1000);
+  CHECK_MSG(read_long(counter) >= want, "counter %ld, want %ld",
+            read_long(counter), want);
+}
+
 /* Waits for the 4 contenders, each of which must finish (exit 0) having
  * done some increments; their sum must be the counter: none was lost. */
 static void finish_contenders(const pid_t *pids, const char *counter,
                               const char *through) {
   long total = 0;
   for (int i = 0; i < 4; i++) {
-    CHECK_EQ(th_wait(pids[i], 60000), 0);
+    /* the last lock's wait (30 s) and unlock's retries (20 s) at most */
+    CHECK_EQ(th_wait(pids[i], 120000L * th_timeout_mult()), 0);
     char path[512];
     snprintf(path, sizeof path, "%s.%d", counter, (int)pids[i]);
     long n = read_long(path);
@@ -413,20 +458,31 @@ TH_CASE_T(slot_migration_under_contention, 240, "cluster") {
   FILE *f = fopen(counter, "w");
   fprintf(f, "0\n");
   fclose(f);
-  contender k = {cl->url, name, counter, 6000, NULL};
+  /* The contenders run until both moves are done (stop), whatever the
+   * machine's load: not for a fixed time that a slow start or a slow move
+   * could use up before the moves. */
+  const char *stop = th_tmpfile("stop");
+  contender k = {cl->url, name, counter, 120000L * th_timeout_mult(),
+                 NULL,    stop};
   pid_t pids[4];
   for (int i = 0; i < 4; i++)
     pids[i] = th_fork(contend, &k);
-  usleep(1000 * 1000);
+  /* The slot moves under contention: once the processes are at work;
+   * between the moves and after them, they make progress on each owner. */
+  wait_progress(counter, 50);
   th_cluster_move_slot(cl, slot, from, to, 1500);
   CHECK_EQ(th_cluster_master_of(cl, slot), to);
-  usleep(300 * 1000);
+  wait_progress(counter, 20);
   th_cluster_move_slot(cl, slot, to, from, 800);
+  wait_progress(counter, 20);
+  FILE *sf = fopen(stop, "w");
+  CHECK(sf != NULL);
+  fclose(sf);
   finish_contenders(pids, counter, "two slot moves");
   /* After the moves: a hand-over is still woken by pub/sub. */
   th_cluster_move_slot(cl, slot, from, to, 0);
   dlock_client *a = cl_client(cl), *b = cl_client(cl);
-  one_kind(a, b, 0, name);
+  one_kind(cl, a, b, 0, name);
   dlock_client_free(a);
   dlock_client_free(b);
 }
@@ -584,7 +640,7 @@ TH_CASE_T(master_killed_replica_takes_over, 240, "cluster") {
   FILE *f = fopen(counter, "w");
   fprintf(f, "0\n");
   fclose(f);
-  contender k = {cl->url, busy, counter, 7000, go};
+  contender k = {cl->url, busy, counter, 7000, go, NULL};
   pid_t pids[4];
   for (int i = 0; i < 4; i++)
     pids[i] = th_fork(contend, &k);
