@@ -398,7 +398,7 @@ static void topo_start(topo *t) {
   for (int i = 0; i < 2; i++)
     t->r[i] = th_replica_new(t->m);
   for (int i = 0; i < 3; i++)
-    t->s[i] = th_sentinel_new(t->m, MASTER, 2, 1000, 3000);
+    t->s[i] = th_sentinel_new(t->m, MASTER, 2, th_sentinel_down_ms(), 3000);
   snprintf(t->url, sizeof t->url,
            "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/" MASTER,
            t->s[0]->port, t->s[1]->port, t->s[2]->port);

@@ -502,6 +502,8 @@ th_redis *th_sentinel_new(th_redis *master, const char *name, int quorum,
   return server_new(1, extra);
 }
 
+int th_sentinel_down_ms(void) { return 2000; }
+
 void th_redis_stop(th_redis *r) { dlc_redis_stop(r); }
 
 void th_redis_kill(th_redis *r) { dlc_redis_kill(r); }

@@ -145,6 +145,16 @@ th_redis *th_replica_new(th_redis *master);
  * with the given quorum, down-after-milliseconds and failover-timeout. */
 th_redis *th_sentinel_new(th_redis *master, const char *name, int quorum,
                           int down_ms, int failover_ms);
+/* The down-after-milliseconds of the tests' Sentinel topologies: 2000, a
+ * second above Sentinel's own PING period (1 s). At 1000 (the PING period
+ * itself) a Sentinel whose first PING to the just-promoted master went
+ * unanswered for 1 s (its link to it is new; a loaded box) declared the
+ * new master down and failed over a second time: two masters for 11 s,
+ * the first one's writes dropped by a full resync (make test-tsan:
+ * async_topo.sentinel_hold_across_failover_libuv lost its hold; the reply
+ * came 88 ms late). Not scaled by th_timeout_mult(): the failovers must
+ * stay within the tests' retry policies and watchdog leases (2-5 s). */
+int th_sentinel_down_ms(void);
 /* SIGTERM, bounded wait, SIGKILL. Keeps the directory (for the log). */
 void th_redis_stop(th_redis *r);
 /* kill -9 now. */
