@@ -59,7 +59,14 @@ struct dlock_redlock {
    * owner, wd_count 1 with the watchdog, valid_until the local deadline,
    * renewed_at the t0 of the last majority). Guarded by mu. */
   dlock__hold hold;
-  int inflight;      /* vote threads still running (free waits for them) */
+  int inflight; /* vote threads still running (free waits for them) */
+  /* Per master: its vote threads still running. An acquire vote is not
+   * sent to a master whose earlier vote still runs (a paused or slow
+   * master): that earlier vote, if its round was abandoned, releases the
+   * key when it ends -- the same key (same field) a newer vote there
+   * would have set, so a newer hold could count a vote that is then
+   * taken back. Such a master counts as a failed vote until it is done. */
+  int running[64];
   unsigned fork_gen; /* dlock__fork_gen() at creation */
   /* Renewal thread. */
   pthread_t rn_thread;
@@ -390,8 +397,10 @@ static void *vote_main(void *p) {
     rv.op = OP_RELEASE;
     run_vote(&rv);
   }
+  const size_t mi = v->i; /* v lives in r, which round_unref may free */
   round_unref(r);
   pthread_mutex_lock(&rl->mu);
+  rl->running[mi]--;
   if (--rl->inflight == 0)
     pthread_cond_broadcast(&rl->cv);
   pthread_mutex_unlock(&rl->mu);
@@ -429,8 +438,20 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
       continue;
     }
     pthread_mutex_lock(&rl->mu);
-    rl->inflight++;
+    int busy = op == OP_ACQUIRE && rl->running[i] > 0;
+    if (!busy) {
+      rl->inflight++;
+      rl->running[i]++;
+    }
     pthread_mutex_unlock(&rl->mu);
+    if (busy) {
+      v->rc = DLOCK_ECONN;
+      snprintf(v->err, sizeof v->err,
+               "its vote of an earlier round is still running (a paused or "
+               "slow master)");
+      r->finished[i] = 1;
+      continue;
+    }
     pthread_mutex_lock(&r->mu);
     r->refs++;
     r->started++;
