@@ -736,10 +736,15 @@ static long long kill_under_contention(topo *t, int sync_replicas,
          gap, (long long)(last_before - killed),
          (long long)(first_after - killed), th_cmd_int(nm, "DBSIZE"));
   CHECK_MSG(first_after > killed - 50, "no resumption after the kill");
-  /* Locks come back soon after the promotion: a retry waits for the new
-   * master's replicas, not the old master's count (which made every WAIT
-   * sit out sync_timeout_ms: resumption took 2 s longer). */
-  CHECK_MSG(first_after - promoted < 1500 * slow(),
+  /* Locks come back after the promotion. The rule that a retry waits for
+   * the new master's replicas, not the old master's count (f2f7c74: every
+   * WAIT sat out sync_timeout_ms, locks came back 2 s late), is checked
+   * where it is decided, engine.replica_sync_rules. Here only a stall: the
+   * other replica's resync to the new master makes WAITs sit out
+   * sync_timeout_ms legitimately until it is done, which took 2.1 s under
+   * stress-ng --cpu 4 (the former 1.5 s bound failed there) -- the same
+   * size as that bug, so time cannot tell them apart. */
+  CHECK_MSG(first_after - promoted < 5000 * slow(),
             "work resumed %lld ms after the promotion",
             (long long)(first_after - promoted));
   return (long long)n - v;
