@@ -683,7 +683,7 @@ static void sync_shortfall_undone_enosync_run(void) {
   printf("timed lock, replica stopped: %s after %lld ms\n", dlock_err_name(rc),
          (long long)took);
   CHECK_RC(rc, DLOCK_ENOSYNC);
-  CHECK_MSG(took >= 3 * cfg.sync_timeout_ms, "not retried: %lld ms",
+  CHECK_MSG(took >= 3LL * cfg.sync_timeout_ms, "not retried: %lld ms",
             (long long)took);
   CHECK_EQ(th_cmd_int(m, "EXISTS ns"), 0);
   CHECK_OK(dlock_async_stats(a, &st));

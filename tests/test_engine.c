@@ -284,7 +284,7 @@ static dlock__wait wait_of(int queued, int64_t deadline) {
  * the kind's longest sleep and the deadline, or the end -- cancelling
  * first whenever the wait may be queued. */
 TH_CASE(wait_answer_table) {
-  static const struct {
+  static const struct { // NOLINT(clang-analyzer-optin.performance.Padding)
     int rc;
     int64_t ttl;
     long long wait_ms;

@@ -403,6 +403,8 @@ static int async_worker(int idx, soak_shared *sh, dlock_config *cfg, int fds0) {
   for (int i = 0; i < soak_nresources && nmx < 8; i++)
     if (soak_resources[i].kind == K_MUTEX)
       mx[nmx++] = i;
+  if (nmx == 0) /* the resource table has plain mutexes: never */
+    return 4;
   long rss0 = 0, rss1 = 0;
   for (long it = 0; !sh->stop; it++) {
     async_section(idx, sh, mx[rand() % nmx]);
