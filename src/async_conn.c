@@ -401,7 +401,10 @@ static void where(const dlock__aconn *k, char *buf, size_t n) {
 static void connect_failed(dlock__aconn *k, const char *why) {
   char at[300], msg[600];
   where(k, at, sizeof at);
-  snprintf(msg, sizeof msg, "cannot connect to %s: %s", at, why);
+  /* a long reason is cut short: the message is for people */
+  if (snprintf(msg, sizeof msg, "cannot connect to %s: %s", at, why) >=
+      (int)sizeof msg)
+    memcpy(msg + sizeof msg - 4, "...", 4);
   conn_fail(k, DLOCK_ECONN, msg, 0);
 }
 
