@@ -177,7 +177,7 @@ static void decline_done(dlock__areq *r, redisReply *reply, int err,
 /* A grant or a retry g that no waiting call took (the engine's rule,
  * dlock__eng_grant_unclaimed): the call it names had ended and its cancel
  * could not leave the queue, so the unlock handed the lock (or the head's
- * slice) to a wait that no longer exists. The decline script gives the lock
+ * wake-up) to a wait that no longer exists. The decline script gives the lock
  * back (to the next live waiter), unless the owner took it as its own
  * since, and drops a retried wait's entry from the queue's head. Not
  * repeated if it fails: the wait's lease then ends the hold. */

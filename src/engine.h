@@ -46,7 +46,7 @@
  *   (f) WAITS (docs/design.md, "Acquire, release, hand-over"): what an
  *       acquire attempt's answer means for a wait -- held, the re-entered
  *       hold gone, a try-lock's "busy", sleep until when (the holder's
- *       PTTL or the slice's "retry in N ms", a kind's longest sleep, the
+ *       PTTL or the policy's "retry in N ms", a kind's longest sleep, the
  *       wait's deadline), timed out or failed, and whether the wait must
  *       leave the server's queue (the cancel script) before it ends
  *       (dlock__eng_wait_answer, dlock__eng_wait_end); what the cancel's
@@ -257,7 +257,7 @@ typedef struct dlock__grant {
   long long owner_id; /* its value (when owner_num) */
   uint64_t wid;       /* the wait id named */
   char wid_hex[17];   /* the same, as sent (16 lowercase hex) + NUL */
-  int retry;          /* "|r": the wait is the queue's head in its slice */
+  int retry;          /* "|r": the queue's head, woken while young */
 } dlock__grant;
 
 /* Parses p[0..n) into *g (owner points into p). Returns 1 for a valid
@@ -273,7 +273,7 @@ enum {
                             next attempt finds the field and confirms it --
                             the event-loop client has no granted fast path) */
   DLOCK__GRANT_RETRY,    /* the lock was freed and this wait is the queue's
-                            head in its slice: it attempts again now */
+                            head, woken while young: it attempts again now */
   DLOCK__GRANT_DECLINE   /* no waiting wait took it: send the decline script
                             (field "<client id>:<owner>", the wait id) */
 };
@@ -359,8 +359,8 @@ int dlock__eng_wait_end(int rc, const dlock__wait *w);
 
 /* What an attempt's answer rc means for the wait w, at `now`:
  *   rc as dlock__acq_reply answers: 1 held, 0 taken with ttl = the
- *   holder's PTTL or the slice policy's "retry in N ms" (scripts.c: the
- *   queue's head in its slice), -1 a key with no TTL; DLOCK_ELOST the
+ *   holder's PTTL or the policy's "retry in N ms" (scripts.c: the
+ *   queue's head woken while young), -1 a key with no TTL; DLOCK_ELOST the
  *   script's -3 (a re-entry whose hold is gone); another code < 0 failed.
  *   wait_ms is the call's (0 try-lock, < 0 no deadline), max_sleep the
  *   kind's longest sleep (0 none; > 0 a kind whose waiting attempts keep

@@ -245,7 +245,7 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "    end\n"                                                                  \
   "    local owner, lease, wid = string.match(w, '^(.+)|(%d+)|(%x+)$')\n"      \
   "    local dl = wid and redis.call('hget', waits, wid)\n"                    \
-  "    if wid then redis.call('hdel', waits, wid) end\n"                       \
+  "    if wid then redis.call('hdel', waits, wid, 't' .. wid) end\n"           \
   "    local live = dl and owner ~= self\n"                                    \
   "    if live and dl ~= '0' then\n"                                           \
   "      if not now then\n"                                                    \
@@ -270,31 +270,40 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
 /* The default policy of the final unlock (issue 30), Go's sync.Mutex
  * normal/starvation modes in the unlock script (lock, Redisson channel,
  * queue, queue deadlines, grant channel prefix, marker, self, publish).
- * The queue's head gets a slice of DLOCK__SLICE_MS from the first unlock
- * that sees it at the head ("h" = "<wait id>|<ms>" in the deadlines hash):
- *   - within the slice (normal mode) the lock is freed: the releaser, or
- *     any arrival, takes it directly with its next attempt (barging, no
- *     cross-process hand-off). The slice's first unlock wakes the head
- *     (a retry message "<tid>|<wait id>|r" on its grant channel: it
- *     attempts at once, and again when its slice ends, so a lock left free
- *     is taken) and publishes "0" when the channel has more subscribers
- *     than the queue has entries plus the releaser's client (so someone
- *     listens who is not queued: a Redisson waiter, a dlock waiter not yet
- *     queued) -- dlock's queued waiters are not woken in a herd; later
- *     unlocks of the slice wake nobody. A slice also ends after
- *     DLOCK__SLICE_N barging unlocks, so on a fast machine every process
- *     gets the same number of acquisitions per round;
- *   - once the slice is over (starvation mode) the lock goes straight to
- *     the head (handover), so no queued waiter waits more than one slice
- *     per waiter ahead of it;
- *   - an empty queue: the lock is freed and "0" published, as before.
- * A head whose deadline passed or whose client is gone is never waited
- * for: handover skips it. */
+ * Two clocks decide, both kept in the queue's deadlines hash:
+ *   - the head's slice: DLOCK__SLICE_MS (or DLOCK__SLICE_N barging
+ *     unlocks) from the first unlock that finds it at the head ("h" =
+ *     "<wait id>|<ms>|<count>");
+ *   - the head's age: how long it has waited since it joined the queue
+ *     ("t<wait id>" = its enqueue time, server ms, written by the acquire
+ *     script that queued it).
+ * While the head is in its slice and younger than DLOCK__STARVE_MS (normal
+ * mode) the lock is freed: the releaser, or any arrival, takes it directly
+ * with its next attempt (barging, no cross-process hand-off). The slice's
+ * first unlock wakes the head (a retry message "<tid>|<wait id>|r" on its
+ * grant channel: it attempts at once, and again when its slice ends, so a
+ * lock left free is taken) and publishes "0" when the channel has more
+ * subscribers than the queue has entries plus the releaser's client (so
+ * someone listens who is not queued: a Redisson waiter, a dlock waiter not
+ * yet queued) -- dlock's queued waiters are not woken in a herd; later
+ * unlocks of the slice wake nobody. The count ends a slice early on a fast
+ * machine, so every process gets the same number of acquisitions a round.
+ * Once the slice is over, or the head has waited DLOCK__STARVE_MS in all
+ * (starvation mode), the lock goes straight to the head (handover). The
+ * age bounds every wait (Go: a waiter that waited 1 ms in all), whatever
+ * the number of waiters ahead; the slices alone would allow one slice per
+ * waiter ahead. An empty queue: the lock is freed and "0" published. A
+ * head whose deadline passed or whose client is gone is never waited for:
+ * handover skips it. An entry with no "t" field (queued by an older
+ * client) has no age: its slice alone decides. */
 #ifndef DLOCK__SLICE_MS /* a -D overrides them for measurements */
 #define DLOCK__SLICE_MS "6"
 #endif
 #ifndef DLOCK__SLICE_N
 #define DLOCK__SLICE_N "12"
+#endif
+#ifndef DLOCK__STARVE_MS
+#define DLOCK__STARVE_MS "20"
 #endif
 #define DLOCK__LUA_POLICY                                                      \
   "local function release(lock, ch, q, waits, gp, marker, self, pub)\n"        \
@@ -306,10 +315,14 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  local owner, wid = string.match(head, '^(.+)|%d+|(%x+)$')\n"              \
   "  local t = redis.call('time')\n"                                           \
   "  local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                      \
-  "  local h = wid and owner ~= self and redis.call('hget', waits, 'h')\n"     \
+  "  local mine = wid and owner ~= self\n"                                     \
+  "  local h = mine and redis.call('hget', waits, 'h')\n"                      \
   "  local hw, hs, hn = nil, nil, nil\n"                                       \
   "  if h then hw, hs, hn = string.match(h, '^(%x+)|(%d+)|(%d+)$') end\n"      \
-  "  if wid and owner ~= self and hw ~= wid then\n"                            \
+  "  local e = mine and redis.call('hget', waits, 't' .. wid)\n"               \
+  "  local young = mine and (not e or\n"                                       \
+  "    now - tonumber(e) < " DLOCK__STARVE_MS ")\n"                            \
+  "  if young and hw ~= wid then\n"                                            \
   "    local dl = redis.call('hget', waits, wid)\n"                            \
   "    local sep = string.find(owner, ':', 1, true)\n"                         \
   "    if dl and sep and (dl == '0' or tonumber(dl) > now) then\n"             \
@@ -325,7 +338,7 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "        return\n"                                                           \
   "      end\n"                                                                \
   "    end\n"                                                                  \
-  "  elseif hw == wid and now - tonumber(hs) < " DLOCK__SLICE_MS " and\n"      \
+  "  elseif young and now - tonumber(hs) < " DLOCK__SLICE_MS " and\n"          \
   "      tonumber(hn) < " DLOCK__SLICE_N " then\n"                             \
   "    redis.call('hset', waits, 'h', wid .. '|' .. hs .. '|' .. (hn + 1))\n"  \
   "    return\n"                                                               \

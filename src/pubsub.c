@@ -488,11 +488,11 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
  *            the lock; the thread holds it with no further round trip
  *            (mutex.c sleep_once confirms it against the local deadline);
  *   RETRY    "<tid>|<wait id>|r" names it: the lock was freed and the wait
- *            is the queue's head in its slice (DLOCK__LUA_POLICY): kick it;
+ *            is the head, woken while young (DLOCK__LUA_POLICY): kick it;
  *   NONE     for every slot -- no wait of that id, including a grant or a
  *            retry for an older wait of a thread that waits again: that
  *            wait ended (its cancel could not leave the queue), so the lock
- *            was handed, or the head's slice given, to a wait that no longer
+ *            was handed, or the head's wake-up sent, to a wait that no longer
  *            exists -- DECLINE: queue a decline (the watchdog thread sends
  *            it; the script does nothing if the thread took the lock as its
  *            own meanwhile, else gives it back to the next live waiter).

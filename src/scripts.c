@@ -54,8 +54,8 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "local function dequeue()\n"
          "  if ARGV[6] == '1' then\n"
          "    redis.call('lrem', KEYS[2], 0, ARGV[5])\n"
-         "    redis.call('hdel', KEYS[3], ARGV[8])\n"
-         /* the deadlines hash (and the policy's slice field "h") lives
+         "    redis.call('hdel', KEYS[3], ARGV[8], 't' .. ARGV[8])\n"
+         /* the deadlines hash (and the policy's fields "h", "t<wid>") lives
           * only while the queue does */
          "    if redis.call('llen', KEYS[2]) == 0 then\n"
          "      redis.call('del', KEYS[3])\n"
@@ -96,25 +96,29 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "if ARGV[4] == '1' then\n"
          "  if not redis.call('lpos', KEYS[2], ARGV[5]) then\n"
          "    redis.call('rpush', KEYS[2], ARGV[5])\n"
+         "    local t = redis.call('time')\n"
+         "    local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
          "    local dl = 0\n"
-         "    if ARGV[7] ~= '0' then\n"
-         "      local t = redis.call('time')\n"
-         "      dl = t[1] * 1000 + math.floor(t[2] / 1000) + "
-         "tonumber(ARGV[7])\n"
-         "    end\n"
-         "    redis.call('hset', KEYS[3], ARGV[8], dl)\n"
+         "    if ARGV[7] ~= '0' then dl = now + tonumber(ARGV[7]) end\n"
+         /* its deadline, and its enqueue time: the policy's age */
+         "    redis.call('hset', KEYS[3], ARGV[8], dl, 't' .. ARGV[8], now)\n"
          "  end\n"
          "  redis.call('pexpire', KEYS[2], 300000)\n"
          "  redis.call('pexpire', KEYS[3], 300000)\n"
          /* the queue's head in its slice (DLOCK__LUA_POLICY): attempt
-          * again when the slice ends, whoever holds the lock then */
+          * again when the slice ends (or the head comes of age, if that
+          * is sooner), whoever holds the lock then */
          "  local h = redis.call('hget', KEYS[3], 'h')\n"
          "  local hw, hs = nil, nil\n"
          "  if h then hw, hs = string.match(h, '^(%x+)|(%d+)') end\n"
          "  if hw == ARGV[8] then\n"
          "    local t = redis.call('time')\n"
-         "    local left = tonumber(hs) + " DLOCK__SLICE_MS " + 1 -\n"
-         "      (t[1] * 1000 + math.floor(t[2] / 1000))\n"
+         "    local due = tonumber(hs) + " DLOCK__SLICE_MS "\n"
+         "    local e = redis.call('hget', KEYS[3], 't' .. ARGV[8])\n"
+         "    if e and tonumber(e) + " DLOCK__STARVE_MS " < due then\n"
+         "      due = tonumber(e) + " DLOCK__STARVE_MS "\n"
+         "    end\n"
+         "    local left = due + 1 - (t[1] * 1000 + math.floor(t[2] / 1000))\n"
          "    local p = redis.call('pttl', KEYS[1])\n"
          "    if left > 0 and (p < 0 or left < p) then return left end\n"
          "    return p\n"
@@ -203,7 +207,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * Leaves the queue; 1 if the lock was handed to us meanwhile (we
           * keep it: its marker goes, so no decline can undo it). */
          "redis.call('lrem', KEYS[2], 0, ARGV[2])\n"
-         "redis.call('hdel', KEYS[3], ARGV[3])\n"
+         "redis.call('hdel', KEYS[3], ARGV[3], 't' .. ARGV[3])\n"
          "if redis.call('llen', KEYS[2]) == 0 then redis.call('del', KEYS[3]) "
          "end\n"
          "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
@@ -233,7 +237,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "    return 0\n"
          "  end\n"
          "  redis.call('lpop', KEYS[3])\n"
-         "  redis.call('hdel', KEYS[5], wid)\n"
+         "  redis.call('hdel', KEYS[5], wid, 't' .. wid)\n"
          "  if redis.call('llen', KEYS[3]) == 0 then redis.call('del', "
          "KEYS[5]) "
          "end\n"

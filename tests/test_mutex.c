@@ -773,7 +773,7 @@ static void fake_waiter_expect(fake_waiter *f, const char *suffix) {
   expect_message(f->sub, f->grant_ch, want);
 }
 
-/* Go's normal mode: the oldest waiter is young (its slice has just begun),
+/* Go's normal mode: the oldest waiter is young (it has just joined),
  * so the unlock frees the lock -- the releaser takes it again at once with
  * no cross-process hand-off -- and only asks the head to retry. Fails on
  * f63ebda: the unlock handed the lock to the queued waiter (the trylock
@@ -790,7 +790,7 @@ TH_CASE(policy_barges_while_the_oldest_waiter_is_young) {
   fake_waiter_expect(&f, "|r"); /* a retry, not a grant */
   CHECK_EQ(th_cmd_int(r, "HEXISTS pb %s", f.field), 0);
   CHECK_OK(dlock_mutex_trylock(m)); /* the releaser barges */
-  /* The head keeps its place, and a slice of its own from now on. */
+  /* The head keeps its place, woken once ("h" names it). */
   CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{pb}"), 1);
   CHECK_EQ(th_cmd_int(r, "HEXISTS dlock_lock_waits:{pb} h"), 1);
   CHECK_OK(dlock_mutex_unlock(m));
@@ -800,7 +800,7 @@ TH_CASE(policy_barges_while_the_oldest_waiter_is_young) {
 }
 
 /* A waiter served by barging leaves no queue keys behind: the deadlines
- * hash (which also holds the policy's slice field "h") goes with the last
+ * hash (which also holds the policy's fields "h", "t<wid>") goes with the last
  * queue entry, whichever script removes it (acquire, cancel, hand-over,
  * decline). Fails on 0b08df0: dlock_lock_waits:{qk} stays, no TTL. */
 typedef struct qk_waiter {
@@ -831,7 +831,7 @@ TH_CASE(policy_leaves_no_queue_keys) {
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, qk_wait, &w), 0);
     th_wait_llen(r, "dlock_lock_queue:{qk}", 1, 10000 * th_timeout_mult());
-    CHECK_OK(dlock_mutex_unlock(m)); /* young head: a retry, it barges */
+    CHECK_OK(dlock_mutex_unlock(m)); /* a retry (young head) or a hand-over */
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_OK(w.rc);
     CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_queue:{qk}"), 0);
@@ -862,26 +862,83 @@ TH_CASE(policy_hands_over_once_the_oldest_waiter_is_old) {
   CHECK_EQ(hget(r, "ph", f.field), 1);
   CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
   CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue:{ph}"), 0);
-  /* the queue is gone: so is its deadlines hash with the slice's "h" */
+  /* the queue is gone: so is its deadlines hash with "h" and "t<wid>" */
   CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_waits:{ph}"), 0);
   freeReplyObject(th_cmd(r, "DEL ph"));
   redisFree(f.sub);
   /* By count: however fast the releaser is, a slice allows a bounded
-   * number of barging unlocks. */
+   * number of barging unlocks (the loop is also bounded in time). */
   fake_waiter g;
   CHECK_OK(dlock_mutex_lock(m));
   fake_waiter_queue(r, "ph", &g);
+  int64_t t0 = th_now_ms();
   int unlocks = 0, handed = 0;
-  for (; unlocks < 100 && !handed; unlocks++) {
+  for (; th_now_ms() - t0 < 2000 * th_timeout_mult() && !handed; unlocks++) {
     CHECK_OK(dlock_mutex_unlock(m));
     handed = th_cmd_int(r, "HEXISTS ph %s", g.field) == 1;
     if (!handed)
       CHECK_OK(dlock_mutex_trylock(m));
   }
-  printf("handed over at unlock %d\n", unlocks);
+  printf("handed over at unlock %d, %lld ms\n", unlocks,
+         (long long)(th_now_ms() - t0));
   CHECK_MSG(handed && unlocks > 1 && unlocks <= 20,
             "handed over: %d, after %d unlocks", handed, unlocks);
   redisFree(g.sub);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+}
+
+/* Besides its slice, the head has an age: its time in the queue (Go: "a
+ * waiter that failed to acquire for more than 1 ms"). A waiter that has
+ * queued behind a hold longer than DLOCK__STARVE_MS is handed the lock by
+ * the very unlock that ends the hold, with no slice: the releaser's
+ * at-once try-lock finds it taken, and the waiter holds it when the unlock
+ * returns. Fails on a3bd6b7 in 4 of 5 runs (the head got a fresh 6 ms
+ * slice at that unlock: the lock was freed and the releaser took it
+ * back, unless the head's retry was quicker). */
+typedef struct old_waiter {
+  th_redis *r;
+  int rc;
+  atomic_int release; /* the main thread has looked: unlock */
+} old_waiter;
+static void *old_wait(void *arg) {
+  old_waiter *w = arg;
+  dlock_client *c = th_client(w->r);
+  dlock_mutex *m;
+  w->rc = dlock_mutex_new(c, "po", &m);
+  if (!w->rc)
+    w->rc = dlock_mutex_timedlock(m, 20000 * th_timeout_mult(), -1);
+  /* hold it until the main thread has looked (bounded) */
+  for (int i = 0; i < 1000 && !atomic_load(&w->release); i++)
+    th_sleep_ms(10);
+  if (!w->rc)
+    w->rc = dlock_mutex_unlock(m);
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  return NULL;
+}
+TH_CASE(policy_age_counts_from_joining_the_queue) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "po", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  old_waiter w = {r, -1, 0};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, old_wait, &w), 0);
+  th_wait_llen(r, "dlock_lock_queue:{po}", 1, 10000 * th_timeout_mult());
+  th_sleep_ms(100); /* the hold outlasts the policy's age (20 ms) */
+  CHECK_OK(dlock_mutex_unlock(m));
+  /* handed over inside the unlock script: the waiter's field is there
+   * before the waiter itself has heard of it, and the releaser's at-once
+   * try-lock is refused */
+  CHECK_EQ(th_cmd_int(r, "EXISTS po"), 1);
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  atomic_store(&w.release, 1);
+  CHECK_EQ(pthread_join(t, NULL), 0);
+  CHECK_OK(w.rc);
+  CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_queue:{po}"), 0);
+  CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_waits:{po}"), 0);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }
