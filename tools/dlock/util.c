@@ -42,7 +42,9 @@ void cli_stamp(char *buf, size_t len) {
   gmtime_r(&ts.tv_sec, &tm);
   char s[32];
   strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(buf, len, "%s.%03ldZ", s, ts.tv_nsec / 1000000L);
+  int ms = (int)(ts.tv_nsec / 1000000L); /* 0..999 */
+  if (snprintf(buf, len, "%s.%03dZ", s, ms) < 0 && len > 0)
+    buf[0] = '\0';
 }
 
 void cli_debug(const cli_opts *o, const char *fmt, ...) {
