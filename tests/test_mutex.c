@@ -830,7 +830,7 @@ TH_CASE(policy_leaves_no_queue_keys) {
     qk_waiter w = {r, -1};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, qk_wait, &w), 0);
-    th_wait_llen(r, "dlock_lock_queue:{qk}", 1, 10000 * th_timeout_mult());
+    th_wait_llen(r, "dlock_lock_queue:{qk}", 1, 10000LL * th_timeout_mult());
     CHECK_OK(dlock_mutex_unlock(m)); /* a retry (young head) or a hand-over */
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_OK(w.rc);
@@ -873,7 +873,7 @@ TH_CASE(policy_hands_over_once_the_oldest_waiter_is_old) {
   fake_waiter_queue(r, "ph", &g);
   int64_t t0 = th_now_ms();
   int unlocks = 0, handed = 0;
-  for (; th_now_ms() - t0 < 2000 * th_timeout_mult() && !handed; unlocks++) {
+  for (; th_now_ms() - t0 < 2000LL * th_timeout_mult() && !handed; unlocks++) {
     CHECK_OK(dlock_mutex_unlock(m));
     handed = th_cmd_int(r, "HEXISTS ph %s", g.field) == 1;
     if (!handed)
@@ -907,7 +907,7 @@ static void *old_wait(void *arg) {
   dlock_mutex *m;
   w->rc = dlock_mutex_new(c, "po", &m);
   if (!w->rc)
-    w->rc = dlock_mutex_timedlock(m, 20000 * th_timeout_mult(), -1);
+    w->rc = dlock_mutex_timedlock(m, 20000LL * th_timeout_mult(), -1);
   /* hold it until the main thread has looked (bounded) */
   for (int i = 0; i < 1000 && !atomic_load(&w->release); i++)
     th_sleep_ms(10);
@@ -926,7 +926,7 @@ TH_CASE(policy_age_counts_from_joining_the_queue) {
   old_waiter w = {r, -1, 0};
   pthread_t t;
   CHECK_EQ(pthread_create(&t, NULL, old_wait, &w), 0);
-  th_wait_llen(r, "dlock_lock_queue:{po}", 1, 10000 * th_timeout_mult());
+  th_wait_llen(r, "dlock_lock_queue:{po}", 1, 10000LL * th_timeout_mult());
   th_sleep_ms(100); /* the hold outlasts the policy's age (20 ms) */
   CHECK_OK(dlock_mutex_unlock(m));
   /* handed over inside the unlock script: the waiter's field is there
