@@ -893,9 +893,8 @@ TH_CASE(policy_hands_over_once_the_oldest_waiter_is_old) {
  * queued behind a hold longer than DLOCK__STARVE_MS is handed the lock by
  * the very unlock that ends the hold, with no slice: the releaser's
  * at-once try-lock finds it taken, and the waiter holds it when the unlock
- * returns. Fails on a3bd6b7 in 4 of 5 runs (the head got a fresh 6 ms
- * slice at that unlock: the lock was freed and the releaser took it
- * back, unless the head's retry was quicker). */
+ * returns. Fails on a3bd6b7 at its first step (the head got a fresh
+ * 6 ms slice at that unlock: a retry message, the lock freed). */
 typedef struct old_waiter {
   th_redis *r;
   int rc;
@@ -922,6 +921,30 @@ TH_CASE(policy_age_counts_from_joining_the_queue) {
   dlock_client *c = th_client(r);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "po", &m));
+  /* The rule, deterministically: a queued entry that joined a second ago
+   * (its "t<wait id>" says so) and that no unlock has seen at the head
+   * yet is handed the lock at once -- a grant, not a retry. A fake
+   * waiter: a subscriber that never attempts, so nothing races the
+   * check. */
+  CHECK_OK(dlock_mutex_lock(m));
+  fake_waiter f;
+  fake_waiter_queue(r, "po", &f);
+  redisReply *tm = th_cmd(r, "TIME");
+  CHECK(tm && tm->type == REDIS_REPLY_ARRAY && tm->elements == 2);
+  long long now_ms =
+      atoll(tm->element[0]->str) * 1000 + atoll(tm->element[1]->str) / 1000;
+  freeReplyObject(tm);
+  freeReplyObject(
+      th_cmd(r, "HSET dlock_lock_waits:{po} t%s %lld", f.wid, now_ms - 1000));
+  CHECK_OK(dlock_mutex_unlock(m));
+  fake_waiter_expect(&f, ""); /* a grant: the lock is its own */
+  CHECK_EQ(hget(r, "po", f.field), 1);
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  CHECK_EQ(th_cmd_int(r, "EXISTS dlock_lock_waits:{po}"), 0);
+  freeReplyObject(th_cmd(r, "DEL po"));
+  redisFree(f.sub);
+  /* End to end: a real waiter, its enqueue time written by the acquire
+   * script, queued behind a hold longer than the age. */
   CHECK_OK(dlock_mutex_lock(m));
   old_waiter w = {r, -1, 0};
   pthread_t t;
