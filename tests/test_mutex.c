@@ -929,11 +929,7 @@ TH_CASE(policy_age_counts_from_joining_the_queue) {
   CHECK_OK(dlock_mutex_lock(m));
   fake_waiter f;
   fake_waiter_queue(r, "po", &f);
-  redisReply *tm = th_cmd(r, "TIME");
-  CHECK(tm && tm->type == REDIS_REPLY_ARRAY && tm->elements == 2);
-  long long now_ms =
-      atoll(tm->element[0]->str) * 1000 + atoll(tm->element[1]->str) / 1000;
-  freeReplyObject(tm);
+  long long now_ms = th_server_ms(r);
   freeReplyObject(
       th_cmd(r, "HSET dlock_lock_waits:{po} t%s %lld", f.wid, now_ms - 1000));
   CHECK_OK(dlock_mutex_unlock(m));

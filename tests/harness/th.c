@@ -583,6 +583,18 @@ long long th_cmd_int(th_redis *r, const char *fmt, ...) {
   return v;
 }
 
+long long th_server_ms(th_redis *r) {
+  redisReply *x = th_cmd(r, "TIME");
+  if (x->type != REDIS_REPLY_ARRAY || x->elements != 2 ||
+      x->element[0]->type != REDIS_REPLY_STRING ||
+      x->element[1]->type != REDIS_REPLY_STRING)
+    th_fail(__FILE__, __LINE__, "TIME: not a {seconds, microseconds} reply");
+  long long ms =
+      atoll(x->element[0]->str) * 1000 + atoll(x->element[1]->str) / 1000;
+  freeReplyObject(x);
+  return ms;
+}
+
 long long th_get_ll(th_redis *r, const char *key) {
   redisReply *x = th_cmd(r, "GET %s", key);
   long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;

@@ -169,6 +169,8 @@ redisContext *th_redis_raw(th_redis *r);
 redisReply *th_cmd(th_redis *r, const char *fmt, ...);
 /* Convenience: integer reply of a command (fails the test otherwise). */
 long long th_cmd_int(th_redis *r, const char *fmt, ...);
+/* The server's clock (TIME), in ms (fails the test on another reply). */
+long long th_server_ms(th_redis *r);
 /* GET key as a number; -1 when the key does not exist. */
 long long th_get_ll(th_redis *r, const char *key);
 /* Polls (bounded) until `channel` has exactly n subscribers on the server /
