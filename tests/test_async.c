@@ -346,6 +346,14 @@ static void retry_wakes_the_queued_call(int uv) {
   CHECK_RC(h.last, DLOCK_OK);
   CHECK_OK(dlock_async_lock(a, "rt", 2, 8000, 60000, on_res, &w));
   CHECK_EQ(tl_until_llen(&f.l, r, "dlock_lock_queue:{rt}", 1), 1);
+  /* Young for sure: its enqueue time ("t<wait id>") moved a minute ahead,
+   * so a slow run (valgrind) cannot age it past DLOCK__STARVE_MS before
+   * the unlock, which would hand it the lock (a grant) instead. */
+  redisReply *e = th_cmd(r, "LINDEX dlock_lock_queue:{rt} 0");
+  CHECK(e && e->type == REDIS_REPLY_STRING && strrchr(e->str, '|'));
+  freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{rt} t%s %lld",
+                         strrchr(e->str, '|') + 1, th_server_ms(r) + 60000));
+  freeReplyObject(e);
   CHECK_OK(dlock_async_unlock(a, "rt", 1, on_res, &u));
   CHECK(tl_until(&f.l, &w.n, 1, 5000));
   CHECK_RC(w.last, DLOCK_OK);
