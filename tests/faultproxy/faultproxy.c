@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +32,11 @@ struct fp_proxy {
   char url[64];
   char match[128]; /* armed fault: match[0] != 0 */
   int mode, delay_ms;
+  /* A fault moved by NOSCRIPT: only the EVAL with as many arguments as
+   * the EVALSHA that missed (0: any request) -- another script naming the
+   * lock, sent meanwhile (the client info write lists held lock names),
+   * must not take it. */
+  size_t match_argc;
   int fired;
   char count_match[128];
   int count;
@@ -42,6 +48,7 @@ typedef struct fp_conn {
   pthread_mutex_t mu;
   int refs;
   int q[FP_QUEUE], delay[FP_QUEUE]; /* per command: mode (0 none), delay */
+  size_t argc[FP_QUEUE];            /* per command: its argument count */
   unsigned head, tail;
 } fp_conn;
 
@@ -90,19 +97,25 @@ static int req_contains(const redisReply *r, const char *m) {
 static void classify(fp_conn *c, const redisReply *r) {
   fp_proxy *p = c->p;
   int mode = 0, delay = 0;
+  size_t argc = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
   pthread_mutex_lock(&p->mu);
   if (p->count_match[0] && req_contains(r, p->count_match))
     p->count++;
-  if (p->match[0] && req_contains(r, p->match)) {
+  if (p->match[0] && req_contains(r, p->match) &&
+      (!p->match_argc ||
+       (argc == p->match_argc && r->element[0]->type == REDIS_REPLY_STRING &&
+        strcasecmp(r->element[0]->str, "EVAL") == 0))) {
     mode = p->mode;
     delay = p->delay_ms;
     p->match[0] = '\0';
+    p->match_argc = 0;
   }
   pthread_mutex_unlock(&p->mu);
   pthread_mutex_lock(&c->mu);
   if (c->tail - c->head < FP_QUEUE) {
     c->q[c->tail % FP_QUEUE] = mode;
     c->delay[c->tail % FP_QUEUE] = delay;
+    c->argc[c->tail % FP_QUEUE] = argc;
     c->tail++;
   }
   pthread_mutex_unlock(&c->mu);
@@ -132,12 +145,13 @@ static void *requests(void *arg) {
   return NULL;
 }
 
-static int pop_fault(fp_conn *c, int *delay) {
+static int pop_fault(fp_conn *c, int *delay, size_t *argc) {
   int mode = 0;
   pthread_mutex_lock(&c->mu);
   if (c->head != c->tail) {
     mode = c->q[c->head % FP_QUEUE];
     *delay = c->delay[c->head % FP_QUEUE];
+    *argc = c->argc[c->head % FP_QUEUE];
     c->head++;
   }
   pthread_mutex_unlock(&c->mu);
@@ -154,7 +168,9 @@ static void fired(fp_proxy *p) {
 /* Passes on or faults one reply (bytes b[0..n)); -1 to end the
  * connection. */
 static int one_reply(fp_conn *c, const redisReply *r, const char *b, size_t n) {
-  int delay = 0, mode = pop_fault(c, &delay);
+  int delay = 0;
+  size_t argc = 0;
+  int mode = pop_fault(c, &delay, &argc);
   if (mode && r->type == REDIS_REPLY_ERROR &&
       strncmp(r->str, "NOSCRIPT", 8) == 0) {
     /* Not run: the fault moves to the EVAL the client sends next. */
@@ -164,6 +180,7 @@ static int one_reply(fp_conn *c, const redisReply *r, const char *b, size_t n) {
     c->p->delay_ms = delay;
     if (!c->p->match[0])
       snprintf(c->p->match, sizeof c->p->match, "%s", c->p->count_match);
+    c->p->match_argc = argc;
     pthread_mutex_unlock(&c->p->mu);
     mode = 0;
   }
@@ -292,6 +309,7 @@ void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms) {
   pthread_mutex_lock(&p->mu);
   snprintf(p->match, sizeof p->match, "%s", match);
   snprintf(p->count_match, sizeof p->count_match, "%s", match);
+  p->match_argc = 0;
   p->count = 0;
   p->mode = mode;
   p->delay_ms = delay_ms;
