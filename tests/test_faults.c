@@ -554,37 +554,6 @@ TH_CASE(paused_server_times_out_then_recovers_pool) {
   paused_server_times_out_then_recovers_body();
 }
 
-/* Parses one MONITOR line into argv (quoted, backslash-escaped tokens). */
-static int parse_monitor(const char *line, char **argv, size_t *lens, int max) {
-  const char *p = strchr(line, ']');
-  if (!p)
-    return 0;
-  int n = 0;
-  while ((p = strchr(p, '"')) != NULL && n < max) {
-    p++;
-    char *out = malloc(strlen(p) + 1);
-    size_t o = 0;
-    while (*p && *p != '"') {
-      if (*p == '\\' && p[1] == 'x' && p[2] && p[3]) {
-        char hx[3] = {p[2], p[3], 0};
-        out[o++] = (char)strtol(hx, NULL, 16);
-        p += 4;
-      } else if (*p == '\\' && p[1]) {
-        out[o++] = (char)(p[1] == 'n' ? '\n' : p[1] == 'r' ? '\r' : p[1]);
-        p += 2;
-      } else {
-        out[o++] = *p++;
-      }
-    }
-    if (*p == '"')
-      p++;
-    out[o] = '\0';
-    argv[n] = out;
-    lens[n++] = o;
-  }
-  return n;
-}
-
 typedef struct captured {
   int argc;
   char *argv[32];
@@ -600,7 +569,7 @@ static void capture_unlock(redisContext *mon, captured *cap) {
       th_fail(__FILE__, __LINE__, "MONITOR: %s", mon->errstr);
     if (x->type == REDIS_REPLY_STATUS && strstr(x->str, "\"EVALSHA\"") &&
         strstr(x->str, "redisson_unlock_latch")) {
-      cap->argc = parse_monitor(x->str, cap->argv, cap->lens, 32);
+      cap->argc = th_monitor_parse(x->str, cap->argv, cap->lens, 32);
       freeReplyObject(x);
       CHECK(cap->argc > 8);
       return;
@@ -608,16 +577,6 @@ static void capture_unlock(redisContext *mon, captured *cap) {
     freeReplyObject(x);
   }
   th_fail(__FILE__, __LINE__, "no unlock call seen on MONITOR");
-}
-
-static redisContext *start_monitor(th_redis *r) {
-  redisContext *mon = th_redis_raw(r);
-  struct timeval tv = {5, 0};
-  redisSetTimeout(mon, tv);
-  redisReply *x = redisCommand(mon, "MONITOR");
-  CHECK(x && x->type == REDIS_REPLY_STATUS);
-  freeReplyObject(x);
-  return mon;
 }
 
 static redisReply *replay(th_redis *r, const captured *cap) {
@@ -650,7 +609,7 @@ TH_CASE(unlock_replayed_never_decrements_twice) {
   CHECK_OK(dlock_mutex_new(c, "latch", &m));
   char field[64];
   CHECK_OK(dlock_mutex_owner(m, field, sizeof field));
-  redisContext *mon = start_monitor(r);
+  redisContext *mon = th_monitor_start(r);
   redisReply *x = NULL;
   CHECK_OK(dlock_mutex_lock(m));
   CHECK_OK(dlock_mutex_lock(m));
@@ -670,7 +629,7 @@ TH_CASE(unlock_replayed_never_decrements_twice) {
   freeReplyObject(k);
 
   redisFree(mon); /* the replays above showed up there too */
-  mon = start_monitor(r);
+  mon = th_monitor_start(r);
   CHECK_OK(dlock_mutex_unlock(m)); /* final: deletes */
   captured final_ = {0, {0}, {0}};
   capture_unlock(mon, &final_);
@@ -694,10 +653,14 @@ TH_CASE(unlock_replayed_never_decrements_twice) {
   /* The client writes a tombstone after a final release it had to send
    * more than once (test_ambiguous.c makes one); a copy of that release
    * arriving after the same thread took the lock again finds it and must
-   * not release the new hold. Written by hand here, under the replayed
-   * command's request id (its last argument). */
-  freeReplyObject(th_cmd(r, "SET redisson_unlock_latch:{latch}:%s 1 PX 60000",
-                         final_.argv[final_.argc - 1]));
+   * not release the new hold. Written by hand here, under the key the
+   * replayed command names (redisson_unlock_latch:{latch}:<request id>). */
+  const char *tomb = NULL;
+  for (int i = 3; i < final_.argc && !tomb; i++)
+    if (strncmp(final_.argv[i], "redisson_unlock_latch:", 22) == 0)
+      tomb = final_.argv[i];
+  CHECK(tomb != NULL);
+  freeReplyObject(th_cmd(r, "SET %s 1 PX 60000", tomb));
   CHECK_OK(dlock_mutex_lock(m));
   x = replay(r, &final_);
   CHECK(x->type == REDIS_REPLY_INTEGER && x->integer == 1);

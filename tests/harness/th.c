@@ -595,6 +595,49 @@ long long th_server_ms(th_redis *r) {
   return ms;
 }
 
+redisContext *th_monitor_start(th_redis *r) {
+  redisContext *mon = th_redis_raw(r);
+  struct timeval tv = {5, 0};
+  redisSetTimeout(mon, tv);
+  redisReply *x = redisCommand(mon, "MONITOR");
+  if (!x || x->type != REDIS_REPLY_STATUS)
+    th_fail(__FILE__, __LINE__, "MONITOR: %s", x ? x->str : mon->errstr);
+  freeReplyObject(x);
+  return mon;
+}
+
+int th_monitor_parse(const char *line, char **argv, size_t *lens, int max) {
+  const char *p = strchr(line, ']');
+  if (!p)
+    return 0;
+  int n = 0;
+  while ((p = strchr(p, '"')) != NULL && n < max) {
+    p++;
+    char *out = malloc(strlen(p) + 1);
+    if (!out)
+      th_fail(__FILE__, __LINE__, "out of memory");
+    size_t o = 0;
+    while (*p && *p != '"') {
+      if (*p == '\\' && p[1] == 'x' && p[2] && p[3]) {
+        char hx[3] = {p[2], p[3], 0};
+        out[o++] = (char)strtol(hx, NULL, 16);
+        p += 4;
+      } else if (*p == '\\' && p[1]) {
+        out[o++] = (char)(p[1] == 'n' ? '\n' : p[1] == 'r' ? '\r' : p[1]);
+        p += 2;
+      } else {
+        out[o++] = *p++;
+      }
+    }
+    if (*p == '"')
+      p++;
+    out[o] = '\0';
+    argv[n] = out;
+    lens[n++] = o;
+  }
+  return n;
+}
+
 long long th_get_ll(th_redis *r, const char *key) {
   redisReply *x = th_cmd(r, "GET %s", key);
   long long v = x->type == REDIS_REPLY_STRING ? atoll(x->str) : -1;

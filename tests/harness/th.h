@@ -171,6 +171,13 @@ redisReply *th_cmd(th_redis *r, const char *fmt, ...);
 long long th_cmd_int(th_redis *r, const char *fmt, ...);
 /* The server's clock (TIME), in ms (fails the test on another reply). */
 long long th_server_ms(th_redis *r);
+/* A raw connection in MONITOR mode (reads time out after 5 s): each
+ * redisGetReply gives one status line per command the server runs, the
+ * commands scripts call included ("[0 lua]"). */
+redisContext *th_monitor_start(th_redis *r);
+/* Splits a MONITOR line into its quoted arguments (escapes undone, each
+ * malloc'd: the caller frees them); returns how many, at most max. */
+int th_monitor_parse(const char *line, char **argv, size_t *lens, int max);
 /* GET key as a number; -1 when the key does not exist. */
 long long th_get_ll(th_redis *r, const char *key);
 /* Polls (bounded) until `channel` has exactly n subscribers on the server /
