@@ -590,6 +590,8 @@ enum {
   DLOCK__S_CANCEL,
   DLOCK__S_DECLINE,
   DLOCK__S_STATUS,
+  DLOCK__S_ACQUIRE_FIRST, /* the acquire's common case, fewer KEYS/ARGV */
+  DLOCK__S_UNLOCK_LAST,   /* the unlock's common case, fewer KEYS/ARGV */
   DLOCK__S_COUNT_CORE
 };
 /* Scripts registered by other modules (lock family) go through
@@ -1615,6 +1617,16 @@ typedef struct dlock__acq_call {
   size_t alens[8];
   const char *cargs[3]; /* cancel's ARGV: field, entry, wait id */
   size_t calens[3];
+  /* The acquire as sent (send_*): DLOCK__S_ACQUIRE_FIRST (KEYS lock,
+   * marker; ARGV lease, field) for a first hold (target 1) of a call that
+   * is not queued and does not queue on failure -- the common case, with
+   * half the Redis work of the acquire script's 12 KEYS and ARGV -- else
+   * DLOCK__S_ACQUIRE with keys and args above. */
+  int send_script, send_nkeys, send_nargs;
+  const char *send_keys[4];
+  size_t send_klens[4];
+  const char *send_args[8];
+  size_t send_alens[8];
 } dlock__acq_call;
 /* The acquire (and cancel) call of `field` on lock `name`: target = the
  * hold count after it, queue = join the wait queue on failure, w = the wait
@@ -1639,6 +1651,15 @@ typedef struct dlock__rel_call {
   size_t klens[7];
   const char *args[6];
   size_t alens[6];
+  /* The unlock as sent (send_*): DLOCK__S_UNLOCK_LAST (KEYS lock,
+   * channel, queue, tombstone; ARGV field, publish) for a final release
+   * (expected 1), the common case, else DLOCK__S_UNLOCK with keys and
+   * args above (the decline and spin scripts use those too). */
+  int send_script, send_nkeys, send_nargs;
+  const char *send_keys[7];
+  size_t send_klens[7];
+  const char *send_args[6];
+  size_t send_alens[6];
 } dlock__rel_call;
 /* The unlock call of `field` on lock `name`: lease = the remaining holds'
  * (dlock__remaining_lease), expected = the hold count before this unlock

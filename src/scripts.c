@@ -65,7 +65,7 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "if redis.call('exists', KEYS[1]) == 0 then\n"
          "  if ARGV[3] ~= '1' then return -3 end\n"
          "  dequeue()\n"
-         "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+         "  redis.call('hset', KEYS[1], ARGV[2], '1')\n"
          "  pexpire_new(KEYS[1], ARGV[1])\n"
          "  return nil\n"
          "end\n"
@@ -161,6 +161,69 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "redis.call('del', KEYS[1])\n"
          "release(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[4], KEYS[6], "
          "ARGV[3], ARGV[4])\n"
+         "return 1\n",
+         {0}},
+    [DLOCK__S_ACQUIRE_FIRST] =
+        {"acquire_first",
+         /* The acquire of the path taken most (issue 30: Redis work per
+          * pair): a first hold (count 1) of a call that is not queued and
+          * will not queue on failure -- the acquire script with ARGV[3] =
+          * '1', ARGV[4] = ARGV[6] = '0', same answers, without the queue's
+          * KEYS and ARGV. KEYS[1] lock, KEYS[2] hand-over marker. ARGV[1]
+          * lease ms, ARGV[2] field. nil = held, else the holder's PTTL. No
+          * helper functions: a closure made per call costs Redis time. */
+         "if redis.call('exists', KEYS[1]) == 0 then\n"
+         "  redis.call('hset', KEYS[1], ARGV[2], '1')\n"
+         "  local r = redis.pcall('pexpire', KEYS[1], ARGV[1])\n"
+         "  if type(r) == 'table' and r.err then\n"
+         "    redis.call('del', KEYS[1])\n"
+         "    error(r)\n"
+         "  end\n"
+         "  return nil\n"
+         "end\n"
+         "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n"
+         "  local p = redis.call('pttl', KEYS[1])\n"
+         "  if p < 0 then return 1000 end\n"
+         "  return p\n"
+         "end\n"
+         /* ours already: a re-sent acquire, or a hand-over to a wait that
+          * ended; it is this hold now (its marker goes) */
+         "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+         "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+         "  redis.call('del', KEYS[2])\n"
+         "  redis.call('hset', KEYS[1], ARGV[2], '1')\n"
+         "  return nil\n"
+         "end\n"
+         "return redis.call('pttl', KEYS[1])\n",
+         {0}},
+    [DLOCK__S_UNLOCK_LAST] =
+        {"unlock_last",
+         /* The final release (the client expects count 1) of the path
+          * taken most: the unlock script with ARGV[5] = '1', same answers,
+          * with 4 KEYS and 2 ARGV instead of 7 and 6. KEYS[1] lock, KEYS[2]
+          * channel, KEYS[3] queue, KEYS[4] tombstone. ARGV[1] field,
+          * ARGV[2] publish command. One EXISTS of tombstone and queue
+          * answers both questions of the common case (neither exists);
+          * only a queue needs the policy, whose other keys (deadlines,
+          * grant channels, marker) share the queue's suffix after
+          * "dlock_lock_queue" (dlock__own_name): built here, in the same
+          * slot, and its functions are made only then. */
+         "local n = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
+         "if not n then return nil end\n"
+         "if n < 1 then return 0 end\n"
+         "if redis.call('exists', KEYS[4], KEYS[3]) == 0 then\n"
+         "  redis.call('del', KEYS[1])\n"
+         "  redis.call(ARGV[2], KEYS[2], '0')\n"
+         "  return 1\n"
+         "end\n"
+         "if redis.call('exists', KEYS[4]) == 1 then return 1 end\n"
+         "redis.call('del', KEYS[1])\n"
+         "do\n" DLOCK__LUA_HANDOVER DLOCK__LUA_POLICY
+         "  local sfx = string.sub(KEYS[3], #'dlock_lock_queue' + 1)\n"
+         "  release(KEYS[1], KEYS[2], KEYS[3], 'dlock_lock_waits' .. sfx,\n"
+         "    'dlock_grant__channel' .. sfx, 'dlock_lock_granted' .. sfx,\n"
+         "    ARGV[1], ARGV[2])\n"
+         "end\n"
          "return 1\n",
          {0}},
     [DLOCK__S_FORCE_UNLOCK] =
