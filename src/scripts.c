@@ -203,19 +203,24 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
           * with 4 KEYS and 2 ARGV instead of 7 and 6. KEYS[1] lock, KEYS[2]
           * channel, KEYS[3] queue, KEYS[4] tombstone. ARGV[1] field,
           * ARGV[2] publish command. One EXISTS of tombstone and queue
-          * answers both questions of the common case (neither exists);
+          * answers both questions of the common case (neither exists:
+          * then HDEL of the field and PUBLISH, 3 commands in all);
           * only a queue needs the policy, whose other keys (deadlines,
           * grant channels, marker) share the queue's suffix after
           * "dlock_lock_queue" (dlock__own_name): built here, in the same
           * slot, and its functions are made only then. */
-         "local n = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
-         "if not n then return nil end\n"
-         "if n < 1 then return 0 end\n"
          "if redis.call('exists', KEYS[4], KEYS[3]) == 0 then\n"
-         "  redis.call('del', KEYS[1])\n"
+         /* A mutex hash has one field, the holder's: removing it removes
+          * the key (the full script's HGET + DEL in one command; a hash
+          * with a second field, which no lock writes, keeps that one, where
+          * the full script deleted the key). */
+         "  if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then return nil end\n"
          "  redis.call(ARGV[2], KEYS[2], '0')\n"
          "  return 1\n"
          "end\n"
+         "local n = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
+         "if not n then return nil end\n"
+         "if n < 1 then return 0 end\n"
          "if redis.call('exists', KEYS[4]) == 1 then return 1 end\n"
          "redis.call('del', KEYS[1])\n"
          "do\n" DLOCK__LUA_HANDOVER DLOCK__LUA_POLICY
