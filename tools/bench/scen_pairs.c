@@ -402,6 +402,42 @@ static void many_proc(int i, void *arg) {
   dlock_client_free(c);
 }
 
+/* The same processes without the library: plain hiredis doing the raw
+ * pair of "uncontended" (EVALSHA HSET+PEXPIRE, EVALSHA DEL) on a key of
+ * its own. What 8 processes cost the machine apart from any lock library
+ * -- each round trip wakes a process, and switching between processes
+ * costs more than between the floor's threads -- measured interleaved. */
+static void raw_proc(int i, void *arg) {
+  many_proc_arg *a = arg;
+  raw_pair rp;
+  raw_load(a->o, &rp);
+  char key[128];
+  snprintf(key, sizeof key, "%s:many:r:%d", a->o->run_id, i);
+  for (int k = 0; k < 50; k++)
+    raw_one(&rp, key);
+  atomic_fetch_add(&a->sh->ready, 1);
+  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
+  while (!atomic_load(&a->sh->go)) {
+    if (dlc_now_ns() > give_up)
+      _exit(1);
+    dlc_sleep_ns(100000);
+  }
+  double cpu0 = bench_cpu_us();
+  int64_t until = atomic_load(&a->sh->until);
+  long n = 0;
+  while (n < 100000000L) {
+    raw_one(&rp, key);
+    n++;
+    if ((n & 7) == 0 && dlc_now_ns() >= until)
+      break;
+  }
+  a->sh->w[i].count = n;
+  a->sh->w[i].cpu_us = bench_cpu_us() - cpu0;
+  a->sh->w[i].end_ns = dlc_now_ns();
+  a->sh->w[i].ok = 1;
+  redisFree(rp.c);
+}
+
 typedef struct many_fig {
   double rate, cpu, scripts, redis_pct;
 } many_fig;
@@ -448,24 +484,29 @@ static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
   f->scripts = total ? (double)(d.evalsha + d.eval) / (double)total : NAN;
 }
 
-/* --procs processes, a client and a lock each, for --secs. */
-static void many_procs(const bench_opts *o, redisContext *ctl, many_fig *f) {
+/* --procs processes running fn (many_proc: a client and a lock each;
+ * raw_proc: plain hiredis pairs), for --secs. */
+static void many_procs(const bench_opts *o, redisContext *ctl, many_fig *f,
+                       void (*fn)(int, void *)) {
   size_t shsz =
       sizeof(many_shared) + (size_t)o->procs * sizeof(((many_shared *)0)->w[0]);
   many_shared *sh = bench_shm(shsz);
   atomic_store(&sh->until, INT64_MAX);
   many_proc_arg pa = {o, sh};
-  int *pids = bench_fork(o->procs, many_proc, &pa);
+  int *pids = bench_fork(o->procs, fn, &pa);
   int64_t wait_end = dlc_now_ns() + (int64_t)60e9;
   while (atomic_load(&sh->ready) < o->procs && dlc_now_ns() < wait_end)
     dlc_sleep_ns(1000000);
   bench_cmdstats a, b, d;
   bench_cmdstats_read(ctl, &a);
+  double rcpu0 = bench_redis_cpu_s(ctl);
   int64_t t0 = dlc_now_ns();
   atomic_store(&sh->until, t0 + (int64_t)(o->many_secs * 1e9));
   atomic_store(&sh->go, 1);
   int bad = bench_reap(pids, o->procs,
                        dlc_now_ns() + (int64_t)((o->many_secs + 30) * 1e9));
+  f->redis_pct = 100.0 * (bench_redis_cpu_s(ctl) - rcpu0) /
+                 ((double)(dlc_now_ns() - t0) / 1e9);
   bench_cmdstats_read(ctl, &b);
   bench_cmdstats_delta(&a, &b, &d);
   long total = 0;
@@ -500,15 +541,18 @@ void scen_many(const bench_opts *o) {
   int reps = o->quick ? 1 : (o->reps < 3 ? o->reps : 3);
   if (reps < 1)
     reps = 1;
-  many_fig th[MAX_REPS], pr[MAX_REPS];
+  many_fig th[MAX_REPS], pr[MAX_REPS], rw[MAX_REPS];
   double fl[MAX_REPS];
   for (int r = 0; r < reps; r++) {
     bench_log("many %d/%d: hiredis floor (%d connections), %d threads on one "
-              "client, %d processes; %.1f s each",
-              r + 1, reps, o->threads, o->threads, o->procs, o->many_secs);
+              "client, %d processes, %d processes of raw hiredis pairs; "
+              "%.1f s each",
+              r + 1, reps, o->threads, o->threads, o->procs, o->procs,
+              o->many_secs);
     fl[r] = bench_evalsha_conc_rps(o, o->threads, o->many_secs);
     many_threads(o, ctl, r, &th[r]);
-    many_procs(o, ctl, &pr[r]);
+    many_procs(o, ctl, &pr[r], many_proc);
+    many_procs(o, ctl, &rw[r], raw_proc);
   }
   snprintf(label, sizeof label,
            "floor: hiredis EVALSHA req/s, %d connections (interleaved)",
@@ -530,6 +574,17 @@ void scen_many(const bench_opts *o) {
          med3(pr, reps, offsetof(many_fig, cpu)), "µs");
   bm_put("many", "procs_scripts", "script calls per pair (processes)",
          med3(pr, reps, offsetof(many_fig, scripts)), "calls");
+  bm_put("many", "procs_redis_cpu_pct", "Redis CPU (processes run)",
+         med3(pr, reps, offsetof(many_fig, redis_pct)), "% of a core");
+  snprintf(label, sizeof label,
+           "raw hiredis pairs/s, %d processes (interleaved; no library)",
+           o->procs);
+  bm_put("many", "raw_procs_pairs_per_s", label,
+         med3(rw, reps, offsetof(many_fig, rate)), "pairs/s");
+  bm_put("many", "raw_procs_cpu_us", "client CPU per raw pair (processes)",
+         med3(rw, reps, offsetof(many_fig, cpu)), "µs");
+  bm_put("many", "raw_procs_redis_cpu_pct", "Redis CPU (raw processes run)",
+         med3(rw, reps, offsetof(many_fig, redis_pct)), "% of a core");
   bm_put("many", "reps", "repetitions (medians)", reps, "");
   redisFree(ctl);
 }
