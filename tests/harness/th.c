@@ -595,6 +595,11 @@ long long th_server_ms(th_redis *r) {
   return ms;
 }
 
+int th_under_valgrind(void) {
+  const char *p = getenv("LD_PRELOAD");
+  return p && strstr(p, "vgpreload") != NULL;
+}
+
 redisContext *th_monitor_start(th_redis *r) {
   redisContext *mon = th_redis_raw(r);
   struct timeval tv = {5, 0};

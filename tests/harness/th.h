@@ -171,6 +171,9 @@ redisReply *th_cmd(th_redis *r, const char *fmt, ...);
 long long th_cmd_int(th_redis *r, const char *fmt, ...);
 /* The server's clock (TIME), in ms (fails the test on another reply). */
 long long th_server_ms(th_redis *r);
+/* 1 when the case runs under valgrind (its preload library is in
+ * LD_PRELOAD: make test-valgrind), else 0. */
+int th_under_valgrind(void);
 /* A raw connection in MONITOR mode (reads time out after 5 s): each
  * redisGetReply gives one status line per command the server runs, the
  * commands scripts call included ("[0 lua]"). */
