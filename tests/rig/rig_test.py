@@ -11,6 +11,7 @@ that is not installed: the message says which).
 """
 
 import argparse
+import glob
 import importlib.machinery
 import importlib.util
 import json
@@ -467,7 +468,10 @@ def case_rig_serve_clicks(R, a, tmp):
              "page was not checked in a browser")
     env = dict(os.environ, TMPDIR=tmp)
     err = open(os.path.join(tmp, "rig.err"), "wb")
+    # --keep-dir: the instances' logs stay in tmp (kept on a failure) --
+    # the page's "errors: see the instances' logs" needs them
     p = subprocess.Popen([a.rig, "--stockd", a.stockd, "--serve",
+                          "--keep-dir",
                           "--requests", "300", "--concurrency", "100",
                           "--strategy", "none,dlock"], cwd=tmp, env=env,
                          stdout=subprocess.PIPE, stderr=err,
@@ -550,6 +554,12 @@ def case_rig_serve_clicks(R, a, tmp):
                 print("screenshot: %s" % shot)
             except Exception as e:
                 print("no screenshot: %s" % e)
+        rig_dir = os.path.join(tmp, "dlock-rig-*")
+        for log in sorted(glob.glob(os.path.join(rig_dir, "stockd-*.log")) +
+                          glob.glob(os.path.join(rig_dir, "*", "error.log"))):
+            with open(log, errors="replace") as f:
+                tail = f.read()[-3000:]
+            print("----- %s (tail) -----\n%s" % (log, tail))
         raise
     finally:
         if b:
