@@ -180,7 +180,8 @@ static void expect_message(redisContext *sub, const char *channel,
 #define FAKE_ID "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 #define GRANT_CH "dlock_grant__channel::" BRACED ":" FAKE_ID
 
-/* Queues the fake waiter (wait id wid) whose entry joined `age_ms` ago. */
+/* Queues the fake waiter (wait id wid) whose entry joined `age_ms` ago
+ * (negative: in the future). */
 static redisContext *queue_fake(th_redis *r, const char *wid,
                                 long long age_ms) {
   redisContext *sub = subscriber(r, GRANT_CH);
@@ -197,9 +198,11 @@ TH_CASE(short_unlock_runs_the_policy_on_braced_names) {
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, BRACED, &m));
   /* A young head: the lock is freed, the head asked to retry, its slice
-   * recorded in the deadlines hash ("h"). */
+   * recorded in the deadlines hash ("h"). It joined "a minute from now",
+   * so no slow run (valgrind) ages it past the policy's 20 ms before the
+   * unlock. */
   CHECK_OK(dlock_mutex_lock(m));
-  redisContext *sub = queue_fake(r, "00000000000000b1", 0);
+  redisContext *sub = queue_fake(r, "00000000000000b1", -60000);
   CHECK_OK(dlock_mutex_unlock(m));
   expect_message(sub, GRANT_CH, "42|00000000000000b1|r");
   CHECK_EQ(th_cmd_int(r, "EXISTS " BRACED), 0);
