@@ -85,6 +85,12 @@ static void bulk(dlock__sb *b, const char *p, size_t n) {
   dlock__sb_add(b, "\r\n", 2);
 }
 
+dlock__areq *dlock__areq_eval_call(const dlock__call *k, dlock__areq_fn *fn,
+                                   void *arg) {
+  return dlock__areq_eval(dlock__core_script(k->script), k->nkeys, k->keys,
+                          k->klens, k->nargs, k->args, k->alens, fn, arg);
+}
+
 dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
                               const char **keys, const size_t *klens, int nargs,
                               const char **args, const size_t *alens,

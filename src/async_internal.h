@@ -176,6 +176,9 @@ dlock__areq *dlock__areq_eval(const dlock__script *s, int nkeys,
                               const char **keys, const size_t *klens, int nargs,
                               const char **args, const size_t *alens,
                               dlock__areq_fn *fn, void *arg);
+/* dlock__areq_eval of a call as sent (dlock__acq_call / rel_call .send). */
+dlock__areq *dlock__areq_eval_call(const dlock__call *k, dlock__areq_fn *fn,
+                                   void *arg);
 void dlock__areq_free(dlock__areq *r);
 
 /* ---- the client (async.c) ------------------------------------------------ */

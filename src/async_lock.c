@@ -246,9 +246,7 @@ static int send_call(dlock__aop *op, int target, int queue, int cancel) {
       : cancel
           ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 4, k.keys,
                              k.klens, 3, k.cargs, k.calens, cancel_done, op)
-          : dlock__areq_eval(dlock__core_script(k.send_script), k.send_nkeys,
-                             k.send_keys, k.send_klens, k.send_nargs,
-                             k.send_args, k.send_alens, attempt_done, op);
+          : dlock__areq_eval_call(&k.send, attempt_done, op);
   dlock__acq_call_free(&k);
   if (!r)
     return DLOCK_ENOMEM;
@@ -427,11 +425,7 @@ static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
   dlock__rel_call k;
   int rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl, lease,
                                 op->target, rid, dlock__apublish(a));
-  dlock__areq *u =
-      rc ? NULL
-         : dlock__areq_eval(dlock__core_script(k.send_script), k.send_nkeys,
-                            k.send_keys, k.send_klens, k.send_nargs,
-                            k.send_args, k.send_alens, undo_done, op);
+  dlock__areq *u = rc ? NULL : dlock__areq_eval_call(&k.send, undo_done, op);
   dlock__rel_call_free(&k);
   if (!u) {
     enosync(op, 0);
@@ -647,11 +641,7 @@ static void unlock_begin(dlock__aop *op) {
   rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl,
                             op->u.lease, op->u.expected, op->u.rid,
                             dlock__apublish(a));
-  dlock__areq *r =
-      rc ? NULL
-         : dlock__areq_eval(dlock__core_script(k.send_script), k.send_nkeys,
-                            k.send_keys, k.send_klens, k.send_nargs,
-                            k.send_args, k.send_alens, unlock_done, op);
+  dlock__areq *r = rc ? NULL : dlock__areq_eval_call(&k.send, unlock_done, op);
   dlock__rel_call_free(&k);
   if (!r) {
     h->h.releasing = 0;

@@ -1081,6 +1081,11 @@ static int eval_cmd(dlock_client *c, const dlock__script *s, int nkeys,
   return rc;
 }
 
+int dlock__eval_call(dlock_client *c, const dlock__call *k, redisReply **out) {
+  return dlock__eval(c, dlock__core_script(k->script), k->nkeys, k->keys,
+                     k->klens, k->nargs, k->args, k->alens, out);
+}
+
 int dlock__eval(dlock_client *c, const dlock__script *s, int nkeys,
                 const char **keys, const size_t *klens, int nargs,
                 const char **args, const size_t *alens, redisReply **out) {

@@ -1606,6 +1606,19 @@ int dlock__reply_int(const redisReply *r, long long *v);
 /* The calls of the plain mutex's scripts, KEYS and ARGV ready to send:
  * what the blocking mutex (mutex.c) and the event-loop client (async_lock.c)
  * both send, built in one place. */
+/* A script call as sent: which core script, and views of its KEYS and
+ * ARGV (pointing into the call structure below that owns them). */
+typedef struct dlock__call {
+  int script; /* DLOCK__S_* */
+  int nkeys, nargs;
+  const char **keys;
+  const size_t *klens;
+  const char **args;
+  const size_t *alens;
+} dlock__call;
+/* dlock__eval / dlock__areq_eval of such a call (conn.c, async_conn.c). */
+int dlock__eval_call(dlock_client *c, const dlock__call *k, redisReply **out);
+
 typedef struct dlock__acq_call {
   dlock__sb q, dl, mk; /* the queue, its deadlines, the hand-over marker */
   char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
@@ -1617,16 +1630,14 @@ typedef struct dlock__acq_call {
   size_t alens[8];
   const char *cargs[3]; /* cancel's ARGV: field, entry, wait id */
   size_t calens[3];
-  /* The acquire as sent (send_*): DLOCK__S_ACQUIRE_FIRST (KEYS lock,
-   * marker; ARGV lease, field) for a first hold (target 1) of a call that
-   * is not queued and does not queue on failure -- the common case, with
-   * half the Redis work of the acquire script's 12 KEYS and ARGV -- else
-   * DLOCK__S_ACQUIRE with keys and args above. */
-  int send_script, send_nkeys, send_nargs;
-  const char *send_keys[4];
-  size_t send_klens[4];
-  const char *send_args[8];
-  size_t send_alens[8];
+  /* The acquire as sent: DLOCK__S_ACQUIRE_FIRST (KEYS lock, marker; ARGV
+   * lease, field: the short_* arrays) for a first hold (target 1) of a call
+   * that is not queued and does not queue on failure -- the common case,
+   * with half the Redis work of the acquire script's 12 KEYS and ARGV --
+   * else DLOCK__S_ACQUIRE with keys and args above. */
+  dlock__call send;
+  const char *short_keys[2], *short_args[2];
+  size_t short_klens[2], short_alens[2];
 } dlock__acq_call;
 /* The acquire (and cancel) call of `field` on lock `name`: target = the
  * hold count after it, queue = join the wait queue on failure, w = the wait
@@ -1651,15 +1662,13 @@ typedef struct dlock__rel_call {
   size_t klens[7];
   const char *args[6];
   size_t alens[6];
-  /* The unlock as sent (send_*): DLOCK__S_UNLOCK_LAST (KEYS lock,
-   * channel, queue, tombstone; ARGV field, publish) for a final release
-   * (expected 1), the common case, else DLOCK__S_UNLOCK with keys and
-   * args above (the decline and spin scripts use those too). */
-  int send_script, send_nkeys, send_nargs;
-  const char *send_keys[7];
-  size_t send_klens[7];
-  const char *send_args[6];
-  size_t send_alens[6];
+  /* The unlock as sent: DLOCK__S_UNLOCK_LAST (KEYS lock, channel, queue,
+   * tombstone; ARGV field, publish: the short_* arrays) for a final
+   * release (expected 1), the common case, else DLOCK__S_UNLOCK with keys
+   * and args above (the decline and spin scripts use those too). */
+  dlock__call send;
+  const char *short_keys[4], *short_args[2];
+  size_t short_klens[4], short_alens[2];
 } dlock__rel_call;
 /* The unlock call of `field` on lock `name`: lease = the remaining holds'
  * (dlock__remaining_lease), expected = the hold count before this unlock

@@ -131,25 +131,22 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   k->calens[1] = k->el;
   k->calens[2] = 16;
   if (target == 1 && !queue && !w->queued) {
-    k->send_script = DLOCK__S_ACQUIRE_FIRST;
-    k->send_nkeys = 2;
-    k->send_nargs = 2;
-    k->send_keys[0] = name;
-    k->send_klens[0] = name_len;
-    k->send_keys[1] = k->mk.p;
-    k->send_klens[1] = k->mk.len;
-    k->send_args[0] = k->ls;
-    k->send_alens[0] = lsl;
-    k->send_args[1] = k->field;
-    k->send_alens[1] = fl;
+    const char *sk[2] = {name, k->mk.p}, *sa[2] = {k->ls, k->field};
+    size_t skl[2] = {name_len, k->mk.len}, sal[2] = {lsl, fl};
+    memcpy(k->short_keys, sk, sizeof sk);
+    memcpy(k->short_klens, skl, sizeof skl);
+    memcpy(k->short_args, sa, sizeof sa);
+    memcpy(k->short_alens, sal, sizeof sal);
+    k->send = (dlock__call){DLOCK__S_ACQUIRE_FIRST,
+                            2,
+                            2,
+                            k->short_keys,
+                            k->short_klens,
+                            k->short_args,
+                            k->short_alens};
   } else {
-    k->send_script = DLOCK__S_ACQUIRE;
-    k->send_nkeys = 4;
-    k->send_nargs = 8;
-    memcpy(k->send_keys, keys, sizeof keys);
-    memcpy(k->send_klens, klens, sizeof klens);
-    memcpy(k->send_args, args, sizeof args);
-    memcpy(k->send_alens, alens, sizeof alens);
+    k->send = (dlock__call){DLOCK__S_ACQUIRE, 4,       8,       k->keys,
+                            k->klens,         k->args, k->alens};
   }
   return k->q.oom || k->dl.oom || k->mk.oom
              ? dlock__fail(DLOCK_ENOMEM, "out of memory")
@@ -195,25 +192,24 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
   k->nkeys = 7;
   k->nargs = 6;
   if (expected == 1) {
-    k->send_script = DLOCK__S_UNLOCK_LAST;
-    k->send_nkeys = 4;
-    k->send_nargs = 2;
     const char *sk[4] = {name, k->ch.p, k->q.p, k->tomb.p};
     size_t skl[4] = {name_len, k->ch.len, k->q.len, k->tomb.len};
-    memcpy(k->send_keys, sk, sizeof sk);
-    memcpy(k->send_klens, skl, sizeof skl);
-    k->send_args[0] = k->field;
-    k->send_alens[0] = fl;
-    k->send_args[1] = pub;
-    k->send_alens[1] = strlen(pub);
+    const char *sa[2] = {k->field, pub};
+    size_t sal[2] = {fl, alens[3]};
+    memcpy(k->short_keys, sk, sizeof sk);
+    memcpy(k->short_klens, skl, sizeof skl);
+    memcpy(k->short_args, sa, sizeof sa);
+    memcpy(k->short_alens, sal, sizeof sal);
+    k->send = (dlock__call){DLOCK__S_UNLOCK_LAST,
+                            4,
+                            2,
+                            k->short_keys,
+                            k->short_klens,
+                            k->short_args,
+                            k->short_alens};
   } else {
-    k->send_script = DLOCK__S_UNLOCK;
-    k->send_nkeys = 7;
-    k->send_nargs = 6;
-    memcpy(k->send_keys, keys, sizeof keys);
-    memcpy(k->send_klens, klens, sizeof klens);
-    memcpy(k->send_args, args, sizeof args);
-    memcpy(k->send_alens, alens, sizeof alens);
+    k->send = (dlock__call){DLOCK__S_UNLOCK, 7,       6,       k->keys,
+                            k->klens,        k->args, k->alens};
   }
   return k->ch.oom || k->gp.oom || k->q.oom || k->dl.oom || k->mk.oom ||
                  k->tomb.oom
@@ -333,9 +329,7 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
                                 lease, queue, w);
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(m->c, dlock__core_script(k.send_script), k.send_nkeys,
-                     k.send_keys, k.send_klens, k.send_nargs, k.send_args,
-                     k.send_alens, &r);
+    rc = dlock__eval_call(m->c, &k.send, &r);
   dlock__acq_call_free(&k);
   return dlock__acq_reply(rc, r, m->name, ttl);
 }
@@ -352,9 +346,7 @@ static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
                                 expected, rid, dlock__publish_cmd(c));
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(c, dlock__core_script(k.send_script), k.send_nkeys,
-                     k.send_keys, k.send_klens, k.send_nargs, k.send_args,
-                     k.send_alens, &r);
+    rc = dlock__eval_call(c, &k.send, &r);
   dlock__rel_call_free(&k);
   rc = dlock__rel_reply(rc, r);
   return rc < 0 && expected == 1 ? dlock__spin_unlock_refused(m, tid, rc) : rc;

@@ -355,27 +355,6 @@ TH_CASE(non_owner_unlock_eperm_keeps_lock) {
 }
 
 /* Reads one pub/sub message from sub (blocking, bounded by its timeout). */
-static void expect_message(redisContext *sub, const char *channel,
-                           const char *payload) {
-  redisReply *x = NULL;
-  if (redisGetReply(sub, (void **)&x) != REDIS_OK || !x)
-    th_fail(__FILE__, __LINE__, "no message on %s (%s)", channel, sub->errstr);
-  CHECK(x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-  CHECK_STR(x->element[0]->str, "message");
-  CHECK_STR(x->element[1]->str, channel);
-  CHECK_STR(x->element[2]->str, payload);
-  freeReplyObject(x);
-}
-
-static redisContext *subscriber(th_redis *r, const char *channel) {
-  redisContext *sub = th_redis_raw(r);
-  struct timeval tv = {5, 0};
-  redisSetTimeout(sub, tv);
-  redisReply *x = redisCommand(sub, "SUBSCRIBE %s", channel);
-  CHECK(x && x->type == REDIS_REPLY_ARRAY);
-  freeReplyObject(x);
-  return sub;
-}
 
 TH_CASE(force_unlock_deletes_and_publishes) {
   th_redis *r = th_redis_new(0, NULL);
@@ -384,7 +363,7 @@ TH_CASE(force_unlock_deletes_and_publishes) {
   CHECK_OK(dlock_mutex_new(c, "fu", &m));
   CHECK_OK(dlock_mutex_new(c2, "fu", &f));
   const char *ch = "redisson_lock__channel:{fu}";
-  redisContext *sub = subscriber(r, ch);
+  redisContext *sub = th_subscriber(r, ch);
   CHECK_EQ(dlock_mutex_force_unlock(f), 0); /* nothing to delete: no "0" */
   CHECK_OK(dlock_mutex_lock(m));
   CHECK_OK(dlock_mutex_lock(m));
@@ -393,8 +372,8 @@ TH_CASE(force_unlock_deletes_and_publishes) {
   CHECK_EQ(dlock_mutex_force_unlock(f), 0);
   freeReplyObject(th_cmd(r, "PUBLISH %s end", ch));
   /* Exactly one "0": from the force unlock that deleted the lock. */
-  expect_message(sub, ch, "0");
-  expect_message(sub, ch, "end");
+  th_expect_message(sub, ch, "0");
+  th_expect_message(sub, ch, "end");
   redisFree(sub);
   /* The holder learns at its unlock; the lock is free for others. */
   CHECK_RC(dlock_mutex_unlock(m), DLOCK_ELOST);
@@ -765,7 +744,7 @@ static void fake_waiter_queue(th_redis *r, const char *name, fake_waiter *f) {
   snprintf(f->grant_ch, sizeof f->grant_ch,
            "dlock_grant__channel:{%s}:aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee",
            name);
-  f->sub = subscriber(r, f->grant_ch);
+  f->sub = th_subscriber(r, f->grant_ch);
   freeReplyObject(th_cmd(r, "RPUSH dlock_lock_queue:{%s} %s|30000|%s", name,
                          f->field, f->wid));
   freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{%s} %s 0", name, f->wid));
@@ -775,7 +754,7 @@ static void fake_waiter_queue(th_redis *r, const char *name, fake_waiter *f) {
 static void fake_waiter_expect(fake_waiter *f, const char *suffix) {
   char want[64];
   snprintf(want, sizeof want, "42|%s%s", f->wid, suffix);
-  expect_message(f->sub, f->grant_ch, want);
+  th_expect_message(f->sub, f->grant_ch, want);
 }
 
 /* Go's normal mode: the oldest waiter is young (it has just joined),
@@ -1107,7 +1086,7 @@ TH_CASE(redisson_waiter_served_under_contention) {
     p[i] = th_fork(rw_proc, NULL);
   const char *ch = "redisson_lock__channel:{rw}";
   const char *me = "99999999-8888-4777-8666-555555555555:1";
-  redisContext *sub = subscriber(g_r, ch);
+  redisContext *sub = th_subscriber(g_r, ch);
   struct timeval tv = {0, 100000}; /* a bounded read: re-check the clock */
   redisSetTimeout(sub, tv);
   redisContext *cmd = th_redis_raw(g_r);
@@ -1142,7 +1121,7 @@ TH_CASE(redisson_waiter_served_under_contention) {
     } else {
       /* the read timed out: a fresh connection (hiredis keeps the error) */
       redisFree(sub);
-      sub = subscriber(g_r, ch);
+      sub = th_subscriber(g_r, ch);
       redisSetTimeout(sub, tv);
     }
   }
@@ -1253,9 +1232,9 @@ static void layout_for(th_redis *r, dlock_client *c, const char *name,
   CHECK_EQ(k->elements, 0);
   freeReplyObject(k);
   /* The final unlock publishes "0" on the Redisson channel (no waiters). */
-  redisContext *sub = subscriber(r, channel);
+  redisContext *sub = th_subscriber(r, channel);
   CHECK_OK(dlock_mutex_unlock(m));
-  expect_message(sub, channel, "0");
+  th_expect_message(sub, channel, "0");
   redisFree(sub);
   CHECK_EQ(th_cmd_int(r, "EXISTS %s", name), 0);
 

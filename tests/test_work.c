@@ -155,27 +155,6 @@ TH_CASE(reentrant_hold_mixes_short_and_full_scripts) {
  * head and drop it, or write the slice record elsewhere. A fake waiter (a
  * subscriber that never attempts) is queued by hand, as in test_mutex.c. */
 
-static redisContext *subscriber(th_redis *r, const char *channel) {
-  redisContext *sub = th_redis_raw(r);
-  struct timeval tv = {5, 0};
-  redisSetTimeout(sub, tv);
-  redisReply *x = redisCommand(sub, "SUBSCRIBE %s", channel);
-  CHECK(x && x->type == REDIS_REPLY_ARRAY);
-  freeReplyObject(x);
-  return sub;
-}
-
-static void expect_message(redisContext *sub, const char *channel,
-                           const char *payload) {
-  redisReply *x = NULL;
-  if (redisGetReply(sub, (void **)&x) != REDIS_OK || !x)
-    th_fail(__FILE__, __LINE__, "no message on %s (%s)", channel, sub->errstr);
-  CHECK(x->type == REDIS_REPLY_ARRAY && x->elements == 3);
-  CHECK_STR(x->element[1]->str, channel);
-  CHECK_STR(x->element[2]->str, payload);
-  freeReplyObject(x);
-}
-
 #define BRACED "pb{x}y"
 #define FAKE_ID "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
 #define GRANT_CH "dlock_grant__channel::" BRACED ":" FAKE_ID
@@ -184,7 +163,7 @@ static void expect_message(redisContext *sub, const char *channel,
  * (negative: in the future). */
 static redisContext *queue_fake(th_redis *r, const char *wid,
                                 long long age_ms) {
-  redisContext *sub = subscriber(r, GRANT_CH);
+  redisContext *sub = th_subscriber(r, GRANT_CH);
   freeReplyObject(th_cmd(
       r, "RPUSH dlock_lock_queue::" BRACED " " FAKE_ID ":42|30000|%s", wid));
   freeReplyObject(th_cmd(r, "HSET dlock_lock_waits::" BRACED " %s 0 t%s %lld",
@@ -204,7 +183,7 @@ TH_CASE(short_unlock_runs_the_policy_on_braced_names) {
   CHECK_OK(dlock_mutex_lock(m));
   redisContext *sub = queue_fake(r, "00000000000000b1", -60000);
   CHECK_OK(dlock_mutex_unlock(m));
-  expect_message(sub, GRANT_CH, "42|00000000000000b1|r");
+  th_expect_message(sub, GRANT_CH, "42|00000000000000b1|r");
   CHECK_EQ(th_cmd_int(r, "EXISTS " BRACED), 0);
   CHECK_EQ(th_cmd_int(r, "HEXISTS dlock_lock_waits::" BRACED " h"), 1);
   CHECK_EQ(th_cmd_int(r, "LLEN dlock_lock_queue::" BRACED), 1);
@@ -216,7 +195,7 @@ TH_CASE(short_unlock_runs_the_policy_on_braced_names) {
   CHECK_OK(dlock_mutex_lock(m));
   sub = queue_fake(r, "00000000000000b2", 1000);
   CHECK_OK(dlock_mutex_unlock(m));
-  expect_message(sub, GRANT_CH, "42|00000000000000b2");
+  th_expect_message(sub, GRANT_CH, "42|00000000000000b2");
   redisReply *x = th_cmd(r, "HGET " BRACED " " FAKE_ID ":42");
   CHECK(x->type == REDIS_REPLY_STRING && strcmp(x->str, "1") == 0);
   freeReplyObject(x);

@@ -595,6 +595,44 @@ long long th_server_ms(th_redis *r) {
   return ms;
 }
 
+redisContext *th_subscriber(th_redis *r, const char *channel) {
+  redisContext *sub = th_redis_raw(r);
+  struct timeval tv = {5, 0};
+  redisSetTimeout(sub, tv);
+  redisReply *x = redisCommand(sub, "SUBSCRIBE %s", channel);
+  if (!x || x->type != REDIS_REPLY_ARRAY)
+    th_fail(__FILE__, __LINE__, "SUBSCRIBE %s: %s", channel,
+            x ? x->str : sub->errstr);
+  freeReplyObject(x);
+  return sub;
+}
+
+void th_expect_message(redisContext *sub, const char *channel,
+                       const char *payload) {
+  redisReply *x = NULL;
+  if (redisGetReply(sub, (void **)&x) != REDIS_OK || !x)
+    th_fail(__FILE__, __LINE__, "no message on %s (%s)", channel, sub->errstr);
+  int ok = x->type == REDIS_REPLY_ARRAY && x->elements == 3 &&
+           x->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(x->element[0]->str, "message") == 0 &&
+           x->element[1]->type == REDIS_REPLY_STRING &&
+           strcmp(x->element[1]->str, channel) == 0 &&
+           x->element[2]->type == REDIS_REPLY_STRING &&
+           strcmp(x->element[2]->str, payload) == 0;
+  if (!ok)
+    th_fail(__FILE__, __LINE__, "expected message '%s' on %s, got %s '%s'",
+            payload, channel,
+            x->type == REDIS_REPLY_ARRAY && x->elements == 3 &&
+                    x->element[1]->type == REDIS_REPLY_STRING
+                ? x->element[1]->str
+                : "(not a message)",
+            x->type == REDIS_REPLY_ARRAY && x->elements == 3 &&
+                    x->element[2]->type == REDIS_REPLY_STRING
+                ? x->element[2]->str
+                : "");
+  freeReplyObject(x);
+}
+
 int th_under_valgrind(void) {
   const char *p = getenv("LD_PRELOAD");
   return p && strstr(p, "vgpreload") != NULL;

@@ -174,6 +174,12 @@ long long th_server_ms(th_redis *r);
 /* 1 when the case runs under valgrind (its preload library is in
  * LD_PRELOAD: make test-valgrind), else 0. */
 int th_under_valgrind(void);
+/* A raw connection subscribed to `channel` (reads time out after 5 s). */
+redisContext *th_subscriber(th_redis *r, const char *channel);
+/* Reads the next pub/sub message of sub and fails the case unless it is
+ * `payload` on `channel`. */
+void th_expect_message(redisContext *sub, const char *channel,
+                       const char *payload);
 /* A raw connection in MONITOR mode (reads time out after 5 s): each
  * redisGetReply gives one status line per command the server runs, the
  * commands scripts call included ("[0 lua]"). */

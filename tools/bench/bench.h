@@ -13,6 +13,7 @@
 #define DLOCK_BENCH_H
 
 #include <hiredis/hiredis.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -134,6 +135,9 @@ void bench_shm_free(void *p, size_t bytes);
  * (malloc'ed). */
 typedef void (*bench_worker_fn)(int i, void *arg);
 int *bench_fork(int n, bench_worker_fn fn, void *arg);
+/* In a worker: counts itself in `ready`, then waits for `go` (set by the
+ * parent once all are ready); _exit(1) when no go comes within 60 s. */
+void bench_worker_ready(atomic_int *ready, atomic_int *go);
 /* Waits for the workers until deadline_ns (monotonic), then SIGKILLs the
  * ones left. Returns how many did not exit with status 0; frees pids. */
 int bench_reap(int *pids, int n, int64_t deadline_ns);

@@ -134,13 +134,7 @@ static void worker(int i, void *arg) {
   for (int k = 0; k < 50; k++)
     if (dlock_mutex_lock(m) != 0 || dlock_mutex_unlock(m) != 0)
       _exit(1);
-  atomic_fetch_add(&a->sh->ready, 1);
-  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
-  while (!atomic_load(&a->sh->go)) {
-    if (dlc_now_ns() > give_up)
-      _exit(1);
-    dlc_sleep_ns(100000);
-  }
+  bench_worker_ready(&a->sh->ready, &a->sh->go);
   long n = 0;
   int64_t until = atomic_load(&a->sh->until);
   while (n < 100000000L && ((n & 7) || dlc_now_ns() < until)) {

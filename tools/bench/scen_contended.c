@@ -58,13 +58,7 @@ static void worker(int i, void *p) {
     _exit(1);
   redisContext *r = bench_connect(a->o);
   float *samples = sh->samples + (size_t)i * (size_t)sh->cap;
-  atomic_fetch_add(&sh->ready, 1);
-  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
-  while (!atomic_load(&sh->go)) {
-    if (dlc_now_ns() > give_up)
-      _exit(1);
-    dlc_sleep_ns(100000);
-  }
+  bench_worker_ready(&sh->ready, &sh->go);
   int64_t until = atomic_load(&sh->until);
   double cpu0 = bench_cpu_us();
   long n = 0;

@@ -336,16 +336,19 @@ typedef struct many_thread {
   long count;
 } many_thread;
 
-static long loop_until(dlock_mutex *m, int64_t until) {
+/* Runs one(st) until `until` (checked every 8 calls); how many ran. */
+static long loop_until(void (*one)(void *), void *st, int64_t until) {
   long n = 0;
   while (n < 100000000L) {
-    pair(m);
+    one(st);
     n++;
     if ((n & 7) == 0 && dlc_now_ns() >= until)
       break;
   }
   return n;
 }
+
+static void pair_of(void *m) { pair(m); }
 
 static void *many_main(void *p) {
   many_thread *t = p;
@@ -357,7 +360,7 @@ static void *many_main(void *p) {
   atomic_fetch_add(t->ready, 1);
   while (!atomic_load(t->go))
     dlc_sleep_ns(100000);
-  t->count = loop_until(m, atomic_load(t->until));
+  t->count = loop_until(pair_of, m, atomic_load(t->until));
   dlock_mutex_free(m);
   return NULL;
 }
@@ -378,26 +381,26 @@ typedef struct many_proc_arg {
   many_shared *sh;
 } many_proc_arg;
 
+/* One process's timed phase, after 50 pairs to warm up: one(st) in a
+ * loop until the parent's deadline, its count and CPU into sh->w[i]. */
+static void proc_run(many_shared *sh, int i, void (*one)(void *), void *st) {
+  for (int k = 0; k < 50; k++)
+    one(st);
+  bench_worker_ready(&sh->ready, &sh->go);
+  double cpu0 = bench_cpu_us();
+  sh->w[i].count = loop_until(one, st, atomic_load(&sh->until));
+  sh->w[i].cpu_us = bench_cpu_us() - cpu0;
+  sh->w[i].end_ns = dlc_now_ns();
+  sh->w[i].ok = 1;
+}
+
 static void many_proc(int i, void *arg) {
   many_proc_arg *a = arg;
   dlock_client *c = bench_client(a->o, 1, 0);
   char name[96];
   snprintf(name, sizeof name, "%s:many:p:%d", a->o->run_id, i);
   dlock_mutex *m = new_mutex(c, name);
-  for (int k = 0; k < 50; k++)
-    pair(m);
-  atomic_fetch_add(&a->sh->ready, 1);
-  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
-  while (!atomic_load(&a->sh->go)) {
-    if (dlc_now_ns() > give_up)
-      _exit(1);
-    dlc_sleep_ns(100000);
-  }
-  double cpu0 = bench_cpu_us();
-  a->sh->w[i].count = loop_until(m, atomic_load(&a->sh->until));
-  a->sh->w[i].cpu_us = bench_cpu_us() - cpu0;
-  a->sh->w[i].end_ns = dlc_now_ns();
-  a->sh->w[i].ok = 1;
+  proc_run(a->sh, i, pair_of, m);
   dlock_mutex_free(m);
   dlock_client_free(c);
 }
@@ -407,35 +410,23 @@ static void many_proc(int i, void *arg) {
  * its own. What 8 processes cost the machine apart from any lock library
  * -- each round trip wakes a process, and switching between processes
  * costs more than between the floor's threads -- measured interleaved. */
+typedef struct raw_state {
+  raw_pair rp;
+  char key[128];
+} raw_state;
+
+static void raw_of(void *p) {
+  raw_state *r = p;
+  raw_one(&r->rp, r->key);
+}
+
 static void raw_proc(int i, void *arg) {
   many_proc_arg *a = arg;
-  raw_pair rp;
-  raw_load(a->o, &rp);
-  char key[128];
-  snprintf(key, sizeof key, "%s:many:r:%d", a->o->run_id, i);
-  for (int k = 0; k < 50; k++)
-    raw_one(&rp, key);
-  atomic_fetch_add(&a->sh->ready, 1);
-  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
-  while (!atomic_load(&a->sh->go)) {
-    if (dlc_now_ns() > give_up)
-      _exit(1);
-    dlc_sleep_ns(100000);
-  }
-  double cpu0 = bench_cpu_us();
-  int64_t until = atomic_load(&a->sh->until);
-  long n = 0;
-  while (n < 100000000L) {
-    raw_one(&rp, key);
-    n++;
-    if ((n & 7) == 0 && dlc_now_ns() >= until)
-      break;
-  }
-  a->sh->w[i].count = n;
-  a->sh->w[i].cpu_us = bench_cpu_us() - cpu0;
-  a->sh->w[i].end_ns = dlc_now_ns();
-  a->sh->w[i].ok = 1;
-  redisFree(rp.c);
+  raw_state r;
+  raw_load(a->o, &r.rp);
+  snprintf(r.key, sizeof r.key, "%s:many:r:%d", a->o->run_id, i);
+  proc_run(a->sh, i, raw_of, &r);
+  redisFree(r.rp.c);
 }
 
 typedef struct many_fig {

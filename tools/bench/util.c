@@ -325,6 +325,16 @@ void bench_monitor_stop(bench_monitor *m, redisContext *ctl) {
 
 /* ---- shared memory ------------------------------------------------------ */
 
+void bench_worker_ready(atomic_int *ready, atomic_int *go) {
+  atomic_fetch_add(ready, 1);
+  int64_t give_up = dlc_now_ns() + (int64_t)60e9;
+  while (!atomic_load(go)) {
+    if (dlc_now_ns() > give_up)
+      _exit(1);
+    dlc_sleep_ns(100000);
+  }
+}
+
 void *bench_shm(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
