@@ -163,6 +163,14 @@ void scen_baseline(const bench_opts *o);
  * thread each, for secs: total requests/s. The floor of "many", measured
  * next to it. */
 double bench_evalsha_conc_rps(const bench_opts *o, int conns, double secs);
+/* The floor's own request on a connection of its own, for the same
+ * requests from processes (many's reference row): open (connects, loads
+ * the script; dies on error), one blocking EVALSHA per call, close. One
+ * per process; not thread-safe. */
+typedef struct bench_floor bench_floor;
+bench_floor *bench_floor_open(const bench_opts *o);
+void bench_floor_one(bench_floor *b);
+void bench_floor_close(bench_floor *b);
 void scen_uncontended(const bench_opts *o);
 void scen_many(const bench_opts *o);
 /* "many" on a redis-cluster:// URL: one-master reference, then spread. */

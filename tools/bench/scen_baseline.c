@@ -269,6 +269,38 @@ void scen_baseline(const bench_opts *o) {
   redisFree(c);
 }
 
+struct bench_floor {
+  redisContext *c;
+  fmtcmd f;
+};
+
+bench_floor *bench_floor_open(const bench_opts *o) {
+  bench_floor *b = calloc(1, sizeof *b);
+  if (!b)
+    bench_die("out of memory");
+  b->c = bench_connect(o);
+  redisReply *r = bench_cmdf(b->c, "SCRIPT LOAD %s", BASE_SCRIPT);
+  if (r->type != REDIS_REPLY_STRING)
+    bench_die("SCRIPT LOAD: %s",
+              r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+  char sha[41], key[96];
+  snprintf(sha, sizeof sha, "%s", r->str);
+  freeReplyObject(r);
+  snprintf(key, sizeof key, "%s:base:conc", o->run_id);
+  const char *field = "00000000-0000-4000-8000-000000000000:1";
+  const char *eargv[6] = {"EVALSHA", sha, "1", key, "30000", field};
+  b->f = format(6, eargv);
+  return b;
+}
+
+void bench_floor_one(bench_floor *b) { one(b->c, &b->f); }
+
+void bench_floor_close(bench_floor *b) {
+  redisFreeCommand(b->f.p);
+  redisFree(b->c);
+  free(b);
+}
+
 double bench_evalsha_conc_rps(const bench_opts *o, int conns, double secs) {
   redisContext *c = bench_connect(o);
   redisReply *r = bench_cmdf(c, "SCRIPT LOAD %s", BASE_SCRIPT);

@@ -93,9 +93,11 @@ typedef struct raw_pair {
   char lock_sha[41], unlock_sha[41];
 } raw_pair;
 
-static void raw_load(const bench_opts *o, raw_pair *rp) {
+/* Connects rp and loads its two scripts. */
+static void pair_load(const bench_opts *o, raw_pair *rp, const char *lock_src,
+                      const char *unlock_src) {
   rp->c = bench_connect(o);
-  const char *src[2] = {RAW_LOCK, RAW_UNLOCK};
+  const char *src[2] = {lock_src, unlock_src};
   char *dst[2] = {rp->lock_sha, rp->unlock_sha};
   for (int i = 0; i < 2; i++) {
     const char *argv[3] = {"SCRIPT", "LOAD", src[i]};
@@ -106,6 +108,10 @@ static void raw_load(const bench_opts *o, raw_pair *rp) {
     snprintf(dst[i], 41, "%s", r->str);
     freeReplyObject(r);
   }
+}
+
+static void raw_load(const bench_opts *o, raw_pair *rp) {
+  pair_load(o, rp, RAW_LOCK, RAW_UNLOCK);
 }
 
 /* One raw pair: two blocking EVALSHA round trips, formatted per call like
@@ -121,6 +127,60 @@ static void raw_one(raw_pair *rp, const char *key) {
   r = bench_cmd(rp->c, 4, ua);
   if (r->type == REDIS_REPLY_ERROR)
     bench_die("raw unlock: %s", r->str);
+  freeReplyObject(r);
+}
+
+/* The least a lock in this layout makes Redis do (many's "layout floor"
+ * reference row): the commands every Redisson-compatible, idempotent,
+ * hand-over-capable uncontended pair runs, without anything of this
+ * library's -- EXISTS, HSET, PEXPIRE (Redisson's hash, never written into
+ * another holder's); EXISTS of the unlock's tombstone and the wait queue,
+ * HDEL of the holder's field, PUBLISH on Redisson's channel. Keys as the
+ * library names them; formatted per call, like raw_one. */
+static const char LAYOUT_LOCK[] =
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  redis.call('hset', KEYS[1], ARGV[2], '1')\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  return nil\n"
+    "end\n"
+    "return redis.call('pttl', KEYS[1])\n";
+static const char LAYOUT_UNLOCK[] =
+    "if redis.call('exists', KEYS[2], KEYS[3]) == 0 then\n"
+    "  if redis.call('hdel', KEYS[1], ARGV[1]) == 0 then return nil end\n"
+    "  redis.call('publish', ARGV[2], '0')\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+typedef struct layout_pair {
+  raw_pair rp;
+  char lock[128], queue[160], tomb[200], channel[160];
+} layout_pair;
+
+static void layout_load(const bench_opts *o, layout_pair *lp, const char *key) {
+  pair_load(o, &lp->rp, LAYOUT_LOCK, LAYOUT_UNLOCK);
+  snprintf(lp->lock, sizeof lp->lock, "%s", key);
+  snprintf(lp->queue, sizeof lp->queue, "dlock_lock_queue:{%s}", key);
+  snprintf(lp->tomb, sizeof lp->tomb,
+           "redisson_unlock_latch:{%s}:0123456789abcdef0123456789abcdef", key);
+  snprintf(lp->channel, sizeof lp->channel, "redisson_lock__channel:{%s}", key);
+}
+
+static void layout_one(layout_pair *lp) {
+  const char *field = "00000000-0000-4000-8000-000000000000:1";
+  const char *la[6] = {"EVALSHA", lp->rp.lock_sha, "1",
+                       lp->lock,  "30000",         field};
+  const char *ua[8] = {"EVALSHA", lp->rp.unlock_sha, "3",   lp->lock,
+                       lp->queue, lp->tomb,          field, lp->channel};
+  redisReply *r = bench_cmd(lp->rp.c, 6, la);
+  if (r->type != REDIS_REPLY_NIL)
+    bench_die("layout lock: %s",
+              r->type == REDIS_REPLY_ERROR ? r->str : "not acquired");
+  freeReplyObject(r);
+  r = bench_cmd(lp->rp.c, 8, ua);
+  if (r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+    bench_die("layout unlock: %s",
+              r->type == REDIS_REPLY_ERROR ? r->str : "not released");
   freeReplyObject(r);
 }
 
@@ -475,6 +535,34 @@ static void many_threads(const bench_opts *o, redisContext *ctl, int rep,
   f->scripts = total ? (double)(d.evalsha + d.eval) / (double)total : NAN;
 }
 
+static void layout_of(void *p) { layout_one(p); }
+
+static void layout_proc(int i, void *arg) {
+  many_proc_arg *a = arg;
+  layout_pair lp;
+  char key[128];
+  snprintf(key, sizeof key, "%s:many:l:%d", a->o->run_id, i);
+  layout_load(a->o, &lp, key);
+  proc_run(a->sh, i, layout_of, &lp);
+  redisFree(lp.rp.c);
+}
+
+/* The floor's own request from the same processes: a pair is two of the
+ * floor's EVALSHA (pre-formatted, HSET+PEXPIRE), so this row is what the
+ * floor itself gives when its 8 connections are 8 processes instead of 8
+ * threads -- the most any library can reach from processes here. */
+static void floor_of(void *p) {
+  bench_floor_one(p);
+  bench_floor_one(p);
+}
+
+static void floor_proc(int i, void *arg) {
+  many_proc_arg *a = arg;
+  bench_floor *f = bench_floor_open(a->o);
+  proc_run(a->sh, i, floor_of, f);
+  bench_floor_close(f);
+}
+
 /* --procs processes running fn (many_proc: a client and a lock each;
  * raw_proc: plain hiredis pairs), for --secs. */
 static void many_procs(const bench_opts *o, redisContext *ctl, many_fig *f,
@@ -524,6 +612,29 @@ static double med3(const many_fig *f, int n, size_t off) {
   return bench_median(v, n);
 }
 
+/* One run's medians: <key>_pairs_per_s, _cpu_us, (scripts) _scripts and
+ * _redis_cpu_pct, labelled by what ran (rate) and a short name. */
+static void put_run(const char *key, const char *what, const char *shortname,
+                    const many_fig *f, int reps, int scripts) {
+  char k[64], label[160];
+  snprintf(k, sizeof k, "%s_pairs_per_s", key);
+  snprintf(label, sizeof label, "pairs/s, %s", what);
+  bm_put("many", k, label, med3(f, reps, offsetof(many_fig, rate)), "pairs/s");
+  snprintf(k, sizeof k, "%s_cpu_us", key);
+  snprintf(label, sizeof label, "client CPU per pair (%s)", shortname);
+  bm_put("many", k, label, med3(f, reps, offsetof(many_fig, cpu)), "µs");
+  if (scripts) {
+    snprintf(k, sizeof k, "%s_scripts", key);
+    snprintf(label, sizeof label, "script calls per pair (%s)", shortname);
+    bm_put("many", k, label, med3(f, reps, offsetof(many_fig, scripts)),
+           "calls");
+  }
+  snprintf(k, sizeof k, "%s_redis_cpu_pct", key);
+  snprintf(label, sizeof label, "Redis CPU (%s run)", shortname);
+  bm_put("many", k, label, med3(f, reps, offsetof(many_fig, redis_pct)),
+         "% of a core");
+}
+
 /* Each repetition: the floor (plain hiredis EVALSHA from --threads
  * connections), the threads, the processes, back to back; medians. */
 void scen_many(const bench_opts *o) {
@@ -532,50 +643,42 @@ void scen_many(const bench_opts *o) {
   int reps = o->quick ? 1 : (o->reps < 3 ? o->reps : 3);
   if (reps < 1)
     reps = 1;
-  many_fig th[MAX_REPS], pr[MAX_REPS], rw[MAX_REPS];
+  many_fig th[MAX_REPS], pr[MAX_REPS], rw[MAX_REPS], fp[MAX_REPS], lf[MAX_REPS];
   double fl[MAX_REPS];
   for (int r = 0; r < reps; r++) {
     bench_log("many %d/%d: hiredis floor (%d connections), %d threads on one "
-              "client, %d processes, %d processes of raw hiredis pairs; "
-              "%.1f s each",
+              "client, %d processes; references from %d processes: raw "
+              "hiredis pairs, the floor, the layout floor; %.1f s each",
               r + 1, reps, o->threads, o->threads, o->procs, o->procs,
               o->many_secs);
     fl[r] = bench_evalsha_conc_rps(o, o->threads, o->many_secs);
     many_threads(o, ctl, r, &th[r]);
     many_procs(o, ctl, &pr[r], many_proc);
     many_procs(o, ctl, &rw[r], raw_proc);
+    many_procs(o, ctl, &fp[r], floor_proc);
+    many_procs(o, ctl, &lf[r], layout_proc);
   }
   snprintf(label, sizeof label,
            "floor: hiredis EVALSHA req/s, %d connections (interleaved)",
            o->threads);
   bm_put("many", "floor_evalsha_rps", label, bench_median(fl, reps), "req/s");
-  snprintf(label, sizeof label, "pairs/s, %d threads (one client)", o->threads);
-  bm_put("many", "threads_pairs_per_s", label,
-         med3(th, reps, offsetof(many_fig, rate)), "pairs/s");
-  bm_put("many", "threads_cpu_us", "client CPU per pair (threads)",
-         med3(th, reps, offsetof(many_fig, cpu)), "µs");
-  bm_put("many", "threads_scripts", "script calls per pair (threads)",
-         med3(th, reps, offsetof(many_fig, scripts)), "calls");
-  bm_put("many", "threads_redis_cpu_pct", "Redis CPU (threads run)",
-         med3(th, reps, offsetof(many_fig, redis_pct)), "% of a core");
-  snprintf(label, sizeof label, "pairs/s, %d processes", o->procs);
-  bm_put("many", "procs_pairs_per_s", label,
-         med3(pr, reps, offsetof(many_fig, rate)), "pairs/s");
-  bm_put("many", "procs_cpu_us", "client CPU per pair (processes)",
-         med3(pr, reps, offsetof(many_fig, cpu)), "µs");
-  bm_put("many", "procs_scripts", "script calls per pair (processes)",
-         med3(pr, reps, offsetof(many_fig, scripts)), "calls");
-  bm_put("many", "procs_redis_cpu_pct", "Redis CPU (processes run)",
-         med3(pr, reps, offsetof(many_fig, redis_pct)), "% of a core");
-  snprintf(label, sizeof label,
-           "raw hiredis pairs/s, %d processes (interleaved; no library)",
+  char what[96];
+  snprintf(what, sizeof what, "%d threads (one client)", o->threads);
+  put_run("threads", what, "threads", th, reps, 1);
+  snprintf(what, sizeof what, "%d processes", o->procs);
+  put_run("procs", what, "processes", pr, reps, 1);
+  snprintf(what, sizeof what,
+           "raw hiredis pairs, %d processes (interleaved; no library)",
            o->procs);
-  bm_put("many", "raw_procs_pairs_per_s", label,
-         med3(rw, reps, offsetof(many_fig, rate)), "pairs/s");
-  bm_put("many", "raw_procs_cpu_us", "client CPU per raw pair (processes)",
-         med3(rw, reps, offsetof(many_fig, cpu)), "µs");
-  bm_put("many", "raw_procs_redis_cpu_pct", "Redis CPU (raw processes run)",
-         med3(rw, reps, offsetof(many_fig, redis_pct)), "% of a core");
+  put_run("raw_procs", what, "raw processes", rw, reps, 0);
+  snprintf(what, sizeof what,
+           "the floor's EVALSHA from %d processes (interleaved)", o->procs);
+  put_run("floor_procs", what, "floor processes", fp, reps, 0);
+  snprintf(what, sizeof what,
+           "layout floor from %d processes: the layout's 6 commands, no "
+           "library (interleaved)",
+           o->procs);
+  put_run("layout_procs", what, "layout floor processes", lf, reps, 0);
   bm_put("many", "reps", "repetitions (medians)", reps, "");
   redisFree(ctl);
 }

@@ -19,6 +19,7 @@ EXPECTED_TARGETS = [
     "uncontended.p50.fresh", "uncontended.p50.same", "uncontended.cpu.fresh",
     "uncontended.cpu.same", "uncontended.scripts.fresh",
     "uncontended.scripts.same", "many.threads", "many.procs",
+    "many.procs.raw", "many.procs.floor", "many.layout", "many.procs.layout",
     "contended.rate", "contended.p99", "contended.lost", "watchdog.cpu",
     "watchdog.renewed", "watchdog.batches", "watchdog.lost", "watchdog.mem",
     "handoff.p50", "async.rate", "async.cpu",
