@@ -319,6 +319,48 @@ def need_parts(R):
             skip(str(e))
 
 
+def case_rig_access_log(R, a, tmp):
+    """The rig's reading of nginx's access log: a request nginx passed to a
+    second upstream after an error lists both ("a, b"; "a : b" across an
+    internal redirect) and counts for the last; a failed request's status
+    is counted by status in error_statuses and named in the lesson, so a
+    run with errors says which (rig.rig_serve_clicks once failed with 32
+    errors nobody could name, and its retried requests were counted for no
+    instance)."""
+    from types import SimpleNamespace as NS
+    A, B = "127.0.0.1:5001", "127.0.0.1:5002"
+    req = ' "POST /deduct_stock?product=p HTTP/1.0"'
+    lines = ["200 %s 0.004%s" % (A, req),
+             "409 %s, %s 0.010%s" % (A, B, req),
+             "502 %s, %s 0.020%s" % (B, A, req),
+             "200 %s : %s 0.003%s" % (A, B, req),
+             "500 - 0.000%s" % req]
+    got = [R.parse_access(l) for l in lines]
+    want = [("200", A), ("409", B), ("502", A), ("200", B), ("500", "-")]
+    check(got == want, "parsed %s, want %s" % (got, want))
+    log = os.path.join(tmp, "access.log")
+    with open(log, "w") as f:
+        f.write("200 %s 0.001 \"GET /stock HTTP/1.0\"\n" % A)
+        f.write("\n".join(lines) + "\n")
+    ng = R.Nginx.__new__(R.Nginx)
+    ng.access = log
+    logged = ng.logged()
+    check(logged == want, "logged %s" % logged)
+    insts = [NS(addr=A), NS(addr=B)]
+    args = NS(requests=6)
+    ab = {"complete": 5, "throughput": 1.0, "p50_ms": 1, "p99_ms": 2}
+    st = {"orders": 2, "stock": 0, "initial": 2, "oversold": 0,
+          "per_instance": {A: 1, B: 1}}
+    res = R.measure(args, "dlock", insts, ab, st, logged)
+    check(res["per_instance"] == [2, 2], "per instance %s" %
+          res["per_instance"])
+    check(res["errors"] == 3 and res["error_statuses"] ==
+          {"502": 1, "500": 1, "unanswered": 1},
+          "errors %s %s" % (res["errors"], res["error_statuses"]))
+    check("1 502" in res["lesson"] and "1 500" in res["lesson"] and
+          "1 unanswered" in res["lesson"], "lesson %r" % res["lesson"])
+
+
 def case_rig_quick(R, a, tmp):
     need_parts(R)
     env = dict(os.environ, TMPDIR=tmp)
@@ -712,6 +754,7 @@ CASES = {
     "stockd_slow_clients": case_stockd_slow_clients,
     "stockd_health": case_stockd_health,
     "stockd_lock_lost": case_stockd_lock_lost,
+    "rig_access_log": case_rig_access_log,
     "rig_quick": case_rig_quick,
     "rig_interrupted": case_rig_interrupted,
     "rig_serve_clicks": case_rig_serve_clicks,

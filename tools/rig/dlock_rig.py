@@ -420,14 +420,24 @@ class Nginx:
                 for line in f:
                     if "/deduct_stock" not in line:
                         continue
-                    parts = line.split(" ", 2)
-                    # a retried request lists its upstreams: the last served
-                    up = parts[1].split(",")[-1].strip() if len(parts) > 1 \
-                        else "-"
-                    out.append((parts[0], up))
+                    out.append(parse_access(line))
         except OSError:
             pass
         return out
+
+
+def parse_access(line):
+    """(status, upstream) of one line of the rig's log format,
+    '$status $upstream_addr $request_time "$request"'. A request nginx
+    passed to more than one upstream (an error, then the next server) lists
+    them all, "a, b" (or "a : b" across an internal redirect): the last one
+    answered. "-" when no upstream was contacted."""
+    head = line.split(' "', 1)[0].split()
+    if not head:
+        return ("-", "-")
+    ups = head[1:-1] if len(head) > 2 else ["-"]
+    last = re.split(r",|\s:\s", " ".join(ups))[-1].strip()
+    return (head[0], last or "-")
 
 
 # ---- the load ------------------------------------------------------------------
@@ -473,7 +483,10 @@ def lesson(st, res):
                 % (res["orders"], st["initial"] - st["stock"],
                    st.get("lesson") or ""))
     if res["errors"] > 0:
-        return "errors: requests failed (see the instances' logs)"
+        what = ", ".join("%s %s" % (n, k) for k, n in
+                         sorted(res.get("error_statuses", {}).items()))
+        return ("errors: requests failed (%s; see the instances' and "
+                "nginx's logs)" % (what or "unknown"))
     if st.get("hint"):
         return "correct here (dlock-seckill: %s)" % st["hint"]
     return "correct: every item sold once, nothing oversold"
@@ -522,7 +535,11 @@ def measure(a, name, insts, ab, st, logged):
     """One strategy's result: what ab sent, what nginx logged and passed to
     each instance, and what Redis says (st: the instances' /stock)."""
     per = [sum(1 for _, up in logged if up == s.addr) for s in insts]
-    bad = sum(1 for status, _ in logged if status not in ("200", "409"))
+    bad_status = {}
+    for status, _ in logged:
+        if status not in ("200", "409"):
+            bad_status[status] = bad_status.get(status, 0) + 1
+    bad = sum(bad_status.values())
     unanswered = a.requests - ab["complete"]
     res = {
         "name": name,
@@ -537,6 +554,10 @@ def measure(a, name, insts, ab, st, logged):
         "initial": st["initial"],
         "oversold": st["oversold"],
         "errors": bad + max(unanswered, 0),
+        # what the errors were: nginx's statuses other than 200/409, and
+        # requests ab sent that never completed
+        "error_statuses": dict(bad_status, **({"unanswered": unanswered}
+                                              if unanswered > 0 else {})),
         "throughput": round(ab["throughput"], 1),
         "p50_ms": ab["p50_ms"],
         "p99_ms": ab["p99_ms"],
