@@ -7,8 +7,8 @@ if(TARGET dlock-stockd AND TARGET dlock-rig)
   find_program(DLOCK_PYTHON3 python3)
   if(DLOCK_PYTHON3)
     foreach(c stockd_endpoints stockd_malformed stockd_slow_clients stockd_health
-              stockd_lock_lost rig_access_log rig_quick rig_interrupted
-              rig_serve_clicks)
+              stockd_lock_lost rig_access_log rig_switch_waits_for_old_workers
+              rig_quick rig_interrupted rig_serve_clicks)
       add_test(NAME rig.${c}
         COMMAND ${DLOCK_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/../rig/rig_test.py
                 ${c} --rig ${PROJECT_BINARY_DIR}/tools/rig/dlock-rig

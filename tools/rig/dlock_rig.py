@@ -173,6 +173,25 @@ def http(method, url, timeout=10.0):
         return 0, str(e)
 
 
+def children(pid):
+    """The pids whose parent is pid (from /proc; a process that exits
+    while it is read is left out)."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses
+        fields = st[st.rfind(")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.add(int(d))
+    return out
+
+
 def poll(cond, timeout, what):
     """Polls cond() every 20-100 ms until it is true; RigError after
     timeout seconds."""
@@ -369,8 +388,13 @@ class Nginx:
     def switch(self, instances, strategy, timeout=20.0):
         """--serve: sends the traffic to other instances (a new config and
         SIGHUP: nginx reloads without dropping a request) and waits until
-        it does (healthz through nginx names the new strategy)."""
+        it does: healthz through nginx names the new strategy, and every
+        worker of the old configuration has exited. Until then an old
+        worker may still accept a connection and pass it to the old
+        instances, which the caller stops next (a run under load once had
+        32 requests refused that way: 502s)."""
         self._write(instances)
+        old_workers = children(self.proc.pid)
         os.kill(self.proc.pid, signal.SIGHUP)
         want = set(s.addr for s in instances)
 
@@ -386,6 +410,8 @@ class Nginx:
                 seen.add(parts[1])
             return seen == want
         poll(routed, timeout, "nginx reload")
+        poll(lambda: not (old_workers & children(self.proc.pid)), timeout,
+             "nginx's old workers to exit after the reload")
 
     def _ready(self):
         if self.proc.poll() is not None:
