@@ -1619,6 +1619,13 @@ typedef struct dlock__call {
 /* dlock__eval / dlock__areq_eval of such a call (conn.c, async_conn.c). */
 int dlock__eval_call(dlock_client *c, const dlock__call *k, redisReply **out);
 
+/* The KEYS and ARGV of a call's short form (acquire_first, unlock_last:
+ * at most 4 and 2), owned by the call structure its view points into. */
+typedef struct dlock__short_argv {
+  const char *keys[4], *args[2];
+  size_t klens[4], alens[2];
+} dlock__short_argv;
+
 typedef struct dlock__acq_call {
   dlock__sb q, dl, mk; /* the queue, its deadlines, the hand-over marker */
   char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
@@ -1631,13 +1638,12 @@ typedef struct dlock__acq_call {
   const char *cargs[3]; /* cancel's ARGV: field, entry, wait id */
   size_t calens[3];
   /* The acquire as sent: DLOCK__S_ACQUIRE_FIRST (KEYS lock, marker; ARGV
-   * lease, field: the short_* arrays) for a first hold (target 1) of a call
+   * lease, field: in sh) for a first hold (target 1) of a call
    * that is not queued and does not queue on failure -- the common case,
    * with half the Redis work of the acquire script's 12 KEYS and ARGV --
    * else DLOCK__S_ACQUIRE with keys and args above. */
   dlock__call send;
-  const char *short_keys[2], *short_args[2];
-  size_t short_klens[2], short_alens[2];
+  dlock__short_argv sh;
 } dlock__acq_call;
 /* The acquire (and cancel) call of `field` on lock `name`: target = the
  * hold count after it, queue = join the wait queue on failure, w = the wait
@@ -1663,12 +1669,11 @@ typedef struct dlock__rel_call {
   const char *args[6];
   size_t alens[6];
   /* The unlock as sent: DLOCK__S_UNLOCK_LAST (KEYS lock, channel, queue,
-   * tombstone; ARGV field, publish: the short_* arrays) for a final
+   * tombstone; ARGV field, publish: in sh) for a final
    * release (expected 1), the common case, else DLOCK__S_UNLOCK with keys
    * and args above (the decline and spin scripts use those too). */
   dlock__call send;
-  const char *short_keys[4], *short_args[2];
-  size_t short_klens[4], short_alens[2];
+  dlock__short_argv sh;
 } dlock__rel_call;
 /* The unlock call of `field` on lock `name`: lease = the remaining holds'
  * (dlock__remaining_lease), expected = the hold count before this unlock

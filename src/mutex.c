@@ -91,6 +91,18 @@ static size_t queue_entry(const char *field, size_t fl, int64_t lease,
   return el + 16;
 }
 
+/* A call's short form: its nk KEYS and na ARGV (with their lengths) copied
+ * into s, and the view of them that is sent. */
+static dlock__call short_call(dlock__short_argv *s, int script, int nk,
+                              const char *const *k, const size_t *kl, int na,
+                              const char *const *a, const size_t *al) {
+  memcpy(s->keys, k, (size_t)nk * sizeof *k);
+  memcpy(s->klens, kl, (size_t)nk * sizeof *kl);
+  memcpy(s->args, a, (size_t)na * sizeof *a);
+  memcpy(s->alens, al, (size_t)na * sizeof *al);
+  return (dlock__call){script, nk, na, s->keys, s->klens, s->args, s->alens};
+}
+
 int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
                          const char *field, size_t fl, int target,
                          int64_t lease, int queue, const dlock__wait *w) {
@@ -133,17 +145,8 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   if (target == 1 && !queue && !w->queued) {
     const char *sk[2] = {name, k->mk.p}, *sa[2] = {k->ls, k->field};
     size_t skl[2] = {name_len, k->mk.len}, sal[2] = {lsl, fl};
-    memcpy(k->short_keys, sk, sizeof sk);
-    memcpy(k->short_klens, skl, sizeof skl);
-    memcpy(k->short_args, sa, sizeof sa);
-    memcpy(k->short_alens, sal, sizeof sal);
-    k->send = (dlock__call){DLOCK__S_ACQUIRE_FIRST,
-                            2,
-                            2,
-                            k->short_keys,
-                            k->short_klens,
-                            k->short_args,
-                            k->short_alens};
+    k->send =
+        short_call(&k->sh, DLOCK__S_ACQUIRE_FIRST, 2, sk, skl, 2, sa, sal);
   } else {
     k->send = (dlock__call){DLOCK__S_ACQUIRE, 4,       8,       k->keys,
                             k->klens,         k->args, k->alens};
@@ -196,17 +199,7 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
     size_t skl[4] = {name_len, k->ch.len, k->q.len, k->tomb.len};
     const char *sa[2] = {k->field, pub};
     size_t sal[2] = {fl, alens[3]};
-    memcpy(k->short_keys, sk, sizeof sk);
-    memcpy(k->short_klens, skl, sizeof skl);
-    memcpy(k->short_args, sa, sizeof sa);
-    memcpy(k->short_alens, sal, sizeof sal);
-    k->send = (dlock__call){DLOCK__S_UNLOCK_LAST,
-                            4,
-                            2,
-                            k->short_keys,
-                            k->short_klens,
-                            k->short_args,
-                            k->short_alens};
+    k->send = short_call(&k->sh, DLOCK__S_UNLOCK_LAST, 4, sk, skl, 2, sa, sal);
   } else {
     k->send = (dlock__call){DLOCK__S_UNLOCK, 7,       6,       k->keys,
                             k->klens,        k->args, k->alens};

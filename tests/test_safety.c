@@ -1631,10 +1631,7 @@ TH_CASE_T(killed_connections_never_raise_sigpipe, 120, "slow") {
  * (blocking only) too. */
 static void latches_body(int kind) {
   th_redis *r = th_redis_new(0, NULL);
-  dlock_config cfg;
-  dlock_config_init(&cfg);
-  cfg.url = r->url;
-  th_drive *d = th_drive_new(kind, &cfg);
+  th_drive *d = th_drive_at(kind, r->url);
   for (int i = 0; i < 5000; i++) {
     CHECK_OK(th_drive_lock(d, "latchy", 1, -1, -1));
     CHECK_OK(th_drive_unlock(d, "latchy", 1));

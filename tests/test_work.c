@@ -84,10 +84,7 @@ static void read_until(redisContext *mon, const char *name, const char *end,
  * of the queue on every final release). */
 static void pair_work_body(int kind) {
   th_redis *r = th_redis_new(0, NULL);
-  dlock_config cfg;
-  dlock_config_init(&cfg);
-  cfg.url = r->url;
-  th_drive *d = th_drive_new(kind, &cfg);
+  th_drive *d = th_drive_at(kind, r->url);
   /* first: the scripts get loaded (NOSCRIPT, then EVAL) */
   CHECK_OK(th_drive_lock(d, "pw", 1, -1, 30000));
   CHECK_OK(th_drive_unlock(d, "pw", 1));

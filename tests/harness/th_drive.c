@@ -231,6 +231,13 @@ th_drive *th_drive_new(int kind, const dlock_config *cfg) {
   return d;
 }
 
+th_drive *th_drive_at(int kind, const char *url) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  return th_drive_new(kind, &cfg);
+}
+
 static dlock_mutex *mutex_of(th_drive *d, dlock_client *c, const char *name) {
   for (int i = 0; i < d->nmx; i++)
     if (strcmp(d->mx[i].name, name) == 0)

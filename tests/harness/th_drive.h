@@ -33,6 +33,8 @@ enum { TH_DRIVE_BLOCKING = 0, TH_DRIVE_ASYNC = 1 };
 /* A driver of kind over a client made from cfg (cfg->url set; the driver
  * replaces on_lock_lost with its own). Fails the case on error. */
 th_drive *th_drive_new(int kind, const dlock_config *cfg);
+/* th_drive_new with the default configuration at url. */
+th_drive *th_drive_at(int kind, const char *url);
 /* "blocking" or "async", for messages. */
 const char *th_drive_kind(const th_drive *d);
 /* dlock_mutex_timedlock / dlock_async_lock of (name, owner). */
