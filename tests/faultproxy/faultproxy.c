@@ -3,7 +3,9 @@
  * thread, and per connection one thread per direction. The request thread
  * parses commands and queues, per command, the fault it carries (usually
  * none); the reply thread parses replies, pops the queue in order and
- * applies the fault to that reply's bytes.
+ * applies the fault to that reply's bytes. A held request (FP_HOLD) is
+ * not forwarded: a thread of its own delivers it later on a fresh server
+ * connection.
  */
 #include "faultproxy.h"
 
@@ -37,6 +39,7 @@ struct fp_proxy {
    * lock, sent meanwhile (the client info write lists held lock names),
    * must not take it. */
   size_t match_argc;
+  int hold_n; /* FP_HOLD: requests still to hold */
   int fired;
   char count_match[128];
   int count;
@@ -50,7 +53,19 @@ typedef struct fp_conn {
   int q[FP_QUEUE], delay[FP_QUEUE]; /* per command: mode (0 none), delay */
   size_t argc[FP_QUEUE];            /* per command: its argument count */
   unsigned head, tail;
+  /* The connection's AUTH / HELLO / SELECT requests, replayed before a
+   * held request on its own connection (requests thread only). */
+  char hs[1024];
+  size_t hsl;
 } fp_conn;
+
+/* A held request on its way (FP_HOLD). */
+typedef struct fp_late {
+  fp_proxy *p;
+  int delay_ms;
+  size_t len;
+  char bytes[]; /* the handshake, then the request */
+} fp_late;
 
 static int write_all(int fd, const char *b, size_t n) {
   while (n > 0) {
@@ -93,8 +108,10 @@ static int req_contains(const redisReply *r, const char *m) {
   return 0;
 }
 
-/* The fault the request r carries (claiming an armed one), queued. */
-static void classify(fp_conn *c, const redisReply *r) {
+/* The fault the request r carries (claiming an armed one), queued; a held
+ * request (FP_HOLD) is not queued (no reply comes for it on this
+ * connection): returns its delay then, else 0. */
+static int classify(fp_conn *c, const redisReply *r) {
   fp_proxy *p = c->p;
   int mode = 0, delay = 0;
   size_t argc = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
@@ -107,10 +124,14 @@ static void classify(fp_conn *c, const redisReply *r) {
         strcasecmp(r->element[0]->str, "EVAL") == 0))) {
     mode = p->mode;
     delay = p->delay_ms;
-    p->match[0] = '\0';
-    p->match_argc = 0;
+    if (mode != FP_HOLD || --p->hold_n <= 0) {
+      p->match[0] = '\0';
+      p->match_argc = 0;
+    }
   }
   pthread_mutex_unlock(&p->mu);
+  if (mode == FP_HOLD)
+    return delay > 0 ? delay : 1;
   pthread_mutex_lock(&c->mu);
   if (c->tail - c->head < FP_QUEUE) {
     c->q[c->tail % FP_QUEUE] = mode;
@@ -119,26 +140,101 @@ static void classify(fp_conn *c, const redisReply *r) {
     c->tail++;
   }
   pthread_mutex_unlock(&c->mu);
+  return 0;
 }
 
+static int connect_target(const fp_proxy *p);
+static void fired(fp_proxy *p);
+
+/* Delivers a held request after its delay on a connection of its own and
+ * reads what comes back (the handshake's replies, then its own), so it has
+ * run when it counts as fired. */
+static void *late_main(void *arg) {
+  fp_late *l = arg;
+  th_sleep_ms(l->delay_ms);
+  int fd = connect_target(l->p);
+  if (fd >= 0 && write_all(fd, l->bytes, l->len) == 0) {
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    while (recv(fd, buf, sizeof buf, 0) > 0)
+      ;
+  }
+  if (fd >= 0)
+    close(fd);
+  fired(l->p);
+  free(l);
+  return NULL;
+}
+
+/* Remembers a handshake request (AUTH, HELLO, SELECT) of the connection. */
+static void note_handshake(fp_conn *c, const redisReply *r, const char *b,
+                           size_t n) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
+      r->element[0]->type != REDIS_REPLY_STRING)
+    return;
+  const char *verb = r->element[0]->str;
+  if ((strcasecmp(verb, "AUTH") == 0 || strcasecmp(verb, "HELLO") == 0 ||
+       strcasecmp(verb, "SELECT") == 0) &&
+      c->hsl + n <= sizeof c->hs) {
+    memcpy(c->hs + c->hsl, b, n);
+    c->hsl += n;
+  }
+}
+
+/* Sends request bytes b[0..n) on their way: now, or held (delay_ms > 0). */
+static int pass_request(fp_conn *c, int delay_ms, const char *b, size_t n) {
+  if (delay_ms <= 0)
+    return write_all(c->sfd, b, n);
+  fp_late *l = malloc(sizeof *l + c->hsl + n);
+  if (!l)
+    return -1;
+  l->p = c->p;
+  l->delay_ms = delay_ms;
+  memcpy(l->bytes, c->hs, c->hsl);
+  memcpy(l->bytes + c->hsl, b, n);
+  l->len = c->hsl + n;
+  pthread_t t;
+  if (pthread_create(&t, NULL, late_main, l) != 0) {
+    free(l);
+    return -1;
+  }
+  pthread_detach(t);
+  return 0;
+}
+
+/* Requests are passed on one by one (each whole), so a held one can be
+ * taken out of the stream. */
 static void *requests(void *arg) {
   fp_conn *c = arg;
   redisReader *rd = redisReaderCreate();
-  char buf[16384];
-  while (rd) {
-    ssize_t n = recv(c->cfd, buf, sizeof buf, 0);
+  size_t cap = 65536, len = 0;
+  char *pend = malloc(cap);
+  int alive = rd && pend;
+  while (alive) {
+    if (cap - len < 16384) {
+      char *np = realloc(pend, cap * 2);
+      if (!np)
+        break;
+      pend = np;
+      cap *= 2;
+    }
+    ssize_t n = recv(c->cfd, pend + len, cap - len, 0);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0 || redisReaderFeed(rd, buf, (size_t)n) != REDIS_OK)
+    if (n <= 0 || redisReaderFeed(rd, pend + len, (size_t)n) != REDIS_OK)
       break;
+    len += (size_t)n;
     void *req;
-    while (redisReaderGetReply(rd, &req) == REDIS_OK && req) {
-      classify(c, req);
+    while (alive && redisReaderGetReply(rd, &req) == REDIS_OK && req) {
+      size_t end = len - (rd->len - rd->pos); /* this request's end */
+      note_handshake(c, req, pend, end);
+      alive = pass_request(c, classify(c, req), pend, end) == 0;
       freeReplyObject(req);
+      memmove(pend, pend + end, len - end);
+      len -= end;
     }
-    if (write_all(c->sfd, buf, (size_t)n) != 0)
-      break;
   }
+  free(pend);
   redisReaderFree(rd);
   conn_kill(c);
   conn_unref(c);
@@ -313,6 +409,13 @@ void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms) {
   p->count = 0;
   p->mode = mode;
   p->delay_ms = delay_ms;
+  pthread_mutex_unlock(&p->mu);
+}
+
+void fp_arm_hold(fp_proxy *p, const char *match, int delay_ms, int n) {
+  fp_arm(p, match, FP_HOLD, delay_ms);
+  pthread_mutex_lock(&p->mu);
+  p->hold_n = n > 0 ? n : 1;
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -13,6 +13,13 @@
  *             delay_ms before it is passed on: past the command timeout.
  *   FP_CUT    the first half of the reply's bytes is passed on, then the
  *             connection is closed: a reply cut mid-way.
+ *   FP_HOLD   the REQUEST is held on the wire: it does not reach the
+ *             server now (the client sees no reply and times out); after
+ *             delay_ms it is delivered on a connection of its own (the
+ *             client's AUTH/SELECT/HELLO replayed first) and runs -- even
+ *             if the client closed its connection meanwhile and its retry
+ *             has run since: a LATE COPY. Its reply is dropped.
+ *             fp_arm_hold holds the next n matching requests.
  *
  * A NOSCRIPT error reply is passed on and the fault stays armed (the
  * router's EVAL that follows is the command that runs). Connections that
@@ -26,7 +33,7 @@
 
 typedef struct fp_proxy fp_proxy;
 
-enum { FP_LOSE = 1, FP_DELAY, FP_CUT };
+enum { FP_LOSE = 1, FP_DELAY, FP_CUT, FP_HOLD };
 
 /* Listens on a free 127.0.0.1 port, forwarding to host:target_port
  * (host NULL: 127.0.0.1). Fails the test on error. */
@@ -37,7 +44,12 @@ int fp_port(const fp_proxy *p);
 /* Arms one fault (replacing an armed one that has not fired): mode on the
  * reply of the next command containing match. delay_ms for FP_DELAY. */
 void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms);
-/* Faults applied so far (a reply dropped, delayed or cut). */
+/* Holds the next n requests containing match (FP_HOLD), each delivered
+ * delay_ms after it arrived. A held request counts as fired once its late
+ * copy has run on the server (its reply read). */
+void fp_arm_hold(fp_proxy *p, const char *match, int delay_ms, int n);
+/* Faults applied so far (a reply dropped, delayed or cut; a held request
+ * delivered and run). */
 int fp_fired(fp_proxy *p);
 /* Waits (bounded) until fp_fired reaches n; 0, or -1 when time ran out. */
 int fp_wait_fired(fp_proxy *p, int n, int64_t timeout_ms);
