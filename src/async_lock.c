@@ -162,7 +162,7 @@ void dlock__async_flush(dlock_async *a) {
       dlock__fail(op->rc, "%s", op->msg);
     else
       dlock__clear_error();
-    op->cb(op->rc, op->arg);
+    dlock__callout_done(op->cb, op->rc, op->arg);
     free(op);
   }
 }
@@ -589,12 +589,23 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
       dlock__eng_unlock_end(&h->h, &op->u, rc, resent, dlock__async_now());
   if (o.tombstone)
     tomb_send(a, h, op->u.rid);
-  if (o.action == DLOCK__ENG_REL_FORGET && !reported)
+  if (o.action == DLOCK__ENG_REL_FORGET && !reported) {
     dlock__stat_add(&a->stats,
                     o.ran_out             ? DLOCK__ST_LOST_EXPIRED
                     : o.rc == DLOCK_ELOST ? DLOCK__ST_LOST_FORCED
                                           : DLOCK__ST_RELEASED,
                     1);
+    /* the events the blocking client logs (mutex.c lost_expired and
+     * lost_found) */
+    if (o.ran_out)
+      dlock__log(&a->cfg, DLOCK_LOG_WARN, h->key, "expired",
+                 "expired: the hold's lease ran out before it was unlocked");
+    else if (o.rc == DLOCK_ELOST)
+      dlock__log(&a->cfg, DLOCK_LOG_ERROR, h->key, "lost",
+                 "lost: the unlock found this owner's hold gone before its "
+                 "lease ended (force-unlocked, deleted or taken by another "
+                 "client)");
+  }
   /* (REL_PUT, holds of a newer generation, cannot happen here: the calls
    * of one record run one at a time.) */
   if (o.action == DLOCK__ENG_REL_FORGET)

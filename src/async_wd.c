@@ -130,8 +130,7 @@ static void report(dlock_async *a, dlock__sb *names) {
     dlock__log(&a->cfg, DLOCK_LOG_ERROR, name, "lost",
                "lost: a renewal found its key gone, or renewals failed until "
                "its lease ran out");
-    if (a->cfg.on_lock_lost)
-      a->cfg.on_lock_lost(name, a->cfg.on_lock_lost_arg);
+    dlock__callout_lost(&a->cfg, name);
   }
   dlock__sb_free(names);
 }

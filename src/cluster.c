@@ -141,9 +141,9 @@ static int node_index(dlock_client *c, const char *host, int port) {
 
 dlock__node *dlock__cluster_node_at(dlock_client *c, const char *host,
                                     int port) {
-  pthread_mutex_lock(&c->cl->mu);
+  dlock__mu_lock(&c->cl->mu);
   int i = node_index(c, host, port);
-  pthread_mutex_unlock(&c->cl->mu);
+  dlock__mu_unlock(&c->cl->mu);
   return i < 0 ? NULL : &c->cl->nodes[i]->node;
 }
 
@@ -342,10 +342,10 @@ static int ask_topology(dlock_client *c, const dlock__url *u, int16_t *map) {
   if (r->type == REDIS_REPLY_ARRAY) {
     for (int s = 0; s < DLOCK__SLOTS; s++)
       map[s] = -1;
-    pthread_mutex_lock(&c->cl->mu);
+    dlock__mu_lock(&c->cl->mu);
     assign_ctx x = {c, map};
     rc = dlock__cluster_parse(r, shards, c->url.tls, u->host, assign_fn, &x);
-    pthread_mutex_unlock(&c->cl->mu);
+    dlock__mu_unlock(&c->cl->mu);
     for (int s = 0; rc == 0 && s < DLOCK__SLOTS; s++)
       if (map[s] >= 0)
         rc = 1;
@@ -379,14 +379,14 @@ static int candidates(dlock_client *c, dlock__url *out, int max) {
 int dlock__cluster_refresh(dlock_client *c) {
   dlock__cluster *cl = c->cl;
   unsigned epoch = atomic_load(&cl->epoch);
-  pthread_mutex_lock(&cl->refresh_mu);
+  dlock__mu_lock(&cl->refresh_mu);
   int64_t now = dlock__now_ms();
   if (atomic_load(&cl->epoch) != epoch || /* another thread just did it */
       now - cl->tried_at < DLOCK__CLUSTER_MIN_REFRESH_MS) {
     /* At most one round of questions per interval: during a failover
      * every failing call wants one, and the answer changes only when the
      * cluster has decided. */
-    pthread_mutex_unlock(&cl->refresh_mu);
+    dlock__mu_unlock(&cl->refresh_mu);
     return 0;
   }
   cl->tried_at = now;
@@ -413,7 +413,7 @@ int dlock__cluster_refresh(dlock_client *c) {
                                "(last: %s)",
                                last);
   }
-  pthread_mutex_unlock(&cl->refresh_mu);
+  dlock__mu_unlock(&cl->refresh_mu);
   free(cand);
   free(map);
   return rc;
@@ -437,9 +437,9 @@ dlock__node *dlock__cluster_route(dlock_client *c, const char *key) {
   if (atomic_load(&cl->stale) || now - at > DLOCK__CLUSTER_REFRESH_MS) {
     if (at == 0 || atomic_load(&cl->stale))
       dlock__cluster_refresh(c); /* errors: the lookup below fails */
-    else if (pthread_mutex_trylock(&cl->refresh_mu) == 0) {
+    else if (dlock__mu_trylock(&cl->refresh_mu) == 0) {
       /* Periodic: one caller refreshes, the others go on. */
-      pthread_mutex_unlock(&cl->refresh_mu);
+      dlock__mu_unlock(&cl->refresh_mu);
       dlock__cluster_refresh(c);
     }
   }

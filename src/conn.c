@@ -160,7 +160,7 @@ void dlock__node_destroy(dlock__node *n) {
 /* Borrows a connection; *fresh = 1 if it was just created. */
 static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
   *fresh = 0;
-  pthread_mutex_lock(&n->mu);
+  dlock__mu_lock(&n->mu);
   for (;;) {
     if (n->idle) {
       dlock__conn *k = n->idle;
@@ -168,13 +168,13 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
       if (dlock__link_stale(n->c, k->link)) {
         /* made for a master that was replaced (Sentinel failover) */
         n->total--;
-        pthread_mutex_unlock(&n->mu);
+        dlock__mu_unlock(&n->mu);
         dlock__link_free(k->link);
         free(k);
-        pthread_mutex_lock(&n->mu);
+        dlock__mu_lock(&n->mu);
         continue;
       }
-      pthread_mutex_unlock(&n->mu);
+      dlock__mu_unlock(&n->mu);
       *out = k;
       return 0;
     }
@@ -183,7 +183,7 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
     pthread_cond_wait(&n->cv, &n->mu);
   }
   n->total++;
-  pthread_mutex_unlock(&n->mu);
+  dlock__mu_unlock(&n->mu);
   dlock__conn *k = dlock__malloc(sizeof *k);
   int rc = k ? dlock__link_open(n->c, n->url, &k->link)
              : dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -193,10 +193,10 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
       dlock__fail(DLOCK_ENOMEM, "out of memory");
       rc = DLOCK_ENOMEM;
     }
-    pthread_mutex_lock(&n->mu);
+    dlock__mu_lock(&n->mu);
     n->total--;
     pthread_cond_signal(&n->cv);
-    pthread_mutex_unlock(&n->mu);
+    dlock__mu_unlock(&n->mu);
     return rc;
   }
   k->next = NULL;
@@ -207,18 +207,18 @@ static int pool_get(dlock__node *n, dlock__conn **out, int *fresh) {
 }
 
 static void pool_put(dlock__node *n, dlock__conn *k) {
-  pthread_mutex_lock(&n->mu);
+  dlock__mu_lock(&n->mu);
   k->next = n->idle;
   n->idle = k;
   pthread_cond_signal(&n->cv);
-  pthread_mutex_unlock(&n->mu);
+  dlock__mu_unlock(&n->mu);
 }
 
 /* Drops a broken connection; with all_idle, also every idle one (they most
  * likely broke the same way, e.g. a server restart). */
 static void pool_drop(dlock__node *n, dlock__conn *k, int all_idle) {
   dlock__conn *stale = NULL;
-  pthread_mutex_lock(&n->mu);
+  dlock__mu_lock(&n->mu);
   n->total--;
   if (all_idle) {
     stale = n->idle;
@@ -227,7 +227,7 @@ static void pool_drop(dlock__node *n, dlock__conn *k, int all_idle) {
     n->idle = NULL;
   }
   pthread_cond_broadcast(&n->cv);
-  pthread_mutex_unlock(&n->mu);
+  dlock__mu_unlock(&n->mu);
   dlock__link_free(k->link);
   free(k);
   while (stale) {
@@ -300,16 +300,16 @@ static pthread_cond_t *thread_cv(void) {
 /* Connects the shared connection if there is none. Called without mux.mu. */
 static int mux_connect(dlock__node *n, int *fresh) {
   dlock__mux *m = &n->mux;
-  pthread_mutex_lock(&m->mu);
+  dlock__mu_lock(&m->mu);
   int have = m->link != NULL;
-  pthread_mutex_unlock(&m->mu);
+  dlock__mu_unlock(&m->mu);
   if (have)
     return 0;
   dlock__link *l = NULL;
   int rc = dlock__link_open(n->c, n->url, &l);
   if (rc)
     return rc;
-  pthread_mutex_lock(&m->mu);
+  dlock__mu_lock(&m->mu);
   int made = m->link == NULL;
   if (made) {
     m->link = l;
@@ -317,7 +317,7 @@ static int mux_connect(dlock__node *n, int *fresh) {
     *fresh = 1;
     l = NULL;
   }
-  pthread_mutex_unlock(&m->mu);
+  dlock__mu_unlock(&m->mu);
   dlock__link_free(l); /* another thread connected meanwhile */
   if (made)
     node_connected(n);
@@ -364,9 +364,9 @@ static void mux_read(dlock__node *n, dlock__mreq *req) {
   dlock__mux *m = &n->mux;
   while (!req->done) {
     dlock__link *l = m->link;
-    pthread_mutex_unlock(&m->mu);
+    dlock__mu_unlock(&m->mu);
     redisReply *r = dlock__link_reply(l);
-    pthread_mutex_lock(&m->mu);
+    dlock__mu_lock(&m->mu);
     if (!r || !m->head) {
       char why[200];
       if (r)
@@ -454,7 +454,7 @@ static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
       attempt_fail(a, rc, dlock_last_error());
       return NULL;
     }
-    pthread_mutex_lock(&m->mu);
+    dlock__mu_lock(&m->mu);
     while (m->broken)
       pthread_cond_wait(&m->state_cv, &m->mu);
     if (m->link && dlock__link_stale(n->c, m->link)) {
@@ -466,12 +466,12 @@ static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
       } else {
         mux_fail_all(m, NULL, 0, "the master changed (Sentinel failover)");
       }
-      pthread_mutex_unlock(&m->mu);
+      dlock__mu_unlock(&m->mu);
       continue;
     }
     if (m->link)
       break;
-    pthread_mutex_unlock(&m->mu); /* closed meanwhile: connect again */
+    dlock__mu_unlock(&m->mu); /* closed meanwhile: connect again */
   }
   if (a->with_wait) {
     /* WAIT may take sync_timeout_ms before it answers. */
@@ -492,7 +492,7 @@ static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
     } else {
       mux_fail_all(m, &req, a->timed_out, a->msg);
     }
-    pthread_mutex_unlock(&m->mu);
+    dlock__mu_unlock(&m->mu);
     return NULL;
   }
   if (m->tail)
@@ -508,7 +508,7 @@ static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
     }
     pthread_cond_wait(req.cv, &m->mu);
   }
-  pthread_mutex_unlock(&m->mu);
+  dlock__mu_unlock(&m->mu);
   if (!req.reply) {
     a->timed_out = req.timed_out;
     attempt_fail(a, req.err, req.msg);

@@ -141,10 +141,10 @@ int dlock__once_begin(dlock__chobj *o, dlock__once *w) {
   dlock__sb_init(&w->key);
   dlock__sb_init(&w->prev);
   char prev[33];
-  pthread_mutex_lock(&o->once_mu);
+  dlock__mu_lock(&o->once_mu);
   memcpy(prev, o->once_prev, sizeof prev);
   o->once_prev[0] = '\0';
-  pthread_mutex_unlock(&o->once_mu);
+  dlock__mu_unlock(&o->once_mu);
   w->has_prev = prev[0] != '\0';
   once_key(&w->key, o->name, w->rid);
   if (w->has_prev)
@@ -204,9 +204,9 @@ void dlock__once_end(dlock__chobj *o, dlock__once *w, int stored) {
   if (stored) {
     /* A concurrent call may have recorded its own meanwhile; the one
      * overwritten here is left to its TTL. */
-    pthread_mutex_lock(&o->once_mu);
+    dlock__mu_lock(&o->once_mu);
     memcpy(o->once_prev, w->rid, sizeof o->once_prev);
-    pthread_mutex_unlock(&o->once_mu);
+    dlock__mu_unlock(&o->once_mu);
   }
   dlock__sb_free(&w->key);
   dlock__sb_free(&w->prev);

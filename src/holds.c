@@ -74,7 +74,7 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   key[0] = tag;
   memcpy(key + 1, name, name_len);
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   int rc = 0;
   if (!c->reg.locks.b && dlock__map_init(&c->reg.locks, 64) != 0)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -99,7 +99,7 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
   }
   if (e)
     e->objects++;
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   if (key != stackkey)
     free(key);
   *out = e;
@@ -122,9 +122,9 @@ static void hold_free(dlock_client *c, dlock__hold *h) {
 }
 
 void dlock__reg_detach(dlock_client *c, dlock__lockent *e) {
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   if (--e->objects > 0) {
-    pthread_mutex_unlock(&c->reg.mu);
+    dlock__mu_unlock(&c->reg.mu);
     return;
   }
   /* The batch in flight may point at the entry's name: wait for it. */
@@ -136,7 +136,7 @@ void dlock__reg_detach(dlock_client *c, dlock__lockent *e) {
     h = nx;
   }
   dlock__map_del(&c->reg.locks, e->key, e->key_len);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   free(e);
 }
 
@@ -170,14 +170,14 @@ int dlock__reg_thread_holds(dlock_client *c, const char *name, size_t len,
     return 0;
   memcpy(key + 1, name, len);
   int held = 0;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   for (size_t i = 0; i < sizeof tags && !held && c->reg.locks.b; i++) {
     key[0] = tags[i];
     dlock__lockent *e = dlock__map_get(&c->reg.locks, key, len + 1);
     dlock__hold *h = e ? dlock__hold_find(e, tid) : NULL;
     held = h && h->count > 0;
   }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   if (key != stackkey)
     free(key);
   return held;
@@ -207,7 +207,7 @@ void dlock__hold_grave_empty(dlock_client *c) {
 size_t dlock_client_hold_records(dlock_client *c) {
   if (!c)
     return 0;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   size_t n = 0;
   for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
     for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
@@ -215,13 +215,13 @@ size_t dlock_client_hold_records(dlock_client *c) {
       for (dlock__hold *h = e->holds; h; h = h->next)
         n++;
     }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return n;
 }
 
 int64_t dlock__holds_now(dlock_client *c) {
   int64_t n = 0;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   int64_t now = dlock__now_ms();
   for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
     for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
@@ -229,7 +229,7 @@ int64_t dlock__holds_now(dlock_client *c) {
       for (const dlock__hold *h = e->holds; h; h = h->next)
         n += h->count > 0 && !h->lost && now < h->valid_until;
     }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return n;
 }
 
@@ -238,7 +238,7 @@ int64_t dlock__holds_now(dlock_client *c) {
  * DLOCK__INFO_HOLDS_MAX); returns how many. Takes reg.mu. */
 int dlock__holds_since(dlock_client *c, dlock__sb *b) {
   int n = 0;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   int64_t now = dlock__now_ms();
   for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
     for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
@@ -258,7 +258,7 @@ int dlock__holds_since(dlock_client *c, dlock__sb *b) {
         n++;
       }
     }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return n;
 }
 
@@ -397,7 +397,7 @@ static int g_exit_ok;
 /* Forgets every hold of thread tid on c and reports each (reg.mu taken). */
 static void forget_thread(dlock_client *c, uint64_t tid) {
   dlock__lost_note *lost = NULL;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   for (size_t i = 0; c->reg.locks.b && i < c->reg.locks.nb; i++)
     for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
       dlock__lockent *e = me->val;
@@ -410,7 +410,7 @@ static void forget_thread(dlock_client *c, uint64_t tid) {
       dlock__hold_put(c, h);
     }
   dlock__lost_report(c, lost);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
 }
 
 static void thread_exit(void *p) {

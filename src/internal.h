@@ -69,6 +69,28 @@ int dlock__log_on(const dlock_config *cfg, int level);
 void dlock__log(const dlock_config *cfg, int level, const char *name,
                 const char *event, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* Delivers one formatted event now (the hook or stderr); dlock__log calls
+ * it, or callout.c when the thread's last internal lock is released. */
+void dlock__log_emit(const dlock_config *cfg, int level, const char *name,
+                     const char *event, const char *msg);
+
+/* ---- callouts (callout.c): no user callback under an internal lock ----
+ * Every internal mutex is taken and released through dlock__mu_lock /
+ * dlock__mu_trylock / dlock__mu_unlock (they count the locks this thread
+ * holds); a log event raised under one is kept (dlock__log_keep returns 1)
+ * and delivered when the thread's last lock is released; on_lock_lost and
+ * async completions go through dlock__callout_lost / _done, which abort if
+ * the thread holds a lock. dlock__never reports a broken invariant and
+ * aborts. */
+void dlock__mu_lock(pthread_mutex_t *m);
+int dlock__mu_trylock(pthread_mutex_t *m); /* 0 taken, else EBUSY */
+void dlock__mu_unlock(pthread_mutex_t *m);
+int dlock__mu_depth(void);
+int dlock__log_keep(const dlock_config *cfg, int level, const char *name,
+                    const char *event, const char *msg);
+void dlock__callout_lost(const dlock_config *cfg, const char *name);
+void dlock__callout_done(void (*cb)(int, void *), int rc, void *arg);
+_Noreturn void dlock__never(const char *what);
 
 /* ---- counters (stats.c): dlock_client_stats's fields, one relaxed atomic
  * each, indexed by dlock__stat. dlock__stat_add(&c->stats, DLOCK__ST_X, 1)

@@ -73,6 +73,14 @@ void dlock__log(const dlock_config *cfg, int level, const char *name,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  /* Raised under an internal lock: kept until the thread's last lock is
+   * released (callout.c), so a hook may call back into the library. */
+  if (!dlock__log_keep(cfg, level, name, event, msg))
+    dlock__log_emit(cfg, level, name, event, msg);
+}
+
+void dlock__log_emit(const dlock_config *cfg, int level, const char *name,
+                     const char *event, const char *msg) {
   if (cfg && cfg->log_fn) {
     cfg->log_fn(cfg->log_arg, level, name, event, msg);
     return;

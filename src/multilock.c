@@ -195,11 +195,11 @@ int dlock_multilock_timedlock(dlock_multilock *ml, long long wait_ms,
     taken[busy] = 1;
   }
   if (rc == 0) {
-    pthread_mutex_lock(&ml->mu);
+    dlock__mu_lock(&ml->mu);
     dlock__hold *h = find_hold(ml, dlock__tid(), 1);
     if (h)
       h->count++;
-    pthread_mutex_unlock(&ml->mu);
+    dlock__mu_unlock(&ml->mu);
     if (!h) {
       release_taken(ml, taken);
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -213,13 +213,13 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
   dlock__clear_error();
   if (!ml)
     return dlock__fail(DLOCK_EINVAL, "multilock is NULL");
-  pthread_mutex_lock(&ml->mu);
+  dlock__mu_lock(&ml->mu);
   dlock__hold *h = find_hold(ml, dlock__tid(), 0);
   int held = h && h->count > 0;
   if (held && !h->marks)
     h->marks = dlock__calloc(ml->n, 1);
   int oom = held && !h->marks;
-  pthread_mutex_unlock(&ml->mu);
+  dlock__mu_unlock(&ml->mu);
   if (!held)
     return dlock__fail(DLOCK_EPERM, "multilock is not held by this thread");
   if (oom)
@@ -247,12 +247,12 @@ int dlock_multilock_unlock(dlock_multilock *ml) {
     }
   }
   if (!other) {
-    pthread_mutex_lock(&ml->mu);
+    dlock__mu_lock(&ml->mu);
     if (--h->count == 0)
       dlock__holdlist_drop(&ml->holds, h);
     else
       memset(h->marks, 0, ml->n);
-    pthread_mutex_unlock(&ml->mu);
+    dlock__mu_unlock(&ml->mu);
   }
   if (other)
     return dlock__fail(other,

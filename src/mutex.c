@@ -506,10 +506,10 @@ static void lost_expired(dlock_client *c, const char *name) {
 static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
                        int64_t lease, int64_t sent, uint64_t token) {
   dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = dlock__hold_get(m->e, tid);
   if (!h) {
-    pthread_mutex_unlock(&c->reg.mu);
+    dlock__mu_unlock(&c->reg.mu);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
   if (h->count == 0 && tid == dlock__tid())
@@ -520,16 +520,16 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   dlock__hold_note(h, target, wd, lease, sent, token);
   if (wd)
     dlock__wd_add(c, h);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return 0;
 }
 
 int dlock__mutex_local_count(dlock_mutex *m) {
   dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
   int n = h && !h->lost ? h->count : 0;
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return n;
 }
 
@@ -649,7 +649,7 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   if (wait_ms != 0)
     a->w.id = dlock__eng_wait_id();
   a->slot.wait_id = a->w.id;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, a->tid);
   int gone = dlock__eng_reenter(h, a->b.started, &a->prior);
   if (gone) {
@@ -657,7 +657,7 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
     if (!was_lost)
       lost_expired(c, m->name);
     drop_hold(c, h);
-    pthread_mutex_unlock(&c->reg.mu);
+    dlock__mu_unlock(&c->reg.mu);
     if (was_lost)
       return dlock__fail(DLOCK_ELOST,
                          "lock '%s': this thread's hold was lost: %s", m->name,
@@ -667,7 +667,7 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
                        "local deadline passed)",
                        m->name);
   }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return 0;
 }
 
@@ -804,9 +804,9 @@ static int wait_loop(acq *a) {
   /* A waiter says who it is (clientinfo.c) -- from here, not from the
    * first attempt: a call that never waits nor holds (a failed trylock,
    * an acquisition undone for DLOCK_ENOSYNC) leaves no info key behind. */
-  pthread_mutex_lock(&a->c->reg.mu);
+  dlock__mu_lock(&a->c->reg.mu);
   dlock__info_want(a->c);
-  pthread_mutex_unlock(&a->c->reg.mu);
+  dlock__mu_unlock(&a->c->reg.mu);
   a->waited = 1;
   int rc = subscribe(a);
   if (rc)
@@ -929,13 +929,13 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   if (a.sub)
     dlock__sub_leave(a.c, a.sub, &a.slot);
   if (rc == DLOCK_ELOST) {
-    pthread_mutex_lock(&a.c->reg.mu);
+    dlock__mu_lock(&a.c->reg.mu);
     dlock__hold *h = find_hold(m, a.tid);
     if (h && h->count > 0 && !h->lost)
       lost_found(a.c, m->name, "a reentrant acquire");
     if (h)
       drop_hold(a.c, h);
-    pthread_mutex_unlock(&a.c->reg.mu);
+    dlock__mu_unlock(&a.c->reg.mu);
     return rc;
   }
   /* An attempt may have queued us before its reply was lost, or the wait
@@ -1085,16 +1085,16 @@ int dlock__mutex_release(dlock_mutex *m) {
   const uint64_t tid = dlock__tid();
   rel r;
   memset(&r, 0, sizeof r);
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   rc = rel_begin(m, tid, &r);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   if (rc)
     return rc;
   rc = m->ops->release(m, tid, r.u.lease, r.u.expected, r.u.rid);
   int sends = dlock__exec_sends();
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   rc = rel_end(m, &r, rc, sends);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   if (r.tombstone)
     dlock__unlock_tombstone(c, m->name, r.u.rid);
   return rc;
@@ -1167,12 +1167,12 @@ int dlock_mutex_is_locked(dlock_mutex *m) {
 static int local_state(dlock_mutex *m, int64_t *left) {
   dlock_client *c = m->c;
   int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
   int st = !h || h->count == 0 ? -1 : dlock__eng_valid(h, now);
   if (left)
     *left = st == 1 ? h->valid_until - now : 0;
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return st;
 }
 
@@ -1251,12 +1251,12 @@ int dlock_mutex_token(dlock_mutex *m, uint64_t *token) {
     return dlock__fail(DLOCK_ENOTSUP, "lock '%s' is not a fenced mutex",
                        m->name);
   dlock_client *c = m->c;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, dlock__tid());
   int held = h && h->count > 0;
   if (held)
     *token = h->token;
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return held ? 0
               : dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
                             m->name);

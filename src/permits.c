@@ -309,11 +309,11 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
 void dlock_permits_free(dlock_permits *p) {
   if (!p)
     return;
-  pthread_mutex_lock(&p->mu);
+  dlock__mu_lock(&p->mu);
   int started = p->started;
   p->stop = 1;
   pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
+  dlock__mu_unlock(&p->mu);
   /* In a fork child the renewer does not exist: nothing to join. */
   if (started && p->started_pid == getpid())
     pthread_join(p->thr, NULL);
@@ -419,7 +419,7 @@ static void report_lost(dlock_permits *p, int gone, int unrenewed) {
   dlock_client *c = p->o.c;
   if (!c->cfg.on_lock_lost || gone + unrenewed == 0)
     return;
-  pthread_mutex_unlock(&p->mu);
+  dlock__mu_unlock(&p->mu);
   for (int k = 0; k < gone + unrenewed; k++) {
     dlock__fail(DLOCK_ELOST,
                 k < gone ? "permits '%s': a renewal found a permit gone "
@@ -427,9 +427,9 @@ static void report_lost(dlock_permits *p, int gone, int unrenewed) {
                          : "permits '%s': renewals of a permit failed until "
                            "its lease ran out",
                 p->o.name);
-    c->cfg.on_lock_lost(p->o.name, c->cfg.on_lock_lost_arg);
+    dlock__callout_lost(&c->cfg, p->o.name);
   }
-  pthread_mutex_lock(&p->mu);
+  dlock__mu_lock(&p->mu);
 }
 
 /* The permits past their local deadline leave the list (mu held): a
@@ -460,7 +460,7 @@ static void *renewer(void *arg) {
   if (retry < 1)
     retry = 1;
   int64_t next = dlock__now_ms() + period;
-  pthread_mutex_lock(&p->mu);
+  dlock__mu_lock(&p->mu);
   for (;;) {
     for (;;) {
       int64_t now = dlock__now_ms(), wake = next;
@@ -476,9 +476,9 @@ static void *renewer(void *arg) {
     if (p->stop)
       break;
     /* renew_mu before mu, as update_lease takes them. */
-    pthread_mutex_unlock(&p->mu);
-    pthread_mutex_lock(&p->renew_mu);
-    pthread_mutex_lock(&p->mu);
+    dlock__mu_unlock(&p->mu);
+    dlock__mu_lock(&p->renew_mu);
+    dlock__mu_lock(&p->mu);
     size_t n = 0;
     int64_t earliest = -1;
     for (wd_permit *w = p->wd; w; w = w->next, n++)
@@ -489,14 +489,14 @@ static void *renewer(void *arg) {
     if (n && (!ids || !gone)) {
       free(ids);
       free(gone);
-      pthread_mutex_unlock(&p->renew_mu);
+      dlock__mu_unlock(&p->renew_mu);
       next = dlock__now_ms() + retry;
       continue;
     }
     size_t i = 0;
     for (wd_permit *w = p->wd; w; w = w->next)
       memcpy(ids[i++], w->raw, 16);
-    pthread_mutex_unlock(&p->mu);
+    dlock__mu_unlock(&p->mu);
     int64_t sent = dlock__now_ms();
     /* The router stops retrying at the earliest local deadline: past it
      * the permit is lost whatever a later renewal would say. */
@@ -505,8 +505,8 @@ static void *renewer(void *arg) {
     int rc = n ? renew(p, ids, n, lease, gone) : 0;
     dlock__call_deadline_reset();
     int lost = 0;
-    pthread_mutex_unlock(&p->renew_mu);
-    pthread_mutex_lock(&p->mu);
+    dlock__mu_unlock(&p->renew_mu);
+    dlock__mu_lock(&p->mu);
     next = rc == 0 ? sent + period : dlock__now_ms() + retry;
     for (size_t j = 0; rc == 0 && j < n; j++) {
       if (gone[j]) {
@@ -522,7 +522,7 @@ static void *renewer(void *arg) {
     free(gone);
     report_lost(p, lost, 0);
   }
-  pthread_mutex_unlock(&p->mu);
+  dlock__mu_unlock(&p->mu);
   return NULL;
 }
 
@@ -534,7 +534,7 @@ static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
   memcpy(w->raw, raw, 16);
   int64_t lease = wd_lease(p);
   w->valid_until = dlock__eng_deadline(sent, lease);
-  pthread_mutex_lock(&p->mu);
+  dlock__mu_lock(&p->mu);
   int rc = 0;
   if (!p->started) {
     if (dlock__thread_start(&p->thr, renewer, p) != 0)
@@ -553,14 +553,14 @@ static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
   } else {
     free(w);
   }
-  pthread_mutex_unlock(&p->mu);
+  dlock__mu_unlock(&p->mu);
   return rc;
 }
 
 static void wd_remove(dlock_permits *p, const unsigned char raw[16]) {
-  pthread_mutex_lock(&p->mu);
+  dlock__mu_lock(&p->mu);
   wd_unlink(p, raw);
-  pthread_mutex_unlock(&p->mu);
+  dlock__mu_unlock(&p->mu);
 }
 
 /* ---- acquire ------------------------------------------------------------ */
@@ -731,14 +731,14 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
     return rc;
   /* Out of the renewer's list first, so that it cannot overwrite the new
    * fixed lease; back in when the watchdog is asked for. */
-  pthread_mutex_lock(&p->renew_mu);
+  dlock__mu_lock(&p->renew_mu);
   wd_remove(p, raw);
   char gone = 0;
   unsigned char ids[1][16];
   memcpy(ids[0], raw, 16);
   int64_t sent = dlock__now_ms();
   rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone);
-  pthread_mutex_unlock(&p->renew_mu);
+  dlock__mu_unlock(&p->renew_mu);
   if (rc)
     return rc;
   if (gone)

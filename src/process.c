@@ -92,10 +92,10 @@ static void *thread_trampoline(void *p) {
   thread_start *ts = p;
   void *(*fn)(void *) = ts->fn;
   void *arg = ts->arg;
-  pthread_mutex_lock(&ts->mu);
+  dlock__mu_lock(&ts->mu);
   ts->running = 1;
   pthread_cond_signal(&ts->cv);
-  pthread_mutex_unlock(&ts->mu);
+  dlock__mu_unlock(&ts->mu);
   return fn(arg);
 }
 
@@ -104,10 +104,10 @@ int dlock__thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
                      PTHREAD_COND_INITIALIZER, 0};
   int rc = pthread_create(t, NULL, thread_trampoline, &ts);
   if (rc == 0) {
-    pthread_mutex_lock(&ts.mu);
+    dlock__mu_lock(&ts.mu);
     while (!ts.running)
       pthread_cond_wait(&ts.cv, &ts.mu);
-    pthread_mutex_unlock(&ts.mu);
+    dlock__mu_unlock(&ts.mu);
   }
   pthread_cond_destroy(&ts.cv);
   pthread_mutex_destroy(&ts.mu);

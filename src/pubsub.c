@@ -93,7 +93,7 @@ int dlock__sub_join_active(dlock_client *c, const char *channel,
                            dlock__slot *slot, dlock__sub **out) {
   if (atomic_load_explicit(&c->ps.n_subs, memory_order_relaxed) == 0)
     return 0;
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   dlock__sub *s = dlock__map_get(&c->ps.subs, channel, strlen(channel));
   int ok = s && s->state == DLOCK__SUB_ACTIVE;
   if (ok && slot_init(slot) != 0)
@@ -102,7 +102,7 @@ int dlock__sub_join_active(dlock_client *c, const char *channel,
     slot_link(s, slot);
     *out = s;
   }
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   return ok;
 }
 
@@ -113,7 +113,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
   if (rc)
     return rc;
 
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   dlock__sub *s = dlock__map_get(&c->ps.subs, channel, strlen(channel));
   int need_poke = 0;
   if (!s) {
@@ -124,7 +124,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
     }
     if (!s || !s->channel || (grant_channel && !s->grant_channel) ||
         dlock__map_put(&c->ps.subs, s->channel, strlen(s->channel), s) != 0) {
-      pthread_mutex_unlock(&c->ps.mu);
+      dlock__mu_unlock(&c->ps.mu);
       if (s) {
         free(s->channel);
         free(s->grant_channel);
@@ -136,7 +136,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
     if (s->grant_channel && dlock__map_put(&c->ps.grants, s->grant_channel,
                                            strlen(s->grant_channel), s) != 0) {
       dlock__map_del(&c->ps.subs, s->channel, strlen(s->channel));
-      pthread_mutex_unlock(&c->ps.mu);
+      dlock__mu_unlock(&c->ps.mu);
       free(s->channel);
       free(s->grant_channel);
       free(s);
@@ -154,7 +154,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
   *active = s->state == DLOCK__SUB_ACTIVE;
   slot->failed = s->state == DLOCK__SUB_FAILED;
   *out = s;
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   if (need_poke)
     poke(c);
   return 0;
@@ -162,7 +162,7 @@ int dlock__sub_join(dlock_client *c, const char *channel,
 
 int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
                     int64_t until_ms, int *granted, int *active) {
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   while (!slot->granted && !slot->kicked && !slot->failed &&
          !atomic_load(&c->closing)) {
     if (until_ms >= 0) {
@@ -179,12 +179,12 @@ int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
   *granted = slot->granted;
   slot->kicked = 0;
   *active = s->state == DLOCK__SUB_ACTIVE;
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   return woke;
 }
 
 void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   if (slot->prev)
     slot->prev->next = slot->next;
   else
@@ -203,7 +203,7 @@ void dlock__sub_leave(dlock_client *c, dlock__sub *s, dlock__slot *slot) {
     int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
     poke_it = c->ps.wake_at < 0 || c->ps.wake_at > due;
   }
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   pthread_cond_destroy(&slot->cv);
   if (poke_it)
     poke(c);
@@ -411,12 +411,12 @@ static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
   }
   dlock__sb_reset(&pc->out);
   pc->out.oom = 0;
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   pc->sent_head = pc->sent_n = 0;
   for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     if (s->conn == i)
       sub_reset(s);
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   /* On a cluster the node may have failed over: look again. */
   ps->refresh = c->cl != NULL;
   dlock__cluster_mark_stale(c);
@@ -594,9 +594,9 @@ static void on_confirm(dlock_client *c, ps_state *ps, ps_conn *pc,
 static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
   ps_conn *pc = &ps->conns[ci];
   if (r->type == REDIS_REPLY_ERROR) {
-    pthread_mutex_lock(&c->ps.mu);
+    dlock__mu_lock(&c->ps.mu);
     on_refused(c, ps, pc, r);
-    pthread_mutex_unlock(&c->ps.mu);
+    dlock__mu_unlock(&c->ps.mu);
     return;
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
@@ -606,7 +606,7 @@ static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
   int kind = push_kind(r->element[0]->str);
   const char *ch = r->element[1]->str;
   size_t chl = r->element[1]->len;
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   int is_grant = 0, declined = 0;
   dlock__sub *s = dlock__map_get(&c->ps.subs, ch, chl);
   if (!s) {
@@ -621,7 +621,7 @@ static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
     else
       on_message(s, r->element[2]);
   }
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   if (declined)
     dlock__wd_decline_poke(c);
 }
@@ -699,10 +699,10 @@ static void ps_cancels(dlock_client *c, unsigned *seen) {
   if (cg == *seen)
     return;
   *seen = cg;
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     kick_all(s);
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
 }
 
 /* How long poll may sleep: until the next timed event of reconcile, or
@@ -731,10 +731,10 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
     ps->refresh = 0;
     dlock__cluster_refresh(c);
   }
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   int64_t due = reconcile(c, ps);
   c->ps.wake_at = due;
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   int64_t now = dlock__now_ms();
   int connected = 0;
   for (int i = 0; i < ps->n; i++)
@@ -744,10 +744,10 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
       connected |= ps->conns[i].link != NULL;
     }
   if (connected) { /* subscribe on the new connections at once */
-    pthread_mutex_lock(&c->ps.mu);
+    dlock__mu_lock(&c->ps.mu);
     due = reconcile(c, ps);
     c->ps.wake_at = due;
-    pthread_mutex_unlock(&c->ps.mu);
+    dlock__mu_unlock(&c->ps.mu);
   }
   for (int i = 0; i < ps->n; i++)
     if (ps->conns[i].link && flush_out(&ps->conns[i]) != 0)
@@ -802,7 +802,7 @@ static void *ps_main(void *arg) {
 }
 
 int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   int rc = s->grant_channel
                ? dlock__fail(DLOCK_EAUTH,
                              "waiting for %s needs SUBSCRIBE on '%s' and '%s', "
@@ -814,7 +814,7 @@ int dlock__sub_error(dlock_client *c, dlock__sub *s, const char *what) {
                              "the server refused: %s",
                              what, s->channel,
                              s->error ? s->error : "(no reason given)");
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   return rc;
 }
 
@@ -881,12 +881,12 @@ void dlock__pubsub_stop(dlock_client *c) {
     pthread_join(c->ps.thread, NULL);
     c->ps.started = 0;
   }
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_lock(&c->ps.mu);
   for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     kick_all(s);
   dlock__sub *s = c->ps.list;
   c->ps.list = NULL;
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   while (s) {
     dlock__sub *nx = s->next_all;
     if (s->refs == 0)

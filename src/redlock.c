@@ -115,13 +115,13 @@ static int share_client(const dlock_redlock *a, const dlock_redlock *b) {
  * object or lock kind that shares a field with rl's. */
 static int holds_check(dlock_redlock *rl, uint64_t tid) {
   pthread_once(&g_holds_once, holds_init);
-  pthread_mutex_lock(&g_holds_mu);
+  dlock__mu_lock(&g_holds_mu);
   const dlock_redlock *other = NULL;
   for (const dlock_redlock *x = g_holds; x && !other; x = x->reg_next)
     if (x != rl && x->reg_tid == tid && x->name_len == rl->name_len &&
         memcmp(x->name, rl->name, rl->name_len) == 0 && share_client(x, rl))
       other = x;
-  pthread_mutex_unlock(&g_holds_mu);
+  dlock__mu_unlock(&g_holds_mu);
   if (other)
     return dlock__fail(DLOCK_EDEADLK,
                        "redlock '%s' is already held by this thread through "
@@ -140,17 +140,17 @@ static int holds_check(dlock_redlock *rl, uint64_t tid) {
 /* Records rl's hold by tid (rl not on the list). */
 static void holds_add(dlock_redlock *rl, uint64_t tid) {
   pthread_once(&g_holds_once, holds_init);
-  pthread_mutex_lock(&g_holds_mu);
+  dlock__mu_lock(&g_holds_mu);
   rl->reg_tid = tid;
   rl->reg_next = g_holds;
   rl->reg_in = 1;
   g_holds = rl;
-  pthread_mutex_unlock(&g_holds_mu);
+  dlock__mu_unlock(&g_holds_mu);
 }
 
 static void holds_del(dlock_redlock *rl) {
   pthread_once(&g_holds_once, holds_init);
-  pthread_mutex_lock(&g_holds_mu);
+  dlock__mu_lock(&g_holds_mu);
   if (rl->reg_in) {
     dlock_redlock **pp = &g_holds;
     while (*pp && *pp != rl)
@@ -160,7 +160,7 @@ static void holds_del(dlock_redlock *rl) {
     rl->reg_in = 0;
     rl->reg_next = NULL;
   }
-  pthread_mutex_unlock(&g_holds_mu);
+  dlock__mu_unlock(&g_holds_mu);
 }
 
 static dlock__script g_acquire = {
@@ -367,9 +367,9 @@ typedef struct round {
 } round;
 
 static void round_unref(round *r) {
-  pthread_mutex_lock(&r->mu);
+  dlock__mu_lock(&r->mu);
   int last = --r->refs == 0;
-  pthread_mutex_unlock(&r->mu);
+  dlock__mu_unlock(&r->mu);
   if (last) {
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
@@ -382,7 +382,7 @@ static void *vote_main(void *p) {
   round *r = v->round;
   dlock_redlock *rl = v->rl;
   run_vote(v);
-  pthread_mutex_lock(&r->mu);
+  dlock__mu_lock(&r->mu);
   r->done++;
   r->finished[v->i] = 1;
   if (v->op == OP_TOKEN ? v->rc == 1 && (uint64_t)v->value == v->proposed
@@ -390,7 +390,7 @@ static void *vote_main(void *p) {
     r->wins++;
   int release = r->abandoned && v->op == OP_ACQUIRE && v->rc == 1;
   pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
+  dlock__mu_unlock(&r->mu);
   if (release) {
     /* A late yes after the acquisition gave up: take it back. */
     vote rv = *v;
@@ -399,11 +399,11 @@ static void *vote_main(void *p) {
   }
   const size_t mi = v->i; /* v lives in r, which round_unref may free */
   round_unref(r);
-  pthread_mutex_lock(&rl->mu);
+  dlock__mu_lock(&rl->mu);
   rl->running[mi]--;
   if (--rl->inflight == 0)
     pthread_cond_broadcast(&rl->cv);
-  pthread_mutex_unlock(&rl->mu);
+  dlock__mu_unlock(&rl->mu);
   return NULL;
 }
 
@@ -437,13 +437,13 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
       r->finished[i] = 1;
       continue;
     }
-    pthread_mutex_lock(&rl->mu);
+    dlock__mu_lock(&rl->mu);
     int busy = op == OP_ACQUIRE && rl->running[i] > 0;
     if (!busy) {
       rl->inflight++;
       rl->running[i]++;
     }
-    pthread_mutex_unlock(&rl->mu);
+    dlock__mu_unlock(&rl->mu);
     if (busy) {
       v->rc = DLOCK_ECONN;
       snprintf(v->err, sizeof v->err,
@@ -452,10 +452,10 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
       r->finished[i] = 1;
       continue;
     }
-    pthread_mutex_lock(&r->mu);
+    dlock__mu_lock(&r->mu);
     r->refs++;
     r->started++;
-    pthread_mutex_unlock(&r->mu);
+    dlock__mu_unlock(&r->mu);
     pthread_t th;
     if (pthread_create(&th, &attr, vote_main, v) != 0)
       vote_main(v); /* no thread: this master is asked inline */
@@ -471,7 +471,7 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
  * pending reads as a failed vote. */
 static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
                        int64_t until, vote *out) {
-  pthread_mutex_lock(&r->mu);
+  dlock__mu_lock(&r->mu);
   int64_t decided_at = -1;
   while (r->done < r->started) {
     size_t pending = r->started - r->done;
@@ -503,7 +503,7 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
       snprintf(out[i].err, sizeof out[i].err, "no answer within the round");
     }
   }
-  pthread_mutex_unlock(&r->mu);
+  dlock__mu_unlock(&r->mu);
 }
 
 /* Runs op on every master (skip as round_start) and waits (early as
@@ -617,21 +617,21 @@ void dlock_redlock_free(dlock_redlock *rl) {
     return;
   if (!forked(rl)) {
     holds_del(rl); /* an abandoned hold */
-    pthread_mutex_lock(&rl->mu);
+    dlock__mu_lock(&rl->mu);
     rl->rn_stop = 1;
     pthread_cond_broadcast(&rl->cv);
     int started = rl->rn_started;
-    pthread_mutex_unlock(&rl->mu);
+    dlock__mu_unlock(&rl->mu);
     if (started)
       pthread_join(rl->rn_thread, NULL);
     /* Votes still running (a paused master) end within their command
      * timeout; they use the object until then. Waited for after the
      * renewal thread is gone: a round it started just before stopping
      * counts its votes after rn_stop was set (issue 10). */
-    pthread_mutex_lock(&rl->mu);
+    dlock__mu_lock(&rl->mu);
     while (rl->inflight > 0)
       pthread_cond_wait(&rl->cv, &rl->mu);
-    pthread_mutex_unlock(&rl->mu);
+    dlock__mu_unlock(&rl->mu);
     pthread_cond_destroy(&rl->cv);
     pthread_mutex_destroy(&rl->mu);
   }
@@ -755,11 +755,11 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
    * vote is still running: from now on such a vote takes itself back when
    * it ends (abandoned), so nobody waits for a paused master here. */
   unsigned char skip[64];
-  pthread_mutex_lock(&r->mu);
+  dlock__mu_lock(&r->mu);
   r->abandoned = 1;
   for (size_t i = 0; i < rl->n; i++)
     skip[i] = !r->finished[i];
-  pthread_mutex_unlock(&r->mu);
+  dlock__mu_unlock(&r->mu);
   round_unref(r);
   vote rv[64];
   round_some(rl, rv, OP_RELEASE, tid, 0, 0, skip, 0, 0, -1);
@@ -789,9 +789,9 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
   const uint64_t tid = dlock__tid();
   const int wd = lease_ms <= 0;
   const int64_t lease = wd ? rl->clients[0]->cfg.watchdog_timeout_ms : lease_ms;
-  pthread_mutex_lock(&rl->mu);
+  dlock__mu_lock(&rl->mu);
   int mine = rl->hold.count && rl->hold.tid == tid;
-  pthread_mutex_unlock(&rl->mu);
+  dlock__mu_unlock(&rl->mu);
   if (mine)
     return dlock__fail(DLOCK_EDEADLK,
                        "redlock '%s' is already held by this thread (a "
@@ -809,7 +809,7 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
     uint64_t token = 0;
     int64_t t0 = 0, valid_until = 0;
     if (one_round(rl, tid, lease, &token, &t0, &valid_until, why, sizeof why)) {
-      pthread_mutex_lock(&rl->mu);
+      dlock__mu_lock(&rl->mu);
       rl->hold.count = 1;
       rl->hold.tid = tid;
       rl->hold.gen++;
@@ -822,7 +822,7 @@ int dlock_redlock_timedlock(dlock_redlock *rl, long long wait_ms,
       holds_add(rl, tid);
       int rc = wd ? start_renewal(rl) : 0;
       pthread_cond_broadcast(&rl->cv);
-      pthread_mutex_unlock(&rl->mu);
+      dlock__mu_unlock(&rl->mu);
       return rc;
     }
     if (wait_ms == 0)
@@ -863,16 +863,16 @@ int dlock_redlock_unlock(dlock_redlock *rl) {
   if (forked(rl))
     return fail_forked(rl);
   const uint64_t tid = dlock__tid();
-  pthread_mutex_lock(&rl->mu);
+  dlock__mu_lock(&rl->mu);
   if (!rl->hold.count || rl->hold.tid != tid) {
-    pthread_mutex_unlock(&rl->mu);
+    dlock__mu_unlock(&rl->mu);
     return dlock__fail(DLOCK_EPERM, "redlock '%s' is not held by this thread",
                        rl->name);
   }
   int lost = rl->hold.lost;
   rl->hold.count = 0;
   rl->hold.gen++;
-  pthread_mutex_unlock(&rl->mu);
+  dlock__mu_unlock(&rl->mu);
   holds_del(rl);
   vote vs[64];
   round_all(rl, vs, OP_RELEASE, tid, 0, 0);
@@ -890,11 +890,11 @@ int dlock_redlock_token(dlock_redlock *rl, uint64_t *token) {
     return dlock__fail(DLOCK_EINVAL, "NULL argument");
   if (forked(rl))
     return fail_forked(rl);
-  pthread_mutex_lock(&rl->mu);
+  dlock__mu_lock(&rl->mu);
   int mine = rl->hold.count && rl->hold.tid == dlock__tid();
   if (mine)
     *token = rl->hold.token;
-  pthread_mutex_unlock(&rl->mu);
+  dlock__mu_unlock(&rl->mu);
   return mine
              ? 0
              : dlock__fail(DLOCK_EPERM,
@@ -907,11 +907,11 @@ int dlock_redlock_validity(dlock_redlock *rl, long long *ms) {
     return dlock__fail(DLOCK_EINVAL, "NULL argument");
   if (forked(rl))
     return fail_forked(rl);
-  pthread_mutex_lock(&rl->mu);
+  dlock__mu_lock(&rl->mu);
   int mine = rl->hold.count && rl->hold.tid == dlock__tid();
   int lost = mine && rl->hold.lost;
   int64_t left = rl->hold.valid_until - dlock__now_ms();
-  pthread_mutex_unlock(&rl->mu);
+  dlock__mu_unlock(&rl->mu);
   if (!mine)
     return dlock__fail(DLOCK_EPERM, "redlock '%s' is not held by this thread",
                        rl->name);
@@ -926,7 +926,7 @@ int dlock_redlock_validity(dlock_redlock *rl, long long *ms) {
 
 static void *renew_main(void *arg) {
   dlock_redlock *rl = arg;
-  pthread_mutex_lock(&rl->mu);
+  dlock__mu_lock(&rl->mu);
   int64_t retry_at = 0;
   while (!rl->rn_stop) {
     if (!rl->hold.count || !rl->hold.wd_count || rl->hold.lost) {
@@ -944,10 +944,9 @@ static void *renew_main(void *arg) {
        * before any other client can have taken the majority (issue 9.1;
        * the engine's rule, as for a single lock). */
       dlock_client *c = rl->clients[0];
-      pthread_mutex_unlock(&rl->mu);
-      if (c->cfg.on_lock_lost)
-        c->cfg.on_lock_lost(rl->name, c->cfg.on_lock_lost_arg);
-      pthread_mutex_lock(&rl->mu);
+      dlock__mu_unlock(&rl->mu);
+      dlock__callout_lost(&c->cfg, rl->name);
+      dlock__mu_lock(&rl->mu);
       continue;
     }
     if (due > rl->hold.valid_until)
@@ -965,7 +964,7 @@ static void *renew_main(void *arg) {
     /* A round never waits past the local deadline: its answers would come
      * too late to matter, and the loss must be reported at the deadline. */
     const int64_t until = rl->hold.valid_until;
-    pthread_mutex_unlock(&rl->mu);
+    dlock__mu_unlock(&rl->mu);
 
     vote vs[64];
     const int64_t t0 = dlock__now_ms();
@@ -977,7 +976,7 @@ static void *renew_main(void *arg) {
       gone += vs[i].rc == 0;
     }
     int report = 0;
-    pthread_mutex_lock(&rl->mu);
+    dlock__mu_lock(&rl->mu);
     if (rl->hold.count && rl->hold.gen == gen && !rl->hold.lost) {
       /* A majority renewed: renewed. A majority can no longer: "gone".
        * Neither: no answer (the engine's rule: lost past the deadline). */
@@ -995,12 +994,11 @@ static void *renew_main(void *arg) {
     }
     if (report) {
       dlock_client *c = rl->clients[0];
-      pthread_mutex_unlock(&rl->mu);
-      if (c->cfg.on_lock_lost)
-        c->cfg.on_lock_lost(rl->name, c->cfg.on_lock_lost_arg);
-      pthread_mutex_lock(&rl->mu);
+      dlock__mu_unlock(&rl->mu);
+      dlock__callout_lost(&c->cfg, rl->name);
+      dlock__mu_lock(&rl->mu);
     }
   }
-  pthread_mutex_unlock(&rl->mu);
+  dlock__mu_unlock(&rl->mu);
   return NULL;
 }

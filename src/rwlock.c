@@ -634,10 +634,10 @@ static int acquire(dlock_rwlock *rw, char kind, long long wait_ms,
     return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
   const uint64_t tid = dlock__tid();
   if (kind == 'W') {
-    pthread_mutex_lock(&rw->mu);
+    dlock__mu_lock(&rw->mu);
     dlock__hold *s = find_stack(rw, tid, 0);
     int reads = count_kind(s, 'R'), writes = count_kind(s, 'W');
-    pthread_mutex_unlock(&rw->mu);
+    dlock__mu_unlock(&rw->mu);
     if (reads > 0 && writes == 0)
       return dlock__fail(DLOCK_EDEADLK,
                          "read-write lock '%s': this thread holds %d read "
@@ -648,16 +648,16 @@ static int acquire(dlock_rwlock *rw, char kind, long long wait_ms,
   }
   dlock_mutex *m = kind == 'R' ? rw->rd : rw->wr;
   int rc = dlock__mutex_acquire(m, wait_ms, lease_ms);
-  pthread_mutex_lock(&rw->mu);
+  dlock__mu_lock(&rw->mu);
   if (rc == 0 && push_kind(rw, tid, kind) != 0) {
-    pthread_mutex_unlock(&rw->mu);
+    dlock__mu_unlock(&rw->mu);
     /* Cannot record it: give it back rather than hold it untracked. */
     dlock__mutex_release(m);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
   if (rc == DLOCK_ELOST)
     drop_kind(rw, tid, kind);
-  pthread_mutex_unlock(&rw->mu);
+  dlock__mu_unlock(&rw->mu);
   return rc;
 }
 
@@ -679,7 +679,7 @@ int dlock_rwlock_timedwrlock(dlock_rwlock *rw, long long wait_ms,
 static int release_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
   dlock_mutex *m = kind == 'R' ? rw->rd : rw->wr;
   int rc = dlock__mutex_release(m);
-  pthread_mutex_lock(&rw->mu);
+  dlock__mu_lock(&rw->mu);
   dlock__hold *s = find_stack(rw, tid, 0);
   if (rc == 0 && s) {
     for (size_t i = s->nmodes; i-- > 0;)
@@ -692,7 +692,7 @@ static int release_kind(dlock_rwlock *rw, uint64_t tid, char kind) {
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
     drop_kind(rw, tid, kind);
   }
-  pthread_mutex_unlock(&rw->mu);
+  dlock__mu_unlock(&rw->mu);
   return rc;
 }
 
@@ -701,12 +701,12 @@ int dlock_rwlock_unlock(dlock_rwlock *rw) {
   if (!rw)
     return dlock__fail(DLOCK_EINVAL, "rwlock is NULL");
   const uint64_t tid = dlock__tid();
-  pthread_mutex_lock(&rw->mu);
+  dlock__mu_lock(&rw->mu);
   dlock__hold *s = find_stack(rw, tid, 0);
   char kind = 0;
   if (s && s->nmodes)
     kind = s->modes[s->nmodes - 1];
-  pthread_mutex_unlock(&rw->mu);
+  dlock__mu_unlock(&rw->mu);
   if (!kind)
     return dlock__fail(DLOCK_EPERM,
                        "read-write lock '%s' is not held by this thread",
@@ -749,12 +749,12 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   if (rc0)
     return rc0;
   const uint64_t tid = dlock__tid();
-  pthread_mutex_lock(&rw->mu);
+  dlock__mu_lock(&rw->mu);
   dlock__hold *s = find_stack(rw, tid, 0);
   char kind = 0;
   if (s && s->nmodes)
     kind = s->modes[s->nmodes - 1];
-  pthread_mutex_unlock(&rw->mu);
+  dlock__mu_unlock(&rw->mu);
   if (kind != 'W')
     return dlock__fail(DLOCK_EPERM,
                        "read-write lock '%s': the calling thread's most "
@@ -775,14 +775,14 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   }
   if (rc) {
     if (rc == DLOCK_ELOST) {
-      pthread_mutex_lock(&rw->mu);
+      dlock__mu_lock(&rw->mu);
       drop_kind(rw, tid, 'R');
-      pthread_mutex_unlock(&rw->mu);
+      dlock__mu_unlock(&rw->mu);
     }
     return rc;
   }
   rc = dlock__mutex_release(rw->wr);
-  pthread_mutex_lock(&rw->mu);
+  dlock__mu_lock(&rw->mu);
   s = find_stack(rw, tid, 0); /* still there: only this thread drops it */
   if (rc == 0 && s && s->nmodes) {
     s->modes[s->nmodes - 1] =
@@ -790,7 +790,7 @@ int dlock_rwlock_downgrade(dlock_rwlock *rw, long long lease_ms) {
   } else if (rc == DLOCK_ELOST || rc == DLOCK_EPERM) {
     drop_kind(rw, tid, 'W');
   }
-  pthread_mutex_unlock(&rw->mu);
+  dlock__mu_unlock(&rw->mu);
   if (rc == 0)
     return 0;
   /* The write hold was lost (the exclusive section is over), or its release

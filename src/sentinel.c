@@ -124,10 +124,10 @@ static void master_log(dlock_client *c, const char *old, const char *host,
 void dlock__sentinel_invalidate(dlock_client *c, unsigned gen) {
   if (!c->url.sentinel)
     return;
-  pthread_mutex_lock(&c->sent.mu);
+  dlock__mu_lock(&c->sent.mu);
   if (atomic_load(&c->sent.gen) == gen)
     c->sent.known = 0;
-  pthread_mutex_unlock(&c->sent.mu);
+  dlock__mu_unlock(&c->sent.mu);
 }
 
 /* ---- the answers, parsed (both clients: async_route.c too) -------------- */
@@ -262,10 +262,10 @@ static int discover(dlock_client *c) {
       rc = check_role(c, host, port);
     if (rc == 0) {
       char old[300];
-      pthread_mutex_lock(&s->mu);
+      dlock__mu_lock(&s->mu);
       int moved = set_master(c, host, port, old, sizeof old);
       s->next = i;
-      pthread_mutex_unlock(&s->mu);
+      dlock__mu_unlock(&s->mu);
       if (moved)
         master_log(c, old, host, port, "asked the sentinels");
       dlock__sb_free(&why);
@@ -303,23 +303,23 @@ static int copy_master(dlock_client *c, dlock__url *target, char *buf, size_t n,
 int dlock__sentinel_target(dlock_client *c, dlock__url *target, char *buf,
                            size_t n, unsigned *gen) {
   dlock__sentinel *s = &c->sent;
-  pthread_mutex_lock(&s->mu);
+  dlock__mu_lock(&s->mu);
   int have = copy_master(c, target, buf, n, gen);
-  pthread_mutex_unlock(&s->mu);
+  dlock__mu_unlock(&s->mu);
   if (have)
     return 0;
-  pthread_mutex_lock(&s->disc_mu);
-  pthread_mutex_lock(&s->mu);
+  dlock__mu_lock(&s->disc_mu);
+  dlock__mu_lock(&s->mu);
   have = copy_master(c, target, buf, n, gen); /* found meanwhile? */
-  pthread_mutex_unlock(&s->mu);
+  dlock__mu_unlock(&s->mu);
   int rc = have ? 0 : discover(c);
   if (rc == 0 && !have) {
-    pthread_mutex_lock(&s->mu);
+    dlock__mu_lock(&s->mu);
     if (!copy_master(c, target, buf, n, gen))
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-    pthread_mutex_unlock(&s->mu);
+    dlock__mu_unlock(&s->mu);
   }
-  pthread_mutex_unlock(&s->disc_mu);
+  dlock__mu_unlock(&s->disc_mu);
   return rc;
 }
 
@@ -335,9 +335,9 @@ static void on_switch(dlock_client *c, const char *payload) {
                                   &np))
     return;
   char old[300];
-  pthread_mutex_lock(&c->sent.mu);
+  dlock__mu_lock(&c->sent.mu);
   int moved = set_master(c, nh, np, old, sizeof old);
-  pthread_mutex_unlock(&c->sent.mu);
+  dlock__mu_unlock(&c->sent.mu);
   if (moved)
     master_log(c, old, nh, np, "+switch-master");
   wake_subscriber(c);
@@ -352,13 +352,13 @@ static void on_promoted(dlock_client *c, const char *payload) {
   if (!dlock__sentinel_promoted_msg(payload, c->url.master_name))
     return;
   dlock__sentinel *s = &c->sent;
-  pthread_mutex_lock(&s->disc_mu);
-  pthread_mutex_lock(&s->mu);
+  dlock__mu_lock(&s->disc_mu);
+  dlock__mu_lock(&s->mu);
   s->known = 0;
-  pthread_mutex_unlock(&s->mu);
+  dlock__mu_unlock(&s->mu);
   if (discover(c) == 0)
     wake_subscriber(c);
-  pthread_mutex_unlock(&s->disc_mu);
+  dlock__mu_unlock(&s->disc_mu);
 }
 
 /* Sleeps ms unless woken by stop. */
@@ -374,10 +374,10 @@ static void recheck(dlock_client *c, int i) {
   int port = 0;
   if (ask_sentinel(c, i, host, sizeof host, &port) != 0)
     return;
-  pthread_mutex_lock(&c->sent.mu);
+  dlock__mu_lock(&c->sent.mu);
   if (c->sent.host && (strcmp(c->sent.host, host) != 0 || c->sent.port != port))
     c->sent.known = 0;
-  pthread_mutex_unlock(&c->sent.mu);
+  dlock__mu_unlock(&c->sent.mu);
 }
 
 /* Subscribes on sentinel i and handles messages until the link fails or
@@ -420,9 +420,9 @@ static void watch_one(dlock_client *c, int i) {
 
 static void *watch_main(void *arg) {
   dlock_client *c = arg;
-  pthread_mutex_lock(&c->sent.mu);
+  dlock__mu_lock(&c->sent.mu);
   int first = c->sent.next; /* the sentinel that answered last */
-  pthread_mutex_unlock(&c->sent.mu);
+  dlock__mu_unlock(&c->sent.mu);
   for (int i = first; !atomic_load(&c->sent.stop);
        i = (i + 1) % c->url.n_sentinels) {
     watch_one(c, i);

@@ -278,11 +278,11 @@ static ssize_t ssl_io(dlock__link *l, void *buf, size_t n, int writing) {
   int ms = writing ? l->write_ms : l->read_ms;
   int cap = n > INT32_MAX ? INT32_MAX : (int)n;
   for (;;) {
-    pthread_mutex_lock(&t->mu);
+    dlock__mu_lock(&t->mu);
     ERR_clear_error();
     int r = writing ? SSL_write(t->ssl, buf, cap) : SSL_read(t->ssl, buf, cap);
     int want = r > 0 ? 3 : ssl_want(l, r);
-    pthread_mutex_unlock(&t->mu);
+    dlock__mu_unlock(&t->mu);
     if (want == 3)
       return r;
     if (want == 0 && writing) { /* a write never "ends": send's EPIPE */
@@ -311,9 +311,9 @@ int dlock__tls_has_client_cert(const dlock__link *l) {
 
 static size_t tls_pending(const dlock__link *l) {
   tls_state *t = l->tls;
-  pthread_mutex_lock(&t->mu);
+  dlock__mu_lock(&t->mu);
   int p = SSL_pending(t->ssl);
-  pthread_mutex_unlock(&t->mu);
+  dlock__mu_unlock(&t->mu);
   return p > 0 ? (size_t)p : 0;
 }
 

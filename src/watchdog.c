@@ -466,7 +466,7 @@ static void note_lost(lost_note **list, const char *name, int why) {
  * this thread says why (dlock.h, on_lock_lost). */
 static void report_lost(dlock_client *c, lost_note *lost) {
   if (lost) {
-    pthread_mutex_unlock(&c->reg.mu);
+    dlock__mu_unlock(&c->reg.mu);
     for (lost_note *ln = lost; ln; ln = ln->next) {
       /* counted and logged first: the log line comes before the report */
       dlock__stat_add(&c->stats,
@@ -477,13 +477,11 @@ static void report_lost(dlock_client *c, lost_note *lost) {
                       1);
       dlock__log(&c->cfg, DLOCK_LOG_ERROR, ln->name, "lost", "lost: %s",
                  dlock__lost_why(ln->why));
-      if (c->cfg.on_lock_lost) {
-        dlock__fail(DLOCK_ELOST, "lock '%s' was lost: %s", ln->name,
-                    dlock__lost_why(ln->why));
-        c->cfg.on_lock_lost(ln->name, c->cfg.on_lock_lost_arg);
-      }
+      dlock__fail(DLOCK_ELOST, "lock '%s' was lost: %s", ln->name,
+                  dlock__lost_why(ln->why));
+      dlock__callout_lost(&c->cfg, ln->name);
     }
-    pthread_mutex_lock(&c->reg.mu);
+    dlock__mu_lock(&c->reg.mu);
   }
   while (lost) {
     lost_note *nx = lost->next;
@@ -610,7 +608,7 @@ static void report_fails(dlock_client *c, wd_fails *f, const char *why) {
     return;
   if (!dlock__log_on(&c->cfg, DLOCK_LOG_WARN))
     return;
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   for (int i = 0; i < f->n; i++) {
     int64_t left = f->v[i].left > 0 ? f->v[i].left : 0;
     dlock__log(&c->cfg, DLOCK_LOG_WARN, f->v[i].name, "renew_failed",
@@ -622,7 +620,7 @@ static void report_fails(dlock_client *c, wd_fails *f, const char *why) {
     dlock__log(&c->cfg, DLOCK_LOG_WARN, NULL, "renew_failed",
                "renewals of %d more holds failed (%s)", f->more,
                why[0] ? why : "no answer");
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
 }
 
 /* Records what a batch sent at sent_at found (reg.mu held): renewed holds
@@ -677,7 +675,7 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
     return;
   }
   c->wd.busy = 1;
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   memset(st->flags, 0, n);
   int64_t sent_at = dlock__now_ms();
   dlock__stat_add(&c->stats, DLOCK__ST_RENEWALS_SENT, n);
@@ -695,7 +693,7 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   wd_fails fails;
   fails.n = fails.more = 0;
   fails.counted = 0;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   apply(c, st, t, n, sent_at, &lost, &fails);
   dlock__hold_grave_empty(c);
   c->wd.busy = 0;
@@ -769,9 +767,9 @@ static int info_tick(dlock_client *c, const wd_timing *t, wd_state *st) {
   c->wd.info_at = running;
   c->wd.info_running = 1;
   c->wd.info_dirty = 0; /* the write lists the holds of now */
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   int rc = dlock__info_write_via(c, info_send, st);
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   c->wd.info_running = 0;
   c->wd.info_end = dlock__now_ms();
   if (c->wd.info_at == running)
@@ -796,10 +794,10 @@ static void since_tick(dlock_client *c) {
 }
 
 void dlock__wd_decline_poke(dlock_client *c) {
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   c->wd.declines = 1;
   pthread_cond_broadcast(&c->reg.cv);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
 }
 
 /* Sends the declines the pub/sub thread queued (pubsub.c on_grant), without
@@ -810,11 +808,11 @@ static int decline_tick(dlock_client *c) {
   if (!c->wd.declines)
     return 0;
   c->wd.declines = 0;
-  pthread_mutex_unlock(&c->reg.mu);
-  pthread_mutex_lock(&c->ps.mu);
+  dlock__mu_unlock(&c->reg.mu);
+  dlock__mu_lock(&c->ps.mu);
   dlock__decline *d = c->ps.declines;
   c->ps.declines = NULL;
-  pthread_mutex_unlock(&c->ps.mu);
+  dlock__mu_unlock(&c->ps.mu);
   while (d) {
     dlock__decline *nx = d->next;
     int rc = dlock__decline_send(c, d);
@@ -830,7 +828,7 @@ static int decline_tick(dlock_client *c) {
     free(d);
     d = nx;
   }
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   return 1;
 }
 
@@ -841,7 +839,7 @@ static void *wd_main(void *arg) {
   t.lease = c->cfg.watchdog_timeout_ms;
   t.period = t.lease / 3 > 0 ? t.lease / 3 : 1;
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   while (!c->wd.stop) {
     if (decline_tick(c) || !wait_due(c, &t))
       continue;
@@ -862,7 +860,7 @@ static void *wd_main(void *arg) {
       st.cap = 0;
     }
   }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   for (int i = 0; i < st.nlinks; i++)
     dlock__link_free(st.links[i].link);
   free(st.links);
@@ -884,7 +882,7 @@ static void *exp_main(void *arg) {
   const int64_t idle =
       dlock__eng_deadline(0, lease) > 1 ? dlock__eng_deadline(0, lease) : 1;
   const int64_t period = lease / 3 > 0 ? lease / 3 : 1;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   while (!c->wd.stop) {
     int64_t now = dlock__now_ms();
     /* At most a quarter period: a hold added meanwhile (dlock__wd_add
@@ -936,7 +934,7 @@ static void *exp_main(void *arg) {
     struct timespec ts = dlock__abstime(CLOCK_MONOTONIC, next - now);
     pthread_cond_timedwait(&c->wd.exp_cv, &c->reg.mu, &ts);
   }
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   return NULL;
 }
 
@@ -964,11 +962,11 @@ int dlock__watchdog_start(dlock_client *c) {
 void dlock__watchdog_stop(dlock_client *c) {
   if (!c->wd.started)
     return;
-  pthread_mutex_lock(&c->reg.mu);
+  dlock__mu_lock(&c->reg.mu);
   c->wd.stop = 1;
   pthread_cond_broadcast(&c->reg.cv);
   pthread_cond_broadcast(&c->wd.exp_cv);
-  pthread_mutex_unlock(&c->reg.mu);
+  dlock__mu_unlock(&c->reg.mu);
   pthread_join(c->wd.thread, NULL);
   c->wd.started = 0;
   if (c->wd.exp_started) {

@@ -16,3 +16,12 @@ if(DLOCK_PYTHON3_DOCS)
             ${PROJECT_SOURCE_DIR})
   set_tests_properties(docs.guarantees_tests PROPERTIES TIMEOUT 30 LABELS tool)
 endif()
+# The construction rules of docs/guarantees.md, searched for in src/ by a
+# machine: each is enforced in one place, and nothing bypasses it.
+if(DLOCK_PYTHON3_DOCS)
+  add_test(NAME docs.rules
+    COMMAND ${DLOCK_PYTHON3_DOCS}
+            ${CMAKE_CURRENT_LIST_DIR}/../docs/rules_check.py
+            ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs.rules PROPERTIES TIMEOUT 30 LABELS tool)
+endif()

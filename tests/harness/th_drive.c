@@ -334,6 +334,11 @@ int th_drive_pump_until(th_drive *d, const volatile int *flag, int64_t ms) {
   return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
 }
 
+int th_drive_stats(th_drive *d, dlock_client_stats *st) {
+  return d->kind == TH_DRIVE_BLOCKING ? dlock_client_stats(d->c, st)
+                                      : dlock_async_stats(d->a, st);
+}
+
 void th_drive_free(th_drive *d) {
   if (!d)
     return;

@@ -61,6 +61,10 @@ int th_drive_pump_until(th_drive *d, const volatile int *flag, int64_t ms);
  * (th_now_ms), 0 if none yet. */
 int th_drive_lost_count(const th_drive *d);
 int64_t th_drive_lost_at(const th_drive *d, const char *name);
+/* dlock_client_stats / dlock_async_stats of the driver's client: callable
+ * from a log hook (issue 38.8: no callback runs under an internal lock).
+ * 0 or the call's code. */
+int th_drive_stats(th_drive *d, dlock_client_stats *st);
 /* Frees the driver and its client (locks held expire with their lease). */
 void th_drive_free(th_drive *d);
 
