@@ -728,6 +728,8 @@ static void take_unsent(dlock__aconn *k) {
     r->unsynced = 0;
     r->ask_pending = r->asking; /* ASK: ASKING right before it */
     r->asking = 0;
+    r->out_start = k->out.len;
+    r->counted = 0;
     if (r->ask_pending)
       dlock__sb_adds(&k->out, "*1\r\n$6\r\nASKING\r\n");
     dlock__sb_add(&k->out, r->cmd, r->len);
@@ -778,6 +780,25 @@ static ssize_t io_send(dlock__aconn *k, const char *p, size_t n, char *why,
   }
 }
 
+/* A send the server answered without running it (NOSCRIPT, a redirect, a
+ * refusal such as LOADING): it is no copy that can act later. */
+static void not_run(dlock__areq *r) {
+  if (r->counted) {
+    r->counted = 0;
+    r->sends--;
+  }
+}
+
+/* The requests whose first byte is written now count a send (r->sends:
+ * a copy that may reach the server). */
+static void count_sends(dlock__aconn *k) {
+  for (dlock__areq *r = k->head; r && r != k->unsent; r = r->next)
+    if (!r->counted && r->out_start < k->out_off) {
+      r->counted = 1;
+      r->sends++;
+    }
+}
+
 static void flush_out(dlock__aconn *k) {
   if (k->state != DLOCK__AC_HANDSHAKE && k->state != DLOCK__AC_READY)
     return;
@@ -798,6 +819,7 @@ static void flush_out(dlock__aconn *k) {
       return;
     }
     k->out_off += (size_t)n;
+    count_sends(k);
   }
   if (k->out_off == k->out.len) {
     dlock__sb_reset(&k->out);
@@ -932,6 +954,7 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
   if (rep->type == REDIS_REPLY_ERROR && r->script && !r->eval &&
       strncmp(rep->str, "NOSCRIPT", 8) == 0 && to_eval(r) == 0) {
     freeReplyObject(rep);
+    not_run(r);
     dlock__aconn_submit(k, r);
     return;
   }
@@ -959,6 +982,7 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
      * request alone goes there, after ASKING). */
     freeReplyObject(rep);
+    not_run(r);
     dlock__aroute_redirect(k->a, r, rslot, rh, rport, ask);
     return;
   }
@@ -970,6 +994,7 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     char why[256];
     snprintf(why, sizeof why, "%s", rep->str);
     freeReplyObject(rep);
+    not_run(r); /* LOADING, BUSY, TRYAGAIN, ...: refused, not run */
     req_retry(k, r, DLOCK_EREDIS, why);
     return;
   }

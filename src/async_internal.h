@@ -65,13 +65,18 @@ struct dlock__areq {
   int no_sync;                 /* never followed by WAIT (an undo) */
   int unsynced;                /* WAIT did not confirm it (engine's verdict) */
   long long acks;              /* WAIT's answer (-1: it failed) */
-  int tries;                   /* sends so far */
-  int64_t pause;               /* the last retry pause (retry_delay) */
-  int no_retry;                /* one send: the caller retries (renewals) */
-  int64_t sent_at;             /* when its bytes went out (monotonic ms) */
-  dlock__atimer retry;         /* armed while waiting for a re-send */
-  dlock__areq *rnext, *rprev;  /* in the connection's waiting-for-retry list */
-  dlock__aconn *k;             /* the connection, while waiting */
+  int tries;                   /* tries so far (failed ones included) */
+  /* Sends whose bytes may have left (at least one byte written): a try
+   * that failed before writing is no copy (issue 38 / io-stack.md D4). */
+  int sends;
+  size_t out_start;    /* where its bytes begin in the connection's out */
+  int counted;         /* this try's send is counted in sends */
+  int64_t pause;       /* the last retry pause (retry_delay) */
+  int no_retry;        /* one send: the caller retries (renewals) */
+  int64_t sent_at;     /* when its bytes went out (monotonic ms) */
+  dlock__atimer retry; /* armed while waiting for a re-send */
+  dlock__areq *rnext, *rprev; /* in the connection's waiting-for-retry list */
+  dlock__aconn *k;            /* the connection, while waiting */
   dlock__areq_fn *fn;
   void *arg;
   /* Frees arg when the request is dropped without an end (fn is not
@@ -275,6 +280,14 @@ struct dlock__aop {
   int sync_i;         /* acquisitions undone so far */
   int64_t sync_prev;  /* the last retry pause (dlock__retry_pause) */
   char sync_why[160]; /* what the last WAIT said */
+  /* The release in flight (op->u: the caller's unlock, an undo, or the
+   * committing copy of a pending one): what runs with its final answer,
+   * once committed (async_lock.c rel_send). */
+  void (*rel_then)(dlock__aop *op, int rc, int sends);
+  int rel_rc, rel_sends; /* its answer, while its tombstone is written */
+  /* An attempt whose outcome is unknown and that may have been sent: its
+   * request is committed after the call's next answer ("" none). */
+  char owed[33];
 };
 
 /* Completes every pending call with DLOCK_ECLOSED and frees the records

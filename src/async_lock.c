@@ -75,7 +75,7 @@ static dlock__ahold *hold_get(dlock_async *a, const char *name,
 
 /* Frees the record when nothing refers to it any more. */
 static void hold_put(dlock_async *a, dlock__ahold *h) {
-  if (h->h.count > 0 || h->busy || h->q_head || h->in_wd)
+  if (h->h.count > 0 || h->busy || h->q_head || h->in_wd || h->h.unlock_pending)
     return;
   dlock__map_del(&a->holds, h->key, h->key_len);
   free(h);
@@ -239,13 +239,19 @@ static void cancel_done(dlock__areq *r, redisReply *reply, int err,
 static int send_call(dlock__aop *op, int target, int queue, int cancel) {
   dlock__ahold *h = op->h;
   dlock__acq_call k;
-  int rc = dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
-                                target, op->lease, queue, &op->w);
+  if (!cancel)
+    dlock__request_id(op->w.rid); /* this attempt's: its copies are bound */
+  int rc =
+      cancel
+          ? dlock__cancel_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                                    op->lease, &op->w, dlock__apublish(op->a))
+          : dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                                 target, op->lease, queue, &op->w);
   dlock__areq *r =
       rc ? NULL
       : cancel
-          ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 4, k.keys,
-                             k.klens, 3, k.cargs, k.calens, cancel_done, op)
+          ? dlock__areq_eval(dlock__core_script(DLOCK__S_CANCEL), 6, k.ckeys,
+                             k.cklens, 4, k.cargs, k.calens, cancel_done, op)
           : dlock__areq_eval_call(&k.send, attempt_done, op);
   dlock__acq_call_free(&k);
   if (!r)
@@ -362,19 +368,20 @@ static void sync_fired(dlock__atimer *t) {
   lock_begin(op);
 }
 
-/* The undo answered: try again under the retry policy within the call's
- * wait budget, or end with DLOCK_ENOSYNC -- the engine's rule
- * (dlock__eng_sync_retry), the blocking client's (mutex.c) too. */
-static void undo_done(dlock__areq *r, redisReply *reply, int err,
-                      const char *why) {
-  dlock__aop *op = r->arg;
-  int resent = r->tries > 0;
-  dlock__areq_free(r);
+static void rel_send(dlock__aop *op,
+                     void (*then)(dlock__aop *op, int rc, int sends),
+                     int no_sync);
+
+/* The undo answered (committed when it had to be): try again under the
+ * retry policy within the call's wait budget, or end with DLOCK_ENOSYNC --
+ * the engine's rule (dlock__eng_sync_retry), the blocking client's
+ * (mutex.c) too. An undo whose outcome is unknown stays pending in the
+ * record: the retry's lock_begin settles it first (issue 38.4). */
+static void undo_finish(dlock__aop *op, int rc, int sends) {
+  (void)sends;
   dlock_async *a = op->a;
-  op->in_flight = 0;
-  int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
-  if (rc == DLOCK_ELOST && op->target == 1 && resent)
-    rc = 1; /* a copy of this release found what an earlier one left */
+  int undone = dlock__eng_answered(rc);
+  (void)dlock__eng_unlock_end(&op->h->h, &op->u, rc, 1, dlock__async_now());
   /* Counted and told per undone acquisition, as mutex.c's undo_unsynced. */
   dlock__stat_add(&a->stats, DLOCK__ST_ENOSYNC, 1);
   dlock__log(&a->cfg, DLOCK_LOG_WARN, op->h->key, "enosync",
@@ -382,13 +389,13 @@ static void undo_done(dlock__areq *r, redisReply *reply, int err,
   int64_t now = dlock__async_now();
   int64_t pause = dlock__retry_pause(&a->cfg, op->sync_i, &op->sync_prev);
   int64_t left = op->wait_ms > 0 ? op->w.deadline - now : 0;
-  /* As mutex.c's acquire: tried again even when the undo failed (its
-   * lease ends what it left; a retry that cannot reach the server ends
+  /* As mutex.c's acquire: tried again even when the undo failed (the
+   * retry settles it first; a retry that cannot reach the server ends
    * with that error). */
   if (op->expired || a->closing ||
       !dlock__eng_sync_retry(op->sync_i, a->cfg.retry_attempts, op->wait_ms,
                              left, pause)) {
-    enosync(op, rc >= 0);
+    enosync(op, undone);
     return;
   }
   op->sync_i++;
@@ -398,11 +405,11 @@ static void undo_done(dlock__areq *r, redisReply *reply, int err,
 /* The acquisition the attempt made was not confirmed by the replicas
  * (async_conn.c: the engine's verdict on WAIT's answer): give it back with
  * the unlock script -- reentrant: the count goes back to target - 1, the
- * TTL never shortened -- without a WAIT, as mutex.c's undo_unsynced. The
- * call leaves its subscription and the queue state; a retry starts over. */
+ * TTL never shortened -- without a WAIT, as mutex.c's undo_unsynced, bound
+ * to it like every release (rel_send). The call leaves its subscription
+ * and the queue state; a retry starts over. */
 static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
   dlock_async *a = op->a;
-  dlock__ahold *h = op->h;
   int want = r->wait_want;
   if (r->acks < 0)
     snprintf(op->sync_why, sizeof op->sync_why,
@@ -419,21 +426,71 @@ static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
   op->sub = NULL;
   op->active = op->again = 0;
   op->w.queued = 0;
-  char rid[33];
-  dlock__request_id(rid);
-  int64_t lease = op->target > 1 ? -op->lease : op->lease;
-  dlock__rel_call k;
-  int rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl, lease,
-                                op->target, rid, dlock__apublish(a));
-  dlock__areq *u = rc ? NULL : dlock__areq_eval_call(&k.send, undo_done, op);
-  dlock__rel_call_free(&k);
-  if (!u) {
-    enosync(op, 0);
+  dlock__eng_undo_begin(&op->h->h, op->target - 1,
+                        op->target > 1 ? -op->lease : op->lease,
+                        dlock__async_now(), &op->u);
+  rel_send(op, undo_finish, 1);
+}
+
+/* ---- request binding: tombstones --------------------------------------- */
+
+/* SET key 1 PX <tombstone life>, routed by the key (on a cluster, to its
+ * slot's master: the tombstone shares the lock's slot). */
+static dlock__areq *tomb_req(dlock_async *a, const dlock__sb *key,
+                             dlock__areq_fn *fn, void *arg) {
+  char ts[24];
+  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&a->cfg));
+  const char *av[5] = {"SET", key->p, "1", "PX", ts};
+  size_t al[5] = {3, key->len, 1, 2, tl};
+  dlock__areq *r = key->oom ? NULL : dlock__areq_cmd(5, av, al, fn, arg);
+  if (r)
+    r->slot = (int)dlock__key_slot(key->p, key->len);
+  return r;
+}
+
+static void commit_done(dlock__areq *r, redisReply *reply, int err,
+                        const char *why) {
+  dlock_async *a = r->arg;
+  dlock__areq_free(r);
+  if (err || !reply || reply->type == REDIS_REPLY_ERROR)
+    dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "commit_failed",
+               "an acquire attempt sent more than once could not be "
+               "committed (%s): a late copy of it may still re-create the "
+               "key for one lease",
+               err                   ? why
+               : reply && reply->str ? reply->str
+                                     : "no reply");
+  if (reply)
+    freeReplyObject(reply);
+}
+
+/* Commits acquire attempt rid of name (its tombstone), as mutex.c's
+ * commit_attempt: best effort -- an acquire copy that acts late can at
+ * worst re-create the key for one lease, never make a second holder nor
+ * shorten a TTL. */
+static void commit_attempt(dlock_async *a, const char *name, const char *rid) {
+  dlock__sb key;
+  dlock__sb_init(&key);
+  dlock__req_tomb_key(&key, name, rid);
+  dlock__areq *r = tomb_req(a, &key, commit_done, a);
+  dlock__sb_free(&key);
+  if (r)
+    dlock__aconn_submit(&a->cmd, r);
+}
+
+/* The request binding rule for an attempt (mutex.c attempt_commit). */
+static void attempt_commit(dlock__aop *op, int rc, int sends) {
+  if (!dlock__eng_answered(rc)) {
+    if (sends > 0)
+      memcpy(op->owed, op->w.rid, sizeof op->owed);
     return;
   }
-  u->no_sync = 1;
-  op->in_flight = 1;
-  dlock__aconn_submit(&a->cmd, u);
+  if (sends > 1)
+    commit_attempt(op->a, op->h->key, op->w.rid);
+  if (op->owed[0]) {
+    commit_attempt(op->a, op->h->key, op->owed);
+    op->owed[0] = '\0';
+  }
 }
 
 static void attempt_done(dlock__areq *r, redisReply *reply, int err,
@@ -444,6 +501,7 @@ static void attempt_done(dlock__areq *r, redisReply *reply, int err,
   int64_t ttl = -1;
   int rc = err ? dlock__fail(err, "%s", why)
                : dlock__acq_reply(0, reply, op->h->key, &ttl);
+  attempt_commit(op, rc, r->sends);
   if (rc == 1 && unsynced) {
     undo_unsynced(op, r);
     dlock__areq_free(r);
@@ -497,11 +555,20 @@ static void attempt(dlock__aop *op, int target, int queue) {
   op->w.queued |= queue;
 }
 
+static void settle_start(dlock__aop *op);
+
 static void lock_begin(dlock__aop *op) {
   dlock__ahold *h = op->h;
   int64_t now = dlock__async_now();
   int prior;
   int gone = dlock__eng_reenter(&h->h, now, &prior);
+  if (gone == DLOCK__ENG_SETTLE) {
+    /* A release of this hold is pending (its outcome unknown): nothing is
+     * built on the count it may have changed until its committing copy
+     * answered (safety round 4, issue 38.2); then lock_begin again. */
+    settle_start(op);
+    return;
+  }
   if (gone) {
     int was_lost = gone != DLOCK__ENG_RAN_OUT;
     drop_hold(op->a, h);
@@ -528,67 +595,96 @@ static void lock_begin(dlock__aop *op) {
 /* ---- unlock -----------------------------------------------------------------
  */
 
-static void tomb_done(dlock__areq *r, redisReply *reply, int err,
-                      const char *why) {
-  (void)err;
-  (void)why;
+/* ---- releases: the caller's unlock, an undo, a settle -------------------
+ * One path for every release of a record (mutex.c's rel_* for the blocking
+ * client): op->u says which it is. Its answer is COMMITTED when the engine
+ * says so (dlock__eng_commit_due: sent more than once, not as a committing
+ * copy -- a copy may still arrive): its tombstone is written and confirmed
+ * before the answer counts; if that fails, the outcome counts as unknown.
+ * Then op->rel_then runs with the final answer. */
+
+static void rel_then(dlock__aop *op) {
+  op->in_flight = 0;
+  op->rel_then(op, op->rel_rc, op->rel_sends);
+}
+
+static void rel_tomb_done(dlock__areq *r, redisReply *reply, int err,
+                          const char *why) {
+  dlock__aop *op = r->arg;
   dlock__areq_free(r);
+  if (err || !reply || reply->type == REDIS_REPLY_ERROR)
+    op->rel_rc = dlock__fail(
+        err ? err : DLOCK_EREDIS,
+        "lock '%s': the unlock ran, but a copy of it sent earlier may still "
+        "arrive and its tombstone could not be written (%.200s): the outcome "
+        "counts as unknown -- retry the unlock",
+        op->h->key,
+        err                   ? why
+        : reply && reply->str ? reply->str
+                              : "no reply");
   if (reply)
     freeReplyObject(reply);
+  rel_then(op);
 }
 
-static void resp_bulk(dlock__sb *b, const char *p, size_t n) {
-  dlock__sb_add(b, "$", 1);
-  dlock__sb_addu64(b, n);
-  dlock__sb_add(b, "\r\n", 2);
-  dlock__sb_add(b, p, n);
-  dlock__sb_add(b, "\r\n", 2);
-}
-
-/* The tombstone of a final release sent more than once (the engine says
- * when): SET redisson_unlock_latch:{name}:<rid> 1 PX <life>, as the blocking
- * client's dlock__unlock_tombstone, so that a copy still in the network
- * cannot release the owner's next hold. Best effort: sent once, its answer
- * ignored. */
-static void tomb_send(dlock_async *a, const dlock__ahold *h, const char *rid) {
-  dlock__sb key, b;
-  dlock__sb_init(&key);
-  dlock__sb_init(&b);
-  dlock__unlock_latch_key(&key, h->key, rid);
-  char ts[24];
-  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&a->cfg));
-  dlock__sb_add(&b, "*5\r\n", 4);
-  resp_bulk(&b, "SET", 3);
-  resp_bulk(&b, key.p ? key.p : "", key.len);
-  resp_bulk(&b, "1", 1);
-  resp_bulk(&b, "PX", 2);
-  resp_bulk(&b, ts, tl);
-  dlock__areq *r = key.oom || b.oom ? NULL : dlock__calloc(1, sizeof *r);
-  if (r && (r->cmd = dlock__malloc(b.len)) != NULL) {
-    memcpy(r->cmd, b.p, b.len);
-    r->len = b.len;
-    r->fn = tomb_done;
-    dlock__aconn_submit(&a->cmd, r);
-  } else {
-    free(r);
-  }
-  dlock__sb_free(&key);
-  dlock__sb_free(&b);
-}
-
-static void unlock_done(dlock__areq *r, redisReply *reply, int err,
-                        const char *why) {
+static void rel_done(dlock__areq *r, redisReply *reply, int err,
+                     const char *why) {
   dlock__aop *op = r->arg;
-  int resent = r->tries > 0; /* the retry policy sent it more than once */
+  op->rel_sends = r->sends;
   dlock__areq_free(r);
+  op->rel_rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
+  if (dlock__eng_commit_due(&op->u, op->rel_rc, op->rel_sends)) {
+    dlock_async *a = op->a;
+    dlock__sb key;
+    dlock__sb_init(&key);
+    dlock__unlock_latch_key(&key, op->h->key, op->u.rid);
+    dlock__areq *t = tomb_req(a, &key, rel_tomb_done, op);
+    dlock__sb_free(&key);
+    if (t) {
+      dlock__aconn_submit(&a->cmd, t);
+      return;
+    }
+    op->rel_rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  rel_then(op);
+}
+
+/* Sends op->u (no_sync: without the WAIT of replica sync, as every
+ * release that is not the caller's: an undo, a settle); then(op, rc,
+ * sends) runs with its final answer. */
+static void rel_send(dlock__aop *op,
+                     void (*then)(dlock__aop *op, int rc, int sends),
+                     int no_sync) {
   dlock__ahold *h = op->h;
   dlock_async *a = op->a;
-  int rc = err ? dlock__fail(err, "%s", why) : dlock__rel_reply(0, reply);
+  op->rel_then = then;
+  dlock__rel_call k;
+  int rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                                op->u.lease, op->u.expected, op->u.rid,
+                                dlock__apublish(a));
+  if (!rc && op->u.commit)
+    dlock__rel_call_commit(&k, dlock__tombstone_ttl(&a->cfg));
+  dlock__areq *r = rc ? NULL : dlock__areq_eval_call(&k.send, rel_done, op);
+  dlock__rel_call_free(&k);
+  if (!r) {
+    op->rel_rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+    op->rel_sends = 0;
+    rel_then(op);
+    return;
+  }
+  r->no_sync = no_sync;
+  op->in_flight = 1;
+  dlock__aconn_submit(&a->cmd, r);
+}
+
+/* What an answered (or unknown) release does to the record and the
+ * counters (the blocking client's rel_end), for the unlock and a settle. */
+static dlock__eng_rel_out rel_apply(dlock__aop *op, int rc, int sends) {
+  dlock__ahold *h = op->h;
+  dlock_async *a = op->a;
   int reported = h->h.lost; /* counted when the watchdog reported it */
   dlock__eng_rel_out o =
-      dlock__eng_unlock_end(&h->h, &op->u, rc, resent, dlock__async_now());
-  if (o.tombstone)
-    tomb_send(a, h, op->u.rid);
+      dlock__eng_unlock_end(&h->h, &op->u, rc, sends > 1, dlock__async_now());
   if (o.action == DLOCK__ENG_REL_FORGET && !reported) {
     dlock__stat_add(&a->stats,
                     o.ran_out             ? DLOCK__ST_LOST_EXPIRED
@@ -606,12 +702,17 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
                  "lease ended (force-unlocked, deleted or taken by another "
                  "client)");
   }
-  /* (REL_PUT, holds of a newer generation, cannot happen here: the calls
-   * of one record run one at a time.) */
+  /* (REL_PUT: the record goes when its calls end, complete -> hold_put.) */
   if (o.action == DLOCK__ENG_REL_FORGET)
     drop_hold(a, h);
   else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(&h->h))
     dlock__awd_remove(a, h);
+  return o;
+}
+
+static void unlock_finish(dlock__aop *op, int rc, int sends) {
+  dlock__eng_rel_out o = rel_apply(op, rc, sends);
+  dlock__ahold *h = op->h;
   if (o.rc == DLOCK_ELOST && !o.expired)
     complete(op, DLOCK_ELOST,
              "lock '%s' was lost while held (expired, deleted or taken)",
@@ -621,10 +722,38 @@ static void unlock_done(dlock__areq *r, redisReply *reply, int err,
              "lock '%s': its lease ran out before the unlock (local deadline "
              "passed; another owner may have held it)",
              h->key);
-  else if (o.rc < 0) /* outcome unknown: the retry is its second copy */
+  else if (o.rc < 0) /* outcome unknown: the retry is its committing copy */
     complete(op, o.rc, "%s", dlock_last_error());
   else
     complete(op, DLOCK_OK, "%s", "");
+}
+
+static void unlock_begin(dlock__aop *op);
+
+/* The settle of a pending release answered: the call goes on (lock or
+ * unlock, from the start), or ends when it is still unknown. */
+static void settle_finish(dlock__aop *op, int rc, int sends) {
+  char why[200];
+  snprintf(why, sizeof why, "%s", dlock_last_error());
+  rel_apply(op, rc, sends);
+  if (!dlock__eng_answered(rc)) {
+    complete(op, rc,
+             "lock '%s': an earlier unlock of this hold has an unknown "
+             "outcome and could not be settled (%s); nothing was sent for "
+             "this %s",
+             op->h->key, why, op->unlock ? "unlock" : "lock");
+    return;
+  }
+  if (op->unlock)
+    unlock_begin(op);
+  else
+    lock_begin(op);
+}
+
+/* Sends the committing copy of the record's pending release. */
+static void settle_start(dlock__aop *op) {
+  dlock__eng_settle_begin(&op->h->h, &op->u);
+  rel_send(op, settle_finish, 1);
 }
 
 static void unlock_begin(dlock__aop *op) {
@@ -632,6 +761,10 @@ static void unlock_begin(dlock__aop *op) {
   dlock_async *a = op->a;
   int rc = dlock__eng_unlock_begin(&h->h, dlock__async_now(),
                                    a->cfg.watchdog_timeout_ms, &op->u);
+  if (rc == DLOCK__ENG_SETTLE) { /* another release of the hold first */
+    settle_start(op);
+    return;
+  }
   if (rc == DLOCK_EPERM) {
     complete(op, DLOCK_EPERM, "lock '%s' is not held by owner %lld", h->key,
              h->owner);
@@ -645,22 +778,11 @@ static void unlock_begin(dlock__aop *op) {
              h->key);
     return;
   }
-  /* The count this unlock expects makes it idempotent by state, and a
-   * retry after DLOCK_ECONN carries the same request id (the engine keeps
-   * it in the record): it counts once (issue 26). */
-  dlock__rel_call k;
-  rc = dlock__rel_call_init(&k, h->key, h->name_len, h->field, h->fl,
-                            op->u.lease, op->u.expected, op->u.rid,
-                            dlock__apublish(a));
-  dlock__areq *r = rc ? NULL : dlock__areq_eval_call(&k.send, unlock_done, op);
-  dlock__rel_call_free(&k);
-  if (!r) {
-    h->h.releasing = 0;
-    complete(op, DLOCK_ENOMEM, "out of memory");
-    return;
-  }
-  op->in_flight = 1;
-  dlock__aconn_submit(&a->cmd, r);
+  /* The count this unlock expects makes it idempotent by state; a retry
+   * after DLOCK_ECONN is its committing copy, with the same request id
+   * (the engine keeps it in the record): it counts once, and no earlier
+   * copy can act after it (safety round 4). */
+  rel_send(op, unlock_finish, 0);
 }
 
 /* ---- the calls

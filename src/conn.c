@@ -1000,7 +1000,11 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
       return rc;
     if (rc == 1)
       continue;
-    t_sends += a.sent;
+    /* A send counts as a copy that may act unless the server answered it
+     * without running it (LOADING, BUSY, TRYAGAIN, ...: refused), as the
+     * event-loop client counts (async_conn.c not_run). */
+    t_sends += a.sent && !(a.reply && a.reply->type == REDIS_REPLY_ERROR &&
+                           dlock__retryable_reply(a.reply->str));
     int verdict = judge(c, cmd, &a, &stale_used, out, &rc);
     if (verdict == FINAL)
       return rc;

@@ -33,8 +33,10 @@ void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
                       int64_t sent, uint64_t token) {
   int64_t until = dlock__eng_deadline(sent, lease);
   if (h->count == 0) {
+    /* a pending release is settled before any acquire (dlock__eng_reenter) */
+    if (h->unlock_pending)
+      dlock__never("an acquisition recorded over a pending release");
     h->gen++;
-    h->unlock_pending = 0;
     h->token = 0;
     h->wd_count = 0;
     h->fixed_bits = 0;
@@ -76,7 +78,8 @@ int dlock__eng_valid(const dlock__hold *h, int64_t now) {
 }
 
 int dlock__release_may_have_run(const dlock__hold *h) {
-  return h->count == 1 && (h->releasing || h->unlock_pending == 1) &&
+  return h->count == 1 &&
+         (h->releasing || (h->unlock_pending == 1 && !h->pend_undo)) &&
          h->release_sent < h->valid_until;
 }
 
@@ -137,6 +140,11 @@ int dlock__eng_renew_answer(dlock__hold *h, int answered, int renewed,
 /* ---- (b) request ids ------------------------------------------------------
  */
 
+int dlock__eng_answered(int rc) {
+  return rc >= 0 || (rc != DLOCK_ECONN && rc != DLOCK_ECLOSED &&
+                     rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED);
+}
+
 static const char hexdig[] = "0123456789abcdef";
 
 void dlock__request_id(char out[33]) {
@@ -171,6 +179,11 @@ static void rid_to_hex(const uint64_t in[2], char out[33]) {
 
 int dlock__eng_reenter(const dlock__hold *h, int64_t now, int *prior) {
   *prior = h ? h->count : 0;
+  /* Settle first, whatever else is true of the hold: even a hold reported
+   * lost must not let the pending release's late copy act on the next
+   * one. */
+  if (h && h->unlock_pending > 0)
+    return DLOCK__ENG_SETTLE;
   if (*prior == 0 || dlock__eng_valid(h, now))
     return 0;
   return h->lost ? h->lost : DLOCK__ENG_RAN_OUT;
@@ -180,7 +193,6 @@ void dlock__eng_forget(dlock__hold *h) {
   h->count = 0;
   h->wd_count = 0;
   h->lost = 0;
-  h->unlock_pending = 0;
   h->releasing = 0;
   h->gen++;
 }
@@ -214,22 +226,32 @@ int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease) {
 
 int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
                             dlock__eng_unlock *u) {
+  /* Another release is pending (an undo, or one of a hold the record no
+   * longer has): it is settled before this one is built. */
+  if (h && h->unlock_pending > 0 &&
+      (h->pend_undo || h->unlock_pending != h->count))
+    return DLOCK__ENG_SETTLE;
   if (!h || h->count == 0)
     return DLOCK_EPERM;
-  if (h->lost)
+  if (h->lost && !h->unlock_pending)
     return DLOCK_ELOST;
+  memset(u, 0, sizeof *u);
   u->gen = h->gen;
   u->lease = dlock__remaining_lease(h, wd_lease);
   u->expected = h->count;
-  /* A previous unlock at this count ended without a reply: this one may be
-   * its second copy (the script makes the two count once, by state), and
-   * carries its request id. */
-  u->resent = h->unlock_pending > 0 && h->unlock_pending == h->count;
+  /* A previous unlock at this count ended without a reply: this one is its
+   * committing copy (the script makes the copies count once, by state, and
+   * writes the tombstone that stops any copy still on its way), with its
+   * request id. */
+  u->resent = h->unlock_pending > 0;
+  u->commit = u->resent;
   u->sent = u->resent && h->count == 1 ? h->release_sent : now;
-  if (u->resent)
+  if (u->resent) {
     rid_to_hex(h->unlock_rid, u->rid);
-  else
+    u->lease = h->pend_lease;
+  } else {
     dlock__request_id(u->rid);
+  }
   if (h->count == 1) {
     /* The key may vanish under a renewal in flight because of this very
      * unlock: not a loss to report (issue 10: spurious on_lock_lost). Only
@@ -241,11 +263,69 @@ int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
   return 0;
 }
 
+void dlock__eng_settle_begin(dlock__hold *h, dlock__eng_unlock *u) {
+  memset(u, 0, sizeof *u);
+  u->gen = h->gen;
+  u->lease = h->pend_lease;
+  u->expected = h->unlock_pending;
+  u->resent = u->commit = u->settle = 1;
+  u->undo = h->pend_undo;
+  u->sent = h->release_sent;
+  rid_to_hex(h->unlock_rid, u->rid);
+  if (!u->undo && h->count == 1 && u->expected == 1)
+    h->releasing = 1;
+}
+
+void dlock__eng_undo_begin(dlock__hold *h, int prior, int64_t lease,
+                           int64_t now, dlock__eng_unlock *u) {
+  memset(u, 0, sizeof *u);
+  u->gen = h ? h->gen : 0;
+  u->lease = lease;
+  u->expected = prior + 1;
+  u->undo = 1;
+  u->sent = now;
+  dlock__request_id(u->rid);
+}
+
+int dlock__eng_commit_due(const dlock__eng_unlock *u, int rc, int sends) {
+  return sends > 1 && !u->commit && dlock__eng_answered(rc);
+}
+
+/* Records u as the record's pending release (its outcome is unknown). */
+static void pend(dlock__hold *h, const dlock__eng_unlock *u) {
+  h->unlock_pending = u->expected;
+  h->pend_undo = u->undo;
+  h->pend_lease = u->lease;
+  h->release_sent = u->sent;
+  rid_from_hex(u->rid, h->unlock_rid);
+}
+
+/* Clears the pending release u settled (if it is the one pending). */
+static void unpend(dlock__hold *h, const dlock__eng_unlock *u) {
+  uint64_t rid[2];
+  rid_from_hex(u->rid, rid);
+  if (h->unlock_pending && rid[0] == h->unlock_rid[0] &&
+      rid[1] == h->unlock_rid[1])
+    h->unlock_pending = h->pend_undo = 0;
+}
+
 dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
                                          const dlock__eng_unlock *u, int rc,
                                          int copy, int64_t now) {
-  dlock__eng_rel_out o = {rc, 0, DLOCK__ENG_REL_KEEP, 0, 0};
+  dlock__eng_rel_out o = {rc, 0, DLOCK__ENG_REL_KEEP, 0};
   h->releasing = 0;
+  int answered = dlock__eng_answered(rc);
+  /* An undo, or the settling copy of a release whose hold the record no
+   * longer has at that count: no count changes, only the obligation. */
+  if (u->undo || (u->settle && (h->count != u->expected || h->gen != u->gen))) {
+    if (answered)
+      unpend(h, u);
+    else
+      pend(h, u);
+    o.action = DLOCK__ENG_REL_PUT;
+    o.rc = answered ? 0 : rc;
+    return o;
+  }
   int mine = h->gen == u->gen;
   copy |= u->resent;
   /* A final release that may have been sent before (by the retry policy,
@@ -257,9 +337,6 @@ dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
   int released_before = rc == DLOCK_ELOST && u->expected == 1 && copy;
   if (released_before)
     rc = 1;
-  /* Copies of a final release may still be in the network: the owner's
-   * next hold of this lock must not be released by one (its tombstone). */
-  o.tombstone = mine && copy && u->expected == 1 && rc == 1;
   /* Past the local deadline the hold was not ours for sure: whatever Redis
    * answered, the caller must treat the critical section as unprotected.
    * A copy that found the field gone says nothing about when the release
@@ -267,18 +344,19 @@ dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
   int64_t at = released_before ? u->sent : now;
   int expired = mine && at >= h->valid_until;
   if (rc < 0 && rc != DLOCK_ELOST && !expired) {
-    if (mine) {
-      /* still "may have released": the watchdog stays quiet about it */
-      h->unlock_pending = h->count;
-      rid_from_hex(u->rid, h->unlock_rid);
-    }
+    /* still "may have released": the watchdog stays quiet about it, and
+     * the owner's next call settles it (pending) */
+    pend(h, u);
     o.rc = rc;
     return o;
   }
+  if (!answered)
+    pend(h, u); /* expired, but a copy may still run: settle it anyway */
   if (!mine) {
     o.action = DLOCK__ENG_REL_PUT;
   } else {
-    h->unlock_pending = 0;
+    if (answered)
+      unpend(h, u);
     expired |= h->lost != 0;
     o.action = expired || rc == DLOCK_ELOST || rc == 1 || h->count <= 1
                    ? DLOCK__ENG_REL_FORGET

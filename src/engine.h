@@ -134,6 +134,13 @@ int dlock__release_may_have_run(const dlock__hold *h);
 /* ---- (b) request ids ------------------------------------------------------
  */
 
+/* 1 when a script call's outcome rc comes from a server answer (rc >= 0, or
+ * an error the server or its reply gave: DLOCK_ELOST, DLOCK_EREDIS,
+ * DLOCK_EPROTO, ...), 0 when its outcome is unknown (DLOCK_ECONN,
+ * DLOCK_ECLOSED, DLOCK_ETIMEDOUT, DLOCK_ECANCELED: a copy may have run, or
+ * may still). Request binding (docs/guarantees.md, "Rules") asks it. */
+int dlock__eng_answered(int rc);
+
 /* A fresh request id: 32 lowercase hex chars + NUL (per-thread PRNG). The
  * only place ids are drawn (unlocks, undo releases, once keys). */
 void dlock__request_id(char out[33]);
@@ -151,10 +158,21 @@ uint64_t dlock__eng_wait_id(void);
  * DLOCK__ENG_RAN_OUT (its local deadline passed): the caller forgets the
  * record (dlock__eng_forget) and answers DLOCK_ELOST. */
 #define DLOCK__ENG_RAN_OUT 0x100
+/* ... or DLOCK__ENG_SETTLE: a release of the record is pending (its
+ * outcome unknown, h->unlock_pending): NOTHING may be built on the count it
+ * may have changed until it is settled -- the driver sends its committing
+ * copy first (dlock__eng_settle_begin, the kind's release with the
+ * tombstone written by the script, dlock__eng_unlock_end), then asks
+ * again. Safety round 4 (issue 38.2): an acquire after an unlock that
+ * answered DLOCK_ECONN was a re-entry on the count the unlock's late copy
+ * then deleted. */
+#define DLOCK__ENG_SETTLE 0x200
 int dlock__eng_reenter(const dlock__hold *h, int64_t now, int *prior);
-/* Forgets every hold of the record (count, lease kinds, pending unlock,
- * loss) and bumps its generation: replies about the old holds are ignored.
- * The driver takes it off its renewal list. */
+/* Forgets every hold of the record (count, lease kinds, loss) and bumps
+ * its generation: replies about the old holds are ignored. A pending
+ * release stays (an obligation that outlives the hold: its late copy could
+ * still act on the owner's next hold). The driver takes it off its renewal
+ * list. */
 void dlock__eng_forget(dlock__hold *h);
 /* One hold fewer after a release that leaves holds: count and wd_count.
  * Returns 1 when no watchdog hold remains (leave the watchdog's list). */
@@ -168,23 +186,50 @@ int dlock__hold_drop_one(dlock__hold *h);
  * promised from its own acquisition. */
 int64_t dlock__remaining_lease(const dlock__hold *h, int64_t wd_lease);
 
-/* One unlock call as the engine sees it (dlock__eng_unlock_begin fills it). */
+/* One release as the engine sees it: the caller's unlock, the undo of an
+ * acquisition, or the committing copy of a pending one (filled by
+ * dlock__eng_unlock_begin, dlock__eng_undo_begin, dlock__eng_settle_begin). */
 typedef struct dlock__eng_unlock {
-  uint32_t gen;  /* the record's generation when the unlock began */
+  uint32_t gen;  /* the record's generation when the release began */
   int64_t lease; /* remaining_ttl argument (dlock__remaining_lease) */
-  int expected;  /* the hold count before this unlock */
-  int resent;    /* an earlier call sent this unlock (outcome unknown) */
-  int64_t sent;  /* when this unlock was first sent (an earlier call's) */
+  int expected;  /* the hold count before this release */
+  int resent;    /* an earlier call sent this release (outcome unknown) */
+  int commit;    /* a COMMITTING COPY: the script writes the release's
+                    tombstone with its effect (every copy sent after an
+                    earlier one whose outcome is unknown) */
+  int undo;      /* the undo of an acquisition (DLOCK_ENOSYNC) */
+  int settle;    /* settling a pending release (not the caller's own) */
+  int64_t sent;  /* when this release was first sent (an earlier call's) */
   char rid[33];  /* its request id (an earlier call's if resent) */
 } dlock__eng_unlock;
 /* Starts an unlock of h at `now` (h may be NULL). Returns 0 (u filled: send
- * the unlock script with u->lease, u->expected, u->rid), DLOCK_EPERM (the
- * owner holds nothing) or DLOCK_ELOST (the hold was reported lost: h->lost
- * says why; the caller forgets the record). A retry of an unlock that ended
- * without an answer at the same count is its second copy: same request id,
- * same first send time. */
+ * the unlock script with u->lease, u->expected, u->rid, u->commit),
+ * DLOCK_EPERM (the owner holds nothing), DLOCK_ELOST (the hold was
+ * reported lost: h->lost says why; the caller forgets the record) or
+ * DLOCK__ENG_SETTLE (another release of the record is pending: settle it
+ * first, then begin again). A retry of an unlock that ended without an
+ * answer at the same count is its committing copy: same request id, same
+ * first send time, the tombstone written by the script. */
 int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
                             dlock__eng_unlock *u);
+/* Fills u with the committing copy of h's pending release (h->unlock_pending
+ * > 0): its count, lease and request id, commit = resent = settle = 1. */
+void dlock__eng_settle_begin(dlock__hold *h, dlock__eng_unlock *u);
+/* The undo of an acquisition the replicas did not confirm (DLOCK_ENOSYNC):
+ * a release of h's field at count prior + 1 (the script writes prior, or
+ * releases when prior is 0), with a fresh request id, lease as the kind's
+ * release takes it. Its answer goes to dlock__eng_unlock_end, which keeps
+ * it pending (h->pend_undo) when its outcome is unknown -- the call's
+ * retry, and the owner's next call, settle it first. */
+void dlock__eng_undo_begin(dlock__hold *h, int prior, int64_t lease,
+                           int64_t now, dlock__eng_unlock *u);
+/* 1 when a release answered (rc >= 0 or DLOCK_ELOST) after `sends` sends
+ * must be COMMITTED before its answer counts: sent more than once, not as
+ * a committing copy -- a copy of it may still be on its way. The driver
+ * writes its tombstone (SET, dlock__tombstone_ttl) and waits for the
+ * answer; if that fails it passes the failure to dlock__eng_unlock_end
+ * instead of rc (the release stays pending). */
+int dlock__eng_commit_due(const dlock__eng_unlock *u, int rc, int sends);
 /* What to do with the record after the unlock's answer. */
 enum {
   DLOCK__ENG_REL_KEEP = 0, /* outcome unknown: the record stays as it is */
@@ -193,18 +238,21 @@ enum {
   DLOCK__ENG_REL_ONE       /* one hold fewer: dlock__hold_drop_one */
 };
 typedef struct dlock__eng_rel_out {
-  int rc;        /* the call's answer: 0, DLOCK_ELOST, or rc itself */
-  int expired;   /* DLOCK_ELOST because the local deadline passed */
-  int action;    /* DLOCK__ENG_REL_* */
-  int tombstone; /* a final release sent more than once: write its tomb */
-  int ran_out;   /* the local deadline had passed, whatever Redis said */
+  int rc;      /* the call's answer: 0, DLOCK_ELOST, or rc itself */
+  int expired; /* DLOCK_ELOST because the local deadline passed */
+  int action;  /* DLOCK__ENG_REL_* */
+  int ran_out; /* the local deadline had passed, whatever Redis said */
 } dlock__eng_rel_out;
-/* The unlock script answered rc (1 released, 0 holds remain, DLOCK_ELOST,
+/* The release script answered rc (1 released, 0 holds remain, DLOCK_ELOST,
  * or another negative code: outcome unknown); copy = it may have been sent
- * more than once (by the retry policy, or an earlier call). Clears
- * h->releasing, records a pending unlock (count and request id) for an
- * unknown outcome, and says what the call answers and what to do with the
- * record (the action is the driver's: it owns the lists). */
+ * more than once (by the retry policy, or an earlier call). The driver has
+ * committed it already when dlock__eng_commit_due said so. Clears
+ * h->releasing, records the release as pending (count, request id, lease)
+ * for an unknown outcome and clears a pending one that this answer
+ * settled, and says what the call answers and what to do with the record
+ * (the action is the driver's: it owns the lists). An undo, or a settled
+ * release whose hold the record no longer has, changes no count: action
+ * DLOCK__ENG_REL_PUT. */
 dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
                                          const dlock__eng_unlock *u, int rc,
                                          int copy, int64_t now);

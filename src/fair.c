@@ -107,9 +107,12 @@
   "    return false\n"                                                        \
   "  end\n"                                                                   \
   "  if target ~= '1' then\n"                                                  \
-  "    if redis.call('hexists', KEYS[1], field) == 1 then\n"                   \
+  "    local c = tonumber(redis.call('hget', KEYS[1], field))\n"               \
+  "    if c then\n"                                                            \
   "      extend(KEYS[1], lease)\n"                                             \
-  "      redis.call('hset', KEYS[1], field, target)\n"                         \
+  "      if c < tonumber(target) then\n"                                       \
+  "        redis.call('hset', KEYS[1], field, target)\n"                       \
+  "      end\n"                                                                \
   "      return true\n"                                                        \
   "    end\n"                                                                  \
   "    return -3\n"                                                            \
@@ -125,9 +128,9 @@
   "    return true\n"                                                          \
   "  end\n"                                                                    \
   "  if redis.call('hexists', KEYS[1], field) == 1 then\n"                     \
-  /*   ours already: a retried call whose first reply was lost */             \
-  "    redis.call('pexpire', KEYS[1], lease)\n"                                \
-  "    redis.call('hset', KEYS[1], field, 1)\n"                                \
+  /*   ours already: a retried call whose first reply was lost; the TTL is  */ \
+  /*   extended, never shortened, the count (>= 1) stays (issue 43)         */ \
+  "    extend(KEYS[1], lease)\n"                                               \
   "    redis.call('lrem', KEYS[2], 0, field)\n"                                \
   "    redis.call('zrem', KEYS[3], field)\n"                                   \
   "    return true\n"                                                          \
@@ -148,43 +151,49 @@
 
 static dlock__script g_acquire = {
     "fair_acquire",
-    /* Waiting acquire. ARGV[1] lease, [2] field, [3] wait, [4] now (epoch
-     * ms), [5] hold count after this acquire, [6] publish command.
-     * nil = held; -3 = our hold is gone; else a wake-up hint (ms, -1 =
-     * none). On failure the caller is enqueued (once) with deadline =
-     * (tail's deadline, or the holder's PTTL from now) + wait. */
-    FAIR_LUA_PRELUDE
-    "local now = tonumber(ARGV[4])\n"
-    "local wait = tonumber(ARGV[3])\n"
-    "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) end\n"
-    "local got = take(ARGV[2], ARGV[1], ARGV[5], wait, now)\n"
-    "if got == true then return nil end\n"
-    "if got == -3 then return -3 end\n"
-    /* Join the queue, or keep our place alive: deadline = now + wait. */
-    "local mine = redis.call('zscore', KEYS[3], ARGV[2])\n"
-    "if not mine then\n"
-    "  if redis.call('zadd', KEYS[3], now + wait, ARGV[2]) == 1 then\n"
-    "    redis.call('rpush', KEYS[2], ARGV[2])\n"
-    "  end\n"
-    "elseif tonumber(mine) < now + wait then\n"
-    "  redis.call('zadd', KEYS[3], now + wait, ARGV[2])\n"
-    "end\n"
-    "return hint(now)\n",
+    /* Waiting acquire. KEYS[5] this attempt's tombstone. ARGV[1] lease,
+     * [2] field, [3] wait, [4] now (epoch ms), [5] hold count after this
+     * acquire, [6] publish command. nil = held; -3 = our hold is gone; -4
+     * a late copy (does nothing); else a wake-up hint (ms, -1 = none). On
+     * failure the caller is enqueued (once) with deadline = (tail's
+     * deadline, or the holder's PTTL from now) + wait. */
+    FAIR_LUA_PRELUDE DLOCK__LUA_LATE(
+        "KEYS[5]",
+        "-4") "local now = tonumber(ARGV[4])\n"
+              "local wait = tonumber(ARGV[3])\n"
+              "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) end\n"
+              "local got = take(ARGV[2], ARGV[1], ARGV[5], wait, now)\n"
+              "if got == true then return nil end\n"
+              "if got == -3 then return -3 end\n"
+              /* Join the queue, or keep our place alive: deadline = now + wait.
+               */
+              "local mine = redis.call('zscore', KEYS[3], ARGV[2])\n"
+              "if not mine then\n"
+              "  if redis.call('zadd', KEYS[3], now + wait, ARGV[2]) == 1 "
+              "then\n"
+              "    redis.call('rpush', KEYS[2], ARGV[2])\n"
+              "  end\n"
+              "elseif tonumber(mine) < now + wait then\n"
+              "  redis.call('zadd', KEYS[3], now + wait, ARGV[2])\n"
+              "end\n"
+              "return hint(now)\n",
     {0}};
 
 static dlock__script g_try = {
     "fair_try",
-    /* Single attempt, never enqueues. ARGV[1] lease, [2] field, [3] now,
-     * [4] wait, [5] hold count after, [6] publish command. Replies as
-     * fair_acquire. */
-    FAIR_LUA_PRELUDE "local now = tonumber(ARGV[3])\n"
-                     "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) "
-                     "end\n"
-                     "local got = take(ARGV[2], ARGV[1], ARGV[5], "
-                     "tonumber(ARGV[4]), now)\n"
-                     "if got == true then return nil end\n"
-                     "if got == -3 then return -3 end\n"
-                     "return hint(now)\n",
+    /* Single attempt, never enqueues. KEYS[5] this attempt's tombstone.
+     * ARGV[1] lease, [2] field, [3] now, [4] wait, [5] hold count after,
+     * [6] publish command. Replies as fair_acquire. */
+    FAIR_LUA_PRELUDE DLOCK__LUA_LATE(
+        "KEYS[5]",
+        "-4") "local now = tonumber(ARGV[3])\n"
+              "if purge(now) > 0 then wake_new_head(ARGV[6], ARGV[2]) "
+              "end\n"
+              "local got = take(ARGV[2], ARGV[1], ARGV[5], "
+              "tonumber(ARGV[4]), now)\n"
+              "if got == true then return nil end\n"
+              "if got == -3 then return -3 end\n"
+              "return hint(now)\n",
     {0}};
 
 static dlock__script g_cancel = {
@@ -210,33 +219,35 @@ static dlock__script g_unlock = {
     "fair_unlock",
     /* ARGV[1] '0', [2] lease for remaining holds, [3] field, [4] now,
      * [5] publish command, [6] the hold count the client expects before
-     * this unlock (N); KEYS[5] the unlock's tombstone (a final release
-     * that finds it changes nothing: mutex.c, dlock__unlock_tombstone). nil =
-     * not owner (or expired), 0 = still held, 1 = released; the last release
+     * this unlock (N), [7] > 0: a committing copy (writes the tombstone,
+     * PX [7]); KEYS[5] the unlock's tombstone (a copy that finds it is late
+     * and changes nothing, final or partial: scripts.c's unlock). nil = not
+     * owner (or expired), 0 = still held, 1 = released; the last release
      * publishes ARGV[1] on the head waiter's channel. Idempotent by state, as
      * the plain unlock (scripts.c): a count below N means a copy already ran; N
      * or more becomes N - 1. */
-    FAIR_LUA_PRELUDE
-    "purge(tonumber(ARGV[4]))\n"
-    "if redis.call('exists', KEYS[1]) == 0 then\n"
-    "  local head = redis.call('lindex', KEYS[2], 0)\n"
-    "  if head then notify(ARGV[5], head) end\n"
-    "  return nil\n"
-    "end\n"
-    "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
-    "if not n then return nil end\n"
-    "local want = tonumber(ARGV[6])\n"
-    "if n < want then return 0 end\n"
-    "if want > 1 then\n"
-    "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
-    "  remaining_ttl(KEYS[1], ARGV[2])\n"
-    "  return 0\n"
-    "end\n"
-    "if redis.call('exists', KEYS[5]) == 1 then return 1 end\n"
-    "redis.call('del', KEYS[1])\n"
-    "local head = redis.call('lindex', KEYS[2], 0)\n"
-    "if head then notify(ARGV[5], head) end\n"
-    "return 1\n",
+    FAIR_LUA_PRELUDE DLOCK__LUA_LATE("KEYS[5]", "(tonumber(ARGV[6]) > 1) and 0 "
+                                                "or 1") DLOCK__LUA_COMMIT(
+        "KEYS[5]",
+        "ARGV[7]") "purge(tonumber(ARGV[4]))\n"
+                   "if redis.call('exists', KEYS[1]) == 0 then\n"
+                   "  local head = redis.call('lindex', KEYS[2], 0)\n"
+                   "  if head then notify(ARGV[5], head) end\n"
+                   "  return nil\n"
+                   "end\n"
+                   "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
+                   "if not n then return nil end\n"
+                   "local want = tonumber(ARGV[6])\n"
+                   "if n < want then return 0 end\n"
+                   "if want > 1 then\n"
+                   "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
+                   "  remaining_ttl(KEYS[1], ARGV[2])\n"
+                   "  return 0\n"
+                   "end\n"
+                   "redis.call('del', KEYS[1])\n"
+                   "local head = redis.call('lindex', KEYS[2], 0)\n"
+                   "if head then notify(ARGV[5], head) end\n"
+                   "return 1\n",
     {0}};
 
 static dlock__script g_force = {
@@ -329,13 +340,20 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                         int queue, int64_t wait_ms, int64_t *ttl,
                         uint64_t *token, const dlock__wait *w) {
   (void)token;
-  (void)w;
   fair_keys k;
+  dlock__sb tomb;
+  dlock__sb_init(&tomb);
   int rc = fair_keys_init(m, &k);
+  dlock__req_tomb_key(&tomb, m->name, w->rid);
+  if (!rc && tomb.oom)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (rc) {
     fair_keys_free(&k);
+    dlock__sb_free(&tomb);
     return rc;
   }
+  k.keys[4] = tomb.p;
+  k.klens[4] = tomb.len;
   (void)wait_ms; /* enforced by the wait loop; the queue uses FAIR_LIVE_MS */
   tl_reentrant = target > 1;
   const int64_t wait = FAIR_LIVE_MS;
@@ -358,9 +376,10 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                      (size_t)tsl,
                      strlen(dlock__publish_cmd(m->c))};
   redisReply *r = NULL;
-  rc = dlock__eval(m->c, queue ? &g_acquire : &g_try, 4, k.keys, k.klens, 6,
+  rc = dlock__eval(m->c, queue ? &g_acquire : &g_try, 5, k.keys, k.klens, 6,
                    args, alens, &r);
   fair_keys_free(&k);
+  dlock__sb_free(&tomb);
   if (rc == 0 && !r)
     rc = dlock__fail(DLOCK_EPROTO, "no reply");
   if (rc == 0 && r && r->type == REDIS_REPLY_NIL) {
@@ -371,6 +390,8 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   if (rc == 0)
     rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
+  if (rc == 0 && v == -4)
+    rc = dlock__late_answer("fair lock", m->name);
   if (rc == 0 && v == -3)
     rc = dlock__fail(DLOCK_ELOST,
                      "fair lock '%s': this thread's hold is gone (expired or "
@@ -414,14 +435,14 @@ static int fair_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   return rc ? rc : v == 1;
 }
 
-static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        int expected, const char *rid) {
+static int fair_release(dlock_mutex *m, uint64_t tid,
+                        const dlock__eng_unlock *u) {
   dlock_client *c = m->c;
   fair_keys k;
   dlock__sb tomb;
   dlock__sb_init(&tomb);
   int rc = fair_keys_init(m, &k);
-  dlock__unlock_latch_key(&tomb, m->name, rid);
+  dlock__unlock_latch_key(&tomb, m->name, u->rid);
   if (!rc && tomb.oom)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
   if (rc) {
@@ -431,20 +452,23 @@ static int fair_release(dlock_mutex *m, uint64_t tid, int64_t lease,
   }
   k.keys[4] = tomb.p;
   k.klens[4] = tomb.len;
-  char field[DLOCK__FIELD_MAX], ls[24], ns[24], es[24];
+  char field[DLOCK__FIELD_MAX], ls[24], ns[24], es[24], cs[24];
   size_t fl = dlock__field(c, tid, field);
-  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)u->lease);
   int nsl = snprintf(ns, sizeof ns, "%lld", (long long)epoch_ms());
-  int esl = snprintf(es, sizeof es, "%d", expected);
-  const char *args[6] = {"0", ls, field, ns, dlock__publish_cmd(m->c), es};
-  size_t alens[6] = {1,
+  int esl = snprintf(es, sizeof es, "%d", u->expected);
+  size_t csl =
+      dlock__fmt_i64(cs, u->commit ? dlock__tombstone_ttl(&c->cfg) : 0);
+  const char *args[7] = {"0", ls, field, ns, dlock__publish_cmd(m->c), es, cs};
+  size_t alens[7] = {1,
                      (size_t)lsl,
                      fl,
                      (size_t)nsl,
                      strlen(dlock__publish_cmd(m->c)),
-                     (size_t)esl};
+                     (size_t)esl,
+                     csl};
   redisReply *r = NULL;
-  rc = dlock__eval(c, &g_unlock, 5, k.keys, k.klens, 6, args, alens, &r);
+  rc = dlock__eval(c, &g_unlock, 5, k.keys, k.klens, 7, args, alens, &r);
   fair_keys_free(&k);
   dlock__sb_free(&tomb);
   if (rc || !r)

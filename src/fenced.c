@@ -33,25 +33,29 @@
 
 static dlock__script g_acquire = {
     "fenced_acquire",
-    /* KEYS[1] lock, KEYS[2] token counter. ARGV[1] lease ms, ARGV[2] field,
-     * ARGV[3] hold count after this acquire ('1' = first hold).
-     * {1, token} = held; {0, pttl} = held elsewhere; {-3, 0} = our
-     * earlier hold is gone. The count is written, not incremented, so a
-     * retried call leaves the right count (and at worst skips a token). */
-    DLOCK__LUA_TTL DLOCK__LUA_KIND
+    /* KEYS[1] lock, KEYS[2] token counter, KEYS[3] this attempt's
+     * tombstone. ARGV[1] lease ms, ARGV[2] field, ARGV[3] hold count after
+     * this acquire ('1' = first hold). {1, token} = held; {0, pttl} = held
+     * elsewhere; {-3, 0} = our earlier hold is gone; {-4, 0} = a late copy
+     * (does nothing). The count is written, not incremented, and only
+     * raised; a copy that finds the count already there (a re-sent
+     * acquire) draws no new token but answers the newest one -- the
+     * holder's token is the newest issued (issue 43: a late copy drew one
+     * for a later hold). */
+    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE("KEYS[3]", "{-4, 0}")
     /* held by another kind of lock: taken, never rewritten (issue 25.6) */
     "local kd = kind_of(KEYS[1])\n"
     "if kd ~= 'none' and kd ~= 'mutex' then\n"
     "  if ARGV[3] ~= '1' then return {-3, 0} end\n"
     "  return {0, busy_ttl(KEYS[1])}\n"
     "end\n"
-    /* ours: reentry never shortens the TTL, a re-sent first hold gets its
-     * lease; the TTL is set before the count */
-    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
-    "  if ARGV[3] == '1' then\n"
-    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
-    "  else\n"
-    "    extend(KEYS[1], ARGV[1])\n"
+    /* ours: the TTL is extended, never shortened; the TTL is set before
+     * the count */
+    "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+    "if c then\n"
+    "  extend(KEYS[1], ARGV[1])\n"
+    "  if c >= tonumber(ARGV[3]) then\n"
+    "    return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
     "  end\n"
     "  redis.call('hset', KEYS[1], ARGV[2], ARGV[3])\n"
     "  return {1, redis.call('incr', KEYS[2])}\n"
@@ -81,26 +85,29 @@ static int fenced_attempt(dlock_mutex *m, uint64_t tid, int target,
                           int64_t *ttl, uint64_t *token, const dlock__wait *w) {
   (void)queue;
   (void)wait_ms;
-  (void)w;
   pthread_once(&g_once, init_scripts);
-  dlock__sb tk;
+  dlock__sb tk, tomb;
   dlock__sb_init(&tk);
+  dlock__sb_init(&tomb);
   dlock__prefix_name(&tk, "redisson_lock_token", m->name);
-  if (tk.oom) {
+  dlock__req_tomb_key(&tomb, m->name, w->rid);
+  if (tk.oom || tomb.oom) {
     dlock__sb_free(&tk);
+    dlock__sb_free(&tomb);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
   char field[DLOCK__FIELD_MAX], ls[24], ts[16];
   size_t fl = dlock__field(m->c, tid, field);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
   int tsl = snprintf(ts, sizeof ts, "%d", target);
-  const char *keys[2] = {m->name, tk.p};
-  size_t klens[2] = {m->name_len, tk.len};
+  const char *keys[3] = {m->name, tk.p, tomb.p};
+  size_t klens[3] = {m->name_len, tk.len, tomb.len};
   const char *args[3] = {ls, field, ts};
   size_t alens[3] = {(size_t)lsl, fl, (size_t)tsl};
   redisReply *r = NULL;
-  int rc = dlock__eval(m->c, &g_acquire, 2, keys, klens, 3, args, alens, &r);
+  int rc = dlock__eval(m->c, &g_acquire, 3, keys, klens, 3, args, alens, &r);
   dlock__sb_free(&tk);
+  dlock__sb_free(&tomb);
   if (rc || !r)
     return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -122,15 +129,17 @@ static int fenced_attempt(dlock_mutex *m, uint64_t tid, int target,
   }
   if (what == -3)
     return dlock__reacquired_in_vain("fenced lock", m->name);
+  if (what == -4)
+    return dlock__late_answer("fenced lock", m->name);
   *ttl = v;
   return 0;
 }
 
 /* Unlock and force-unlock are RLock's (Redisson's RFencedLock inherits
  * them): the plain variant's scripts. */
-static int fenced_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                          int expected, const char *rid) {
-  return dlock__plain_ops.release(m, tid, lease, expected, rid);
+static int fenced_release(dlock_mutex *m, uint64_t tid,
+                          const dlock__eng_unlock *u) {
+  return dlock__plain_ops.release(m, tid, u);
 }
 
 static int fenced_force(dlock_mutex *m) { return dlock__plain_ops.force(m); }

@@ -220,6 +220,24 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name);
   "  elseif l < 0 then extend(k, -l) end\n"                                    \
   "end\n"
 
+/* SAFETY ROUND 4's binding of a request to the hold it was for (docs/
+ * guarantees.md, "Rules"): every script that changes a lock carries the
+ * tombstone key of its own request (its request id drawn by
+ * dlock__request_id: dlock_tomb:{name}:<rid> for an acquire attempt,
+ * Redisson's redisson_unlock_latch:{name}:<rid> for a release) and does
+ * nothing when it exists -- a copy that arrived after the client committed
+ * the request (sent it more than once, had an answer, wrote the
+ * tombstone). DLOCK__LUA_LATE(k, a): return a when tombstone k exists
+ * (first, before anything is read or written). DLOCK__LUA_COMMIT(k, t):
+ * a committing copy (t, an ARGV, > 0) writes its own tombstone with PX t
+ * in the same script as its effect. tests/docs/rules_check.py checks that
+ * every acquire and release script of src/ uses them. */
+#define DLOCK__LUA_LATE(k, a)                                                  \
+  "if redis.call('exists', " k ") == 1 then return " a " end\n"
+#define DLOCK__LUA_COMMIT(k, t)                                                \
+  "if " t " and " t " ~= '0' then redis.call('set', " k ", '1', 'px', " t      \
+  ") end\n"
+
 /* The first lines of a mutex variant's force-unlock script (plain, fenced,
  * fair): it deletes KEYS[1] only if it is such a lock or nothing. A key of
  * another type is refused with a WRONGTYPE error; a hash whose fields are
@@ -1416,13 +1434,21 @@ struct dlock__hold {
    * clear: the watchdog. Holds are released last first, so an unlock knows
    * what remains (dlock__remaining_lease). Holds past 64 count as fixed. */
   uint64_t fixed_bits;
-  /* An unlock whose outcome is unknown (no reply) left the count it was
-   * sent at here: the caller's next unlock at that count may be a second
-   * copy of it (0: none). The scripts are idempotent by state (they write
-   * the expected count minus one), so only the final release needs to
-   * know: a copy of it that finds the hold gone means "released". */
+  /* A RELEASE WHOSE OUTCOME IS UNKNOWN (no reply; or answered, but a copy
+   * sent before it may still be on its way and its tombstone could not be
+   * written): the count it expected (0: none). Safety round 4's rule: it
+   * is PENDING -- a copy of it may still arrive and act -- until a
+   * committing copy of it (the script writes its tombstone with its effect,
+   * so no copy of it can act after that) is answered. The record's next
+   * operation sends that copy first (dlock__eng_reenter and
+   * dlock__eng_unlock_begin say DLOCK__ENG_SETTLE); a caller's unlock at
+   * the same count IS that copy. A pending release outlives the hold it
+   * was for (dlock__eng_forget keeps it; holds.c keeps the record): it is
+   * an obligation, not a hold. */
   int unlock_pending;
-  uint64_t unlock_rid[2]; /* that unlock's request id (32 hex digits) */
+  int pend_undo;          /* the undo of an acquisition (DLOCK_ENOSYNC) */
+  int64_t pend_lease;     /* its lease argument (remaining_ttl) */
+  uint64_t unlock_rid[2]; /* its request id (32 hex digits) */
   /* Monotonic ms the final release (in flight, or pending as above) was
    * first sent: if that was before valid_until, its outcome can still be
    * "released", and no loss is reported for the hold (watchdog.c). */
@@ -1490,6 +1516,12 @@ typedef struct dlock__wait {
   uint64_t id;      /* names this wait in queue entries and grants; 0 none */
   int queued;       /* an attempt of this wait may have left a queue entry */
   int64_t deadline; /* monotonic ms the wait ends; -1 never */
+  /* The request id of the attempt being sent (32 hex; drawn per attempt by
+   * dlock__request_id): its tombstone dlock_tomb:{name}:<rid>
+   * (dlock__req_tomb_key) is KEYS of the acquire scripts, which do nothing
+   * once it exists -- written by the client after an attempt it had to
+   * send more than once (safety round 4: a late copy of an acquire). */
+  char rid[33];
 } dlock__wait;
 
 /* What distinguishes the mutex variants (plain, fair, fenced). The wait
@@ -1513,11 +1545,12 @@ typedef struct dlock__mutex_ops {
    * nothing if it is lower (a copy of this unlock already ran), so any
    * number of copies count once. DLOCK_ELOST from a final release
    * (expected 1) that may have been sent before is read as "released" by
-   * the caller (mutex.c rel_end). rid (32 hex) names this unlock: a final
-   * release changes nothing when the tombstone
-   * redisson_unlock_latch:{name}:<rid> exists (dlock__unlock_tombstone). */
-  int (*release)(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
-                 const char *rid);
+   * the caller (mutex.c rel_end). u: the release (engine.h): u->lease the
+   * remaining holds' lease, u->expected, u->rid (32 hex) its request id --
+   * a copy changes nothing once its tombstone
+   * redisson_unlock_latch:{name}:<rid> exists -- and u->commit: a
+   * committing copy, which writes that tombstone with its effect. */
+  int (*release)(dlock_mutex *m, uint64_t tid, const dlock__eng_unlock *u);
   /* Leaves the wait queue after giving up: 1 if the lock was handed to us
    * meanwhile (*token set), 0 if not, or a negative code. May be NULL. */
   int (*cancel)(dlock_mutex *m, uint64_t tid, int64_t lease, int64_t wait_ms,
@@ -1595,8 +1628,8 @@ int dlock__spins(const dlock_mutex *m);
 int dlock__spin_fall_back(dlock_mutex *m);
 /* The spin unlock (the plain unlock's arguments; wake = also try a PUBLISH
  * of "0", a refusal ignored): as dlock__mutex_ops.release. */
-int dlock__spin_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        int expected, const char *rid, int wake);
+int dlock__spin_release(dlock_mutex *m, uint64_t tid,
+                        const dlock__eng_unlock *u, int wake);
 /* A plain final unlock failed with rc: when cfg.spin_fallback is set, the
  * server refused a permission (NOPERM) and the thread's field is gone --
  * the PUBLISH after the release was refused -- falls back as
@@ -1622,6 +1655,15 @@ int dlock__take_int(int rc, redisReply *r, long long *v, int *nil);
 /* DLOCK_ELOST with "<kind> '<name>': this thread's hold is gone ... it was
  * re-acquired in vain" (a reentrant attempt found the hold gone). */
 int dlock__reacquired_in_vain(const char *kind, const char *name);
+/* A live attempt found its own request's tombstone (-4: the scripts' answer
+ * to a late copy), which only the client writes after the attempt ended:
+ * DLOCK_EPROTO, "cannot happen", named. */
+int dlock__late_answer(const char *kind, const char *name);
+/* Writes tombstone key[0..klen) (SET key 1 PX dlock__tombstone_ttl) and
+ * waits for the answer, under the retry policy: the commit of a request
+ * that was sent more than once (safety round 4). 0, or the failure. Any
+ * thread without an internal lock. */
+int dlock__commit_tomb(dlock_client *c, const char *key, size_t klen);
 /* Parses an integer reply; DLOCK_EPROTO otherwise. */
 int dlock__reply_int(const redisReply *r, long long *v);
 
@@ -1649,32 +1691,49 @@ typedef struct dlock__short_argv {
 } dlock__short_argv;
 
 typedef struct dlock__acq_call {
-  dlock__sb q, dl, mk; /* the queue, its deadlines, the hand-over marker */
+  /* the queue, its deadlines, the hand-over marker, the attempt's
+   * tombstone; the channel and grant channel prefix (cancel only) */
+  dlock__sb q, dl, mk, tb, ch, gp;
   char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
   char ls[24], ts[24], ds[24];
   size_t fl, el;
-  const char *keys[4]; /* acquire and cancel: lock, queue, deadlines, marker */
-  size_t klens[4];
+  /* acquire: lock, queue, deadlines, marker, tombstone */
+  const char *keys[5];
+  size_t klens[5];
   const char *args[8]; /* acquire's ARGV (scripts.c) */
   size_t alens[8];
-  const char *cargs[3]; /* cancel's ARGV: field, entry, wait id */
-  size_t calens[3];
-  /* The acquire as sent: DLOCK__S_ACQUIRE_FIRST (KEYS lock, marker; ARGV
-   * lease, field: in sh) for a first hold (target 1) of a call
-   * that is not queued and does not queue on failure -- the common case,
-   * with half the Redis work of the acquire script's 12 KEYS and ARGV --
+  /* cancel: lock, queue, deadlines, marker, channel, grant prefix; ARGV
+   * field, entry, wait id, publish command (dlock__cancel_call_init) */
+  const char *ckeys[6];
+  size_t cklens[6];
+  const char *cargs[4];
+  size_t calens[4];
+  /* The acquire as sent: DLOCK__S_ACQUIRE_FIRST (KEYS lock, marker,
+   * tombstone; ARGV lease, field: in sh) for a first hold (target 1) of a
+   * call that is not queued and does not queue on failure -- the common
+   * case, with half the Redis work of the acquire script's KEYS and ARGV --
    * else DLOCK__S_ACQUIRE with keys and args above. */
   dlock__call send;
   dlock__short_argv sh;
 } dlock__acq_call;
-/* The acquire (and cancel) call of `field` on lock `name`: target = the
- * hold count after it, queue = join the wait queue on failure, w = the wait
- * (its id names the queue entry; its deadline bounds the entry's life).
- * 0 or DLOCK_ENOMEM; free with dlock__acq_call_free either way. */
+/* The acquire call of `field` on lock `name`: target = the hold count after
+ * it, queue = join the wait queue on failure, w = the wait (its id names
+ * the queue entry; its deadline bounds the entry's life; its rid is the
+ * attempt's request id). 0 or DLOCK_ENOMEM; free with dlock__acq_call_free
+ * either way. */
 int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
                          const char *field, size_t fl, int target,
                          int64_t lease, int queue, const dlock__wait *w);
+/* The same, and the cancel script's KEYS and ARGV (ckeys, cargs): pub =
+ * the publish command (a cancel may pass a free lock on). */
+int dlock__cancel_call_init(dlock__acq_call *k, const char *name,
+                            size_t name_len, const char *field, size_t fl,
+                            int64_t lease, const dlock__wait *w,
+                            const char *pub);
 void dlock__acq_call_free(dlock__acq_call *k);
+/* The tombstone of request rid on lock name: dlock_tomb:{name}:<rid>
+ * (dlock__own_name; one slot with the lock). */
+void dlock__req_tomb_key(dlock__sb *b, const char *name, const char *rid);
 /* The acquire script's answer (rc, r from the eval; r is freed): 1 held,
  * 0 taken elsewhere (*ttl = the holder's PTTL), DLOCK_ELOST (a reentrant
  * acquire found the hold gone) or another negative code. */
@@ -1682,14 +1741,14 @@ int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl);
 
 typedef struct dlock__rel_call {
   dlock__sb ch, gp, q, dl, mk, tomb;
-  char field[DLOCK__FIELD_MAX], ls[24], es[24], rid[33];
+  char field[DLOCK__FIELD_MAX], ls[24], es[24], cs[24], rid[33];
   char mark[DLOCK__FIELD_MAX + 18]; /* decline: "<field>|<wait id>" */
   int nkeys;                        /* 7 */
-  int nargs;                        /* 6 */
+  int nargs;                        /* 6; 7 for a committing copy */
   const char *keys[7];
   size_t klens[7];
-  const char *args[6];
-  size_t alens[6];
+  const char *args[7];
+  size_t alens[7];
   /* The unlock as sent: DLOCK__S_UNLOCK_LAST (KEYS lock, channel, queue,
    * tombstone; ARGV field, publish: in sh) for a final
    * release (expected 1), the common case, else DLOCK__S_UNLOCK with keys
@@ -1718,6 +1777,10 @@ int64_t dlock__tombstone_ttl(const dlock_config *cfg);
  * thread without reg_mu. */
 void dlock__unlock_tombstone(dlock_client *c, const char *name,
                              const char *rid);
+/* Makes k a COMMITTING COPY of its release: the full unlock script with
+ * ARGV[7] = ttl, which writes the release's tombstone (PX ttl) with its
+ * effect, so no copy of it can act afterwards (safety round 4). */
+void dlock__rel_call_commit(dlock__rel_call *k, int64_t ttl);
 void dlock__rel_call_free(dlock__rel_call *k);
 
 /* A grant that reached no wait of this client: the unlock handed the lock

@@ -103,15 +103,28 @@ static dlock__call short_call(dlock__short_argv *s, int script, int nk,
   return (dlock__call){script, nk, na, s->keys, s->klens, s->args, s->alens};
 }
 
+void dlock__req_tomb_key(dlock__sb *b, const char *name, const char *rid) {
+  dlock__own_name(b, "dlock_tomb", name);
+  dlock__sb_add(b, ":", 1);
+  dlock__sb_add(b, rid, 32);
+}
+
 int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
                          const char *field, size_t fl, int target,
                          int64_t lease, int queue, const dlock__wait *w) {
   dlock__sb_init(&k->q);
   dlock__sb_init(&k->dl);
   dlock__sb_init(&k->mk);
+  dlock__sb_init(&k->tb);
+  dlock__sb_init(&k->ch);
+  dlock__sb_init(&k->gp);
   dlock__own_name(&k->q, "dlock_lock_queue", name);
   dlock__own_name(&k->dl, "dlock_lock_waits", name);
   dlock__own_name(&k->mk, "dlock_lock_granted", name);
+  /* an attempt without a request id (none drawn yet) gets one that no
+   * tombstone will ever name */
+  dlock__req_tomb_key(&k->tb, name,
+                      w->rid[0] ? w->rid : "00000000000000000000000000000000");
   memcpy(k->field, field, fl + 1);
   k->fl = fl;
   k->el = queue_entry(field, fl, lease, w->id, k->entry, k->wid);
@@ -124,8 +137,8 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   int64_t left =
       dlock__eng_entry_ttl(w->deadline, w->deadline >= 0 ? dlock__now_ms() : 0);
   size_t dsl = dlock__fmt_i64(k->ds, left);
-  const char *keys[4] = {name, k->q.p, k->dl.p, k->mk.p};
-  size_t klens[4] = {name_len, k->q.len, k->dl.len, k->mk.len};
+  const char *keys[5] = {name, k->q.p, k->dl.p, k->mk.p, k->tb.p};
+  size_t klens[5] = {name_len, k->q.len, k->dl.len, k->mk.len, k->tb.len};
   const char *args[8] = {k->ls,    k->field,
                          k->ts,    queue ? "1" : "0",
                          k->entry, w->queued ? "1" : "0",
@@ -135,23 +148,37 @@ int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
   memcpy(k->klens, klens, sizeof klens);
   memcpy(k->args, args, sizeof args);
   memcpy(k->alens, alens, sizeof alens);
-  /* The cancel script's ARGV: field, entry, wait id. */
-  k->cargs[0] = k->field;
-  k->cargs[1] = k->entry;
-  k->cargs[2] = k->wid;
-  k->calens[0] = fl;
-  k->calens[1] = k->el;
-  k->calens[2] = 16;
   if (target == 1 && !queue && !w->queued) {
-    const char *sk[2] = {name, k->mk.p}, *sa[2] = {k->ls, k->field};
-    size_t skl[2] = {name_len, k->mk.len}, sal[2] = {lsl, fl};
+    const char *sk[3] = {name, k->mk.p, k->tb.p}, *sa[2] = {k->ls, k->field};
+    size_t skl[3] = {name_len, k->mk.len, k->tb.len}, sal[2] = {lsl, fl};
     k->send =
-        short_call(&k->sh, DLOCK__S_ACQUIRE_FIRST, 2, sk, skl, 2, sa, sal);
+        short_call(&k->sh, DLOCK__S_ACQUIRE_FIRST, 3, sk, skl, 2, sa, sal);
   } else {
-    k->send = (dlock__call){DLOCK__S_ACQUIRE, 4,       8,       k->keys,
+    k->send = (dlock__call){DLOCK__S_ACQUIRE, 5,       8,       k->keys,
                             k->klens,         k->args, k->alens};
   }
-  return k->q.oom || k->dl.oom || k->mk.oom
+  return k->q.oom || k->dl.oom || k->mk.oom || k->tb.oom
+             ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+             : 0;
+}
+
+int dlock__cancel_call_init(dlock__acq_call *k, const char *name,
+                            size_t name_len, const char *field, size_t fl,
+                            int64_t lease, const dlock__wait *w,
+                            const char *pub) {
+  int rc = dlock__acq_call_init(k, name, name_len, field, fl, 1, lease, 0, w);
+  dlock__prefix_name(&k->ch, "redisson_lock__channel", name);
+  dlock__own_name(&k->gp, "dlock_grant__channel", name);
+  const char *keys[6] = {name, k->q.p, k->dl.p, k->mk.p, k->ch.p, k->gp.p};
+  size_t klens[6] = {name_len,  k->q.len,  k->dl.len,
+                     k->mk.len, k->ch.len, k->gp.len};
+  const char *args[4] = {k->field, k->entry, k->wid, pub};
+  size_t alens[4] = {fl, k->el, 16, strlen(pub)};
+  memcpy(k->ckeys, keys, sizeof keys);
+  memcpy(k->cklens, klens, sizeof klens);
+  memcpy(k->cargs, args, sizeof args);
+  memcpy(k->calens, alens, sizeof alens);
+  return rc || k->ch.oom || k->gp.oom
              ? dlock__fail(DLOCK_ENOMEM, "out of memory")
              : 0;
 }
@@ -160,6 +187,9 @@ void dlock__acq_call_free(dlock__acq_call *k) {
   dlock__sb_free(&k->q);
   dlock__sb_free(&k->dl);
   dlock__sb_free(&k->mk);
+  dlock__sb_free(&k->tb);
+  dlock__sb_free(&k->ch);
+  dlock__sb_free(&k->gp);
 }
 
 int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
@@ -186,8 +216,8 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
                          k->dl.p, k->mk.p, k->tomb.p};
   size_t klens[7] = {name_len,  k->ch.len, k->q.len,   k->gp.len,
                      k->dl.len, k->mk.len, k->tomb.len};
-  const char *args[6] = {"0", k->ls, k->field, pub, k->es, k->rid};
-  size_t alens[6] = {1, lsl, fl, strlen(pub), esl, 32};
+  const char *args[7] = {"0", k->ls, k->field, pub, k->es, k->rid, "0"};
+  size_t alens[7] = {1, lsl, fl, strlen(pub), esl, 32, 1};
   memcpy(k->keys, keys, sizeof keys);
   memcpy(k->klens, klens, sizeof klens);
   memcpy(k->args, args, sizeof args);
@@ -210,6 +240,15 @@ int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
              : 0;
 }
 
+void dlock__rel_call_commit(dlock__rel_call *k, int64_t ttl) {
+  size_t cl = dlock__fmt_i64(k->cs, ttl);
+  k->args[6] = k->cs;
+  k->alens[6] = cl;
+  k->nargs = 7;
+  k->send = (dlock__call){DLOCK__S_UNLOCK, 7,       7,       k->keys,
+                          k->klens,        k->args, k->alens};
+}
+
 void dlock__rel_call_free(dlock__rel_call *k) {
   dlock__sb_free(&k->ch);
   dlock__sb_free(&k->gp);
@@ -228,22 +267,31 @@ int64_t dlock__tombstone_ttl(const dlock_config *cfg) {
   return t < 60000 ? 60000 : t;
 }
 
-void dlock__unlock_tombstone(dlock_client *c, const char *name,
-                             const char *rid) {
+int dlock__commit_tomb(dlock_client *c, const char *key, size_t klen) {
+  char ts[24];
+  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
+  const char *av[5] = {"SET", key, "1", "PX", ts};
+  size_t al[5] = {3, klen, 1, 2, tl};
+  dlock__cmd cmd = {key, NULL, 5, av, al, 0};
+  redisReply *r = NULL;
+  int rc = dlock__exec(c, &cmd, &r);
+  if (rc == 0 && (!r || r->type == REDIS_REPLY_ERROR))
+    rc = dlock__fail(DLOCK_EREDIS, "SET of the tombstone %.200s: %s", key,
+                     r && r->str ? r->str : "no reply");
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Commits release rid of lock name: its tombstone written and confirmed
+ * (a copy of it sent before may still be on its way). 0 or the failure. */
+static int rel_commit(dlock_client *c, const char *name, const char *rid) {
   dlock__sb key;
   dlock__sb_init(&key);
   dlock__unlock_latch_key(&key, name, rid);
-  char ts[24];
-  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
-  const char *av[5] = {"SET", key.p, "1", "PX", ts};
-  size_t al[5] = {3, key.len, 1, 2, tl};
-  dlock__cmd cmd = {key.p, NULL, 5, av, al, 0};
-  redisReply *r = NULL;
-  dlock__err_keep_begin();
-  if (!key.oom && dlock__exec(c, &cmd, &r) == 0)
-    freeReplyObject(r);
-  dlock__err_keep_end();
+  int rc = key.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                   : dlock__commit_tomb(c, key.p, key.len);
   dlock__sb_free(&key);
+  return rc;
 }
 
 int dlock__decline_call_init(dlock__rel_call *k, const char *name,
@@ -291,6 +339,8 @@ int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl) {
     return 1;
   if (v == -3)
     return dlock__reacquired_in_vain("lock", name);
+  if (v == -4)
+    return dlock__late_answer("lock", name);
   *ttl = v;
   return 0;
 }
@@ -301,6 +351,14 @@ int dlock__rel_reply(int rc, redisReply *r) {
   if ((rc = dlock__take_int(rc, r, &v, &nil)) != 0)
     return rc;
   return nil ? DLOCK_ELOST : (v == 1 ? 1 : 0);
+}
+
+int dlock__late_answer(const char *kind, const char *name) {
+  return dlock__fail(DLOCK_EPROTO,
+                     "%s '%s': an attempt found its own request's tombstone "
+                     "(only a late copy should): the client's request ids "
+                     "repeat?",
+                     kind, name);
 }
 
 int dlock__reacquired_in_vain(const char *kind, const char *name) {
@@ -327,22 +385,25 @@ static int plain_attempt(dlock_mutex *m, uint64_t tid, int target,
   return dlock__acq_reply(rc, r, m->name, ttl);
 }
 
-static int plain_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                         int expected, const char *rid) {
+static int plain_release(dlock_mutex *m, uint64_t tid,
+                         const dlock__eng_unlock *u) {
   dlock_client *c = m->c;
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(c, tid, field);
   if (atomic_load(&c->spin_fell_back)) /* no pub/sub: spin.c */
-    return dlock__spin_release(m, tid, lease, expected, rid, 1);
+    return dlock__spin_release(m, tid, u, 1);
   dlock__rel_call k;
-  int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, lease,
-                                expected, rid, dlock__publish_cmd(c));
+  int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, u->lease,
+                                u->expected, u->rid, dlock__publish_cmd(c));
+  if (!rc && u->commit)
+    dlock__rel_call_commit(&k, dlock__tombstone_ttl(&c->cfg));
   redisReply *r = NULL;
   if (!rc)
     rc = dlock__eval_call(c, &k.send, &r);
   dlock__rel_call_free(&k);
   rc = dlock__rel_reply(rc, r);
-  return rc < 0 && expected == 1 ? dlock__spin_unlock_refused(m, tid, rc) : rc;
+  return rc < 0 && u->expected == 1 ? dlock__spin_unlock_refused(m, tid, rc)
+                                    : rc;
 }
 
 static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
@@ -353,12 +414,12 @@ static int plain_cancel(dlock_mutex *m, uint64_t tid, int64_t lease,
   char field[DLOCK__FIELD_MAX];
   size_t fl = dlock__field(m->c, tid, field);
   dlock__acq_call k;
-  int rc =
-      dlock__acq_call_init(&k, m->name, m->name_len, field, fl, 1, lease, 0, w);
+  int rc = dlock__cancel_call_init(&k, m->name, m->name_len, field, fl, lease,
+                                   w, dlock__publish_cmd(m->c));
   redisReply *r = NULL;
   if (!rc)
-    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 4, k.keys,
-                     k.klens, 3, k.cargs, k.calens, &r);
+    rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_CANCEL), 6, k.ckeys,
+                     k.cklens, 4, k.cargs, k.calens, &r);
   dlock__acq_call_free(&k);
   long long v = 0;
   rc = dlock__take_int(rc, r, &v, NULL);
@@ -533,46 +594,6 @@ int dlock__mutex_local_count(dlock_mutex *m) {
   return n;
 }
 
-/* Confirms a hold the server handed to this thread while it waited (a
- * grant, or a cancel that found the lock ours): the hand-over happened
- * after `base` (the send time of an attempt that found the lock taken), so
- * base + lease bounds the key's TTL from below. When base is too old for
- * that bound to be useful, renew once and use the renewal's send time.
- * Returns 1 held (*sent set), 0 the hold is not there, or a negative code. */
-static int confirm_handover(dlock_mutex *m, uint64_t tid, int64_t lease,
-                            int64_t base, int64_t *sent) {
-  int64_t now = dlock__now_ms();
-  if (now - base <= lease / 4) {
-    *sent = base;
-    return 1;
-  }
-  char field[DLOCK__FIELD_MAX], ls[24];
-  size_t fl = dlock__field(m->c, tid, field);
-  const char *sfx = m->ops->field_suffix ? m->ops->field_suffix : "";
-  size_t sl = strlen(sfx);
-  if (fl + sl >= sizeof field)
-    return dlock__fail(DLOCK_EINVAL, "field too long");
-  memcpy(field + fl, sfx, sl + 1);
-  size_t lsl = dlock__fmt_i64(ls, lease);
-  const char *keys[1] = {m->name};
-  size_t klens[1] = {m->name_len};
-  const char *args[2] = {ls, field};
-  size_t alens[2] = {lsl, fl + sl};
-  redisReply *r = NULL;
-  int rc = dlock__eval(m->c, dlock__core_script(DLOCK__S_RENEW), 1, keys, klens,
-                       2, args, alens, &r);
-  if (rc || !r)
-    return rc ? rc : DLOCK_EPROTO;
-  int ok = r->type == REDIS_REPLY_STRING && r->len == 1;
-  int held = ok && r->str[0] == '1';
-  freeReplyObject(r);
-  if (!ok)
-    return dlock__fail(DLOCK_EPROTO, "lock '%s': unexpected renewal reply",
-                       m->name);
-  *sent = now;
-  return held;
-}
-
 /* One acquire call: what its steps share. */
 typedef struct acq {
   dlock_mutex *m;
@@ -594,6 +615,9 @@ typedef struct acq {
   char away_why[512]; /* ... and its message */
   int waited;         /* the call entered the wait loop (counters) */
   int handover;       /* the lock came by a hand-over grant (counters) */
+  /* An attempt whose outcome is unknown and that may have been sent: its
+   * request is committed after the call's next answer ("" none). */
+  char owed[33];
 } acq;
 
 /* "lock 'name'" for messages. */
@@ -617,6 +641,8 @@ static int wait_over(const acq *a) {
                        a->m->name, a->b.wait_ms);
   return rc;
 }
+
+static int settle(dlock_mutex *m, uint64_t tid, const char *op);
 
 /* Checks the call and the thread's existing hold; fills a. b: the call's
  * budget, started here when b->c is NULL (the first try of the call), else
@@ -652,6 +678,21 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, a->tid);
   int gone = dlock__eng_reenter(h, a->b.started, &a->prior);
+  if (gone == DLOCK__ENG_SETTLE) {
+    /* A release of this hold is pending (its outcome unknown): nothing is
+     * built on the count it may have changed until its committing copy
+     * answered (safety round 4, issue 38.2). */
+    dlock__mu_unlock(&c->reg.mu);
+    if ((rc = settle(m, a->tid, "lock")) != 0)
+      return rc;
+    dlock__mu_lock(&c->reg.mu);
+    h = find_hold(m, a->tid);
+    gone = dlock__eng_reenter(h, a->b.started, &a->prior);
+  }
+  if (gone == DLOCK__ENG_SETTLE) { /* settled, and pending again: cannot be */
+    dlock__mu_unlock(&c->reg.mu);
+    dlock__never("a settled release is pending again");
+  }
   if (gone) {
     int was_lost = gone == DLOCK__ENG_RAN_OUT ? 0 : gone;
     if (!was_lost)
@@ -671,14 +712,153 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
   return 0;
 }
 
+/* One unlock call: the engine's view of it (request id, expected count,
+ * send time) and the record. */
+typedef struct rel {
+  dlock__hold *h;
+  dlock__eng_unlock u;
+} rel;
+
+/* Finds the thread's hold and prepares the unlock (reg.mu held). 0 or a
+ * code (the hold is not there, or was lost: then it is dropped). */
+static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
+  dlock_client *c = m->c;
+  dlock__hold *h = find_hold(m, tid);
+  int rc = dlock__eng_unlock_begin(h, dlock__now_ms(),
+                                   c->cfg.watchdog_timeout_ms, &r->u);
+  if (rc == DLOCK__ENG_SETTLE)
+    return rc; /* another release is pending: the caller settles it */
+  if (rc == DLOCK_EPERM)
+    return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
+                       m->name);
+  if (rc == DLOCK_ELOST) {
+    int why = h->lost;
+    drop_hold(c, h);
+    return dlock__fail(DLOCK_ELOST, "lock '%s' was lost while held: %s",
+                       m->name, dlock__lost_why(why));
+  }
+  r->h = h;
+  return 0;
+}
+
+/* Records the outcome rc of the release script (reg.mu held); sends = how
+ * often the router sent it. Returns the call's answer (the engine's
+ * dlock__eng_unlock_end): rc itself for an unknown outcome (the record
+ * stays, and remembers that an unlock at this count may have run),
+ * DLOCK_ELOST (message set) when the hold was not ours any more, or 0. */
+static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
+  dlock_client *c = m->c;
+  dlock__hold *h = r->h;
+  int reported = h->lost; /* counted and logged when it was reported */
+  dlock__eng_rel_out o =
+      dlock__eng_unlock_end(h, &r->u, rc, sends > 1, dlock__now_ms());
+  if (o.action == DLOCK__ENG_REL_FORGET && !reported) {
+    if (o.ran_out)
+      lost_expired(c, m->name);
+    else if (o.rc == DLOCK_ELOST)
+      lost_found(c, m->name, "the unlock");
+    else
+      dlock__stat_add(&c->stats, DLOCK__ST_RELEASED, 1);
+  }
+  if (o.action == DLOCK__ENG_REL_PUT)
+    dlock__hold_put(c, h);
+  else if (o.action == DLOCK__ENG_REL_FORGET)
+    drop_hold(c, h);
+  else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(h))
+    dlock__wd_remove(c, h);
+  if (o.rc == DLOCK_ELOST && !o.expired)
+    return dlock__fail(DLOCK_ELOST,
+                       "lock '%s' was lost while held (expired, deleted or "
+                       "taken)",
+                       m->name);
+  if (o.rc == DLOCK_ELOST)
+    return dlock__fail(DLOCK_ELOST,
+                       "lock '%s': its lease ran out before the unlock (local "
+                       "deadline passed; another owner may have held it)",
+                       m->name);
+  return o.rc;
+}
+
+/* Commits acquire attempt rid of lock m (its tombstone written): a copy of
+ * it sent before may still arrive. Best effort: an acquire copy that acts
+ * late can at worst re-create the key for one lease (availability), never
+ * make a second holder nor shorten a TTL (the scripts only extend and
+ * raise). */
+static void commit_attempt(dlock_mutex *m, const char *rid) {
+  dlock__sb key;
+  dlock__sb_init(&key);
+  dlock__req_tomb_key(&key, m->name, rid);
+  dlock__err_keep_begin();
+  if (!key.oom && dlock__commit_tomb(m->c, key.p, key.len) != 0)
+    dlock__log(&m->c->cfg, DLOCK_LOG_WARN, m->name, "commit_failed",
+               "an acquire attempt sent more than once could not be "
+               "committed (%s): a late copy of it may still re-create the "
+               "key for one lease",
+               dlock_last_error());
+  dlock__err_keep_end();
+  dlock__sb_free(&key);
+}
+
+/* The rule of request binding for an acquire attempt (docs/guarantees.md,
+ * "Rules"): answered after more than one send -> committed now; an unknown
+ * outcome that may have been sent -> owed, committed after the call's next
+ * answer (the server answers again by then). */
+static void attempt_commit(acq *a, int rc, int sends) {
+  if (!dlock__eng_answered(rc)) {
+    if (sends > 0)
+      memcpy(a->owed, a->w.rid, sizeof a->owed);
+    return;
+  }
+  if (sends > 1)
+    commit_attempt(a->m, a->w.rid);
+  if (a->owed[0]) {
+    commit_attempt(a->m, a->owed);
+    a->owed[0] = '\0';
+  }
+}
+
+/* Settles the pending release of (m, tid): sends its committing copy and
+ * applies the answer to the record. 0 when settled (whatever it found),
+ * else the failure (the release stays pending), worded for `op`. */
+static int settle(dlock_mutex *m, uint64_t tid, const char *op) {
+  dlock_client *c = m->c;
+  dlock__eng_unlock u;
+  dlock__mu_lock(&c->reg.mu);
+  dlock__hold *h = find_hold(m, tid);
+  if (!h || !h->unlock_pending) {
+    dlock__mu_unlock(&c->reg.mu);
+    return 0;
+  }
+  dlock__eng_settle_begin(h, &u);
+  dlock__mu_unlock(&c->reg.mu);
+  dlock__err_keep_begin();
+  int rc = m->ops->release(m, tid, &u);
+  dlock__err_keep_end();
+  char why[300];
+  snprintf(why, sizeof why, "%s", dlock_last_error());
+  rel r = {h, u};
+  dlock__mu_lock(&c->reg.mu);
+  rc = rel_end(m, &r, rc, 2);
+  dlock__mu_unlock(&c->reg.mu);
+  if (rc == 0 || rc == DLOCK_ELOST || rc == DLOCK_EPERM)
+    return 0;
+  return dlock__fail(rc,
+                     "%s '%s': an earlier unlock of this hold has an unknown "
+                     "outcome and could not be settled (%s); nothing was "
+                     "sent for this %s",
+                     op, m->name, why, op);
+}
+
 /* One attempt of the call (target = the hold count after it); queue = join
  * the server's wait queue if the lock is taken. 1 held, 0 taken, < 0. */
 static int attempt(acq *a, int target, int queue) {
   int64_t left = a->b.wait_ms == 0 ? 0 : dlock__budget_left(&a->b);
+  dlock__request_id(a->w.rid); /* this attempt's: its copies are bound */
   a->sent = dlock__now_ms();
   int rc = a->m->ops->attempt(a->m, a->tid, target, a->lease, queue, left,
                               &a->ttl, &a->token, &a->w);
   a->w.queued |= queue;
+  attempt_commit(a, rc, dlock__exec_sends());
   return rc;
 }
 
@@ -770,18 +950,18 @@ static int sleep_once(acq *a) {
   }
   if (!granted)
     return 0;
-  a->handover = 1;
-  /* The unlock script made us the owner (this wait's grant). With replica
-   * sync the hand-over is confirmed like a direct acquisition: by a write
-   * with a WAIT behind it -- one more attempt, which finds the field and
-   * takes the lock as this call's own (the unlocker's WAIT covered its
-   * connection, not this one; acquire_once undoes a shortfall). Without
-   * it (or with no replica to wait for: a plain server pays nothing), by
-   * the local deadline (confirm_handover). Gone already (the lease ran out
-   * before we could confirm): wait on. */
-  if (dlock__sync_want(a->c, a->m->name) > 0)
-    return attempt(a, 1, queue_flag(a));
-  return confirm_handover(a->m, a->tid, a->lease, a->sent, &a->sent);
+  /* A grant for this wait: the unlock script handed it the lock -- or did,
+   * before the wait's last attempt, and that hand-over is over (a waiter
+   * paused across its hand-over, issue 38.1). Whether it holds the lock
+   * now comes from a server answer, never from elapsed time: one more
+   * attempt, which finds the field and takes the lock as this call's own
+   * (its lease from this send; with replica sync its WAIT), or finds it
+   * taken and the wait goes on. The grant was consumed by the wake-up
+   * (dlock__sub_wait): it wakes no later sleep. */
+  int rc = attempt(a, 1, queue_flag(a));
+  if (rc == 1)
+    a->handover = 1;
+  return rc;
 }
 
 /* One try of a wait without pub/sub (dlock__spin_wait, spin.c): never
@@ -864,24 +1044,46 @@ static int leave_queue(acq *a) {
 static int undo_unsynced(acq *a, const char *why) {
   char msg[200];
   snprintf(msg, sizeof msg, "%s", why);
+  dlock_client *c = a->c;
   dlock__err_keep_begin();
   dlock__sync_pause(1);
-  int64_t lease = a->prior > 0 ? -a->lease : a->lease;
-  /* The count after the acquisition being undone: the script writes prior
-   * (or releases), however often it is sent. */
-  char rid[33];
-  dlock__request_id(rid);
-  int rc = a->m->ops->release(a->m, a->tid, lease, a->prior + 1, rid);
-  if (rc == DLOCK_ELOST && a->prior == 0 && dlock__exec_sends() > 1)
-    rc = 1; /* a copy of this release found what an earlier one left */
+  /* The undo is a release of the acquisition (the count goes back to
+   * prior, or the key goes), bound to it like any release: its copies
+   * are committed, and an unknown outcome stays pending -- the retry, or
+   * the thread's next call, settles it before anything is built on the
+   * count (safety round 4, issue 38.4: its late copy released the retried
+   * acquisition). */
+  rel r;
+  memset(&r, 0, sizeof r);
+  dlock__mu_lock(&c->reg.mu);
+  r.h = dlock__hold_get(a->m->e, a->tid);
+  if (r.h)
+    dlock__eng_undo_begin(r.h, a->prior, a->prior > 0 ? -a->lease : a->lease,
+                          dlock__now_ms(), &r.u);
+  dlock__mu_unlock(&c->reg.mu);
+  int rc = r.h ? a->m->ops->release(a->m, a->tid, &r.u)
+               : dlock__fail(DLOCK_ENOMEM, "out of memory");
+  int sends = dlock__exec_sends();
+  if (r.h && dlock__eng_commit_due(&r.u, rc, sends) &&
+      rel_commit(c, a->m->name, r.u.rid) != 0)
+    rc = DLOCK_ECONN; /* a copy may still act: pending */
+  int undone = dlock__eng_answered(rc);
+  if (r.h) {
+    dlock__mu_lock(&c->reg.mu);
+    rel_end(a->m, &r, rc, sends);
+    dlock__mu_unlock(&c->reg.mu);
+  }
   dlock__sync_pause(0);
   dlock__err_keep_end();
-  dlock__stat_add(&a->c->stats, DLOCK__ST_ENOSYNC, 1);
-  dlock__log(&a->c->cfg, DLOCK_LOG_WARN, a->m->name, "enosync",
+  dlock__stat_add(&c->stats, DLOCK__ST_ENOSYNC, 1);
+  dlock__log(&c->cfg, DLOCK_LOG_WARN, a->m->name, "enosync",
              "acquisition undone: %s", msg);
   return dlock__fail(
       DLOCK_ENOSYNC, "lock '%s': %s; the acquisition was undone%s", a->m->name,
-      msg, rc >= 0 ? "" : " (the undo failed: the lease ends it)");
+      msg,
+      undone ? ""
+             : " (the undo's outcome is unknown: the thread's next call on "
+               "the lock settles it; else the lease ends it)");
 }
 
 /* A successful acquire call (its hold recorded). */
@@ -1008,73 +1210,6 @@ int dlock_mutex_unlock(dlock_mutex *m) {
   return dlock__mutex_release(m);
 }
 
-/* One unlock call: the engine's view of it (request id, expected count,
- * send time) and the record. */
-typedef struct rel {
-  dlock__hold *h;
-  dlock__eng_unlock u;
-  int tombstone; /* a final release sent more than once: write its tomb */
-} rel;
-
-/* Finds the thread's hold and prepares the unlock (reg.mu held). 0 or a
- * code (the hold is not there, or was lost: then it is dropped). */
-static int rel_begin(dlock_mutex *m, uint64_t tid, rel *r) {
-  dlock_client *c = m->c;
-  dlock__hold *h = find_hold(m, tid);
-  int rc = dlock__eng_unlock_begin(h, dlock__now_ms(),
-                                   c->cfg.watchdog_timeout_ms, &r->u);
-  if (rc == DLOCK_EPERM)
-    return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
-                       m->name);
-  if (rc == DLOCK_ELOST) {
-    int why = h->lost;
-    drop_hold(c, h);
-    return dlock__fail(DLOCK_ELOST, "lock '%s' was lost while held: %s",
-                       m->name, dlock__lost_why(why));
-  }
-  r->h = h;
-  return 0;
-}
-
-/* Records the outcome rc of the release script (reg.mu held); sends = how
- * often the router sent it. Returns the call's answer (the engine's
- * dlock__eng_unlock_end): rc itself for an unknown outcome (the record
- * stays, and remembers that an unlock at this count may have run),
- * DLOCK_ELOST (message set) when the hold was not ours any more, or 0. */
-static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
-  dlock_client *c = m->c;
-  dlock__hold *h = r->h;
-  int reported = h->lost; /* counted and logged when it was reported */
-  dlock__eng_rel_out o =
-      dlock__eng_unlock_end(h, &r->u, rc, sends > 1, dlock__now_ms());
-  r->tombstone = o.tombstone;
-  if (o.action == DLOCK__ENG_REL_FORGET && !reported) {
-    if (o.ran_out)
-      lost_expired(c, m->name);
-    else if (o.rc == DLOCK_ELOST)
-      lost_found(c, m->name, "the unlock");
-    else
-      dlock__stat_add(&c->stats, DLOCK__ST_RELEASED, 1);
-  }
-  if (o.action == DLOCK__ENG_REL_PUT)
-    dlock__hold_put(c, h);
-  else if (o.action == DLOCK__ENG_REL_FORGET)
-    drop_hold(c, h);
-  else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(h))
-    dlock__wd_remove(c, h);
-  if (o.rc == DLOCK_ELOST && !o.expired)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s' was lost while held (expired, deleted or "
-                       "taken)",
-                       m->name);
-  if (o.rc == DLOCK_ELOST)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s': its lease ran out before the unlock (local "
-                       "deadline passed; another owner may have held it)",
-                       m->name);
-  return o.rc;
-}
-
 int dlock__mutex_release(dlock_mutex *m) {
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
@@ -1088,15 +1223,35 @@ int dlock__mutex_release(dlock_mutex *m) {
   dlock__mu_lock(&c->reg.mu);
   rc = rel_begin(m, tid, &r);
   dlock__mu_unlock(&c->reg.mu);
+  if (rc == DLOCK__ENG_SETTLE) { /* another release of the hold first */
+    if ((rc = settle(m, tid, "unlock")) != 0)
+      return rc;
+    dlock__mu_lock(&c->reg.mu);
+    rc = rel_begin(m, tid, &r);
+    dlock__mu_unlock(&c->reg.mu);
+    if (rc == DLOCK__ENG_SETTLE)
+      dlock__never("a settled release is pending again");
+  }
   if (rc)
     return rc;
-  rc = m->ops->release(m, tid, r.u.lease, r.u.expected, r.u.rid);
+  rc = m->ops->release(m, tid, &r.u);
   int sends = dlock__exec_sends();
+  /* Sent more than once and answered: a copy may still be on its way --
+   * the release counts once it is committed (its tombstone confirmed);
+   * until then it stays pending (safety round 4, issue 38.3). */
+  if (dlock__eng_commit_due(&r.u, rc, sends)) {
+    int cr = rel_commit(c, m->name, r.u.rid);
+    if (cr)
+      rc = dlock__fail(cr,
+                       "lock '%s': the unlock ran, but a copy of it sent "
+                       "earlier may still arrive and its tombstone could not "
+                       "be written (%.200s): the outcome counts as unknown "
+                       "-- retry the unlock",
+                       m->name, dlock_last_error());
+  }
   dlock__mu_lock(&c->reg.mu);
   rc = rel_end(m, &r, rc, sends);
   dlock__mu_unlock(&c->reg.mu);
-  if (r.tombstone)
-    dlock__unlock_tombstone(c, m->name, r.u.rid);
   return rc;
 }
 

@@ -177,6 +177,10 @@ int dlock__sub_wait(dlock_client *c, dlock__sub *s, dlock__slot *slot,
   }
   int woke = slot->granted || slot->kicked || slot->failed;
   *granted = slot->granted;
+  /* A wake-up is consumed by the wake it caused (issue 38.1: a grant flag
+   * set before a pause outlived the hand-over and woke every later sleep
+   * of the wait at once): the attempt that follows answers for it. */
+  slot->granted = 0;
   slot->kicked = 0;
   *active = s->state == DLOCK__SUB_ACTIVE;
   dlock__mu_unlock(&c->ps.mu);

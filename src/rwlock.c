@@ -48,41 +48,51 @@
 
 static dlock__script g_rd_acquire = {
     "rw_read_acquire",
-    /* KEYS[1] lock, KEYS[2] timeout prefix {name}:<uuid>:<tid>:rwlock_timeout.
-     * ARGV[1] lease, [2] read field, [3] write field of the same thread,
-     * [4] hold count after this acquire. nil = held; -3 = our hold is gone;
+    /* KEYS[1] lock, KEYS[2] timeout prefix {name}:<uuid>:<tid>:rwlock_timeout,
+     * KEYS[3] this attempt's tombstone. ARGV[1] lease, [2] read field, [3]
+     * write field of the same thread, [4] hold count after this acquire.
+     * nil = held; -3 = our hold is gone; -4 = a late copy (does nothing);
      * else the hash PTTL. */
-    DLOCK__LUA_TTL DLOCK__LUA_KIND
-    "local n = tonumber(ARGV[4])\n"
-    /* held by another kind of lock (a plain, fair or fenced mutex, a
-     * semaphore): taken, never rewritten (issue 25.6) */
-    "local kd = kind_of(KEYS[1])\n"
-    "if kd ~= 'none' and kd ~= 'rwlock' then\n"
-    "  if n ~= 1 then return -3 end\n"
-    "  return busy_ttl(KEYS[1])\n"
-    "end\n"
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
-    "if not mode then\n"
-    "  if n ~= 1 then return -3 end\n"
-    "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
-    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-    "  pexpire_new(KEYS[1], ARGV[1])\n"
-    "  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])\n"
-    "  return nil\n"
-    "end\n"
-    "if mode == 'read' or (mode == 'write' and "
-    "redis.call('hexists', KEYS[1], ARGV[3]) == 1) then\n"
-    "  if n > 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then\n"
-    "    return -3\n"
-    "  end\n"
-    "  redis.call('hset', KEYS[1], ARGV[2], n)\n"
-    "  redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])\n"
-    "  local p = redis.call('pttl', KEYS[1])\n"
-    "  redis.call('pexpire', KEYS[1], math.max(p, tonumber(ARGV[1])))\n"
-    "  return nil\n"
-    "end\n"
-    "if n > 1 then return -3 end\n"
-    "return redis.call('pttl', KEYS[1])\n",
+    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE(
+        "KEYS[3]",
+        "-4") "local n = tonumber(ARGV[4])\n"
+              /* held by another kind of lock (a plain, fair or fenced mutex, a
+               * semaphore): taken, never rewritten (issue 25.6) */
+              "local kd = kind_of(KEYS[1])\n"
+              "if kd ~= 'none' and kd ~= 'rwlock' then\n"
+              "  if n ~= 1 then return -3 end\n"
+              "  return busy_ttl(KEYS[1])\n"
+              "end\n"
+              "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+              "if not mode then\n"
+              "  if n ~= 1 then return -3 end\n"
+              "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
+              "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+              "  pexpire_new(KEYS[1], ARGV[1])\n"
+              "  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])\n"
+              "  return nil\n"
+              "end\n"
+              "if mode == 'read' or (mode == 'write' and "
+              "redis.call('hexists', KEYS[1], ARGV[3]) == 1) then\n"
+              "  local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+              "  if n > 1 and not c then\n"
+              "    return -3\n"
+              "  end\n"
+              /* the count only rises, and a timeout key's TTL only grows (issue
+               * 43: never below what a live hold needs) */
+              "  if not c or c < n then redis.call('hset', KEYS[1], ARGV[2], "
+              "n) end\n"
+              "  local tk = KEYS[2] .. ':' .. n\n"
+              "  if redis.call('pttl', tk) < tonumber(ARGV[1]) then\n"
+              "    redis.call('set', tk, 1, 'px', ARGV[1])\n"
+              "  end\n"
+              "  local p = redis.call('pttl', KEYS[1])\n"
+              "  redis.call('pexpire', KEYS[1], math.max(p, "
+              "tonumber(ARGV[1])))\n"
+              "  return nil\n"
+              "end\n"
+              "if n > 1 then return -3 end\n"
+              "return redis.call('pttl', KEYS[1])\n",
     {0}};
 
 static dlock__script g_rd_unlock = {
@@ -90,56 +100,59 @@ static dlock__script g_rd_unlock = {
     /* KEYS[1] lock, [2] channel, [3] timeout prefix of the caller,
      * [4] key prefix {name}. ARGV[1] '0', [2] read field, [3] publish
      * command, [4] the read hold count the client expects before this
-     * unlock (N); KEYS[5] the unlock's tombstone (a final release that
-     * finds it changes nothing: mutex.c, dlock__unlock_tombstone). nil =
-     * not a reader, 0 = the lock stays held (by us or others), 1 = the
-     * lock was freed. Idempotent by state (scripts.c): a
-     * count below N means a copy of this unlock already ran (nothing
-     * changes); N or more becomes N - 1, and the per-hold timeout keys
-     * above N - 1 go. The hash TTL becomes the longest remaining read
+     * unlock (N), [5] > 0: a committing copy (writes the tombstone, PX
+     * [5]); KEYS[5] the unlock's tombstone (a copy that finds it is late and
+     * changes nothing: scripts.c's unlock). nil = not a reader, 0 = the
+     * lock stays held (by us or others), 1 = the lock was freed. Idempotent by
+     * state (scripts.c): a count below N means a copy of this unlock already
+     * ran (nothing changes); N or more becomes N - 1, and the per-hold timeout
+     * keys above N - 1 go. The hash TTL becomes the longest remaining read
      * hold; when no live hold remains (other readers' timeout keys
      * expired: dead clients) it is deleted. */
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
-    "if not mode then\n"
-    "  redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
-    "  return nil\n"
-    "end\n"
-    "local n = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
-    "if not n then return nil end\n"
-    "local want = tonumber(ARGV[4])\n"
-    "if n < want then return 0 end\n"
-    "if want == 1 and redis.call('exists', KEYS[5]) == 1 then return 0 end\n"
-    "local left = want - 1\n"
-    "if left == 0 then\n"
-    "  redis.call('hdel', KEYS[1], ARGV[2])\n"
-    "else\n"
-    "  redis.call('hset', KEYS[1], ARGV[2], left)\n"
-    "end\n"
-    "for i = n, want, -1 do redis.call('del', KEYS[3] .. ':' .. i) end\n"
-    "if redis.call('hlen', KEYS[1]) > 1 then\n"
-    "  local maxt = -3\n"
-    "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"
-    "    local c = tonumber(redis.call('hget', KEYS[1], f))\n"
-    "    if c then\n"
-    "      for i = c, 1, -1 do\n"
-    "        local t = redis.call('pttl', KEYS[4] .. ':' .. f .. "
-    "':rwlock_timeout:' .. i)\n"
-    "        if t > maxt then maxt = t end\n"
-    "      end\n"
-    "    end\n"
-    "  end\n"
-    "  if maxt > 0 then\n"
-    "    if mode == 'write' then\n"
-    "      maxt = math.max(maxt, redis.call('pttl', KEYS[1]))\n"
-    "    end\n"
-    "    redis.call('pexpire', KEYS[1], maxt)\n"
-    "    return 0\n"
-    "  end\n"
-    "  if mode == 'write' then return 0 end\n"
-    "end\n"
-    "redis.call('del', KEYS[1])\n"
-    "redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
-    "return 1\n",
+    DLOCK__LUA_LATE("KEYS[5]", "0") DLOCK__LUA_COMMIT(
+        "KEYS[5]",
+        "ARGV[5]") "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+                   "if not mode then\n"
+                   "  redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
+                   "  return nil\n"
+                   "end\n"
+                   "local n = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+                   "if not n then return nil end\n"
+                   "local want = tonumber(ARGV[4])\n"
+                   "if n < want then return 0 end\n"
+                   "local left = want - 1\n"
+                   "if left == 0 then\n"
+                   "  redis.call('hdel', KEYS[1], ARGV[2])\n"
+                   "else\n"
+                   "  redis.call('hset', KEYS[1], ARGV[2], left)\n"
+                   "end\n"
+                   "for i = n, want, -1 do redis.call('del', KEYS[3] .. ':' .. "
+                   "i) end\n"
+                   "if redis.call('hlen', KEYS[1]) > 1 then\n"
+                   "  local maxt = -3\n"
+                   "  for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"
+                   "    local c = tonumber(redis.call('hget', KEYS[1], f))\n"
+                   "    if c then\n"
+                   "      for i = c, 1, -1 do\n"
+                   "        local t = redis.call('pttl', KEYS[4] .. ':' .. f "
+                   ".. "
+                   "':rwlock_timeout:' .. i)\n"
+                   "        if t > maxt then maxt = t end\n"
+                   "      end\n"
+                   "    end\n"
+                   "  end\n"
+                   "  if maxt > 0 then\n"
+                   "    if mode == 'write' then\n"
+                   "      maxt = math.max(maxt, redis.call('pttl', KEYS[1]))\n"
+                   "    end\n"
+                   "    redis.call('pexpire', KEYS[1], maxt)\n"
+                   "    return 0\n"
+                   "  end\n"
+                   "  if mode == 'write' then return 0 end\n"
+                   "end\n"
+                   "redis.call('del', KEYS[1])\n"
+                   "redis.call(ARGV[3], KEYS[2], ARGV[1])\n"
+                   "return 1\n",
     {0}};
 
 static dlock__script g_rd_renew = {
@@ -160,43 +173,49 @@ static dlock__script g_rd_renew = {
 
 static dlock__script g_wr_acquire = {
     "rw_write_acquire",
-    /* KEYS[1] lock. ARGV[1] lease, [2] write field, [3] hold count after
-     * this acquire, [4] the same thread's read field. nil = held; -3 = our
-     * hold is gone; -4 = we hold a read lock (upgrade refused); else the
-     * hash PTTL. Reentry adds the lease to the remaining TTL (Redisson). */
-    DLOCK__LUA_TTL DLOCK__LUA_KIND
-    "local n = tonumber(ARGV[3])\n"
-    /* held by another kind of lock: taken, never rewritten (issue 25.6) */
-    "local kd = kind_of(KEYS[1])\n"
-    "if kd ~= 'none' and kd ~= 'rwlock' then\n"
-    "  if n ~= 1 then return -3 end\n"
-    "  return busy_ttl(KEYS[1])\n"
-    "end\n"
-    "local mode = redis.call('hget', KEYS[1], 'mode')\n"
-    "if not mode then\n"
-    "  if n ~= 1 then return -3 end\n"
-    "  redis.call('hset', KEYS[1], 'mode', 'write')\n"
-    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-    "  pexpire_new(KEYS[1], ARGV[1])\n"
-    "  return nil\n"
-    "end\n"
-    "if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 "
-    "then\n"
-    "  redis.call('hset', KEYS[1], ARGV[2], n)\n"
-    "  if n > 1 then\n"
-    "    redis.call('pexpire', KEYS[1], "
-    "math.max(0, redis.call('pttl', KEYS[1])) + tonumber(ARGV[1]))\n"
-    "  else\n"
-    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
-    "  end\n"
-    "  return nil\n"
-    "end\n"
-    "if n > 1 then return -3 end\n"
-    "if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[4]) == 1 "
-    "then\n"
-    "  return -4\n"
-    "end\n"
-    "return redis.call('pttl', KEYS[1])\n",
+    /* KEYS[1] lock, KEYS[2] this attempt's tombstone. ARGV[1] lease, [2]
+     * write field, [3] hold count after this acquire, [4] the same thread's
+     * read field. nil = held; -3 = our hold is gone; -4 = we hold a read
+     * lock (upgrade refused); -5 = a late copy (does nothing); else the
+     * hash PTTL. Reentry adds the lease to the remaining TTL (Redisson); a
+     * first hold found ours already (a re-sent copy) only extends it. */
+    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE(
+        "KEYS[2]",
+        "-5") "local n = tonumber(ARGV[3])\n"
+              /* held by another kind of lock: taken, never rewritten
+                 (issue 25.6) */
+              "local kd = kind_of(KEYS[1])\n"
+              "if kd ~= 'none' and kd ~= 'rwlock' then\n"
+              "  if n ~= 1 then return -3 end\n"
+              "  return busy_ttl(KEYS[1])\n"
+              "end\n"
+              "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+              "if not mode then\n"
+              "  if n ~= 1 then return -3 end\n"
+              "  redis.call('hset', KEYS[1], 'mode', 'write')\n"
+              "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+              "  pexpire_new(KEYS[1], ARGV[1])\n"
+              "  return nil\n"
+              "end\n"
+              "local c = mode == 'write' and "
+              "tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+              "if c then\n"
+              "  if c < n then\n"
+              "    redis.call('hset', KEYS[1], ARGV[2], n)\n"
+              "    redis.call('pexpire', KEYS[1], "
+              "math.max(0, redis.call('pttl', KEYS[1])) + tonumber(ARGV[1]))\n"
+              "  else\n"
+              "    extend(KEYS[1], ARGV[1])\n"
+              "  end\n"
+              "  return nil\n"
+              "end\n"
+              "if n > 1 then return -3 end\n"
+              "if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[4]) "
+              "== 1 "
+              "then\n"
+              "  return -4\n"
+              "end\n"
+              "return redis.call('pttl', KEYS[1])\n",
     {0}};
 
 static dlock__script g_wr_unlock = {
@@ -207,9 +226,13 @@ static dlock__script g_wr_unlock = {
      * still held, 1 = released (the hash is deleted, or switched to mode
      * read when the writer keeps read holds). Idempotent by state
      * (scripts.c): below N a copy already ran; N or more becomes N - 1.
-     * KEYS[3] the unlock's tombstone (a final release that finds it
-     * changes nothing: mutex.c, dlock__unlock_tombstone). */
-    DLOCK__LUA_TTL "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+     * KEYS[3] the unlock's tombstone (a copy that finds it is late and
+     * changes nothing: scripts.c's unlock); ARGV[6] > 0: a committing copy
+     * (writes the tombstone, PX ARGV[6]). */
+    DLOCK__LUA_TTL DLOCK__LUA_LATE("KEYS[3]", "(tonumber(ARGV[5]) > 1) and 0 "
+                                              "or 1") DLOCK__LUA_COMMIT(
+        "KEYS[3]",
+        "ARGV[6]") "local mode = redis.call('hget', KEYS[1], 'mode')\n"
                    "if not mode then\n"
                    "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
                    "  return nil\n"
@@ -224,7 +247,6 @@ static dlock__script g_wr_unlock = {
                    "  remaining_ttl(KEYS[1], ARGV[2])\n"
                    "  return 0\n"
                    "end\n"
-                   "if redis.call('exists', KEYS[3]) == 1 then return 1 end\n"
                    "redis.call('hdel', KEYS[1], ARGV[3])\n"
                    "if redis.call('hlen', KEYS[1]) == 1 then\n"
                    "  redis.call('del', KEYS[1])\n"
@@ -357,38 +379,46 @@ static void rd_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,
 static int rd_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                       int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
                       const dlock__wait *w) {
-  (void)queue, (void)wait_ms, (void)token, (void)w;
+  (void)queue, (void)wait_ms, (void)token;
   rw_args a;
   rw_args_init(m, tid, lease, target, &a);
-  dlock__sb tp;
+  dlock__sb tp, tomb;
+  dlock__sb_init(&tomb);
   timeout_prefix(m, a.field, a.fl, &tp);
-  if (tp.oom) {
+  dlock__req_tomb_key(&tomb, m->name, w->rid);
+  if (tp.oom || tomb.oom) {
     dlock__sb_free(&tp);
+    dlock__sb_free(&tomb);
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
-  const char *keys[2] = {m->name, tp.p};
-  size_t klens[2] = {m->name_len, tp.len};
+  const char *keys[3] = {m->name, tp.p, tomb.p};
+  size_t klens[3] = {m->name_len, tp.len, tomb.len};
   const char *args[4] = {a.ls, a.field, a.wfield, a.ts};
   size_t alens[4] = {a.lsl, a.fl, a.fl + 6, a.tsl};
   redisReply *r = NULL;
-  int rc = dlock__eval(m->c, &g_rd_acquire, 2, keys, klens, 4, args, alens, &r);
+  int rc = dlock__eval(m->c, &g_rd_acquire, 3, keys, klens, 4, args, alens, &r);
   dlock__sb_free(&tp);
+  dlock__sb_free(&tomb);
   long long v;
-  return attempt_answer(m, rc, r, "read", &v, ttl);
+  rc = attempt_answer(m, rc, r, "read", &v, ttl);
+  return rc == 0 && v == -4 ? dlock__late_answer("read-write lock", m->name)
+                            : rc;
 }
 
-static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
-                      const char *rid) {
-  (void)lease; /* the hash TTL follows the remaining read holds */
+static int rd_release(dlock_mutex *m, uint64_t tid,
+                      const dlock__eng_unlock *u) {
+  /* (u->lease unused: the hash TTL follows the remaining read holds) */
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
-  char field[DLOCK__FIELD_MAX], es[24];
+  char field[DLOCK__FIELD_MAX], es[24], cs[24];
   size_t fl = dlock__field(c, tid, field);
   dlock__sb ch, tp, kp, tomb;
   dlock__sb_init(&ch);
   dlock__sb_init(&kp);
   dlock__sb_init(&tomb);
-  dlock__unlock_latch_key(&tomb, m->name, rid);
+  dlock__unlock_latch_key(&tomb, m->name, u->rid);
+  size_t csl =
+      dlock__fmt_i64(cs, u->commit ? dlock__tombstone_ttl(&c->cfg) : 0);
   rw_channel(m, &ch);
   timeout_prefix(m, field, fl, &tp);
   if (strchr(m->name, '{')) {
@@ -398,16 +428,16 @@ static int rd_release(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
     dlock__sb_adds(&kp, m->name);
     dlock__sb_add(&kp, "}", 1);
   }
-  int esl = snprintf(es, sizeof es, "%d", expected);
+  int esl = snprintf(es, sizeof es, "%d", u->expected);
   const char *keys[5] = {m->name, ch.p, tp.p, kp.p, tomb.p};
   size_t klens[5] = {m->name_len, ch.len, tp.len, kp.len, tomb.len};
-  const char *args[4] = {"0", field, dlock__publish_cmd(m->c), es};
-  size_t alens[4] = {1, fl, strlen(dlock__publish_cmd(m->c)), (size_t)esl};
+  const char *args[5] = {"0", field, dlock__publish_cmd(m->c), es, cs};
+  size_t alens[5] = {1, fl, strlen(dlock__publish_cmd(m->c)), (size_t)esl, csl};
   redisReply *r = NULL;
   int rc =
       ch.oom || tp.oom || kp.oom || tomb.oom
           ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-          : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 4, args, alens, &r);
+          : dlock__eval(c, &g_rd_unlock, 5, keys, klens, 5, args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&tp);
   dlock__sb_free(&kp);
@@ -480,17 +510,27 @@ static int rd_force(dlock_mutex *m) { return force_mode(m, "read", "0"); }
 static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                       int queue, int64_t wait_ms, int64_t *ttl, uint64_t *token,
                       const dlock__wait *w) {
-  (void)queue, (void)wait_ms, (void)token, (void)w;
+  (void)queue, (void)wait_ms, (void)token;
   rw_args a;
   rw_args_init(m, tid, lease, target, &a);
-  const char *keys[1] = {m->name};
-  size_t klens[1] = {m->name_len};
+  dlock__sb tomb;
+  dlock__sb_init(&tomb);
+  dlock__req_tomb_key(&tomb, m->name, w->rid);
+  const char *keys[2] = {m->name, tomb.p};
+  size_t klens[2] = {m->name_len, tomb.len};
   const char *args[4] = {a.ls, a.wfield, a.ts, a.field};
   size_t alens[4] = {a.lsl, a.fl + 6, a.tsl, a.fl};
   redisReply *r = NULL;
-  int rc = dlock__eval(m->c, &g_wr_acquire, 1, keys, klens, 4, args, alens, &r);
+  int rc = tomb.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                    : dlock__eval(m->c, &g_wr_acquire, 2, keys, klens, 4, args,
+                                  alens, &r);
+  dlock__sb_free(&tomb);
   long long v;
-  if ((rc = attempt_answer(m, rc, r, "write", &v, ttl)) != 0 || v != -4)
+  if ((rc = attempt_answer(m, rc, r, "write", &v, ttl)) != 0)
+    return rc;
+  if (v == -5)
+    return dlock__late_answer("read-write lock", m->name);
+  if (v != -4)
     return rc;
   return dlock__fail(DLOCK_EDEADLK,
                      "read-write lock '%s': this thread holds a read lock "
@@ -499,11 +539,11 @@ static int wr_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                      m->name);
 }
 
-static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
-                      const char *rid) {
+static int wr_release(dlock_mutex *m, uint64_t tid,
+                      const dlock__eng_unlock *u) {
   dlock_client *c = m->c;
   pthread_once(&g_once, init_scripts);
-  char field[DLOCK__FIELD_MAX], ls[24], es[24];
+  char field[DLOCK__FIELD_MAX], ls[24], es[24], cs[24];
   size_t fl = dlock__field(c, tid, field);
   memcpy(field + fl, ":write", 7);
   fl += 6;
@@ -511,17 +551,19 @@ static int wr_release(dlock_mutex *m, uint64_t tid, int64_t lease, int expected,
   dlock__sb_init(&ch);
   dlock__sb_init(&tomb);
   rw_channel(m, &ch);
-  dlock__unlock_latch_key(&tomb, m->name, rid);
-  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)lease);
-  int esl = snprintf(es, sizeof es, "%d", expected);
+  dlock__unlock_latch_key(&tomb, m->name, u->rid);
+  int lsl = snprintf(ls, sizeof ls, "%lld", (long long)u->lease);
+  int esl = snprintf(es, sizeof es, "%d", u->expected);
+  size_t csl =
+      dlock__fmt_i64(cs, u->commit ? dlock__tombstone_ttl(&c->cfg) : 0);
   const char *keys[3] = {m->name, ch.p, tomb.p};
   size_t klens[3] = {m->name_len, ch.len, tomb.len};
-  const char *args[5] = {"1", ls, field, dlock__publish_cmd(m->c), es};
-  size_t alens[5] = {1, (size_t)lsl, fl, strlen(dlock__publish_cmd(m->c)),
-                     (size_t)esl};
+  const char *args[6] = {"1", ls, field, dlock__publish_cmd(m->c), es, cs};
+  size_t alens[6] = {
+      1, (size_t)lsl, fl, strlen(dlock__publish_cmd(m->c)), (size_t)esl, csl};
   redisReply *r = NULL;
   int rc = ch.oom || tomb.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                              : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 5,
+                              : dlock__eval(c, &g_wr_unlock, 3, keys, klens, 6,
                                             args, alens, &r);
   dlock__sb_free(&ch);
   dlock__sb_free(&tomb);

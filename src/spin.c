@@ -138,23 +138,27 @@ static dlock__script g_unlock = {
      * channel, queue, grant prefix, deadlines, marker, tombstone; '0',
      * lease of the remaining holds, field, publish command, expected
      * count, request id), ARGV[7] '1' = try to wake pub/sub waiters with
-     * "0" (a refused PUBLISH is ignored), '0' = publish nothing. Idempotent
-     * by state as the plain unlock (scripts.c): nil = the field is gone,
-     * 0 = still held, 1 = released. */
-    DLOCK__LUA_TTL
-    "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
-    "if not n then return nil end\n"
-    "local want = tonumber(ARGV[5])\n"
-    "if n < want then return 0 end\n"
-    "if want > 1 then\n"
-    "  remaining_ttl(KEYS[1], ARGV[2])\n"
-    "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
-    "  return 0\n"
-    "end\n"
-    "if redis.call('exists', KEYS[7]) == 1 then return 1 end\n"
-    "redis.call('del', KEYS[1])\n"
-    "if ARGV[7] == '1' then redis.pcall(ARGV[4], KEYS[2], ARGV[1]) end\n"
-    "return 1\n",
+     * "0" (a refused PUBLISH is ignored), '0' = publish nothing, ARGV[8]
+     * > 0: a committing copy (writes the tombstone KEYS[7], PX ARGV[8]).
+     * Idempotent by state as the plain unlock (scripts.c): nil = the field
+     * is gone, 0 = still held, 1 = released; a copy that finds its
+     * tombstone is late and changes nothing. */
+    DLOCK__LUA_TTL DLOCK__LUA_LATE("KEYS[7]", "(tonumber(ARGV[5]) > 1) and 0 "
+                                              "or 1") DLOCK__LUA_COMMIT(
+        "KEYS[7]",
+        "ARGV[8]") "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
+                   "if not n then return nil end\n"
+                   "local want = tonumber(ARGV[5])\n"
+                   "if n < want then return 0 end\n"
+                   "if want > 1 then\n"
+                   "  remaining_ttl(KEYS[1], ARGV[2])\n"
+                   "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
+                   "  return 0\n"
+                   "end\n"
+                   "redis.call('del', KEYS[1])\n"
+                   "if ARGV[7] == '1' then redis.pcall(ARGV[4], KEYS[2], "
+                   "ARGV[1]) end\n"
+                   "return 1\n",
     {0},
     0};
 
@@ -177,25 +181,27 @@ static void init_scripts(void) {
   dlock__script_init(&g_force);
 }
 
-int dlock__spin_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        int expected, const char *rid, int wake) {
+int dlock__spin_release(dlock_mutex *m, uint64_t tid,
+                        const dlock__eng_unlock *u, int wake) {
   pthread_once(&g_once, init_scripts);
   dlock_client *c = m->c;
-  char field[DLOCK__FIELD_MAX];
+  char field[DLOCK__FIELD_MAX], cs[24];
   size_t fl = dlock__field(c, tid, field);
   dlock__rel_call k;
-  int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, lease,
-                                expected, rid, dlock__publish_cmd(c));
-  const char *args[7];
-  size_t alens[7];
-  memcpy(args, k.args, sizeof k.args);
-  memcpy(alens, k.alens, sizeof k.alens);
+  int rc = dlock__rel_call_init(&k, m->name, m->name_len, field, fl, u->lease,
+                                u->expected, u->rid, dlock__publish_cmd(c));
+  const char *args[8];
+  size_t alens[8];
+  memcpy(args, k.args, 6 * sizeof *args);
+  memcpy(alens, k.alens, 6 * sizeof *alens);
   args[6] = wake ? "1" : "0";
   alens[6] = 1;
+  args[7] = cs;
+  alens[7] = dlock__fmt_i64(cs, u->commit ? dlock__tombstone_ttl(&c->cfg) : 0);
   redisReply *r = NULL;
   if (!rc)
     rc =
-        dlock__eval(c, &g_unlock, k.nkeys, k.keys, k.klens, 7, args, alens, &r);
+        dlock__eval(c, &g_unlock, k.nkeys, k.keys, k.klens, 8, args, alens, &r);
   dlock__rel_call_free(&k);
   return dlock__rel_reply(rc, r);
 }
@@ -230,9 +236,9 @@ static int spin_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                                   w);
 }
 
-static int spin_release(dlock_mutex *m, uint64_t tid, int64_t lease,
-                        int expected, const char *rid) {
-  return dlock__spin_release(m, tid, lease, expected, rid, 0);
+static int spin_release(dlock_mutex *m, uint64_t tid,
+                        const dlock__eng_unlock *u) {
+  return dlock__spin_release(m, tid, u, 0);
 }
 
 static void spin_channels(dlock_mutex *m, uint64_t tid, dlock__sb *channel,

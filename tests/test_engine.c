@@ -121,6 +121,7 @@ TH_CASE(unlock_retry_keeps_request_id_and_count) {
   CHECK_EQ(h.count, 2);
   CHECK_EQ(dlock__eng_unlock_begin(&h, 3000, 30000, &u2), 0);
   CHECK(u2.resent);
+  CHECK(u2.commit); /* the retry is the committing copy */
   CHECK_EQ(u2.expected, 2);
   CHECK_STR(u2.rid, u1.rid);
   o = dlock__eng_unlock_end(&h, &u2, 0, 0, 3100);
@@ -139,13 +140,81 @@ TH_CASE(unlock_retry_keeps_request_id_and_count) {
   CHECK_EQ(dlock__eng_unlock_begin(&h, 5000, 30000, &u4), 0);
   CHECK_STR(u4.rid, u3.rid);
   CHECK_EQ(u4.sent, 4000); /* the first copy's send time */
+  CHECK(u4.commit);        /* it writes its tombstone: no copy acts after it */
   o = dlock__eng_unlock_end(&h, &u4, DLOCK_ELOST, 0, 5100);
   CHECK_EQ(o.rc, 0);
-  CHECK(o.tombstone);
+  CHECK_EQ(h.unlock_pending, 0);
   CHECK_EQ(o.action, DLOCK__ENG_REL_FORGET);
   /* nothing held: EPERM */
   dlock__eng_forget(&h);
   CHECK_EQ(dlock__eng_unlock_begin(&h, 6000, 30000, &u4), DLOCK_EPERM);
+}
+
+/* Safety round 4 (issue 38.2): an acquire after an unlock whose outcome is
+ * unknown settles that unlock first -- nothing is built on the count it may
+ * have changed -- and a pending release outlives the hold it was for. */
+TH_CASE(pending_release_is_settled_before_any_acquire) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 30000, 1000, 0);
+  dlock__eng_unlock u, s;
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 2000, 30000, &u), 0);
+  CHECK(!u.commit); /* a first send is no committing copy */
+  dlock__eng_rel_out o = dlock__eng_unlock_end(&h, &u, DLOCK_ECONN, 0, 2500);
+  CHECK_EQ(o.rc, DLOCK_ECONN);
+  CHECK_EQ(h.unlock_pending, 1);
+  int prior = -1;
+  CHECK_EQ(dlock__eng_reenter(&h, 2600, &prior), DLOCK__ENG_SETTLE);
+  /* the hold forgotten (a loss reported meanwhile): still pending */
+  dlock__eng_forget(&h);
+  CHECK_EQ(h.unlock_pending, 1);
+  CHECK_EQ(dlock__eng_reenter(&h, 2700, &prior), DLOCK__ENG_SETTLE);
+  dlock__eng_settle_begin(&h, &s);
+  CHECK(s.commit && s.settle && !s.undo);
+  CHECK_STR(s.rid, u.rid);
+  CHECK_EQ(s.expected, 1);
+  /* still unknown: still pending; then answered: settled */
+  o = dlock__eng_unlock_end(&h, &s, DLOCK_ECONN, 1, 2800);
+  CHECK_EQ(h.unlock_pending, 1);
+  dlock__eng_settle_begin(&h, &s);
+  o = dlock__eng_unlock_end(&h, &s, DLOCK_ELOST, 1, 2900);
+  CHECK_EQ(o.rc, 0);
+  CHECK_EQ(h.unlock_pending, 0);
+  CHECK_EQ(dlock__eng_reenter(&h, 3000, &prior), 0);
+  CHECK_EQ(prior, 0);
+}
+
+/* The undo of an acquisition (DLOCK_ENOSYNC) is a release bound like any
+ * other (issue 38.4): unknown -> pending, settled before the retry. A
+ * caller's unlock of the record settles it before its own release. */
+TH_CASE(pending_undo_is_settled_first) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 30000, 1000, 0); /* prior hold: count 1 */
+  dlock__eng_unlock u, s, v;
+  dlock__eng_undo_begin(&h, 1, -30000, 1500, &u);
+  CHECK(u.undo && !u.commit);
+  CHECK_EQ(u.expected, 2);
+  dlock__eng_rel_out o = dlock__eng_unlock_end(&h, &u, DLOCK_ECONN, 1, 1600);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_PUT);
+  CHECK_EQ(h.count, 1); /* the undo changes no count */
+  CHECK_EQ(h.unlock_pending, 2);
+  CHECK(h.pend_undo);
+  int prior;
+  CHECK_EQ(dlock__eng_reenter(&h, 1700, &prior), DLOCK__ENG_SETTLE);
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 1700, 30000, &v), DLOCK__ENG_SETTLE);
+  dlock__eng_settle_begin(&h, &s);
+  CHECK(s.undo && s.commit);
+  o = dlock__eng_unlock_end(&h, &s, 0, 1, 1800);
+  CHECK_EQ(h.unlock_pending, 0);
+  CHECK_EQ(h.count, 1);
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 1900, 30000, &v), 0);
+  CHECK_EQ(v.expected, 1);
+  /* a release answered after two sends is committed first; a committing
+   * copy, or one send, needs nothing more */
+  CHECK_EQ(dlock__eng_commit_due(&v, 1, 2), 1);
+  CHECK_EQ(dlock__eng_commit_due(&v, DLOCK_ELOST, 2), 1);
+  CHECK_EQ(dlock__eng_commit_due(&v, 1, 1), 0);
+  CHECK_EQ(dlock__eng_commit_due(&v, DLOCK_ECONN, 2), 0);
+  CHECK_EQ(dlock__eng_commit_due(&s, 1, 2), 0);
 }
 
 /* Past the local deadline an unlock's success is reported as a loss: the
