@@ -193,10 +193,16 @@ int dlock__chobj_count(dlock__chobj *o, const struct dlock__script *sc,
   /* Copies of it are sent only while the once key surely lives. */
   const dlock__send_how how = {0, 0, o->c->once_window_ms};
   rc = dlock__eval_how(o->c, sc, nk, keys, klens, nargs + 2, av, al, &how, &r);
+  int sends = dlock__exec_sends();
   if (rc == 0)
     rc = dlock__reply_int(r, &v);
   freeReplyObject(r);
-  dlock__once_end(o, &w, rc == 0 && v == 1);
+  /* The object's next change deletes this request's once key -- unless a
+   * copy of it may still be on its way (sent more than once): then the
+   * key is left to its TTL, which outlives every copy the client sent.
+   * Issue 43: the router's own resend counted twice when the next change
+   * deleted the key its late first copy was to find. */
+  dlock__once_end(o, &w, rc == 0 && v == 1 && sends <= 1);
   return rc ? rc : v == 1;
 }
 

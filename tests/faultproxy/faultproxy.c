@@ -39,7 +39,13 @@ struct fp_proxy {
    * lock, sent meanwhile (the client info write lists held lock names),
    * must not take it. */
   size_t match_argc;
-  int hold_n; /* FP_HOLD: requests still to hold */
+  /* FP_HOLD rules: hold the next n requests whose first argument is verb
+   * (NULL: any) and that contain match, each delay_ms. */
+  struct {
+    char verb[16], match[128];
+    int delay_ms, n;
+  } hold[4];
+  int late_noscript; /* held copies the server refused with NOSCRIPT */
   int fired;
   char count_match[128];
   int count;
@@ -118,16 +124,23 @@ static int classify(fp_conn *c, const redisReply *r) {
   pthread_mutex_lock(&p->mu);
   if (p->count_match[0] && req_contains(r, p->count_match))
     p->count++;
-  if (p->match[0] && req_contains(r, p->match) &&
+  for (int i = 0; i < 4 && !mode; i++)
+    if (p->hold[i].n > 0 && req_contains(r, p->hold[i].match) &&
+        (!p->hold[i].verb[0] ||
+         (argc > 0 && r->element[0]->type == REDIS_REPLY_STRING &&
+          strcasecmp(r->element[0]->str, p->hold[i].verb) == 0))) {
+      mode = FP_HOLD;
+      delay = p->hold[i].delay_ms;
+      p->hold[i].n--;
+    }
+  if (!mode && p->match[0] && req_contains(r, p->match) &&
       (!p->match_argc ||
        (argc == p->match_argc && r->element[0]->type == REDIS_REPLY_STRING &&
         strcasecmp(r->element[0]->str, "EVAL") == 0))) {
     mode = p->mode;
     delay = p->delay_ms;
-    if (mode != FP_HOLD || --p->hold_n <= 0) {
-      p->match[0] = '\0';
-      p->match_argc = 0;
-    }
+    p->match[0] = '\0';
+    p->match_argc = 0;
   }
   pthread_mutex_unlock(&p->mu);
   if (mode == FP_HOLD)
@@ -153,14 +166,33 @@ static void *late_main(void *arg) {
   fp_late *l = arg;
   th_sleep_ms(l->delay_ms);
   int fd = connect_target(l->p);
-  if (fd >= 0 && write_all(fd, l->bytes, l->len) == 0) {
+  int noscript = 0;
+  redisReader *rd = redisReaderCreate();
+  if (fd >= 0 && rd && write_all(fd, l->bytes, l->len) == 0) {
     shutdown(fd, SHUT_WR);
     char buf[4096];
-    while (recv(fd, buf, sizeof buf, 0) > 0)
-      ;
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+      redisReaderFeed(rd, buf, (size_t)n);
+      void *rep;
+      while (redisReaderGetReply(rd, &rep) == REDIS_OK && rep) {
+        const redisReply *x = rep;
+        /* the last reply is the held request's own */
+        noscript = x->type == REDIS_REPLY_ERROR && x->str &&
+                   strncmp(x->str, "NOSCRIPT", 8) == 0;
+        freeReplyObject(rep);
+      }
+    }
   }
+  if (rd)
+    redisReaderFree(rd);
   if (fd >= 0)
     close(fd);
+  if (noscript) {
+    pthread_mutex_lock(&l->p->mu);
+    l->p->late_noscript++;
+    pthread_mutex_unlock(&l->p->mu);
+  }
   fired(l->p);
   free(l);
   return NULL;
@@ -412,16 +444,35 @@ void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms) {
   pthread_mutex_unlock(&p->mu);
 }
 
-void fp_arm_hold(fp_proxy *p, const char *match, int delay_ms, int n) {
-  fp_arm(p, match, FP_HOLD, delay_ms);
+void fp_hold(fp_proxy *p, const char *verb, const char *match, int delay_ms,
+             int n) {
   pthread_mutex_lock(&p->mu);
-  p->hold_n = n > 0 ? n : 1;
+  int i = 0;
+  while (i < 4 && p->hold[i].n > 0)
+    i++;
+  if (i == 4)
+    i = 3; /* the last rule is replaced */
+  snprintf(p->hold[i].verb, sizeof p->hold[i].verb, "%s", verb ? verb : "");
+  snprintf(p->hold[i].match, sizeof p->hold[i].match, "%s", match);
+  p->hold[i].delay_ms = delay_ms;
+  p->hold[i].n = n > 0 ? n : 1;
   pthread_mutex_unlock(&p->mu);
+}
+
+void fp_arm_hold(fp_proxy *p, const char *match, int delay_ms, int n) {
+  fp_hold(p, NULL, match, delay_ms, n);
 }
 
 int fp_fired(fp_proxy *p) {
   pthread_mutex_lock(&p->mu);
   int n = p->fired;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+int fp_late_noscript(fp_proxy *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = p->late_noscript;
   pthread_mutex_unlock(&p->mu);
   return n;
 }

@@ -48,9 +48,19 @@ void fp_arm(fp_proxy *p, const char *match, int mode, int delay_ms);
  * delay_ms after it arrived. A held request counts as fired once its late
  * copy has run on the server (its reply read). */
 void fp_arm_hold(fp_proxy *p, const char *match, int delay_ms, int n);
+/* The same, only for requests whose first argument is verb ("EVALSHA",
+ * "SET"; NULL: any). Up to 4 such rules are armed at once, each on its
+ * own (fp_arm's single fault aside); a request takes the first rule it
+ * matches. */
+void fp_hold(fp_proxy *p, const char *verb, const char *match, int delay_ms,
+             int n);
 /* Faults applied so far (a reply dropped, delayed or cut; a held request
  * delivered and run). */
 int fp_fired(fp_proxy *p);
+/* Held copies (FP_HOLD) the server answered NOSCRIPT: they did not run
+ * (their script was never loaded) -- a test of a late copy must load its
+ * scripts first, or it shows nothing. */
+int fp_late_noscript(fp_proxy *p);
 /* Waits (bounded) until fp_fired reaches n; 0, or -1 when time ran out. */
 int fp_wait_fired(fp_proxy *p, int n, int64_t timeout_ms);
 /* Commands seen so far whose text contains match (counted from when
