@@ -306,6 +306,16 @@ static void ttl_fired(dlock__atimer *t) { dlock__aop_wake(t->arg); }
 void dlock__aop_wake(dlock__aop *op) {
   if (op->cancelling || op->expired)
     return;
+  /* A wake-up that comes after the wait's deadline (the process was
+   * paused, the timer not run yet) ends the wait as the deadline does --
+   * the blocking client's wait loop asks the budget first too -- and its
+   * cancel passes a free lock on. */
+  if (op->w.deadline >= 0 && dlock__async_now() >= op->w.deadline) {
+    op->expired = 1;
+    if (!op->in_flight)
+      timed_out(op);
+    return;
+  }
   if (op->in_flight) {
     op->again = 1;
     return;
@@ -523,10 +533,11 @@ static void attempt_done(dlock__areq *r, redisReply *reply, int err,
     return;
   }
   /* The engine's verdict on the answer (mutex.c's wait loop follows it
-   * too). No longest sleep: the event-loop client has only plain locks. */
+   * too), with the plain mutex's longest sleep. */
   int64_t until = -1;
   switch (dlock__eng_wait_answer(rc, ttl, op->wait_ms, &op->w,
-                                 dlock__async_now(), 0, &until)) {
+                                 dlock__async_now(),
+                                 DLOCK__ENG_QUEUED_RECHECK_MS, &until)) {
   case DLOCK__WAIT_HELD:
     held(op);
     break;

@@ -405,6 +405,16 @@ enum {
  * that cannot reach Redis costs nothing more than no cancel. */
 int dlock__eng_wait_end(int rc, const dlock__wait *w);
 
+/* How long a QUEUED wait of the plain mutex sleeps at most before it
+ * attempts again, whatever the holder's TTL said: the backstop of "a lock
+ * left free with live waiters is taken or handed on" (safety round 4,
+ * issue 38.7). The policy may leave the lock free for the queue's young
+ * head and wake only that head; a head that never acts on it -- paused
+ * past its deadline, killed -- leaves it free, and the waiters behind it
+ * slept until the old holder's lease (20 s seen). Each queued waiter
+ * costs at most one attempt per period; hand-overs and wake-ups come
+ * first as before. Both clients pass it as max_sleep. */
+#define DLOCK__ENG_QUEUED_RECHECK_MS 1000
 /* What an attempt's answer rc means for the wait w, at `now`:
  *   rc as dlock__acq_reply answers: 1 held, 0 taken with ttl = the
  *   holder's PTTL or the policy's "retry in N ms" (scripts.c: the

@@ -462,7 +462,8 @@ const dlock__mutex_ops dlock__plain_ops = {"mutex",
                                            DLOCK__WAKE_LOCK,
                                            "",
                                            0,
-                                           NULL};
+                                           NULL,
+                                           DLOCK__ENG_QUEUED_RECHECK_MS};
 
 /* ---- objects --------------------------------------------------------------
  */

@@ -24,8 +24,9 @@
 #include "th_drive.h"
 #include "th_kind.h"
 
-#define CMD_MS 300 /* the client's command timeout: the held copy waits more   \
-                    */
+#define CMD_MS                                                                 \
+  300 /* the client's command timeout: the held copy waits more                \
+       */
 
 static int64_t mult(void) { return th_timeout_mult(); }
 
@@ -354,8 +355,7 @@ TH_CASE(committed_unlock_router_resend_async) {
   committed_unlock_drive(TH_DRIVE_ASYNC);
 }
 
-/* ---- late copies of acquires ----------------------------------------------
- */
+/* ---- late copies of acquires ---- */
 
 /* Issue 43: an acquire with a 1.5 s lease whose first copy is held 1 s; the
  * router's re-send takes the lock; the thread unlocks and locks again with
@@ -442,8 +442,223 @@ TH_CASE(late_acquire_copy_never_recreates_async) {
   late_acquire_after_release_drive(TH_DRIVE_ASYNC);
 }
 
-/* ---- counts changed by the library's own re-send ---------------------------
- */
+/* ---- waiters paused across their hand-over ---- */
+
+/* A waiting process: waits for the key "<name>:go:<id>", then
+ * timedlock(name, wait_ms, lease_ms) on its client kind (th_drive.h:
+ * blocking or async), writes the monotonic time of the answer to
+ * "<name>:t:<id>" and exits with -rc (0: it got the lock; it then holds it
+ * until its lease ends). */
+typedef struct waiter {
+  th_redis *r;
+  const char *name;
+  int kind, id;
+  long long wait_ms, lease_ms;
+} waiter;
+
+static int waiter_main(void *arg) {
+  const waiter *w = arg;
+  char go[96], t[96];
+  snprintf(go, sizeof go, "%s:go:%d", w->name, w->id);
+  snprintf(t, sizeof t, "%s:t:%d", w->name, w->id);
+  th_wait_key(w->r, go, 30000 * mult());
+  th_drive *d = th_drive_at(w->kind, w->r->tcp_url);
+  int rc = th_drive_lock(d, w->name, 1, w->wait_ms, w->lease_ms);
+  freeReplyObject(th_cmd(w->r, "SET %s %lld", t, (long long)th_now_ms()));
+  _exit(-rc);
+}
+
+static void go(th_redis *r, const char *name, int id) {
+  freeReplyObject(th_cmd(r, "SET %s:go:%d 1", name, id));
+}
+
+/* SIGSTOP pid and wait (bounded) until it is stopped. */
+static void stop(pid_t pid) {
+  CHECK(kill(pid, SIGSTOP) == 0);
+  char path[64], st = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 1000 && st != 'T'; i++) { /* bounded: 10 s */
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%*d %*s %c", &st) != 1)
+      st = 0;
+    if (f)
+      fclose(f);
+    if (st != 'T')
+      th_sleep_ms(10);
+  }
+  CHECK_MSG(st == 'T', "process %d did not stop", (int)pid);
+}
+
+/* Issue 38.1: B queues with a 1 s lease and is paused (SIGSTOP, as a GC
+ * pause or a swapped-out process would be); A unlocks and hands the lock
+ * to B; B's hand-over expires unclaimed; C takes the lock with a 20 s
+ * lease; B resumes. At 7d6b26d the grant flag set before the pause stayed
+ * set: after one confirmation found the hold gone, B attempted (C's TTL),
+ * slept -- and the flag woke it at once, and "the last attempt was sent
+ * less than lease/4 ago" answered held with no round trip: B's timedlock
+ * returned OK while C held the lock. A wake-up is now consumed by the
+ * wake it caused, and "held" comes from the server's answer. */
+static void paused_waiter_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  waiter w = {r, "late-paused", kind, 1, 6000 * mult(), 1000};
+  pid_t b = th_fork(waiter_main, &w);
+  dlock_client *ca = th_client(r), *cc = th_client(r);
+  th_holder a = th_holder_new(ca, TH_K_MUTEX, w.name);
+  th_holder c = th_holder_new(cc, TH_K_MUTEX, w.name);
+  CHECK_OK(th_holder_lock(&a, 0, 30000));
+  go(r, w.name, 1);
+  const char *q = "dlock_lock_queue:{late-paused}";
+  th_wait_llen(r, q, 1, 10000 * mult());
+  stop(b);
+  /* B's entry made old (past the policy's age): the unlock hands it over */
+  redisReply *x = th_cmd(r, "LINDEX %s 0", q);
+  CHECK(x->type == REDIS_REPLY_STRING);
+  freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{late-paused} t%s %lld",
+                         strrchr(x->str, '|') + 1, th_server_ms(r) - 60000));
+  freeReplyObject(x);
+  CHECK_OK(th_holder_unlock(&a)); /* handed to the paused B */
+  CHECK_EQ(th_cmd_int(r, "HLEN %s", w.name), 1);
+  int64_t end = th_now_ms() + 5000 * mult();
+  while (th_cmd_int(r, "EXISTS %s", w.name) == 1 && th_now_ms() < end)
+    th_sleep_ms(20); /* B's 1 s hand-over runs out */
+  CHECK_OK(th_holder_lock(&c, 0, 20000));
+  CHECK(kill(b, SIGCONT) == 0);
+  int st = th_wait(b, 30000 * mult());
+  CHECK_MSG(st != 0,
+            "%s: the paused waiter's timedlock said OK while another "
+            "client held the lock",
+            kind == TH_DRIVE_ASYNC ? "async" : "blocking");
+  CHECK_EQ(st, -DLOCK_ETIMEDOUT);
+  CHECK_EQ(th_cmd_int(r, "HLEN %s", w.name), 1); /* C's, still */
+  long long left = 0;
+  CHECK_OK(th_holder_validity(&c, &left));
+  CHECK_OK(th_holder_unlock(&c));
+  th_holder_free(&a);
+  th_holder_free(&c);
+  dlock_client_free(ca);
+  dlock_client_free(cc);
+}
+TH_CASE_T(paused_waiter_is_not_granted_by_a_stale_wake_up_blocking, 120,
+          "slow") {
+  paused_waiter_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(paused_waiter_is_not_granted_by_a_stale_wake_up_async, 120, "slow") {
+  paused_waiter_body(TH_DRIVE_ASYNC);
+}
+
+/* Issue 38.7: the queue's head is younger than the slice, so the unlock
+ * leaves the lock free and wakes only that head (a retry); the head is
+ * paused and its wait's deadline passes; it resumes and its wait ends
+ * without attempting. At 7d6b26d its cancel removed its entry and left the
+ * lock free: C, queued behind it, got the lock only when A's lease would
+ * have ended (about 20 s). A lock left free with live waiters is taken or
+ * handed on by whoever ends the chain: the cancel passes it on. */
+static void free_lock_with_waiter_body(int kind, int kill_head) {
+  th_redis *r = th_redis_new(1, NULL);
+  waiter wb = {r, "late-free", kind, 1, 1500 * mult(), 30000};
+  waiter wc = {r, "late-free", TH_DRIVE_BLOCKING, 2, 40000 * mult(), 5000};
+  pid_t b = th_fork(waiter_main, &wb), cpid = th_fork(waiter_main, &wc);
+  dlock_client *ca = th_client(r);
+  th_holder a = th_holder_new(ca, TH_K_MUTEX, wb.name);
+  CHECK_OK(th_holder_lock(&a, 0, 20000));
+  const char *q = "dlock_lock_queue:{late-free}";
+  go(r, wb.name, 1);
+  th_wait_llen(r, q, 1, 10000 * mult());
+  go(r, wc.name, 2);
+  th_wait_llen(r, q, 2, 10000 * mult());
+  stop(b);
+  /* B's entry made young: the unlock leaves the lock free for it */
+  redisReply *x = th_cmd(r, "LINDEX %s 0", q);
+  CHECK(x->type == REDIS_REPLY_STRING);
+  const char *wid = strrchr(x->str, '|') + 1;
+  freeReplyObject(th_cmd(r, "HSET dlock_lock_waits:{late-free} t%s %lld", wid,
+                         th_server_ms(r) + 60000));
+  freeReplyObject(x);
+  CHECK_OK(th_holder_unlock(&a));
+  CHECK_EQ(th_cmd_int(r, "EXISTS %s", wb.name), 0); /* left free */
+  th_sleep_ms(1700 * mult()); /* B's deadline passes while it is paused */
+  int64_t t0 = th_now_ms();
+  if (kill_head) { /* a head that never acts: only the backstop is left */
+    CHECK(kill(b, SIGKILL) == 0);
+    CHECK_EQ(th_wait(b, 30000 * mult()), -SIGKILL);
+  } else {
+    CHECK(kill(b, SIGCONT) == 0);
+    CHECK_EQ(th_wait(b, 30000 * mult()), -DLOCK_ETIMEDOUT);
+  }
+  int st = th_wait(cpid, 60000 * mult());
+  CHECK_MSG(st == 0, "C: %s", dlock_err_name(-st));
+  long long tc = th_get_ll(r, "late-free:t:2");
+  CHECK_MSG(tc - t0 < 3000 * mult(),
+            "C got the free lock %lld ms after the paused head's wait "
+            "ended (%s head)",
+            tc - t0, kind == TH_DRIVE_ASYNC ? "async" : "blocking");
+  th_holder_free(&a);
+  dlock_client_free(ca);
+}
+TH_CASE_T(free_lock_with_a_live_waiter_is_passed_on_blocking, 120, "slow") {
+  free_lock_with_waiter_body(TH_DRIVE_BLOCKING, 0);
+}
+TH_CASE_T(free_lock_with_a_live_waiter_is_passed_on_async, 120, "slow") {
+  free_lock_with_waiter_body(TH_DRIVE_ASYNC, 0);
+}
+/* The head killed instead (it never attempts, never cancels): the waiters
+ * behind it attempt again within DLOCK__ENG_QUEUED_RECHECK_MS (engine.h)
+ * and one takes the free lock. At 7d6b26d C slept until A's lease would
+ * have ended. C here is a blocking client; the head's kind does not
+ * matter, both are run. */
+TH_CASE_T(free_lock_behind_a_killed_head_is_taken_blocking, 120, "slow") {
+  free_lock_with_waiter_body(TH_DRIVE_BLOCKING, 1);
+}
+TH_CASE_T(free_lock_behind_a_killed_head_is_taken_async, 120, "slow") {
+  free_lock_with_waiter_body(TH_DRIVE_ASYNC, 1);
+}
+
+/* ---- the undo of an acquisition the replicas did not confirm ---- */
+
+/* Issue 38.4: sync_replicas 1, the replica paused: the acquisition is
+ * undone (DLOCK_ENOSYNC) and the undo is held on the wire (its outcome
+ * unknown); the replica resumes; the thread locks again; the undo's copy
+ * runs. At 7d6b26d the undo carried a fresh id and no tombstone even when
+ * re-sent: its late copy released the retried acquisition (A held with 17
+ * s left while another client acquired). The undo is now bound like any
+ * release: pending, settled before the next acquisition. */
+static void late_undo_body(int dk) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(r);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = (int)(300 * mult());
+  th_drive *d = th_drive_new(dk, &cfg);
+  warm_drive(d);
+  dlock_client *other = th_client(r);
+  const char *name = "late-undo";
+  char m[96];
+  th_holder o = th_holder_new(other, TH_K_MUTEX, name);
+  th_redis_pause(rep);
+  rel_match(name, m, sizeof m);
+  fp_hold(p, "EVALSHA", m, (int)(2500 * mult()), 1);
+  CHECK_RC(th_drive_lock(d, name, 1, 0, 20000), DLOCK_ENOSYNC);
+  th_redis_resume(rep);
+  CHECK_OK(th_drive_lock(d, name, 1, 0, 20000));
+  delivered(p, 1, d);
+  CHECK_MSG(th_count_of(r, name) == 1,
+            "%s: the late copy of an undo released the next acquisition",
+            th_drive_kind(d));
+  CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
+  CHECK_OK(th_drive_unlock(d, name, 1));
+  th_holder_free(&o);
+  th_drive_free(d);
+  dlock_client_free(other);
+}
+TH_CASE_T(late_undo_copy_never_releases_the_next_hold_blocking, 120, "slow") {
+  late_undo_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(late_undo_copy_never_releases_the_next_hold_async, 120, "slow") {
+  late_undo_body(TH_DRIVE_ASYNC);
+}
+
+/* ---- counts changed by the library's own re-send ---- */
 
 /* Issue 43: post #1's first copy held 1 s, the router's re-send counted it
  * and the call returned; the next post deleted post #1's once key, so the
