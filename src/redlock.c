@@ -68,6 +68,14 @@ struct dlock_redlock {
    * taken back. Such a master counts as a failed vote until it is done. */
   int running[64];
   unsigned fork_gen; /* dlock__fork_gen() at creation */
+  /* Request binding (safety round 4, docs/guarantees.md "Rules"): the
+   * request id of the last acquisition round and of the last release
+   * round. An acquire vote writes the last release's tombstone before it
+   * acts, a release vote the acquisition's, and each does nothing once its
+   * own exists: a copy of either that arrives late on a master (its vote
+   * timed out, the copy still on the wire) cannot act on a later hold.
+   * Guarded by mu. */
+  char acq_rid[33], rel_rid[33];
   /* Renewal thread. */
   pthread_t rn_thread;
   int rn_started;
@@ -165,42 +173,60 @@ static void holds_del(dlock_redlock *rl) {
 
 static dlock__script g_acquire = {
     "redlock_acquire",
-    /* KEYS[1] lock, KEYS[2] token counter. ARGV[1] lease ms, ARGV[2] field.
-     * {1, counter} = locked; {0, counter, pttl} = held elsewhere. Same hash
-     * as the mutex (field count 1). */
-    DLOCK__LUA_TTL DLOCK__LUA_KIND
-    "local t = tonumber(redis.call('get', KEYS[2]) or '0') or 0\n"
-    /* held by another kind of lock: a no vote (issue 25.6) */
-    "local kd = kind_of(KEYS[1])\n"
-    "if kd ~= 'none' and kd ~= 'mutex' then\n"
-    "  return {0, t, busy_ttl(KEYS[1])}\n"
-    "end\n"
-    "if redis.call('exists', KEYS[1]) == 0 or "
-    "redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
-    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-    "  pexpire_new(KEYS[1], ARGV[1])\n"
-    "  return {1, t}\n"
-    "end\n"
-    "return {0, t, redis.call('pttl', KEYS[1])}\n",
+    /* KEYS[1] lock, KEYS[2] token counter, KEYS[3] this round's tombstone,
+     * KEYS[4] the last release round's tombstone. ARGV[1] lease ms, ARGV[2]
+     * field, ARGV[3] tombstone life. {1, counter} = locked; {0, counter,
+     * pttl} = held elsewhere (also a late copy: it does nothing). Same hash
+     * as the mutex (field count 1); the TTL of a field found ours is only
+     * extended. */
+    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE("KEYS[3]", "{0, 0, 1000}")
+        DLOCK__LUA_COMMIT(
+            "KEYS[4]",
+            "ARGV[3]") "local t = tonumber(redis.call('get', KEYS[2]) or '0') "
+                       "or 0\n"
+                       /* held by another kind of lock: a no vote (issue 25.6)
+                        */
+                       "local kd = kind_of(KEYS[1])\n"
+                       "if kd ~= 'none' and kd ~= 'mutex' then\n"
+                       "  return {0, t, busy_ttl(KEYS[1])}\n"
+                       "end\n"
+                       "if redis.call('exists', KEYS[1]) == 0 then\n"
+                       "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+                       "  pexpire_new(KEYS[1], ARGV[1])\n"
+                       "  return {1, t}\n"
+                       "end\n"
+                       "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+                       "  extend(KEYS[1], ARGV[1])\n"
+                       "  return {1, t}\n"
+                       "end\n"
+                       "return {0, t, redis.call('pttl', KEYS[1])}\n",
     {0}};
 
 static dlock__script g_release = {
     "redlock_release",
-    /* KEYS[1] lock, KEYS[2] channel. ARGV[1] field, [2] publish command.
-     * 1 = deleted (publishes "0" so waiters retry), 0 = not ours / absent. */
-    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
-    "  redis.call('del', KEYS[1])\n"
-    "  redis.call(ARGV[2], KEYS[2], '0')\n"
-    "  return 1\n"
-    "end\n"
-    "return 0\n",
+    /* KEYS[1] lock, KEYS[2] channel, KEYS[3] this round's tombstone, KEYS[4]
+     * the released acquisition's tombstone. ARGV[1] field, [2] publish
+     * command, [3] tombstone life. 1 = deleted (publishes "0" so waiters
+     * retry), 0 = not ours / absent / a late copy. */
+    DLOCK__LUA_LATE("KEYS[3]", "0") DLOCK__LUA_COMMIT(
+        "KEYS[4]",
+        "ARGV[3]") "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
+                   "  redis.call('del', KEYS[1])\n"
+                   "  redis.call(ARGV[2], KEYS[2], '0')\n"
+                   "  return 1\n"
+                   "end\n"
+                   "return 0\n",
     {0}};
 
 static dlock__script g_renew = {
     "redlock_renew",
-    /* KEYS[1] lock. ARGV[1] lease, ARGV[2] field. 1 renewed, 0 gone. */
+    /* KEYS[1] lock. ARGV[1] lease, ARGV[2] field. 1 renewed, 0 gone. The
+     * TTL is pushed back to the lease, never below what it is (a late copy
+     * must not shorten a later hold's). */
     "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"
+    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
+    "  end\n"
     "  return 1\n"
     "end\n"
     "return 0\n",
@@ -237,6 +263,9 @@ typedef struct vote {
   uint64_t proposed;
   struct round *round;
   int op;
+  /* acquire and release: the request's id (its tombstone) and the
+   * counterpart whose tombstone it writes (engine.h request binding) */
+  char rid[33], other[33];
   /* results */
   int rc;          /* 1 yes / renewed / released, 0 no, < 0 error */
   long long value; /* counter (acquire, token) */
@@ -248,8 +277,8 @@ typedef struct vote {
 static int eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **keys, const size_t *klens, int nargs,
                      const char **args, const size_t *alens, redisReply **out) {
-  const char *av[8];
-  size_t al[8];
+  const char *av[12];
+  size_t al[12];
   char nk[4];
   int argc = 3 + nkeys + nargs;
   nk[0] = (char)('0' + nkeys);
@@ -284,22 +313,31 @@ static void run_vote(vote *v) {
   size_t fl = dlock__field(c, v->tid, field);
   redisReply *r = NULL;
   switch (v->op) {
-  case OP_ACQUIRE: {
-    size_t nl = dlock__fmt_i64(num, v->lease);
-    const char *k[2] = {rl->name, rl->token_key};
-    size_t kl[2] = {rl->name_len, rl->token_key_len};
-    const char *a[2] = {num, field};
-    size_t alen[2] = {nl, fl};
-    v->rc = eval_once(c, &g_acquire, 2, k, kl, 2, a, alen, &r);
-    break;
-  }
+  case OP_ACQUIRE:
   case OP_RELEASE: {
-    const char *k[2] = {rl->name, rl->channel};
-    size_t kl[2] = {rl->name_len, rl->channel_len};
+    int acq = v->op == OP_ACQUIRE;
+    dlock__sb own, other;
+    dlock__sb_init(&own);
+    dlock__sb_init(&other);
+    (acq ? dlock__req_tomb_key : dlock__unlock_latch_key)(&own, rl->name,
+                                                          v->rid);
+    (acq ? dlock__unlock_latch_key : dlock__req_tomb_key)(&other, rl->name,
+                                                          v->other);
+    char ts[24];
+    size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
+    size_t nl = dlock__fmt_i64(num, v->lease);
     const char *pub = dlock__publish_cmd(c);
-    const char *a[2] = {field, pub};
-    size_t alen[2] = {fl, strlen(pub)};
-    v->rc = eval_once(c, &g_release, 2, k, kl, 2, a, alen, &r);
+    const char *k[4] = {rl->name, acq ? rl->token_key : rl->channel, own.p,
+                        other.p};
+    size_t kl[4] = {rl->name_len, acq ? rl->token_key_len : rl->channel_len,
+                    own.len, other.len};
+    const char *a[3] = {acq ? num : field, acq ? field : pub, ts};
+    size_t alen[3] = {acq ? nl : fl, acq ? fl : strlen(pub), tl};
+    v->rc = own.oom || other.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                                 : eval_once(c, acq ? &g_acquire : &g_release,
+                                             4, k, kl, 3, a, alen, &r);
+    dlock__sb_free(&own);
+    dlock__sb_free(&other);
     break;
   }
   case OP_RENEW: {
@@ -392,9 +430,12 @@ static void *vote_main(void *p) {
   pthread_cond_broadcast(&r->cv);
   dlock__mu_unlock(&r->mu);
   if (release) {
-    /* A late yes after the acquisition gave up: take it back. */
+    /* A late yes after the acquisition gave up: take it back (a release
+     * of its own, bound to that acquisition). */
     vote rv = *v;
     rv.op = OP_RELEASE;
+    memcpy(rv.other, v->rid, sizeof rv.other);
+    dlock__request_id(rv.rid);
     run_vote(&rv);
   }
   const size_t mi = v->i; /* v lives in r, which round_unref may free */
@@ -411,7 +452,8 @@ static void *vote_main(void *p) {
  * at once. NULL on out of memory. */
 static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
                           int64_t lease, uint64_t proposed,
-                          const unsigned char *skip) {
+                          const unsigned char *skip, const char *rid,
+                          const char *other) {
   pthread_once(&g_once, init_scripts);
   round *r = dlock__calloc(1, sizeof *r);
   if (!r)
@@ -431,6 +473,9 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
     v->tid = tid;
     v->lease = lease;
     v->proposed = proposed;
+    snprintf(v->rid, sizeof v->rid, "%s", rid ? rid : "");
+    snprintf(v->other, sizeof v->other, "%s",
+             other && other[0] ? other : "00000000000000000000000000000000");
     if (skip && skip[i]) {
       v->rc = DLOCK_ECONN;
       snprintf(v->err, sizeof v->err, "failed earlier in this acquisition");
@@ -512,7 +557,17 @@ static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
                        int64_t lease, uint64_t proposed,
                        const unsigned char *skip, int early, int64_t grace,
                        int64_t until) {
-  round *r = round_start(rl, op, tid, lease, proposed, skip);
+  /* a release round: bound to the last acquisition (its own request id,
+   * and the acquisition's tombstone to write) */
+  char rid[33] = "", other[33] = "";
+  if (op == OP_RELEASE) {
+    dlock__request_id(rid);
+    dlock__mu_lock(&rl->mu);
+    memcpy(other, rl->acq_rid, sizeof other);
+    memcpy(rl->rel_rid, rid, sizeof rid);
+    dlock__mu_unlock(&rl->mu);
+  }
+  round *r = round_start(rl, op, tid, lease, proposed, skip, rid, other);
   if (!r) {
     for (size_t i = 0; i < rl->n; i++) {
       memset(&vs[i], 0, sizeof vs[i]);
@@ -719,8 +774,16 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
                      uint64_t *token, int64_t *t0_out, int64_t *valid_until,
                      char *why, size_t why_len) {
   vote vs[64];
+  /* this round's request id; its votes write the last release's
+   * tombstone before they act */
+  char rid[33], prev[33];
+  dlock__request_id(rid);
+  dlock__mu_lock(&rl->mu);
+  memcpy(prev, rl->rel_rid, sizeof prev);
+  memcpy(rl->acq_rid, rid, sizeof rid);
+  dlock__mu_unlock(&rl->mu);
   const int64_t t0 = dlock__now_ms();
-  round *r = round_start(rl, OP_ACQUIRE, tid, lease, 0, NULL);
+  round *r = round_start(rl, OP_ACQUIRE, tid, lease, 0, NULL, rid, prev);
   if (!r) {
     snprintf(why, why_len, "redlock '%.100s': out of memory", rl->name);
     return 0;

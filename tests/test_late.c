@@ -658,6 +658,64 @@ TH_CASE_T(late_undo_copy_never_releases_the_next_hold_async, 120, "slow") {
   late_undo_body(TH_DRIVE_ASYNC);
 }
 
+/* ---- Redlock: a late copy on one master ---- */
+
+/* Issue 43, "not yet tried": a Redlock unlock whose release votes on two
+ * of three masters are held on the wire (the votes time out; the unlock
+ * answers); the thread locks again (the two masters still had its field:
+ * it takes them as its own); then the held release copies run. At
+ * 7d6b26d they deleted the new hold on both masters: another client then
+ * took a majority while the first still held the Redlock. An acquire vote
+ * now writes the last release round's tombstone before it acts, so no copy
+ * of that release can act after it. */
+TH_CASE(late_release_copy_on_redlock_masters) {
+  th_redis *m[3];
+  fp_proxy *p[2];
+  dlock_client *ca[3], *cb[3];
+  for (int i = 0; i < 3; i++) {
+    m[i] = th_redis_new(1, NULL);
+    if (i < 2) {
+      p[i] = fp_new(NULL, m[i]->port);
+      dlock_config cfg = through(p[i], 0);
+      ca[i] = th_client_cfg(m[i], &cfg);
+    } else {
+      ca[i] = th_client(m[i]);
+    }
+    cb[i] = th_client(m[i]);
+  }
+  dlock_redlock *a, *b, *w;
+  CHECK_OK(dlock_redlock_new(ca, 3, "late-rl-warm", &w)); /* scripts loaded */
+  CHECK_OK(dlock_redlock_timedlock(w, 0, 20000));
+  CHECK_OK(dlock_redlock_unlock(w));
+  dlock_redlock_free(w);
+  CHECK_OK(dlock_redlock_new(ca, 3, "late-rl", &a));
+  CHECK_OK(dlock_redlock_new(cb, 3, "late-rl", &b));
+  CHECK_OK(dlock_redlock_timedlock(a, 0, 20000));
+  for (int i = 0; i < 2; i++) /* the release's channel: only releases */
+    fp_hold(p[i], "EVALSHA", "redisson_lock__channel:{late-rl}", hold_ms(), 1);
+  (void)dlock_redlock_unlock(a); /* two release votes time out */
+  /* (a master whose vote thread is still ending counts as busy for a
+   * moment: a short wait) */
+  CHECK_OK(dlock_redlock_timedlock(a, 3000 * mult(), 20000));
+  for (int i = 0; i < 2; i++)
+    delivered(p[i], 1, NULL);
+  for (int i = 0; i < 2; i++)
+    CHECK_MSG(th_cmd_int(m[i], "EXISTS late-rl") == 1,
+              "master %d: a late release copy deleted the new hold", i);
+  CHECK_RC(dlock_redlock_trylock(b), DLOCK_EBUSY);
+  long long left = 0;
+  CHECK_OK(dlock_redlock_validity(a, &left));
+  CHECK_OK(dlock_redlock_unlock(a));
+  CHECK_OK(dlock_redlock_trylock(b));
+  CHECK_OK(dlock_redlock_unlock(b));
+  dlock_redlock_free(a);
+  dlock_redlock_free(b);
+  for (int i = 0; i < 3; i++) {
+    dlock_client_free(ca[i]);
+    dlock_client_free(cb[i]);
+  }
+}
+
 /* ---- counts changed by the library's own re-send ---- */
 
 /* Issue 43: post #1's first copy held 1 s, the router's re-send counted it

@@ -48,7 +48,63 @@ for f in files:
             findings.append(f"src/{f}:{n}: calls a completion directly "
                             "(use dlock__callout_done)")
 
+# Rule: no command whose outcome is unknown may act on a later hold
+# (request binding, src/internal.h DLOCK__LUA_LATE / DLOCK__LUA_COMMIT).
+# Every script of src/ that changes a lock checks its own request's
+# tombstone first -- or is named here with the reason it cannot act on a
+# later hold. A new script that writes is an error until it does one or
+# the other.
+BOUND_BY_CONSTRUCTION = {
+    "renew": "extends a TTL only; a late copy never shortens one",
+    "rw_read_renew": "extends TTLs only",
+    "redlock_renew": "extends a TTL only",
+    "redlock_token": "raises the counter to a maximum; never lowers it",
+    "cancel": "bound to its wait id: its queue entry, its own hand-over's "
+              "marker; no later wait has that id",
+    "fair_cancel": "removes its own queue entry; takes nothing",
+    "decline": "acts only while the hand-over's marker names that wait",
+    "force_unlock": "sent at most once (no copy exists)",
+    "fair_force": "sent at most once",
+    "rw_force": "sent at most once",
+    "spin_force_unlock": "sent at most once",
+    "client_info": "not a lock: the client's own info key",
+    "sem_try_acquire": "once key of its request id (counter.c)",
+    "sem_release": "once key of its request id",
+    "sem_try_set_permits": "once key of its request id",
+    "latch_try_set_count": "once key of its request id",
+    "latch_count_down": "once key of its request id",
+    "permits_acquire": "a fresh permit id per acquisition (docs/permits.md)",
+    "permits_release": "bound to its permit id",
+    "permits_update_lease": "bound to its permit id",
+    "permits_try_set": "sets the total once (a copy finds it set)",
+    "permits_set": "sent for an explicit total; idempotent",
+}
+WRITES = re.compile(r"'(hset|hdel|set|del|incr|incrby|decrby|pexpire|rpush|"
+                    r"lpop|lrem|zadd|zrem|zincrby|hincrby|expire)'")
+n_scripts = 0
+for f in files:
+    if not f.endswith(".c"):
+        continue
+    text = open(os.path.join(src, f)).read()
+    # each script: its name (the first string after the opener) and its
+    # body, up to the {0} that ends it
+    for m in re.finditer(r'(?:dlock__script\s+g_\w+\s*=\s*\{|\[DLOCK__S_\w+\]'
+                         r'\s*=\s*\{)\s*"([a-z_0-9]+)"(.*?)\{0\}', text,
+                         re.S):
+        name, body = m.group(1), m.group(2)
+        n_scripts += 1
+        if not WRITES.search(body) or "DLOCK__LUA_LATE" in body:
+            continue
+        if name not in BOUND_BY_CONSTRUCTION:
+            line = text.count("\n", 0, m.start()) + 1
+            findings.append(f"src/{f}:{line}: script '{name}' changes a lock "
+                            "but checks no request tombstone "
+                            "(DLOCK__LUA_LATE) and is not listed in "
+                            "tests/docs/rules_check.py with the reason it "
+                            "cannot act on a later hold")
+
 for x in findings:
     print(x)
+print(f"rules_check: {n_scripts} scripts")
 print(f"rules_check: {len(files)} files, {len(findings)} finding(s)")
 sys.exit(1 if findings else 0)
