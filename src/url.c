@@ -29,8 +29,9 @@ static int hexval(int ch) {
   return -1;
 }
 
-/* Percent-decodes s[0..n) into a new string; NULL on a bad escape or OOM
- * (*bad tells which). */
+/* Percent-decodes s[0..n) into a new string; NULL on a bad escape (*bad
+ * 1), a %00 (*bad 2: a NUL byte would end the string early -- "%001ed"
+ * made a master name empty, issue 38) or OOM (*bad 0). */
 static char *pct_decode(const char *s, size_t n, int *bad) {
   char *out = dlock__malloc(n + 1);
   size_t o = 0;
@@ -41,9 +42,9 @@ static char *pct_decode(const char *s, size_t n, int *bad) {
     if (s[i] == '%') {
       int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
       int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
-      if (hi < 0 || lo < 0) {
+      if (hi < 0 || lo < 0 || hi * 16 + lo == 0) {
         free(out);
-        *bad = 1;
+        *bad = hi < 0 || lo < 0 ? 1 : 2;
         return NULL;
       }
       out[o++] = (char)(hi * 16 + lo);
@@ -54,6 +55,15 @@ static char *pct_decode(const char *s, size_t n, int *bad) {
   }
   out[o] = '\0';
   return out;
+}
+
+/* The words for a failed pct_decode of `what` (bad as it set). */
+static const char *esc_why(int bad, const char *what, char *buf, size_t n) {
+  if (bad == 2)
+    snprintf(buf, n, "%%00 (a NUL byte) in the %s is refused", what);
+  else
+    snprintf(buf, n, "bad %%-escape in the %s", what);
+  return buf;
 }
 
 /* Parses a non-negative decimal integer in [lo, hi]; -1 if not one. */
@@ -166,6 +176,7 @@ static int parse_unix(const char *url, const char *rest, dlock__url *u) {
     const char *v = eq + 1;
     size_t vlen = len - nlen - 1;
     int badesc = 0;
+    char eb[80];
     if (nlen == 2 && memcmp(p, "db", 2) == 0) {
       long db = parse_num(v, vlen, 0, DLOCK__DB_MAX);
       if (db < 0)
@@ -174,11 +185,13 @@ static int parse_unix(const char *url, const char *rest, dlock__url *u) {
     } else if (nlen == 8 && memcmp(p, "password", 8) == 0) {
       free(u->password);
       if (!(u->password = pct_decode(v, vlen, &badesc)))
-        return badesc ? bad(u, url, "bad %-escape in password") : oom(u);
+        return badesc ? bad(u, url, esc_why(badesc, "password", eb, sizeof eb))
+                      : oom(u);
     } else if (nlen == 4 && memcmp(p, "user", 4) == 0) {
       free(u->user);
       if (!(u->user = pct_decode(v, vlen, &badesc)))
-        return badesc ? bad(u, url, "bad %-escape in user") : oom(u);
+        return badesc ? bad(u, url, esc_why(badesc, "user", eb, sizeof eb))
+                      : oom(u);
     } else {
       return bad(u, url,
                  "unknown query parameter (expected db, password or user)");
@@ -202,15 +215,18 @@ static int parse_userinfo(const char *url, const char *rest, size_t alen,
   if (!at)
     return 0;
   int badesc = 0;
+  char eb[80];
   const char *colon = memchr(rest, ':', (size_t)(at - rest));
   if (!colon)
     return bad(u, url, "credentials must be [user]:password@");
   if (colon > rest) {
     if (!(u->user = pct_decode(rest, (size_t)(colon - rest), &badesc)))
-      return badesc ? bad(u, url, "bad %-escape in user") : oom(u);
+      return badesc ? bad(u, url, esc_why(badesc, "user", eb, sizeof eb))
+                    : oom(u);
   }
   if (!(u->password = pct_decode(colon + 1, (size_t)(at - colon - 1), &badesc)))
-    return badesc ? bad(u, url, "bad %-escape in password") : oom(u);
+    return badesc ? bad(u, url, esc_why(badesc, "password", eb, sizeof eb))
+                  : oom(u);
   *host = at + 1;
   return 0;
 }
@@ -375,9 +391,12 @@ static int parse_sentinel_query(const char *url, const char *q, dlock__url *u) {
                  "unknown query parameter (expected sentinel_user or "
                  "sentinel_password)");
     int badesc = 0;
+    char eb[80];
     free(*dst);
     if (!(*dst = pct_decode(eq + 1, vlen, &badesc)))
-      return badesc ? bad(u, url, "bad %-escape in a query parameter") : oom(u);
+      return badesc ? bad(u, url,
+                          esc_why(badesc, "query parameter", eb, sizeof eb))
+                    : oom(u);
     p += len + (p[len] == '&');
   }
   return 0;
@@ -400,6 +419,7 @@ static int parse_sentinel(const char *url, const char *rest, dlock__url *u) {
   const char *s2 = memchr(path, '/', plen);
   size_t mlen = s2 ? (size_t)(s2 - path) : plen;
   int badesc = 0;
+  char eb[80];
   if (mlen == 0)
     return bad(u, url, "missing master name (redis-sentinel://host:port/name)");
   /* The userinfo comes before the first '/': an '@' after it is a password
@@ -411,7 +431,8 @@ static int parse_sentinel(const char *url, const char *rest, dlock__url *u) {
                "them ('/' in a password is written %2F, '@' in a master "
                "name %40)");
   if (!(u->master_name = pct_decode(path, mlen, &badesc)))
-    return badesc ? bad(u, url, "bad %-escape in the master name") : oom(u);
+    return badesc ? bad(u, url, esc_why(badesc, "master name", eb, sizeof eb))
+                  : oom(u);
   if (s2 && s2 + 1 < path + plen) {
     long db =
         parse_num(s2 + 1, (size_t)(path + plen - s2 - 1), 0, DLOCK__DB_MAX);

@@ -143,6 +143,14 @@ TH_CASE(url_malformed_rejected) {
       /* '@' past the sentinels (issue 25 item 15: the fuzzer's input). */
       {"redis-sentinel://hr/,r,tt@ee@passwor=699t/3", "'@' after the"},
       {"redis-sentinel://h:1/Sekr1t@h2/m", "credentials go before"},
+      /* A %00 (NUL) in any decoded part is refused (issue 38: "%001ed"
+       * made the master name empty after decoding, and it was taken). */
+      {"redis-sentinel://0/%001ed", "%00"},
+      {"redis-sentinel://h:1/m%00", "%00"},
+      {"redis://u%00x:Sekr1tPw@127.0.0.1", "%00"},
+      {"redis://u:Sekr1t%00Pw@127.0.0.1", "%00"},
+      {"unix:///tmp/x.sock?password=Sekr1t%00", "%00"},
+      {"redis-sentinel://h:1/m?sentinel_password=Sekr1t%00", "%00"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     for (int lazy = 0; lazy < 2; lazy++) {
