@@ -716,6 +716,45 @@ TH_CASE(late_release_copy_on_redlock_masters) {
   }
 }
 
+/* ---- multilock members ---- */
+
+/* Issue 43, "not yet tried": a multilock's member unlocks through the
+ * mutex path. Member a's release is held (DLOCK_ECONN: the multilock
+ * stays held); the caller's retry releases the rest; the thread takes the
+ * multilock again; then a's first copy runs. At 7d6b26d it released the
+ * new hold of a. */
+TH_CASE(late_member_release_of_a_multilock) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
+  warm(c, TH_K_MUTEX);
+  dlock_mutex *ms[2], *oa;
+  CHECK_OK(dlock_mutex_new(c, "late-ml-a", &ms[0]));
+  CHECK_OK(dlock_mutex_new(c, "late-ml-b", &ms[1]));
+  CHECK_OK(dlock_mutex_new(other, "late-ml-a", &oa));
+  dlock_multilock *ml;
+  CHECK_OK(dlock_multilock_new(ms, 2, &ml));
+  CHECK_OK(dlock_multilock_timedlock(ml, 0, 20000));
+  fp_hold(p, "EVALSHA", "redisson_unlock_latch:{late-ml-a}", hold_ms(), 1);
+  /* (at 7d6b26d a tombstone SET followed the retry: held too) */
+  fp_hold(p, "SET", "redisson_unlock_latch:{late-ml-a}", hold_ms(), 1);
+  CHECK_RC(dlock_multilock_unlock(ml), DLOCK_ECONN);
+  CHECK_OK(dlock_multilock_unlock(ml)); /* the retry: a's committing copy */
+  CHECK_OK(dlock_multilock_timedlock(ml, 0, 20000));
+  delivered(p, 1, NULL);
+  CHECK_MSG(th_count_of(r, "late-ml-a") == 1,
+            "a late copy of a member's release released its new hold");
+  CHECK_RC(dlock_mutex_trylock(oa), DLOCK_EBUSY);
+  CHECK_OK(dlock_multilock_unlock(ml));
+  dlock_multilock_free(ml);
+  dlock_mutex_free(oa);
+  dlock_mutex_free(ms[0]);
+  dlock_mutex_free(ms[1]);
+  dlock_client_free(other);
+  dlock_client_free(c);
+}
+
 /* ---- counts changed by the library's own re-send ---- */
 
 /* Issue 43: post #1's first copy held 1 s, the router's re-send counted it
