@@ -317,9 +317,9 @@ int dlock__eng_grant_parse(const char *p, size_t n, dlock__grant *g);
 enum {
   DLOCK__GRANT_NONE = 0, /* not for this wait (or: nothing more to do) */
   DLOCK__GRANT_GRANTED,  /* the unlock handed the lock to this wait: it holds
-                            it (blocking: no further round trip; async: its
-                            next attempt finds the field and confirms it --
-                            the event-loop client has no granted fast path) */
+                            it; its next attempt finds the field and
+                            confirms it (both clients: no hold is taken on a
+                            grant alone, safety round 4) */
   DLOCK__GRANT_RETRY,    /* the lock was freed and this wait is the queue's
                             head, woken while young: it attempts again now */
   DLOCK__GRANT_DECLINE   /* no waiting wait took it: send the decline script

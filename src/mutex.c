@@ -11,7 +11,8 @@
  *   2. Once the subscription is confirmed, attempt again, this time joining
  *      the server-side wait queue on failure, in the same script call.
  *   3. Sleep until: the lock is handed over to this thread (grant message:
- *      it holds the lock, no further round trip), a "0" says the lock is
+ *      it holds the lock; one attempt -- the server's answer -- confirms
+ *      it, never the grant alone), a "0" says the lock is
  *      free (retry), the holder's TTL runs out (retry: pub/sub is at most
  *      once), or the caller's wait budget ends (leave the queue; if the lock
  *      was handed over meanwhile, keep it).
@@ -28,13 +29,15 @@
  * WAITS ARE NAMED. Every waiting call draws a random wait id; its queue entry
  * and the grant that answers it carry the id, so a grant or an entry of an
  * ended wait is never taken for a later wait of the same thread. A hand-over
- * is confirmed against the local deadline: when the last attempt that saw the
- * lock taken is older than a quarter of the lease, one renewal round trip
- * gives the hold a fresh, provable deadline. With replica sync it is
- * confirmed by one more attempt instead (a write with its WAIT, as a direct
- * acquisition: a shortfall gives it back, DLOCK_ENOSYNC). A hold that the
- * cancel of an ended wait finds is taken by one more attempt too: it may be
- * a hand-over to an older wait of the thread, with that wait's lease.
+ * is confirmed by one more attempt, whose answer is the server's (its lease
+ * counted from that send; with replica sync its WAIT, as a direct
+ * acquisition: a shortfall gives it back, DLOCK_ENOSYNC) -- never by
+ * elapsed time: a grant that outlived its hand-over (the waiter paused
+ * across it) made a later sleep return "held" while another client held
+ * the lock (issue 38.1). A wake-up is consumed by the wake it causes. A
+ * hold that the cancel of an ended wait finds is taken by one more attempt
+ * too: it may be a hand-over to an older wait of the thread, with that
+ * wait's lease.
  *
  * THE BUDGET bounds the call: the retries after DLOCK_ENOSYNC spend what is
  * left of it (trylock: none), and a timed wait outlives a server that is

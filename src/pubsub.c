@@ -489,8 +489,8 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
 /* A message on s's grant channel. What it is and which wait takes it is
  * the engine's decision (engine.h (e), one rule for both clients):
  *   GRANTED  "<tid>|<wait id>" names this slot's wait: the unlock handed it
- *            the lock; the thread holds it with no further round trip
- *            (mutex.c sleep_once confirms it against the local deadline);
+ *            the lock; the thread wakes and attempts (mutex.c sleep_once):
+ *            the server's answer confirms it;
  *   RETRY    "<tid>|<wait id>|r" names it: the lock was freed and the wait
  *            is the head, woken while young (DLOCK__LUA_POLICY): kick it;
  *   NONE     for every slot -- no wait of that id, including a grant or a

@@ -34,9 +34,11 @@
  * redis-cluster:// / rediss-cluster:// (each call sent to the master of
  * its lock's slot, MOVED and ASK followed, sharded pub/sub on that
  * master; a command and a subscriber connection per master).
- * cfg.sync_replicas
- * sends WAIT after every lock write but renewals (a shortfall is not
- * reported: the write stands).
+ * cfg.sync_replicas sends WAIT after every lock write but renewals; an
+ * acquisition the replicas did not confirm within sync_timeout_ms is
+ * undone and tried again within the call's budget, else its callback gets
+ * DLOCK_ENOSYNC (nothing of it left), as the blocking client's
+ * (docs/sentinel.md).
  *
  * Threads: a dlock_async and all its calls belong to one thread, the one
  * that runs its loop. Callbacks run on that thread, from the loop, never
