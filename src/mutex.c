@@ -1175,6 +1175,8 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
       dlock__stat_add(
           &m->c->stats,
           rc == DLOCK_ETIMEDOUT ? DLOCK__ST_TIMEOUTS : DLOCK__ST_CANCELS, 1);
+    if (rc == 0)
+      dlock__clear_error(); /* not the text of an undone earlier try */
     if (rc != DLOCK_ENOSYNC)
       return rc;
     /* The engine's rule (dlock__eng_sync_retry), the async client's too. */

@@ -310,6 +310,9 @@ TH_CASE(committed_unlock_router_resend_mutex) {
 TH_CASE(committed_unlock_router_resend_fair) {
   committed_unlock_body(TH_K_FAIR, 1);
 }
+TH_CASE(committed_unlock_router_resend_fenced) {
+  committed_unlock_body(TH_K_FENCED, 1);
+}
 TH_CASE(committed_unlock_router_resend_read) {
   committed_unlock_body(TH_K_READ, 1);
 }
@@ -651,6 +654,50 @@ static void late_undo_body(int dk) {
   th_drive_free(d);
   dlock_client_free(other);
 }
+/* The same on every blocking kind: the undo is the kind's release, bound
+ * on the path every mutex kind shares (mutex.c undo_unsynced). */
+static void late_undo_kind_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(r);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = (int)(300 * mult());
+  dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
+  warm(c, kind);
+  char name[48], m[96];
+  snprintf(name, sizeof name, "late-undo-%s", th_kind_name(kind));
+  th_holder h = th_holder_new(c, kind, name);
+  th_holder o = th_holder_new(other, kind, name);
+  th_redis_pause(rep);
+  fp_hold(p, "EVALSHA", rel_match(name, m, sizeof m), (int)(2500 * mult()), 1);
+  CHECK_RC(th_holder_lock(&h, 0, 20000), DLOCK_ENOSYNC);
+  th_redis_resume(rep);
+  CHECK_OK(th_holder_lock(&h, 0, 20000));
+  delivered(p, 1, NULL);
+  CHECK_MSG(th_count_of(r, name) >= 1,
+            "%s: the late copy of an undo released the next acquisition",
+            th_kind_name(kind));
+  CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
+  CHECK_OK(th_holder_unlock(&h));
+  th_holder_free(&o);
+  th_holder_free(&h);
+  dlock_client_free(other);
+  dlock_client_free(c);
+}
+TH_CASE_T(late_undo_copy_never_releases_the_next_hold_fair, 120, "slow") {
+  late_undo_kind_body(TH_K_FAIR);
+}
+TH_CASE_T(late_undo_copy_never_releases_the_next_hold_fenced, 120, "slow") {
+  late_undo_kind_body(TH_K_FENCED);
+}
+TH_CASE_T(late_undo_copy_never_releases_the_next_hold_read, 120, "slow") {
+  late_undo_kind_body(TH_K_READ);
+}
+TH_CASE_T(late_undo_copy_never_releases_the_next_hold_write, 120, "slow") {
+  late_undo_kind_body(TH_K_WRITE);
+}
+
 TH_CASE_T(late_undo_copy_never_releases_the_next_hold_blocking, 120, "slow") {
   late_undo_body(TH_DRIVE_BLOCKING);
 }
@@ -753,6 +800,58 @@ TH_CASE(late_member_release_of_a_multilock) {
   dlock_mutex_free(ms[1]);
   dlock_client_free(other);
   dlock_client_free(c);
+}
+
+/* Issue 38.4, second part: after an acquisition undone for DLOCK_ENOSYNC
+ * and a retry that succeeded within the same call, dlock_last_error()
+ * still held the undone try's text (the header says it is empty after a
+ * success). */
+typedef struct resumer {
+  th_redis *rep;
+  int64_t after_ms;
+} resumer;
+static void *resume_later(void *arg) {
+  resumer *x = arg;
+  th_sleep_ms(x->after_ms);
+  th_redis_resume(x->rep);
+  return NULL;
+}
+static void enosync_retry_body(int dk) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(r);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = (int)(200 * mult());
+  cfg.retry_attempts = 20;
+  cfg.retry_interval_ms = (int)(100 * mult());
+  th_drive *d = th_drive_new(dk, &cfg);
+  warm_drive(d);
+  th_redis_pause(rep);
+  resumer x = {rep, 300 * mult()};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, resume_later, &x), 0);
+  int rc = th_drive_lock(d, "late-enosync", 1, 10000 * mult(), 20000);
+  const char *msg = dlock_last_error();
+  pthread_join(t, NULL);
+  CHECK_OK(rc);
+  dlock_client_stats st;
+  CHECK_OK(th_drive_stats(d, &st));
+  CHECK_MSG(st.enosync >= 1,
+            "%s: no acquisition was undone (replica "
+            "not paused in time?)",
+            th_drive_kind(d));
+  CHECK_MSG(msg[0] == '\0', "%s: after a successful retry: '%s'",
+            th_drive_kind(d), msg);
+  CHECK_OK(th_drive_unlock(d, "late-enosync", 1));
+  th_drive_free(d);
+}
+TH_CASE_T(last_error_empty_after_a_retry_past_enosync_blocking, 120, "slow") {
+  enosync_retry_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(last_error_empty_after_a_retry_past_enosync_async, 120, "slow") {
+  enosync_retry_body(TH_DRIVE_ASYNC);
 }
 
 /* ---- counts changed by the library's own re-send ---- */
