@@ -30,7 +30,11 @@ void rm_free(rm_model *m) {
   free(m);
 }
 
-void rm_set_time(rm_model *m, int64_t ms) { m->now = ms; }
+void rm_set_time(rm_model *m, int64_t ms) {
+  m->now = ms;
+  if (ms > m->latest)
+    m->latest = ms;
+}
 int64_t rm_time(const rm_model *m) { return m->now; }
 
 const char *rm_model_error(const rm_model *m) {
@@ -73,7 +77,7 @@ static void dispatch(rm_ctx *c) {
                   c->argv[0].p);
   } else if (lk == RM_LK_UNKNOWN) {
     unknown_command(c);
-  } else if (lk == RM_LK_UNKNOWN_SUB) {
+  } else if (lk == RM_LK_UNKNOWN_SUB && c->argc >= 2) {
     char up[32];
     size_t n = strlen(cmd->name);
     for (size_t i = 0; i < n && i < sizeof up - 1; i++)

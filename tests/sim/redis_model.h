@@ -86,9 +86,10 @@ rm_model *rm_new(const rm_pubsub *ps);
 /* Frees the model and everything it holds. NULL is fine. */
 void rm_free(rm_model *m);
 
-/* The simulated clock, ms since the epoch. Setting it backwards is
- * allowed (a clock step); keys whose expiry is passed stay expired only if
- * they were accessed (deleted) meanwhile, as in Redis. */
+/* The simulated clock, ms since the epoch. Setting it back is allowed (a
+ * clock step): keys whose expiry the clock had passed stay expired (as if
+ * Redis's background expiry had deleted them), TTLs are counted from the
+ * new time. */
 void rm_set_time(rm_model *m, int64_t ms);
 int64_t rm_time(const rm_model *m);
 
@@ -130,6 +131,15 @@ void rm_foreach_key(rm_model *m,
                     void *user);
 /* Live keys now. */
 size_t rm_dbsize(rm_model *m);
+
+/* Line coverage of the scripts (a diagnostic: how much of each script a
+ * test ran). Once on, every line a script runs is recorded by its digest;
+ * rm_line_coverage copies the flags of lines 0..max_lines-1 of the script
+ * sha (hit[i] = 1: line i ran) and returns how many it copied (0: the
+ * script never ran). Slows scripts down: off by default. */
+void rm_line_coverage_on(rm_model *m);
+int rm_line_coverage(rm_model *m, const char *sha, unsigned char *hit,
+                     int max_lines);
 
 /* Frees what r holds and sets it to an empty NIL reply. */
 void rm_reply_clear(rm_reply *r);

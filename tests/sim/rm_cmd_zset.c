@@ -182,8 +182,7 @@ static void c_zcard(rm_ctx *c) {
     rm_out_int(c, o ? (long long)o->v.z.n : 0);
 }
 
-/* ---- ranges --------------------------------------------------------------
- */
+/* ---- ranges ---- */
 
 typedef struct zrange_q {
   int byscore, rev, withscores;

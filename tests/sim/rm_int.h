@@ -239,6 +239,7 @@ int rm_lua_script_exists(rm_lua *l, const char *sha, size_t n);
 struct rm_model {
   rm_keyspace ks;
   int64_t now;
+  int64_t latest; /* the latest time the clock was set to (>= now) */
   rm_pubsub ps;
   rm_lua *lua;
   int model_err; /* a model error since the last clear */

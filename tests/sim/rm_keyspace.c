@@ -5,11 +5,16 @@
  * EXPIRY. A key is expired when the simulated clock is past its expiry
  * (Redis's keyIsExpired: now > when). Every lookup deletes an expired key
  * first and reports it missing, as Redis's expireIfNeeded does on a master.
- * Redis also deletes expired keys in the background; no command can tell
- * the two apart (KEYS and SCAN skip expired keys, every read expires them),
- * so the model does it only on access. A script sees one instant: the
- * clock does not move while it runs (Redis freezes its expiry clock for a
- * script too).
+ * Redis also deletes expired keys in the background (ten times a second);
+ * while the clock only moves forward no command can tell the two apart
+ * (KEYS and SCAN skip expired keys, every read expires them), so the model
+ * does it on access. A clock set BACK is the one case where they differ:
+ * a key whose expiry the clock had passed is gone for the model (as if the
+ * background expiry had deleted it, what Redis does unless the step back
+ * comes within its cron's period), never alive again -- the model expires
+ * against the latest time the clock was set to. A script sees one instant:
+ * the clock does not move while it runs (Redis freezes its expiry clock
+ * for a script too).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +33,8 @@ static uint64_t fnv(const char *p, size_t n) {
 void rm_ks_init(rm_keyspace *ks) {
   ks->nb = 64;
   ks->n = 0;
-  ks->b = rm_xmalloc(ks->nb * sizeof *ks->b);
-  memset(ks->b, 0, ks->nb * sizeof *ks->b);
+  ks->b = rm_xmalloc(ks->nb * sizeof(rm_obj *));
+  memset(ks->b, 0, ks->nb * sizeof(rm_obj *));
 }
 
 static void obj_free(rm_obj *o) {
@@ -76,7 +81,7 @@ static rm_obj **slot_of(rm_keyspace *ks, uint64_t h, const char *k, size_t n) {
 }
 
 static int expired(const rm_model *m, const rm_obj *o) {
-  return o->expire >= 0 && m->now > o->expire;
+  return o->expire >= 0 && m->latest > o->expire;
 }
 
 rm_obj *rm_ks_lookup(rm_model *m, const char *k, size_t n) {
@@ -95,8 +100,8 @@ rm_obj *rm_ks_lookup(rm_model *m, const char *k, size_t n) {
 
 static void grow(rm_keyspace *ks) {
   size_t nb = ks->nb * 2;
-  rm_obj **b = rm_xmalloc(nb * sizeof *b);
-  memset(b, 0, nb * sizeof *b);
+  rm_obj **b = rm_xmalloc(nb * sizeof(rm_obj *));
+  memset(b, 0, nb * sizeof(rm_obj *));
   for (size_t i = 0; i < ks->nb; i++) {
     rm_obj *o = ks->b[i];
     while (o) {

@@ -35,8 +35,7 @@
 
 #include "rm_lua_int.h"
 
-/* ---- the Lua sink: a command's reply straight onto the Lua stack ---------
- */
+/* ---- the Lua sink: a command's reply straight onto the Lua stack ---- */
 
 static void lplaced(rm_lsink *s) {
   while (s->depth > 0) {
@@ -104,8 +103,7 @@ static void l_array(void *st, size_t n) {
 const rm_sink rm_lua_sink = {l_integer, l_bulk,  l_nil,  l_nil,
                              l_status,  l_error, l_array};
 
-/* ---- redis.* -------------------------------------------------------------
- */
+/* ---- redis.* ---- */
 
 static rm_lua *self(lua_State *L) {
   return lua_touserdata(L, lua_upvalueindex(1));
@@ -287,8 +285,7 @@ static int l_pcall_global(lua_State *L) {
   return lua_gettop(L);
 }
 
-/* ---- read-only globals -----------------------------------------------------
- */
+/* ---- read-only globals ---- */
 
 static int l_g_index(lua_State *L) {
   rm_lua *l = self(L);
@@ -351,8 +348,7 @@ static int l_handler(lua_State *L) {
   return 1;
 }
 
-/* ---- the state -------------------------------------------------------------
- */
+/* ---- the state ---- */
 
 static void open_lib(lua_State *L, lua_CFunction f, const char *name) {
   lua_pushcfunction(L, f);
@@ -411,8 +407,7 @@ lua_State *rm_lua_state_new(rm_lua *l) {
   return L;
 }
 
-/* ---- Lua -> Redis ----------------------------------------------------------
- */
+/* ---- Lua -> Redis ---- */
 
 long long rm_lua_to_ll(double d) {
   if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)

@@ -21,7 +21,21 @@ struct rm_lua {
   rm_arg *av;
   char (*num)[64]; /* the text of number arguments */
   size_t av_cap;
+  /* line coverage (rm_line_coverage_on): the lines each script ran */
+  int cov;
+  const char *cur_sha; /* the script running now */
+  struct rm_cov *covs;
+  size_t ncovs;
 };
+
+#define RM_COV_LINES 1024
+typedef struct rm_cov {
+  char sha[41];
+  unsigned char hit[RM_COV_LINES];
+} rm_cov;
+
+/* Installs the line hook on a new state when coverage is on. */
+void rm_lua_cov_hook(rm_lua *l);
 
 /* The Lua sink's state: arrays being filled, and whether the top-level
  * value is an error (redis.call raises it). */

@@ -111,8 +111,9 @@ int rm_str2d(const char *p, size_t n, double *v) {
 
 size_t rm_fmt_double(char *buf, double d) {
   if (isinf(d)) {
-    strcpy(buf, d > 0 ? "inf" : "-inf");
-    return strlen(buf);
+    size_t n = d > 0 ? 3 : 4;
+    memcpy(buf, d > 0 ? "inf" : "-inf", n + 1);
+    return n;
   }
   return (size_t)snprintf(buf, 32, "%.17g", d);
 }

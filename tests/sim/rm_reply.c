@@ -31,8 +31,7 @@ void rm_reply_copy(rm_reply *dst, const rm_reply *src) {
   }
 }
 
-/* ---- the tree sink -------------------------------------------------------
- */
+/* ---- the tree sink ---- */
 
 void rm_tree_begin(rm_tree *t, rm_reply *out) {
   memset(t, 0, sizeof *t);
@@ -111,8 +110,7 @@ static void t_array(void *st, size_t n) {
 const rm_sink rm_tree_sink = {t_integer, t_bulk,  t_nil,  t_nil,
                               t_status,  t_error, t_array};
 
-/* ---- helpers -------------------------------------------------------------
- */
+/* ---- helpers ---- */
 
 void rm_out_int(rm_ctx *c, long long v) { c->sink->integer(c->st, v); }
 void rm_out_bulk(rm_ctx *c, const char *p, size_t n) {

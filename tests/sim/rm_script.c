@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "rm_lua_int.h"
 
@@ -30,12 +31,66 @@ void rm_lua_free(rm_lua *l) {
   lua_close(l->L);
   free(l->av);
   free(l->num);
+  free(l->covs);
   free(l);
 }
 
 void rm_script_flush(rm_model *m) {
   lua_close(m->lua->L);
   m->lua->L = rm_lua_state_new(m->lua);
+  rm_lua_cov_hook(m->lua);
+}
+
+/* ---- line coverage ---- */
+
+static rm_cov *cov_of(rm_lua *l, const char *sha) {
+  for (size_t i = 0; i < l->ncovs; i++)
+    if (memcmp(l->covs[i].sha, sha, 40) == 0)
+      return &l->covs[i];
+  l->covs = rm_xrealloc(l->covs, (l->ncovs + 1) * sizeof *l->covs);
+  rm_cov *c = &l->covs[l->ncovs++];
+  memset(c, 0, sizeof *c);
+  memcpy(c->sha, sha, 40);
+  return c;
+}
+
+static void line_hook(lua_State *L, lua_Debug *ar) {
+  lua_pushlightuserdata(L, (void *)&line_hook);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  rm_lua *l = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!l || !l->cur_sha || ar->currentline <= 0 ||
+      ar->currentline >= RM_COV_LINES || !lua_getinfo(L, "S", ar) ||
+      strcmp(ar->source, "@user_script") != 0)
+    return;
+  cov_of(l, l->cur_sha)->hit[ar->currentline] = 1;
+}
+
+void rm_lua_cov_hook(rm_lua *l) {
+  if (!l->cov)
+    return;
+  lua_pushlightuserdata(l->L, (void *)&line_hook);
+  lua_pushlightuserdata(l->L, l);
+  lua_rawset(l->L, LUA_REGISTRYINDEX);
+  lua_sethook(l->L, line_hook, LUA_MASKLINE, 0);
+}
+
+void rm_line_coverage_on(rm_model *m) {
+  m->lua->cov = 1;
+  rm_lua_cov_hook(m->lua);
+}
+
+int rm_line_coverage(rm_model *m, const char *sha, unsigned char *hit,
+                     int max_lines) {
+  rm_lua *l = m->lua;
+  for (size_t i = 0; i < l->ncovs; i++)
+    if (strncasecmp(l->covs[i].sha, sha, 40) == 0) {
+      int n = max_lines < RM_COV_LINES ? max_lines : RM_COV_LINES;
+      memcpy(hit, l->covs[i].hit, (size_t)n);
+      return n;
+    }
+  memset(hit, 0, (size_t)max_lines);
+  return 0;
 }
 
 static void sha1_hex(const char *p, size_t n, char out[41]) {
@@ -46,7 +101,7 @@ static void sha1_hex(const char *p, size_t n, char out[41]) {
     abort();
   }
   static const char hx[] = "0123456789abcdef";
-  for (int i = 0; i < 20; i++) {
+  for (size_t i = 0; i < 20; i++) {
     out[2 * i] = hx[md[i] >> 4];
     out[2 * i + 1] = hx[md[i] & 15];
   }
@@ -132,8 +187,10 @@ static void run(rm_ctx *c, const char *sha, int nkeys) {
   set_array(L, "ARGV", c->argv + 3 + nkeys, c->argc - 3 - nkeys);
   int before = m->running;
   m->running = 0;
+  m->lua->cur_sha = sha;
   /* stack: handler, function */
   int rc = lua_pcall(L, 0, 1, -2);
+  m->lua->cur_sha = NULL;
   int model = m->running;
   m->running |= before;
   if (model)
@@ -202,9 +259,7 @@ int rm_lua_script_exists(rm_lua *l, const char *sha, size_t n) {
   return yes;
 }
 
-/* ---- the commands
- * ------------------------------------------------------------
- */
+/* ---- the commands ---- */
 
 static void c_eval(rm_ctx *c) { rm_lua_eval(c, 0); }
 static void c_evalsha(rm_ctx *c) { rm_lua_eval(c, 1); }

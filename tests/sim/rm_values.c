@@ -79,8 +79,7 @@ int rm_bytes_cmp(const char *a, size_t al, const char *b, size_t bl) {
   return al < bl ? -1 : al > bl ? 1 : 0;
 }
 
-/* ---- hash ----------------------------------------------------------------
- */
+/* ---- hash ---- */
 
 long rm_hash_find(const rm_hash *h, const char *f, size_t n) {
   for (size_t i = 0; i < h->n; i++)
@@ -132,8 +131,7 @@ void rm_hash_free(rm_hash *h) {
   *h = (rm_hash){0};
 }
 
-/* ---- list ----------------------------------------------------------------
- */
+/* ---- list ---- */
 
 void rm_list_push_tail(rm_list *l, const char *p, size_t n) {
   if (l->head + l->n == l->cap) {
@@ -177,8 +175,7 @@ void rm_list_free(rm_list *l) {
   *l = (rm_list){0};
 }
 
-/* ---- sorted set ------------------------------------------------------------
- */
+/* ---- sorted set ---- */
 
 long rm_zset_find(const rm_zset *z, const char *m, size_t n) {
   for (size_t i = 0; i < z->n; i++)
