@@ -26,8 +26,8 @@
  * calls (names, holders, counts, leases, clock, subscribers, order) and
  * compares again. A failure prints the first differing call, both replies
  * and the seed; DLOCK_SIM_SEED=<n> and DLOCK_SIM_TRACE=<file> (the
- * recording, written as sim_trace.txt next to the binary's working
- * directory) replay a run exactly.
+ * recording, written as sim_trace.txt in the working directory) replay a
+ * run exactly; DLOCK_SIM_ROUNDS=<n> runs more random rounds (default 30).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,8 +60,7 @@ static const sim_lib_script *lib_script(const char *name) {
   th_fail(__FILE__, __LINE__, "src/ declares no script '%s'", name);
 }
 
-/* ---- the recorder: MONITOR on a thread ------------------------------------
- */
+/* ---- the recorder: MONITOR on a thread ---- */
 
 typedef struct rec {
   th_redis *r;
@@ -154,8 +153,7 @@ static void rec_wait(rec *x, const char *name, int before) {
   }
 }
 
-/* ---- the scenario: every kind of lock, driven through the library -------
- */
+/* ---- the scenario: every kind of lock, driven through the library ---- */
 
 static dlock_client *client(th_redis *r, int watchdog_ms) {
   dlock_config cfg;
@@ -251,28 +249,62 @@ static void sc_plain(rec *x, dlock_client *a, dlock_client *b) {
   dlock_mutex_free(mb);
 }
 
-/* Queued waits: a decline of a grant naming no wait, the hand-over to the
- * queue's head, a wait that times out and leaves the queue (cancel). */
+/* Queues a wait of client b on name behind m's hold: *w runs it. */
+static void queue_behind(rec *x, waiter *w, dlock_client *b, const char *name,
+                         int ahead) {
+  waiter_go(w, b, name, 0, ms(10000));
+  char q[64];
+  snprintf(q, sizeof q,
+           strchr(name, '{') ? "dlock_lock_queue::%s" : "dlock_lock_queue:{%s}",
+           name);
+  th_wait_llen(x->r, q, ahead + 1, ms(10000));
+}
+
+/* PUBLISH "<tid>|<wid>" on the grant channel of w's client. */
+static void grant(rec *x, const waiter *w, const char *name, const char *wid) {
+  char ch[128], msg[64];
+  snprintf(ch, sizeof ch, "dlock_grant__channel:{%s}:%.36s", name, w->field);
+  snprintf(msg, sizeof msg, "%s|%s", strchr(w->field, ':') + 1, wid);
+  freeReplyObject(th_cmd(x->r, "PUBLISH %s %s", ch, msg));
+}
+
+/* Declines: a grant naming no wait of the client (nothing to give back),
+ * then a hand-over to a wait of the waiter that already ended -- the state
+ * an unlock's hand-over leaves (the waiter's field with count 1, the
+ * marker "<field>|<wid>"), written with plain commands as test_grants.c
+ * does, and its grant: the client gives the lock back (to the queue, or
+ * free: its own queued entry is skipped), and its live wait then takes
+ * the lock. The holder's hold is gone (its unlock: DLOCK_ELOST). */
+static void sc_declines(rec *x, dlock_client *a, dlock_client *b) {
+  dlock_mutex *m = mutex(a, "Qk1", 0);
+  char holder[64];
+  CHECK_OK(dlock_mutex_owner(m, holder, sizeof holder));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 10000));
+  waiter w;
+  queue_behind(x, &w, b, "Qk1", 0);
+  int declines = rec_count(x, "decline");
+  grant(x, &w, "Qk1", "00000000000000ee");
+  rec_wait(x, "decline", declines);
+  freeReplyObject(th_cmd(x->r, "HDEL Qk1 %s", holder));
+  freeReplyObject(th_cmd(x->r, "HSET Qk1 %s 1", w.field));
+  freeReplyObject(th_cmd(x->r, "PEXPIRE Qk1 10000"));
+  freeReplyObject(th_cmd(x->r, "SET dlock_lock_granted:{Qk1} %s|%s PX 10000",
+                         w.field, "00000000000000ef"));
+  grant(x, &w, "Qk1", "00000000000000ef");
+  rec_wait(x, "decline", declines + 1);
+  CHECK_OK(waiter_end(&w));
+  dlock_mutex_unlock(m); /* DLOCK_ELOST: handed away by the test */
+  dlock_mutex_free(m);
+}
+
+/* Queued waits: the hand-over to the queue's head, a wait that times out
+ * and leaves the queue (cancel). */
 static void sc_queue(rec *x, dlock_client *a, dlock_client *b, dlock_client *c,
                      const char *name) {
   dlock_mutex *m = mutex(a, name, 0);
   CHECK_OK(dlock_mutex_timedlock(m, 0, 10000));
   waiter w;
-  waiter_go(&w, b, name, 0, ms(10000));
-  char q[64];
-  snprintf(q, sizeof q,
-           strchr(name, '{') ? "dlock_lock_queue::%s" : "dlock_lock_queue:{%s}",
-           name);
-  th_wait_llen(x->r, q, 1, ms(10000));
-  if (!strchr(name, '{')) {
-    int declines = rec_count(x, "decline");
-    /* a grant naming a wait the client does not have */
-    char ch[128], msg[64];
-    snprintf(ch, sizeof ch, "dlock_grant__channel:{%s}:%.36s", name, w.field);
-    snprintf(msg, sizeof msg, "%s|00000000000000ee", strchr(w.field, ':') + 1);
-    freeReplyObject(th_cmd(x->r, "PUBLISH %s %s", ch, msg));
-    rec_wait(x, "decline", declines);
-  }
+  queue_behind(x, &w, b, name, 0);
   th_sleep_ms(25); /* the head's age passes the policy's starvation bound */
   CHECK_OK(dlock_mutex_unlock(m)); /* handed over to the waiter */
   CHECK_OK(waiter_end(&w));
@@ -454,6 +486,7 @@ static void scenario(rec *x) {
   dlock_client *a = client(x->r, 900), *b = client(x->r, 900),
                *c = client(x->r, 900);
   sc_plain(x, a, b);
+  sc_declines(x, a, b);
   sc_queue(x, a, b, c, "Qk1");
   sc_queue(x, a, b, c, "Qb{t}");
   sc_fair(x, a, b, c);
@@ -469,8 +502,7 @@ static void scenario(rec *x) {
   dlock_client_free(c);
 }
 
-/* ---- replay, coverage, the random phase -----------------------------------
- */
+/* ---- replay, coverage, the random phase ---- */
 
 static sim_diff *new_diff(int64_t start_ms) {
   sim_diff *d = sim_diff_new(DLOCK_SIM_CLOCKSHIM, start_ms);
@@ -533,66 +565,68 @@ static void replay(sim_diff *d, const sim_trace *t) {
  * random phase varies them too). */
 static void synthesize_rw_force(sim_diff *d, sim_trace *t) {
   const sim_lib_script *f = lib_script("rw_force");
-  const sim_lib_script *wu = lib_script("rw_write_unlock");
-  const sim_lib_script *wa = lib_script("rw_write_acquire");
-  const sim_lib_script *ra = lib_script("rw_read_acquire");
-  const sim_cmd *unl = NULL, *wacq = NULL, *racq = NULL;
+  const char *wu = lib_script("rw_write_unlock")->sha;
+  const char *wa = lib_script("rw_write_acquire")->sha;
+  const char *ra = lib_script("rw_read_acquire")->sha;
+  size_t unl = t->n, wacq = t->n, racq = t->n;
   for (size_t i = 0; i < t->n; i++) {
     const sim_cmd *c = &t->cmd[i];
     if (!sim_cmd_is(c, "evalsha") || c->lens[1] != 40)
       continue;
-    if (!unl && strncmp(c->argv[1], wu->sha, 40) == 0 && c->argc >= 10)
-      unl = c;
-    if (!wacq && strncmp(c->argv[1], wa->sha, 40) == 0)
-      wacq = c;
-    if (!racq && strncmp(c->argv[1], ra->sha, 40) == 0)
-      racq = c;
+    if (unl == t->n && strncmp(c->argv[1], wu, 40) == 0 && c->argc >= 10)
+      unl = i;
+    if (wacq == t->n && strncmp(c->argv[1], wa, 40) == 0)
+      wacq = i;
+    if (racq == t->n && strncmp(c->argv[1], ra, 40) == 0)
+      racq = i;
   }
-  CHECK_MSG(unl && wacq && racq, "no recorded read-write lock calls");
+  CHECK_MSG(unl < t->n && wacq < t->n && racq < t->n,
+            "no recorded read-write lock calls");
+  /* a write hold, forced in the wrong mode then the right one; a read
+   * hold, the same */
+  sim_trace syn;
+  sim_trace_init(&syn);
+  const sim_cmd *u = &t->cmd[unl];
   int64_t t_us = t->cmd[t->n - 1].t_us;
-  const sim_cmd *seq[4] = {wacq, NULL, racq, NULL};
-  const char *modes[4] = {NULL, "read", NULL, "read"};
-  modes[1] = "write"; /* after the write acquire: the wrong mode first */
-  for (int k = 0; k < 4; k++) {
-    if (seq[k]) {
-      sim_trace_add(t, t_us, "synthesized", seq[k]->argc,
-                    (const char *const *)seq[k]->argv, seq[k]->lens);
-      continue;
-    }
-    for (int wrong = 1; wrong >= 0; wrong--) {
-      const char *mode = wrong ? (k == 1 ? "read" : "write") : modes[k];
-      const char *av[8] = {"EVALSHA",
-                           f->sha,
-                           "2",
-                           unl->argv[3],
-                           unl->argv[4],
-                           mode,
-                           strcmp(mode, "read") == 0 ? "0" : "1",
-                           unl->argv[9]};
-      size_t al[8] = {
-          7, 40, 1, unl->lens[3], unl->lens[4], strlen(mode), 1, unl->lens[9]};
-      sim_trace_add(t, t_us, "synthesized", 8, av, al);
+  const char *modes[2][2] = {{"read", "write"}, {"write", "read"}};
+  for (int k = 0; k < 2; k++) {
+    const sim_cmd *acq = &t->cmd[k == 0 ? wacq : racq];
+    sim_trace_add(&syn, t_us, "synthesized", acq->argc,
+                  (const char *const *)acq->argv, acq->lens);
+    for (int j = 0; j < 2; j++) {
+      const char *mode = modes[k][j];
+      const char *msg = strcmp(mode, "read") == 0 ? "0" : "1";
+      const char *av[8] = {"EVALSHA",  f->sha, "2", u->argv[3],
+                           u->argv[4], mode,   msg, u->argv[9]};
+      size_t al[8] = {7,          40,           1, u->lens[3],
+                      u->lens[4], strlen(mode), 1, u->lens[9]};
+      sim_trace_add(&syn, t_us, "synthesized", 8, av, al);
     }
   }
-  size_t from = t->n - 8;
-  for (size_t i = from; i < t->n; i++) {
-    const sim_cmd *c = &t->cmd[i];
+  for (size_t i = 0; i < syn.n; i++) {
+    const sim_cmd *c = &syn.cmd[i];
     rm_reply r = {0};
-    sim_diff_context(d, "the synthesized rw_force calls: %zu of 8",
-                     i - from + 1);
+    sim_diff_context(d, "the synthesized rw_force calls: %zu of %zu", i + 1,
+                     syn.n);
     sim_diff_exec(d, c->conn, c->argc, (const char *const *)c->argv, c->lens,
                   &r);
     if (r.type == RM_REPLY_ERROR && strncmp(r.str, "NOSCRIPT", 8) == 0) {
-      const char *av[8];
-      size_t al[8];
-      for (int k = 0; k < c->argc && k < 8; k++)
+      const char *av[16];
+      size_t al[16];
+      CHECK(c->argc <= 16);
+      for (int k = 0; k < c->argc; k++)
         av[k] = c->argv[k], al[k] = c->lens[k];
+      sim_script *sc = sim_diff_script(d, c->argv[1], c->lens[1]);
+      CHECK(sc != NULL);
       av[0] = "EVAL", al[0] = 4;
-      av[1] = f->body, al[1] = strlen(f->body);
+      av[1] = sc->body, al[1] = sc->body_len;
       sim_diff_exec(d, c->conn, c->argc, av, al, NULL);
     }
     rm_reply_clear(&r);
+    sim_trace_add(t, c->t_us, "synthesized", c->argc,
+                  (const char *const *)c->argv, c->lens);
   }
+  sim_trace_free(&syn);
   sim_diff_check_keyspace(d);
 }
 
@@ -621,9 +655,60 @@ static void check_coverage(sim_diff *d) {
   printf("\n");
 }
 
+/* How much of the scripts the comparisons ran: of the lines that issue a
+ * command (redis.call / redis.pcall) or leave the script (return), the
+ * share that ran -- per script, and the lines that never did with
+ * DLOCK_SIM_COVERAGE=1. */
+static void report_lines(sim_diff *d) {
+  int verbose = getenv("DLOCK_SIM_COVERAGE") != NULL;
+  int all = 0, all_hit = 0;
+  char line[4096];
+  size_t at = 0;
+  for (int i = 0; i < SIM_LIB_NSCRIPTS; i++) {
+    unsigned char hit[1024];
+    rm_line_coverage(sim_diff_model(d), sim_lib_scripts[i].sha, hit, 1024);
+    const char *p = sim_lib_scripts[i].body;
+    int ln = 1, n = 0, h = 0;
+    char missed[400] = "";
+    size_t mat = 0;
+    while (*p) {
+      const char *e = strchr(p, '\n');
+      size_t len = e ? (size_t)(e - p) : strlen(p);
+      if ((memmem(p, len, "redis.call", 10) ||
+           memmem(p, len, "redis.pcall", 11) || memmem(p, len, "return", 6)) &&
+          ln < 1024) {
+        n++;
+        if (hit[ln])
+          h++;
+        else if (mat + 8 < sizeof missed)
+          mat += (size_t)snprintf(missed + mat, sizeof missed - mat, " %d", ln);
+      }
+      ln++;
+      p += len + (e ? 1 : 0);
+    }
+    all += n, all_hit += h;
+    if (at + 64 < sizeof line)
+      at += (size_t)snprintf(line + at, sizeof line - at, " %s %d/%d",
+                             sim_lib_scripts[i].name, h, n);
+    if (verbose && h < n)
+      printf("  %s: lines never run:%s\n", sim_lib_scripts[i].name, missed);
+  }
+  printf("script lines run (those with redis.call/pcall or return): %d of %d "
+         "(%.0f%%):%s\n",
+         all_hit, all, all ? 100.0 * all_hit / all : 0.0, line);
+}
+
 static uint64_t seed_of(void) {
   const char *s = getenv("DLOCK_SIM_SEED");
   return s && *s ? strtoull(s, NULL, 0) : 41;
+}
+
+/* Rounds of the random phase: DLOCK_SIM_ROUNDS (a longer hunt), else 30
+ * (the case's budget: a few seconds). */
+static int rounds_of(void) {
+  const char *s = getenv("DLOCK_SIM_ROUNDS");
+  int n = s && *s ? atoi(s) : 0;
+  return n > 0 ? n : 30;
 }
 
 TH_CASE_T(model_matches_redis, 120, "sim") {
@@ -651,6 +736,7 @@ TH_CASE_T(model_matches_redis, 120, "sim") {
   uint64_t seed = seed_of();
   int64_t t1 = th_now_ms();
   sim_diff *d = new_diff(t.cmd[0].t_us / 1000);
+  rm_line_coverage_on(sim_diff_model(d));
   check_known(d, &t);
   replay(d, &t);
   synthesize_rw_force(d, &t);
@@ -665,27 +751,28 @@ TH_CASE_T(model_matches_redis, 120, "sim") {
          st.compared, st.subscriptions, st.messages, st.keyspace_checks,
          st.keys_compared, (long long)(th_now_ms() - t1), skipped);
   int64_t t2 = th_now_ms();
-  sim_fuzz_cfg fc = {seed, 40, 600, g_names, NNAMES, g_classes};
+  sim_fuzz_cfg fc = {seed, rounds_of(), 600, g_names, NNAMES, g_classes};
   sim_fuzz_stats fs;
   sim_fuzz_run(d, &t, &fc, &fs);
   sim_diff_stats st2;
   sim_diff_stats_get(d, &st2);
   printf("random: seed %llu (DLOCK_SIM_SEED), %d rounds x %d steps from %lu "
          "templates of %lu scripts/commands: %lu calls (%lu direct, %lu EVAL "
-         "after NOSCRIPT, %lu error replies), %lu clock moves (%lu to an "
-         "expiry), %lu reads, %lu subscription changes, %lu script flushes; "
-         "%lu messages and %lu keyspace checks compared in %lld ms\n",
+         "after NOSCRIPT, %lu error replies, %lu recorded windows), %lu clock "
+         "moves (%lu to an expiry), %lu reads, %lu subscription changes, %lu "
+         "script flushes; %lu messages and %lu keyspace checks compared in "
+         "%lld ms\n",
          (unsigned long long)seed, fc.rounds, fc.steps, fs.templates, fs.groups,
-         fs.calls, fs.direct, fs.evals, fs.errors, fs.clock_moves, fs.at_expiry,
-         fs.observes, fs.subscriptions, fs.script_flushes,
+         fs.calls, fs.direct, fs.evals, fs.errors, fs.windows, fs.clock_moves,
+         fs.at_expiry, fs.observes, fs.subscriptions, fs.script_flushes,
          st2.messages - st.messages, st2.keyspace_checks - st.keyspace_checks,
          (long long)(th_now_ms() - t2));
+  report_lines(d);
   sim_diff_free(d);
   sim_trace_free(&t);
 }
 
-/* ---- hand-written rules -----------------------------------------------------
- */
+/* ---- hand-written rules ---- */
 
 /* Runs one command given as words (NULL-terminated) on both sides. */
 #define RUN(d, ...)                                                            \
@@ -775,10 +862,9 @@ static void rules_keys_and_time(sim_diff *d) {
   RUN(d, "PEXPIRE", "h2", "50");
   sim_diff_set_time(d, t + 50); /* the last millisecond of h2 */
   RUN(d, "PTTL", "h2");
-  RUN(d, "EVAL",
-      "return {redis.call('pttl', KEYS[1]), "
-      "redis.call('exists', KEYS[1])}",
-      "1", "h2");
+  const char *both = "return {redis.call('pttl', KEYS[1]), "
+                     "redis.call('exists', KEYS[1])}";
+  RUN(d, "EVAL", both, "1", "h2");
   sim_diff_set_time(d, t + 51);
   RUN(d, "EXISTS", "h2", "h2", "s");
   RUN(d, "TYPE", "h2");
@@ -942,11 +1028,10 @@ static void rules_pubsub(sim_diff *d) {
   sim_diff_exec(d, 8, 3, sub, sl, NULL);
   RUN(d, "PUBLISH", "c1", "hello");
   RUN(d, "SPUBLISH", "c1", "shard");
-  RUN(d, "EVAL",
-      "return {redis.call('publish', KEYS[1], ARGV[1]), "
-      "redis.call('SPUBLISH', KEYS[1], 7), "
-      "redis.call('pubsub', 'numsub', KEYS[1], 'c3')}",
-      "1", "c2", "m");
+  const char *pub = "return {redis.call('publish', KEYS[1], ARGV[1]), "
+                    "redis.call('SPUBLISH', KEYS[1], 7), "
+                    "redis.call('pubsub', 'numsub', KEYS[1], 'c3')}";
+  RUN(d, "EVAL", pub, "1", "c2", "m");
   const char *un[] = {"UNSUBSCRIBE"};
   size_t ul[] = {11};
   sim_diff_exec(d, 8, 1, un, ul, NULL);

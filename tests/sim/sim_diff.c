@@ -18,12 +18,11 @@ void sim_sha1_hex(const char *p, size_t n, char out[41]) {
   unsigned int ml = 0;
   if (!EVP_Digest(p, n, md, &ml, EVP_sha1(), NULL) || ml != 20)
     th_fail(__FILE__, __LINE__, "SHA1 failed");
-  for (int i = 0; i < 20; i++)
+  for (size_t i = 0; i < 20; i++)
     snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
-/* ---- the clock ----------------------------------------------------------
- */
+/* ---- the clock ---- */
 
 static void shim_write(int fd, int64_t ms) {
   char b[48];
@@ -115,8 +114,7 @@ const char *sim_diff_channel(const sim_diff *d, size_t i, size_t *len,
   return s->p[k];
 }
 
-/* ---- scripts ------------------------------------------------------------
- */
+/* ---- scripts ---- */
 
 void sim_diff_add_script(sim_diff *d, const char *name, const char *body,
                          size_t len) {
@@ -152,9 +150,7 @@ sim_script *sim_diff_script(sim_diff *d, const char *sha, size_t len) {
 size_t sim_diff_nscripts(const sim_diff *d) { return d->nscripts; }
 sim_script *sim_diff_script_at(sim_diff *d, size_t i) { return &d->scripts[i]; }
 
-/* ---- printing
- * ----------------------------------------------------------------
- */
+/* ---- printing ---- */
 
 void sim_escape(const char *p, size_t n, size_t max, char *buf, size_t len) {
   size_t o = 0;
@@ -261,8 +257,7 @@ void sim_fail(sim_diff *d, const char *what, const char *detail) {
           what);
 }
 
-/* ---- replies --------------------------------------------------------------
- */
+/* ---- replies ---- */
 
 static void from_hiredis(rm_reply *dst, const redisReply *r) {
   memset(dst, 0, sizeof *dst);
@@ -339,9 +334,7 @@ static void fail_reply(sim_diff *d, const char *call, const rm_reply *real,
   sim_fail(d, what, detail);
 }
 
-/* ---- commands
- * -----------------------------------------------------------------
- */
+/* ---- commands ---- */
 
 static int is_subscription(const char *p, size_t n) {
   static const char *const names[] = {
@@ -491,9 +484,7 @@ void sim_diff_reset(sim_diff *d, int scripts) {
   }
 }
 
-/* ---- keyspaces
- * -------------------------------------------------------------------
- */
+/* ---- keyspaces ---- */
 
 typedef struct key_list {
   char **k;

@@ -13,8 +13,7 @@
 
 #include "sim_diff_int.h"
 
-/* ---- channel sets --------------------------------------------------------
- */
+/* ---- channel sets ---- */
 
 int sim_chset_has(const sim_chset *s, const char *p, size_t n) {
   for (size_t i = 0; i < s->n; i++)
@@ -59,8 +58,7 @@ void sim_chset_free(sim_chset *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* ---- the model's pub/sub ---------------------------------------------------
- */
+/* ---- the model's pub/sub ---- */
 
 static void push_msg(sim_sub *s, int sharded, const char *ch, size_t chl,
                      const char *msg, size_t ml) {
@@ -105,9 +103,7 @@ long long sim_subs_numsub(void *user, int sharded, const char *ch, size_t chl) {
   return n;
 }
 
-/* ---- subscriber connections
- * --------------------------------------------------
- */
+/* ---- subscriber connections ---- */
 
 static sim_sub *sub_of(sim_diff *d, int id) {
   for (size_t i = 0; i < d->nsubs; i++)

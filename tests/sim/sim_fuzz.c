@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "sim_diff_int.h"
 #include "sim_fuzz.h"
@@ -33,7 +34,10 @@ typedef struct fz {
   int nt, tcap;
   group *g;
   int ng;
-  sim_chset fields, uuids, pool, channels[2];
+  sim_chset fields, uuids, wids, pool, channels[2];
+  const sim_trace *tr;
+  size_t *seq; /* the trace's commands a window may replay, in order */
+  size_t nseq;
 } fz;
 
 static uint64_t rnd(fz *f) { /* splitmix64 */
@@ -55,8 +59,7 @@ static char *dup_bytes(const char *p, size_t n) {
   return q;
 }
 
-/* ---- templates ----------------------------------------------------------
- */
+/* ---- templates ---- */
 
 static int hexch(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -74,8 +77,22 @@ static int is_uuid(const char *p, size_t n) {
   return 1;
 }
 
+/* Collects wait ids (16 hex digits after a '|', or a whole argument) of s. */
+static void scan_wids(fz *f, const char *s, size_t n) {
+  for (size_t i = 0; i + 16 <= n; i++) {
+    if (i > 0 && s[i - 1] != '|')
+      continue;
+    size_t k = 0;
+    while (k < 16 && hexch(s[i + k]))
+      k++;
+    if (k == 16 && (i + 16 == n || s[i + 16] == '|'))
+      sim_chset_add(&f->wids, s + i, 16);
+  }
+}
+
 /* Collects "<uuid>:<digits>" fields and bare uuids of s. */
 static void scan_fields(fz *f, const char *s, size_t n) {
+  scan_wids(f, s, n);
   for (size_t i = 0; i + 36 <= n; i++) {
     if (!is_uuid(s + i, n - i))
       continue;
@@ -118,6 +135,7 @@ static void add_tmpl(fz *f, const char *gkey, int argc, char **argv,
   group *g = &f->g[gi];
   if (g->n >= 96)
     return; /* enough shapes of this one */
+  CHECK(g->n == 0 || f->t != NULL);
   for (int i = 0; i < g->n; i++)
     if (same_call(&f->t[g->t[i]], argc, argv, lens))
       return;
@@ -158,7 +176,7 @@ static void lower(const char *p, size_t n, char *out, size_t cap) {
 static void build_templates(fz *f, const sim_trace *tr) {
   for (size_t i = 0; i < tr->n; i++) {
     const sim_cmd *c = &tr->cmd[i];
-    char name[24];
+    char name[24] = {0};
     lower(c->argv[0], c->lens[0], name, sizeof name);
     int64_t t_ms = c->t_us / 1000;
     if ((strcmp(name, "subscribe") == 0 || strcmp(name, "ssubscribe") == 0)) {
@@ -193,10 +211,22 @@ static void build_templates(fz *f, const sim_trace *tr) {
   }
   f->st->templates = (unsigned long)f->nt;
   f->st->groups = (unsigned long)f->ng;
+  /* the sequence windows replay: scripts, modelled commands, the
+   * subscriptions that make PUBLISH reach a waiter */
+  f->tr = tr;
+  f->seq = malloc((tr->n ? tr->n : 1) * sizeof *f->seq);
+  CHECK(f->seq != NULL);
+  for (size_t i = 0; i < tr->n; i++) {
+    const sim_cmd *c = &tr->cmd[i];
+    char name[24] = {0};
+    lower(c->argv[0], c->lens[0], name, sizeof name);
+    if (strstr(name, "subscribe") ? name[0] != 'p'
+                                  : rm_has_command(c->argv[0], c->lens[0]))
+      f->seq[f->nseq++] = i;
+  }
 }
 
-/* ---- a varied call ---------------------------------------------------------
- */
+/* ---- a varied call ---- */
 
 typedef struct call {
   int argc;
@@ -247,8 +277,8 @@ static void replace_everywhere(call *c, int from_arg, const char *from,
 static int name_in(fz *f, const call *c, int from_arg) {
   for (int k = 0; k < f->cfg->nnames; k++)
     for (int i = from_arg; i < c->argc; i++)
-      if (memmem(c->argv[i], c->lens[i], f->cfg->names[k],
-                 strlen(f->cfg->names[k])))
+      if (c->argv[i] && memmem(c->argv[i], c->lens[i], f->cfg->names[k],
+                               strlen(f->cfg->names[k])))
         return k;
   return -1;
 }
@@ -264,6 +294,18 @@ static void swap_field(fz *f, call *c, int from_arg) {
       replace_everywhere(c, from_arg, old, f->fields.len[k], nw,
                          f->fields.len[pick]);
       replace_everywhere(c, from_arg, old, 36, nw, 36); /* its client id */
+      return;
+    }
+}
+
+/* One wait id of the call for another of the pool, everywhere. */
+static void swap_wid(fz *f, call *c, int from_arg) {
+  for (int i = from_arg; i < c->argc; i++)
+    for (size_t k = 0; k < f->wids.n; k++) {
+      if (!memmem(c->argv[i], c->lens[i], f->wids.p[k], 16))
+        continue;
+      size_t pick = (size_t)below(f, (int)f->wids.n);
+      replace_everywhere(c, from_arg, f->wids.p[k], 16, f->wids.p[pick], 16);
       return;
     }
 }
@@ -291,7 +333,23 @@ static void set_num(call *c, int i, long long v) {
   set_arg(c, i, b, (size_t)n);
 }
 
-/* Numbers: epoch-like ones follow the clock; others vary now and then. */
+static int is_epoch(long long v) {
+  return v >= 1000000000000LL && v < 100000000000000LL;
+}
+
+/* Epoch-like numbers (a client's "now", a deadline) follow the clock: as
+ * far from it as they were from the recording's time t_ms. */
+static void rebase_times(fz *f, call *c, int from_arg, int64_t t_ms) {
+  int64_t now = sim_diff_time(f->d);
+  for (int i = from_arg; i < c->argc; i++) {
+    long long v;
+    if (is_int(c->argv[i], c->lens[i], &v) && is_epoch(v))
+      set_num(c, i, v - t_ms + now);
+  }
+}
+
+/* Numbers: epoch-like ones follow the clock (with some skew); others vary
+ * now and then. */
 static void vary_numbers(fz *f, call *c, const tmpl *t) {
   static const long long small[] = {0, 1, 2, 3, -1, 5, 100, 1000, 30000};
   int64_t now = sim_diff_time(f->d);
@@ -299,7 +357,7 @@ static void vary_numbers(fz *f, call *c, const tmpl *t) {
     long long v;
     if (!is_int(c->argv[i], c->lens[i], &v))
       continue;
-    if (v >= 1000000000000LL && v < 100000000000000LL) {
+    if (is_epoch(v)) {
       long long nv = v - t->t_ms + now;
       if (chance(f, 30))
         nv += below(f, 81) - 40;
@@ -331,14 +389,20 @@ static int other_name(fz *f, int k) {
   return k;
 }
 
-static call vary(fz *f, const tmpl *t) {
-  call c = {t->argc, malloc((size_t)t->argc * sizeof(char *)),
-            malloc((size_t)t->argc * sizeof(size_t))};
+static call call_of(int argc, char *const *argv, const size_t *lens) {
+  CHECK(argc >= 1);
+  call c = {argc, calloc((size_t)argc, sizeof(char *)),
+            calloc((size_t)argc, sizeof(size_t))};
   CHECK(c.argv && c.lens);
-  for (int i = 0; i < t->argc; i++) {
-    c.argv[i] = dup_bytes(t->argv[i], t->lens[i]);
-    c.lens[i] = t->lens[i];
+  for (int i = 0; i < argc; i++) {
+    c.argv[i] = dup_bytes(argv[i], lens[i]);
+    c.lens[i] = lens[i];
   }
+  return c;
+}
+
+static call vary(fz *f, const tmpl *t) {
+  call c = call_of(t->argc, t->argv, t->lens);
   int k = name_in(f, &c, t->first_arg);
   if (k >= 0 && chance(f, 25)) {
     const char *to = f->cfg->names[other_name(f, k)];
@@ -347,6 +411,8 @@ static call vary(fz *f, const tmpl *t) {
   }
   if (f->fields.n && chance(f, 30))
     swap_field(f, &c, t->first_arg);
+  if (f->wids.n && chance(f, 15))
+    swap_wid(f, &c, t->first_arg);
   vary_numbers(f, &c, t);
   if (f->pool.n && c.argc > t->first_arg && chance(f, 3)) {
     /* not an argument that names a command (the publish command): an
@@ -356,37 +422,103 @@ static call vary(fz *f, const tmpl *t) {
     if (!rm_has_command(c.argv[i], c.lens[i]))
       set_arg(&c, i, f->pool.p[p], f->pool.len[p]);
   }
-  if (t->first_arg == 3 && chance(f, 1)) /* numkeys off by one */
+  if (t->first_arg == 3 && c.argc > 2 && chance(f, 1)) /* numkeys +-1 */
     set_num(&c, 2, atoll(c.argv[2]) + (chance(f, 50) ? 1 : -1));
   return c;
 }
 
-/* ---- steps
- * -------------------------------------------------------------------
- */
+/* ---- steps ---- */
 
-static void script_call(fz *f) {
-  group *g = &f->g[below(f, f->ng)];
-  const tmpl *t = &f->t[g->t[below(f, g->n)]];
-  call c = vary(f, t);
+/* Runs c on both sides (client `conn`); an EVALSHA answered NOSCRIPT is
+ * sent again as EVAL with the body, as the library does. */
+static void run_call(fz *f, int conn, call *c) {
   rm_reply r = {0};
-  sim_diff_exec(f->d, 0, c.argc, (const char *const *)c.argv, c.lens, &r);
+  sim_diff_exec(f->d, conn, c->argc, (const char *const *)c->argv, c->lens, &r);
   f->st->calls++;
-  if (t->first_arg == 1)
-    f->st->direct++;
-  sim_script *s =
-      t->first_arg == 3 ? sim_diff_script(f->d, c.argv[1], c.lens[1]) : NULL;
+  sim_script *s = c->argc > 2 && c->lens[0] == 7 &&
+                          strncasecmp(c->argv[0], "evalsha", 7) == 0
+                      ? sim_diff_script(f->d, c->argv[1], c->lens[1])
+                      : NULL;
   if (s && r.type == RM_REPLY_ERROR && strncmp(r.str, "NOSCRIPT", 8) == 0) {
-    free(c.argv[0]);
-    c.argv[0] = dup_bytes("EVAL", 4), c.lens[0] = 4;
-    set_arg(&c, 1, s->body, s->body_len);
-    sim_diff_exec(f->d, 0, c.argc, (const char *const *)c.argv, c.lens, &r);
+    set_arg(c, 0, "EVAL", 4);
+    set_arg(c, 1, s->body, s->body_len);
+    sim_diff_exec(f->d, conn, c->argc, (const char *const *)c->argv, c->lens,
+                  &r);
     f->st->evals++;
   }
   if (r.type == RM_REPLY_ERROR)
     f->st->errors++;
   rm_reply_clear(&r);
+}
+
+static void script_call(fz *f) {
+  group *g = &f->g[below(f, f->ng)];
+  const tmpl *t = &f->t[g->t[below(f, g->n)]];
+  call c = vary(f, t);
+  if (t->first_arg == 1)
+    f->st->direct++;
+  run_call(f, 0, &c);
   call_free(&c);
+}
+
+/* A window: 2 to 13 consecutive commands of the recording (a holder, a
+ * waiter queuing, the subscriptions, the unlock that hands over) replayed
+ * with ONE substitution for all of them -- another lock name, another
+ * holder field -- and their time gaps shrunk or kept, so the states the
+ * library builds come back on other names, at other moments, between the
+ * random steps. */
+static void window(fz *f) {
+  if (!f->nseq)
+    return;
+  size_t start = (size_t)below(f, (int)f->nseq);
+  int len = 2 + below(f, 12), k = -1, to = -1;
+  const char *fold = NULL, *fnew = NULL;
+  if (chance(f, 40)) { /* one name for another */
+    k = below(f, f->cfg->nnames);
+    to = other_name(f, k);
+  }
+  if (f->fields.n > 1 && chance(f, 30)) { /* one holder for another */
+    fold = f->fields.p[below(f, (int)f->fields.n)];
+    fnew = f->fields.p[below(f, (int)f->fields.n)];
+  }
+  static const int scale_pct[] = {0, 5, 25, 100};
+  int pct = scale_pct[below(f, 4)];
+  int64_t now0 = sim_diff_time(f->d);
+  int64_t t0 = f->tr->cmd[f->seq[start]].t_us / 1000;
+  for (int j = 0; j < len && start + (size_t)j < f->nseq; j++) {
+    const sim_cmd *sc = &f->tr->cmd[f->seq[start + (size_t)j]];
+    int64_t t = now0 + (sc->t_us / 1000 - t0) * pct / 100;
+    if (t > sim_diff_time(f->d))
+      sim_diff_set_time(f->d, t);
+    call c = call_of(sc->argc, sc->argv, sc->lens);
+    int sub = strstr(c.argv[0], "ubscribe") || strstr(c.argv[0], "UBSCRIBE");
+    int from = sub                                                   ? 1
+               : sim_cmd_is(sc, "eval") || sim_cmd_is(sc, "evalsha") ? 3
+                                                                     : 1;
+    if (sim_cmd_is(sc, "eval") && c.argc > 2) { /* as the library sends it */
+      char sha[41];
+      sim_sha1_hex(c.argv[1], c.lens[1], sha);
+      set_arg(&c, 0, "EVALSHA", 7);
+      set_arg(&c, 1, sha, 40);
+    }
+    if (k >= 0)
+      replace_everywhere(&c, from, f->cfg->names[k], strlen(f->cfg->names[k]),
+                         f->cfg->names[to], strlen(f->cfg->names[to]));
+    if (fold) {
+      replace_everywhere(&c, from, fold, strlen(fold), fnew, strlen(fnew));
+      replace_everywhere(&c, from, fold, 36, fnew, 36);
+    }
+    rebase_times(f, &c, from, sc->t_us / 1000);
+    if (sub) {
+      sim_diff_exec(f->d, 1000 + sc->conn, c.argc, (const char *const *)c.argv,
+                    c.lens, NULL);
+      f->st->subscriptions++;
+    } else {
+      run_call(f, 0, &c);
+    }
+    call_free(&c);
+  }
+  f->st->windows++;
 }
 
 typedef struct expiring {
@@ -418,11 +550,12 @@ static void clock_move(fz *f) {
     to = now + 4 + below(f, 27);
   } else if (how < 94) {
     to = now + below(f, 1001);
-  } else if (how < 98) {
-    to = now + 10000 + below(f, 50001);
   } else {
-    to = now - below(f, 51); /* a step back */
+    to = now + 10000 + below(f, 50001);
   }
+  /* never back: Redis's background expiry may or may not have deleted a
+   * key the clock had passed (its cron's timing), the model has (see
+   * rm_keyspace.c): no deterministic comparison */
   sim_diff_set_time(f->d, to);
   f->st->clock_moves++;
 }
@@ -498,14 +631,14 @@ static void subscription(fz *f) {
   } else {
     ch = sim_diff_channel(f->d, i - pooled, &len, &sharded);
   }
-  int how = below(f, 20);
-  const char *verb = how < 14   ? (sharded ? "SSUBSCRIBE" : "SUBSCRIBE")
-                     : how < 19 ? (sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE")
-                                : (sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE");
+  /* mostly subscribe, else unsubscribe that channel, now and then all */
+  int how = below(f, 20), sub = how < 14, all = how == 19;
+  const char *verb = sub ? (sharded ? "SSUBSCRIBE" : "SUBSCRIBE")
+                         : (sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE");
   char *chc = dup_bytes(ch, len); /* the pool may grow meanwhile */
   const char *av[2] = {verb, chc};
   size_t al[2] = {strlen(verb), len};
-  sim_diff_exec(f->d, id, how < 19 ? 2 : 1, av, al, NULL);
+  sim_diff_exec(f->d, id, all ? 1 : 2, av, al, NULL);
   free(chc);
   f->st->subscriptions++;
 }
@@ -520,8 +653,10 @@ static void round_run(fz *f, int round) {
                      (unsigned long long)f->cfg->seed, round + 1,
                      f->cfg->rounds, s + 1, f->cfg->steps);
     int a = below(f, 100);
-    if (a < 62)
+    if (a < 52)
       script_call(f);
+    else if (a < 60)
+      window(f);
     else if (a < 78)
       clock_move(f);
     else if (a < 92)
@@ -554,6 +689,8 @@ void sim_fuzz_run(sim_diff *d, const sim_trace *trace, const sim_fuzz_cfg *cfg,
   free(f.g);
   sim_chset_free(&f.fields);
   sim_chset_free(&f.uuids);
+  sim_chset_free(&f.wids);
+  free(f.seq);
   sim_chset_free(&f.pool);
   sim_chset_free(&f.channels[0]);
   sim_chset_free(&f.channels[1]);

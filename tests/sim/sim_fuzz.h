@@ -12,7 +12,11 @@
  * the scripts publish on, and SCRIPT FLUSH (EVALSHA answers NOSCRIPT, the
  * body follows with EVAL, as the library does). Every step goes through
  * sim_diff (both sides compared); each round starts from an empty server
- * and ends with a keyspace comparison.
+ * and ends with a keyspace comparison. WINDOWS keep what single calls
+ * lose: a few consecutive recorded commands (a holder, a waiter queuing
+ * and subscribing, the unlock that hands over) replayed with one
+ * substitution for all of them and their time gaps shrunk or kept, so the
+ * states the library builds come back on other names and moments.
  *
  * Deterministic: the same trace and seed give the same steps.
  * Thread-safety: one thread.
@@ -39,7 +43,7 @@ typedef struct sim_fuzz_cfg {
 
 typedef struct sim_fuzz_stats {
   unsigned long calls, evals, direct, errors, clock_moves, at_expiry, observes,
-      subscriptions, script_flushes, templates, groups;
+      subscriptions, script_flushes, templates, groups, windows;
 } sim_fuzz_stats;
 
 /* Runs the rounds on d with the calls of trace as templates (an EVAL's

@@ -89,12 +89,12 @@ static long unquote(const char **pp, const char *end, char *out) {
         p += 4;
         continue;
       }
-      out[o++] = e == 'n'   ? '\n'
-                 : e == 'r' ? '\r'
-                 : e == 't' ? '\t'
-                 : e == 'a' ? '\a'
-                 : e == 'b' ? '\b'
-                            : e;
+      out[o++] = (char)(e == 'n'   ? '\n'
+                        : e == 'r' ? '\r'
+                        : e == 't' ? '\t'
+                        : e == 'a' ? '\a'
+                        : e == 'b' ? '\b'
+                                   : e);
       p += 2;
       continue;
     }
