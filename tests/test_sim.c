@@ -271,10 +271,11 @@ static void grant(rec *x, const waiter *w, const char *name, const char *wid) {
 /* Declines: a grant naming no wait of the client (nothing to give back),
  * then a hand-over to a wait of the waiter that already ended -- the state
  * an unlock's hand-over leaves (the waiter's field with count 1, the
- * marker "<field>|<wid>"), written with plain commands as test_grants.c
- * does, and its grant: the client gives the lock back (to the queue, or
- * free: its own queued entry is skipped), and its live wait then takes
- * the lock. The holder's hold is gone (its unlock: DLOCK_ELOST). */
+ * marker "<field>|<wid>"), written by a script of the test as
+ * test_grants.c does, and its grant: the client gives the lock back (to
+ * the queue, or free: its own queued entry is skipped), and its live wait
+ * then takes the lock. The holder's hold is gone (its unlock:
+ * DLOCK_ELOST). */
 static void sc_declines(rec *x, dlock_client *a, dlock_client *b) {
   dlock_mutex *m = mutex(a, "Qk1", 0);
   char holder[64];
@@ -285,12 +286,23 @@ static void sc_declines(rec *x, dlock_client *a, dlock_client *b) {
   int declines = rec_count(x, "decline");
   grant(x, &w, "Qk1", "00000000000000ee");
   rec_wait(x, "decline", declines);
-  freeReplyObject(th_cmd(x->r, "HDEL Qk1 %s", holder));
-  freeReplyObject(th_cmd(x->r, "HSET Qk1 %s 1", w.field));
-  freeReplyObject(th_cmd(x->r, "PEXPIRE Qk1 10000"));
-  freeReplyObject(th_cmd(x->r, "SET dlock_lock_granted:{Qk1} %s|%s PX 10000",
-                         w.field, "00000000000000ef"));
-  grant(x, &w, "Qk1", "00000000000000ef");
+  /* in one script, as an unlock's hand-over does it: no attempt of the
+   * waiter sees a state in between */
+  char ch[128], msg[64];
+  snprintf(ch, sizeof ch, "dlock_grant__channel:{Qk1}:%.36s", w.field);
+  snprintf(msg, sizeof msg, "%s|00000000000000ef", strchr(w.field, ':') + 1);
+  redisReply *r = th_cmd(
+      x->r, "EVAL %s 3 %s %s %s %s %s %s %s",
+      "redis.call('hdel', KEYS[1], ARGV[1]) "
+      "redis.call('hset', KEYS[1], ARGV[2], 1) "
+      "redis.call('pexpire', KEYS[1], 10000) "
+      "redis.call('set', KEYS[2], ARGV[2] .. '|' .. ARGV[3], 'px', 10000) "
+      "return redis.call('publish', KEYS[3], ARGV[4])",
+      "Qk1", "dlock_lock_granted:{Qk1}", ch, holder, w.field,
+      "00000000000000ef", msg);
+  CHECK_MSG(r->type == REDIS_REPLY_INTEGER && r->integer == 1,
+            "the grant reached no subscriber");
+  freeReplyObject(r);
   rec_wait(x, "decline", declines + 1);
   CHECK_OK(waiter_end(&w));
   dlock_mutex_unlock(m); /* DLOCK_ELOST: handed away by the test */
@@ -483,8 +495,10 @@ static void sc_async(rec *x, dlock_client *a) {
 }
 
 static void scenario(rec *x) {
-  dlock_client *a = client(x->r, 900), *b = client(x->r, 900),
-               *c = client(x->r, 900);
+  /* watchdog holds renewed every 0.5 s: the scenario waits for one */
+  int wd = 1500 * th_timeout_mult();
+  dlock_client *a = client(x->r, wd), *b = client(x->r, wd),
+               *c = client(x->r, wd);
   sc_plain(x, a, b);
   sc_declines(x, a, b);
   sc_queue(x, a, b, c, "Qk1");
