@@ -837,6 +837,8 @@ static void rules_conversions(sim_diff *d) {
       "return redis.pcall('get', 'a', 'b')",
       "return redis.call('pubsub')",
       "return redis.call('pubsub', 'nosub')",
+      "return redis.pcall('nosuchcmd', 'a')",
+      "return redis.call('nosuchcmd')",
       "return redis.call('eval', 'return 1', 0)",
       "return redis.pcall('script', 'load', 'return 1')",
       "local ok, e = pcall(redis.call, 'hget', 'a', 'f') return {ok, e.err}",

@@ -143,7 +143,9 @@ static int lua_args(lua_State *L, rm_lua *l, int argc) {
 /* A model error raised in the script: never caught for good, since the
  * model remembers it (rm_command answers RM_EMODEL whatever the script
  * does with the error). */
-static int model_raise(lua_State *L, rm_lua *l, const char *what) {
+static int model_raise(lua_State *L, rm_lua *l, const char *what_in) {
+  char what[512]; /* what_in may be the model's own error text */
+  snprintf(what, sizeof what, "%s", what_in);
   rm_model_note(l->m, "%s", what);
   lua_settop(L, 0);
   lua_pushfstring(L, "MODELERR %s", what);
