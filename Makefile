@@ -29,7 +29,9 @@ build: deps-build
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	cmake --build build -j$(JOBS)
 
-test-plain: build deps-test
+# deps-test first: the build's configure looks for the tests' libraries
+# (liblua5.1-0-dev: test_sim).
+test-plain: deps-test build
 	cd build && ctest --output-on-failure -j$(JOBS) $(CTEST_FLAGS)
 
 test-asan: deps-test

@@ -9,7 +9,9 @@
 #                             the partition test, libfaketime, gdb: a test
 #                             that hangs prints its stacks,
 #                             python3-prometheus-client: the exporter's
-#                             output is parsed with it)
+#                             output is parsed with it, liblua5.1-0-dev: the
+#                             simulator's Redis model runs the scripts in
+#                             Lua 5.1, the version Redis embeds)
 #   install-deps.sh dev     + developer tools: valgrind, clang-format,
 #                             clang-tidy, stress-ng, clang (make fuzz) (the default)
 set -euo pipefail
@@ -18,7 +20,7 @@ build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
        libyaml-dev libevent-dev libuv1-dev redis-server redis-tools)
 rig=(nginx apache2-utils python3)
 test=(man-db groff-base chromium iproute2 libfaketime gdb
-      python3-prometheus-client)
+      python3-prometheus-client liblua5.1-0-dev)
 dev=(valgrind clang-format clang-tidy stress-ng clang)
 case "$profile" in
   build) pkgs=("${build[@]}") ;;
