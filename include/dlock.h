@@ -368,11 +368,12 @@ static inline void dlock_config_init(dlock_config *cfg) {
 
 /* Creates a client: parses cfg->url, and unless cfg->lazy_connect is set,
  * connects and authenticates (AUTH, SELECT) before returning, applying the
- * retry policy to unreachable servers. Starts three background threads:
- * pub/sub wake-ups, lease renewal (the watchdog), and the expiry thread that
- * reports a hold lost the moment its local deadline passes
- * (docs/threading.md); a redis-sentinel:// client a fourth, the Sentinel
- * watcher (it follows failovers). A sentinel client finds the master by
+ * retry policy to unreachable servers. Starts four background threads:
+ * pub/sub wake-ups, lease renewal (the watchdog: renewals and loss reports
+ * only), the expiry thread that reports a hold lost the moment its local
+ * deadline passes, and the errand thread (the client's info key, declines,
+ * cluster map refreshes) (docs/threading.md); a redis-sentinel:// client a
+ * fifth, the Sentinel watcher (it follows failovers). A sentinel client finds the master by
  * asking the sentinels in turn (DLOCK_ECONN naming what each said when none
  * names a master that answers ROLE as one).
  * The client id is a fresh random UUID v4.
@@ -418,7 +419,11 @@ DLOCK_API void dlock_config_dispose(dlock_config *cfg);
 
 /* Stops the background threads, closes every connection and releases the
  * client. Locks still held are not released: their renewal stops and they
- * expire after their lease. Lock objects created from the client (mutex
+ * expire after their lease. Returns at once whatever the background
+ * threads wait for on the network (a connect, a handshake, a reply: each
+ * such wait ends when the client is freed); it waits only for a callback
+ * (on_lock_lost, the log hook) running on one of them, a host name being
+ * resolved, or a write to a full socket buffer (docs/threading.md). Lock objects created from the client (mutex
  * variants, rwlock, semaphore, latch) may be freed before or after this
  * call: each keeps the client's memory alive until it is freed, and its
  * calls answer DLOCK_ECLOSED meanwhile. Accepts NULL.
@@ -438,7 +443,7 @@ DLOCK_API const char *dlock_client_id(const dlock_client *c);
 /* Who a client is, as its info key records it. From its first hold on, a
  * client keeps a small hash "dlock_client:{<client id>}" (fields host, pid,
  * program, started) with the watchdog timeout as TTL, refreshed by its
- * watchdog thread every renewal period: it expires with the client. The
+ * errand thread every renewal period: it expires with the client. The
  * lock's own keys are unchanged. Layout frozen (like dlock_holder). */
 typedef struct dlock_client_info {
   char host[256];       /* gethostname() of the client's machine */
@@ -474,7 +479,7 @@ DLOCK_API int dlock_client_conn_name_query(dlock_client *c, const char *owner,
  * [:write]" from dlock_status -- on lock `name` began: *since_ms gets the
  * wall-clock time (ms since the epoch) the holder's client took the lock
  * (the acquisition that began the hold, not a reentrant one). The holder's
- * client publishes it in its info key from its watchdog thread (never on
+ * client publishes it in its info key from its errand thread (never on
  * the lock call's own path) once the hold has lasted 100 ms (a shorter hold
  * is never published: a client that locks and unlocks continuously writes
  * nothing for it), at most one write per 100 ms; a younger hold is not

@@ -1018,7 +1018,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0; /* a bound per attempt: the attempts are bounded */
-    dlock__sleep_ms(pause);
+    dlock__io_pause(pause); /* a background thread's ends at free */
     if (c->cl)
       n = route(c, cmd->key);
   }
