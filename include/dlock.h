@@ -268,8 +268,9 @@ typedef struct dlock_config {
    * WAIT until this many replicas acknowledged it: -1 (default) = every
    * replica connected to the master at that moment, 0 = do not wait,
    * n > 0 = at least n. An acquisition the replicas did not confirm within
-   * sync_timeout_ms is undone and retried under the retry policy, then
-   * fails with DLOCK_ENOSYNC. A master without replicas costs nothing. */
+   * sync_timeout_ms (or what is left of a timed call's wait budget, when
+   * less) is undone and retried under the retry policy, then fails with
+   * DLOCK_ENOSYNC. A master without replicas costs nothing. */
   int sync_replicas;
   int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
                           slavesSyncTimeout) */

@@ -61,17 +61,21 @@ struct dlock__areq {
   int redirects;               /* MOVED / ASK / no owner so far */
   int waits;                   /* a WAIT was pipelined behind it */
   int wait_want;               /* the replicas it asked for */
-  redisReply *held;            /* its reply, while the WAIT's is awaited */
-  int no_sync;                 /* never followed by WAIT (an undo) */
-  int unsynced;                /* WAIT did not confirm it (engine's verdict) */
-  long long acks;              /* WAIT's answer (-1: it failed) */
-  int tries;                   /* sends so far */
-  int64_t pause;               /* the last retry pause (retry_delay) */
-  int no_retry;                /* one send: the caller retries (renewals) */
-  int64_t sent_at;             /* when its bytes went out (monotonic ms) */
-  dlock__atimer retry;         /* armed while waiting for a re-send */
-  dlock__areq *rnext, *rprev;  /* in the connection's waiting-for-retry list */
-  dlock__aconn *k;             /* the connection, while waiting */
+  int wait_ms;                 /* that WAIT's timeout (take_unsent) */
+  /* The wait budget's end of the call that sent it (monotonic ms; 0 none):
+   * its WAIT never waits past it (async_conn.c take_unsent). */
+  int64_t wait_until;
+  redisReply *held;           /* its reply, while the WAIT's is awaited */
+  int no_sync;                /* never followed by WAIT (an undo) */
+  int unsynced;               /* WAIT did not confirm it (engine's verdict) */
+  long long acks;             /* WAIT's answer (-1: it failed) */
+  int tries;                  /* sends so far */
+  int64_t pause;              /* the last retry pause (retry_delay) */
+  int no_retry;               /* one send: the caller retries (renewals) */
+  int64_t sent_at;            /* when its bytes went out (monotonic ms) */
+  dlock__atimer retry;        /* armed while waiting for a re-send */
+  dlock__areq *rnext, *rprev; /* in the connection's waiting-for-retry list */
+  dlock__aconn *k;            /* the connection, while waiting */
   dlock__areq_fn *fn;
   void *arg;
   /* Frees arg when the request is dropped without an end (fn is not

@@ -1088,6 +1088,9 @@ int dlock__sync_parse_replicas(const redisReply *r);
 void dlock__sync_pause(int off);
 /* Clears the calling thread's shortfall flag (every eval does first). */
 void dlock__sync_reset(void);
+/* The router sent a WAIT with this timeout (ms) on the calling thread:
+ * sync_timeout_ms, or less when the call's wait budget ends sooner. */
+void dlock__sync_waited(int ms);
 /* 1 if the calling thread's last eval was a write the replicas did not
  * confirm in time (cfg.sync_timeout_ms); its message in *why. */
 int dlock__sync_short(const char **why);

@@ -5,7 +5,8 @@
  * never costs a hold on another master; a connection cut while it is
  * being opened (the plain-or-TLS probe waits for an answer a plain Redis
  * never sends) holds no renewal, and no dlock_client_free; the first
- * renewal on a fresh server is no failure. Real redis-servers; faults by the
+ * renewal on a fresh server is no failure; the WAIT behind a lock write
+ * ends with the call's wait budget. Real redis-servers; faults by the
  * harness's proxies.
  */
 #include <pthread.h>
@@ -306,6 +307,76 @@ TH_CASE_T(first_renewal_after_script_flush_is_no_failure_blocking, 120,
 }
 TH_CASE_T(first_renewal_after_script_flush_is_no_failure_async, 120, "slow") {
   noscript_body(TH_DRIVE_ASYNC);
+}
+
+/* ---- 38: the WAIT after a lock write keeps the call's wait budget ---------
+ */
+
+/* A master whose only replica is stopped (SIGSTOP: it stays listed, WAIT
+ * waits for it). A timed lock with sync_replicas 1 and a wait budget far
+ * below sync_timeout_ms waited sync_timeout_ms per attempt (7.3 s seen for
+ * a 2 s wait). The WAIT is bounded by what is left of the budget now: the
+ * call ends within it (DLOCK_ENOSYNC: the replica did not confirm in
+ * time), nothing left behind. Both clients. */
+static void sync_budget_body(int kind) {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = (int)(6000 * slow());
+  cfg.command_timeout_ms = (int)(3000 * slow());
+  cfg.retry_interval_ms = 100;
+  th_drive *d = th_drive_new(kind, &cfg);
+  CHECK_OK(th_drive_lock(d, "synced", 1, 1000, 30000));
+  CHECK_OK(th_drive_unlock(d, "synced", 1));
+  th_redis_pause(rep);
+  long long wait = 800 * slow();
+  int64_t t0 = th_now_ms();
+  int rc = th_drive_lock(d, "synced", 1, wait, 30000);
+  int64_t took = th_now_ms() - t0;
+  printf("%s: timedlock(%lld ms) -> %s after %lld ms (sync_timeout_ms %d): "
+         "%s\n",
+         th_drive_kind(d), wait, dlock_err_name(rc), (long long)took,
+         cfg.sync_timeout_ms, dlock_last_error());
+  CHECK_MSG(rc == DLOCK_ENOSYNC || rc == DLOCK_ETIMEDOUT, "%s",
+            dlock_err_name(rc));
+  CHECK_MSG(took < wait + 700 * slow(), "%s: a %lld ms wait took %lld ms",
+            th_drive_kind(d), wait, (long long)took);
+  CHECK_EQ(th_cmd_int(m, "EXISTS synced"), 0);
+  /* A waiting lock: the lock is held elsewhere (a client without replica
+   * sync); every attempt's WAIT (an attempt queues: a write) keeps to what
+   * is left of the budget, and so does the cancel at its end. */
+  dlock_config ocfg;
+  dlock_config_init(&ocfg);
+  ocfg.sync_replicas = 0;
+  dlock_client *other = th_client_cfg(m, &ocfg);
+  dlock_mutex *held;
+  CHECK_OK(dlock_mutex_new(other, "synced", &held));
+  CHECK_OK(dlock_mutex_timedlock(held, 0, 30000));
+  t0 = th_now_ms();
+  rc = th_drive_lock(d, "synced", 1, wait, 30000);
+  took = th_now_ms() - t0;
+  printf("%s: timedlock(%lld ms) of a held lock -> %s after %lld ms: %s\n",
+         th_drive_kind(d), wait, dlock_err_name(rc), (long long)took,
+         dlock_last_error());
+  CHECK_MSG(rc == DLOCK_ETIMEDOUT || rc == DLOCK_ENOSYNC, "%s",
+            dlock_err_name(rc));
+  CHECK_MSG(took < wait + 700 * slow(), "%s: a %lld ms wait took %lld ms",
+            th_drive_kind(d), wait, (long long)took);
+  th_redis_resume(rep);
+  CHECK_OK(dlock_mutex_unlock(held));
+  dlock_mutex_free(held);
+  dlock_client_free(other);
+  th_drive_free(d);
+}
+
+TH_CASE_T(sync_wait_keeps_the_wait_budget_blocking, 120, "slow") {
+  sync_budget_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(sync_wait_keeps_the_wait_budget_async, 120, "slow") {
+  sync_budget_body(TH_DRIVE_ASYNC);
 }
 
 TH_MAIN()
