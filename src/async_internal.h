@@ -220,6 +220,7 @@ struct dlock_async {
   dlock__ahold *wd_head;  /* holds the watchdog renews */
   dlock__atimer wd_timer;
   dlock__atimer loss_timer; /* the engine's next local deadline (async_wd.c) */
+  dlock__atimer wd_retry;   /* failed renewals' next try (async_wd.c) */
   int wd_batches;           /* renewal requests in flight */
   dlock__stats stats;       /* dlock_async_stats's counters (stats.c) */
 };

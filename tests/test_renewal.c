@@ -5,7 +5,8 @@
  * never costs a hold on another master; a connection cut while it is
  * being opened (the plain-or-TLS probe waits for an answer a plain Redis
  * never sends) holds no renewal, and no dlock_client_free; the first
- * renewal on a fresh server is no failure; the WAIT behind a lock write
+ * renewal on a fresh server is no failure; a failed renewal is retried
+ * within a quarter period by both clients; the WAIT behind a lock write
  * ends with the call's wait budget. Real redis-servers; faults by the
  * harness's proxies.
  */
@@ -307,6 +308,63 @@ TH_CASE_T(first_renewal_after_script_flush_is_no_failure_blocking, 120,
 }
 TH_CASE_T(first_renewal_after_script_flush_is_no_failure_async, 120, "slow") {
   noscript_body(TH_DRIVE_ASYNC);
+}
+
+/* ---- D3: a failed renewal is retried within a quarter period --------------
+ */
+
+/* The server is gone (connections refused at once): a renewal fails fast,
+ * and the client tries again min(1 s, period / 4) later -- the blocking
+ * watchdog did, the event-loop client waited for its next tick, a whole
+ * period (2 tries before a 30 s lease's deadline instead of ~19). Counted
+ * over one period after the first failed try: at least 3 tries. Both
+ * clients. */
+static void retry_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = r->tcp_url;
+  cfg.watchdog_timeout_ms = (int)(4000 * slow());
+  cfg.retry_attempts = 0;
+  th_drive *d = th_drive_new(kind, &cfg);
+  int64_t period = cfg.watchdog_timeout_ms / 3;
+  CHECK_OK(th_drive_lock(d, "retried", 1, 0, -1));
+  dlock_client_stats st;
+  CHECK_OK(th_drive_stats(d, &st));
+  unsigned long long s0 = st.renewals_sent;
+  int64_t end = th_now_ms() + 3 * period;
+  while (st.renewals_sent == s0 && th_now_ms() < end) { /* one renewal */
+    th_drive_pump(d, 10);
+    CHECK_OK(th_drive_stats(d, &st));
+  }
+  CHECK_MSG(st.renewals_sent > s0, "no renewal");
+  th_redis_kill(r);
+  s0 = st.renewals_sent;
+  end = th_now_ms() + 3 * period;
+  while (st.renewals_sent == s0 && th_now_ms() < end) { /* the first try */
+    th_drive_pump(d, 10);
+    CHECK_OK(th_drive_stats(d, &st));
+  }
+  CHECK_MSG(st.renewals_sent > s0, "no renewal after the kill");
+  s0 = st.renewals_sent;
+  int64_t t0 = th_now_ms();
+  th_drive_pump(d, period);
+  CHECK_OK(th_drive_stats(d, &st));
+  unsigned long long tries = st.renewals_sent - s0;
+  printf("%s: %llu renewal tries in %lld ms after the first failed one "
+         "(period %lld ms, retry interval %lld ms)\n",
+         th_drive_kind(d), tries, (long long)(th_now_ms() - t0),
+         (long long)period, (long long)(period / 4 < 1000 ? period / 4 : 1000));
+  CHECK_MSG(tries >= 3, "%s: %llu tries in a period", th_drive_kind(d), tries);
+  th_drive_free(d);
+}
+
+TH_CASE_T(failed_renewal_retried_within_a_quarter_period_blocking, 120,
+          "slow") {
+  retry_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(failed_renewal_retried_within_a_quarter_period_async, 120, "slow") {
+  retry_body(TH_DRIVE_ASYNC);
 }
 
 /* ---- 38: the WAIT after a lock write keeps the call's wait budget ---------
