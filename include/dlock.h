@@ -1295,8 +1295,13 @@ DLOCK_API void dlock_permits_free(dlock_permits *p);
  * subscription to redisson_sc:{name} and re-checks at least once a second
  * and when the earliest lease of a taken permit ends (expired permits
  * announce nothing). A re-sent copy of an acquire (the retry policy) never
- * takes a second permit: the id is chosen before the first send. Errors:
- * DLOCK_EBUSY, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, DLOCK_ECLOSED,
+ * takes a second permit: the id is chosen before the first send. The lease
+ * counts from the acquisition's send: an answer that comes after send +
+ * lease - (lease/100 + 2 ms) is no permit -- the server may have reclaimed
+ * it for another taker meanwhile -- so the permit is given back at once
+ * and the call answers DLOCK_ELOST (dlock_last_error() says how late;
+ * id_out stays empty). Errors: DLOCK_EBUSY, DLOCK_ETIMEDOUT,
+ * DLOCK_ECANCELED, DLOCK_ECLOSED, DLOCK_ELOST (answered past the lease),
  * DLOCK_ECONN (outcome unknown: the permit may be taken; it expires with
  * its lease), DLOCK_EREDIS, DLOCK_EAUTH (the server refused SUBSCRIBE),
  * DLOCK_EINVAL (NULL). Thread-safety: any thread; the permit is the
@@ -1315,15 +1320,23 @@ DLOCK_API int dlock_permits_try_acquire(dlock_permits *p, long long lease_ms,
  * Ends this object's renewal of it. Errors: DLOCK_ELOST (no such permit:
  * released already, or expired and reclaimed; or found past its lease --
  * then it is given back all the same), DLOCK_EINVAL (NULL, not an id),
- * DLOCK_ECONN, DLOCK_EREDIS. A re-sent copy that finds the permit gone
- * after its first copy released it returns 0. Thread-safety: any thread. */
+ * DLOCK_ECONN, DLOCK_EREDIS. A release may be retried after DLOCK_ECONN
+ * (the outcome unknown), at any time: this object remembers it (its 32 most
+ * recent such releases), and the retry -- or a copy the retry policy
+ * re-sent -- that finds the permit gone returns 0, "released", as an
+ * unlock's retry does (docs/errors.md); unless its first copy was sent
+ * after the local deadline of a permit this object renews (DLOCK_ELOST).
+ * Meanwhile a renewal that finds it gone reports no loss. Thread-safety:
+ * any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_permits_release(dlock_permits *p, const char *id);
 /* Sets the lease of the taken permit `id` (Redisson updateLeaseTime):
  * lease_ms > 0: it now expires lease_ms from now (and this object stops
- * renewing it); <= 0: this object's watchdog renews it from now on. Errors:
- * DLOCK_ELOST (no such permit, or already expired), DLOCK_EINVAL,
- * DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
+ * renewing it); <= 0: this object's watchdog renews it from now on. Until
+ * the update is confirmed nothing changes locally: after DLOCK_ECONN a
+ * permit the watchdog renewed is still renewed (call again to set the
+ * lease). Errors: DLOCK_ELOST (no such permit, or already expired),
+ * DLOCK_EINVAL, DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_permits_update_lease(dlock_permits *p, const char *id,
                                          long long lease_ms);
