@@ -32,12 +32,16 @@ static void on_lost(const char *name, void *arg) {
   atomic_fetch_add(&g_lost, 1);
 }
 
-static atomic_int g_renew_failed;
+static atomic_int g_renew_failed, g_declines;
 static void count_hook(void *arg, int level, const char *name,
                        const char *event, const char *msg) {
   (void)arg;
   (void)level;
   (void)name;
+  if (strcmp(event, "decline") == 0) {
+    atomic_fetch_add(&g_declines, 1);
+    printf("decline: %s\n", msg);
+  }
   if (strcmp(event, "renew_failed") == 0) {
     atomic_fetch_add(&g_renew_failed, 1);
     printf("renew_failed: %s\n", msg);
@@ -258,6 +262,89 @@ TH_CASE_T(client_free_does_not_wait_for_a_probe, 120, "") {
   CHECK_MSG(took < 1000 * slow(), "dlock_client_free took %lld ms",
             (long long)took);
   dlock_mutex_free(m);
+}
+
+/* ---- found by reading: declines were sent on the renewal path -----------
+ */
+
+typedef struct waiter {
+  dlock_client *c;
+  int rc;
+} waiter;
+
+static void *wait_thread(void *arg) {
+  waiter *w = arg;
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(w->c, "gd", &m));
+  w->rc = dlock_mutex_lock(m); /* until dlock_client_cancel_waits */
+  if (w->rc == 0)
+    CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  return NULL;
+}
+
+/* A grant that reached no wait of the client (its wait ended, its cancel
+ * lost) is given back with the decline script. At 7d6b26d the watchdog
+ * thread sent it, through the router, with the WAIT of sync_replicas: with
+ * the only replica stopped it sat out sync_timeout_ms (here longer than
+ * the lease) and a watchdog hold of the client was lost. The errand
+ * thread sends it now, without WAIT. */
+TH_CASE_T(decline_never_holds_a_renewal, 120, "slow") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  int lease = (int)(1500 * slow());
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.watchdog_timeout_ms = lease;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 4 * lease;
+  cfg.command_timeout_ms = 5 * lease;
+  cfg.on_lock_lost = on_lost;
+  cfg.log_fn = count_hook;
+  cfg.log_level = DLOCK_LOG_DEBUG;
+  dlock_client *c = th_client_cfg(m, &cfg);
+  dlock_config ocfg;
+  dlock_config_init(&ocfg);
+  ocfg.sync_replicas = 0;
+  dlock_client *other = th_client_cfg(m, &ocfg);
+  dlock_mutex *kept, *held;
+  CHECK_OK(dlock_mutex_new(c, "kept", &kept));
+  CHECK_OK(dlock_mutex_lock(kept));
+  CHECK_OK(dlock_mutex_new(other, "gd", &held));
+  CHECK_OK(dlock_mutex_timedlock(held, 0, 60000));
+  /* A thread of c waits for gd: c listens on its grant channel. */
+  waiter w = {c, 1};
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, wait_thread, &w), 0);
+  char ch[128];
+  snprintf(ch, sizeof ch, "dlock_grant__channel:{gd}:%s", dlock_client_id(c));
+  th_wait_numsub(m, ch, 1, 5000 * slow());
+  th_redis_pause(rep);
+  /* A grant for a thread of c that waits for nothing: declined. */
+  freeReplyObject(th_cmd(m, "PUBLISH %s 987654|0123456789abcdef", ch));
+  int64_t t0 = th_now_ms();
+  while (th_now_ms() - t0 < 3 * lease && atomic_load(&g_lost) == 0)
+    th_sleep_ms(20);
+  printf("lost %d after %lld ms; 'kept' PTTL %lld (lease %d)\n",
+         atomic_load(&g_lost), (long long)(th_now_ms() - t0),
+         th_cmd_int(m, "PTTL kept"), lease);
+  CHECK_MSG(atomic_load(&g_lost) == 0,
+            "'kept' was lost %lld ms after the grant: the decline held the "
+            "renewals",
+            (long long)(th_now_ms() - t0));
+  CHECK_MSG(atomic_load(&g_declines) == 1, "%d declines sent",
+            atomic_load(&g_declines));
+  th_redis_resume(rep);
+  dlock_client_cancel_waits(c);
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_ECANCELED);
+  CHECK_OK(dlock_mutex_unlock(kept));
+  CHECK_OK(dlock_mutex_unlock(held));
+  dlock_mutex_free(kept);
+  dlock_mutex_free(held);
+  dlock_client_free(c);
+  dlock_client_free(other);
 }
 
 /* ---- found by reading: NOSCRIPT is not a failed renewal -------------------
