@@ -60,14 +60,14 @@ void dlock__info_want(dlock_client *c) {
   if (c->er.info_at != 0)
     return;
   c->er.info_at = dlock__now_ms();
-  pthread_cond_signal(&c->er.cv);
+  dlock__errand_wake(c);
 }
 
 void dlock__info_since_later(dlock_client *c) {
   if (c->er.since_check != 0)
     return; /* that look finds this hold too, or sets the next one */
   c->er.since_check = dlock__now_ms() + DLOCK__SINCE_AFTER_MS;
-  pthread_cond_signal(&c->er.cv);
+  dlock__errand_wake(c);
 }
 
 void dlock__info_soon(dlock_client *c) {
@@ -80,7 +80,7 @@ void dlock__info_soon(dlock_client *c) {
     at = now;
   if (c->er.info_at == 0 || at < c->er.info_at) {
     c->er.info_at = at;
-    pthread_cond_signal(&c->er.cv);
+    dlock__errand_wake(c);
   }
 }
 

@@ -60,7 +60,7 @@ typedef struct er_state {
 void dlock__errand_decline_poke(dlock_client *c) {
   dlock__mu_lock(&c->reg.mu);
   c->er.declines = 1;
-  pthread_cond_signal(&c->er.cv);
+  dlock__errand_wake(c);
   dlock__mu_unlock(&c->reg.mu);
 }
 
@@ -158,7 +158,7 @@ static int send_declines(dlock_client *c, er_state *st) {
     int again = rc < 0 && rc != DLOCK_ECLOSED && e->tries < DECLINE_TRIES;
     if (rc >= 0)
       atomic_fetch_add(&c->er.declined, 1);
-    if (!again)
+    if (!again && !atomic_load(&c->closing))
       dlock__log(&c->cfg, rc < 0 ? DLOCK_LOG_WARN : DLOCK_LOG_DEBUG, e->d->name,
                  "decline",
                  "declined a hand-over grant that reached no wait (it had "
@@ -236,11 +236,16 @@ static void since_tick(dlock_client *c) {
 
 /* ---- the thread ---------------------------------------------------------- */
 
+void dlock__errand_wake(dlock_client *c) {
+  if (c->er.started) /* its condition variable goes with the thread */
+    pthread_cond_signal(&c->er.cv);
+}
+
 void dlock__errand_refresh(dlock_client *c) {
   dlock__mu_lock(&c->reg.mu);
   if (!c->er.refresh) {
     c->er.refresh = 1;
-    pthread_cond_signal(&c->er.cv);
+    dlock__errand_wake(c);
   }
   dlock__mu_unlock(&c->reg.mu);
 }
@@ -308,11 +313,16 @@ static void *er_main(void *arg) {
 int dlock__errand_start(dlock_client *c) {
   if (dlock__cond_init_mono(&c->er.cv) != 0)
     return dlock__fail(DLOCK_ENOMEM, "cannot create a condition variable");
+  dlock__mu_lock(&c->reg.mu);
+  c->er.started = 1;
+  dlock__mu_unlock(&c->reg.mu);
   if (dlock__thread_start(&c->er.thread, er_main, c) != 0) {
+    dlock__mu_lock(&c->reg.mu);
+    c->er.started = 0;
+    dlock__mu_unlock(&c->reg.mu);
     pthread_cond_destroy(&c->er.cv);
     return dlock__fail(DLOCK_ENOMEM, "cannot start the errand thread");
   }
-  c->er.started = 1;
   return 0;
 }
 
@@ -324,6 +334,10 @@ void dlock__errand_stop(dlock_client *c) {
   pthread_cond_signal(&c->er.cv);
   dlock__mu_unlock(&c->reg.mu);
   pthread_join(c->er.thread, NULL);
+  /* A thread that exits holding a hold of this client later (holds.c) may
+   * still ask for an info write: it finds the errand gone, not its cv. */
+  dlock__mu_lock(&c->reg.mu);
   c->er.started = 0;
+  dlock__mu_unlock(&c->reg.mu);
   pthread_cond_destroy(&c->er.cv);
 }

@@ -1534,6 +1534,8 @@ void dlock__errand_stop(dlock_client *c);
 /* The renewal thread asks for a cluster map refresh (no lock held): the
  * errand thread does it, so the renewal path never waits for one. */
 void dlock__errand_refresh(dlock_client *c);
+/* Wakes the errand thread if it runs (reg.mu held). */
+void dlock__errand_wake(dlock_client *c);
 
 /* ---- a background thread's own connections (bglink.c) --------------------
  * One link per node, opened on first use with the thread's reply bound,

@@ -571,6 +571,8 @@ static void fail_note(wd_fails *f, const char *name, size_t len, int64_t left) {
 /* Counts and logs the failures of a pass (reg.mu held; released while
  * the hook runs). why: the batch's error. */
 static void report_fails(dlock_client *c, wd_fails *f, const char *why) {
+  if (atomic_load(&c->closing))
+    return; /* dlock_client_free ended the renewals in flight */
   if (f->counted)
     dlock__stat_add(&c->stats, DLOCK__ST_RENEWALS_FAILED, f->counted);
   if (f->n == 0)
