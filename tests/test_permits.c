@@ -525,19 +525,21 @@ TH_CASE(late_acquire_reply_is_no_permit) {
 }
 
 /* Found by reading (issue 38): a release whose reply was lost
- * (DLOCK_ECONN: the policy allows no retry) had run; the caller's retry
+ * (its reply came after the command timeout, DLOCK_ECONN: the policy
+ * allows no retry) had run; the caller's retry
  * then answered DLOCK_ELOST. As an unlock's (docs/errors.md, "Unlock: the
  * caller may retry"): a release that may have run before and finds the
  * permit gone means released. */
 TH_CASE(release_retried_after_econn_is_released) {
   g_r = th_redis_new(1, NULL);
   fp_proxy *fp = fp_new(NULL, g_r->port);
-  dlock_client *a = proxied(fp, 300, 0, 0);
+  int cmd_ms = (int)(500 * th_timeout_mult());
+  dlock_client *a = proxied(fp, cmd_ms, 0, 0);
   dlock_permits *p = open_permits(a, "rel");
   CHECK_OK(dlock_permits_try_set_permits(p, 1));
   char id[DLOCK_PERMIT_ID_LEN + 1];
   CHECK_OK(dlock_permits_try_acquire(p, 60000, id));
-  fp_arm(fp, "rel", FP_DELAY, 1000);
+  fp_arm(fp, "rel", FP_DELAY, 3 * cmd_ms);
   CHECK_RC(dlock_permits_release(p, id), DLOCK_ECONN);
   CHECK_OK(fp_wait_fired(fp, 1, 5000 * th_timeout_mult()));
   CHECK_EQ(th_get_ll(g_r, "rel"), 1); /* the first copy released it */
@@ -561,13 +563,14 @@ TH_CASE_T(update_lease_econn_keeps_the_watchdog, 120, "slow") {
   g_r = th_redis_new(1, NULL);
   fp_proxy *fp = fp_new(NULL, g_r->port);
   int lease = (int)(1500 * th_timeout_mult());
-  dlock_client *a = proxied(fp, 300, 0, lease);
+  int cmd_ms = (int)(500 * th_timeout_mult());
+  dlock_client *a = proxied(fp, cmd_ms, 0, lease);
   dlock_client *b = th_client(g_r);
   dlock_permits *p = open_permits(a, "upd"), *pb = open_permits(b, "upd");
   CHECK_OK(dlock_permits_try_set_permits(p, 1));
   char id[DLOCK_PERMIT_ID_LEN + 1], other[DLOCK_PERMIT_ID_LEN + 1];
   CHECK_OK(dlock_permits_try_acquire(p, -1, id));
-  fp_arm(fp, "upd", FP_DELAY, 1000);
+  fp_arm(fp, "upd", FP_DELAY, 3 * cmd_ms);
   CHECK_RC(dlock_permits_update_lease(p, id, -1), DLOCK_ECONN);
   int64_t t0 = th_now_ms();
   while (th_now_ms() - t0 < 3 * lease) {
