@@ -7,6 +7,7 @@
  * the watcher -- with the abort pipe that ends their waits at
  * dlock_client_free. It is shared freely between threads.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
@@ -310,8 +311,9 @@ static int warm(dlock_client *c) {
 /* The abort pipe (dlock__io_guard): 0, or DLOCK_ENOMEM with none made. */
 static int abort_init(dlock_client *c) {
   if (pipe2(c->abort_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int e = errno; /* EMFILE: say "too many open files" (issue 10) */
     c->abort_pipe[0] = c->abort_pipe[1] = -1;
-    return dlock__fail(DLOCK_ENOMEM, "cannot make a pipe");
+    return dlock__fail(DLOCK_ENOMEM, "cannot make a pipe: %s", strerror(e));
   }
   return 0;
 }
