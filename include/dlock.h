@@ -268,8 +268,9 @@ typedef struct dlock_config {
    * WAIT until this many replicas acknowledged it: -1 (default) = every
    * replica connected to the master at that moment, 0 = do not wait,
    * n > 0 = at least n. An acquisition the replicas did not confirm within
-   * sync_timeout_ms is undone and retried under the retry policy, then
-   * fails with DLOCK_ENOSYNC. A master without replicas costs nothing. */
+   * sync_timeout_ms (or what is left of a timed call's wait budget, when
+   * less) is undone and retried under the retry policy, then fails with
+   * DLOCK_ENOSYNC. A master without replicas costs nothing. */
   int sync_replicas;
   int sync_timeout_ms; /* WAIT's timeout; default 1000 (Redisson's
                           slavesSyncTimeout) */
@@ -368,11 +369,12 @@ static inline void dlock_config_init(dlock_config *cfg) {
 
 /* Creates a client: parses cfg->url, and unless cfg->lazy_connect is set,
  * connects and authenticates (AUTH, SELECT) before returning, applying the
- * retry policy to unreachable servers. Starts three background threads:
- * pub/sub wake-ups, lease renewal (the watchdog), and the expiry thread that
- * reports a hold lost the moment its local deadline passes
- * (docs/threading.md); a redis-sentinel:// client a fourth, the Sentinel
- * watcher (it follows failovers). A sentinel client finds the master by
+ * retry policy to unreachable servers. Starts four background threads:
+ * pub/sub wake-ups, lease renewal (the watchdog: renewals and loss reports
+ * only), the expiry thread that reports a hold lost the moment its local
+ * deadline passes, and the errand thread (the client's info key, declines,
+ * cluster map refreshes) (docs/threading.md); a redis-sentinel:// client a
+ * fifth, the Sentinel watcher (it follows failovers). A sentinel client finds the master by
  * asking the sentinels in turn (DLOCK_ECONN naming what each said when none
  * names a master that answers ROLE as one).
  * The client id is a fresh random UUID v4.
@@ -418,7 +420,11 @@ DLOCK_API void dlock_config_dispose(dlock_config *cfg);
 
 /* Stops the background threads, closes every connection and releases the
  * client. Locks still held are not released: their renewal stops and they
- * expire after their lease. Lock objects created from the client (mutex
+ * expire after their lease. Returns at once whatever the background
+ * threads wait for on the network (a connect, a handshake, a reply: each
+ * such wait ends when the client is freed); it waits only for a callback
+ * (on_lock_lost, the log hook) running on one of them, a host name being
+ * resolved, or a write to a full socket buffer (docs/threading.md). Lock objects created from the client (mutex
  * variants, rwlock, semaphore, latch) may be freed before or after this
  * call: each keeps the client's memory alive until it is freed, and its
  * calls answer DLOCK_ECLOSED meanwhile. Accepts NULL.
@@ -438,7 +444,7 @@ DLOCK_API const char *dlock_client_id(const dlock_client *c);
 /* Who a client is, as its info key records it. From its first hold on, a
  * client keeps a small hash "dlock_client:{<client id>}" (fields host, pid,
  * program, started) with the watchdog timeout as TTL, refreshed by its
- * watchdog thread every renewal period: it expires with the client. The
+ * errand thread every renewal period: it expires with the client. The
  * lock's own keys are unchanged. Layout frozen (like dlock_holder). */
 typedef struct dlock_client_info {
   char host[256];       /* gethostname() of the client's machine */
@@ -474,7 +480,7 @@ DLOCK_API int dlock_client_conn_name_query(dlock_client *c, const char *owner,
  * [:write]" from dlock_status -- on lock `name` began: *since_ms gets the
  * wall-clock time (ms since the epoch) the holder's client took the lock
  * (the acquisition that began the hold, not a reentrant one). The holder's
- * client publishes it in its info key from its watchdog thread (never on
+ * client publishes it in its info key from its errand thread (never on
  * the lock call's own path) once the hold has lasted 100 ms (a shorter hold
  * is never published: a client that locks and unlocks continuously writes
  * nothing for it), at most one write per 100 ms; a younger hold is not
@@ -1289,8 +1295,13 @@ DLOCK_API void dlock_permits_free(dlock_permits *p);
  * subscription to redisson_sc:{name} and re-checks at least once a second
  * and when the earliest lease of a taken permit ends (expired permits
  * announce nothing). A re-sent copy of an acquire (the retry policy) never
- * takes a second permit: the id is chosen before the first send. Errors:
- * DLOCK_EBUSY, DLOCK_ETIMEDOUT, DLOCK_ECANCELED, DLOCK_ECLOSED,
+ * takes a second permit: the id is chosen before the first send. The lease
+ * counts from the acquisition's send: an answer that comes after send +
+ * lease - (lease/100 + 2 ms) is no permit -- the server may have reclaimed
+ * it for another taker meanwhile -- so the permit is given back at once
+ * and the call answers DLOCK_ELOST (dlock_last_error() says how late;
+ * id_out stays empty). Errors: DLOCK_EBUSY, DLOCK_ETIMEDOUT,
+ * DLOCK_ECANCELED, DLOCK_ECLOSED, DLOCK_ELOST (answered past the lease),
  * DLOCK_ECONN (outcome unknown: the permit may be taken; it expires with
  * its lease), DLOCK_EREDIS, DLOCK_EAUTH (the server refused SUBSCRIBE),
  * DLOCK_EINVAL (NULL). Thread-safety: any thread; the permit is the
@@ -1309,15 +1320,23 @@ DLOCK_API int dlock_permits_try_acquire(dlock_permits *p, long long lease_ms,
  * Ends this object's renewal of it. Errors: DLOCK_ELOST (no such permit:
  * released already, or expired and reclaimed; or found past its lease --
  * then it is given back all the same), DLOCK_EINVAL (NULL, not an id),
- * DLOCK_ECONN, DLOCK_EREDIS. A re-sent copy that finds the permit gone
- * after its first copy released it returns 0. Thread-safety: any thread. */
+ * DLOCK_ECONN, DLOCK_EREDIS. A release may be retried after DLOCK_ECONN
+ * (the outcome unknown), at any time: this object remembers it (its 32 most
+ * recent such releases), and the retry -- or a copy the retry policy
+ * re-sent -- that finds the permit gone returns 0, "released", as an
+ * unlock's retry does (docs/errors.md); unless its first copy was sent
+ * after the local deadline of a permit this object renews (DLOCK_ELOST).
+ * Meanwhile a renewal that finds it gone reports no loss. Thread-safety:
+ * any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_permits_release(dlock_permits *p, const char *id);
 /* Sets the lease of the taken permit `id` (Redisson updateLeaseTime):
  * lease_ms > 0: it now expires lease_ms from now (and this object stops
- * renewing it); <= 0: this object's watchdog renews it from now on. Errors:
- * DLOCK_ELOST (no such permit, or already expired), DLOCK_EINVAL,
- * DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
+ * renewing it); <= 0: this object's watchdog renews it from now on. Until
+ * the update is confirmed nothing changes locally: after DLOCK_ECONN a
+ * permit the watchdog renewed is still renewed (call again to set the
+ * lease). Errors: DLOCK_ELOST (no such permit, or already expired),
+ * DLOCK_EINVAL, DLOCK_ECONN, DLOCK_EREDIS. Thread-safety: any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_permits_update_lease(dlock_permits *p, const char *id,
                                          long long lease_ms);

@@ -737,10 +737,17 @@ static void take_unsent(dlock__aconn *k) {
     r->wait_want = sync_want(k, r);
     r->waits = r->wait_want > 0;
     if (r->waits) {
+      /* sync_timeout_ms, cut to what is left of the call's wait budget (a
+       * timed lock never waits for replicas past it: issue 38), at least
+       * 1 ms (WAIT's 0 waits for ever) -- the blocking router's rule. */
+      int64_t w = k->a->cfg.sync_timeout_ms;
+      if (r->wait_until > 0 && r->wait_until - now < w)
+        w = r->wait_until - now;
+      r->wait_ms = w < 1 ? 1 : (int)w;
       char nr[24], ms[24];
       const char *av[3] = {"WAIT", nr, ms};
       size_t al[3] = {4, dlock__fmt_i64(nr, r->wait_want),
-                      dlock__fmt_i64(ms, k->a->cfg.sync_timeout_ms)};
+                      dlock__fmt_i64(ms, r->wait_ms)};
       dlock__resp_argv(&k->out, 3, av, al);
     }
   }
@@ -748,7 +755,7 @@ static void take_unsent(dlock__aconn *k) {
   if (k->head && !k->timeout.slot)
     dlock__async_timer(k->a, &k->timeout,
                        k->head->sent_at + k->a->cfg.command_timeout_ms +
-                           (k->head->waits ? k->a->cfg.sync_timeout_ms : 0));
+                           (k->head->waits ? k->head->wait_ms : 0));
 }
 
 /* send(2), or SSL_write on a TLS connection: > 0 bytes, -2 would block,
@@ -1211,7 +1218,7 @@ static void timeout_fired(dlock__atimer *t) {
   int64_t now = dlock__async_now();
   dlock__areq *h = k->head != k->unsent ? k->head : NULL;
   int64_t due = h ? h->sent_at + k->a->cfg.command_timeout_ms +
-                        (h->waits ? k->a->cfg.sync_timeout_ms : 0)
+                        (h->waits ? h->wait_ms : 0)
                   : -1;
   if (k->hs_left > 0 || (h && due <= now)) {
     snprintf(why, sizeof why, "%s: no reply within %d ms", k->what,

@@ -61,6 +61,10 @@ struct dlock__areq {
   int redirects;               /* MOVED / ASK / no owner so far */
   int waits;                   /* a WAIT was pipelined behind it */
   int wait_want;               /* the replicas it asked for */
+  int wait_ms;                 /* that WAIT's timeout (take_unsent) */
+  /* The wait budget's end of the call that sent it (monotonic ms; 0 none):
+   * its WAIT never waits past it (async_conn.c take_unsent). */
+  int64_t wait_until;
   redisReply *held;            /* its reply, while the WAIT's is awaited */
   int no_sync;                 /* never followed by WAIT (an undo) */
   int unsynced;                /* WAIT did not confirm it (engine's verdict) */
@@ -221,6 +225,7 @@ struct dlock_async {
   dlock__ahold *wd_head;  /* holds the watchdog renews */
   dlock__atimer wd_timer;
   dlock__atimer loss_timer; /* the engine's next local deadline (async_wd.c) */
+  dlock__atimer wd_retry;   /* failed renewals' next try (async_wd.c) */
   int wd_batches;           /* renewal requests in flight */
   dlock__stats stats;       /* dlock_async_stats's counters (stats.c) */
 };

@@ -258,6 +258,7 @@ static int send_call(dlock__aop *op, int target, int queue, int cancel) {
     return DLOCK_ENOMEM;
   op->in_flight = 1;
   op->sent = dlock__async_now();
+  r->wait_until = op->wait_ms > 0 ? op->w.deadline : 0; /* its WAIT's end */
   dlock__aconn_submit(&op->a->cmd, r);
   return 0;
 }

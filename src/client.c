@@ -2,9 +2,13 @@
  * client.c -- the client object: configuration, identity, lifecycle.
  *
  * A client owns: the parsed URL, a random UUID (its identity in every lock
- * field), the node pool behind the router, the pub/sub thread and the
- * watchdog thread. It is shared freely between threads.
+ * field), the node pool behind the router, and its background threads --
+ * pub/sub, renewal (the watchdog), expiry, errand, and for a Sentinel URL
+ * the watcher -- with the abort pipe that ends their waits at
+ * dlock_client_free. It is shared freely between threads.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -304,6 +308,30 @@ static int warm(dlock_client *c) {
   }
 }
 
+/* The abort pipe (dlock__io_guard): 0, or DLOCK_ENOMEM with none made. */
+static int abort_init(dlock_client *c) {
+  if (pipe2(c->abort_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int e = errno; /* EMFILE: say "too many open files" (issue 10) */
+    c->abort_pipe[0] = c->abort_pipe[1] = -1;
+    return dlock__fail(DLOCK_ENOMEM, "cannot make a pipe: %s", strerror(e));
+  }
+  return 0;
+}
+
+/* Ends every wait of the client's background threads on the network. */
+static void abort_waits(dlock_client *c) {
+  char b = 1;
+  if (c->abort_pipe[1] >= 0 && write(c->abort_pipe[1], &b, 1) < 0)
+    return; /* non-blocking: a byte is there already */
+}
+
+static void abort_close(dlock_client *c) {
+  for (int i = 0; i < 2; i++)
+    if (c->abort_pipe[i] >= 0)
+      close(c->abort_pipe[i]);
+  c->abort_pipe[0] = c->abort_pipe[1] = -1;
+}
+
 int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
                            dlock_client **out) {
   dlock__clear_error();
@@ -322,10 +350,12 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
   c->fork_gen = dlock__fork_gen();
   atomic_init(&c->refs, 1); /* the caller's; each lock object adds one */
   /* Each stage is undone by the labels below it, in reverse order. */
+  if ((rc = abort_init(c)) != 0)
+    goto fail_free;
   rc = identity_init(c, cfg.url);
   c->cfg.loaded = NULL; /* the caller's (TLS messages named its keys) */
   if (rc != 0)
-    goto fail_free;
+    goto fail_abort;
   dlock__sync_init(&c->sync);
   if ((rc = dlock__sentinel_init(c)) != 0)
     goto fail_identity;
@@ -344,10 +374,14 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
     goto fail_pubsub;
   if ((rc = dlock__watchdog_start(c)) != 0)
     goto fail_threads;
-  if ((rc = dlock__sentinel_start(c)) != 0)
+  if ((rc = dlock__errand_start(c)) != 0)
     goto fail_watchdog;
+  if ((rc = dlock__sentinel_start(c)) != 0)
+    goto fail_errand;
   *out = c;
   return 0;
+fail_errand:
+  dlock__errand_stop(c);
 fail_watchdog:
   dlock__watchdog_stop(c);
 fail_threads:
@@ -364,6 +398,8 @@ fail_sentinel:
   dlock__sentinel_destroy(c, 0);
 fail_identity:
   identity_free(c);
+fail_abort:
+  abort_close(c);
 fail_free:
   free(c);
   return rc;
@@ -401,12 +437,18 @@ void dlock_client_free(dlock_client *c) {
     dlock__node_free_memory(&c->node);
     dlock__cluster_destroy(c, 1);
   } else {
+    /* First end every background wait on the network (connects, probes,
+     * handshakes, reads: the I/O guard), so the joins below do not wait
+     * for a server that does not answer (issue 38.9). */
+    abort_waits(c);
     dlock__sentinel_stop(c);
     dlock__pubsub_stop(c);
+    dlock__errand_stop(c);
     dlock__watchdog_stop(c);
     dlock__node_destroy(&c->node);
     dlock__cluster_destroy(c, 0);
   }
+  abort_close(c);
   /* Lock objects still alive keep the memory (registry, mutexes) until
    * they are freed; their calls answer DLOCK_ECLOSED meanwhile. */
   dlock__client_unref(c);

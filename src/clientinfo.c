@@ -4,11 +4,12 @@
  * process behind a holder field "<client id>:<thread>". The lock's own keys
  * are untouched (Redisson's layout); the info key is a separate hash,
  * "dlock_client:{<client id>}", with the watchdog timeout as TTL, written by
- * the watchdog thread from the client's first hold or wait on (not a
- * failed trylock, nor an acquisition undone for DLOCK_ENOSYNC) and refreshed
- * one renewal period after each write ends, so it expires with the client.
- * It never delays a renewal: it is sent without the sync WAIT, and only
- * when no hold is due (watchdog.c).
+ * the errand thread (errand.c) from the client's first hold or wait on (not
+ * a failed trylock, nor an acquisition undone for DLOCK_ENOSYNC) and
+ * refreshed one renewal period after each write ends, so it expires with
+ * the client. It never delays a renewal: the renewal thread does renewals
+ * and loss reports only (issue 38.6), and the write goes without the sync
+ * WAIT on the errand thread's own connection.
  *
  * HOLD START TIMES. The key also lists, for each hold of the client, when
  * it began: field "since:<tid>:<name>" -> wall ms, recorded by the thread
@@ -56,35 +57,31 @@ static void info_key(dlock__sb *b, const char *id) {
 }
 
 void dlock__info_want(dlock_client *c) {
-  if (c->wd.info_at != 0)
+  if (c->er.info_at != 0)
     return;
-  c->wd.info_at = dlock__now_ms();
-  pthread_cond_broadcast(&c->reg.cv);
+  c->er.info_at = dlock__now_ms();
+  dlock__errand_wake(c);
 }
 
 void dlock__info_since_later(dlock_client *c) {
-  if (c->wd.since_check != 0)
+  if (c->er.since_check != 0)
     return; /* that look finds this hold too, or sets the next one */
-  c->wd.since_check = dlock__now_ms() + DLOCK__SINCE_AFTER_MS;
-  pthread_cond_broadcast(&c->reg.cv);
+  c->er.since_check = dlock__now_ms() + DLOCK__SINCE_AFTER_MS;
+  dlock__errand_wake(c);
 }
 
 void dlock__info_soon(dlock_client *c) {
-  c->wd.info_dirty = 1;
-  if (c->wd.info_running)
-    return; /* info_tick (watchdog.c) schedules the next one */
+  c->er.info_dirty = 1;
+  if (c->er.info_running)
+    return; /* info_tick (errand.c) schedules the next one */
   int64_t now = dlock__now_ms();
-  int64_t at = c->wd.info_end ? c->wd.info_end + DLOCK__INFO_GAP_MS : now;
+  int64_t at = c->er.info_end ? c->er.info_end + DLOCK__INFO_GAP_MS : now;
   if (at < now)
     at = now;
-  if (c->wd.info_at == 0 || at < c->wd.info_at) {
-    c->wd.info_at = at;
-    pthread_cond_broadcast(&c->reg.cv);
+  if (c->er.info_at == 0 || at < c->er.info_at) {
+    c->er.info_at = at;
+    dlock__errand_wake(c);
   }
-}
-
-int dlock__info_write(dlock_client *c) {
-  return dlock__info_write_via(c, NULL, NULL);
 }
 
 int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
@@ -115,8 +112,6 @@ int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
     dlock__sb_free(&hb);
     return DLOCK_ENOMEM;
   }
-  const char *keys[1] = {k.p};
-  size_t klens[1] = {k.len};
   args[0] = ttl;
   args[1] = host;
   args[2] = pid;
@@ -132,36 +127,25 @@ int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
     args[na++] = p;
     p += strlen(p) + 1;
   }
-  redisReply *r = NULL;
   int rc;
   dlock__err_keep_begin(); /* a background write: no one's message */
-  if (send) {
-    /* EVAL itself (no script cache to miss), on the caller's connection */
-    char nk[2] = "1";
-    all[0] = "EVAL";
-    all[1] = g_write.body;
-    all[2] = nk;
-    all[3] = k.p;
-    size_t *lens = dlock__calloc(4 + (size_t)na, sizeof *lens);
-    if (!lens) {
-      rc = DLOCK_ENOMEM;
-    } else {
-      for (int i = 0; i < 4 + na; i++)
-        lens[i] = i == 3 ? k.len : strlen(all[i]);
-      rc = send(c, arg, k.p, 4 + na, all, lens);
-      free(lens);
-    }
+  /* EVAL itself (no script cache to miss), without WAIT (bookkeeping,
+   * nothing a replica must confirm), on the sender's connection. */
+  char nk[2] = "1";
+  all[0] = "EVAL";
+  all[1] = g_write.body;
+  all[2] = nk;
+  all[3] = k.p;
+  size_t *lens = dlock__calloc(4 + (size_t)na, sizeof *lens);
+  if (!lens) {
+    rc = DLOCK_ENOMEM;
   } else {
-    /* Sent once and without a WAIT: bookkeeping, nothing a replica must
-     * confirm, and a WAIT would hold the watchdog thread -- and the
-     * renewals behind it -- for sync_timeout_ms whenever replicas lag
-     * (issue 25.7). */
-    static const dlock__send_how how = {2, 1, 0};
-    rc = dlock__eval_how(c, &g_write, 1, keys, klens, na, args, NULL, &how, &r);
+    for (int i = 0; i < 4 + na; i++)
+      lens[i] = i == 3 ? k.len : strlen(all[i]);
+    rc = send(c, arg, k.p, 4 + na, all, lens);
+    free(lens);
   }
   dlock__err_keep_end();
-  if (r)
-    freeReplyObject(r);
   free(all);
   dlock__sb_free(&k);
   dlock__sb_free(&hb);

@@ -12,7 +12,9 @@
  * MOVED reply names a new owner, and when it is refreshed: at first use, on
  * MOVED, after a connection error or a CLUSTERDOWN / READONLY reply (the
  * router marks it stale), and at least every DLOCK__CLUSTER_REFRESH_MS. One
- * thread refreshes at a time; the others keep using the map they have.
+ * thread refreshes at a time; the others keep using the map they have, or
+ * wait for it -- except the renewal thread, which never waits for a
+ * refresh (the errand thread refreshes for it: errand.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,7 +381,14 @@ static int candidates(dlock_client *c, dlock__url *out, int max) {
 int dlock__cluster_refresh(dlock_client *c) {
   dlock__cluster *cl = c->cl;
   unsigned epoch = atomic_load(&cl->epoch);
-  dlock__mu_lock(&cl->refresh_mu);
+  if (dlock__io_guard_nowait()) {
+    /* The renewal thread never waits for another thread's refresh (its
+     * connects may take connect_timeout_ms): it keeps the map it has. */
+    if (dlock__mu_trylock(&cl->refresh_mu) != 0)
+      return 0;
+  } else {
+    dlock__mu_lock(&cl->refresh_mu);
+  }
   int64_t now = dlock__now_ms();
   if (atomic_load(&cl->epoch) != epoch || /* another thread just did it */
       now - cl->tried_at < DLOCK__CLUSTER_MIN_REFRESH_MS) {

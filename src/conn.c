@@ -417,6 +417,7 @@ typedef struct attempt {
   int fresh;         /* the connection was opened for this attempt */
   int timed_out;     /* no reply within the command timeout */
   int with_wait;     /* a WAIT follows the command (sync.c) */
+  int wait_ms;       /* its timeout (wait_ms_now) */
   redisReply *wait_reply;
   char msg[256];
 } attempt;
@@ -532,9 +533,9 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
   else
     a->sent = l->wrote > 0; /* nothing written: it never arrived */
   if (r && a->with_wait) {
-    /* WAIT may take sync_timeout_ms before it answers. */
+    /* WAIT may take its timeout before it answers. */
     int cto = n->c->cfg.command_timeout_ms;
-    dlock__link_set_timeout(l, cto + n->c->cfg.sync_timeout_ms, cto);
+    dlock__link_set_timeout(l, cto + a->wait_ms, cto);
     a->wait_reply = dlock__link_reply(l);
     dlock__link_set_timeout(l, cto, cto);
     if (!a->wait_reply) {
@@ -567,9 +568,27 @@ static void count_send(dlock_client *c, const attempt *a) {
   dlock__stat_add(&c->stats, DLOCK__ST_ROUND_TRIPS, 1);
 }
 
+/* The timeout of the WAIT pipelined behind a send of cmd now:
+ * sync_timeout_ms, cut to what is left of the calling public call's wait
+ * budget (dlock__call_deadline) -- a timed lock spent sync_timeout_ms per
+ * attempt past its budget (issue 38: 7.3 s for a 2 s wait) -- and at least
+ * 1 ms (WAIT's 0 waits for ever). Told to sync.c for its message. */
+static int wait_ms_now(const dlock__cmd *cmd) {
+  int64_t ms = cmd->sync_timeout_ms;
+  int64_t dl = dlock__call_deadline();
+  if (dl >= 0 && dl - dlock__now_ms() < ms)
+    ms = dl - dlock__now_ms();
+  if (ms < 1)
+    ms = 1;
+  dlock__sync_waited((int)ms);
+  return (int)ms;
+}
+
 /* RESP of cmd into b; with eval, EVAL and the script's body in place of
- * EVALSHA and its digest (the router's answer to NOSCRIPT). */
-static void encode_cmd(dlock__sb *b, const dlock__cmd *cmd, int eval) {
+ * EVALSHA and its digest (the router's answer to NOSCRIPT); a WAIT of
+ * wait_ms behind it when cmd asks for one. */
+static void encode_cmd(dlock__sb *b, const dlock__cmd *cmd, int eval,
+                       int wait_ms) {
   dlock__sb_reset(b);
   dlock__sb_add(b, "*", 1);
   dlock__sb_addu64(b, (uint64_t)cmd->argc);
@@ -591,7 +610,7 @@ static void encode_cmd(dlock__sb *b, const dlock__cmd *cmd, int eval) {
     char nr[24], ms[24];
     const char *av[3] = {"WAIT", nr, ms};
     size_t al[3] = {4, dlock__fmt_i64(nr, cmd->wait_replicas), 0};
-    al[2] = dlock__fmt_i64(ms, cmd->sync_timeout_ms);
+    al[2] = dlock__fmt_i64(ms, wait_ms);
     dlock__resp_argv(b, 3, av, al);
   }
 }
@@ -605,7 +624,8 @@ static void send_cmd(dlock__node *n, roundtrip_fn *rt, void *conn,
   char buf[1024];
   dlock__sb_init_buf(&b, buf, sizeof buf);
   a->with_wait = cmd->wait_replicas > 0;
-  encode_cmd(&b, cmd, 0);
+  a->wait_ms = a->with_wait ? wait_ms_now(cmd) : 0;
+  encode_cmd(&b, cmd, 0, a->wait_ms);
   redisReply *r = rt(n, conn, &b, a);
   count_send(n->c, a);
   if (r && cmd->script && r->type == REDIS_REPLY_ERROR &&
@@ -614,7 +634,9 @@ static void send_cmd(dlock__node *n, roundtrip_fn *rt, void *conn,
     if (a->wait_reply)
       freeReplyObject(a->wait_reply);
     a->wait_reply = NULL;
-    encode_cmd(&b, cmd, 1);
+    if (a->with_wait)
+      a->wait_ms = wait_ms_now(cmd);
+    encode_cmd(&b, cmd, 1, a->wait_ms);
     r = rt(n, conn, &b, a);
     count_send(n->c, a);
   }
@@ -783,7 +805,7 @@ static void ask_send(dlock__node *n, const dlock__cmd *cmd, attempt *a) {
   for (int eval = 0; eval < 2 && !r; eval++) {
     dlock__sb_reset(&b);
     dlock__sb_adds(&b, "*1\r\n$6\r\nASKING\r\n");
-    encode_cmd(&one, cmd, eval);
+    encode_cmd(&one, cmd, eval, cmd->wait_replicas > 0 ? wait_ms_now(cmd) : 0);
     dlock__sb_add(&b, one.p, one.len);
     a->sent = 1;
     redisReply *ok = b.oom || dlock__link_send(l, b.p, b.len) != 0
@@ -1021,8 +1043,8 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
       return rc; /* the call's wait budget ends its retries too */
     retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
-    redirects = 0; /* a bound per attempt: the attempts are bounded */
-    dlock__sleep_ms(pause);
+    redirects = 0;          /* a bound per attempt: the attempts are bounded */
+    dlock__io_pause(pause); /* a background thread's ends at free */
     if (c->cl)
       n = route(c, cmd->key);
   }

@@ -355,7 +355,7 @@ int dlock__eng_grant_verdict(const dlock__grant *g, long long owner,
  * (a field this client can have: the decline script gives the lock back
  * unless that field took it as its own since, and drops a retried wait's
  * entry from the queue's head), else DLOCK__GRANT_NONE (nothing to give
- * back). Blocking: queued for the watchdog thread (dlock__decline_send);
+ * back). Blocking: queued for the errand thread (errand.c, no WAIT);
  * async: sent at once. Sent once; if it fails, the ended wait's lease ends
  * the hold. */
 int dlock__eng_grant_unclaimed(const dlock__grant *g);

@@ -110,7 +110,7 @@ int dlock__reg_attach(dlock_client *c, const char *name, size_t name_len,
 static void hold_free(dlock_client *c, dlock__hold *h) {
   /* A published hold start (clientinfo.c) goes with the next write, soon:
    * the thread's next hold of the name must not show this one's. */
-  if (h->since_pub && c->wd.info_at)
+  if (h->since_pub && c->er.info_at)
     dlock__info_soon(c);
   dlock__wd_remove(c, h);
   if (c->wd.busy) {

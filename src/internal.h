@@ -10,7 +10,11 @@
  *   pubsub thread:   one subscriber connection per client; wakes waiting
  *                    threads (slots) on grant / "0" / "1" messages.
  *   watchdog thread: renews every watchdog hold of the client in pipelined
- *                    batches on its own connection; reports lost locks.
+ *                    batches on its own connections; reports lost locks;
+ *                    nothing else (the renewal path).
+ *   expiry thread:   declares a hold lost at its local deadline.
+ *   errand thread:   the client's info key, declines, cluster map
+ *                    refreshes: bookkeeping kept off the renewal path.
  *
  *   engine (engine.c, engine.h): the hold decisions this client and the
  *                    event-loop client share -- local deadlines, request
@@ -762,6 +766,30 @@ int dlock__link_open(dlock_client *c, const dlock__url *url, dlock__link **out);
  * must be answered while its lease runs). */
 int dlock__link_open_ms(dlock_client *c, const dlock__url *url, int reply_ms,
                         dlock__link **out);
+
+/* ---- the background I/O guard (link.c) -----------------------------------
+ * dlock_client_free must not wait for a background thread stuck in the
+ * network, and the renewal path must not wait on it longer than a renewal
+ * can afford (issue 38.6, 38.9). A background thread of a client (the
+ * renewal and errand threads, the Sentinel watcher, a permits renewer)
+ * calls dlock__io_guard once, at its start: from then on each of its waits
+ * on a socket -- connect, the plain-or-TLS probe, the TLS handshake, every
+ * read, the router's retry pauses -- also ends when abort_fd (the client's
+ * abort pipe, written by dlock_client_free) becomes readable; with
+ * bound_ms > 0, the connect, probe, TLS handshake and handshake replies of
+ * every link it opens wait at most bound_ms; with nowait, it never waits
+ * for another thread's cluster map refresh (cluster.c). A link open by any
+ * thread polls its client's abort pipe for the open's duration; other
+ * threads' reads are unchanged (no extra poll on the hot path). */
+void dlock__io_guard(int abort_fd, int bound_ms, int nowait);
+int dlock__io_guard_fd(void); /* the calling thread's abort fd, or -1 */
+int dlock__io_guard_nowait(void);
+/* poll(2) of fd for events and of the guard's abort fd, at most ms (<= 0:
+ * no bound), EINTR retried: 1 ready, 0 timed out, -2 aborted, -1 failed
+ * (errno). */
+int dlock__io_poll(int fd, short events, int ms);
+/* Sleeps ms, or less when the guard's abort fd becomes readable. */
+void dlock__io_pause(int64_t ms);
 /* Closes the socket (untracking it: see dlock__fd_track) and frees l.
  * Accepts NULL. */
 void dlock__link_free(dlock__link *l);
@@ -1078,6 +1106,9 @@ int dlock__sync_parse_replicas(const redisReply *r);
 void dlock__sync_pause(int off);
 /* Clears the calling thread's shortfall flag (every eval does first). */
 void dlock__sync_reset(void);
+/* The router sent a WAIT with this timeout (ms) on the calling thread:
+ * sync_timeout_ms, or less when the call's wait budget ends sooner. */
+void dlock__sync_waited(int ms);
 /* 1 if the calling thread's last eval was a write the replicas did not
  * confirm in time (cfg.sync_timeout_ms); its message in *why. */
 int dlock__sync_short(const char **why);
@@ -1104,7 +1135,7 @@ typedef struct dlock__pubsub {
   int64_t wake_at;
   dlock__sub *list;
   /* Grants that reached no wait (its thread gave up and its cancel could
-   * not leave the queue): the watchdog thread sends their declines. */
+   * not leave the queue): the errand thread sends their declines. */
   struct dlock__decline *declines;
   int pipe[2]; /* wakes the thread (also from a signal handler) */
   pthread_t thread;
@@ -1135,8 +1166,18 @@ typedef struct dlock__watchdog {
   pthread_t exp_thread;
   int exp_started;
   int64_t exp_wake_at; /* when the expiry thread looks next */
-  /* The client's info key (clientinfo.c): monotonic ms of its next write
-   * by the watchdog thread; 0 until the client's first hold asks for it. */
+} dlock__watchdog;
+
+/* The errand thread (errand.c): everything a client does in the background
+ * that is neither a renewal nor a loss report -- the info key, declines,
+ * cluster map refreshes the renewal thread asks for -- on connections of
+ * its own. Guarded by the registry's mutex. */
+typedef struct dlock__errand {
+  pthread_t thread;
+  int started, stop;
+  pthread_cond_t cv; /* monotonic: its sleeps (with reg.mu) */
+  /* The client's info key (clientinfo.c): monotonic ms of its next write;
+   * 0 until the client's first hold asks for it. */
   int64_t info_at;
   int info_running;     /* a write is in flight (info_tick) */
   int info_dirty;       /* a hold began since the last write started */
@@ -1144,8 +1185,9 @@ typedef struct dlock__watchdog {
   int64_t since_check;  /* monotonic ms of the next look at hold ages (0:
                            none; dlock__info_since_later) */
   int declines;         /* the pub/sub thread queued declines (dlock__pubsub) */
+  int refresh;          /* the renewal thread asks for a cluster map refresh */
   atomic_uint declined; /* declines answered by Redis (for tests) */
-} dlock__watchdog;
+} dlock__errand;
 
 struct dlock_client {
   dlock_config cfg;
@@ -1174,6 +1216,10 @@ struct dlock_client {
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
   dlock__watchdog wd;  /* renewal and local deadlines (watchdog.c) */
+  dlock__errand er;    /* info key, declines, map refreshes (errand.c) */
+  /* dlock_client_free writes [1]; every background wait polls [0]
+   * (dlock__io_guard): -1 when not made. */
+  int abort_pipe[2];
 
   dlock__sentinel sent; /* redis-sentinel:// master discovery (sentinel.c) */
   dlock__sync sync;     /* replica sync: WAIT after writes (sync.c) */
@@ -1181,19 +1227,17 @@ struct dlock_client {
 
 /* ---- the client's info key (clientinfo.c) ------------------------------
  * "dlock_client:{<client id>}", a hash: host, pid, program, started (ms since
- * the epoch). Written by the watchdog thread from the client's first hold
+ * the epoch). Written by the errand thread from the client's first hold
  * on, every renewal period, with the watchdog timeout as TTL: it expires
  * with the client. dlock_client_info_query reads it. */
-/* Asks the watchdog thread to write the key now if it never did (reg_mu
+/* Asks the errand thread to write the key now if it never did (reg_mu
  * held). */
 void dlock__info_want(dlock_client *c);
-/* Writes the key (no lock held; one attempt). 0 or a negative code. */
-int dlock__info_write(dlock_client *c);
-/* The same, sent by send(c, arg, key, argc, argv, lens) -- an EVAL of the
- * write script, routed by key -- instead of the router (the watchdog's own
- * connection, whose replies are awaited within the lease). send returns 0
- * or a negative code. The key also carries "conn_name" (the client's
- * connection name) for dlock status. */
+/* Writes the key, sent by send(c, arg, key, argc, argv, lens) -- an EVAL
+ * of the write script, routed by key (the errand thread's own connection,
+ * without WAIT). send returns 0 or a negative code. The key also carries
+ * "conn_name" (the client's connection name) for dlock status. No lock
+ * held; one attempt. 0 or a negative code. */
 typedef int dlock__info_send_fn(dlock_client *c, void *arg, const char *key,
                                 int argc, const char **argv,
                                 const size_t *lens);
@@ -1209,10 +1253,10 @@ void dlock__info_soon(dlock_client *c);
  * "dlock status") once the hold has lasted this long: short holds -- the
  * uncontended lock+unlock of a busy client -- never cost an info write. */
 #define DLOCK__SINCE_AFTER_MS 100
-/* A hold began (reg.mu held): the watchdog thread looks at the holds'
+/* A hold began (reg.mu held): the errand thread looks at the holds'
  * ages DLOCK__SINCE_AFTER_MS from now, unless a look is due already. */
 void dlock__info_since_later(dlock_client *c);
-/* The watchdog thread's look (reg.mu held): 1 when some current hold has
+/* The errand thread's look (reg.mu held): 1 when some current hold has
  * lasted DLOCK__SINCE_AFTER_MS and its start is unpublished (write the info
  * key now); *next = when the next unpublished hold gets that old, or 0. */
 int dlock__holds_since_due(dlock_client *c, int64_t now, int64_t *next);
@@ -1501,6 +1545,56 @@ void dlock__lost_report(dlock_client *c, dlock__lost_note *list);
 void dlock__thread_note(dlock_client *c);
 int dlock__watchdog_start(dlock_client *c);
 void dlock__watchdog_stop(dlock_client *c);
+/* The renewal path's bound on every wait on the network (watchdog.c): a
+ * connect, the plain-or-TLS probe, a handshake, a renewal's reply wait at
+ * most min(command_timeout_ms, connect_timeout_ms, watchdog_timeout_ms /
+ * 6) -- half a renewal period -- so no wait spends more than that of the
+ * three periods a hold's deadline allows. At least 1. */
+int dlock__wd_wait_bound(const dlock_config *cfg);
+
+/* The errand thread (errand.c): started after the watchdog; stopped by
+ * dlock_client_free, at once whatever it waits for (its waits poll the
+ * client's abort pipe). */
+int dlock__errand_start(dlock_client *c);
+void dlock__errand_stop(dlock_client *c);
+/* The renewal thread asks for a cluster map refresh (no lock held): the
+ * errand thread does it, so the renewal path never waits for one. */
+void dlock__errand_refresh(dlock_client *c);
+/* Wakes the errand thread if it runs (reg.mu held). */
+void dlock__errand_wake(dlock_client *c);
+
+/* ---- a background thread's own connections (bglink.c) --------------------
+ * One link per node, opened on first use with the thread's reply bound,
+ * kept until it fails (then the next use reconnects, logged "reconnect"
+ * once it succeeds), followed to a new master after a Sentinel failover.
+ * Used by one thread. */
+typedef struct dlock__bglink {
+  dlock__node *node;
+  dlock__link *link; /* or NULL */
+  int failed;        /* the last link failed: the next one is a reconnect */
+} dlock__bglink;
+typedef struct dlock__bglinks {
+  dlock__bglink *v;
+  int n, cap;
+  int read_ms;     /* replies awaited at most this long */
+  const char *who; /* "watchdog", "errand": log lines */
+} dlock__bglinks;
+/* The link to node, connected when missing: NULL on failure (message set;
+ * *out then names the entry, or is NULL when out of memory). */
+dlock__link *dlock__bg_link(dlock_client *c, dlock__bglinks *s,
+                            dlock__node *node, dlock__bglink **out);
+/* The entry's link failed: closed, the next use reconnects; the cluster
+ * map is marked stale (the master may have moved). */
+void dlock__bg_drop(dlock_client *c, dlock__bglink *b);
+/* Closes every link and frees the table. */
+void dlock__bg_close(dlock__bglinks *s);
+/* One command (argv) on the link to key's node (its slot's master on a
+ * cluster, as the map says now, without refreshing it): *out the reply (an
+ * error reply included). 0, DLOCK_ECONN (no master known, connection
+ * failed: the link is dropped), DLOCK_ECLOSED, DLOCK_ENOMEM. */
+int dlock__bg_call(dlock_client *c, dlock__bglinks *s, const char *key,
+                   int argc, const char **argv, const size_t *lens,
+                   redisReply **out);
 
 /* Writes "<uuid>:<tid>" into buf (>= DLOCK__FIELD_MAX). Returns length. */
 size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf);
@@ -1786,7 +1880,8 @@ void dlock__rel_call_free(dlock__rel_call *k);
 /* A grant that reached no wait of this client: the unlock handed the lock
  * to a queue entry whose wait had already ended (its cancel could not reach
  * Redis). The pub/sub thread queues one (dlock__pubsub.declines), the
- * watchdog thread sends it (dlock__decline_send). */
+ * errand thread sends it (errand.c: the decline script, without WAIT, on
+ * its own connection, a few times at most). */
 typedef struct dlock__decline {
   struct dlock__decline *next;
   uint64_t tid; /* the thread of the ended wait */
@@ -1800,13 +1895,9 @@ typedef struct dlock__decline {
 int dlock__decline_call_init(dlock__rel_call *k, const char *name,
                              size_t name_len, const char *field, size_t fl,
                              const char *wid, const char *pub);
-/* Gives the lock back unless the thread took it as its own since (the
- * decline script, scripts.c). Blocking: one router call. 1 given back, 0
- * nothing to give back, or a negative code. Any thread. */
-int dlock__decline_send(dlock_client *c, const dlock__decline *d);
-/* Wakes the watchdog thread to send the queued declines (pubsub.c, with
+/* Wakes the errand thread to send the queued declines (pubsub.c, with
  * neither reg.mu nor ps.mu held). */
-void dlock__wd_decline_poke(dlock_client *c);
+void dlock__errand_decline_poke(dlock_client *c);
 /* The unlock script's answer (r is freed): 1 released (or handed over),
  * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
 int dlock__rel_reply(int rc, redisReply *r);

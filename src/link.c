@@ -67,6 +67,69 @@ static void plain_close(dlock__link *l) { (void)l; }
 const dlock__link_ops dlock__plain_link_ops = {"plain", plain_read, plain_write,
                                                plain_pending, plain_close};
 
+/* ---- the background I/O guard -------------------------------------------
+ * A client's background thread (renewal, errand, Sentinel watcher, a
+ * permits renewer) declares its client's abort pipe and, for the renewal
+ * path, a bound: every wait of that thread on a socket polls the pipe as
+ * well, and the waits of opening a link (connect, probe, TLS and Redis
+ * handshakes) are cut to the bound. Other threads pay nothing for it: their
+ * reads do not poll (a link open polls the pipe of its client for its own
+ * duration, connects being rare). */
+static _Thread_local int t_abort_fd = -1;
+static _Thread_local int t_bound_ms;
+static _Thread_local int t_nowait;
+
+void dlock__io_guard(int abort_fd, int bound_ms, int nowait) {
+  t_abort_fd = abort_fd;
+  t_bound_ms = bound_ms > 0 ? bound_ms : 0;
+  t_nowait = nowait;
+}
+
+int dlock__io_guard_fd(void) { return t_abort_fd; }
+
+int dlock__io_guard_nowait(void) { return t_nowait; }
+
+/* ms cut to the guard's bound (ms <= 0: the bound, if any). */
+static int bounded(int ms) {
+  if (t_bound_ms > 0 && (ms <= 0 || ms > t_bound_ms))
+    return t_bound_ms;
+  return ms;
+}
+
+int dlock__io_poll(int fd, short events, int ms) {
+  int64_t until = ms > 0 ? dlock__now_ms() + ms : -1;
+  for (;;) {
+    int left = -1;
+    if (until >= 0) {
+      int64_t l = until - dlock__now_ms();
+      if (l <= 0)
+        return 0;
+      left = (int)l;
+    }
+    struct pollfd p[2] = {{fd, events, 0}, {t_abort_fd, POLLIN, 0}};
+    int r = poll(p, t_abort_fd >= 0 ? 2 : 1, left);
+    if (r < 0 && errno != EINTR)
+      return -1;
+    if (r > 0 && t_abort_fd >= 0 && p[1].revents)
+      return -2;
+    if (r > 0)
+      return 1;
+  }
+}
+
+void dlock__io_pause(int64_t ms) {
+  if (t_abort_fd < 0 || ms <= 0) {
+    dlock__sleep_ms(ms);
+    return;
+  }
+  struct pollfd p = {t_abort_fd, POLLIN, 0};
+  int64_t until = dlock__now_ms() + ms;
+  for (int64_t left = ms; left > 0; left = until - dlock__now_ms())
+    if (poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left) != 0 &&
+        (p.revents || errno != EINTR))
+      return;
+}
+
 /* ---- errors ---------------------------------------------------------------
  */
 
@@ -142,19 +205,10 @@ static int connect_within(int fd, const struct sockaddr *sa, socklen_t len,
   if (rc < 0 && errno != EINPROGRESS)
     return -1;
   if (rc < 0) {
-    struct pollfd p = {fd, POLLOUT, 0};
-    int64_t until = dlock__now_ms() + (timeout_ms > 0 ? timeout_ms : 1000);
-    for (;;) {
-      int64_t left = until - dlock__now_ms();
-      if (left <= 0) {
-        errno = ETIMEDOUT;
-        return -1;
-      }
-      int pr = poll(&p, 1, (int)left);
-      if (pr > 0)
-        break;
-      if (pr < 0 && errno != EINTR)
-        return -1;
+    int pr = dlock__io_poll(fd, POLLOUT, timeout_ms > 0 ? timeout_ms : 1000);
+    if (pr <= 0) {
+      errno = pr == 0 ? ETIMEDOUT : pr == -2 ? ECANCELED : errno;
+      return -1;
     }
     int soerr = 0;
     socklen_t sl = sizeof soerr;
@@ -411,9 +465,10 @@ static int speaks_tls(const dlock__url *url, int timeout_ms) {
   if (send(fd, dlock__tls_client_hello, sizeof dlock__tls_client_hello,
            MSG_NOSIGNAL) == (ssize_t)sizeof dlock__tls_client_hello) {
     while (got < sizeof b) {
+      /* A plain Redis never answers: the whole wait is spent then (cut to
+       * the guard's bound, and ended by the client's abort pipe). */
       int64_t left = until - dlock__now_ms();
-      struct pollfd p = {fd, POLLIN, 0};
-      if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+      if (left <= 0 || dlock__io_poll(fd, POLLIN, (int)left) <= 0)
         break;
       ssize_t n = recv(fd, b + got, sizeof b - got, 0);
       if (n <= 0)
@@ -438,23 +493,18 @@ static int plain_to_tls_port(const dlock__link *l, const dlock__url *url,
   return odd && speaks_tls(url, timeout_ms);
 }
 
-static int open_url(dlock_client *c, const dlock__url *url, int reply_ms,
-                    dlock__link **out) {
-  *out = NULL;
+/* The link of a socket to url, handshaken: 0 and *out, or a code. Every
+ * wait (TLS handshake, handshake replies, the probe of a TLS-only port) is
+ * cut to the thread's guard bound; the caller polls the abort pipe. */
+static int open_on(dlock_client *c, const dlock__url *url, int fd,
+                   redisReader *rd, int reply_ms, dlock__link **out) {
   dlock__link *l = dlock__calloc(1, sizeof *l);
-  redisReader *rd = l ? redisReaderCreate() : NULL;
-  if (!rd) {
-    free(l);
+  if (!l) {
+    close(fd);
+    redisReaderFree(rd);
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   }
-  const char *msg = NULL;
-  int err_no = 0;
-  int fd = open_socket(url, c->cfg.connect_timeout_ms, &msg, &err_no);
-  if (fd < 0) {
-    redisReaderFree(rd);
-    free(l);
-    return connect_error(url, msg, err_no);
-  }
+  int conn_ms = bounded(c->cfg.connect_timeout_ms);
   l->ops = &dlock__plain_link_ops;
   l->fd = fd;
   l->reader = rd;
@@ -465,11 +515,11 @@ static int open_url(dlock_client *c, const dlock__url *url, int reply_ms,
     const char *name =
         c->cfg.tls_server_name ? c->cfg.tls_server_name : url->host;
     rc = dlock__tls_attach(l, c->tls_ctx, url->host, name, url->port,
-                           c->cfg.tls_verify, c->cfg.connect_timeout_ms);
+                           c->cfg.tls_verify, conn_ms);
   }
   if (rc == 0)
     rc = handshake(l, url, c->conn_name, reply_ms);
-  if (rc == DLOCK_ECONN && plain_to_tls_port(l, url, c->cfg.connect_timeout_ms))
+  if (rc == DLOCK_ECONN && plain_to_tls_port(l, url, conn_ms))
     rc = dlock__fail(DLOCK_ETLS,
                      "the server at %s:%d speaks TLS: use rediss:// "
                      "(rediss-cluster://, rediss-sentinel://), not redis://",
@@ -480,6 +530,35 @@ static int open_url(dlock_client *c, const dlock__url *url, int reply_ms,
   }
   *out = l;
   return 0;
+}
+
+static int open_url(dlock_client *c, const dlock__url *url, int reply_ms,
+                    dlock__link **out) {
+  *out = NULL;
+  /* The open polls the client's abort pipe (dlock_client_free) whatever
+   * thread opens it; a guarded thread's own pipe stays. */
+  int saved = t_abort_fd;
+  if (saved < 0)
+    t_abort_fd = c->abort_pipe[0];
+  redisReader *rd = redisReaderCreate();
+  int rc = 0;
+  if (!rd) {
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
+  } else {
+    const char *msg = NULL;
+    int err_no = 0;
+    int fd =
+        open_socket(url, bounded(c->cfg.connect_timeout_ms), &msg, &err_no);
+    if (fd < 0) {
+      redisReaderFree(rd);
+      rc = err_no == ECANCELED ? dlock__fail(DLOCK_ECLOSED, "client is closing")
+                               : connect_error(url, msg, err_no);
+    } else {
+      rc = open_on(c, url, fd, rd, bounded(reply_ms), out);
+    }
+  }
+  t_abort_fd = saved;
+  return rc;
 }
 
 void dlock__link_free(dlock__link *l) {
@@ -532,6 +611,16 @@ int dlock__link_send_shared(dlock__link *l, const char *p, size_t len) {
 
 int dlock__link_read(dlock__link *l) {
   char buf[16384];
+  if (t_abort_fd >= 0 && l->ops->pending(l) == 0) {
+    /* A guarded thread: its wait ends when the client is freed too. */
+    int pr = dlock__io_poll(l->fd, POLLIN, l->read_ms);
+    if (pr == 0)
+      return link_err(l, DLOCK__LINK_TIMEOUT, "timed out");
+    if (pr == -2)
+      return link_err(l, DLOCK__LINK_IO, "client is closing");
+    if (pr < 0)
+      return link_errno(l, errno);
+  }
   ssize_t n = l->ops->read(l, buf, sizeof buf);
   if (n == 0)
     return link_err(l, DLOCK__LINK_EOF, "server closed the connection");

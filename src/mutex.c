@@ -317,22 +317,6 @@ int dlock__decline_call_init(dlock__rel_call *k, const char *name,
   return rc;
 }
 
-int dlock__decline_send(dlock_client *c, const dlock__decline *d) {
-  char field[DLOCK__FIELD_MAX];
-  size_t fl = dlock__field(c, d->tid, field);
-  dlock__rel_call k;
-  int rc = dlock__decline_call_init(&k, d->name, strlen(d->name), field, fl,
-                                    d->wid, dlock__publish_cmd(c));
-  redisReply *r = NULL;
-  if (!rc)
-    rc = dlock__eval(c, dlock__core_script(DLOCK__S_DECLINE), k.nkeys, k.keys,
-                     k.klens, 4, k.args, k.alens, &r);
-  dlock__rel_call_free(&k);
-  long long v = 0;
-  rc = dlock__take_int(rc, r, &v, NULL);
-  return rc ? rc : v == 1;
-}
-
 int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl) {
   long long v = 0;
   int nil = 0;

@@ -21,7 +21,19 @@
  * RETRIES. A permit's id is drawn before the first send, and the acquire
  * script answers "taken" at once when the id is already in the set: a copy
  * re-sent by the retry policy after a lost reply never takes a second
- * permit. Release and update are idempotent by id.
+ * permit. Release and update are idempotent by id, and an id is never
+ * reused: a late copy can only release the permit it was sent for. A
+ * release whose outcome is unknown (DLOCK_ECONN after a send) is
+ * remembered: the caller's next release of that id is the same release,
+ * and finding the permit gone then means released -- as an unlock's retry
+ * (docs/errors.md), unless its first copy was sent after the permit's
+ * local deadline (known for the permits this object renews).
+ *
+ * AN ANSWER AFTER THE LEASE IS NO PERMIT (issue 38.5). The lease counts
+ * from the acquisition's send: an answer that arrives after send + lease -
+ * margin (dlock__eng_deadline) may come after the server reclaimed the
+ * permit for someone else. Such an acquisition gives the permit back at
+ * once and answers DLOCK_ELOST.
  *
  * WAITING: one attempt first; then the thread joins the client's
  * subscription of the channel (DLOCK__WAKE_COUNT: a message "<n>" kicks at
@@ -35,7 +47,14 @@
  * them all in one script every watchdog_timeout_ms / 3 with a new expiry of
  * now + watchdog_timeout_ms (retrying every period / 4 while Redis does not
  * answer). The renewal never re-creates a permit: one found gone leaves the
- * list and cfg.on_lock_lost runs with the object's name.
+ * list and cfg.on_lock_lost runs with the object's name -- unless a
+ * release of it may have run (its outcome unknown): then it just leaves
+ * the list, as does one whose deadline passes meanwhile. Renewals are sent
+ * without the sync WAIT (a renewal confirms nothing new; replicas that lag
+ * never delay it: docs/guarantees.md), and the renewal thread's connects
+ * and handshakes wait at most half a renewal period (the I/O guard,
+ * link.c). update_lease leaves the list as it was until its own renewal
+ * is confirmed: an update that failed does not stop the renewals.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -52,10 +71,14 @@
 #define PERMIT_NEVER_S "922337203685477"
 /* Ids per renewal script. */
 #define RENEW_CHUNK 256
+/* Releases with an unknown outcome remembered per object (the oldest is
+ * forgotten first: its retry then answers for itself). */
+#define PENDING_MAX 32
 
 typedef struct wd_permit {
   struct wd_permit *next;
   unsigned char raw[16];
+  int releasing; /* a release of it may have run: gone is no loss */
   /* Local deadline (monotonic ms): the send time of the last confirmed
    * acquisition or renewal + the lease - margin (dlock__eng_deadline). The
    * server's expiry cannot come before it; after it, it may have. */
@@ -72,6 +95,14 @@ struct dlock_permits {
   pthread_mutex_t mu; /* guards the fields below */
   pthread_cond_t cv;  /* monotonic: the renewer's sleeps */
   wd_permit *wd;      /* permits renewed by the watchdog */
+  /* Releases whose outcome is unknown, oldest first: the caller's next
+   * release of the id is the same release (release_answer). */
+  struct {
+    unsigned char raw[16];
+    int64_t first_sent;  /* monotonic ms of its first send */
+    int64_t valid_until; /* the permit's local deadline then, -1 unknown */
+  } pend[PENDING_MAX];
+  int npend;
   int started, stop;
   pid_t started_pid;
   pthread_t thr;
@@ -343,8 +374,9 @@ static const char *pub(dlock_permits *p, size_t *len) {
 
 /* Runs sc with KEYS [count, set, channel] (order: 1 = [count, channel,
  * set], as Redisson's release and setPermits have them; 2 = [count, set]). */
-static int eval(dlock_permits *p, const dlock__script *sc, int order, int nargs,
-                const char **args, const size_t *alens, redisReply **r) {
+static int eval_how(dlock_permits *p, const dlock__script *sc, int order,
+                    int nargs, const char **args, const size_t *alens,
+                    const dlock__send_how *how, redisReply **r) {
   pthread_once(&g_once, init_scripts);
   const char *keys[3] = {p->o.name, p->timeout, p->o.channel};
   size_t klens[3] = {p->o.name_len, p->timeout_len, p->o.channel_len};
@@ -357,8 +389,15 @@ static int eval(dlock_permits *p, const dlock__script *sc, int order, int nargs,
   } else if (order == 2) {
     nk = 2;
   }
-  int rc = dlock__eval(p->o.c, sc, nk, keys, klens, nargs, args, alens, r);
+  int rc =
+      dlock__eval_how(p->o.c, sc, nk, keys, klens, nargs, args, alens, how, r);
   return dlock__explain_wrongtype(p->o.c, sc, rc, nk, keys, klens);
+}
+
+static int eval(dlock_permits *p, const dlock__script *sc, int order, int nargs,
+                const char **args, const size_t *alens, redisReply **r) {
+  static const dlock__send_how how = {0, 0, 0};
+  return eval_how(p, sc, order, nargs, args, alens, &how, r);
 }
 
 static int64_t wd_lease(dlock_permits *p) {
@@ -368,9 +407,11 @@ static int64_t wd_lease(dlock_permits *p) {
 /* ---- the watchdog ------------------------------------------------------- */
 
 /* Renews ids[0..n) to expire `lease` ms from now; gone[i] = 1 for each
- * found gone. 0 or a negative code. */
+ * found gone. With no_sync (the watchdog's renewals) without the WAIT of
+ * sync_replicas. 0 or a negative code. */
 static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
-                 int64_t lease, char *gone) {
+                 int64_t lease, char *gone, int no_sync) {
+  const dlock__send_how how = {0, no_sync, 0};
   for (size_t at = 0; at < n; at += RENEW_CHUNK) {
     size_t k = n - at < RENEW_CHUNK ? n - at : RENEW_CHUNK;
     const char *args[3 + RENEW_CHUNK];
@@ -387,7 +428,7 @@ static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
       alens[3 + i] = 16;
     }
     redisReply *r = NULL;
-    int rc = eval(p, &g_update, 0, (int)(3 + k), args, alens, &r);
+    int rc = eval_how(p, &g_update, 0, (int)(3 + k), args, alens, &how, &r);
     if (rc == 0 && r && r->type == REDIS_REPLY_STRING && r->len == k)
       for (size_t i = 0; i < k; i++)
         gone[at + i] = (char)(r->str[i] == '0');
@@ -401,14 +442,24 @@ static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
   return 0;
 }
 
-/* Removes raw from the renewed permits (mu held): 1 if it was there. */
+/* The renewed permit raw (mu held), or NULL. */
+static wd_permit *wd_find(dlock_permits *p, const unsigned char raw[16]) {
+  for (wd_permit *w = p->wd; w; w = w->next)
+    if (memcmp(w->raw, raw, 16) == 0)
+      return w;
+  return NULL;
+}
+
+/* Removes raw from the renewed permits (mu held): 1 if it was there and
+ * no release of it may have run (its end is a loss to report). */
 static int wd_unlink(dlock_permits *p, const unsigned char raw[16]) {
   for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next)
     if (memcmp((*pp)->raw, raw, 16) == 0) {
       wd_permit *w = *pp;
+      int loss = !w->releasing;
       *pp = w->next;
       free(w);
-      return 1;
+      return loss;
     }
   return 0;
 }
@@ -441,8 +492,8 @@ static int drop_unrenewed(dlock_permits *p, int64_t now) {
     if ((*pp)->valid_until <= now) {
       wd_permit *w = *pp;
       *pp = w->next;
+      n += !w->releasing; /* released, maybe: no loss to report */
       free(w);
-      n++;
     } else {
       pp = &(*pp)->next;
     }
@@ -452,6 +503,9 @@ static int drop_unrenewed(dlock_permits *p, int64_t now) {
 
 static void *renewer(void *arg) {
   dlock_permits *p = arg;
+  /* A renewal path: its connects and handshakes wait at most half a period
+   * (the object may outlive its client: no abort pipe of the client's). */
+  dlock__io_guard(-1, dlock__wd_wait_bound(&p->o.c->cfg), 1);
   int64_t lease = wd_lease(p);
   int64_t period = lease / 3;
   if (period < 1)
@@ -502,7 +556,7 @@ static void *renewer(void *arg) {
      * the permit is lost whatever a later renewal would say. */
     dlock__budget b;
     dlock__budget_start(&b, NULL, earliest > sent ? earliest - sent : 1);
-    int rc = n ? renew(p, ids, n, lease, gone) : 0;
+    int rc = n ? renew(p, ids, n, lease, gone, 1) : 0;
     dlock__call_deadline_reset();
     int lost = 0;
     dlock__mu_unlock(&p->renew_mu);
@@ -514,9 +568,9 @@ static void *renewer(void *arg) {
         lost += wd_unlink(p, ids[j]);
         continue;
       }
-      for (wd_permit *w = p->wd; w; w = w->next)
-        if (memcmp(w->raw, ids[j], 16) == 0)
-          w->valid_until = dlock__eng_deadline(sent, lease);
+      wd_permit *w = wd_find(p, ids[j]);
+      if (w)
+        w->valid_until = dlock__eng_deadline(sent, lease);
     }
     free(ids);
     free(gone);
@@ -555,12 +609,6 @@ static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
   }
   dlock__mu_unlock(&p->mu);
   return rc;
-}
-
-static void wd_remove(dlock_permits *p, const unsigned char raw[16]) {
-  dlock__mu_lock(&p->mu);
-  wd_unlink(p, raw);
-  dlock__mu_unlock(&p->mu);
 }
 
 /* ---- acquire ------------------------------------------------------------ */
@@ -626,6 +674,29 @@ static int64_t recheck_in(void *arg) {
   return ms;
 }
 
+/* The acquisition a made was answered after its local deadline (its send +
+ * lease - margin): the server may have reclaimed the permit for someone
+ * else already, so it is no permit -- given back now (issue 38.5: a reply
+ * 1.5 s late for a 500 ms lease was a permit, and another client took the
+ * same one). Returns DLOCK_ELOST. */
+static int late_answer(dlock_permits *p, const attempt *a) {
+  int64_t took = dlock__now_ms() - a->sent;
+  char hex[33];
+  to_hex(a->raw, hex);
+  dlock__err_keep_begin();
+  int rc = dlock_permits_release(p, hex);
+  dlock__err_keep_end();
+  return dlock__fail(DLOCK_ELOST,
+                     "permits '%s': the acquisition was answered %lld ms "
+                     "after it was sent, past its lease of %lld ms (less the "
+                     "drift margin): the permit may have been reclaimed "
+                     "meanwhile, so it is not held%s",
+                     p->o.name, (long long)took, (long long)a->lease,
+                     rc == 0 || rc == DLOCK_ELOST
+                         ? "; it was given back"
+                         : "; giving it back failed (it ends with its lease)");
+}
+
 int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
                           long long lease_ms,
                           char id_out[DLOCK_PERMIT_ID_LEN + 1]) {
@@ -661,6 +732,9 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
   } else if (rc < 0) {
     return rc;
   }
+  int64_t late = dlock__now_ms() - dlock__eng_deadline(a.sent, a.lease);
+  if (late >= 0)
+    return late_answer(p, &a);
   if (lease_ms <= 0 && (rc = wd_add(p, a.raw, a.sent)) != 0) {
     /* No renewal possible: give the permit back rather than let it lapse
      * while the caller believes it holds it. */
@@ -682,6 +756,70 @@ int dlock_permits_try_acquire(dlock_permits *p, long long lease_ms,
 
 /* ---- release, update ---------------------------------------------------- */
 
+/* Where raw is among the releases with an unknown outcome (mu held), or
+ * -1. */
+static int pend_find(const dlock_permits *p, const unsigned char raw[16]) {
+  for (int i = 0; i < p->npend; i++)
+    if (memcmp(p->pend[i].raw, raw, 16) == 0)
+      return i;
+  return -1;
+}
+
+/* Forgets raw's release with an unknown outcome, if any (mu held). */
+static void pend_drop(dlock_permits *p, const unsigned char raw[16]) {
+  int i = pend_find(p, raw);
+  if (i < 0)
+    return;
+  memmove(&p->pend[i], &p->pend[i + 1],
+          (size_t)(p->npend - i - 1) * sizeof p->pend[0]);
+  p->npend--;
+}
+
+/* Remembers a release of raw whose outcome is unknown (mu held): its first
+ * send, and the permit's local deadline then (-1 unknown). */
+static void pend_add(dlock_permits *p, const unsigned char raw[16],
+                     int64_t first_sent, int64_t valid_until) {
+  if (pend_find(p, raw) >= 0)
+    return;
+  if (p->npend == PENDING_MAX)
+    pend_drop(p, p->pend[0].raw);
+  memcpy(p->pend[p->npend].raw, raw, 16);
+  p->pend[p->npend].first_sent = first_sent;
+  p->pend[p->npend].valid_until = valid_until;
+  p->npend++;
+}
+
+/* Before a release of raw is sent (mu held): *first its earlier send with
+ * an unknown outcome (-1 none) and *until the permit's local deadline (-1
+ * unknown); a renewal that finds it gone from now on says nothing. */
+static void release_begin(dlock_permits *p, const unsigned char raw[16],
+                          int64_t *first, int64_t *until) {
+  int i = pend_find(p, raw);
+  wd_permit *w = wd_find(p, raw);
+  *first = i >= 0 ? p->pend[i].first_sent : -1;
+  *until = i >= 0 ? p->pend[i].valid_until : w ? w->valid_until : -1;
+  if (w)
+    w->releasing = 1;
+}
+
+/* After it (mu held): an outcome unknown (DLOCK_ECONN once something was
+ * sent) is remembered, and the permit stays renewed (a renewal finding it
+ * gone then is no loss); any other answer ends the permit's renewal and
+ * what was remembered -- except a failure before anything was sent. */
+static void release_end(dlock_permits *p, const unsigned char raw[16], int rc,
+                        int sends, int64_t sent, int64_t until) {
+  if (rc == DLOCK_ECONN && sends > 0) {
+    pend_add(p, raw, sent, until);
+  } else if (rc == 0 || sends > 0) {
+    pend_drop(p, raw);
+    wd_unlink(p, raw);
+  } else {
+    wd_permit *w = wd_find(p, raw);
+    if (w && pend_find(p, raw) < 0)
+      w->releasing = 0; /* nothing sent, nothing pending: as before */
+  }
+}
+
 int dlock_permits_release(dlock_permits *p, const char *id) {
   int rc = check(p);
   if (rc)
@@ -689,7 +827,10 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   unsigned char raw[16];
   if ((rc = from_hex(id, raw)) != 0)
     return rc;
-  wd_remove(p, raw);
+  int64_t first, until;
+  dlock__mu_lock(&p->mu);
+  release_begin(p, raw, &first, &until);
+  dlock__mu_unlock(&p->mu);
   char ns[24];
   const char *args[3];
   size_t alens[3];
@@ -699,15 +840,25 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   alens[1] = dlock__fmt_i64(ns, dlock__wall_ms());
   args[2] = pub(p, &alens[2]);
   redisReply *r = NULL;
+  int64_t sent = dlock__now_ms();
   rc = eval(p, &g_release, 1, 3, args, alens, &r);
   long long v = 0;
   rc = dlock__take_int(rc, r, &v, NULL);
+  int sends = dlock__exec_sends();
+  dlock__mu_lock(&p->mu);
+  release_end(p, raw, rc, sends, first >= 0 ? first : sent, until);
+  dlock__mu_unlock(&p->mu);
   if (rc)
     return rc;
   if (v == 1)
     return 0;
-  if (v == 0 && dlock__exec_sends() > 1)
-    return 0; /* an earlier copy of this release released it */
+  /* A release that may have run before -- a copy the router re-sent, or a
+   * release of this id whose outcome was unknown -- finds the permit gone:
+   * that copy released it (docs/errors.md), unless it was first sent after
+   * the permit's local deadline. */
+  int64_t first_send = first >= 0 ? first : sent;
+  if (v == 0 && (sends > 1 || first >= 0) && (until < 0 || first_send < until))
+    return 0;
   if (v == 2)
     return dlock__fail(DLOCK_ELOST,
                        "permits '%s': permit %s was past its lease (given "
@@ -729,15 +880,28 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
     return rc;
   if ((rc = dlock__check_lease(lease_ms, "permits", p->o.name)) != 0)
     return rc;
-  /* Out of the renewer's list first, so that it cannot overwrite the new
-   * fixed lease; back in when the watchdog is asked for. */
+  /* Under renew_mu: a renewal batch never overwrites the lease set here.
+   * The permit stays as it is -- renewed or not -- until the update is
+   * confirmed: an update that failed stops no renewal (issue 38). */
   dlock__mu_lock(&p->renew_mu);
-  wd_remove(p, raw);
   char gone = 0;
   unsigned char ids[1][16];
   memcpy(ids[0], raw, 16);
   int64_t sent = dlock__now_ms();
-  rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone);
+  rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone, 0);
+  int renewed = 0;
+  if (rc == 0) {
+    dlock__mu_lock(&p->mu);
+    wd_permit *w = wd_find(p, raw);
+    renewed = w != NULL;
+    if (gone || lease_ms > 0)
+      wd_unlink(p, raw); /* gone, or a fixed lease now: no more renewals */
+    else if (w)
+      w->valid_until = dlock__eng_deadline(sent, wd_lease(p));
+    dlock__mu_unlock(&p->mu);
+    if (!gone && lease_ms <= 0 && !renewed)
+      rc = wd_add(p, raw, sent);
+  }
   dlock__mu_unlock(&p->renew_mu);
   if (rc)
     return rc;
@@ -745,7 +909,7 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
     return dlock__fail(DLOCK_ELOST,
                        "permits '%s': no permit %s (released, or expired)",
                        p->o.name, id);
-  return lease_ms <= 0 ? wd_add(p, raw, sent) : 0;
+  return 0;
 }
 
 /* ---- counts ------------------------------------------------------------- */

@@ -497,7 +497,7 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
  *            retry for an older wait of a thread that waits again: that
  *            wait ended (its cancel could not leave the queue), so the lock
  *            was handed, or the head's wake-up sent, to a wait that no longer
- *            exists -- DECLINE: queue a decline (the watchdog thread sends
+ *            exists -- DECLINE: queue a decline (the errand thread sends
  *            it; the script does nothing if the thread took the lock as its
  *            own meanwhile, else gives it back to the next live waiter).
  * A malformed message is ignored. Returns 1 if a decline was queued.
@@ -627,7 +627,7 @@ static void on_reply(dlock_client *c, ps_state *ps, int ci, redisReply *r) {
   }
   dlock__mu_unlock(&c->ps.mu);
   if (declined)
-    dlock__wd_decline_poke(c);
+    dlock__errand_decline_poke(c);
 }
 
 /* Writes the queued (UN)SUBSCRIBEs (never SIGPIPE: dlock__write_all). */

@@ -420,6 +420,8 @@ static void watch_one(dlock_client *c, int i) {
 
 static void *watch_main(void *arg) {
   dlock_client *c = arg;
+  /* dlock_client_free ends its connects and reads at once */
+  dlock__io_guard(c->abort_pipe[0], 0, 0);
   dlock__mu_lock(&c->sent.mu);
   int first = c->sent.next; /* the sentinel that answered last */
   dlock__mu_unlock(&c->sent.mu);

@@ -10,6 +10,10 @@
  * acquired something reads dlock__sync_short and, on a shortfall, undoes
  * the acquisition and retries (DLOCK_ENOSYNC at the end: mutex.c, sem.c).
  *
+ * WAIT's timeout is sync_timeout_ms, cut to what is left of the calling
+ * public call's wait budget (conn.c: a timed lock never waits for replicas
+ * past its budget), at least 1 ms.
+ *
  * cfg.sync_replicas: 0 sends no WAIT; n > 0 waits for n; -1 for every
  * replica connected to the master, read from INFO replication (the
  * connected_slaves that are online: one still loading its first copy
@@ -31,13 +35,19 @@
 static _Thread_local int t_short;
 static _Thread_local int t_off; /* dlock__sync_pause */
 static _Thread_local char t_why[160];
+static _Thread_local int t_wait_ms; /* the last WAIT's timeout (conn.c) */
+
+void dlock__sync_waited(int ms) { t_wait_ms = ms; }
 
 void dlock__sync_init(dlock__sync *s) {
   atomic_init(&s->replicas, -1);
   atomic_init(&s->checked_at, 0);
 }
 
-void dlock__sync_reset(void) { t_short = 0; }
+void dlock__sync_reset(void) {
+  t_short = 0;
+  t_wait_ms = 0;
+}
 
 int dlock__sync_short(const char **why) {
   if (why)
@@ -125,6 +135,11 @@ void dlock__sync_done(dlock_client *c, const char *key, int want,
     snprintf(t_why, sizeof t_why,
              "WAIT failed (an ACL user without +wait?): the write's "
              "replication is unconfirmed");
+  else if (t_wait_ms > 0 && t_wait_ms < c->cfg.sync_timeout_ms)
+    snprintf(t_why, sizeof t_why,
+             "%lld of %d replica%s confirmed the write within %d ms (what "
+             "was left of the call's wait budget)",
+             acks, want, want == 1 ? "" : "s", t_wait_ms);
   else
     snprintf(t_why, sizeof t_why,
              "%lld of %d replica%s confirmed the write within %d ms "

@@ -217,26 +217,17 @@ void dlock__tls_ctx_free(void *ctx) { SSL_CTX_free(ctx); }
 /* ---- waiting on the non-blocking socket ---------------------------------- */
 
 /* Waits until fd is ready for events, at most ms (0 = no bound). 0, or -1
- * with errno EAGAIN (timed out) or poll's error. */
+ * with errno EAGAIN (timed out), ECANCELED (the thread's I/O guard saw its
+ * client freed: link.c) or poll's error. */
 static int wait_fd(int fd, short events, int ms) {
-  int64_t until = ms > 0 ? dlock__now_ms() + ms : -1;
-  for (;;) {
-    int left = -1;
-    if (until >= 0) {
-      int64_t l = until - dlock__now_ms();
-      if (l <= 0) {
-        errno = EAGAIN;
-        return -1;
-      }
-      left = (int)l;
-    }
-    struct pollfd p = {fd, events, 0};
-    int r = poll(&p, 1, left);
-    if (r > 0)
-      return 0;
-    if (r < 0 && errno != EINTR)
-      return -1;
-  }
+  int r = dlock__io_poll(fd, events, ms);
+  if (r > 0)
+    return 0;
+  if (r == 0)
+    errno = EAGAIN;
+  else if (r == -2)
+    errno = ECANCELED;
+  return -1;
 }
 
 /* What an SSL call's failure asks for: 1 wait for reading, 2 for writing,

@@ -34,20 +34,30 @@
  * -- not when a renewal stuck in a dead network gives up, which can be a
  * command timeout later, after another client took the lock (issue 9.1).
  *
- * TELLING FAILURES AS THEY HAPPEN (issue 27). The watchdog's own
- * connections -- made with their handshake, and read -- wait at most half
- * the lease for an answer (when that is shorter than command_timeout_ms);
- * the client's info key goes over them too. Every renewal that gets no
+ * TELLING FAILURES AS THEY HAPPEN (issue 27). Every renewal that gets no
  * answer is logged (renew_failed, with the lease left) and counted; and
  * the expiry thread, which looks at the holds at least every quarter
  * period, logs a renewal still unconfirmed half a period past its due time
  * whatever holds the watchdog thread. Losses are counted by reason and
  * logged (lost) before on_lock_lost runs; no hook is called with reg.mu
- * held.
+ * held. A renewal answered NOSCRIPT (a fresh server, SCRIPT FLUSH) is no
+ * failure: its chunk is sent again at once as EVAL on the same connection
+ * (which caches the script for the next batch).
  *
- * DECLINES. The watchdog thread also sends the decline script for a grant
- * that reached no wait of this client (pubsub.c): the unlock handed the
- * lock to a queue entry of a wait that had ended, and the lock goes back.
+ * THE RENEWAL PATH DOES RENEWALS AND LOSS REPORTS ONLY (issue 38.6). This
+ * thread sends nothing else: the client's info key, the declines of grants
+ * that reached no wait and the cluster map refreshes it needs are the
+ * errand thread's (errand.c), on connections of its own -- a master that
+ * swallows the info key's write, or a decline waiting for replicas, never
+ * holds a renewal of a lock on another, healthy master. And every wait of
+ * this thread on the network is bounded far below the renewal period
+ * (dlock__wd_wait_bound: half a period, at most command_timeout_ms and
+ * connect_timeout_ms): the connect of its own connections, the
+ * plain-or-TLS probe after a connection closed during its handshake, the
+ * TLS and Redis handshakes, a batch's replies (the I/O guard, link.c),
+ * the router's retries of a renewal sent through it (the call's deadline),
+ * and it never waits for another thread's cluster map refresh. Each wait
+ * also ends when the client is freed.
  *
  * RACES WITH UNLOCK. Holds are never freed while a batch may point at them
  * (a hold freed meanwhile waits in the client's graveyard until the batch
@@ -128,21 +138,13 @@ typedef struct wd_item {
   unsigned slot;      /* its key's slot (cluster), else 0 */
 } wd_item;
 
-/* The watchdog's own connection to one node. */
-typedef struct wd_link {
-  dlock__node *node;
-  dlock__link *link; /* or NULL */
-  int failed;        /* the last link failed: the next one is a reconnect */
-} wd_link;
-
 typedef struct wd_state {
-  wd_link *links; /* one per node renewals went to */
-  int nlinks, links_cap;
+  dlock__bglinks links; /* one per node renewals went to (bglink.c) */
   wd_item *items;
   char *flags; /* one per item: 1 renewed, 0 gone, 2 unknown, 3 redirected
-                * (renew_batch renews it through the router) */
+                * (renew_batch renews it through the router), 4 NOSCRIPT
+                * (renew_node sends its chunk again as EVAL) */
   size_t cap;
-  int script_loads; /* SCRIPT LOADs pipelined in this node's batch */
 } wd_state;
 
 /* The hash field of it into buf ("<uuid>:<tid>" + the kind's suffix). */
@@ -156,19 +158,20 @@ static size_t item_field(dlock_client *c, const wd_item *it, char *buf) {
   return fl + sl;
 }
 
-/* Writes one EVALSHA of the renew script for items[0..k). 0 or -1. */
+/* Writes one EVALSHA (with eval: EVAL and the body) of the renew script
+ * for items[0..k). 0 or -1. */
 static int send_chunk(dlock_client *c, dlock__link *l, const wd_item *items,
-                      size_t k, const char *lease, size_t ll) {
+                      size_t k, const char *lease, size_t ll, int eval) {
   const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
   const char *argv[3 + 2 * WD_CHUNK + 1];
   size_t lens[3 + 2 * WD_CHUNK + 1];
   static _Thread_local char fields[WD_CHUNK][DLOCK__FIELD_MAX];
   char nk[24];
   int argc = 0;
-  argv[argc] = "EVALSHA";
-  lens[argc++] = 7;
-  argv[argc] = s->sha;
-  lens[argc++] = 40;
+  argv[argc] = eval ? "EVAL" : "EVALSHA";
+  lens[argc++] = eval ? 4 : 7;
+  argv[argc] = eval ? s->body : s->sha;
+  lens[argc++] = eval ? strlen(s->body) : 40;
   argv[argc] = nk;
   lens[argc++] = dlock__fmt_i64(nk, (int64_t)k);
   for (size_t i = 0; i < k; i++) {
@@ -203,36 +206,20 @@ static size_t chunk_end(const wd_state *st, size_t at, size_t to) {
 }
 
 /* Reads the reply of the chunk items[at..at+k) into st->flags (1 renewed,
- * 0 gone; left at 2, unknown, when the chunk failed). 0, or 1 when the
- * connection failed or fell out of step (the rest is unknown too). */
+ * 0 gone, 4 NOSCRIPT: to be sent again as EVAL; left at 2, unknown, when
+ * the chunk failed). 0, or 1 when the connection failed or fell out of step
+ * (the rest is unknown too). */
 static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
                       size_t k) {
   redisReply *r = dlock__link_reply(l);
   if (!r)
     return 1;
   if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-    /* Script cache lost: load it for the next batch; this chunk's items
-     * stay unknown and are retried shortly. */
+    /* Script cache lost (a fresh server, SCRIPT FLUSH): no failure, the
+     * chunk goes again as EVAL once this pipeline is read (renew_node). */
+    memset(st->flags + at, 4, k);
     freeReplyObject(r);
-    const dlock__script *s = dlock__core_script(DLOCK__S_RENEW);
-    const char *av[3] = {"SCRIPT", "LOAD", s->body};
-    size_t al[3] = {6, 4, strlen(s->body)};
-    dlock__sb b;
-    dlock__sb_init(&b);
-    dlock__resp_argv(&b, 3, av, al);
-    /* Pipelined behind the chunks in flight: its reply comes last. */
-    int bad = b.oom || dlock__link_send(l, b.p, b.len) != 0;
-    dlock__sb_free(&b);
-    st->script_loads += !bad;
-    dlock__fail(DLOCK_EREDIS, "NOSCRIPT during renewal; retrying");
-    return bad;
-  }
-  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 &&
-      c->url.sentinel) {
-    /* a replica now: ask the sentinels again, reconnect */
-    dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
-    freeReplyObject(r);
-    return 1;
+    return 0;
   }
   if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 &&
       c->url.sentinel) {
@@ -269,96 +256,75 @@ static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
   return 0;
 }
 
-/* How long the watchdog waits for a renewal batch's answer. */
-static int wd_read_ms(const dlock_client *c) {
-  int half = c->cfg.watchdog_timeout_ms / 2;
-  int cto = c->cfg.command_timeout_ms;
-  return half > 0 && half < cto ? half : cto;
+int dlock__wd_wait_bound(const dlock_config *cfg) {
+  int b = cfg->watchdog_timeout_ms / 6; /* half a renewal period */
+  if (cfg->command_timeout_ms > 0 && cfg->command_timeout_ms < b)
+    b = cfg->command_timeout_ms;
+  if (cfg->connect_timeout_ms > 0 && cfg->connect_timeout_ms < b)
+    b = cfg->connect_timeout_ms;
+  return b > 0 ? b : 1;
 }
 
-/* The watchdog's link to node, connected when missing: NULL on failure. */
-static dlock__link *node_link(dlock_client *c, wd_state *st, dlock__node *node,
-                              wd_link **out) {
-  int i = 0;
-  while (i < st->nlinks && st->links[i].node != node)
-    i++;
-  if (i == st->nlinks) {
-    if (st->nlinks == st->links_cap) {
-      int nc = st->links_cap ? st->links_cap * 2 : 4;
-      wd_link *nl = realloc(st->links, (size_t)nc * sizeof *nl);
-      if (!nl)
-        return NULL;
-      st->links = nl;
-      st->links_cap = nc;
-    }
-    st->links[st->nlinks++] = (wd_link){node, NULL, 0};
-  }
-  *out = &st->links[i];
-  if (st->links[i].link && dlock__link_stale(c, st->links[i].link)) {
-    dlock__link_free(st->links[i].link); /* Sentinel failover: follow */
-    st->links[i].link = NULL;
-  }
-  if (!st->links[i].link) {
-    /* A renewal's answer (and the handshake's) is due well within the
-     * lease: awaited at most half of it (when shorter than
-     * command_timeout_ms), a paused server is seen -- and logged,
-     * renew_failed -- while the lease still runs. */
-    if (dlock__link_open_ms(c, node->url, wd_read_ms(c), &st->links[i].link))
-      return NULL;
-    if (st->links[i].failed) {
-      st->links[i].failed = 0;
-      dlock__stat_add(&c->stats, DLOCK__ST_RECONNECTS, 1);
-      dlock__log(&c->cfg, DLOCK_LOG_INFO, NULL, "reconnect",
-                 "watchdog connection reopened");
-    }
-  }
-  return st->links[i].link;
-}
-
-/* Renews items[from..to), all served by one node, in one pipeline. 0, or
- * a negative code when the node's connection failed (its items stay
- * unknown). */
-static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
-                      const char *lease, size_t ll) {
-  wd_link *wl = NULL;
-  dlock__link *l = node_link(c, st, st->items[from].node, &wl);
-  if (!l) {
-    if (wl)
-      wl->failed = 1;
-    dlock__cluster_mark_stale(c); /* the master may have failed over */
-    return dlock_last_error()[0] ? DLOCK_ECONN
-                                 : dlock__fail(DLOCK_ENOMEM, "out of memory");
-  }
+/* Sends the chunks of items[from..to) (with eval: only those answered
+ * NOSCRIPT, as EVAL) in one pipeline and reads their replies. 0, or 1 when
+ * the connection failed. */
+static int node_pass(dlock_client *c, dlock__link *l, wd_state *st, size_t from,
+                     size_t to, const char *lease, size_t ll, int eval) {
   int rc = 0;
   size_t sent_to = from;
-  st->script_loads = 0;
   uint64_t chunks = 0;
-  for (size_t at = from; at < to && rc == 0; at = sent_to) {
-    sent_to = chunk_end(st, at, to);
-    if (send_chunk(c, l, st->items + at, sent_to - at, lease, ll) != 0)
+  for (size_t at = from, e; at < to && rc == 0; at = e) {
+    e = chunk_end(st, at, to);
+    if (eval && st->flags[at] != 4)
+      continue;
+    if (send_chunk(c, l, st->items + at, e - at, lease, ll, eval) != 0)
       rc = 1;
     chunks++;
+    sent_to = e;
   }
+  if (chunks == 0)
+    return 0;
   dlock__stat_add(&c->stats, DLOCK__ST_COMMANDS, chunks);
   dlock__stat_add(&c->stats, DLOCK__ST_ROUND_TRIPS, 1);
   for (size_t at = from, e; at < sent_to && rc == 0; at = e) {
     e = chunk_end(st, at, to);
+    if (eval && st->flags[at] != 4)
+      continue;
+    if (eval)
+      memset(st->flags + at, 2, e - at); /* EVAL is never NOSCRIPT */
     rc = read_chunk(c, l, st, at, e - at);
   }
-  for (int i = 0; i < st->script_loads && rc == 0; i++) {
-    redisReply *r = dlock__link_reply(l);
-    rc = r ? 0 : 1;
-    freeReplyObject(r);
+  return rc;
+}
+
+/* Renews items[from..to), all served by one node, in one pipeline (and a
+ * second one, of EVALs, for the chunks answered NOSCRIPT). 0, or a
+ * negative code when the node's connection failed (its items stay
+ * unknown). */
+static int renew_node(dlock_client *c, wd_state *st, size_t from, size_t to,
+                      const char *lease, size_t ll) {
+  dlock__bglink *b = NULL;
+  dlock__link *l = dlock__bg_link(c, &st->links, st->items[from].node, &b);
+  if (!l) {
+    int rc = b ? DLOCK_ECONN : dlock__fail(DLOCK_ENOMEM, "out of memory");
+    dlock__bg_drop(c, b);
+    return rc;
   }
+  int rc = node_pass(c, l, st, from, to, lease, ll, 0);
+  int noscript = 0;
+  for (size_t i = from; i < to && !noscript; i++)
+    noscript = st->flags[i] == 4;
+  if (rc == 0 && noscript)
+    rc = node_pass(c, l, st, from, to, lease, ll, 1);
+  for (size_t i = from; i < to; i++)
+    if (st->flags[i] == 4)
+      st->flags[i] = 2;
   if (rc == 0)
     return 0;
   rc = l->err != DLOCK__LINK_OK
-           ? dlock__link_fail(l, wd_read_ms(c), "renewal connection failed")
+           ? dlock__link_fail(l, st->links.read_ms, "renewal connection failed")
            : dlock__fail(DLOCK_ECONN, "renewal connection failed");
-  dlock__link_free(wl->link);
-  wl->link = NULL;
-  wl->failed = 1;
-  dlock__cluster_mark_stale(c);
+  dlock__bg_drop(c, b);
   return rc;
 }
 
@@ -400,7 +366,14 @@ static char renew_routed(dlock_client *c, const wd_item *it, const char *lease,
  * reg.mu. */
 static int renew_batch(dlock_client *c, wd_state *st, size_t n) {
   if (c->cl) {
-    (void)dlock__cluster_route(c, NULL); /* refreshes a stale map */
+    /* The map as it is: a stale or old one is refreshed by the errand
+     * thread, never here (a refresh may connect to an unreachable node, or
+     * wait for another thread's refresh); a renewal it misroutes is
+     * answered MOVED and renewed through the router below. */
+    if (atomic_load(&c->cl->stale) ||
+        dlock__now_ms() - atomic_load(&c->cl->refreshed_at) >
+            DLOCK__CLUSTER_REFRESH_MS)
+      dlock__errand_refresh(c);
     for (size_t i = 0; i < n; i++) {
       st->items[i].slot =
           dlock__key_slot(st->items[i].name, st->items[i].name_len);
@@ -506,11 +479,7 @@ typedef struct wd_timing {
 /* Sleeps until the earliest watchdog hold is due (at most one period).
  * Returns 1 when some hold is due now. reg.mu held. */
 static int wait_due(dlock_client *c, const wd_timing *t) {
-  if (c->wd.declines)
-    return 0; /* decline_tick first */
-  int64_t now = dlock__now_ms(), due = c->wd.info_at ? c->wd.info_at : -1;
-  if (c->wd.since_check && (due < 0 || c->wd.since_check < due))
-    due = c->wd.since_check;
+  int64_t now = dlock__now_ms(), due = -1;
   for (dlock__hold *h = c->wd.head; h; h = h->wd_next) {
     int64_t d = h->retry_at ? h->retry_at : h->renewed_at + t->period;
     if (due < 0 || d < due)
@@ -602,6 +571,8 @@ static void fail_note(wd_fails *f, const char *name, size_t len, int64_t left) {
 /* Counts and logs the failures of a pass (reg.mu held; released while
  * the hook runs). why: the batch's error. */
 static void report_fails(dlock_client *c, wd_fails *f, const char *why) {
+  if (atomic_load(&c->closing))
+    return; /* dlock_client_free ended the renewals in flight */
   if (f->counted)
     dlock__stat_add(&c->stats, DLOCK__ST_RENEWALS_FAILED, f->counted);
   if (f->n == 0)
@@ -682,9 +653,15 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   char why[200] = "";
   if (nstd && renew_batch(c, st, nstd) != 0) /* failures: flags stay 2 */
     snprintf(why, sizeof why, "%s", dlock_last_error());
-  for (size_t i = nstd; i < n; i++) { /* custom renewals (read locks) */
+  /* Custom renewals (read locks) go through the router: its retries end
+   * at the renewal path's bound (the call's deadline: conn.c), as its
+   * connects do (the I/O guard). */
+  dlock__budget bound;
+  for (size_t i = nstd; i < n; i++) {
     const wd_item *it = &st->items[i];
+    dlock__budget_start(&bound, NULL, st->links.read_ms);
     int r = it->ops->renew(c, it->name, it->name_len, it->tid, it->count);
+    dlock__call_deadline_reset();
     st->flags[i] = (char)(r == 1 ? 1 : (r == 0 ? 0 : 2));
     if (r < 0 && !why[0])
       snprintf(why, sizeof why, "%s", dlock_last_error());
@@ -702,136 +679,6 @@ static void renew_due(dlock_client *c, wd_state *st, const wd_timing *t) {
   report_lost(c, lost);
 }
 
-/* 1 when some watchdog hold is due for renewal now. reg.mu held. */
-static int holds_due(dlock_client *c, const wd_timing *t) {
-  int64_t now = dlock__now_ms();
-  for (dlock__hold *h = c->wd.head; h; h = h->wd_next)
-    if ((h->retry_at ? h->retry_at : h->renewed_at + t->period) <= now)
-      return 1;
-  return 0;
-}
-
-/* Writes the client's info key when due (clientinfo.c), without reg.mu
- * (which the caller holds and gets back). 1 if it was due. The next write
- * is due one period (after a failure: one retry interval) after this one
- * ENDS: a write that takes long (an unreachable server) is not due again
- * at once, ahead of the renewals (issue 25.7). */
-/* dlock__info_write_via's sender: the watchdog's own link to the key's
- * node, whose replies are awaited at most wd_read_ms -- a paused server
- * holds this thread no longer than it would hold a renewal. */
-static int info_send(dlock_client *c, void *arg, const char *key, int argc,
-                     const char **argv, const size_t *lens) {
-  wd_state *st = arg;
-  dlock__node *node = c->cl ? dlock__cluster_lookup(c, key) : &c->node;
-  wd_link *wl = NULL;
-  dlock__link *l = node ? node_link(c, st, node, &wl) : NULL;
-  if (!l) {
-    if (wl)
-      wl->failed = 1;
-    dlock__cluster_mark_stale(c);
-    return DLOCK_ECONN;
-  }
-  dlock__sb b;
-  dlock__sb_init(&b);
-  dlock__resp_argv(&b, argc, argv, lens);
-  redisReply *r = NULL;
-  int rc = b.oom ? DLOCK_ENOMEM : 0;
-  if (!rc &&
-      (dlock__link_send(l, b.p, b.len) != 0 || !(r = dlock__link_reply(l)))) {
-    rc = dlock__link_fail(l, wd_read_ms(c), "client info write");
-    dlock__link_free(wl->link);
-    wl->link = NULL;
-    wl->failed = 1;
-  }
-  dlock__sb_free(&b);
-  if (!b.oom) {
-    dlock__stat_add(&c->stats, DLOCK__ST_COMMANDS, 1);
-    dlock__stat_add(&c->stats, DLOCK__ST_ROUND_TRIPS, 1);
-  }
-  if (r && r->type == REDIS_REPLY_ERROR) {
-    rc = DLOCK_EREDIS; /* MOVED, CLUSTERDOWN, ...: look again */
-    dlock__cluster_mark_stale(c);
-  }
-  if (r)
-    freeReplyObject(r);
-  return rc;
-}
-
-static int info_tick(dlock_client *c, const wd_timing *t, wd_state *st) {
-  int64_t now = dlock__now_ms();
-  if (c->wd.info_at == 0 || now < c->wd.info_at)
-    return 0;
-  /* Far ahead while it runs: not due again, and dlock__info_want (which
-   * only starts a schedule that is not running) leaves it alone. */
-  int64_t running = now + t->period + INT32_MAX;
-  c->wd.info_at = running;
-  c->wd.info_running = 1;
-  c->wd.info_dirty = 0; /* the write lists the holds of now */
-  dlock__mu_unlock(&c->reg.mu);
-  int rc = dlock__info_write_via(c, info_send, st);
-  dlock__mu_lock(&c->reg.mu);
-  c->wd.info_running = 0;
-  c->wd.info_end = dlock__now_ms();
-  if (c->wd.info_at == running)
-    c->wd.info_at = c->wd.info_end + (rc                 ? t->retry
-                                      : c->wd.info_dirty ? DLOCK__INFO_GAP_MS
-                                                         : t->period);
-  return 1;
-}
-
-/* The look at the holds' ages (dlock__info_since_later): a hold that has
- * lasted DLOCK__SINCE_AFTER_MS with its start unpublished makes the info
- * key due now; the next look is when the next such hold gets that old.
- * reg.mu held. */
-static void since_tick(dlock_client *c) {
-  int64_t now = dlock__now_ms();
-  if (c->wd.since_check == 0 || now < c->wd.since_check)
-    return;
-  int64_t next = 0;
-  if (dlock__holds_since_due(c, now, &next))
-    dlock__info_soon(c);
-  c->wd.since_check = next;
-}
-
-void dlock__wd_decline_poke(dlock_client *c) {
-  dlock__mu_lock(&c->reg.mu);
-  c->wd.declines = 1;
-  pthread_cond_broadcast(&c->reg.cv);
-  dlock__mu_unlock(&c->reg.mu);
-}
-
-/* Sends the declines the pub/sub thread queued (pubsub.c on_grant), without
- * reg.mu (which the caller holds and gets back). 1 if there were any. A
- * decline that fails is not repeated: the lock it would have given back
- * ends with the lease of the wait it was handed to. */
-static int decline_tick(dlock_client *c) {
-  if (!c->wd.declines)
-    return 0;
-  c->wd.declines = 0;
-  dlock__mu_unlock(&c->reg.mu);
-  dlock__mu_lock(&c->ps.mu);
-  dlock__decline *d = c->ps.declines;
-  c->ps.declines = NULL;
-  dlock__mu_unlock(&c->ps.mu);
-  while (d) {
-    dlock__decline *nx = d->next;
-    int rc = dlock__decline_send(c, d);
-    if (rc >= 0)
-      atomic_fetch_add(&c->wd.declined, 1);
-    dlock__log(&c->cfg, rc < 0 ? DLOCK_LOG_WARN : DLOCK_LOG_DEBUG, d->name,
-               "decline",
-               "declined a hand-over grant that reached no wait (it had "
-               "ended): %s",
-               rc == 1   ? "the lock was given back"
-               : rc == 0 ? "nothing to give back"
-                         : dlock_last_error());
-    free(d);
-    d = nx;
-  }
-  dlock__mu_lock(&c->reg.mu);
-  return 1;
-}
-
 static void *wd_main(void *arg) {
   dlock_client *c = arg;
   wd_state st = {0};
@@ -839,16 +686,15 @@ static void *wd_main(void *arg) {
   t.lease = c->cfg.watchdog_timeout_ms;
   t.period = t.lease / 3 > 0 ? t.lease / 3 : 1;
   t.retry = t.period / 4 < 1000 ? (t.period / 4 > 0 ? t.period / 4 : 1) : 1000;
+  /* Every wait of this thread on the network: at most half a period, and
+   * over when the client is freed; never for another thread's refresh. */
+  st.links.read_ms = dlock__wd_wait_bound(&c->cfg);
+  st.links.who = "watchdog";
+  dlock__io_guard(c->abort_pipe[0], st.links.read_ms, 1);
   dlock__mu_lock(&c->reg.mu);
   while (!c->wd.stop) {
-    if (decline_tick(c) || !wait_due(c, &t))
+    if (!wait_due(c, &t))
       continue;
-    since_tick(c);
-    /* Renewals first: the info key is bookkeeping and waits for them. */
-    if (!holds_due(c, &t)) {
-      (void)info_tick(c, &t, &st);
-      continue;
-    }
     renew_due(c, &st, &t);
     if (st.cap > 4096) {
       /* A pass over many holds: give the arrays back until the next one
@@ -861,9 +707,7 @@ static void *wd_main(void *arg) {
     }
   }
   dlock__mu_unlock(&c->reg.mu);
-  for (int i = 0; i < st.nlinks; i++)
-    dlock__link_free(st.links[i].link);
-  free(st.links);
+  dlock__bg_close(&st.links);
   free(st.items);
   free(st.flags);
   return NULL;

@@ -4,7 +4,10 @@
  * by raw commands as Redisson's Java scripts write them, a SIGKILLed
  * holder's permit back within its lease, the watchdog keeping a permit
  * past its lease (and letting it go with its holder), waiters woken by a
- * release. Real redis-server processes only. */
+ * release; and under faults (issue 38: a late acquisition is no permit, a
+ * release or an update whose outcome is unknown, renewals with replicas
+ * that stopped). Real redis-server processes only; faults by the fault
+ * proxy (tests/faultproxy) and SIGSTOP. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -14,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "faultproxy.h"
 #include "th.h"
 
 static th_redis *g_r;
@@ -460,6 +464,175 @@ TH_CASE(waiters_woken_on_release) {
   }
   dlock_permits_free(p);
   dlock_client_free(c);
+}
+
+/* ---- under faults (issue 38) --------------------------------------------*/
+
+static atomic_int g_lost_n;
+
+static void count_lost(const char *name, void *arg) {
+  (void)name;
+  (void)arg;
+  atomic_fetch_add(&g_lost_n, 1);
+}
+
+/* A client of g_r through the fault proxy fp. */
+static dlock_client *proxied(fp_proxy *fp, int cmd_ms, int retries, int wd_ms) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(fp);
+  cfg.command_timeout_ms = cmd_ms;
+  cfg.retry_attempts = retries;
+  cfg.retry_interval_ms = 100;
+  if (wd_ms > 0)
+    cfg.watchdog_timeout_ms = wd_ms;
+  cfg.on_lock_lost = count_lost;
+  return th_client_cfg(g_r, &cfg);
+}
+
+/* Issue 38.5: try_acquire(lease 500) whose reply took 1.5 s returned OK;
+ * another client then took the only permit too (the first one's lease had
+ * run out on the server), and the first one's release said ELOST. The
+ * lease counts from the send: an answer that comes after send + lease -
+ * margin is no permit -- DLOCK_ELOST, the permit given back at once. */
+TH_CASE(late_acquire_reply_is_no_permit) {
+  g_r = th_redis_new(1, NULL);
+  fp_proxy *fp = fp_new(NULL, g_r->port);
+  dlock_client *a = proxied(fp, (int)(5000 * th_timeout_mult()), 0, 0);
+  dlock_client *b = th_client(g_r);
+  dlock_permits *pa = open_permits(a, "late"), *pb = open_permits(b, "late");
+  CHECK_OK(dlock_permits_try_set_permits(pb, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1], other[DLOCK_PERMIT_ID_LEN + 1];
+  fp_arm(fp, "late", FP_DELAY, 1500);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_permits_try_acquire(pa, 500, id);
+  printf("try_acquire(lease 500) answered after %lld ms: %s: %s\n",
+         (long long)(th_now_ms() - t0), dlock_err_name(rc), dlock_last_error());
+  CHECK_EQ(fp_fired(fp), 1);
+  CHECK_RC(rc, DLOCK_ELOST);
+  CHECK_MSG(strstr(dlock_last_error(), "lease"), "%s", dlock_last_error());
+  CHECK_STR(id, "");
+  /* Given back: the other client takes the only permit, and no permit of
+   * the late call is left in the set. */
+  CHECK_EQ(avail(pb), 1);
+  CHECK_OK(dlock_permits_try_acquire(pb, 60000, other));
+  CHECK_EQ(th_cmd_int(g_r, "ZCARD {late}:timeout"), 1);
+  CHECK_OK(dlock_permits_release(pb, other));
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* Found by reading (issue 38): a release whose reply was lost
+ * (its reply came after the command timeout, DLOCK_ECONN: the policy
+ * allows no retry) had run; the caller's retry
+ * then answered DLOCK_ELOST. As an unlock's (docs/errors.md, "Unlock: the
+ * caller may retry"): a release that may have run before and finds the
+ * permit gone means released. */
+TH_CASE(release_retried_after_econn_is_released) {
+  g_r = th_redis_new(1, NULL);
+  fp_proxy *fp = fp_new(NULL, g_r->port);
+  int cmd_ms = (int)(500 * th_timeout_mult());
+  dlock_client *a = proxied(fp, cmd_ms, 0, 0);
+  dlock_permits *p = open_permits(a, "rel");
+  CHECK_OK(dlock_permits_try_set_permits(p, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(p, 60000, id));
+  fp_arm(fp, "rel", FP_DELAY, 3 * cmd_ms);
+  CHECK_RC(dlock_permits_release(p, id), DLOCK_ECONN);
+  CHECK_OK(fp_wait_fired(fp, 1, 5000 * th_timeout_mult()));
+  CHECK_EQ(th_get_ll(g_r, "rel"), 1); /* the first copy released it */
+  int rc = dlock_permits_release(p, id);
+  printf("the caller's retry: %s (%s)\n", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_RC(rc, DLOCK_OK);
+  CHECK_EQ(avail(p), 1); /* released once */
+  /* A release that never ran before answers for itself. */
+  CHECK_RC(dlock_permits_release(p, id), DLOCK_ELOST);
+  dlock_permits_free(p);
+  dlock_client_free(a);
+}
+
+/* Found by reading (issue 38): update_lease took a watchdog permit off the
+ * renewals before its own renewal was confirmed; when that failed
+ * (DLOCK_ECONN) the permit was renewed no more, and expired with no
+ * on_lock_lost: another client took it. It stays renewed now until an
+ * update is confirmed. */
+TH_CASE_T(update_lease_econn_keeps_the_watchdog, 120, "slow") {
+  g_r = th_redis_new(1, NULL);
+  fp_proxy *fp = fp_new(NULL, g_r->port);
+  int lease = (int)(1500 * th_timeout_mult());
+  int cmd_ms = (int)(500 * th_timeout_mult());
+  dlock_client *a = proxied(fp, cmd_ms, 0, lease);
+  dlock_client *b = th_client(g_r);
+  dlock_permits *p = open_permits(a, "upd"), *pb = open_permits(b, "upd");
+  CHECK_OK(dlock_permits_try_set_permits(p, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1], other[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(p, -1, id));
+  fp_arm(fp, "upd", FP_DELAY, 3 * cmd_ms);
+  CHECK_RC(dlock_permits_update_lease(p, id, -1), DLOCK_ECONN);
+  int64_t t0 = th_now_ms();
+  while (th_now_ms() - t0 < 3 * lease) {
+    int rc = dlock_permits_try_acquire(pb, 60000, other);
+    CHECK_MSG(rc == DLOCK_EBUSY,
+              "the other client's try_acquire %lld ms after the failed "
+              "update: %s (on_lock_lost ran %d times)",
+              (long long)(th_now_ms() - t0), dlock_err_name(rc),
+              atomic_load(&g_lost_n));
+    th_sleep_ms(50);
+  }
+  CHECK_EQ(atomic_load(&g_lost_n), 0);
+  CHECK_OK(dlock_permits_release(p, id));
+  dlock_permits_free(p);
+  dlock_permits_free(pb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* Found by reading (issue 38): permit renewals were sent with the WAIT of
+ * sync_replicas; with the only replica stopped each renewal sat out
+ * sync_timeout_ms (here longer than the lease) and the permit was
+ * reported lost and then expired. Renewals never wait for replicas
+ * (docs/guarantees.md). */
+TH_CASE_T(permit_renewals_do_not_wait_for_replicas, 120, "slow") {
+  th_redis *m = th_redis_new(1, "repl-diskless-sync-delay 0\n");
+  th_redis *rep = th_replica_new(m);
+  int lease = (int)(1500 * th_timeout_mult());
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = m->tcp_url;
+  cfg.sync_replicas = 1;
+  cfg.sync_timeout_ms = 2 * lease;
+  cfg.command_timeout_ms = 3 * lease;
+  cfg.watchdog_timeout_ms = lease;
+  cfg.on_lock_lost = count_lost;
+  dlock_client *a = th_client_cfg(m, &cfg);
+  dlock_config ocfg;
+  dlock_config_init(&ocfg);
+  ocfg.sync_replicas = 0;
+  dlock_client *b = th_client_cfg(m, &ocfg);
+  dlock_permits *p = open_permits(a, "rs"), *pb = open_permits(b, "rs");
+  CHECK_OK(dlock_permits_try_set_permits(p, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1], other[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(p, -1, id));
+  th_redis_pause(rep);
+  int64_t t0 = th_now_ms();
+  while (th_now_ms() - t0 < 3 * lease) {
+    int rc = dlock_permits_try_acquire(pb, 60000, other);
+    CHECK_MSG(rc == DLOCK_EBUSY && atomic_load(&g_lost_n) == 0,
+              "%lld ms after the replica stopped: the other client's "
+              "try_acquire %s, on_lock_lost ran %d times",
+              (long long)(th_now_ms() - t0), dlock_err_name(rc),
+              atomic_load(&g_lost_n));
+    th_sleep_ms(50);
+  }
+  th_redis_resume(rep);
+  CHECK_OK(dlock_permits_release(p, id));
+  dlock_permits_free(p);
+  dlock_permits_free(pb);
+  dlock_client_free(a);
+  dlock_client_free(b);
 }
 
 TH_MAIN()

@@ -502,9 +502,9 @@ TH_CASE_T(grant_to_an_ended_wait_is_given_back, 120, "slow") {
   /* The live waiter may run before the watchdog thread has read the
    * decline's reply (which counts it): wait for that. */
   int64_t t1 = th_now_ms();
-  while (atomic_load(&ca->wd.declined) < 1 && th_now_ms() - t1 < 10000)
+  while (atomic_load(&ca->er.declined) < 1 && th_now_ms() - t1 < 10000)
     th_sleep_ms(2);
-  CHECK_EQ(atomic_load(&ca->wd.declined), 1);
+  CHECK_EQ(atomic_load(&ca->er.declined), 1);
   CHECK_EQ(th_cmd_int(r, "HEXISTS ghost %s", g.field), 0);
   CHECK_EQ(th_cmd_int(r, "HEXISTS ghost %s", w.field), 1);
   CHECK_EQ(th_cmd_int(r, "HLEN ghost"), 1);
@@ -553,9 +553,9 @@ TH_CASE(decline_leaves_an_adopted_hand_over_alone) {
   CHECK_EQ(th_cmd_int(r, "PUBLISH %s %s", ch, grant), 1);
   /* The decline runs on c's watchdog thread: wait until it was answered. */
   int64_t t1 = th_now_ms();
-  while (atomic_load(&c->wd.declined) < 1 && th_now_ms() - t1 < 10000)
+  while (atomic_load(&c->er.declined) < 1 && th_now_ms() - t1 < 10000)
     th_sleep_ms(2);
-  CHECK_EQ(atomic_load(&c->wd.declined), 1);
+  CHECK_EQ(atomic_load(&c->er.declined), 1);
   CHECK_EQ(th_cmd_int(r, "HEXISTS adopt %s", field), 1);
   CHECK_EQ(th_cmd_int(r, "HLEN adopt"), 1);
   CHECK_EQ(atomic_load(&w.started), 1); /* still waiting */

@@ -23,6 +23,8 @@ struct th_proxy {
   int lfd;
   int target_port;
   atomic_int blackhole;
+  atomic_int tarpit; /* th_proxy_unreachable: the listener is not polled */
+  int fill[4];       /* connections filling the listen queue (or -1) */
   atomic_int reply_delay_ms;
   atomic_int silence_done;
   atomic_int silence_req;    /* th_proxy_silence asked, not yet applied */
@@ -82,9 +84,11 @@ static void *proxy_main(void *arg) {
     struct pollfd pf[1 + 2 * TH_PROXY_MAX];
     int idx[1 + 2 * TH_PROXY_MAX];
     int n = 0;
-    pf[n].fd = p->lfd;
-    pf[n].events = POLLIN;
-    idx[n++] = -1;
+    if (!atomic_load(&p->tarpit)) {
+      pf[n].fd = p->lfd;
+      pf[n].events = POLLIN;
+      idx[n++] = -1;
+    }
     for (int i = 0; i < TH_PROXY_MAX; i++) {
       if (p->a[i] < 0)
         continue;
@@ -143,6 +147,8 @@ th_proxy *th_proxy_new(int target_port) {
     th_fail(__FILE__, __LINE__, "out of memory");
   for (int i = 0; i < TH_PROXY_MAX; i++)
     p->a[i] = p->b[i] = -1;
+  for (int i = 0; i < 4; i++)
+    p->fill[i] = -1;
   p->target_port = target_port;
   p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in sa;
@@ -176,4 +182,55 @@ void th_proxy_silence(th_proxy *p) {
   atomic_store(&p->silence_req, 1);
   while (!atomic_load(&p->silence_done))
     th_sleep_ms(1);
+}
+
+/* A non-blocking connect to the proxy: the socket, *done = 1 when it
+ * completed within ms (it was accepted into the listen queue). */
+static int try_connect(th_proxy *p, int ms, int *done) {
+  struct sockaddr_in sa;
+  socklen_t l = sizeof sa;
+  getsockname(p->lfd, (struct sockaddr *)&sa, &l);
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0)
+    th_fail(__FILE__, __LINE__, "proxy: socket: %s", strerror(errno));
+  *done = connect(s, (struct sockaddr *)&sa, sizeof sa) == 0;
+  if (!*done) {
+    struct pollfd pf = {s, POLLOUT, 0};
+    int e = 0;
+    socklen_t el = sizeof e;
+    *done = poll(&pf, 1, ms) == 1 &&
+            getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e == 0;
+  }
+  return s;
+}
+
+void th_proxy_unreachable(th_proxy *p, int on) {
+  if (!on) {
+    atomic_store(&p->blackhole, 0);
+    listen(p->lfd, 64);
+    for (int i = 0; i < 4; i++)
+      if (p->fill[i] >= 0)
+        close(p->fill[i]);
+    for (int i = 0; i < 4; i++)
+      p->fill[i] = -1;
+    atomic_store(&p->tarpit, 0);
+    return;
+  }
+  atomic_store(&p->blackhole, 1);
+  atomic_store(&p->tarpit, 1);
+  th_sleep_ms(60); /* the proxy's poll (20 ms) no longer has the listener */
+  /* A backlog of 0: the kernel queues one connection; after that it drops
+   * the SYNs (a full accept queue), and connects hang as on a dead route. */
+  if (listen(p->lfd, 0) != 0)
+    th_fail(__FILE__, __LINE__, "proxy: listen: %s", strerror(errno));
+  for (int i = 0; i < 4; i++) {
+    int done = 0;
+    int s = try_connect(p, 300, &done);
+    if (!done) {
+      close(s);
+      return; /* this one hangs: so will the client's */
+    }
+    p->fill[i] = s;
+  }
+  th_fail(__FILE__, __LINE__, "proxy: connects still complete");
 }

@@ -18,6 +18,13 @@ const char *th_proxy_url(th_proxy *p);
  * connections stay open, new ones are accepted and swallowed too);
  * on = 0: forwarding resumes (what was dropped stays lost). */
 void th_proxy_blackhole(th_proxy *p, int on);
+/* on = 1: the server behind becomes unreachable as a dropped route makes
+ * it -- a new connect hangs (the proxy stops accepting and its listen
+ * queue is full: the kernel drops the SYN, so connect(2) waits for its
+ * timeout) and the connections open go silent both ways (as
+ * th_proxy_blackhole); on = 0: it accepts and forwards again. Returns once
+ * applied (a connect to the proxy is seen to hang). */
+void th_proxy_unreachable(th_proxy *p, int on);
 /* Holds every chunk coming back from the server ms milliseconds before
  * passing it on (0: none): slow replies, e.g. to widen the window between
  * a command running on the server and its caller hearing of it. One thread

@@ -175,8 +175,10 @@ permits_kill_holder_recovers)
   [ "$orders" -eq 400 ] && [ "$st" -eq 0 ] || fail "sold $orders of 400, $st left" ;;
 permits_late_payment_returns_stock)
   # A 1 ms payment window and 2-4 ms of work: every reservation expires
-  # before its payment, so every payment is refused and every unit goes
-  # back -- nothing sold, nothing oversold, the whole stock still there.
+  # before its payment -- most before the reservation's own answer came
+  # (DLOCK_ELOST: no reservation, the unit given back at once) -- so every
+  # payment is refused and every unit goes back: nothing sold, nothing
+  # oversold, the whole stock still there.
   run --strategy permits --lease-ms 1 --work-ms 2-4 --requests 200 \
     --deadline-ms 60000 || fail "exited $?: $(cat "$TMP/err.txt")"
   read -r o l orders st c <<<"$(fields permits oversold lost_updates orders \

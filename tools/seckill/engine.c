@@ -464,6 +464,8 @@ static int reserve(sk_eth *th, char *id) {
     }
     if (rc == DLOCK_ECANCELED)
       return SK_O_DEADLOCK;
+    if (rc == DLOCK_ELOST) /* the window closed before the answer came: */
+      return SK_O_SOLDOUT; /* no reservation, the unit was given back */
     note_error(th, "dlock_permits: %s (%s)", dlock_err_name(rc),
                dlock_last_error());
     return SK_O_ERROR;
