@@ -78,9 +78,11 @@ fuzz: deps-dev
 	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Worker processes (blocking and event-loop clients) on every lock kind
-# under a random fault schedule for SOAK_MINUTES, then a checker
+# under a random fault schedule and the wire adversary (late copies, held
+# replies, cut connections) for SOAK_MINUTES, then a checker
 # (tests/soak/soak.h); not part of make test. SOAK_TOPOLOGY: standalone,
 # sentinel or cluster; soak-all runs the three one after the other.
+# SOAK_FLAGS="--faults wire-late,pause-waiter" runs only those classes.
 SOAK_MINUTES ?= 10
 SOAK_TOPOLOGY ?= standalone
 SOAK_FLAGS ?=
