@@ -129,11 +129,26 @@ void dlock__reg_detach(dlock_client *c, dlock__lockent *e) {
   }
   /* The batch in flight may point at the entry's name: wait for it. */
   dlock__wd_quiesce(c);
-  dlock__hold *h = e->holds;
+  dlock__hold *h = e->holds, *keep = NULL;
   while (h) {
     dlock__hold *nx = h->next;
-    hold_free(c, h);
+    if (h->unlock_pending) {
+      /* A release with an unknown outcome outlives its object: the next
+       * object of the name finds it and settles it before it acquires
+       * (safety round 4); the entry stays for it, without objects. */
+      dlock__eng_forget(h);
+      dlock__wd_remove(c, h);
+      h->next = keep;
+      keep = h;
+    } else {
+      hold_free(c, h);
+    }
     h = nx;
+  }
+  e->holds = keep;
+  if (keep) {
+    dlock__mu_unlock(&c->reg.mu);
+    return;
   }
   dlock__map_del(&c->reg.locks, e->key, e->key_len);
   dlock__mu_unlock(&c->reg.mu);
@@ -292,8 +307,22 @@ void dlock__holds_destroy(dlock_client *c) {
         h = nx;
       }
       e->holds = NULL;
-      /* The entry itself belongs to its objects (freed by the last one). */
+      /* The entry itself belongs to its objects (freed by the last one) --
+       * unless none is left: one kept only for its pending releases. */
     }
+  for (int again = 1; again && c->reg.locks.b;) {
+    again = 0;
+    for (size_t i = 0; i < c->reg.locks.nb && !again; i++)
+      for (dlock__map_ent *me = c->reg.locks.b[i]; me; me = me->next) {
+        dlock__lockent *e = me->val;
+        if (e->objects == 0) {
+          dlock__map_del(&c->reg.locks, e->key, e->key_len);
+          free(e);
+          again = 1; /* the bucket changed: look again */
+          break;
+        }
+      }
+  }
   dlock__hold_grave_empty(c);
   if (c->reg.locks.b && c->reg.locks.n == 0)
     dlock__map_free(&c->reg.locks);

@@ -854,6 +854,43 @@ TH_CASE_T(last_error_empty_after_a_retry_past_enosync_async, 120, "slow") {
   enosync_retry_body(TH_DRIVE_ASYNC);
 }
 
+/* ---- a pending release outlives its object ---- */
+
+/* The unlock is held on the wire (DLOCK_ECONN); the caller frees the mutex
+ * object and makes a new one of the name, which locks; then the held copy
+ * runs. A pending release is an obligation of the (client, name, thread),
+ * not of an object: the new object's lock settles it first. */
+TH_CASE(pending_release_outlives_its_object) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
+  warm(c, TH_K_MUTEX);
+  const char *name = "late-obj";
+  char m[96];
+  dlock_mutex *a, *o;
+  CHECK_OK(dlock_mutex_new(c, name, &a));
+  CHECK_OK(dlock_mutex_new(other, name, &o));
+  CHECK_OK(dlock_mutex_timedlock(a, 0, 20000));
+  fp_hold(p, "EVALSHA", rel_match(name, m, sizeof m), hold_ms(), 1);
+  CHECK_RC(dlock_mutex_unlock(a), DLOCK_ECONN);
+  dlock_mutex_free(a);
+  CHECK_OK(dlock_mutex_new(c, name, &a));
+  CHECK_OK(dlock_mutex_timedlock(a, 0, 20000));
+  delivered(p, 1, NULL);
+  CHECK_MSG(th_count_of(r, name) == 1,
+            "the late copy of the old object's unlock released the new "
+            "object's hold");
+  CHECK_RC(dlock_mutex_trylock(o), DLOCK_EBUSY);
+  CHECK_OK(dlock_mutex_unlock(a));
+  CHECK_OK(dlock_mutex_trylock(o));
+  CHECK_OK(dlock_mutex_unlock(o));
+  dlock_mutex_free(a);
+  dlock_mutex_free(o);
+  dlock_client_free(other);
+  dlock_client_free(c);
+}
+
 /* ---- counts changed by the library's own re-send ---- */
 
 /* Issue 43: post #1's first copy held 1 s, the router's re-send counted it
