@@ -190,8 +190,17 @@ void dlock__async_ops_close(dlock_async *a) {
  */
 
 /* The call holds the lock now (the attempt sent at op->sent said so). */
+static void late_answer(dlock__aop *op);
+
 static void held(dlock__aop *op) {
   dlock__ahold *h = op->h;
+  /* A first hold answered past its local deadline is no hold (the
+   * engine's rule, mutex.c late_answer too): given back. */
+  if (h->h.count == 0 &&
+      !dlock__eng_in_time(op->sent, op->lease, dlock__async_now())) {
+    late_answer(op);
+    return;
+  }
   dlock__stat_add(&op->a->stats,
                   h->h.count > 0 ? DLOCK__ST_REENTERED : DLOCK__ST_ACQUIRED, 1);
   dlock__hold_note(&h->h, op->target, op->wd, op->lease, op->sent, 0);
@@ -441,6 +450,44 @@ static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
                         op->target > 1 ? -op->lease : op->lease,
                         dlock__async_now(), &op->u);
   rel_send(op, undo_finish, 1);
+}
+
+/* The late answer's give-back answered: the wait goes on while its budget
+ * lasts, or the call ends with DLOCK_ELOST (op->msg says why). */
+static void late_finish(dlock__aop *op, int rc, int sends) {
+  (void)sends;
+  int undone = dlock__eng_answered(rc);
+  (void)dlock__eng_unlock_end(&op->h->h, &op->u, rc, 1, dlock__async_now());
+  int64_t now = dlock__async_now();
+  if (op->wait_ms != 0 && !op->expired && !op->a->closing &&
+      (op->w.deadline < 0 || now < op->w.deadline)) {
+    attempt(op, 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
+    return;
+  }
+  char msg[sizeof op->msg + 96];
+  snprintf(msg, sizeof msg, "%s%s", op->msg,
+           undone ? "" : " (the give-back's outcome is unknown: the owner's "
+                         "next call on the lock settles it)");
+  complete(op, DLOCK_ELOST, "%.*s", (int)sizeof op->msg - 1, msg);
+}
+
+/* A first hold answered past its local deadline (dlock__eng_in_time): it
+ * may be over on the server, with another holder -- given back with a
+ * bound release, as an undo. */
+static void late_answer(dlock__aop *op) {
+  int64_t took = dlock__async_now() - op->sent;
+  dlock__log(&op->a->cfg, DLOCK_LOG_WARN, op->h->key, "late_answer",
+             "an acquisition answered %lld ms after its send, past its lease "
+             "of %lld ms: given back",
+             (long long)took, (long long)op->lease);
+  snprintf(op->msg, sizeof op->msg,
+           "lock '%s': acquired, but the answer came %lld ms after the send, "
+           "past the lease of %lld ms (it may have ended on the server, and "
+           "another owner may hold the lock): given back",
+           op->h->key, (long long)took, (long long)op->lease);
+  dlock__eng_undo_begin(&op->h->h, op->target - 1, op->lease,
+                        dlock__async_now(), &op->u);
+  rel_send(op, late_finish, 1);
 }
 
 /* ---- request binding: tombstones --------------------------------------- */

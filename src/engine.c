@@ -29,6 +29,10 @@ int64_t dlock__eng_deadline(int64_t sent, int64_t lease) {
   return sent + lease - dlock__lease_margin(lease);
 }
 
+int dlock__eng_in_time(int64_t sent, int64_t lease, int64_t now) {
+  return now < dlock__eng_deadline(sent, lease);
+}
+
 void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
                       int64_t sent, uint64_t token) {
   int64_t until = dlock__eng_deadline(sent, lease);

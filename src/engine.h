@@ -85,6 +85,22 @@ int64_t dlock__lease_margin(int64_t lease);
  * the server cannot expire it before. */
 int64_t dlock__eng_deadline(int64_t sent, int64_t lease);
 
+/* 1 when an acquisition sent at `sent` with `lease` and answered "held" at
+ * `now` is a hold: its answer came before its local deadline. A FIRST hold
+ * answered later may have expired on the server already -- a slow or held
+ * reply, a WAIT behind it, a paused client -- and another client may hold
+ * the lock: it is no hold. The driver gives it back (a bound release, as an
+ * undo) and the wait goes on within its budget, else the call answers
+ * DLOCK_ELOST; never "held" with a deadline in the past (issue 38.5's rule
+ * for every kind: the soak's wire adversary found an event-loop
+ * acquisition answered 2.5 s after its send, its 1 s lease long over,
+ * while another client held the lock). A re-entry keeps the hold's own
+ * deadline (dlock__hold_note never shortens it). */
+int dlock__eng_in_time(int64_t sent, int64_t lease, int64_t now);
+/* A driver-internal answer of one acquire try: its answer came past its
+ * local deadline (dlock__eng_in_time) and the acquisition was given back. */
+#define DLOCK__ENG_LATE 0x300
+
 /* The bookkeeping of one acquisition on a hold record (no lock taken, no
  * watchdog list touched): count = target, the hold's lease kind (fixed_bits,
  * wd_count), lease_ms, and the local deadline sent + lease - margin (a

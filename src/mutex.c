@@ -1029,18 +1029,17 @@ static int leave_queue(acq *a) {
  * gives it back with the kind's unlock (reentrant: the count goes back to
  * prior, the TTL is never shortened), so nothing of it stays behind. Returns
  * DLOCK_ENOSYNC; a failed undo leaves the lease to end it. */
-static int undo_unsynced(acq *a, const char *why) {
-  char msg[200];
-  snprintf(msg, sizeof msg, "%s", why);
+/* Gives back the acquisition a just made (the count goes back to prior, or
+ * the key goes), bound to it like any release: its copies are committed,
+ * and an unknown outcome stays pending -- the retry, or the thread's next
+ * call, settles it before anything is built on the count (safety round 4,
+ * issue 38.4: the late copy of an undo released the retried acquisition).
+ * 1 when the server answered it, 0 when its outcome is unknown. The
+ * thread's error message is kept. */
+static int undo_acquisition(acq *a) {
   dlock_client *c = a->c;
   dlock__err_keep_begin();
   dlock__sync_pause(1);
-  /* The undo is a release of the acquisition (the count goes back to
-   * prior, or the key goes), bound to it like any release: its copies
-   * are committed, and an unknown outcome stays pending -- the retry, or
-   * the thread's next call, settles it before anything is built on the
-   * count (safety round 4, issue 38.4: its late copy released the retried
-   * acquisition). */
   rel r;
   memset(&r, 0, sizeof r);
   dlock__mu_lock(&c->reg.mu);
@@ -1063,15 +1062,46 @@ static int undo_unsynced(acq *a, const char *why) {
   }
   dlock__sync_pause(0);
   dlock__err_keep_end();
-  dlock__stat_add(&c->stats, DLOCK__ST_ENOSYNC, 1);
-  dlock__log(&c->cfg, DLOCK_LOG_WARN, a->m->name, "enosync",
+  return undone;
+}
+
+static const char *const undo_unknown =
+    " (the undo's outcome is unknown: the thread's next call on the lock "
+    "settles it; else the lease ends it)";
+
+/* The acquisition a just made was not confirmed by the replicas (sync.c):
+ * gives it back (undo_acquisition). Returns DLOCK_ENOSYNC. */
+static int undo_unsynced(acq *a, const char *why) {
+  char msg[200];
+  snprintf(msg, sizeof msg, "%s", why);
+  int undone = undo_acquisition(a);
+  dlock__stat_add(&a->c->stats, DLOCK__ST_ENOSYNC, 1);
+  dlock__log(&a->c->cfg, DLOCK_LOG_WARN, a->m->name, "enosync",
              "acquisition undone: %s", msg);
-  return dlock__fail(
-      DLOCK_ENOSYNC, "lock '%s': %s; the acquisition was undone%s", a->m->name,
-      msg,
-      undone ? ""
-             : " (the undo's outcome is unknown: the thread's next call on "
-               "the lock settles it; else the lease ends it)");
+  return dlock__fail(DLOCK_ENOSYNC,
+                     "lock '%s': %s; the acquisition was undone%s", a->m->name,
+                     msg, undone ? "" : undo_unknown);
+}
+
+/* A first hold answered past its local deadline (dlock__eng_in_time): it
+ * may be over on the server already, with another holder -- no hold. Gives
+ * it back; DLOCK__ENG_LATE (the message says why) for acquire() to try
+ * again within the budget, or end with DLOCK_ELOST. */
+static int late_answer(acq *a) {
+  int64_t took = dlock__now_ms() - a->sent;
+  int undone = undo_acquisition(a);
+  dlock__log(&a->c->cfg, DLOCK_LOG_WARN, a->m->name, "late_answer",
+             "an acquisition answered %lld ms after its send, past its lease "
+             "of %lld ms: given back",
+             (long long)took, (long long)a->lease);
+  (void)dlock__fail(DLOCK_ELOST,
+                    "lock '%s': acquired, but the answer came %lld ms after "
+                    "the send, past the lease of %lld ms (it may have ended "
+                    "on the server, and another owner may hold the lock): "
+                    "given back%s",
+                    a->m->name, (long long)took, (long long)a->lease,
+                    undone ? "" : undo_unknown);
+  return DLOCK__ENG_LATE;
 }
 
 /* A successful acquire call (its hold recorded). */
@@ -1138,6 +1168,9 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   const char *why = NULL;
   if (rc == 1 && dlock__sync_short(&why))
     return undo_unsynced(&a, why);
+  if (rc == 1 && a.prior == 0 &&
+      !dlock__eng_in_time(a.sent, a.lease, dlock__now_ms()))
+    return late_answer(&a);
   if (rc == 1 && (rc = record_hold(m, a.tid, a.prior + 1, a.wd, a.lease, a.sent,
                                    a.token)) == 0)
     count_acquired(&a);
@@ -1161,6 +1194,15 @@ static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
           rc == DLOCK_ETIMEDOUT ? DLOCK__ST_TIMEOUTS : DLOCK__ST_CANCELS, 1);
     if (rc == 0)
       dlock__clear_error(); /* not the text of an undone earlier try */
+    if (rc == DLOCK__ENG_LATE) {
+      /* an acquisition answered too late, given back: the wait goes on
+       * while its budget lasts (a try-lock ends) */
+      if (wait_ms == 0 || (wait_ms > 0 && dlock__budget_left(&b) <= 0) ||
+          dlock__budget_canceled(&b) || atomic_load(&m->c->closing))
+        return DLOCK_ELOST;
+      i--;
+      continue;
+    }
     if (rc != DLOCK_ENOSYNC)
       return rc;
     /* The engine's rule (dlock__eng_sync_retry), the async client's too. */

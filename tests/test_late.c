@@ -891,6 +891,71 @@ TH_CASE(pending_release_outlives_its_object) {
   dlock_client_free(c);
 }
 
+/* ---- an acquisition answered after its lease ---- */
+
+typedef struct taker {
+  th_redis *r;
+  th_holder *o;
+  const char *name;
+  int rc;
+} taker;
+
+/* B: waits until A's key came and went (its 500 ms lease), then takes the
+ * lock for 20 s. */
+static void *take_after_expiry(void *arg) {
+  taker *t = arg;
+  int64_t end = th_now_ms() + 10000 * mult();
+  while (th_cmd_int(t->r, "EXISTS %s", t->name) == 0 && th_now_ms() < end)
+    th_sleep_ms(5);
+  while (th_cmd_int(t->r, "EXISTS %s", t->name) == 1 && th_now_ms() < end)
+    th_sleep_ms(5);
+  t->rc = th_holder_lock(t->o, 0, 20000);
+  return NULL;
+}
+
+/* Issue 38.5's rule, for the locks (the soak's wire adversary found it on
+ * the event-loop client): A's acquire with a 500 ms lease is answered 1.5
+ * s late (its reply held); meanwhile the key expired and B took the lock.
+ * At 7d6b26d A's call answered OK -- two holders, A's local deadline in
+ * the past. A first hold answered past its local deadline is no hold:
+ * given back (B's hold untouched), DLOCK_ELOST for a try-lock. */
+static void late_answer_body(int dk) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  cfg.command_timeout_ms = (int)(5000 * mult()); /* late, not lost */
+  th_drive *d = th_drive_new(dk, &cfg);
+  warm_drive(d);
+  dlock_client *other = th_client(r);
+  const char *name = "late-answer";
+  th_holder o = th_holder_new(other, TH_K_MUTEX, name);
+  taker t = {r, &o, name, -1};
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, take_after_expiry, &t), 0);
+  fp_arm(p, name, FP_DELAY, (int)(1500 * mult()));
+  int rc = th_drive_lock(d, name, 1, 0, 500);
+  pthread_join(th, NULL);
+  CHECK_OK(t.rc); /* B holds */
+  CHECK_MSG(rc != DLOCK_OK,
+            "%s: an acquisition answered past its lease said OK while "
+            "another client held the lock",
+            th_drive_kind(d));
+  CHECK_RC(rc, DLOCK_ELOST);
+  CHECK_EQ(th_count_of(r, name), 1); /* B's, untouched by the give-back */
+  char field[160];
+  th_drive_field(d, name, 1, field, sizeof field);
+  CHECK_EQ(th_cmd_int(r, "HEXISTS %s %s", name, field), 0); /* not A's */
+  th_holder_free(&o);
+  th_drive_free(d);
+  dlock_client_free(other);
+}
+TH_CASE(acquisition_answered_past_its_lease_is_no_hold_blocking) {
+  late_answer_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE(acquisition_answered_past_its_lease_is_no_hold_async) {
+  late_answer_body(TH_DRIVE_ASYNC);
+}
+
 /* ---- counts changed by the library's own re-send ---- */
 
 /* Issue 43: post #1's first copy held 1 s, the router's re-send counted it
