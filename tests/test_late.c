@@ -956,6 +956,42 @@ TH_CASE(acquisition_answered_past_its_lease_is_no_hold_async) {
   late_answer_body(TH_DRIVE_ASYNC);
 }
 
+/* Two copies of the final unlock held (the first long), the third
+ * answered: the release was sent three times; its commit must cover the
+ * first copy's late delivery after the owner locked again (the soak's
+ * tomb-copy shape). */
+static void two_held_copies_drive(int dk) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 3);
+  th_drive *d = th_drive_new(dk, &cfg);
+  warm_drive(d);
+  dlock_client *other = th_client(r);
+  const char *name = "late-two-held";
+  char m[96];
+  th_holder o = th_holder_new(other, TH_K_MUTEX, name);
+  CHECK_OK(th_drive_lock(d, name, 1, 0, 20000));
+  rel_match(name, m, sizeof m);
+  fp_hold(p, "EVALSHA", m, (int)(2500 * mult()), 2);
+  CHECK_OK(th_drive_unlock(d, name, 1));
+  CHECK_OK(th_drive_lock(d, name, 1, 0, 20000));
+  delivered(p, 2, d);
+  CHECK_MSG(th_count_of(r, name) == 1,
+            "%s: a late copy of a thrice-sent unlock released a later hold",
+            th_drive_kind(d));
+  CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
+  CHECK_OK(th_drive_unlock(d, name, 1));
+  th_holder_free(&o);
+  th_drive_free(d);
+  dlock_client_free(other);
+}
+TH_CASE(two_held_copies_of_an_unlock_blocking) {
+  two_held_copies_drive(TH_DRIVE_BLOCKING);
+}
+TH_CASE(two_held_copies_of_an_unlock_async) {
+  two_held_copies_drive(TH_DRIVE_ASYNC);
+}
+
 /* ---- counts changed by the library's own re-send ---- */
 
 /* Issue 43: post #1's first copy held 1 s, the router's re-send counted it
