@@ -214,18 +214,11 @@ static dlock__script g_core[DLOCK__S_COUNT_CORE] = {
          "    error(r)\n"
          "  end\n"
          "  return nil\n"
-         "end\n" DLOCK__LUA_LATE(
+         "end\n"
+         /* past here the lock exists, or the tombstone does */
+         DLOCK__LUA_LATE(
              "KEYS[3]",
-             "-4") "if redis.call('exists', KEYS[1]) == 0 then\n"
-                   "  redis.call('hset', KEYS[1], ARGV[2], '1')\n"
-                   "  local r = redis.pcall('pexpire', KEYS[1], ARGV[1])\n"
-                   "  if type(r) == 'table' and r.err then\n"
-                   "    redis.call('del', KEYS[1])\n"
-                   "    error(r)\n"
-                   "  end\n"
-                   "  return nil\n"
-                   "end\n"
-                   "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n"
+             "-4") "if redis.call('hexists', KEYS[1], 'mode') == 1 then\n"
                    "  local p = redis.call('pttl', KEYS[1])\n"
                    "  if p < 0 then return 1000 end\n"
                    "  return p\n"

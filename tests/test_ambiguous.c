@@ -18,6 +18,7 @@
 #include "faultproxy.h"
 #include "th.h"
 #include "th_drive.h"
+#include "th_kind.h"
 
 #define CMD_MS 400
 #define DELAY_MS 1200 /* past CMD_MS */
@@ -374,63 +375,10 @@ TH_CASE(rwlock_sides_count_once) {
  * counted again. Each case below makes a copy run, or the caller retry,
  * well past that window, on a count-2 hold of every reentrant kind. */
 
-enum { K_MUTEX, K_FAIR, K_READ, K_WRITE, K_KINDS };
-static const char *const g_kind_names[] = {"mutex", "fair", "read", "write"};
-
-typedef struct holder {
-  int kind;
-  dlock_mutex *m;
-  dlock_rwlock *rw;
-} holder;
-
-static holder holder_new(dlock_client *c, int kind, const char *name) {
-  holder h = {kind, NULL, NULL};
-  if (kind == K_MUTEX)
-    CHECK_OK(dlock_mutex_new(c, name, &h.m));
-  else if (kind == K_FAIR)
-    CHECK_OK(dlock_mutex_new_fair(c, name, &h.m));
-  else
-    CHECK_OK(dlock_rwlock_new(c, name, &h.rw));
-  return h;
-}
-
-static void holder_free(holder *h) {
-  dlock_mutex_free(h->m);
-  dlock_rwlock_free(h->rw);
-}
-
-static int holder_lock(holder *h, long long wait_ms) {
-  if (h->m)
-    return dlock_mutex_timedlock(h->m, wait_ms, 30000);
-  if (h->kind == K_READ)
-    return dlock_rwlock_timedrdlock(h->rw, wait_ms, 30000);
-  return dlock_rwlock_timedwrlock(h->rw, wait_ms, 30000);
-}
-
-/* What another client tries: the side that excludes h's. */
-static int holder_try_excluded(holder *h) {
-  if (h->m)
-    return dlock_mutex_trylock(h->m);
-  if (h->kind == K_READ)
-    return dlock_rwlock_trywrlock(h->rw);
-  return dlock_rwlock_tryrdlock(h->rw);
-}
-
-static int holder_unlock(holder *h) {
-  return h->m ? dlock_mutex_unlock(h->m) : dlock_rwlock_unlock(h->rw);
-}
-
-/* The one holder's count in lock hash `name` (the rwlock's "mode" field
- * aside): 0 when the key is gone. */
-static long long count_of(th_redis *r, const char *name) {
-  redisReply *x = th_cmd(r, "HGETALL %s", name);
-  long long n = 0;
-  for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i + 1 < x->elements;
-       i += 2)
-    if (strcmp(x->element[i]->str, "mode") != 0)
-      n += atoll(x->element[i + 1]->str);
-  freeReplyObject(x);
-  return n;
+/* The kinds (tests/harness/th_kind.h): a holder of each, its lock with a
+ * 30 s lease. */
+static int holder_lock(th_holder *h, long long wait_ms) {
+  return th_holder_lock(h, wait_ms, 30000);
 }
 
 /* The old latch's life for a configuration: how long its window was. */
@@ -453,22 +401,22 @@ static long long tombstones(th_redis *r, const char *name) {
 /* The count-2 hold that must stay at 1, and the final release, checked
  * from outside: another client cannot take the lock while one hold is
  * left, and can once the last is released. */
-static void check_one_left(th_redis *r, holder *h, dlock_client *other,
+static void check_one_left(th_redis *r, th_holder *h, dlock_client *other,
                            const char *name) {
-  long long n = count_of(r, name);
+  long long n = th_count_of(r, name);
   CHECK_MSG(n == 1,
             "%s '%s': hold count %lld in Redis after one (re-sent) unlock "
             "of two holds",
-            g_kind_names[h->kind], name, n);
+            th_kind_name(h->kind), name, n);
   if (h->m)
     CHECK_EQ(dlock_mutex_hold_count(h->m), 1);
-  holder o = holder_new(other, h->kind, name);
-  CHECK_RC(holder_try_excluded(&o), DLOCK_EBUSY);
-  CHECK_OK(holder_unlock(h));
+  th_holder o = th_holder_new(other, h->kind, name);
+  CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
+  CHECK_OK(th_holder_unlock(h));
   CHECK_EQ(exists_r(r, name), 0);
-  CHECK_OK(holder_try_excluded(&o));
-  CHECK_OK(holder_unlock(&o));
-  holder_free(&o);
+  CHECK_OK(th_holder_try_excluded(&o));
+  CHECK_OK(th_holder_unlock(&o));
+  th_holder_free(&o);
 }
 
 /* The caller retries: an unlock of a count-2 hold whose reply was lost
@@ -491,47 +439,47 @@ static void caller_retry_body(int kind) {
   cfg.on_lock_lost = on_lost;
   dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
   char name[40];
-  snprintf(name, sizeof name, "amb-retry-%s", g_kind_names[kind]);
-  holder h = holder_new(c, kind, name);
+  snprintf(name, sizeof name, "amb-retry-%s", th_kind_name(kind));
+  th_holder h = th_holder_new(c, kind, name);
   CHECK_OK(holder_lock(&h, 0));
   CHECK_OK(holder_lock(&h, 0));
-  CHECK_EQ(count_of(r, name), 2);
+  CHECK_EQ(th_count_of(r, name), 2);
   fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
-  CHECK_RC(holder_unlock(&h), DLOCK_ECONN);
+  CHECK_RC(th_holder_unlock(&h), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 1, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
-  CHECK_EQ(count_of(r, name), 1); /* it ran */
+  CHECK_EQ(th_count_of(r, name), 1); /* it ran */
   /* Past the old latch's life, twice over: a scenario, not a wait. */
   th_sleep_ms(2 * old_latch_ms(&cfg) + 200);
-  int rc = holder_unlock(&h);
+  int rc = th_holder_unlock(&h);
   CHECK_MSG(rc == DLOCK_OK, "retried unlock: %s %s", dlock_err_name(rc),
             dlock_last_error());
-  long long n = count_of(r, name);
+  long long n = th_count_of(r, name);
   CHECK_MSG(n == 1, "%s: hold count %lld after a retried unlock of 2 holds",
-            g_kind_names[kind], n);
+            th_kind_name(kind), n);
   if (h.m)
     CHECK_EQ(dlock_mutex_hold_count(h.m), 1);
-  holder o = holder_new(other, kind, name);
-  CHECK_RC(holder_try_excluded(&o), DLOCK_EBUSY);
+  th_holder o = th_holder_new(other, kind, name);
+  CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
   /* The final release, its reply lost, retried by the caller. */
   fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
-  CHECK_RC(holder_unlock(&h), DLOCK_ECONN);
+  CHECK_RC(th_holder_unlock(&h), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 2, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
   CHECK_EQ(exists_r(r, name), 0);
   th_sleep_ms(2 * old_latch_ms(&cfg) + 200);
-  rc = holder_unlock(&h);
+  rc = th_holder_unlock(&h);
   CHECK_MSG(rc == DLOCK_OK, "retried final unlock: %s %s", dlock_err_name(rc),
             dlock_last_error());
   /* one per committed release (safety round 4): the partial unlock's
    * retry and the final one's, each written by its committing copy */
   CHECK_EQ(tombstones(r, name), 2);
-  CHECK_RC(holder_unlock(&h), DLOCK_EPERM); /* nothing left to unlock */
-  CHECK_OK(holder_try_excluded(&o));
-  CHECK_OK(holder_unlock(&o));
-  holder_free(&o);
+  CHECK_RC(th_holder_unlock(&h), DLOCK_EPERM); /* nothing left to unlock */
+  CHECK_OK(th_holder_try_excluded(&o));
+  CHECK_OK(th_holder_unlock(&o));
+  th_holder_free(&o);
   CHECK_EQ(atomic_load(&g_lost), 0);
-  holder_free(&h);
+  th_holder_free(&h);
   dlock_client_free(other);
   dlock_client_free(c);
 }
@@ -553,25 +501,25 @@ static void caller_retry_drive(int kind) {
   const char *name = "amb-retry-mutex";
   CHECK_OK(th_drive_lock(d, name, 1, 0, 30000));
   CHECK_OK(th_drive_lock(d, name, 1, 0, 30000));
-  CHECK_EQ(count_of(r, name), 2);
+  CHECK_EQ(th_count_of(r, name), 2);
   fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
   CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 1, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
-  CHECK_EQ(count_of(r, name), 1); /* it ran */
+  CHECK_EQ(th_count_of(r, name), 1); /* it ran */
   /* Past the old latch's life, twice over: a scenario, not a wait. */
   th_drive_pump(d, 2 * old_latch_ms(&cfg) + 200);
   int rc = th_drive_unlock(d, name, 1);
   CHECK_MSG(rc == DLOCK_OK, "%s: retried unlock: %s %s", th_drive_kind(d),
             dlock_err_name(rc), dlock_last_error());
-  long long n = count_of(r, name);
+  long long n = th_count_of(r, name);
   CHECK_MSG(n == 1, "%s: hold count %lld after a retried unlock of 2 holds",
             th_drive_kind(d), n);
   dlock_mutex *m = th_drive_mutex(d, name);
   if (m)
     CHECK_EQ(dlock_mutex_hold_count(m), 1);
-  holder o = holder_new(other, K_MUTEX, name);
-  CHECK_RC(holder_try_excluded(&o), DLOCK_EBUSY);
+  th_holder o = th_holder_new(other, TH_K_MUTEX, name);
+  CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
   /* The final release, its reply lost, retried by the caller. */
   fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
   CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
@@ -587,9 +535,9 @@ static void caller_retry_drive(int kind) {
   CHECK_MSG(tombstones(r, name) == 2, "%s: %lld tombstones", th_drive_kind(d),
             tombstones(r, name));
   CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_EPERM); /* nothing left */
-  CHECK_OK(holder_try_excluded(&o));
-  CHECK_OK(holder_unlock(&o));
-  holder_free(&o);
+  CHECK_OK(th_holder_try_excluded(&o));
+  CHECK_OK(th_holder_unlock(&o));
+  th_holder_free(&o);
   CHECK_EQ(th_drive_lost_count(d), 0);
   th_drive_free(d);
   dlock_client_free(other);
@@ -601,13 +549,13 @@ TH_CASE(unlock_retried_by_caller_late_counts_once_mutex_async) {
   caller_retry_drive(TH_DRIVE_ASYNC);
 }
 TH_CASE(unlock_retried_by_caller_late_counts_once_fair) {
-  caller_retry_body(K_FAIR);
+  caller_retry_body(TH_K_FAIR);
 }
 TH_CASE(unlock_retried_by_caller_late_counts_once_read) {
-  caller_retry_body(K_READ);
+  caller_retry_body(TH_K_READ);
 }
 TH_CASE(unlock_retried_by_caller_late_counts_once_write) {
-  caller_retry_body(K_WRITE);
+  caller_retry_body(TH_K_WRITE);
 }
 
 /* The router re-sends late: with a replica, each unlock carries a WAIT,
@@ -632,18 +580,18 @@ static void router_late_body(int kind) {
   cfg.on_lock_lost = on_lost;
   dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
   char name[40];
-  snprintf(name, sizeof name, "amb-late-%s", g_kind_names[kind]);
-  holder h = holder_new(c, kind, name);
+  snprintf(name, sizeof name, "amb-late-%s", th_kind_name(kind));
+  th_holder h = th_holder_new(c, kind, name);
   CHECK_OK(holder_lock(&h, 0));
   CHECK_OK(holder_lock(&h, 0));
-  CHECK_EQ(count_of(r, name), 2);
+  CHECK_EQ(th_count_of(r, name), 2);
   fp_arm(p, name, FP_DELAY,
          cfg.command_timeout_ms + cfg.sync_timeout_ms + 2000);
   int64_t t0 = th_now_ms();
-  int rc = holder_unlock(&h);
+  int rc = th_holder_unlock(&h);
   int64_t took = th_now_ms() - t0;
   printf("%s: unlock %s after %lld ms (old window %lld ms)\n",
-         g_kind_names[kind], dlock_err_name(rc), (long long)took,
+         th_kind_name(kind), dlock_err_name(rc), (long long)took,
          (long long)old_latch_ms(&cfg));
   CHECK_MSG(rc == DLOCK_OK, "unlock: %s %s", dlock_err_name(rc),
             dlock_last_error());
@@ -651,21 +599,21 @@ static void router_late_body(int kind) {
             (long long)took);
   check_one_left(r, &h, other, name);
   CHECK_EQ(atomic_load(&g_lost), 0);
-  holder_free(&h);
+  th_holder_free(&h);
   dlock_client_free(other);
   dlock_client_free(c);
 }
 TH_CASE(unlock_resent_by_router_late_counts_once_mutex) {
-  router_late_body(K_MUTEX);
+  router_late_body(TH_K_MUTEX);
 }
 TH_CASE(unlock_resent_by_router_late_counts_once_fair) {
-  router_late_body(K_FAIR);
+  router_late_body(TH_K_FAIR);
 }
 TH_CASE(unlock_resent_by_router_late_counts_once_read) {
-  router_late_body(K_READ);
+  router_late_body(TH_K_READ);
 }
 TH_CASE(unlock_resent_by_router_late_counts_once_write) {
-  router_late_body(K_WRITE);
+  router_late_body(TH_K_WRITE);
 }
 
 TH_MAIN()
