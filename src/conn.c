@@ -964,7 +964,7 @@ static void retry_note(dlock_client *c, const dlock__cmd *cmd, int64_t pause_ms,
   if (pause_ms > 0)
     dlock__log(&c->cfg, DLOCK_LOG_WARN, cmd->key, "retry",
                "%s failed (%s); retry %d of %d, the next in %lld ms", what,
-               dlock_last_error(), attempt_no, attempts - 1,
+               dlock_last_error(), attempt_no - 1, attempts - 1,
                (long long)pause_ms);
   else
     dlock__log(&c->cfg, DLOCK_LOG_WARN, cmd->key, "retry",
