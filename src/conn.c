@@ -22,7 +22,9 @@
  * cfg.retry_interval_ms, or cfg.retry_delay's jitter) -- but never past the
  * deadline of a call with a finite wait budget (dlock__call_deadline): a
  * timedlock of 1000 ms against a dead server returns after about 1000 ms, not
- * after the whole retry policy. A failure on a pooled connection that was idle
+ * after the whole retry policy -- nor past cfg.call_timeout_ms of the first
+ * send (dlock__call_bound_over: a trylock against a stalled server answers
+ * after one reply timeout). A failure on a pooled connection that was idle
  * (typically: the server restarted) first drops the idle ones and retries at
  * once on a fresh connection, without counting as an attempt. A counting script
  * (semaphore, latch: counter.c) is safe to repeat only while its once key
@@ -985,6 +987,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   int stale_used = 0, redirects = 0, ask = 0;
   int64_t first = dlock__now_ms(); /* the first send starts now */
   int64_t prev_pause = 0;          /* the retry delay policy's state */
+  int64_t tried_at = first;        /* when the last attempt began */
   for (int i = 0;;) {
     attempt a;
     int closed_rc;
@@ -1013,12 +1016,15 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
     int64_t pause = dlock__retry_pause(&c->cfg, i - 1, &prev_pause);
-    if (budget_spent(&pause))
-      return rc; /* the call's wait budget ends its retries too */
+    if (budget_spent(&pause) ||
+        dlock__call_bound_over(&c->cfg, first, pause,
+                               dlock__now_ms() - tried_at))
+      return rc; /* the call's wait budget, or call_timeout_ms, ends them */
     retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0; /* a bound per attempt: the attempts are bounded */
     dlock__sleep_ms(pause);
+    tried_at = dlock__now_ms();
     if (c->cl)
       n = route(c, cmd->key);
   }

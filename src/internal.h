@@ -1018,6 +1018,15 @@ int dlock__sentinel_switch_msg(const char *payload, const char *name,
 int dlock__sentinel_promoted_msg(const char *payload, const char *name);
 /* 1 if l was made for a master that is no longer the master. */
 int dlock__link_stale(dlock_client *c, const dlock__link *l);
+/* A redis:// URL at a Sentinel's port (hints.c): on l, whose server just
+ * refused a data command as unknown, asks SENTINEL MASTERS (by the
+ * monotonic deadline): DLOCK_EREDIS with "this is a Sentinel: use
+ * redis-sentinel://<where>/<master>" when it is one, else 0. */
+int dlock__sentinel_port_hint(dlock__link *l, const char *where,
+                              int64_t deadline);
+/* The same for the router's rc (a script refused as an unknown command on
+ * a redis:// client): the new code and message, or rc as it was. */
+int dlock__explain_sentinel_port(dlock_client *c, int rc);
 
 /* ---- replica sync (sync.c) ---------------------------------------------- */
 
@@ -1215,6 +1224,13 @@ void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms);
  * retrying there. Public entry points reset it (dlock__clear_error). */
 int64_t dlock__call_deadline(void);
 void dlock__call_deadline_reset(void);
+/* The bound of one command's retries (dlock_config.call_timeout_ms): 1 when
+ * a re-send after `pause` ms that may take next_ms (0: it fails at once,
+ * command_timeout_ms: the last attempt got no reply) would end past the
+ * bound counted from `first` (monotonic ms of the first send); the thread's
+ * message then says so. 0: send it (or no bound). */
+int dlock__call_bound_over(const dlock_config *cfg, int64_t first,
+                           int64_t pause, int64_t next_ms);
 /* Milliseconds left: -1 no deadline, 0 spent. */
 int64_t dlock__budget_left(const dlock__budget *b);
 /* until (monotonic ms, -1 none) brought back to the deadline if past it. */
