@@ -109,6 +109,8 @@ static void key_type(dlock_client *c, const char *k, size_t kl, char *buf,
 int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
                              int nkeys, const char **keys,
                              const size_t *klens) {
+  if (rc == DLOCK_EREDIS && t_keep == 0 && strstr(t_errbuf, "unknown command"))
+    return dlock__explain_sentinel_port(c, rc); /* hints.c */
   if (rc != DLOCK_EREDIS || t_keep > 0 || nkeys < 1 ||
       strncmp(t_errbuf, "WRONGTYPE", 9) != 0)
     return rc;
