@@ -512,7 +512,8 @@ DLOCK_API int dlock_client_conn_name_query(dlock_client *c, const char *owner,
  * that young; *since_ms = 0), DLOCK_EINVAL (NULL, empty name, owner not
  * "<36-character id>:<thread id>"), DLOCK_ECONN, DLOCK_EREDIS,
  * DLOCK_EFORK, DLOCK_ECLOSED. Holders of the event-loop client
- * (dlock_async) publish no info key: 0. Thread-safety: any thread. */
+ * (dlock_async) publish theirs too since 0.3: owner "<client id>:<owner>".
+ * Thread-safety: any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_hold_since_query(dlock_client *c, const char *owner,
                                      const char *name, long long *since_ms);

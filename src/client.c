@@ -382,6 +382,7 @@ fail_free:
 static void client_release_memory(dlock_client *c) {
   int child = c->fork_gen != dlock__fork_gen();
   dlock__holds_destroy(c);
+  dlock__notes_free(c);
   dlock__pubsub_destroy(&c->ps, child);
   dlock__registry_destroy(&c->reg, child);
   dlock__sentinel_destroy(c, child);

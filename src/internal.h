@@ -1139,6 +1139,7 @@ struct dlock_client {
   int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
   int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */
   int64_t started_ms;     /* wall clock, ms since the epoch: for the info key */
+  struct dlock__note *notes; /* waits, permits for the info key (reg.mu) */
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
@@ -1195,6 +1196,33 @@ int64_t dlock__holds_now(dlock_client *c);
  * most DLOCK__INFO_HOLDS_MAX), marking them published; returns how many.
  * Takes reg.mu. */
 int dlock__holds_since(dlock_client *c, dlock__sb *b);
+
+/* The rest of the info key (clientnotes.c, issue 39): when the client
+ * checked in, its waits (wait:<tid>:<name> = wall ms the wait began), the
+ * permits it took (permit:<id> = "<wall ms>|<name>") and the kind of its
+ * locks no key shows (kind:<name>). A note is made with no Redis traffic
+ * and published, like a hold's start, once it has lasted
+ * DLOCK__SINCE_AFTER_MS. Each takes reg.mu unless it says otherwise. */
+typedef struct dlock__note dlock__note;
+/* A wait of thread tid for `name` begins: a handle for _end (NULL: OOM,
+ * not noted; _end accepts it). */
+void *dlock__note_wait(dlock_client *c, const char *name, uint64_t tid);
+void dlock__note_wait_end(dlock_client *c, void *note);
+/* Permit `id` (32 hex) of `name` taken through object obj / given back (by
+ * id; id NULL: every permit noted for obj, which is being freed). */
+void dlock__note_permit(dlock_client *c, const void *obj, const char *name,
+                        const char *id);
+void dlock__note_permit_end(dlock_client *c, const void *obj, const char *id);
+/* The watchdog's look (reg.mu held), as dlock__holds_since_due. */
+int dlock__notes_due(dlock_client *c, int64_t now, int64_t *next);
+/* Appends the pairs above ("field\0value\0") to b, marking the notes
+ * published; returns how many pairs. */
+int dlock__info_extra(dlock_client *c, dlock__sb *b);
+/* Client teardown (no mutex: also in a fork child). */
+void dlock__notes_free(dlock_client *c);
+/* The info key's write script (clientinfo.c), for the event-loop client's
+ * writer (async_info.c). */
+const dlock__script *dlock__info_script(void);
 
 /* The connection name for a config's client_name (clientinfo.c): NULL gives
  * "dlock:<program>:<host>:<pid>", "" none; the bytes Redis refuses in a

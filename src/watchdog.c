@@ -789,10 +789,11 @@ static void since_tick(dlock_client *c) {
   int64_t now = dlock__now_ms();
   if (c->wd.since_check == 0 || now < c->wd.since_check)
     return;
-  int64_t next = 0;
-  if (dlock__holds_since_due(c, now, &next))
+  int64_t next = 0, later = 0; /* holds, and waits and permits */
+  int due = dlock__holds_since_due(c, now, &next);
+  if (dlock__notes_due(c, now, &later) | due)
     dlock__info_soon(c);
-  c->wd.since_check = next;
+  c->wd.since_check = !next || (later && later < next) ? later : next;
 }
 
 void dlock__wd_decline_poke(dlock_client *c) {

@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dlock/admin.h"
 #include "th.h"
 #include "th_cluster.h"
+#include "th_drive.h"
 
 /* ---- call_timeout_ms ------------------------------------------------------
  */
@@ -363,6 +366,176 @@ TH_CASE_T(admin_cluster_with_a_paused_master, 180, "cluster slow") {
   dlock_admin_nodes_free(nodes, n);
   dlock_admin_free(a);
   dlock_client_free(c);
+}
+
+/* ---- the info key (clientnotes.c, async_info.c) ------------------------- */
+
+/* HGET of the info key of the client whose id starts `owner`; "" when
+ * absent. */
+static void info_get(th_redis *r, const char *owner, const char *field,
+                     char *buf, size_t len) {
+  char key[64];
+  snprintf(key, sizeof key, "dlock_client:{%.36s}", owner);
+  redisReply *x = th_cmd(r, "HGET %s %s", key, field);
+  snprintf(buf, len, "%s", x && x->type == REDIS_REPLY_STRING ? x->str : "");
+  freeReplyObject(x);
+}
+
+/* Polls (bounded) until the field is present (want 1) or absent (0). */
+static int info_wait(th_redis *r, const char *owner, const char *field,
+                     int want, char *buf, size_t len) {
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
+  do {
+    info_get(r, owner, field, buf, len);
+    if ((buf[0] != '\0') == want)
+      return 1;
+    th_sleep_ms(20);
+  } while (th_now_ms() < end);
+  return 0;
+}
+
+typedef struct fair_waiter {
+  dlock_mutex *m;
+  int rc;
+  int64_t began_ms; /* wall */
+  char field[80];
+} fair_waiter;
+
+static void *fair_wait(void *p) {
+  fair_waiter *w = p;
+  dlock_mutex_owner(w->m, w->field, sizeof w->field);
+  w->began_ms = (int64_t)time(NULL) * 1000;
+  w->rc = dlock_mutex_timedlock(w->m, 20000, -1);
+  if (w->rc == 0)
+    w->rc = dlock_mutex_unlock(w->m);
+  return NULL;
+}
+
+/* A waiter's client publishes wait:<tid>:<name> with when its wait began,
+ * and drops it when the wait ends; a holder of a fair lock says its kind;
+ * a permit's taker lists the permit until it gives it back; every write
+ * says when the client checked in. */
+TH_CASE(info_key_names_waits_permits_and_kinds) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *a = th_client(r), *b = th_client(r);
+  dlock_mutex *fa, *fb;
+  CHECK_OK(dlock_mutex_new_fair(a, "f", &fa));
+  CHECK_OK(dlock_mutex_new_fair(b, "f", &fb));
+  CHECK_OK(dlock_mutex_lock(fa));
+  char v[128], owner[80];
+  CHECK_OK(dlock_mutex_owner(fa, owner, sizeof owner));
+  CHECK_MSG(info_wait(r, owner, "kind:f", 1, v, sizeof v), "no kind:f");
+  CHECK_STR(v, "fair");
+  info_get(r, owner, "client", v, sizeof v);
+  CHECK_STR(v, "blocking");
+  info_get(r, owner, "every", v, sizeof v);
+  CHECK_STR(v, "10000");
+  info_get(r, owner, "checked", v, sizeof v);
+  long long checked = atoll(v), now = (long long)time(NULL) * 1000;
+  CHECK_MSG(checked > now - 15000 && checked < now + 2000, "checked %lld",
+            checked);
+  fair_waiter w = {fb, 1, 0, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, fair_wait, &w);
+  th_wait_llen(r, "redisson_lock_queue:{f}", 1, 5000);
+  char field[160];
+  snprintf(field, sizeof field, "wait:%s:f", strchr(w.field, ':') + 1);
+  CHECK_MSG(info_wait(r, w.field, field, 1, v, sizeof v), "no %s", field);
+  long long began = atoll(v);
+  CHECK_MSG(began >= w.began_ms - 1000 && began <= w.began_ms + 2000,
+            "wait began %lld, the thread started at %lld", began,
+            (long long)w.began_ms);
+  CHECK_OK(dlock_mutex_unlock(fa));
+  pthread_join(t, NULL);
+  CHECK_OK(w.rc);
+  CHECK_MSG(info_wait(r, w.field, field, 0, v, sizeof v), "%s still there: %s",
+            field, v);
+
+  dlock_permits *p;
+  CHECK_OK(dlock_permits_new(a, "pm", &p));
+  CHECK_OK(dlock_permits_set_permits(p, 2));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(p, 60000, id));
+  snprintf(field, sizeof field, "permit:%s", id);
+  CHECK_MSG(info_wait(r, owner, field, 1, v, sizeof v), "no %s", field);
+  CHECK_MSG(strstr(v, "|pm") && atoll(v) > now - 60000, "%s = %s", field, v);
+  CHECK_OK(dlock_permits_release(p, id));
+  CHECK_MSG(info_wait(r, owner, field, 0, v, sizeof v), "%s stays", field);
+  dlock_permits_free(p);
+  dlock_mutex_free(fa);
+  dlock_mutex_free(fb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+typedef struct watch {
+  th_redis *r;
+  char owner[80];
+  char field[160];
+  volatile int seen;
+  char value[64];
+  volatile int stop;
+} watch;
+
+static void *watch_field(void *p) {
+  watch *w = p;
+  int64_t end = th_now_ms() + 10000LL * th_timeout_mult();
+  while (!w->stop && th_now_ms() < end) {
+    char v[64];
+    info_get(w->r, w->owner, w->field, v, sizeof v);
+    if (v[0] && !w->seen) {
+      snprintf(w->value, sizeof w->value, "%s", v);
+      w->seen = 1;
+    }
+    th_sleep_ms(20);
+  }
+  return NULL;
+}
+
+/* The event-loop client writes the same key: since:<owner>:<name> for its
+ * holds, wait:<owner>:<name> while a call waits, client "async". */
+TH_CASE(info_key_of_the_event_loop_client) {
+  th_redis *r = th_redis_new(0, NULL);
+  th_drive *d = th_drive_at(TH_DRIVE_ASYNC, r->url);
+  dlock_client *c = th_client(r);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "am", &m));
+  CHECK_OK(dlock_mutex_timedlock(m, 0, 1500)); /* a fixed lease: it ends */
+  watch w = {r, "", "", 0, "", 0};
+  th_drive_field(d, "am", 7, w.owner, sizeof w.owner);
+  snprintf(w.field, sizeof w.field, "wait:7:am");
+  pthread_t t;
+  pthread_create(&t, NULL, watch_field, &w);
+  long long t0 = (long long)time(NULL) * 1000;
+  CHECK_OK(th_drive_lock(d, "am", 7, 10000, -1)); /* waits for the lease */
+  w.stop = 1;
+  pthread_join(t, NULL);
+  CHECK_MSG(w.seen, "the async waiter published no %s", w.field);
+  CHECK_MSG(atoll(w.value) >= t0 - 1000 && atoll(w.value) <= t0 + 2000,
+            "wait began %s (call at %lld)", w.value, t0);
+  char v[64];
+  int ok = 0;
+  for (int i = 0; i < 200 && !ok; i++) {
+    th_drive_pump(d, 25);
+    info_get(r, w.owner, "since:7:am", v, sizeof v);
+    ok = v[0] != '\0';
+  }
+  CHECK_MSG(ok, "no since:7:am");
+  info_get(r, w.owner, "client", v, sizeof v);
+  CHECK_STR(v, "async");
+  info_get(r, w.owner, "pid", v, sizeof v);
+  CHECK_EQ(atoll(v), (long long)getpid());
+  for (int i = 0; i < 200; i++) { /* the ended wait is gone */
+    th_drive_pump(d, 25);
+    info_get(r, w.owner, "wait:7:am", v, sizeof v);
+    if (!v[0])
+      break;
+  }
+  CHECK_STR(v, "");
+  CHECK_OK(th_drive_unlock(d, "am", 7));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  th_drive_free(d);
 }
 
 TH_MAIN()
