@@ -86,7 +86,7 @@ static void node_connected(dlock__node *n) {
 /* A command connection of n failed and was closed (why: how). Any lock
  * may be held: the line is logged by the next disc_flush on this thread,
  * once no lock is held (a hook may call dlock_client_stats). */
-static _Thread_local char t_disc[300];
+static _Thread_local char t_disc[512];
 static _Thread_local dlock__node *t_disc_node;
 
 static void node_dropped(dlock__node *n, const char *why) {
@@ -284,7 +284,7 @@ struct dlock__mreq {
   int fresh;         /* the connection was opened for this request */
   int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
   redisReply *extra; /* the WAIT's reply */
-  char msg[256];
+  char msg[512]; /* as dlock_last_error()'s: no message cut short */
 };
 
 static _Thread_local pthread_cond_t t_mux_cv;
@@ -420,7 +420,7 @@ typedef struct attempt {
   int timed_out;     /* no reply within the command timeout */
   int with_wait;     /* a WAIT follows the command (sync.c) */
   redisReply *wait_reply;
-  char msg[256];
+  char msg[512]; /* as dlock_last_error()'s */
 } attempt;
 
 static void attempt_fail(attempt *a, int err, const char *msg) {

@@ -38,6 +38,9 @@
 
 /* ---- errors (error.c) --------------------------------------------------- */
 
+/* When a message of `wanted` bytes (vsnprintf's answer) did not fit in
+ * buf[size], ends it at a word boundary with " ..." (error.c). */
+void dlock__cut_at_word(char *buf, size_t size, int wanted);
 /* Sets the calling thread's detail message and returns err. */
 int dlock__fail(int err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
