@@ -77,7 +77,7 @@ prom_python() {
 # json_check FILE PYTHON-EXPR: FILE is one JSON document d for which the
 # expression is true (helpers: L(name) = the lock of that name).
 json_check() {
-  python3 -c 'import json, sys
+  python3 -c 'import json, sys, time
 d = json.load(open(sys.argv[1]))
 L = lambda n: next((l for l in d["locks"] if l["name"] == n), None)
 sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$1" "$2"
@@ -161,6 +161,17 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
     fail "m1's waiter is not pid $M1W"
   json_check "$T/out" 'L("f1")["kind"] == "fair" and len(L("f1")["holders"]) == 1 and [w["queue"] for w in L("f1")["waiters"]] == ["fair", "fair"] and all(w["deadline_ms"] > 0 for w in L("f1")["waiters"])' ||
     fail "f1"
+  # Every waiter with the time its wait began (issue 39): the hand-over
+  # queue dates its entries, a fair waiter's client its wait; both before
+  # now and after the populate began.
+  json_check "$T/out" "all($T0 * 1000 - 2000 <= w['since_ms'] <= time.time() * 1000 + 2000 and w['waited_ms'] >= 0 and w['host'] and w['pid'] > 0 for n in ('m1', 'f1') for w in L(n)['waiters'])" ||
+    fail "waiters' since: $(cat "$T/out")"
+  # Unknown is null, never a fake 0: the permits of sem1 were written by
+  # hand, no client lists them.
+  json_check "$T/out" 'all(h["host"] is None and h["pid"] is None and h["program"] is None and h["alive"] is False for h in L("sem1")["holders"])' ||
+    fail "sem1's holders are not null: $(cat "$T/out")"
+  json_check "$T/out" 'L("m1")["waiters"][0]["deadline_ms"] > 0' ||
+    fail "m1's waiter (-w 80) has no deadline"
   json_check "$T/out" 'L("rw1")["kind"] == "rwlock" and [h["mode"] for h in L("rw1")["holders"]] == ["read", "read"] and all(h["alive"] and h["host"] and h["pid"] for h in L("rw1")["holders"])' ||
     fail "rw1"
   json_check "$T/out" 'L("sem1")["kind"] == "permits" and L("sem1")["value"] == 1 and sorted(h["owner"] for h in L("sem1")["holders"]) == ["61"*16, "62"*16]' ||
@@ -185,8 +196,10 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
   json_check "$T/out" 'd["truncated"] is True' || fail "--max-keys"
   # Errors.
   expect_rc 69 -u "unix://$T/none.sock" list
-  expect_rc 64 -u rediss://127.0.0.1:1 list
-  grep -q "not supported" "$T/last.err" || fail "rediss: $(cat "$T/last.err")"
+  # Every URL form is served: a TLS URL is tried (here nobody listens).
+  expect_rc 69 -u rediss://127.0.0.1:1 list
+  grep -q "^dlock: cannot reach Redis at rediss://127.0.0.1:1: " "$T/last.err" ||
+    fail "rediss: $(cat "$T/last.err")"
   expect_rc 64 list a b
   expect_rc 64 list --listen :1
   grep -q "does not apply to 'list'" "$T/last.err" || fail "$(cat "$T/last.err")"
@@ -230,7 +243,7 @@ for f in p(open(sys.argv[1]).read()):
         print("%s{%s} %g" % (s.name, lab, s.value))
 EOF
   has() { grep -qxF -- "$1" "$T/parsed" || fail "metrics lack '$1'"; }
-  has 'dlock_up{} 1'
+  has "dlock_up{node=$SOCK} 1"
   has 'dlock_locks_held{kind=mutex} 1'
   has 'dlock_locks_held{kind=fair} 1'
   has 'dlock_locks_held{kind=rwlock} 1'
@@ -243,13 +256,21 @@ EOF
   has 'dlock_permits_available{kind=permits,name=sem1} 1'
   grep -q '^dlock_scrape_duration_seconds{} ' "$T/parsed" || fail "no scrape duration"
   grep -q '^dlock_oldest_hold_age_seconds{} [0-9.e+-]*$' "$T/parsed" || fail "no oldest hold age"
+  grep -q '^dlock_lock_oldest_wait_seconds{kind=mutex,name=m1} [0-9.e+-]*$' "$T/parsed" ||
+    fail "no oldest wait of m1"
+  grep -q '^dlock_scrape_error' "$T/parsed" && fail "a scrape error: $(grep dlock_scrape_error "$T/parsed")"
   get /nothing >/dev/null 2>"$T/code"
   [ "$(cat "$T/code")" = 404 ] || fail "GET /nothing: $(cat "$T/code")"
   # Redis gone: dlock_up 0, still valid text.
   kill -STOP "${REDIS_PIDS[0]}"
   kill -9 "${REDIS_PIDS[0]}"
   get /metrics >"$T/out" 2>"$T/code"
-  grep -qx 'dlock_up 0' "$T/out" || fail "Redis gone: $(cat "$T/out")"
+  grep -qxF "dlock_up{node=\"$SOCK\"} 0" "$T/out" || fail "Redis gone: $(cat "$T/out")"
+  grep -q "^dlock_scrape_error{node=\"$SOCK\",reason=\".*\"} 1$" "$T/out" ||
+    fail "no scrape error: $(cat "$T/out")"
+  # logged once, timestamped
+  grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z dlock: scrape incomplete: master ' "$T/exp.err" ||
+    fail "exporter log: $(cat "$T/exp.err")"
   kill -TERM "$EXP"
   wait "$EXP"
   rc=$?
