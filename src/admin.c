@@ -144,6 +144,63 @@ static anode *node_find(dlock_admin *a, const char *name) {
   return NULL;
 }
 
+/* One line of CLUSTER NODES: when it is a master the cluster marked failed
+ * ("fail" or "fail?") that still has slots, its host (cap bytes) and port:
+ * 1, else 0. */
+static int failed_master_line(const char *line, char *host, size_t cap,
+                              int *port) {
+  char addr[300], flags[200];
+  int used = 0;
+  if (sscanf(line, "%*s %299s %199s %*s %*s %*s %*s %*s %n", addr, flags,
+             &used) != 2 ||
+      !strstr(flags, "master") || !strstr(flags, "fail") || !used ||
+      !line[used] || line[used] == '\n')
+    return 0;
+  char *at = strchr(addr, '@');
+  if (at)
+    *at = '\0';
+  char *colon = strrchr(addr, ':');
+  if (!colon || colon == addr || (size_t)(colon - addr) >= cap)
+    return 0;
+  *port = atoi(colon + 1);
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = '\0';
+  return *port > 0;
+}
+
+/* The masters the cluster marked failed that still own slots (a paused or
+ * dead one: the slot map leaves them out), asked of the master via, are
+ * appended to out[k..max) (hosts in hosts[]): a tool names them as failed
+ * instead of leaving their slots out unsaid. Returns the new count. */
+static int failed_masters(dlock_client *c, const dlock__url *via,
+                          dlock__url *out, char (*hosts)[256], int k, int max) {
+  dlock__link *l = NULL;
+  if (dlock__link_open(c, via, &l) != 0)
+    return k;
+  const char *argv[2] = {"CLUSTER", "NODES"};
+  size_t lens[2] = {7, 5};
+  redisReply *r = dlock__link_cmd(l, 2, argv, lens);
+  for (const char *p = r && r->type == REDIS_REPLY_STRING ? r->str : NULL;
+       p && *p && k < max; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+    int port, dup = 0;
+    if (!failed_master_line(p, hosts[k], sizeof hosts[k], &port))
+      continue;
+    for (int i = 0; i < k && !dup; i++)
+      dup = out[i].port == port && out[i].host &&
+            strcmp(out[i].host, hosts[k]) == 0;
+    if (dup)
+      continue;
+    out[k] = *via;
+    out[k].host = hosts[k];
+    out[k].port = port;
+    k++;
+  }
+  if (r)
+    freeReplyObject(r);
+  dlock__link_free(l);
+  return k;
+}
+
 /* The masters now into out[0..max): their URLs (a Sentinel master's in
  * hosts[i]). Returns how many, or a negative code. */
 static int masters_now(dlock_client *c, dlock__url *out, char (*hosts)[256],
@@ -173,7 +230,7 @@ static int masters_now(dlock_client *c, dlock__url *out, char (*hosts)[256],
   free(v);
   if (n == 0)
     return dlock__fail(DLOCK_ECONN, "no master of the cluster serves slots");
-  return n;
+  return failed_masters(c, &out[0], out, hosts, n, max);
 }
 
 void dlock_admin_nodes_free(char **nodes, size_t n) {
@@ -195,7 +252,7 @@ int dlock_admin_nodes(dlock_admin *a, char ***nodes, size_t *n) {
     return rc;
   enum { MAX = DLOCK__CLUSTER_MAX_NODES };
   dlock__url *us = dlock__calloc(MAX, sizeof *us);
-  char(*hosts)[256] = dlock__calloc(1, sizeof *hosts);
+  char(*hosts)[256] = dlock__calloc(MAX, sizeof *hosts);
   char **v = dlock__calloc(MAX, sizeof *v);
   int k = us && hosts && v ? masters_now(a->c, us, hosts, MAX)
                            : dlock__fail(DLOCK_ENOMEM, "out of memory");

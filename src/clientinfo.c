@@ -155,6 +155,7 @@ int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
       for (int i = 0; i < 4 + na; i++)
         lens[i] = i == 3 ? k.len : strlen(all[i]);
       rc = send(c, arg, k.p, 4 + na, all, lens);
+      dlock__info_copies(c, send, arg, 4 + na, all, lens); /* clientnotes.c */
       free(lens);
     }
   } else {

@@ -1223,6 +1223,14 @@ int dlock__notes_due(dlock_client *c, int64_t now, int64_t *next);
 int dlock__info_extra(dlock_client *c, dlock__sb *b);
 /* Client teardown (no mutex: also in a fork child). */
 void dlock__notes_free(dlock_client *c);
+/* A Cluster client's copies of its info key, one on every master but the
+ * one its key lives on: "dlock_client:{<tag>}:<client id>", a short tag
+ * hashing to a slot of that master, so a tool names the client's holds
+ * on the masters that answer when that one does not. argv is the write
+ * as sent by send (argv[3] the key; replaced for each copy and restored).
+ * Best effort: failures are ignored. */
+void dlock__info_copies(dlock_client *c, dlock__info_send_fn *send, void *arg,
+                        int argc, const char **argv, size_t *lens);
 /* The info key's write script (clientinfo.c), for the event-loop client's
  * writer (async_info.c). */
 const dlock__script *dlock__info_script(void);

@@ -55,7 +55,8 @@ typedef struct cli_opts {
   long long watchdog_ms; /* --watchdog, else the file's, else 30 s */
   int watchdog_set;      /* --watchdog was given */
   long long kill_after_ms;
-  int conflict_code; /* -E */
+  long long call_timeout_ms; /* --call-timeout; -1: not given */
+  int conflict_code;         /* -E */
   int verbose, quiet, json, force;
   int fair, shared, exclusive, fence;
   long long sem_n; /* --sem N; 0: not a semaphore */

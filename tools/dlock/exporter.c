@@ -470,7 +470,39 @@ static void serve(int fd, const obs_opts *o) {
   ls_free(&r);
 }
 
+/* One scan before serving: a user the ACL does not let read the lock space,
+ * a refused login or certificate is a reason not to start (its dlock_up
+ * would be 0 for ever), 77; an unreachable master is not (it may come
+ * back): logged, and served as dlock_up 0 meanwhile. */
+static int first_scan(const obs_opts *o) {
+  ls_result r;
+  ls_opts lo = {o->pattern,           o->scan_count, o->max_keys,
+                o->scrape_timeout_ms, o->call_ms,    o->all};
+  char whole[1024] = "";
+  int ex = ls_scan(o->admin, &lo, &r, whole, sizeof whole);
+  if (ex == CLI_EX_AUTH) {
+    cli_say_failed(o->resolved_url, ex, whole);
+  } else if (ex == 0) {
+    for (size_t i = 0; i < r.nerrors && !ex; i++)
+      if (r.errors[i].code == CLI_EX_AUTH) {
+        cli_err("not starting: master %s: %s", r.errors[i].node,
+                r.errors[i].why);
+        ex = CLI_EX_AUTH;
+      }
+    if (!ex)
+      log_changes(NULL, &r);
+  } else {
+    log_changes(whole, &r);
+    ex = 0;
+  }
+  ls_free(&r);
+  return ex;
+}
+
 int cli_exporter(const obs_opts *o) {
+  int ex = first_scan(o);
+  if (ex)
+    return ex;
   int lfd = listen_on(o->listen);
   if (lfd < 0)
     return CLI_EX_USAGE;

@@ -47,12 +47,11 @@ enum {
 
 static const dlc_opt g_bopts[] = {
     {"url", 'u', "URL", B_URL, 7,
-     "any URL dlock takes: redis[s]://, unix://, redis[s]-sentinel://,\n"
+     "as for dlock: redis[s]://, unix://, redis[s]-sentinel://,\n"
      "redis[s]-cluster:// (default: $DLOCK_URL, the file's)"},
     {"config", 0, "FILE", B_CONFIG, 7,
      "YAML ($DLOCK_CONFIG): server, password, TLS"},
-    {"tls-insecure", 0, NULL, B_TLS_INSECURE, 7, "skip cert check",
-     "--tls-insecure", DLC_OPT_JOIN},
+    {"tls-insecure", 0, NULL, B_TLS_INSECURE, 7, "skip the certificate check"},
     {"tls-ca", 0, "FILE", B_TLS_CA, 7, "CA bundle, client cert, its key",
      "    --tls-ca, --tls-cert, --tls-key FILE"},
     {"tls-cert", 0, "FILE", B_TLS_CERT, 7, NULL},

@@ -182,15 +182,23 @@ int ls_run(nscan *s, const pipe *p, dlock_reply **rs) {
   }
   for (size_t i = 0; i < p->n; i++) {
     const dlock_reply *r = rs[i];
-    if (r->type == DLOCK_REPLY_ERROR &&
-        (strstr(r->str, "NOPERM") || strstr(r->str, "NOAUTH"))) {
+    if (r->type != DLOCK_REPLY_ERROR)
+      continue;
+    if (strstr(r->str, "NOPERM") || strstr(r->str, "NOAUTH"))
       ls_fail(s, 77,
-              "the ACL user may not read it (docs/operations.md has "
-              "the rule): %s",
+              "the ACL user may not read it (docs/operations.md has the "
+              "rule): %s",
               r->str);
-      ls_replies_free(rs, p->n);
-      return -1;
-    }
+    else if (strncmp(r->str, "CLUSTERDOWN", 11) == 0)
+      ls_fail(s, 69,
+              "it refuses reads while the cluster is down (%s): a master "
+              "failed and cluster-require-full-coverage is yes "
+              "(cluster-allow-reads-when-down yes lets it answer)",
+              r->str);
+    else
+      continue;
+    ls_replies_free(rs, p->n);
+    return -1;
   }
   return 0;
 }
@@ -541,6 +549,15 @@ static int note_key(nscan *s, const char *k) {
   if (kl == 14 + LS_UUID_LEN + 1 && strncmp(k, "dlock_client:{", 14) == 0 &&
       k[kl - 1] == '}')
     (void)set_add(&s->clients, k + 14, LS_UUID_LEN);
+  /* a Cluster client's copy on this master: dlock_client:{<tag>}:<id> */
+  const char *close = strncmp(k, "dlock_client:{", 14) == 0 && kl < 100
+                          ? strchr(k + 14, '}')
+                          : NULL;
+  if (close && close[1] == ':' && strlen(close + 2) == LS_UUID_LEN) {
+    char e[160];
+    int n = snprintf(e, sizeof e, "%s\t%s", close + 2, k);
+    (void)set_add(&s->copies, e, (size_t)n);
+  }
   if (evidence_of(k, ev, sizeof ev) && matches(s, ev))
     (void)set_add(&s->evidence, ev, strlen(ev));
   return strncmp(k, "redisson_", 9) != 0 && strncmp(k, "dlock_", 6) != 0 &&
@@ -767,7 +784,7 @@ void ls_run_all(nscan *ss, const ls_result *r, void *(*fn)(void *)) {
 }
 
 /* Moves the masters' locks into r; their failures to r->errors. */
-int ls_merge(ls_result *r, nscan *ss, strset *seen) {
+int ls_merge(ls_result *r, nscan *ss, strset *seen, strset *copies) {
   for (size_t i = 0; i < r->nnodes; i++) {
     nscan *s = &ss[i];
     r->keys_scanned += s->keys;
@@ -779,6 +796,14 @@ int ls_merge(ls_result *r, nscan *ss, strset *seen) {
       ls_add_error(r, s->node, s->code, s->why);
     for (size_t j = 0; j < s->clients.n; j++)
       (void)set_add(seen, s->clients.v[j], strlen(s->clients.v[j]));
+    for (size_t j = 0; j < s->copies.n; j++) {
+      const char *tab = strchr(s->copies.v[j], '\t');
+      char e[700];
+      int n = snprintf(e, sizeof e, "%.*s\t%s%s", (int)(tab - s->copies.v[j]),
+                       s->copies.v[j], s->node, tab);
+      (void)set_add(copies, e, (size_t)n);
+    }
+    set_free(&s->copies);
     if (s->n) {
       ls_lock *v = realloc(r->locks, (r->n + s->n) * sizeof *v);
       if (!v)
@@ -835,24 +860,26 @@ int ls_scan(dlock_admin *a, const ls_opts *o, ls_result *out, char *err,
     ss[i] = (nscan){
         .a = a, .o = o, .pattern = pat, .node = out->nodes[i], .t0 = t0};
   ls_run_all(ss, out, scan_thread);
-  strset seen = {0};
-  int rc = ls_merge(out, ss, &seen);
+  strset seen = {0}, copies = {0};
+  int rc = ls_merge(out, ss, &seen, &copies);
   /* A pattern hid the clients' info keys: read them only when a lock was
    * found whose waiters or permits only they can name. */
   if (rc == 0 && out->n && strcmp(pat, "*") != 0) {
     ls_run_all(ss, out, ls_info_thread);
-    rc = ls_merge(out, ss, &seen);
+    rc = ls_merge(out, ss, &seen, &copies);
   }
   free(ss);
   if (rc) {
     set_free(&seen);
+    set_free(&copies);
     snprintf(err, errlen, "out of memory");
     return 70;
   }
   if (out->n > 1)
     qsort(out->locks, out->n, sizeof *out->locks, by_name);
-  ls_name_all(a, o, t0, out, &seen);
+  ls_name_all(a, o, t0, out, &seen, &copies);
   set_free(&seen);
+  set_free(&copies);
   out->elapsed_ms = dlc_now_ms() - t0;
   return 0;
 }

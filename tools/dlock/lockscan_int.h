@@ -42,6 +42,7 @@ typedef struct nscan {
   size_t n, cap;
   strset evidence; /* names a once key, permits set or channel points at */
   strset clients;  /* client ids of the info keys the scan met */
+  strset copies;   /* "<id>\t<key>": copies of info keys (a Cluster's) */
   long long keys, commands;
   int truncated;
   int failed, code;
@@ -73,7 +74,7 @@ int ls_read_one(nscan *s, const char *name, char t, int evident);
  * within o's time from t0 (dlc_now_ms). Failures of masters go to
  * r->errors. */
 void ls_name_all(dlock_admin *a, const ls_opts *o, long long t0, ls_result *r,
-                 const strset *seen);
+                 const strset *seen, const strset *copies);
 /* The masters into r (nodes, node_ok): 0, or the exit code with why. */
 int ls_list_nodes(dlock_admin *a, ls_result *r, char *err, size_t el);
 /* Runs fn on every healthy master at once (ss[i] for r->nodes[i]). */
@@ -81,8 +82,9 @@ void ls_run_all(nscan *ss, const ls_result *r, void *(*fn)(void *));
 /* A master's SCAN MATCH dlock_client:* (the info keys' ids in clients). */
 void *ls_info_thread(void *arg);
 /* Moves the masters' locks into r, their failures to r->errors, the info
- * keys they met into seen: 0 or -1 (OOM). */
-int ls_merge(ls_result *r, nscan *ss, strset *seen);
+ * keys they met into seen (ids) and copies ("<id>\t<node>\t<key>"): 0 or
+ * -1 (OOM). */
+int ls_merge(ls_result *r, nscan *ss, strset *seen, strset *copies);
 
 /* Appends a failed master to r->errors (once per name). */
 void ls_add_error(ls_result *r, const char *node, int code, const char *why);

@@ -21,7 +21,9 @@
 typedef struct client {
   char id[LS_UUID_LEN + 1];
   char node[300];
+  char key[160];     /* its info key, or a copy of it on node */
   dlock_reply *info; /* HGETALL's reply; NULL: not read */
+  int pending;       /* to be read in this round */
 } client;
 
 typedef struct clients {
@@ -116,16 +118,16 @@ static void read_node(dlock_admin *a, const ls_opts *o, long long t0,
     pipe p = {0};
     size_t k = 0;
     for (; i < cs->n && k < CHUNK; i++)
-      if (strcmp(cs->v[i].node, node) == 0) {
-        char key[64];
-        snprintf(key, sizeof key, "dlock_client:{%s}", cs->v[i].id);
-        const char *av[] = {"HGETALL", key};
+      if (cs->v[i].pending && strcmp(cs->v[i].node, node) == 0) {
+        const char *av[] = {"HGETALL", cs->v[i].key};
         pipe_add(&p, 2, av);
+        cs->v[i].pending = 0;
         idx[k++] = i;
       }
     dlock_reply *rs[CHUNK] = {0};
     if (k && ls_run(&s, &p, rs) == 0)
       for (size_t j = 0; j < k; j++) {
+        dlock_reply_free(cs->v[idx[j]].info);
         cs->v[idx[j]].info = rs[j];
         rs[j] = NULL;
       }
@@ -136,27 +138,60 @@ static void read_node(dlock_admin *a, const ls_opts *o, long long t0,
     ls_add_error(r, node, s.code, s.why);
 }
 
-/* Reads every id's info key on its master. */
-static int read_all(dlock_admin *a, const ls_opts *o, long long t0,
-                    ls_result *r, const strset *ids, clients *cs) {
-  cs->v = calloc(ids->n + 1, sizeof *cs->v);
-  if (!cs->v)
-    return -1;
+/* The round's pending reads, one pipeline per master. */
+static void read_round(dlock_admin *a, const ls_opts *o, long long t0,
+                       ls_result *r, clients *cs) {
   strset nodes = {0};
-  for (size_t i = 0; i < ids->n; i++) {
-    client *c = &cs->v[cs->n];
-    snprintf(c->id, sizeof c->id, "%s", ids->v[i]);
-    char key[64];
-    snprintf(key, sizeof key, "dlock_client:{%s}", c->id);
-    if (dlock_admin_node_of(a, key, c->node, sizeof c->node) != 0 ||
-        failed_node(r, c->node))
-      continue; /* its master is down: who it is stays unknown */
-    (void)set_add(&nodes, c->node, strlen(c->node));
-    cs->n++;
-  }
+  for (size_t i = 0; i < cs->n; i++)
+    if (cs->v[i].pending)
+      (void)set_add(&nodes, cs->v[i].node, strlen(cs->v[i].node));
   for (size_t i = 0; i < nodes.n; i++)
     read_node(a, o, t0, r, cs, nodes.v[i]);
   set_free(&nodes);
+}
+
+/* A copy of c's info key on a master that answers ("<id>\t<node>\t<key>"
+ * of copies): c then reads it in the next round. 1 if there is one. */
+static int use_copy(client *c, const strset *copies, const ls_result *r) {
+  for (size_t i = 0; copies && i < copies->n; i++) {
+    const char *e = copies->v[i], *t1 = strchr(e, '\t');
+    const char *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+    if (!t2 || strncasecmp(e, c->id, LS_UUID_LEN) != 0)
+      continue;
+    char node[300];
+    copy_n(node, sizeof node, t1 + 1, (size_t)(t2 - t1 - 1));
+    if (failed_node(r, node))
+      continue;
+    snprintf(c->node, sizeof c->node, "%s", node);
+    snprintf(c->key, sizeof c->key, "%s", t2 + 1);
+    c->pending = 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* Reads every id's info key on its master; one whose master failed, from
+ * a copy on another master (a Cluster client writes one on each). */
+static int read_all(dlock_admin *a, const ls_opts *o, long long t0,
+                    ls_result *r, const strset *ids, const strset *copies,
+                    clients *cs) {
+  cs->v = calloc(ids->n + 1, sizeof *cs->v);
+  if (!cs->v)
+    return -1;
+  for (size_t i = 0; i < ids->n; i++) {
+    client *c = &cs->v[cs->n++];
+    snprintf(c->id, sizeof c->id, "%s", ids->v[i]);
+    snprintf(c->key, sizeof c->key, "dlock_client:{%s}", c->id);
+    c->pending = dlock_admin_node_of(a, c->key, c->node, sizeof c->node) == 0 &&
+                 !failed_node(r, c->node);
+  }
+  read_round(a, o, t0, r, cs);
+  int again = 0;
+  for (size_t i = 0; i < cs->n; i++)
+    if (!cs->v[i].info || !r_n(cs->v[i].info))
+      again |= use_copy(&cs->v[i], copies, r);
+  if (again)
+    read_round(a, o, t0, r, cs);
   return 0;
 }
 
@@ -264,10 +299,11 @@ static void extra_waits(ls_result *r, client *c) {
 }
 
 void ls_name_all(dlock_admin *a, const ls_opts *o, long long t0, ls_result *r,
-                 const strset *seen) {
+                 const strset *seen, const strset *copies) {
   strset ids = {0};
   clients cs = {0};
-  if (collect(r, seen, &ids) == 0 && read_all(a, o, t0, r, &ids, &cs) == 0) {
+  if (collect(r, seen, &ids) == 0 &&
+      read_all(a, o, t0, r, &ids, copies, &cs) == 0) {
     for (size_t i = 0; i < cs.n; i++)
       if (cs.v[i].info && r_n(cs.v[i].info))
         extra_waits(r, &cs.v[i]);
@@ -328,7 +364,7 @@ int ls_read(dlock_admin *a, const char *name, const ls_opts *o, ls_lock *out,
     return 0; /* no lock of that name */
   }
   ls_result r = {.locks = s.locks, .n = 1};
-  strset seen = {0};
+  strset seen = {0}, copies = {0};
   /* who took a permit, who waits for a semaphore: only the clients' info
    * keys say, and only a scan finds those */
   if (strcmp(s.locks[0].kind, "permits") == 0 || s.locks[0].subscribers > 0) {
@@ -339,18 +375,16 @@ int ls_read(dlock_admin *a, const char *name, const ls_opts *o, ls_lock *out,
         ss[i] = (nscan){.a = a, .o = o, .node = r.nodes[i], .t0 = t0};
       if (ss)
         ls_run_all(ss, &r, ls_info_thread);
-      for (size_t i = 0; ss && i < r.nnodes; i++)
-        for (size_t j = 0; j < ss[i].clients.n; j++)
-          (void)set_add(&seen, ss[i].clients.v[j], strlen(ss[i].clients.v[j]));
-      for (size_t i = 0; ss && i < r.nnodes; i++)
-        set_free(&ss[i].clients);
+      if (ss)
+        (void)ls_merge(&r, ss, &seen, &copies);
       free(ss);
     }
   }
-  ls_name_all(a, o, t0, &r, &seen);
+  ls_name_all(a, o, t0, &r, &seen, &copies);
   set_free(&seen);
-  *out = s.locks[0];
-  free(s.locks);
+  set_free(&copies);
+  *out = r.locks[0];
+  free(r.locks);
   dlock_admin_nodes_free(r.nodes, r.nnodes);
   free(r.node_ok);
   free(r.errors);

@@ -1,5 +1,6 @@
 /* util.c -- messages, exit codes, the client policy, formatting seconds. */
 #include <errno.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -112,6 +113,9 @@ static const char *apply_flags(const cli_opts *o, dlock_config *cfg,
     cfg->tls_key_file = o->tls_key;
   if (o->tls_insecure)
     cfg->tls_verify = 0;
+  if (o->call_timeout_ms >= 0) /* 0: the whole retry policy */
+    cfg->call_timeout_ms =
+        o->call_timeout_ms > INT32_MAX ? INT32_MAX : (int)o->call_timeout_ms;
   cfg->watchdog_timeout_ms = (int)o->watchdog_ms;
   return from;
 }
