@@ -54,6 +54,7 @@ wait_until() { # SECONDS COMMAND...: polls every 20 ms
   return 1
 }
 key_exists() { [ "$(R exists "$1")" = 1 ]; }
+file_has() { [ -s "$1" ]; }
 hlen_is() { [ "$(R hlen "$1")" = "$2" ]; }
 qlen_is() { [ "$(R llen "redisson_lock_queue:{$1}")" = "$2" ]; }
 dl() { timeout -k 2 30 "$DL" "$@"; }
@@ -324,6 +325,78 @@ top_plain)
   wait "$TP"
   rc=$?
   [ $rc = 0 ] || fail "top exited $rc on SIGINT"
+  ;;
+
+kinds_and_force)
+  # A fair lock held with no waiter is listed (and counted) as fair, from
+  # its holder's info key; unlock --force of a fair lock without --fair
+  # takes the fair path by itself: its waiter is woken at once (issue 39:
+  # it waited out the 1 s recheck).
+  "$DL" --fair ff -- sleep 60 >/dev/null 2>"$T/ff.err" &
+  FH=$!
+  wait_until 20 key_exists ff || fail "no holder of ff"
+  wait_until 20 sh -c "\"$DL\" list --json ff 2>/dev/null | grep -q '\"kind\":\"fair\"'" ||
+    fail "ff not listed as fair: $(dl list --json ff)"
+  "$DL" --fair -w 30 ff -- date +%s%N >"$T/ffw.out" 2>"$T/ffw.err" &
+  FW=$!
+  wait_until 20 qlen_is ff 1 || fail "the fair waiter did not queue"
+  sleep 0.3
+  t0=$(date +%s%N)
+  expect_rc 0 unlock --force ff
+  wait "$FW" || fail "the fair waiter exited $?"
+  woke=$(( ($(cat "$T/ffw.out") - t0) / 1000000 ))
+  note "fair waiter ran $woke ms after unlock --force"
+  [ "$woke" -lt 700 ] || fail "the fair waiter ran $woke ms after unlock --force"
+  kill -TERM "$FH"
+  wait "$FH"
+  ;;
+
+sem_named)
+  # Permit holders are named (list, status), -v names the permit id, a
+  # different --sem N warns that it changes the total.
+  "$DL" -v --sem 2 sn -- sh -c 'echo "$DLOCK_OWNER" >'"$T/id"'; sleep 60' \
+    2>"$T/sn.err" &
+  SP=$!
+  wait_until 20 file_has "$T/id" || fail "no permit holder"
+  id=$(cat "$T/id")
+  grep -q "acquired permit $id of 'sn' (--sem 2)" "$T/sn.err" ||
+    fail "-v: $(cat "$T/sn.err")"
+  ok=0
+  for i in $(seq 1 100); do
+    dl list --json sn >"$T/out" 2>"$T/last.err"
+    json_check "$T/out" "L('sn')['holders'][0]['owner'] == '$id' and L('sn')['holders'][0]['pid'] == $SP and L('sn')['holders'][0]['since_ms']" && ok=1 && break
+    sleep 0.1
+  done
+  [ $ok = 1 ] || fail "permit holder not named: $(cat "$T/out")"
+  expect_rc 0 status --json sn
+  json_check "$T/out" "d['permits'][0]['id'] == '$id' and d['permits'][0]['client']['pid'] == $SP" ||
+    fail "status: $(cat "$T/out")"
+  expect_rc 0 --sem 3 sn -- true
+  grep -q "warning: --sem 3 changes the total of 'sn' from 2 to 3 permits" "$T/last.err" ||
+    fail "no warning: $(cat "$T/last.err")"
+  expect_rc 0 --sem 3 sn -- true
+  ! grep -q warning "$T/last.err" || fail "warned again: $(cat "$T/last.err")"
+  kill -TERM "$SP" # forwarded to its command, the permit given back
+  wait "$SP"
+  ;;
+
+call_timeout)
+  # A stalled server: connecting answers after one reply timeout with the
+  # bound (--call-timeout 1), after the whole retry policy without it (0).
+  "$DL" ct -- true || fail "no lock"
+  kill -STOP "${REDIS_PIDS[0]}"
+  t0=$(date +%s%N)
+  expect_rc 69 --call-timeout 1 status ct
+  one=$(( ($(date +%s%N) - t0) / 1000000 ))
+  t0=$(date +%s%N)
+  expect_rc 69 --call-timeout 0 status ct
+  all=$(( ($(date +%s%N) - t0) / 1000000 ))
+  kill -CONT "${REDIS_PIDS[0]}"
+  note "stalled: --call-timeout 1 $one ms, --call-timeout 0 $all ms"
+  [ "$one" -lt 4000 ] || fail "--call-timeout 1 took $one ms"
+  [ "$all" -gt "$one" ] && [ "$all" -ge 5500 ] || fail "--call-timeout 0 took $all ms"
+  grep -q "cannot reach Redis at unix://$SOCK: " "$T/last.err" ||
+    fail "message: $(cat "$T/last.err")"
   ;;
 
 *)

@@ -619,13 +619,17 @@ static int do_batch(nscan *s, const dlock_reply *keys) {
     if (k && note_key(s, k))
       cand[nc++] = k;
   }
+  /* A pattern names what it looks for: its strings are read too (a
+   * permits object's, a semaphore's), not only those something points at
+   * (their {N}:timeout or once key falls outside the pattern). */
+  int narrow = strcmp(s->pattern, "*") != 0;
   int rc = per_name(s, "TYPE", cand, nc, NULL, r);
   for (size_t i = 0; rc == 0 && i < nc; i++) {
     const char *ty = r_str(r[i]);
-    t[i] = (char)(!ty                                      ? 0
-                  : strcmp(ty, "hash") == 0                ? 'h'
-                  : strcmp(ty, "string") == 0 && s->o->all ? 's'
-                                                           : 0);
+    t[i] = (char)(!ty                                                  ? 0
+                  : strcmp(ty, "hash") == 0                            ? 'h'
+                  : strcmp(ty, "string") == 0 && (s->o->all || narrow) ? 's'
+                                                                       : 0);
   }
   ls_replies_free(r, nc);
   /* the hashes' sizes: a big one is an application's, never read whole
