@@ -399,6 +399,25 @@ call_timeout)
     fail "message: $(cat "$T/last.err")"
   ;;
 
+manpage_markup)
+  # The man page renders without markdown's literal underscores (issue 39:
+  # "[HOST]:_PORT_", "dlock_client:{_client id_}"): in man -l's text and
+  # groff's, no word wrapped in underscores.
+  page="$SRC/docs/dlock.1"
+  MANWIDTH=200 man -l "$page" >"$T/man.txt" 2>"$T/man.err" </dev/null ||
+    fail "man -l: $(cat "$T/man.err")"
+  groff -man -Tutf8 -P-cbou "$page" >"$T/groff.txt" 2>"$T/groff.err" ||
+    fail "groff: $(cat "$T/groff.err")"
+  for f in "$T/man.txt" "$T/groff.txt"; do
+    if grep -nE '(^|[^A-Za-z0-9_])_[A-Za-z][A-Za-z ]*_([^A-Za-z0-9_]|$)' "$f" >"$T/under"; then
+      fail "literal underscores in $(basename "$f"): $(cat "$T/under")"
+    fi
+  done
+  grep -q -- '--listen \[HOST\]:PORT' "$T/man.txt" || fail "exporter synopsis: $(grep -m1 'exporter' "$T/man.txt")"
+  grep -q 'dlock_client:{<client id>}' "$T/man.txt" || fail "the info key's name"
+  grep -q -- '--call-timeout SECONDS' "$T/man.txt" || fail "no --call-timeout"
+  ;;
+
 *)
   fail "unknown case"
   ;;
