@@ -210,8 +210,13 @@ static void tls_env_init(tls_env *t) {
   const char *users[] = {
       "ACL SETUSER ops on >pw-ops ~* &* +@all",
       "ACL SETUSER noscan on >pw-ns ~* &* +@all -scan",
-      "ACL SETUSER noeval on >pw-ne ~* &* +@all -evalsha -eval"};
-  for (int i = 0; i < 3; i++) {
+      "ACL SETUSER noeval on >pw-ne ~* &* +@all -evalsha -eval",
+      /* docs/operations.md's rule for the tools, as it is written there */
+      "ACL SETUSER opsro on >pw-ro ~* &* -@all +ping +auth +select "
+      "+client|setname +scan +type +hlen +hgetall +pttl +lrange +zrange "
+      "+exists +getrange +pubsub|channels +pubsub|numsub +cluster|nodes "
+      "+cluster|shards +cluster|slots +evalsha +eval +hget +get +zrange"};
+  for (int i = 0; i < 4; i++) {
     redisReply *x = th_cmd(t->r, users[i]);
     CHECK_MSG(x && x->type == REDIS_REPLY_STATUS, "%s", users[i]);
     freeReplyObject(x);
@@ -333,6 +338,24 @@ TH_CASE_T(tls_client_cert_acl_user_from_a_config_file, 240, "slow") {
   cli(&r, fl);
   CHECK_EQ(r.rc, 0);
   check_has(r.out, "m1  mutex");
+  /* docs/operations.md's read-only rule serves list and status. */
+  char ro[160];
+  snprintf(ro, sizeof ro, "rediss://opsro:pw-ro@127.0.0.1:%d", t.port);
+  const char *rl[] = {"-u",         ro,          "--tls-ca", t.k.ca,
+                      "--tls-cert", t.k.cli_crt, "--tls-key", t.k.cli_key,
+                      "list",       "--json",    NULL};
+  cli(&r, rl);
+  CHECK_EQ(r.rc, 0);
+  CHECK_MSG(json_true(r.out, expr), "list as opsro: %s", r.out);
+  rl[8] = "status";
+  rl[9] = "m1";
+  cli(&r, rl);
+  CHECK_EQ(r.rc, 0);
+  check_has(r.out, "  waiter 1 ");
+  rl[9] = "s1";
+  cli(&r, rl);
+  CHECK_EQ(r.rc, 0);
+  check_has(r.out, "permits 's1'");
   /* No client certificate: refused, said in the CLI's terms. */
   const char *nocert[] = {"-u", u, "--tls-ca", t.k.ca, "list", NULL};
   cli(&r, nocert);
