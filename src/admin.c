@@ -102,7 +102,9 @@ void dlock_admin_free(dlock_admin *a) {
 
 /* The name of a URL's server: "host:port", or the socket's path. */
 static void url_name(const dlock__url *u, char *buf, size_t len) {
-  if (u->is_unix)
+  if (!u)
+    snprintf(buf, len, "?");
+  else if (u->is_unix)
     snprintf(buf, len, "%s", u->path ? u->path : "?");
   else
     snprintf(buf, len, "%s:%d", u->host ? u->host : "?", u->port);
@@ -118,7 +120,7 @@ static anode *node_put(dlock_admin *a, const dlock__url *u) {
       return a->nodes[i];
   if (a->n == a->cap) {
     size_t cap = a->cap ? 2 * a->cap : 8;
-    anode **v = realloc(a->nodes, cap * sizeof *v);
+    anode **v = realloc(a->nodes, cap * sizeof(anode *));
     if (!v)
       return NULL;
     a->nodes = v;
@@ -219,7 +221,7 @@ static int masters_now(dlock_client *c, dlock__url *out, char (*hosts)[256],
   int rc = dlock__cluster_refresh(c);
   if (rc)
     return rc;
-  dlock__node **v = dlock__calloc((size_t)max, sizeof *v);
+  dlock__node **v = dlock__calloc((size_t)max, sizeof(dlock__node *));
   if (!v)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   int n = dlock__cluster_masters(c, v, max);
@@ -253,9 +255,14 @@ int dlock_admin_nodes(dlock_admin *a, char ***nodes, size_t *n) {
   enum { MAX = DLOCK__CLUSTER_MAX_NODES };
   dlock__url *us = dlock__calloc(MAX, sizeof *us);
   char(*hosts)[256] = dlock__calloc(MAX, sizeof *hosts);
-  char **v = dlock__calloc(MAX, sizeof *v);
-  int k = us && hosts && v ? masters_now(a->c, us, hosts, MAX)
-                           : dlock__fail(DLOCK_ENOMEM, "out of memory");
+  char **v = dlock__calloc(MAX, sizeof(char *));
+  if (!us || !hosts || !v) {
+    free(us);
+    free(hosts);
+    free(v);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory");
+  }
+  int k = masters_now(a->c, us, hosts, MAX);
   pthread_mutex_lock(&a->mu);
   for (int i = 0; i < k; i++) {
     anode *nd = node_put(a, &us[i]);
@@ -293,6 +300,8 @@ int dlock_admin_node_of(dlock_admin *a, const char *key, char *buf,
     size_t n = 0;
     if ((rc = dlock_admin_nodes(a, &v, &n)) != 0)
       return rc;
+    if (n == 0 || !v) /* never: one master or a failure */
+      return dlock__fail(DLOCK_ECONN, "no master");
     snprintf(buf, len, "%s", v[0]);
     dlock_admin_nodes_free(v, n);
     return 0;
@@ -316,7 +325,7 @@ int dlock_admin_node_of(dlock_admin *a, const char *key, char *buf,
 void dlock_reply_free(dlock_reply *r) {
   if (!r)
     return;
-  for (size_t i = 0; i < r->elements; i++)
+  for (size_t i = 0; r->element && i < r->elements; i++)
     dlock_reply_free(r->element[i]);
   free(r->element);
   free(r->str);
@@ -347,7 +356,7 @@ static dlock_reply *copy_reply(const redisReply *r) {
     d->str[r->len] = '\0';
   }
   if (t == REDIS_REPLY_ARRAY && r->elements) {
-    if (!(d->element = dlock__calloc(r->elements, sizeof *d->element))) {
+    if (!(d->element = dlock__calloc(r->elements, sizeof(dlock_reply *)))) {
       dlock_reply_free(d);
       return NULL;
     }
@@ -545,7 +554,7 @@ int dlock_admin_run(dlock_admin *a, const char *node,
   if (!nd)
     return dlock__fail(DLOCK_EINVAL,
                        "'%s' is no master dlock_admin_nodes named", node);
-  redisReply **rs = dlock__calloc(n, sizeof *rs);
+  redisReply **rs = dlock__calloc(n, sizeof(redisReply *));
   if (!rs)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   dlock__link *l = NULL;

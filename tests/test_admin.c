@@ -119,9 +119,9 @@ TH_CASE(call_timeout_zero_is_the_whole_policy) {
   th_redis_resume(r);
   printf("stalled: bounded %lld ms, unbounded %lld ms\n", (long long)one,
          (long long)all);
-  CHECK_MSG(one < 2 * cfg.command_timeout_ms, "bounded: %lld ms",
+  CHECK_MSG(one < 2 * (int64_t)cfg.command_timeout_ms, "bounded: %lld ms",
             (long long)one);
-  CHECK_MSG(all >= 4 * cfg.command_timeout_ms, "unbounded: %lld ms",
+  CHECK_MSG(all >= 4 * (int64_t)cfg.command_timeout_ms, "unbounded: %lld ms",
             (long long)all);
   dlock_client_stats st;
   CHECK_OK(dlock_client_stats(whole, &st));
@@ -139,7 +139,7 @@ static dlock_reply *run1(dlock_admin *a, const char *node, int argc,
                          const char *const *argv) {
   dlock_admin_cmd cmd = {argc, argv, NULL};
   dlock_reply *r = NULL;
-  int rc = dlock_admin_run(a, node, &cmd, 1, 2000 * th_timeout_mult(), &r);
+  int rc = dlock_admin_run(a, node, &cmd, 1, 2000LL * th_timeout_mult(), &r);
   CHECK_MSG(rc == 0, "run on %s: %s %s", node, dlock_err_name(rc),
             dlock_last_error());
   return r;

@@ -264,6 +264,46 @@ static void all_refused(const tls_env *t, const char *u, const char *word) {
   }
 }
 
+/* Refused certificates, logins and ACL users: exit 77 everywhere, said
+ * in the CLI's terms. */
+static void refusals(const tls_env *t) {
+  run r;
+  char u[160];
+  snprintf(u, sizeof u, "rediss://ops:pw-ops@127.0.0.1:%d", t->port);
+  /* No client certificate: refused, said in the CLI's terms. */
+  const char *nocert[] = {"-u", u, "--tls-ca", t->k.ca, "list", NULL};
+  cli(&r, nocert);
+  CHECK_EQ(r.rc, 77);
+  check_has(r.err, "--tls-cert");
+  /* NOAUTH / WRONGPASS, NOPERM: 77 in every subcommand. */
+  snprintf(u, sizeof u, "rediss://ops:wrong@127.0.0.1:%d", t->port);
+  all_refused(t, u, "refused");
+  snprintf(u, sizeof u, "rediss://noeval:pw-ne@127.0.0.1:%d", t->port);
+  const char *ne[] = {
+      "-u",         u,           "--tls-ca",   t->k.ca, "--tls-cert",
+      t->k.cli_crt, "--tls-key", t->k.cli_key, "-n",    "x",
+      "--",         "true",      NULL};
+  cli(&r, ne);
+  CHECK_EQ(r.rc, 77);
+  ne[8] = "status";
+  ne[10] = NULL;
+  cli(&r, ne);
+  CHECK_EQ(r.rc, 77);
+  snprintf(u, sizeof u, "rediss://noscan:pw-ns@127.0.0.1:%d", t->port);
+  const char *ns[] = {
+      "-u",         u,           "--tls-ca",   t->k.ca, "--tls-cert",
+      t->k.cli_crt, "--tls-key", t->k.cli_key, "list",  NULL,
+      NULL,         NULL};
+  cli(&r, ns);
+  CHECK_EQ(r.rc, 77);
+  check_has(r.err, "NOPERM");
+  ns[8] = "exporter";
+  ns[9] = "--listen";
+  ns[10] = "127.0.0.1:0";
+  cli(&r, ns);
+  CHECK_EQ(r.rc, 77);
+}
+
 TH_CASE_T(tls_client_cert_acl_user_from_a_config_file, 240, "slow") {
   tls_env t;
   tls_env_init(&t);
@@ -341,7 +381,7 @@ TH_CASE_T(tls_client_cert_acl_user_from_a_config_file, 240, "slow") {
   /* docs/operations.md's read-only rule serves list and status. */
   char ro[160];
   snprintf(ro, sizeof ro, "rediss://opsro:pw-ro@127.0.0.1:%d", t.port);
-  const char *rl[] = {"-u",         ro,          "--tls-ca", t.k.ca,
+  const char *rl[] = {"-u",         ro,          "--tls-ca",  t.k.ca,
                       "--tls-cert", t.k.cli_crt, "--tls-key", t.k.cli_key,
                       "list",       "--json",    NULL};
   cli(&r, rl);
@@ -356,37 +396,7 @@ TH_CASE_T(tls_client_cert_acl_user_from_a_config_file, 240, "slow") {
   cli(&r, rl);
   CHECK_EQ(r.rc, 0);
   check_has(r.out, "permits 's1'");
-  /* No client certificate: refused, said in the CLI's terms. */
-  const char *nocert[] = {"-u", u, "--tls-ca", t.k.ca, "list", NULL};
-  cli(&r, nocert);
-  CHECK_EQ(r.rc, 77);
-  check_has(r.err, "--tls-cert");
-  /* NOAUTH / WRONGPASS, NOPERM: 77 in every subcommand. */
-  snprintf(u, sizeof u, "rediss://ops:wrong@127.0.0.1:%d", t.port);
-  all_refused(&t, u, "refused");
-  snprintf(u, sizeof u, "rediss://noeval:pw-ne@127.0.0.1:%d", t.port);
-  const char *ne[] = {"-u",         u,           "--tls-ca",  t.k.ca,
-                      "--tls-cert", t.k.cli_crt, "--tls-key", t.k.cli_key,
-                      "-n",         "x",         "--",        "true",
-                      NULL};
-  cli(&r, ne);
-  CHECK_EQ(r.rc, 77);
-  ne[8] = "status";
-  ne[10] = NULL;
-  cli(&r, ne);
-  CHECK_EQ(r.rc, 77);
-  snprintf(u, sizeof u, "rediss://noscan:pw-ns@127.0.0.1:%d", t.port);
-  const char *ns[] = {"-u",         u,           "--tls-ca",  t.k.ca,
-                      "--tls-cert", t.k.cli_crt, "--tls-key", t.k.cli_key,
-                      "list",       NULL,        NULL,        NULL};
-  cli(&r, ns);
-  CHECK_EQ(r.rc, 77);
-  check_has(r.err, "NOPERM");
-  ns[8] = "exporter";
-  ns[9] = "--listen";
-  ns[10] = "127.0.0.1:0";
-  cli(&r, ns);
-  CHECK_EQ(r.rc, 77);
+  refusals(&t);
   stop(holder);
   stop(waiter);
   stop(sem);

@@ -374,7 +374,7 @@ static int take_waiters(ls_lock *l, const dlock_reply *q, const dlock_reply *ws,
 
 /* Turns the HASH_READS replies r[] into a lock (or nothing): 0 or -1. */
 static int take_hash(nscan *s, const char *name, dlock_reply **r) {
-  const dlock_reply *h = r[0];
+  const dlock_reply *h = r ? r[0] : NULL;
   if (r_n(h) == 0)
     return 0;
   int has_mode = 0, owners = 0;
@@ -449,7 +449,7 @@ static void add_str_reads(pipe *p, const char *name) {
 
 /* evident: something besides the value says what the string is. */
 static int take_str(nscan *s, const char *name, dlock_reply **r, int evident) {
-  if (!is_decimal(r[0]))
+  if (!r || !is_decimal(r[0]))
     return 0;
   const dlock_reply *z = r[2], *ns = r[3];
   long long sem_subs = 0, latch_subs = 0;
@@ -586,10 +586,10 @@ static int read_details(nscan *s, const char **names, const char *t, size_t n) {
       add_hash_reads(&p, names[i]);
     else if (t[i] == 's')
       add_str_reads(&p, names[i]);
-  dlock_reply **r = calloc(p.n + 1, sizeof *r);
+  dlock_reply **r = calloc(p.n + 1, sizeof(dlock_reply *));
   int rc = r ? (p.n ? ls_run(s, &p, r) : 0) : ls_fail(s, 70, "out of memory");
   size_t at = 0;
-  for (size_t i = 0; rc == 0 && i < n; i++) {
+  for (size_t i = 0; r && rc == 0 && i < n; i++) {
     if (t[i] == 'h')
       rc = take_hash(s, names[i], r + at);
     else if (t[i] == 's')
@@ -605,9 +605,9 @@ static int read_details(nscan *s, const char **names, const char *t, size_t n) {
 
 static int do_batch(nscan *s, const dlock_reply *keys) {
   size_t n = r_n(keys), nc = 0;
-  const char **cand = calloc(n + 1, sizeof *cand);
+  const char **cand = calloc(n + 1, sizeof(const char *));
   char *t = calloc(n + 1, 1); /* 'h' hash, 's' string */
-  dlock_reply **r = calloc(n + 1, sizeof *r);
+  dlock_reply **r = calloc(n + 1, sizeof(dlock_reply *));
   if (!cand || !t || !r) {
     free(cand);
     free(t);
@@ -713,10 +713,10 @@ static int scan_keys(nscan *s, const char *pat,
     pipe_free(&p);
     if (rc)
       return -1;
-    if (r_n(r) != 2 || !r_str(r->element[0]) ||
+    if (!r || r_n(r) != 2 || !r_str(r->element[0]) ||
         r->element[1]->type != DLOCK_REPLY_ARRAY) {
       ls_fail(s, 70, "SCAN: %s",
-              r->type == DLOCK_REPLY_ERROR ? r->str : "unexpected reply");
+              r && r->type == DLOCK_REPLY_ERROR ? r->str : "unexpected reply");
       dlock_reply_free(r);
       return -1;
     }
@@ -777,7 +777,7 @@ void ls_run_all(nscan *ss, const ls_result *r, void *(*fn)(void *)) {
   char *started = calloc(r->nnodes + 1, 1);
   for (size_t i = 0; t && started && i < r->nnodes; i++)
     if (r->node_ok[i] && !ss[i].failed)
-      started[i] = pthread_create(&t[i], NULL, fn, &ss[i]) == 0;
+      started[i] = (char)(pthread_create(&t[i], NULL, fn, &ss[i]) == 0);
   for (size_t i = 0; t && started && i < r->nnodes; i++)
     if (started[i])
       pthread_join(t[i], NULL);

@@ -332,10 +332,10 @@ static int type_of(nscan *s, const char *name, char *t) {
   int rc = ls_run(s, &p, r);
   pipe_free(&p);
   const char *ty = rc ? NULL : r_str(r[0]);
-  *t = !ty                                             ? 0
-       : strcmp(ty, "hash") == 0 && r_int(r[1]) <= 512 ? 'h'
-       : strcmp(ty, "string") == 0                     ? 's'
-                                                       : 0;
+  *t = (char)(!ty                                             ? 0
+              : strcmp(ty, "hash") == 0 && r_int(r[1]) <= 512 ? 'h'
+              : strcmp(ty, "string") == 0                     ? 's'
+                                                              : 0);
   ls_replies_free(r, rc ? 0 : 2);
   return rc;
 }

@@ -15,11 +15,12 @@
 int cli_stamped;
 
 static void vmsg(const char *fmt, va_list ap) {
-  char line[2048], when[40] = "";
+  char line[2048], when[48] = "";
   vsnprintf(line, sizeof line, fmt, ap);
   if (cli_stamped) {
-    cli_stamp(when, sizeof when - 1);
-    strcat(when, " ");
+    char t[40];
+    cli_stamp(t, sizeof t);
+    snprintf(when, sizeof when, "%s ", t);
   }
   /* One write, so lines from concurrent dlock processes do not mix. */
   fprintf(stderr, "%sdlock: %s\n", when, line);
