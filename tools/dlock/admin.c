@@ -64,6 +64,26 @@ static int read_lock(const cli_opts *o, dlock_client *c, ls_lock *lk) {
   return ex;
 }
 
+/* What the lock's reading (lockscan: a Cluster client's copy of its info
+ * key on another master included) says of owner: 1 with *info, or 0. */
+static int who_from_scan(const ls_lock *lk, const char *owner,
+                         dlock_client_info *info) {
+  const ls_who *w = NULL;
+  for (size_t i = 0; !w && i < lk->nholders; i++)
+    if (strcmp(lk->holders[i].owner, owner) == 0 && lk->holders[i].who.known)
+      w = &lk->holders[i].who;
+  for (size_t i = 0; !w && i < lk->nwaiters; i++)
+    if (strcmp(lk->waiters[i].owner, owner) == 0 && lk->waiters[i].who.known)
+      w = &lk->waiters[i].who;
+  if (!w)
+    return 0;
+  memset(info, 0, sizeof *info);
+  snprintf(info->host, sizeof info->host, "%s", w->host);
+  snprintf(info->program, sizeof info->program, "%s", w->program);
+  info->pid = w->pid;
+  return 1;
+}
+
 /* Fills v (holders' and waiters' info). 0 or a DLOCK_E* code. */
 static int view_fetch(dlock_client *c, const char *name, view *v) {
   int rc = dlock_status_query(c, name, &v->st);
@@ -84,6 +104,8 @@ static int view_fetch(dlock_client *c, const char *name, view *v) {
       x->queue = lw->queue;
     }
     x->known = dlock_client_info_query(c, x->owner, &x->info) == 1;
+    if (!x->known) /* its info key's master does not answer: a copy's */
+      x->known = who_from_scan(&v->lk, x->owner, &x->info);
     if (x->known && dlock_client_conn_name_query(c, x->owner, x->conn_name,
                                                  sizeof x->conn_name) != 1)
       x->conn_name[0] = '\0';

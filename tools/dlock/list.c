@@ -341,6 +341,8 @@ static void json_who(FILE *f, const ls_who *w) {
   json_str_or_null(f, w->known ? w->program : NULL);
   fputs(",\"client\":", f);
   json_str_or_null(f, w->known ? w->client : NULL);
+  fputs(",\"client_name\":", f);
+  json_str_or_null(f, w->known ? w->name : NULL);
   fputs(",\"checked_ms\":", f);
   json_ms_or_null(f, w->known ? w->checked_ms : 0);
 }

@@ -62,6 +62,7 @@ typedef struct ls_who {
   long long pid;
   long long checked_ms; /* the client's last check-in; 0 unknown */
   char kind[8];         /* "blocking", "async", "" (an older client) */
+  char name[128];       /* its connection name (client_name); "" none */
 } ls_who;
 
 typedef struct ls_holder {

@@ -67,6 +67,8 @@ static void who_of(const client *c, ls_who *w) {
     w->checked_ms = strtoll(v, NULL, 10);
   if ((v = field_of(h, "client")))
     snprintf(w->kind, sizeof w->kind, "%s", v);
+  if ((v = field_of(h, "conn_name")))
+    snprintf(w->name, sizeof w->name, "%s", v);
 }
 
 /* "<prefix><tid>:<name>" of owner "<uuid>:<tid>" into buf. */
@@ -80,10 +82,15 @@ static const char *per_thread(char *buf, size_t n, const char *prefix,
 /* ---- reading the info keys
  * --------------------------------------------------- */
 
-/* The ids to read: seen, and those the locks name. */
-static int collect(const ls_result *r, const strset *seen, strset *ids) {
+/* The ids to read: seen, those of the copies seen, those the locks name. */
+static int collect(const ls_result *r, const strset *seen, const strset *copies,
+                   strset *ids) {
   for (size_t i = 0; i < seen->n; i++)
     if (set_add(ids, seen->v[i], strlen(seen->v[i])) != 0)
+      return -1;
+  for (size_t i = 0; copies && i < copies->n; i++)
+    if (strlen(copies->v[i]) > LS_UUID_LEN &&
+        set_add(ids, copies->v[i], LS_UUID_LEN) != 0)
       return -1;
   for (size_t i = 0; i < r->n; i++) {
     const ls_lock *l = &r->locks[i];
@@ -150,9 +157,33 @@ static void read_round(dlock_admin *a, const ls_opts *o, long long t0,
   set_free(&nodes);
 }
 
+/* The copy a Cluster client wrote on a master that answers, found as it
+ * chose it (clientnotes.c: for each master, the first tag "%x" whose slot
+ * it owns): the first tag whose master is not a failed one. 1 if found. */
+static int copy_by_rule(dlock_admin *a, client *c, const ls_result *r) {
+  int others = 0;
+  for (unsigned t = 0; t < 4096 && (others || t < 64); t++) {
+    char key[96], node[300];
+    snprintf(key, sizeof key, "dlock_client:{%x}:%s", t, c->id);
+    if (dlock_admin_node_of(a, key, node, sizeof node) != 0 ||
+        strcmp(node, c->node) == 0)
+      continue; /* one master only (standalone, Sentinel): no copies */
+    others = 1;
+    if (failed_node(r, node))
+      continue;
+    snprintf(c->node, sizeof c->node, "%s", node);
+    snprintf(c->key, sizeof c->key, "%s", key);
+    c->pending = 1;
+    return 1;
+  }
+  return 0;
+}
+
 /* A copy of c's info key on a master that answers ("<id>\t<node>\t<key>"
- * of copies): c then reads it in the next round. 1 if there is one. */
-static int use_copy(client *c, const strset *copies, const ls_result *r) {
+ * of copies, as a scan saw it, else as the writer chose it): c then reads
+ * it in the next round. 1 if there is one. */
+static int use_copy(dlock_admin *a, client *c, const strset *copies,
+                    const ls_result *r) {
   for (size_t i = 0; copies && i < copies->n; i++) {
     const char *e = copies->v[i], *t1 = strchr(e, '\t');
     const char *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
@@ -167,7 +198,9 @@ static int use_copy(client *c, const strset *copies, const ls_result *r) {
     c->pending = 1;
     return 1;
   }
-  return 0;
+  /* its master failed, or the slot map has none for it (the cluster
+   * dropped a failed master's slots) */
+  return (!c->node[0] || failed_node(r, c->node)) && copy_by_rule(a, c, r);
 }
 
 /* Reads every id's info key on its master; one whose master failed, from
@@ -189,7 +222,7 @@ static int read_all(dlock_admin *a, const ls_opts *o, long long t0,
   int again = 0;
   for (size_t i = 0; i < cs->n; i++)
     if (!cs->v[i].info || !r_n(cs->v[i].info))
-      again |= use_copy(&cs->v[i], copies, r);
+      again |= use_copy(a, &cs->v[i], copies, r);
   if (again)
     read_round(a, o, t0, r, cs);
   return 0;
@@ -302,7 +335,7 @@ void ls_name_all(dlock_admin *a, const ls_opts *o, long long t0, ls_result *r,
                  const strset *seen, const strset *copies) {
   strset ids = {0};
   clients cs = {0};
-  if (collect(r, seen, &ids) == 0 &&
+  if (collect(r, seen, copies, &ids) == 0 &&
       read_all(a, o, t0, r, &ids, copies, &cs) == 0) {
     for (size_t i = 0; i < cs.n; i++)
       if (cs.v[i].info && r_n(cs.v[i].info))
