@@ -92,6 +92,7 @@ static void written(dlock__areq *r, redisReply *reply, int err,
   (void)err;
   (void)why;
   dlock__ainfo *in = r->arg;
+  dlock__areq_free(r); /* the callee's, as every request's */
   if (reply)
     freeReplyObject(reply);
   in->busy = 0;
