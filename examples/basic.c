@@ -7,6 +7,8 @@ int main(int argc, char **argv) {
   dlock_config cfg;
   dlock_config_init(&cfg);
   cfg.url = argc > 1 ? argv[1] : "redis://127.0.0.1:6379";
+  cfg.call_timeout_ms = 5000; /* the default: a call that waits for nothing
+                                 retries at most 5 s (docs/errors.md) */
   dlock_client *c;
   int rc = dlock_client_new(&cfg, &c);
   if (rc) {

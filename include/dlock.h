@@ -334,6 +334,26 @@ typedef struct dlock_config {
    * and its password. Default NULL. Copied (loaded) by dlock_client_new. */
   const char *tls_keystore;
   const char *tls_keystore_password;
+  /* ---- since 0.3: bounded calls (issue 39; docs/errors.md) ---- */
+  /* The longest a command of a call goes on being retried, in ms from its
+   * first send; 0 = no bound (the whole retry policy). Default 5000. The
+   * router sends no copy of a command that would start more than
+   * call_timeout_ms after the first one, nor a copy after an attempt that
+   * got no reply when that copy's reply could not come in time either (its
+   * pause plus command_timeout_ms past the bound). So a call that needs no
+   * wait -- dlock_mutex_trylock, dlock_mutex_is_locked,
+   * dlock_status_query, an unlock -- against a server that stopped
+   * answering returns DLOCK_ECONN after one command_timeout_ms (3 s by
+   * default), and against a refused connection after the retries that
+   * start within call_timeout_ms; it never takes longer than
+   * call_timeout_ms + command_timeout_ms (a server that stops answering in
+   * the middle of the retries), plus connect_timeout_ms when the network
+   * swallows a connection attempt. dlock_client_new's connection attempts
+   * follow the same rule. A waiting call (wait_ms > 0) is bounded by its
+   * wait budget as before; each of its commands by this. YAML:
+   * callTimeout (dlock's own key). The event-loop client (dlock/async.h)
+   * bounds its calls by their wait_ms and its retry timers instead. */
+  int call_timeout_ms;
   /* ---- new fields go here, at the end, with their default in
    * dlock_config_init_sized and a DLOCK_SINCE note (docs/abi.md) ---- */
 } dlock_config;
@@ -369,7 +389,15 @@ static inline void dlock_config_init(dlock_config *cfg) {
 
 /* Creates a client: parses cfg->url, and unless cfg->lazy_connect is set,
  * connects and authenticates (AUTH, SELECT) before returning, applying the
- * retry policy to unreachable servers. Starts four background threads:
+ * retry policy to unreachable servers within cfg->call_timeout_ms: one
+ * connection attempt is a TCP connect and a TLS handshake (each at most
+ * connect_timeout_ms) and the login's reply (at most command_timeout_ms);
+ * the next attempt starts only when, after its pause, it could end within
+ * call_timeout_ms of the first one taking as long as the last one did. So
+ * it returns within max(call_timeout_ms, one attempt) -- 3 s against a
+ * stalled server, 4.5 s against a refused port, with the defaults -- and,
+ * with call_timeout_ms 0, within (retry_attempts + 1) attempts plus
+ * retry_attempts pauses. Starts four background threads:
  * pub/sub wake-ups, lease renewal (the watchdog: renewals and loss reports
  * only), the expiry thread that reports a hold lost the moment its local
  * deadline passes, and the errand thread (the client's info key, declines,
@@ -490,7 +518,8 @@ DLOCK_API int dlock_client_conn_name_query(dlock_client *c, const char *owner,
  * that young; *since_ms = 0), DLOCK_EINVAL (NULL, empty name, owner not
  * "<36-character id>:<thread id>"), DLOCK_ECONN, DLOCK_EREDIS,
  * DLOCK_EFORK, DLOCK_ECLOSED. Holders of the event-loop client
- * (dlock_async) publish no info key: 0. Thread-safety: any thread. */
+ * (dlock_async) publish theirs too since 0.3: owner "<client id>:<owner>".
+ * Thread-safety: any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_hold_since_query(dlock_client *c, const char *owner,
                                      const char *name, long long *since_ms);

@@ -126,6 +126,7 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
   }
   a->cfg.client_name = a->conn_name; /* the caller's is borrowed */
   dlock__uuid4(a->id);
+  a->started_ms = dlock__wall_ms(); /* the info key (async_info.c) */
   a->sched_at = -1;
   a->flush.fn = flush_fired;
   a->flush.arg = a;
@@ -173,6 +174,7 @@ void dlock_async_free(dlock_async *a) {
   dlock__aconn_close(&a->sub);
   dlock__aroute_close(a);
   dlock__awd_close(a);
+  dlock__ainfo_close(a);
   dlock__async_ops_close(a);
   dlock__asub_close(a);
   dlock__async_flush(a);

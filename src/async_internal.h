@@ -228,6 +228,8 @@ struct dlock_async {
   dlock__atimer wd_retry;   /* failed renewals' next try (async_wd.c) */
   int wd_batches;           /* renewal requests in flight */
   dlock__stats stats;       /* dlock_async_stats's counters (stats.c) */
+  struct dlock__ainfo *info; /* the info key's writer (async_info.c) */
+  int64_t started_ms;        /* wall ms of dlock_async_new: the info key */
 };
 
 int64_t dlock__async_now(void);
@@ -293,6 +295,8 @@ struct dlock__aop {
   /* An attempt whose outcome is unknown and that may have been sent: its
    * request is committed after the call's next answer ("" none). */
   char owed[33];
+  int64_t began_at, began_ms; /* the call began (monotonic, wall ms) */
+  int info_pub;               /* its wait went out in an info write */
 };
 
 /* Completes every pending call with DLOCK_ECLOSED and frees the records
@@ -351,6 +355,20 @@ void dlock__aroute_close(dlock_async *a);
 void dlock__aroute_free(dlock_async *a);
 /* The route's connection whose watch is w, or NULL. */
 dlock__aconn *dlock__aroute_conn(dlock_async *a, dlock_async_watch *w);
+
+/* ---- the info key (async_info.c) -------------------------------------------
+ */
+
+typedef struct dlock__ainfo dlock__ainfo;
+/* A lock call op begins (its start time is set): the first one writes the
+ * key at once, a later one makes the writer look again when it may be
+ * worth publishing. */
+void dlock__ainfo_want(dlock_async *a, dlock__aop *op);
+/* op ends (h its record, before it may be freed): a published wait or hold
+ * that ended makes the next write come soon. */
+void dlock__ainfo_ended(dlock_async *a, const dlock__aop *op,
+                        const dlock__ahold *h);
+void dlock__ainfo_close(dlock_async *a);
 
 /* ---- the watchdog (async_wd.c) ---------------------------------------------
  */

@@ -138,6 +138,7 @@ complete(dlock__aop *op, int rc, const char *fmt, ...) {
   unlink_op(op);
   push_done(op);
   dlock__ahold *h = op->h;
+  dlock__ainfo_ended(a, op, h);
   op->h = NULL;
   if (h->busy == op)
     h->busy = NULL;
@@ -911,6 +912,7 @@ int dlock_async_lock(dlock_async *a, const char *name, long long owner,
   op->wait_ms = wait_ms;
   op->wd = lease_ms <= 0;
   op->lease = op->wd ? a->cfg.watchdog_timeout_ms : lease_ms;
+  dlock__ainfo_want(a, op); /* who holds and waits: async_info.c */
   return queue_call(a, name, owner, op);
 }
 

@@ -43,7 +43,7 @@ typedef struct kept_event {
   int has_name;
   char event[32];
   char name[256];
-  char msg[512];
+  char msg[768]; /* dlock__log's whole message */
 } kept_event;
 static _Thread_local kept_event *t_kept, *t_kept_tail;
 

@@ -49,6 +49,7 @@ void dlock_config_init_sized(dlock_config *cfg, size_t size) {
   d.retry_delay = DLOCK_RETRY_CONSTANT;
   d.retry_base_delay_ms = 1000;
   d.retry_max_delay_ms = 2000;
+  d.call_timeout_ms = 5000;
   /* The caller owns `size` bytes: the fields that fit get their defaults,
    * bytes this library does not know (a newer header's fields) get zero. */
   memset(cfg, 0, size);
@@ -126,6 +127,7 @@ static const struct {
     {offsetof(dlock_config, sync_timeout_ms), 1, "sync_timeout_ms"},
     {offsetof(dlock_config, retry_base_delay_ms), 0, "retry_base_delay_ms"},
     {offsetof(dlock_config, retry_max_delay_ms), 0, "retry_max_delay_ms"},
+    {offsetof(dlock_config, call_timeout_ms), 0, "call_timeout_ms"},
 };
 
 int dlock__config_int_min(size_t off) {
@@ -299,12 +301,17 @@ static void identity_free(dlock_client *c) {
 /* Connects and authenticates now, with the retry policy, so bad
  * credentials and unreachable servers surface at creation. */
 static int warm(dlock_client *c) {
-  int64_t prev = 0;
+  int64_t prev = 0, first = dlock__now_ms();
   for (int i = 0;; i++) {
+    int64_t t0 = dlock__now_ms();
     int rc = c->cl ? dlock__cluster_refresh(c) : dlock__node_warm(&c->node);
     if (rc == 0 || rc != DLOCK_ECONN || i >= c->cfg.retry_attempts)
       return rc;
-    dlock__sleep_ms(dlock__retry_pause(&c->cfg, i, &prev));
+    int64_t pause = dlock__retry_pause(&c->cfg, i, &prev);
+    /* the next attempt may take as long as this one did (call_timeout_ms) */
+    if (dlock__call_bound_over(&c->cfg, first, pause, dlock__now_ms() - t0))
+      return rc;
+    dlock__sleep_ms(pause);
   }
 }
 
@@ -411,6 +418,7 @@ fail_free:
 static void client_release_memory(dlock_client *c) {
   int child = c->fork_gen != dlock__fork_gen();
   dlock__holds_destroy(c);
+  dlock__notes_free(c);
   dlock__pubsub_destroy(&c->ps, child);
   dlock__registry_destroy(&c->reg, child);
   dlock__sentinel_destroy(c, child);

@@ -49,6 +49,11 @@ static dlock__script g_write = {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void init_scripts(void) { dlock__script_init(&g_write); }
 
+const dlock__script *dlock__info_script(void) {
+  pthread_once(&g_once, init_scripts);
+  return &g_write;
+}
+
 /* "dlock_client:{<id>}" for a client id (the first 36 characters). */
 static void info_key(dlock__sb *b, const char *id) {
   dlock__sb_adds(b, "dlock_client:{");
@@ -99,6 +104,7 @@ int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
   dlock__sb_init(&hb);
   info_key(&k, c->id);
   int nh = dlock__holds_since(c, &hb);
+  nh += dlock__info_extra(c, &hb); /* waits, permits, kinds: clientnotes.c */
   /* ARGV: ttl, host, pid, program, started, then field/value pairs: the
    * connection name (dlock status shows it), the hold starts. 4 more slots
    * for EVAL, the body, numkeys and the key (a send of its own). */
@@ -143,6 +149,7 @@ int dlock__info_write_via(dlock_client *c, dlock__info_send_fn *send,
     for (int i = 0; i < 4 + na; i++)
       lens[i] = i == 3 ? k.len : strlen(all[i]);
     rc = send(c, arg, k.p, 4 + na, all, lens);
+    dlock__info_copies(c, send, arg, 4 + na, all, lens); /* clientnotes.c */
     free(lens);
   }
   dlock__err_keep_end();

@@ -159,6 +159,8 @@ static const key_def g_keys[] = {
     IGNORED("fairLockWaitTimeout", IN_ROOT),
     /* dlock's own: a waiting mutex spins when SUBSCRIBE is refused */
     {"spinFallback", IN_ROOT, K_FLAG, 0, FIELD(spin_fallback)},
+    /* dlock's own: the bound of a command's retries (issue 39) */
+    {"callTimeout", IN_ROOT, K_INT, 0, FIELD(call_timeout_ms)},
     IGNORED("reliableTopicWatchdogTimeout", IN_ROOT),
     IGNORED("useThreadClassLoader", IN_ROOT),
     IGNORED("nettyHook", IN_ROOT),

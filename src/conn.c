@@ -22,7 +22,9 @@
  * cfg.retry_interval_ms, or cfg.retry_delay's jitter) -- but never past the
  * deadline of a call with a finite wait budget (dlock__call_deadline): a
  * timedlock of 1000 ms against a dead server returns after about 1000 ms, not
- * after the whole retry policy. A failure on a pooled connection that was idle
+ * after the whole retry policy -- nor past cfg.call_timeout_ms of the first
+ * send (dlock__call_bound_over: a trylock against a stalled server answers
+ * after one reply timeout). A failure on a pooled connection that was idle
  * (typically: the server restarted) first drops the idle ones and retries at
  * once on a fresh connection, without counting as an attempt. A counting script
  * (semaphore, latch: counter.c) is safe to repeat only while its once key
@@ -84,7 +86,7 @@ static void node_connected(dlock__node *n) {
 /* A command connection of n failed and was closed (why: how). Any lock
  * may be held: the line is logged by the next disc_flush on this thread,
  * once no lock is held (a hook may call dlock_client_stats). */
-static _Thread_local char t_disc[300];
+static _Thread_local char t_disc[512];
 static _Thread_local dlock__node *t_disc_node;
 
 static void node_dropped(dlock__node *n, const char *why) {
@@ -282,7 +284,7 @@ struct dlock__mreq {
   int fresh;         /* the connection was opened for this request */
   int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
   redisReply *extra; /* the WAIT's reply */
-  char msg[256];
+  char msg[512]; /* as dlock_last_error()'s: no message cut short */
 };
 
 static _Thread_local pthread_cond_t t_mux_cv;
@@ -419,7 +421,7 @@ typedef struct attempt {
   int with_wait;     /* a WAIT follows the command (sync.c) */
   int wait_ms;       /* its timeout (wait_ms_now) */
   redisReply *wait_reply;
-  char msg[256];
+  char msg[512]; /* as dlock_last_error()'s */
 } attempt;
 
 static void attempt_fail(attempt *a, int err, const char *msg) {
@@ -986,7 +988,7 @@ static void retry_note(dlock_client *c, const dlock__cmd *cmd, int64_t pause_ms,
   if (pause_ms > 0)
     dlock__log(&c->cfg, DLOCK_LOG_WARN, cmd->key, "retry",
                "%s failed (%s); retry %d of %d, the next in %lld ms", what,
-               dlock_last_error(), attempt_no, attempts - 1,
+               dlock_last_error(), attempt_no - 1, attempts - 1,
                (long long)pause_ms);
   else
     dlock__log(&c->cfg, DLOCK_LOG_WARN, cmd->key, "retry",
@@ -1007,6 +1009,7 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   int stale_used = 0, redirects = 0, ask = 0;
   int64_t first = dlock__now_ms(); /* the first send starts now */
   int64_t prev_pause = 0;          /* the retry delay policy's state */
+  int64_t tried_at = first;        /* when the last attempt began */
   for (int i = 0;;) {
     attempt a;
     int closed_rc;
@@ -1039,12 +1042,15 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
     int64_t pause = dlock__retry_pause(&c->cfg, i - 1, &prev_pause);
-    if (budget_spent(&pause))
-      return rc; /* the call's wait budget ends its retries too */
+    if (budget_spent(&pause) ||
+        dlock__call_bound_over(&c->cfg, first, pause,
+                               dlock__now_ms() - tried_at))
+      return rc; /* the call's wait budget, or call_timeout_ms, ends them */
     retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0;          /* a bound per attempt: the attempts are bounded */
     dlock__io_pause(pause); /* a background thread's ends at free */
+    tried_at = dlock__now_ms();
     if (c->cl)
       n = route(c, cmd->key);
   }

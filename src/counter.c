@@ -121,8 +121,10 @@ int dlock__counter_wait(dlock__chobj *o, long long wait_ms) {
     return DLOCK_EBUSY;
   char what[300];
   snprintf(what, sizeof what, "%s '%.256s'", o->kind->name, o->name);
+  void *note = dlock__note_wait(o->c, o->name, dlock__tid()); /* info key */
   r = dlock__sub_wait_check(o->c, o->channel, o->kind->wake_policy, &b,
                             o->kind->recheck_ms, NULL, ready_cb, o, what);
+  dlock__note_wait_end(o->c, note);
   if (r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
     dlock__stat_add(
         &o->c->stats,

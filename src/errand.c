@@ -228,10 +228,11 @@ static void since_tick(dlock_client *c) {
   int64_t now = dlock__now_ms();
   if (c->er.since_check == 0 || now < c->er.since_check)
     return;
-  int64_t next = 0;
-  if (dlock__holds_since_due(c, now, &next))
+  int64_t next = 0, later = 0; /* holds, and waits and permits */
+  int due = dlock__holds_since_due(c, now, &next);
+  if (dlock__notes_due(c, now, &later) | due)
     dlock__info_soon(c);
-  c->er.since_check = next;
+  c->er.since_check = !next || (later && later < next) ? later : next;
 }
 
 /* ---- the thread ---------------------------------------------------------- */

@@ -43,13 +43,25 @@ const char *dlock_err_name(int err) {
 
 const char *dlock_last_error(void) { return t_errbuf; }
 
+/* A message too long for buf ends at a word with " ..." instead of in
+ * the middle of one (issue 39: "cannot connect to 127.0."). */
+void dlock__cut_at_word(char *buf, size_t size, int wanted) {
+  if (wanted < 0 || (size_t)wanted < size || size < 16)
+    return;
+  size_t end = size - 5; /* room for " ..." and the NUL */
+  while (end > size / 2 && buf[end] != ' ')
+    end--;
+  memcpy(buf + end, " ...", 5);
+}
+
 int dlock__fail(int err, const char *fmt, ...) {
   if (t_keep > 0)
     return err;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(t_errbuf, sizeof t_errbuf, fmt, ap);
+  int n = vsnprintf(t_errbuf, sizeof t_errbuf, fmt, ap);
   va_end(ap);
+  dlock__cut_at_word(t_errbuf, sizeof t_errbuf, n);
   return err;
 }
 
@@ -109,6 +121,8 @@ static void key_type(dlock_client *c, const char *k, size_t kl, char *buf,
 int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
                              int nkeys, const char **keys,
                              const size_t *klens) {
+  if (rc == DLOCK_EREDIS && t_keep == 0 && strstr(t_errbuf, "unknown command"))
+    return dlock__explain_sentinel_port(c, rc); /* hints.c */
   if (rc != DLOCK_EREDIS || t_keep > 0 || nkeys < 1 ||
       strncmp(t_errbuf, "WRONGTYPE", 9) != 0)
     return rc;

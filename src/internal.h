@@ -42,6 +42,9 @@
 
 /* ---- errors (error.c) --------------------------------------------------- */
 
+/* When a message of `wanted` bytes (vsnprintf's answer) did not fit in
+ * buf[size], ends it at a word boundary with " ..." (error.c). */
+void dlock__cut_at_word(char *buf, size_t size, int wanted);
 /* Sets the calling thread's detail message and returns err. */
 int dlock__fail(int err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -1086,6 +1089,15 @@ int dlock__sentinel_switch_msg(const char *payload, const char *name,
 int dlock__sentinel_promoted_msg(const char *payload, const char *name);
 /* 1 if l was made for a master that is no longer the master. */
 int dlock__link_stale(dlock_client *c, const dlock__link *l);
+/* A redis:// URL at a Sentinel's port (hints.c): on l, whose server just
+ * refused a data command as unknown, asks SENTINEL MASTERS (by the
+ * monotonic deadline): DLOCK_EREDIS with "this is a Sentinel: use
+ * redis-sentinel://<where>/<master>" when it is one, else 0. */
+int dlock__sentinel_port_hint(dlock__link *l, const char *where,
+                              int64_t deadline);
+/* The same for the router's rc (a script refused as an unknown command on
+ * a redis:// client): the new code and message, or rc as it was. */
+int dlock__explain_sentinel_port(dlock_client *c, int rc);
 
 /* ---- replica sync (sync.c) ---------------------------------------------- */
 
@@ -1212,6 +1224,7 @@ struct dlock_client {
   int64_t once_ttl_ms;    /* dlock__once_ttl: PX of a once key */
   int64_t once_window_ms; /* its copies' resend window (dlock__cmd) */
   int64_t started_ms;     /* wall clock, ms since the epoch: for the info key */
+  struct dlock__note *notes; /* waits, permits for the info key (reg.mu) */
 
   dlock__pubsub ps;    /* waiting for locks (pubsub.c) */
   dlock__registry reg; /* the hold registry (holds.c) */
@@ -1271,6 +1284,41 @@ int64_t dlock__holds_now(dlock_client *c);
  * Takes reg.mu. */
 int dlock__holds_since(dlock_client *c, dlock__sb *b);
 
+/* The rest of the info key (clientnotes.c, issue 39): when the client
+ * checked in, its waits (wait:<tid>:<name> = wall ms the wait began), the
+ * permits it took (permit:<id> = "<wall ms>|<name>") and the kind of its
+ * locks no key shows (kind:<name>). A note is made with no Redis traffic
+ * and published, like a hold's start, once it has lasted
+ * DLOCK__SINCE_AFTER_MS. Each takes reg.mu unless it says otherwise. */
+typedef struct dlock__note dlock__note;
+/* A wait of thread tid for `name` begins: a handle for _end (NULL: OOM,
+ * not noted; _end accepts it). */
+void *dlock__note_wait(dlock_client *c, const char *name, uint64_t tid);
+void dlock__note_wait_end(dlock_client *c, void *note);
+/* Permit `id` (32 hex) of `name` taken through object obj / given back (by
+ * id; id NULL: every permit noted for obj, which is being freed). */
+void dlock__note_permit(dlock_client *c, const void *obj, const char *name,
+                        const char *id);
+void dlock__note_permit_end(dlock_client *c, const void *obj, const char *id);
+/* The watchdog's look (reg.mu held), as dlock__holds_since_due. */
+int dlock__notes_due(dlock_client *c, int64_t now, int64_t *next);
+/* Appends the pairs above ("field\0value\0") to b, marking the notes
+ * published; returns how many pairs. */
+int dlock__info_extra(dlock_client *c, dlock__sb *b);
+/* Client teardown (no mutex: also in a fork child). */
+void dlock__notes_free(dlock_client *c);
+/* A Cluster client's copies of its info key, one on every master but the
+ * one its key lives on: "dlock_client:{<tag>}:<client id>", a short tag
+ * hashing to a slot of that master, so a tool names the client's holds
+ * on the masters that answer when that one does not. argv is the write
+ * as sent by send (argv[3] the key; replaced for each copy and restored).
+ * Best effort: failures are ignored. */
+void dlock__info_copies(dlock_client *c, dlock__info_send_fn *send, void *arg,
+                        int argc, const char **argv, size_t *lens);
+/* The info key's write script (clientinfo.c), for the event-loop client's
+ * writer (async_info.c). */
+const dlock__script *dlock__info_script(void);
+
 /* The connection name for a config's client_name (clientinfo.c): NULL gives
  * "dlock:<program>:<host>:<pid>", "" none; the bytes Redis refuses in a
  * name become '_'. *out: malloc'd (the caller frees it) or NULL for none.
@@ -1299,6 +1347,13 @@ void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms);
  * retrying there. Public entry points reset it (dlock__clear_error). */
 int64_t dlock__call_deadline(void);
 void dlock__call_deadline_reset(void);
+/* The bound of one command's retries (dlock_config.call_timeout_ms): 1 when
+ * a re-send after `pause` ms that may take next_ms (0: it fails at once,
+ * command_timeout_ms: the last attempt got no reply) would end past the
+ * bound counted from `first` (monotonic ms of the first send); the thread's
+ * message then says so. 0: send it (or no bound). */
+int dlock__call_bound_over(const dlock_config *cfg, int64_t first,
+                           int64_t pause, int64_t next_ms);
 /* Milliseconds left: -1 no deadline, 0 spent. */
 int64_t dlock__budget_left(const dlock__budget *b);
 /* until (monotonic ms, -1 none) brought back to the deadline if past it. */

@@ -68,11 +68,12 @@ void dlock__log(const dlock_config *cfg, int level, const char *name,
                 const char *event, const char *fmt, ...) {
   if (!dlock__log_on(cfg, level))
     return;
-  char msg[512];
+  char msg[768];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  dlock__cut_at_word(msg, sizeof msg, n); /* whole words (error.c) */
   /* Raised under an internal lock: kept until the thread's last lock is
    * released (callout.c), so a hook may call back into the library. */
   if (!dlock__log_keep(cfg, level, name, event, msg))

@@ -1143,9 +1143,12 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   if (rc == 0 && dlock__eng_wait_answer(0, a.ttl, wait_ms, &a.w, a.sent, 0,
                                         &until) == DLOCK__WAIT_BUSY)
     rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
-  else if (rc == 0)
+  else if (rc == 0) {
+    void *note = dlock__note_wait(a.c, m->name, a.tid); /* the info key */
     rc = dlock__spins(m) ? dlock__spin_wait(&a.b, spin_round, &a)
                          : wait_loop(&a);
+    dlock__note_wait_end(a.c, note);
+  }
   if (a.sub)
     dlock__sub_leave(a.c, a.sub, &a.slot);
   if (rc == DLOCK_ELOST) {

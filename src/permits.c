@@ -340,6 +340,8 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
 void dlock_permits_free(dlock_permits *p) {
   if (!p)
     return;
+  if (p->o.c->fork_gen == dlock__fork_gen())
+    dlock__note_permit_end(p->o.c, p, NULL);
   dlock__mu_lock(&p->mu);
   int started = p->started;
   p->stop = 1;
@@ -721,9 +723,11 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
     if (wait_ms == 0)
       return dlock__fail(DLOCK_EBUSY, "permits '%s': no permit available",
                          p->o.name);
+    void *note = dlock__note_wait(p->o.c, p->o.name, dlock__tid());
     rc = dlock__sub_wait_check(p->o.c, p->o.channel, DLOCK__WAKE_COUNT, &b,
                                DLOCK__PERMITS_RECHECK_MS, recheck_in, try_once,
                                &a, what);
+    dlock__note_wait_end(p->o.c, note);
     if (rc == DLOCK_ETIMEDOUT)
       return dlock__fail(rc, "permits '%s': no permit within %lld ms",
                          p->o.name, wait_ms);
@@ -746,6 +750,7 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
     return rc;
   }
   to_hex(a.raw, id_out);
+  dlock__note_permit(p->o.c, p, p->o.name, id_out); /* its info key */
   return 0;
 }
 
@@ -831,6 +836,7 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   dlock__mu_lock(&p->mu);
   release_begin(p, raw, &first, &until);
   dlock__mu_unlock(&p->mu);
+  dlock__note_permit_end(p->o.c, p, id);
   char ns[24];
   const char *args[3];
   size_t alens[3];

@@ -12,6 +12,7 @@
  * client drives the same budget from timers.
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include "internal.h"
 
@@ -38,6 +39,20 @@ void dlock__budget_start(dlock__budget *b, dlock_client *c, long long wait_ms) {
    * yet). */
   b->cancel_gen = c ? atomic_load(&c->cancel_gen) : 0;
   t_deadline = wait_ms > 0 ? b->deadline : -1;
+}
+
+int dlock__call_bound_over(const dlock_config *cfg, int64_t first,
+                           int64_t pause, int64_t next_ms) {
+  int64_t bound = cfg->call_timeout_ms;
+  if (bound <= 0 || dlock__now_ms() + pause + next_ms <= first + bound)
+    return 0;
+  char last[400];
+  snprintf(last, sizeof last, "%s", dlock_last_error());
+  dlock__fail(DLOCK_ECONN,
+              "%s%snot retried: call_timeout_ms (%d ms) would "
+              "pass",
+              last, last[0] ? "; " : "", cfg->call_timeout_ms);
+  return 1;
 }
 
 int64_t dlock__budget_left(const dlock__budget *b) {

@@ -64,7 +64,8 @@ TH_CASE(config_shorter) {
   const size_t sizes[] = {
       offsetof(dlock_config, subscription_linger_ms),
       offsetof(dlock_config, multiplex), offsetof(dlock_config, sync_replicas),
-      offsetof(dlock_config, client_name), sizeof(dlock_config)};
+      offsetof(dlock_config, client_name),
+      offsetof(dlock_config, call_timeout_ms), sizeof(dlock_config)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t size = sizes[i];
     dlock_config *cfg = guarded(size);

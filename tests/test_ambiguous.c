@@ -577,6 +577,7 @@ static void router_late_body(int kind) {
   cfg.retry_attempts = 1;
   cfg.retry_interval_ms = 50;
   cfg.sync_timeout_ms = 3 * (int)old_latch_ms(&cfg);
+  cfg.call_timeout_ms = 0; /* the whole policy: the re-send comes late */
   cfg.on_lock_lost = on_lost;
   dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
   char name[40];

@@ -1165,6 +1165,7 @@ TH_CASE_T(once_keys_outlive_slow_resends, 120, "slow") {
    * sync timeout, longer than the old TTL (3150 ms) here. */
   cfg.sync_replicas = 1;
   cfg.sync_timeout_ms = 3000 * mult;
+  cfg.call_timeout_ms = 0; /* the whole policy: its subject, the re-send */
   dlock_client *c = th_client_cfg(r, &cfg), *cb = th_client(r);
   dlock_sem *s, *sb;
   CHECK_OK(dlock_sem_new(c, "late-sem", &s));
@@ -1225,6 +1226,7 @@ static int stalled_post(void *arg) {
   cfg.retry_attempts = 1;
   cfg.retry_interval_ms = 50;
   cfg.sync_replicas = 0;
+  cfg.call_timeout_ms = 0; /* the resend window decides, not the bound */
   dlock_client *c = NULL;
   dlock_sem *s = NULL;
   if (dlock_client_new(&cfg, &c) || dlock_sem_new(c, "stall-sem", &s))

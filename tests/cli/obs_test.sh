@@ -54,6 +54,7 @@ wait_until() { # SECONDS COMMAND...: polls every 20 ms
   return 1
 }
 key_exists() { [ "$(R exists "$1")" = 1 ]; }
+file_has() { [ -s "$1" ]; }
 hlen_is() { [ "$(R hlen "$1")" = "$2" ]; }
 qlen_is() { [ "$(R llen "redisson_lock_queue:{$1}")" = "$2" ]; }
 dl() { timeout -k 2 30 "$DL" "$@"; }
@@ -77,7 +78,7 @@ prom_python() {
 # json_check FILE PYTHON-EXPR: FILE is one JSON document d for which the
 # expression is true (helpers: L(name) = the lock of that name).
 json_check() {
-  python3 -c 'import json, sys
+  python3 -c 'import json, sys, time
 d = json.load(open(sys.argv[1]))
 L = lambda n: next((l for l in d["locks"] if l["name"] == n), None)
 sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$1" "$2"
@@ -161,6 +162,17 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
     fail "m1's waiter is not pid $M1W"
   json_check "$T/out" 'L("f1")["kind"] == "fair" and len(L("f1")["holders"]) == 1 and [w["queue"] for w in L("f1")["waiters"]] == ["fair", "fair"] and all(w["deadline_ms"] > 0 for w in L("f1")["waiters"])' ||
     fail "f1"
+  # Every waiter with the time its wait began (issue 39): the hand-over
+  # queue dates its entries, a fair waiter's client its wait; both before
+  # now and after the populate began.
+  json_check "$T/out" "all($T0 * 1000 - 2000 <= w['since_ms'] <= time.time() * 1000 + 2000 and w['waited_ms'] >= 0 and w['host'] and w['pid'] > 0 for n in ('m1', 'f1') for w in L(n)['waiters'])" ||
+    fail "waiters' since: $(cat "$T/out")"
+  # Unknown is null, never a fake 0: the permits of sem1 were written by
+  # hand, no client lists them.
+  json_check "$T/out" 'all(h["host"] is None and h["pid"] is None and h["program"] is None and h["alive"] is False for h in L("sem1")["holders"])' ||
+    fail "sem1's holders are not null: $(cat "$T/out")"
+  json_check "$T/out" 'L("m1")["waiters"][0]["deadline_ms"] > 0' ||
+    fail "m1's waiter (-w 80) has no deadline"
   json_check "$T/out" 'L("rw1")["kind"] == "rwlock" and [h["mode"] for h in L("rw1")["holders"]] == ["read", "read"] and all(h["alive"] and h["host"] and h["pid"] for h in L("rw1")["holders"])' ||
     fail "rw1"
   json_check "$T/out" 'L("sem1")["kind"] == "permits" and L("sem1")["value"] == 1 and sorted(h["owner"] for h in L("sem1")["holders"]) == ["61"*16, "62"*16]' ||
@@ -185,8 +197,10 @@ print(h["pid"], h["program"], h["alive"], 0 < h["held_ms"] < 60000)' "$T/out")
   json_check "$T/out" 'd["truncated"] is True' || fail "--max-keys"
   # Errors.
   expect_rc 69 -u "unix://$T/none.sock" list
-  expect_rc 64 -u rediss://127.0.0.1:1 list
-  grep -q "not supported" "$T/last.err" || fail "rediss: $(cat "$T/last.err")"
+  # Every URL form is served: a TLS URL is tried (here nobody listens).
+  expect_rc 69 -u rediss://127.0.0.1:1 list
+  grep -q "^dlock: cannot reach Redis at rediss://127.0.0.1:1: " "$T/last.err" ||
+    fail "rediss: $(cat "$T/last.err")"
   expect_rc 64 list a b
   expect_rc 64 list --listen :1
   grep -q "does not apply to 'list'" "$T/last.err" || fail "$(cat "$T/last.err")"
@@ -230,7 +244,7 @@ for f in p(open(sys.argv[1]).read()):
         print("%s{%s} %g" % (s.name, lab, s.value))
 EOF
   has() { grep -qxF -- "$1" "$T/parsed" || fail "metrics lack '$1'"; }
-  has 'dlock_up{} 1'
+  has "dlock_up{node=$SOCK} 1"
   has 'dlock_locks_held{kind=mutex} 1'
   has 'dlock_locks_held{kind=fair} 1'
   has 'dlock_locks_held{kind=rwlock} 1'
@@ -243,13 +257,21 @@ EOF
   has 'dlock_permits_available{kind=permits,name=sem1} 1'
   grep -q '^dlock_scrape_duration_seconds{} ' "$T/parsed" || fail "no scrape duration"
   grep -q '^dlock_oldest_hold_age_seconds{} [0-9.e+-]*$' "$T/parsed" || fail "no oldest hold age"
+  grep -q '^dlock_lock_oldest_wait_seconds{kind=mutex,name=m1} [0-9.e+-]*$' "$T/parsed" ||
+    fail "no oldest wait of m1"
+  grep -q '^dlock_scrape_error' "$T/parsed" && fail "a scrape error: $(grep dlock_scrape_error "$T/parsed")"
   get /nothing >/dev/null 2>"$T/code"
   [ "$(cat "$T/code")" = 404 ] || fail "GET /nothing: $(cat "$T/code")"
   # Redis gone: dlock_up 0, still valid text.
   kill -STOP "${REDIS_PIDS[0]}"
   kill -9 "${REDIS_PIDS[0]}"
   get /metrics >"$T/out" 2>"$T/code"
-  grep -qx 'dlock_up 0' "$T/out" || fail "Redis gone: $(cat "$T/out")"
+  grep -qxF "dlock_up{node=\"$SOCK\"} 0" "$T/out" || fail "Redis gone: $(cat "$T/out")"
+  grep -q "^dlock_scrape_error{node=\"$SOCK\",reason=\".*\"} 1$" "$T/out" ||
+    fail "no scrape error: $(cat "$T/out")"
+  # logged once, timestamped
+  grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z dlock: scrape incomplete: master ' "$T/exp.err" ||
+    fail "exporter log: $(cat "$T/exp.err")"
   kill -TERM "$EXP"
   wait "$EXP"
   rc=$?
@@ -303,6 +325,97 @@ top_plain)
   wait "$TP"
   rc=$?
   [ $rc = 0 ] || fail "top exited $rc on SIGINT"
+  ;;
+
+kinds_and_force)
+  # A fair lock held with no waiter is listed (and counted) as fair, from
+  # its holder's info key; unlock --force of a fair lock without --fair
+  # takes the fair path by itself: its waiter is woken at once (issue 39:
+  # it waited out the 1 s recheck).
+  "$DL" --fair ff -- sleep 60 >/dev/null 2>"$T/ff.err" &
+  FH=$!
+  wait_until 20 key_exists ff || fail "no holder of ff"
+  wait_until 20 sh -c "\"$DL\" list --json ff 2>/dev/null | grep -q '\"kind\":\"fair\"'" ||
+    fail "ff not listed as fair: $(dl list --json ff)"
+  "$DL" --fair -w 30 ff -- date +%s%N >"$T/ffw.out" 2>"$T/ffw.err" &
+  FW=$!
+  wait_until 20 qlen_is ff 1 || fail "the fair waiter did not queue"
+  sleep 0.3
+  t0=$(date +%s%N)
+  expect_rc 0 unlock --force ff
+  wait "$FW" || fail "the fair waiter exited $?"
+  woke=$(( ($(cat "$T/ffw.out") - t0) / 1000000 ))
+  note "fair waiter ran $woke ms after unlock --force"
+  [ "$woke" -lt 700 ] || fail "the fair waiter ran $woke ms after unlock --force"
+  kill -TERM "$FH"
+  wait "$FH"
+  ;;
+
+sem_named)
+  # Permit holders are named (list, status), -v names the permit id, a
+  # different --sem N warns that it changes the total.
+  "$DL" -v --sem 2 sn -- sh -c 'echo "$DLOCK_OWNER" >'"$T/id"'; sleep 60' \
+    2>"$T/sn.err" &
+  SP=$!
+  wait_until 20 file_has "$T/id" || fail "no permit holder"
+  id=$(cat "$T/id")
+  grep -q "acquired permit $id of 'sn' (--sem 2)" "$T/sn.err" ||
+    fail "-v: $(cat "$T/sn.err")"
+  ok=0
+  for i in $(seq 1 100); do
+    dl list --json sn >"$T/out" 2>"$T/last.err"
+    json_check "$T/out" "L('sn')['holders'][0]['owner'] == '$id' and L('sn')['holders'][0]['pid'] == $SP and L('sn')['holders'][0]['since_ms']" && ok=1 && break
+    sleep 0.1
+  done
+  [ $ok = 1 ] || fail "permit holder not named: $(cat "$T/out")"
+  expect_rc 0 status --json sn
+  json_check "$T/out" "d['permits'][0]['id'] == '$id' and d['permits'][0]['client']['pid'] == $SP" ||
+    fail "status: $(cat "$T/out")"
+  expect_rc 0 --sem 3 sn -- true
+  grep -q "warning: --sem 3 changes the total of 'sn' from 2 to 3 permits" "$T/last.err" ||
+    fail "no warning: $(cat "$T/last.err")"
+  expect_rc 0 --sem 3 sn -- true
+  ! grep -q warning "$T/last.err" || fail "warned again: $(cat "$T/last.err")"
+  kill -TERM "$SP" # forwarded to its command, the permit given back
+  wait "$SP"
+  ;;
+
+call_timeout)
+  # A stalled server: connecting answers after one reply timeout with the
+  # bound (--call-timeout 1), after the whole retry policy without it (0).
+  "$DL" ct -- true || fail "no lock"
+  kill -STOP "${REDIS_PIDS[0]}"
+  t0=$(date +%s%N)
+  expect_rc 69 --call-timeout 1 status ct
+  one=$(( ($(date +%s%N) - t0) / 1000000 ))
+  t0=$(date +%s%N)
+  expect_rc 69 --call-timeout 0 status ct
+  all=$(( ($(date +%s%N) - t0) / 1000000 ))
+  kill -CONT "${REDIS_PIDS[0]}"
+  note "stalled: --call-timeout 1 $one ms, --call-timeout 0 $all ms"
+  [ "$one" -lt 4000 ] || fail "--call-timeout 1 took $one ms"
+  [ "$all" -gt "$one" ] && [ "$all" -ge 5500 ] || fail "--call-timeout 0 took $all ms"
+  grep -q "cannot reach Redis at unix://$SOCK: " "$T/last.err" ||
+    fail "message: $(cat "$T/last.err")"
+  ;;
+
+manpage_markup)
+  # The man page renders without markdown's literal underscores (issue 39:
+  # "[HOST]:_PORT_", "dlock_client:{_client id_}"): in man -l's text and
+  # groff's, no word wrapped in underscores.
+  page="$SRC/docs/dlock.1"
+  MANWIDTH=200 man -l "$page" >"$T/man.txt" 2>"$T/man.err" </dev/null ||
+    fail "man -l: $(cat "$T/man.err")"
+  groff -man -Tutf8 -P-cbou "$page" >"$T/groff.txt" 2>"$T/groff.err" ||
+    fail "groff: $(cat "$T/groff.err")"
+  for f in "$T/man.txt" "$T/groff.txt"; do
+    if grep -nE '(^|[^A-Za-z0-9_])_[A-Za-z][A-Za-z ]*_([^A-Za-z0-9_]|$)' "$f" >"$T/under"; then
+      fail "literal underscores in $(basename "$f"): $(cat "$T/under")"
+    fi
+  done
+  grep -q -- '--listen \[HOST\]:PORT' "$T/man.txt" || fail "exporter synopsis: $(grep -m1 'exporter' "$T/man.txt")"
+  grep -q 'dlock_client:{<client id>}' "$T/man.txt" || fail "the info key's name"
+  grep -q -- '--call-timeout SECONDS' "$T/man.txt" || fail "no --call-timeout"
   ;;
 
 *)

@@ -1,5 +1,9 @@
-/* admin.c -- "dlock status" (holders, the fair queue, who each is; exit 0
- * held, 3 free) and "dlock unlock --force". */
+/* admin.c -- "dlock status" (holders, every waiter -- the hand-over queue,
+ * the fair queue, the waits only a client's info key names -- who each is
+ * and since when; exit 0 held, 3 free) and "dlock unlock --force" (the fair
+ * path when the name is a fair lock's). The lock is read as `dlock list`
+ * reads it (lockscan.h: its kind from the keys and its holders' info keys,
+ * its waiters). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +12,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "lockscan.h"
 
 static int redis_fail(const cli_opts *o, int rc, const char *what) {
   char det[2048];
@@ -23,38 +28,84 @@ typedef struct who {
   long long count; /* -1: a waiter */
   int known;       /* info found */
   dlock_client_info info;
-  long long since_ms;  /* when the hold began; 0: unknown */
+  long long since_ms;  /* when the hold (the wait) began; 0: unknown */
+  const char *queue;   /* a waiter's: "handover", "fair", "none" */
   char conn_name[256]; /* its connection name; "": unknown */
 } who;
 
 typedef struct view {
   dlock_status st;
-  char **waiters;
-  size_t n_waiters;
-  who *w; /* holders, then waiters */
+  ls_lock lk; /* kind and waiters as `dlock list` reads them */
+  who *w;     /* holders, then waiters */
   size_t n;
 } view;
 
+/* The lock as lockscan reads it (its kind, every waiter and since when):
+ * 0, or the exit code after printing why. */
+static int read_lock(const cli_opts *o, dlock_client *c, ls_lock *lk) {
+  dlock_admin *a = NULL;
+  char err[1024];
+  int ex = dlock_admin_new(c, &a) ? CLI_EX_SOFT : 0;
+  if (ex) {
+    cli_err("%s", dlock_last_error());
+    return ex;
+  }
+  ls_opts lo = {
+      NULL,
+      0,
+      0,
+      0,
+      o->cfg.command_timeout_ms > 0 ? o->cfg.command_timeout_ms : 2000,
+      0};
+  ex = ls_read(a, o->name, &lo, lk, err, sizeof err);
+  if (ex)
+    cli_say_failed(cli_url(o), ex, err);
+  dlock_admin_free(a);
+  return ex;
+}
+
+/* What the lock's reading (lockscan: a Cluster client's copy of its info
+ * key on another master included) says of owner: 1 with *info, or 0. */
+static int who_from_scan(const ls_lock *lk, const char *owner,
+                         dlock_client_info *info) {
+  const ls_who *w = NULL;
+  for (size_t i = 0; !w && i < lk->nholders; i++)
+    if (strcmp(lk->holders[i].owner, owner) == 0 && lk->holders[i].who.known)
+      w = &lk->holders[i].who;
+  for (size_t i = 0; !w && i < lk->nwaiters; i++)
+    if (strcmp(lk->waiters[i].owner, owner) == 0 && lk->waiters[i].who.known)
+      w = &lk->waiters[i].who;
+  if (!w)
+    return 0;
+  memset(info, 0, sizeof *info);
+  snprintf(info->host, sizeof info->host, "%s", w->host);
+  snprintf(info->program, sizeof info->program, "%s", w->program);
+  info->pid = w->pid;
+  return 1;
+}
+
 /* Fills v (holders' and waiters' info). 0 or a DLOCK_E* code. */
 static int view_fetch(dlock_client *c, const char *name, view *v) {
-  memset(v, 0, sizeof *v);
   int rc = dlock_status_query(c, name, &v->st);
   if (rc)
     return rc;
-  /* Not a fair lock's queue (a key of another type): no waiters shown. */
-  if (dlock_fair_waiters_query(c, name, &v->waiters, &v->n_waiters) < 0)
-    v->n_waiters = 0;
-  size_t n = v->st.n_holders + v->n_waiters;
+  size_t n = v->st.n_holders + v->lk.nwaiters;
   v->w = calloc(n ? n : 1, sizeof *v->w);
   if (!v->w)
     return DLOCK_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     who *x = &v->w[i];
     int holder = i < v->st.n_holders;
-    x->owner =
-        holder ? v->st.holders[i].owner : v->waiters[i - v->st.n_holders];
+    const ls_waiter *lw = holder ? NULL : &v->lk.waiters[i - v->st.n_holders];
+    x->owner = holder ? v->st.holders[i].owner : lw->owner;
     x->count = holder ? v->st.holders[i].count : -1;
+    if (lw) {
+      x->since_ms = lw->since_ms;
+      x->queue = lw->queue;
+    }
     x->known = dlock_client_info_query(c, x->owner, &x->info) == 1;
+    if (!x->known) /* its info key's master does not answer: a copy's */
+      x->known = who_from_scan(&v->lk, x->owner, &x->info);
     if (x->known && dlock_client_conn_name_query(c, x->owner, x->conn_name,
                                                  sizeof x->conn_name) != 1)
       x->conn_name[0] = '\0';
@@ -68,7 +119,7 @@ static int view_fetch(dlock_client *c, const char *name, view *v) {
 
 static void view_free(view *v) {
   dlock_status_clear(&v->st);
-  dlock_fair_waiters_free(v->waiters, v->n_waiters);
+  ls_lock_free(&v->lk);
   free(v->w);
 }
 
@@ -89,8 +140,13 @@ static void json_who(const who *x) {
   dlc_json_str(stdout, x->owner);
   if (x->count >= 0)
     printf(",\"count\":%lld", x->count);
+  if (x->queue) {
+    printf(",\"queue\":\"%s\"", x->queue);
+  }
   if (x->since_ms > 0)
     printf(",\"since_ms\":%lld", x->since_ms);
+  else
+    fputs(",\"since_ms\":null", stdout);
   fputs(",\"client\":", stdout);
   if (!x->known) {
     fputs("null}", stdout);
@@ -112,6 +168,11 @@ static void print_json(const cli_opts *o, const view *v) {
   const dlock_status *st = &v->st;
   fputs("{\"name\":", stdout);
   dlc_json_str(stdout, o->name);
+  fputs(",\"kind\":", stdout);
+  if (v->lk.kind)
+    printf("\"%s\"", v->lk.kind);
+  else
+    fputs("null", stdout);
   printf(",\"locked\":%s,\"mode\":", st->locked ? "true" : "false");
   if (st->mode[0])
     dlc_json_str(stdout, st->mode);
@@ -136,9 +197,14 @@ static void print_json(const cli_opts *o, const view *v) {
  * started. */
 static void text_who(const who *x, char *buf, size_t len) {
   buf[0] = '\0';
-  if (!x->known)
-    return;
   char t[40];
+  if (!x->known) {
+    if (x->since_ms > 0) { /* a waiter its queue dates */
+      fmt_time(x->since_ms, t, sizeof t);
+      snprintf(buf, len, "  since %s", t);
+    }
+    return;
+  }
   fmt_time(x->since_ms > 0 ? x->since_ms : x->info.started_ms, t, sizeof t);
   int n =
       snprintf(buf, len, "  host %.200s  pid %lld  program %.200s  since %s",
@@ -162,8 +228,13 @@ static void print_status(const cli_opts *o, const view *v) {
       size_t n = strlen(ttl);
       snprintf(ttl + n, sizeof ttl - n, " s");
     }
-    printf("lock '%s' is held%s%s%s, ttl %s\n", o->name,
-           st->mode[0] ? " (" : "", st->mode, st->mode[0] ? " mode)" : "", ttl);
+    const char *k = v->lk.kind;
+    char kind[64] = "", mode[32] = "";
+    if (k && strcmp(k, "mutex") != 0 && strcmp(k, "rwlock") != 0)
+      snprintf(kind, sizeof kind, " (%s lock)", k);
+    if (st->mode[0])
+      snprintf(mode, sizeof mode, " (%.8s mode)", st->mode);
+    printf("lock '%s' is held%s%s, ttl %s\n", o->name, kind, mode, ttl);
   }
   for (size_t i = 0; i < v->n; i++) {
     char w[1024];
@@ -180,11 +251,13 @@ int cli_status(const cli_opts *o) {
   int ex = cli_connect(o, o->watchdog_ms, -1, NULL, NULL, &c);
   if (ex)
     return ex;
-  if (sem_status(o, c, &ex)) {
+  view v;
+  memset(&v, 0, sizeof v);
+  if ((ex = read_lock(o, c, &v.lk)) != 0 || sem_status(o, c, &v.lk, &ex)) {
+    ls_lock_free(&v.lk);
     dlock_client_free(c);
     return ex;
   }
-  view v;
   int rc = view_fetch(c, o->name, &v);
   if (rc) {
     ex = redis_fail(o, rc, "cannot read");
@@ -238,8 +311,19 @@ int cli_unlock(const cli_opts *o) {
       goto out;
     }
   }
-  rc = o->fair ? dlock_mutex_new_fair(c, o->name, &m)
-               : dlock_mutex_new(c, o->name, &m);
+  /* A fair lock's waiters are woken on their own channels: its force
+   * unlock, whether or not --fair says so (its queue, or its holder's
+   * info key, tells). */
+  ls_lock lk;
+  int fair = o->fair;
+  if (!fair && read_lock(o, c, &lk) == 0) {
+    fair = lk.kind && strcmp(lk.kind, "fair") == 0;
+    ls_lock_free(&lk);
+  }
+  if (fair && !o->fair)
+    cli_debug(o, "'%s' is a fair lock: released as one", o->name);
+  rc = fair ? dlock_mutex_new_fair(c, o->name, &m)
+            : dlock_mutex_new(c, o->name, &m);
   if (rc == DLOCK_ENOTSUP) {
     cli_err("--fair is not supported by this build of libdlock");
     ex = CLI_EX_USAGE;

@@ -27,6 +27,7 @@ enum {
   O_CONFLICT,
   O_WATCHDOG,
   O_KILL_AFTER,
+  O_CALL_TIMEOUT,
   O_VERBOSE,
   O_QUIET,
   O_COMMAND,
@@ -74,10 +75,11 @@ static const dlc_opt g_opts[] = {
      "exit code if not acquired (default 1)"},
     {"lease", 'l', "SECS", O_LEASE, FOR_RUN,
      "fixed lease, no renewal (the command must end in time)"},
-    {"watchdog", 0, "SECS", O_WATCHDOG, FOR_RUN,
-     "renewed lease while the command runs (default 30)"},
-    {"kill-after", 0, "SECS", O_KILL_AFTER, FOR_RUN,
-     "SIGTERM-to-SIGKILL grace (default 10)"},
+    {"watchdog", 0, "SECS", O_WATCHDOG, FOR_RUN, "renewed lease (30)"},
+    {"kill-after", 0, "SECS", O_KILL_AFTER, FOR_RUN, "TERM..KILL (10)",
+     "--kill-after SECS", DLC_OPT_JOIN},
+    {"call-timeout", 0, "SECS", O_CALL_TIMEOUT, FOR_ALL,
+     "retry a call this long at most (default 5)"},
     {"fair", 0, NULL, O_FAIR, FOR_RUN | FOR_UNLOCK, "FIFO lock"},
     {"shared", 's', NULL, O_SHARED, FOR_RUN,
      "shared/exclusive (read-write lock)", "-s/-x", DLC_OPT_JOIN},
@@ -185,6 +187,8 @@ static int apply_secs(cli_opts *o, int id, const char *arg, perr *e) {
                   "seconds",
                   arg);
     return 0;
+  case O_CALL_TIMEOUT:
+    return parse_secs("call timeout", arg, &o->call_timeout_ms, e);
   default: /* O_KILL_AFTER */
     return parse_secs("kill-after grace", arg, &o->kill_after_ms, e);
   }
@@ -348,6 +352,7 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   o->wait_ms = -1;
   o->watchdog_ms = 30000;
   o->kill_after_ms = 10000;
+  o->call_timeout_ms = -1;
   o->conflict_code = 1;
   pstate ps;
   memset(&ps, 0, sizeof ps);

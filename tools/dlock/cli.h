@@ -5,10 +5,12 @@
  * run.h lists (acquire, run the command, supervise it, release), admin.c
  * (status, unlock --force), sem.c (--sem N on expirable permits, and the
  * status of such a name), util.c (messages, exit codes, the client
- * policy), main.c; list.c, exporter.c and lockscan.c (obs.h): list, top
- * and exporter, which read the lock space over plain hiredis connections
- * (tools/common/url.h). Otherwise only the public API of <dlock.h> is
- * used, and tools/common (clocks, JSON, URL redaction, option parsing).
+ * policy), main.c; list.c, exporter.c, lockscan.c and lockwho.c (obs.h):
+ * list, top and exporter, which read the lock space through the library's
+ * operators' reads (<dlock/admin.h>: every URL form, TLS, ACL users, the
+ * config file; no connection code of their own). Only the public API of
+ * <dlock.h> and <dlock/admin.h> is used, and tools/common (clocks, JSON,
+ * URL redaction, option parsing).
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
@@ -53,7 +55,8 @@ typedef struct cli_opts {
   long long watchdog_ms; /* --watchdog, else the file's, else 30 s */
   int watchdog_set;      /* --watchdog was given */
   long long kill_after_ms;
-  int conflict_code; /* -E */
+  long long call_timeout_ms; /* --call-timeout; -1: not given */
+  int conflict_code;         /* -E */
   int verbose, quiet, json, force;
   int fair, shared, exclusive, fence;
   long long sem_n; /* --sem N; 0: not a semaphore */
@@ -78,8 +81,11 @@ int cli_run(const cli_opts *o);
 int cli_status(const cli_opts *o);
 int cli_unlock(const cli_opts *o);
 /* status of a --sem name (sem.c): 1 when NAME holds permits (printed; *ex
- * the exit code), 0 when it is no permits key (the lock status applies). */
-int sem_status(const cli_opts *o, dlock_client *c, int *ex);
+ * the exit code), 0 when it is no permits key (the lock status applies).
+ * lk: the name as lockscan read it (who took each permit). */
+struct ls_lock;
+int sem_status(const cli_opts *o, dlock_client *c, const struct ls_lock *lk,
+               int *ex);
 
 /* ---- util.c ---------------------------------------------------------- */
 
@@ -124,6 +130,15 @@ int cli_exit_code(int rc);
 int cli_connect(const cli_opts *o, long long lease_ms, long long deadline_ms,
                 void (*on_lost)(const char *, void *), void *arg,
                 dlock_client **out);
+
+/* The main command's words for a failure to use Redis at url (exit_code
+ * 69: "cannot reach Redis at URL: why", 77: refused, else "cannot use"),
+ * on stderr, the URL redacted, library field names in CLI terms. */
+void cli_say_failed(const char *url, int exit_code, const char *why);
+
+/* 1: every stderr line starts with the time (the long-running commands:
+ * top, exporter). */
+extern int cli_stamped;
 
 /* Formats ms as seconds ("0.5", "30", "1.25"). */
 void cli_fmt_secs(long long ms, char *buf, size_t len);

@@ -1,11 +1,16 @@
 /*
  * exporter.c -- `dlock exporter --listen ADDR`: Prometheus metrics of a
  * whole Redis's lock space (lockscan.c) on GET /metrics, in the text
- * exposition format 0.0.4. One scan per scrape, bounded by
- * --scrape-timeout and --max-keys; per-lock series for at most
+ * exposition format 0.0.4. One scan per scrape, every master at once
+ * (lockscan.c), bounded by --scrape-timeout (each master's round trips by
+ * --call-timeout, 2 s, within it) and --max-keys; a master that fails
+ * costs its own series only: dlock_up{node} 0 and dlock_scrape_error{node,
+ * reason}, the others' series stay. Per-lock series for at most
  * --max-locks locks (the ones with the most waiters, then the oldest
- * holds). Requests are served one at a time on one thread: a scan is
- * the whole cost, and two at once would only double Redis's load.
+ * holds); label values are valid UTF-8 whatever the lock names' bytes.
+ * Requests are served one at a time on one thread: a scan is the whole
+ * cost, and two at once would only double Redis's load. Every line it
+ * logs is timestamped.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -19,6 +24,7 @@
 
 #include "cli.h"
 #include "obs.h"
+#include "url.h"
 
 static volatile sig_atomic_t g_stop;
 static void on_sig(int sig) {
@@ -87,18 +93,38 @@ static int listen_on(const char *addr) {
   return fd;
 }
 
-/* A label value: backslash, quote and newline escaped. */
+/* A label value: valid UTF-8 whatever the bytes (a byte that starts no
+ * valid sequence becomes U+FFFD), backslash, quote and newline escaped. */
 static void label(FILE *f, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
   fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '\\')
+  while (*p) {
+    int n = *p < 0x80             ? 1
+            : (*p & 0xe0) == 0xc0 ? 2
+            : (*p & 0xf0) == 0xe0 ? 3
+            : (*p & 0xf8) == 0xf0 ? 4
+                                  : 0;
+    int ok = n > 0 && !(n == 2 && *p < 0xc2) && !(n == 4 && *p > 0xf4);
+    for (int k = 1; ok && k < n; k++)
+      ok = (p[k] & 0xc0) == 0x80;
+    if (ok && n == 3) /* no overlong forms, no surrogates */
+      ok = !(*p == 0xe0 && p[1] < 0xa0) && !(*p == 0xed && p[1] >= 0xa0);
+    if (ok && n == 4)
+      ok = !(*p == 0xf0 && p[1] < 0x90) && !(*p == 0xf4 && p[1] >= 0x90);
+    if (!ok) {
+      fputs("\xef\xbf\xbd", f);
+      p++;
+      continue;
+    }
+    if (*p == '\\')
       fputs("\\\\", f);
-    else if (*s == '"')
+    else if (*p == '"')
       fputs("\\\"", f);
-    else if (*s == '\n')
+    else if (*p == '\n')
       fputs("\\n", f);
     else
-      fputc(*s, f);
+      fwrite(p, 1, (size_t)n, f);
+    p += n;
   }
   fputc('"', f);
 }
@@ -108,14 +134,14 @@ static void head(FILE *f, const char *name, const char *type,
   fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static const char *const g_kinds[] = {"mutex",  "fair",      "fenced",
-                                      "rwlock", "semaphore", "permits",
-                                      "latch",  "counter"};
+static const char *const g_kinds[] = {"mutex",   "fair",   "fenced",
+                                      "spin",    "rwlock", "semaphore",
+                                      "permits", "latch",  "counter"};
 #define NKINDS (sizeof g_kinds / sizeof g_kinds[0])
 
 typedef struct prow {
   const ls_lock *l;
-  long long waiters, oldest_ms;
+  long long waiters, oldest_ms, oldest_wait_ms;
 } prow;
 
 static int prow_cmp(const void *a, const void *b) {
@@ -133,51 +159,73 @@ static void lock_labels(FILE *f, const ls_lock *l) {
   fprintf(f, ",kind=\"%s\"}", l->kind);
 }
 
-/* The exposition of one scrape into f. */
-static void render(FILE *f, const obs_opts *o, const ls_result *r, int ok,
-                   double secs) {
+/* Per master: dlock_up, and dlock_scrape_error with why for a failed one.
+ * A scan that could not even list the masters names the URL. */
+static void render_nodes(FILE *f, const ls_result *r, const char *url,
+                         const char *whole) {
   head(f, "dlock_up", "gauge",
-       "1 if the last scrape read every Redis node, else 0");
-  fprintf(f, "dlock_up %d\n", ok);
-  head(f, "dlock_scrape_duration_seconds", "gauge",
-       "How long the scan of the lock space took");
-  fprintf(f, "dlock_scrape_duration_seconds %.6f\n", secs);
-  if (!ok)
-    return;
-  head(f, "dlock_scrape_keys_scanned", "gauge", "Keys the scan looked at");
-  fprintf(f, "dlock_scrape_keys_scanned %lld\n", r->keys_scanned);
-  head(f, "dlock_scrape_commands", "gauge", "Redis commands the scan sent");
-  fprintf(f, "dlock_scrape_commands %lld\n", r->commands);
-  head(f, "dlock_scrape_truncated", "gauge",
-       "1 if --max-keys or --scrape-timeout cut the scan short");
-  fprintf(f, "dlock_scrape_truncated %d\n", r->truncated);
-  head(f, "dlock_redis_nodes", "gauge", "Redis masters scanned");
-  fprintf(f, "dlock_redis_nodes %zu\n", r->nodes);
+       "1 if the last scrape read this Redis master whole, else 0");
+  for (size_t i = 0; i < r->nnodes; i++) {
+    fputs("dlock_up{node=", f);
+    label(f, r->nodes[i]);
+    fprintf(f, "} %d\n", r->node_ok[i]);
+  }
+  if (whole) {
+    fputs("dlock_up{node=", f);
+    label(f, url);
+    fputs("} 0\n", f);
+  }
+  head(f, "dlock_scrape_error", "gauge",
+       "1 per master the last scrape could not read, and why");
+  for (size_t i = 0; i < r->nerrors; i++) {
+    fputs("dlock_scrape_error{node=", f);
+    label(f, r->errors[i].node);
+    fputs(",reason=", f);
+    label(f, r->errors[i].why);
+    fputs("} 1\n", f);
+  }
+  if (whole) {
+    fputs("dlock_scrape_error{node=", f);
+    label(f, url);
+    fputs(",reason=", f);
+    label(f, whole);
+    fputs("} 1\n", f);
+  }
+}
 
+/* The oldest hold and wait of l (ms; 0: none dated). */
+static void ages(const ls_lock *l, long long wall, long long *hold,
+                 long long *wait) {
+  *hold = *wait = 0;
+  for (size_t j = 0; j < l->nholders; j++)
+    if (l->holders[j].since_ms > 0 && wall - l->holders[j].since_ms > *hold)
+      *hold = wall - l->holders[j].since_ms;
+  for (size_t j = 0; j < l->nwaiters; j++)
+    if (l->waiters[j].since_ms > 0 && wall - l->waiters[j].since_ms > *wait)
+      *wait = wall - l->waiters[j].since_ms;
+}
+
+/* The totals by kind, the oldest hold and wait; rows[i] for each lock. */
+static void render_totals(FILE *f, const ls_result *r, prow *rows) {
   long long wall = ls_wall_ms();
-  long long held[NKINDS] = {0}, waiting[NKINDS] = {0}, oldest = 0;
-  prow *rows = calloc(r->n + 1, sizeof *rows);
+  long long held[NKINDS] = {0}, waiting[NKINDS] = {0}, oldest = 0, oldw = 0;
   for (size_t i = 0; i < r->n; i++) {
     const ls_lock *l = &r->locks[i];
     size_t k = 0;
     while (k < NKINDS && strcmp(g_kinds[k], l->kind) != 0)
       k++;
-    if (k < NKINDS && l->nholders > 0)
-      held[k]++;
-    long long w = (long long)l->nwaiters + l->subscribers;
-    if (k < NKINDS)
+    long long w = (long long)l->nwaiters > l->subscribers
+                      ? (long long)l->nwaiters
+                      : l->subscribers;
+    if (k < NKINDS) {
+      held[k] += l->nholders > 0;
       waiting[k] += w;
-    long long old = 0;
-    for (size_t j = 0; j < l->nholders; j++)
-      if (l->holders[j].since_ms > 0 && wall - l->holders[j].since_ms > old)
-        old = wall - l->holders[j].since_ms;
-    if (old > oldest)
-      oldest = old;
-    if (rows) {
-      rows[i].l = l;
-      rows[i].waiters = w;
-      rows[i].oldest_ms = old;
     }
+    long long ho, wo;
+    ages(l, wall, &ho, &wo);
+    oldest = ho > oldest ? ho : oldest;
+    oldw = wo > oldw ? wo : oldw;
+    rows[i] = (prow){l, w, ho, wo};
   }
   head(f, "dlock_locks_held", "gauge",
        "Locks with at least one holder, by kind");
@@ -189,26 +237,61 @@ static void render(FILE *f, const obs_opts *o, const ls_result *r, int ok,
   head(f, "dlock_oldest_hold_age_seconds", "gauge",
        "Age of the oldest hold whose start its client published");
   fprintf(f, "dlock_oldest_hold_age_seconds %.3f\n", (double)oldest / 1000.0);
-  if (!rows)
-    return;
+  head(f, "dlock_oldest_wait_seconds", "gauge",
+       "How long the longest-waiting waiter has waited (its wait's start)");
+  fprintf(f, "dlock_oldest_wait_seconds %.3f\n", (double)oldw / 1000.0);
+}
+
+/* One per-lock gauge over rows[0..n): value(row) for each lock with
+ * want(row) set. */
+static void per_lock(FILE *f, const char *name, const char *help,
+                     const prow *rows, size_t n, int (*want)(const prow *),
+                     double (*value)(const prow *)) {
+  head(f, name, "gauge", help);
+  for (size_t i = 0; i < n; i++) {
+    if (want && !want(&rows[i]))
+      continue;
+    fputs(name, f);
+    lock_labels(f, rows[i].l);
+    fprintf(f, " %.3f\n", value(&rows[i]));
+  }
+}
+
+static double v_holders(const prow *p) { return (double)p->l->nholders; }
+static double v_waiters(const prow *p) { return (double)p->waiters; }
+static int w_hold_age(const prow *p) { return p->oldest_ms > 0; }
+static double v_hold_age(const prow *p) { return (double)p->oldest_ms / 1e3; }
+static int w_wait_age(const prow *p) { return p->oldest_wait_ms > 0; }
+static double v_wait_age(const prow *p) {
+  return (double)p->oldest_wait_ms / 1e3;
+}
+static double v_ttl(const prow *p) {
+  return p->l->ttl_ms < 0 ? -1.0 : (double)p->l->ttl_ms / 1000.0;
+}
+static double v_dead(const prow *p) {
+  long long d = 0;
+  for (size_t j = 0; j < p->l->nholders; j++)
+    d += p->l->holders[j].alive == 0;
+  return (double)d;
+}
+static int w_permits(const prow *p) {
+  return strcmp(p->l->kind, "semaphore") == 0 ||
+         strcmp(p->l->kind, "permits") == 0;
+}
+static double v_value(const prow *p) { return (double)p->l->value; }
+
+static void render_locks(FILE *f, const obs_opts *o, const ls_result *r,
+                         prow *rows) {
   qsort(rows, r->n, sizeof *rows, prow_cmp);
   size_t n = r->n < (size_t)o->max_locks ? r->n : (size_t)o->max_locks;
   head(f, "dlock_series_truncated", "gauge",
        "Locks left out of the per-lock series by --max-locks");
   fprintf(f, "dlock_series_truncated %zu\n", r->n - n);
-  head(f, "dlock_lock_holders", "gauge", "Holders of a lock");
-  for (size_t i = 0; i < n; i++) {
-    fputs("dlock_lock_holders", f);
-    lock_labels(f, rows[i].l);
-    fprintf(f, " %zu\n", rows[i].l->nholders);
-  }
-  head(f, "dlock_lock_waiters", "gauge",
-       "Waiters of a lock (queue entries, or subscribed clients)");
-  for (size_t i = 0; i < n; i++) {
-    fputs("dlock_lock_waiters", f);
-    lock_labels(f, rows[i].l);
-    fprintf(f, " %lld\n", rows[i].waiters);
-  }
+  per_lock(f, "dlock_lock_holders", "Holders of a lock", rows, n, NULL,
+           v_holders);
+  per_lock(f, "dlock_lock_waiters",
+           "Waiters of a lock (queue entries, or subscribed clients)", rows, n,
+           NULL, v_waiters);
   head(f, "dlock_fair_queue_length", "gauge", "Entries of a fair lock's queue");
   for (size_t i = 0; i < n; i++) {
     long long q = 0;
@@ -220,43 +303,53 @@ static void render(FILE *f, const obs_opts *o, const ls_result *r, int ok,
     label(f, rows[i].l->name);
     fprintf(f, "} %lld\n", q);
   }
-  head(f, "dlock_lock_hold_age_seconds", "gauge",
-       "Age of a lock's oldest published hold");
-  for (size_t i = 0; i < n; i++) {
-    if (rows[i].oldest_ms <= 0)
-      continue;
-    fputs("dlock_lock_hold_age_seconds", f);
-    lock_labels(f, rows[i].l);
-    fprintf(f, " %.3f\n", (double)rows[i].oldest_ms / 1000.0);
-  }
-  head(f, "dlock_lock_ttl_seconds", "gauge",
-       "Time to live of a lock's key (-1: none)");
-  for (size_t i = 0; i < n; i++) {
-    fputs("dlock_lock_ttl_seconds", f);
-    lock_labels(f, rows[i].l);
-    fprintf(f, " %.3f\n",
-            rows[i].l->ttl_ms < 0 ? -1.0 : (double)rows[i].l->ttl_ms / 1000.0);
-  }
-  head(f, "dlock_lock_dead_holders", "gauge",
-       "Holders whose client info key is gone (dead, or not dlock)");
-  for (size_t i = 0; i < n; i++) {
-    long long d = 0;
-    for (size_t j = 0; j < rows[i].l->nholders; j++)
-      d += rows[i].l->holders[j].alive == 0;
-    fputs("dlock_lock_dead_holders", f);
-    lock_labels(f, rows[i].l);
-    fprintf(f, " %lld\n", d);
-  }
-  head(f, "dlock_permits_available", "gauge",
-       "A semaphore's (or permits object's) available permits");
-  for (size_t i = 0; i < n; i++) {
-    const char *k = rows[i].l->kind;
-    if (strcmp(k, "semaphore") != 0 && strcmp(k, "permits") != 0)
-      continue;
-    fputs("dlock_permits_available", f);
-    lock_labels(f, rows[i].l);
-    fprintf(f, " %lld\n", rows[i].l->value);
-  }
+  per_lock(f, "dlock_lock_hold_age_seconds",
+           "Age of a lock's oldest published hold", rows, n, w_hold_age,
+           v_hold_age);
+  per_lock(f, "dlock_lock_oldest_wait_seconds",
+           "How long a lock's longest waiter has waited (from its wait's "
+           "start)",
+           rows, n, w_wait_age, v_wait_age);
+  per_lock(f, "dlock_lock_ttl_seconds",
+           "Time to live of a lock's key (-1: none)", rows, n, NULL, v_ttl);
+  per_lock(f, "dlock_lock_dead_holders",
+           "Holders whose client info key is gone (dead, or not dlock)", rows,
+           n, NULL, v_dead);
+  per_lock(f, "dlock_permits_available",
+           "A semaphore's (or permits object's) available permits", rows, n,
+           w_permits, v_value);
+}
+
+/* The exposition of one scrape into f (whole: why the masters could not
+ * even be listed, else NULL). */
+static void render(FILE *f, const obs_opts *o, const ls_result *r,
+                   const char *whole, double secs) {
+  char url[1024];
+  dlc_url_redact(o->resolved_url, url, sizeof url);
+  render_nodes(f, r, url, whole);
+  head(f, "dlock_scrape_duration_seconds", "gauge",
+       "How long the scan of the lock space took");
+  fprintf(f, "dlock_scrape_duration_seconds %.6f\n", secs);
+  head(f, "dlock_scrape_timeout_seconds", "gauge",
+       "The bound of a scrape (--scrape-timeout)");
+  fprintf(f, "dlock_scrape_timeout_seconds %.3f\n",
+          (double)o->scrape_timeout_ms / 1000.0);
+  if (whole)
+    return;
+  head(f, "dlock_scrape_keys_scanned", "gauge", "Keys the scan looked at");
+  fprintf(f, "dlock_scrape_keys_scanned %lld\n", r->keys_scanned);
+  head(f, "dlock_scrape_commands", "gauge", "Redis commands the scan sent");
+  fprintf(f, "dlock_scrape_commands %lld\n", r->commands);
+  head(f, "dlock_scrape_truncated", "gauge",
+       "1 if --max-keys or --scrape-timeout cut the scan short");
+  fprintf(f, "dlock_scrape_truncated %d\n", r->truncated);
+  head(f, "dlock_redis_nodes", "gauge", "Redis masters scanned");
+  fprintf(f, "dlock_redis_nodes %zu\n", r->nnodes);
+  prow *rows = calloc(r->n + 1, sizeof *rows);
+  if (!rows)
+    return;
+  render_totals(f, r, rows);
+  render_locks(f, o, r, rows);
   free(rows);
 }
 
@@ -307,6 +400,28 @@ static int read_head(int fd, char *buf, size_t cap) {
   return -1;
 }
 
+/* One timestamped line on stderr when what failed changes from one scrape
+ * to the next (a master failing, answering again, the whole scan): not one
+ * per scrape. */
+static void log_changes(const char *whole, const ls_result *r) {
+  static char last[4096];
+  char now[4096];
+  size_t at = 0;
+  now[0] = '\0';
+  if (whole)
+    at += (size_t)snprintf(now, sizeof now, "%s", whole);
+  for (size_t i = 0; i < r->nerrors && at < sizeof now; i++)
+    at += (size_t)snprintf(now + at, sizeof now - at, "%smaster %s: %s",
+                           at ? "; " : "", r->errors[i].node, r->errors[i].why);
+  if (strcmp(now, last) == 0)
+    return;
+  if (now[0])
+    cli_err("scrape incomplete: %s", now);
+  else
+    cli_err("scrape complete again: every master answered");
+  snprintf(last, sizeof last, "%s", now);
+}
+
 static void serve(int fd, const obs_opts *o) {
   char req[8192];
   if (read_head(fd, req, sizeof req) != 0)
@@ -334,25 +449,60 @@ static void serve(int fd, const obs_opts *o) {
   }
   ls_result r;
   long long t0 = dlc_now_ms();
-  int ok = obs_scan(o, o->scrape_timeout_ms, &r) == 0;
+  ls_opts lo = {o->pattern,           o->scan_count, o->max_keys,
+                o->scrape_timeout_ms, o->call_ms,    o->all};
+  char whole[1024] = "";
+  int ex = ls_scan(o->admin, &lo, &r, whole, sizeof whole);
   double secs = (double)(dlc_now_ms() - t0) / 1000.0;
+  log_changes(ex ? whole : NULL, &r);
   char *body = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&body, &len);
   if (!f) {
     respond(fd, "500 Internal Server Error", "text/plain", "no memory\n", 10);
   } else {
-    render(f, o, ok ? &r : NULL, ok, secs);
+    render(f, o, &r, ex ? whole : NULL, secs);
     fclose(f);
     respond_n(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body,
               len, strcmp(method, "HEAD") == 0 ? 0 : len);
   }
   free(body);
-  if (ok)
-    ls_free(&r);
+  ls_free(&r);
+}
+
+/* One scan before serving: a user the ACL does not let read the lock space,
+ * a refused login or certificate is a reason not to start (its dlock_up
+ * would be 0 for ever), 77; an unreachable master is not (it may come
+ * back): logged, and served as dlock_up 0 meanwhile. */
+static int first_scan(const obs_opts *o) {
+  ls_result r;
+  ls_opts lo = {o->pattern,           o->scan_count, o->max_keys,
+                o->scrape_timeout_ms, o->call_ms,    o->all};
+  char whole[1024] = "";
+  int ex = ls_scan(o->admin, &lo, &r, whole, sizeof whole);
+  if (ex == CLI_EX_AUTH) {
+    cli_say_failed(o->resolved_url, ex, whole);
+  } else if (ex == 0) {
+    for (size_t i = 0; i < r.nerrors && !ex; i++)
+      if (r.errors[i].code == CLI_EX_AUTH) {
+        cli_err("not starting: master %s: %s", r.errors[i].node,
+                r.errors[i].why);
+        ex = CLI_EX_AUTH;
+      }
+    if (!ex)
+      log_changes(NULL, &r);
+  } else {
+    log_changes(whole, &r);
+    ex = 0;
+  }
+  ls_free(&r);
+  return ex;
 }
 
 int cli_exporter(const obs_opts *o) {
+  int ex = first_scan(o);
+  if (ex)
+    return ex;
   int lfd = listen_on(o->listen);
   if (lfd < 0)
     return CLI_EX_USAGE;
@@ -369,8 +519,12 @@ int cli_exporter(const obs_opts *o) {
     getnameinfo((struct sockaddr *)&ss, sl, hb, sizeof hb, pb, sizeof pb,
                 NI_NUMERICHOST | NI_NUMERICSERV);
   /* One line on stdout, so a script that passed port 0 learns the port. */
-  printf("dlock exporter: listening on %s%s%s:%s\n", strchr(hb, ':') ? "[" : "",
-         hb, strchr(hb, ':') ? "]" : "", pb);
+  char when[40];
+  cli_stamp(when, sizeof when);
+  printf("%s dlock exporter (a scrape: at most %.3g s): listening on "
+         "%s%s%s:%s\n",
+         when, (double)o->scrape_timeout_ms / 1000.0,
+         strchr(hb, ':') ? "[" : "", hb, strchr(hb, ':') ? "]" : "", pb);
   fflush(stdout);
   while (!g_stop) {
     struct pollfd p = {lfd, POLLIN, 0};

@@ -23,6 +23,11 @@
 enum {
   B_URL,
   B_CONFIG,
+  B_TLS_CA,
+  B_TLS_CERT,
+  B_TLS_KEY,
+  B_TLS_INSECURE,
+  B_CALL_TIMEOUT,
   B_JSON,
   B_ALL,
   B_COUNT,
@@ -41,8 +46,18 @@ enum {
 #define FOR_EXPORTER 4u
 
 static const dlc_opt g_bopts[] = {
-    {"url", 'u', "URL", B_URL, 7, "Redis, as for dlock (not rediss://)"},
-    {"config", 0, "FILE", B_CONFIG, 7, "YAML ($DLOCK_CONFIG): its url"},
+    {"url", 'u', "URL", B_URL, 7,
+     "as for dlock: redis[s]://, unix://, redis[s]-sentinel://,\n"
+     "redis[s]-cluster:// (default: $DLOCK_URL, the file's)"},
+    {"config", 0, "FILE", B_CONFIG, 7,
+     "YAML ($DLOCK_CONFIG): server, password, TLS"},
+    {"tls-insecure", 0, NULL, B_TLS_INSECURE, 7, "skip the certificate check"},
+    {"tls-ca", 0, "FILE", B_TLS_CA, 7, "CA bundle, client cert, its key",
+     "    --tls-ca, --tls-cert, --tls-key FILE"},
+    {"tls-cert", 0, "FILE", B_TLS_CERT, 7, NULL},
+    {"tls-key", 0, "FILE", B_TLS_KEY, 7, NULL},
+    {"call-timeout", 0, "SECS", B_CALL_TIMEOUT, 7,
+     "a master silent this long failed (2)"},
     {"json", 0, NULL, B_JSON, FOR_LIST, "list: one JSON document"},
     {"all", 'a', NULL, B_ALL, 7,
      "also integer strings nothing marks as a semaphore"},
@@ -54,7 +69,7 @@ static const dlc_opt g_bopts[] = {
     {"listen", 'l', "ADDR", B_LISTEN, FOR_EXPORTER,
      "exporter: [HOST]:PORT to serve /metrics on"},
     {"scrape-timeout", 0, "SECS", B_SCRAPE_TIMEOUT, FOR_EXPORTER,
-     "exporter: longest scan per scrape (10)"},
+     "exporter: a scrape's whole time at most (10)"},
     {"max-locks", 0, "N", B_MAX_LOCKS, FOR_EXPORTER,
      "exporter: per-lock series at most (1000)"},
     {"help", 'h', NULL, B_HELP, 7, ""},
@@ -95,8 +110,22 @@ static int bapply(void *ctx, const dlc_opt *sp, const char *arg, char *err,
     o->url = arg;
     return 0;
   case B_CONFIG:
-    o->config = arg;
+  case B_TLS_CA:
+  case B_TLS_CERT:
+  case B_TLS_KEY:
+    if (!*arg)
+      return dlc_opt_fail(err, el, "option '--%s' needs a file name, not ''",
+                          sp->lng);
+    *(sp->id == B_CONFIG     ? &o->config
+      : sp->id == B_TLS_CA   ? &o->tls_ca
+      : sp->id == B_TLS_CERT ? &o->tls_cert
+                             : &o->tls_key) = arg;
     return 0;
+  case B_TLS_INSECURE:
+    o->tls_insecure = 1;
+    return 0;
+  case B_CALL_TIMEOUT:
+    return parse_secs("--call-timeout", arg, &o->call_ms, err, el);
   case B_JSON:
     o->json = 1;
     return 0;
@@ -141,8 +170,12 @@ static void usage(FILE *f, const char *cmd) {
           "Options (%s):\n",
           cmd);
   dlc_opt_help(f, &g_bset);
-  fputs("Exit: 0; 64 usage, 69 Redis unreachable, 70 Redis error, 77 auth.\n",
-        f);
+  fputs(
+      "A master that fails is named on stderr after what the others had\n"
+      "(list, top), or as dlock_up{node} 0 and dlock_scrape_error (exporter).\n"
+      "Exit: 0; 64 usage, 69 Redis (a master) unreachable, 70 Redis error,\n"
+      "77 authentication, ACL (NOPERM) or TLS refused.\n",
+      f);
 }
 
 /* Which word is the subcommand: the first that is not an option or the
@@ -155,7 +188,9 @@ static int find_cmd(int argc, char **argv) {
       return -1;
     if (a[0] == '-') {
       if (strcmp(a, "-u") == 0 || strcmp(a, "--url") == 0 ||
-          strcmp(a, "--config") == 0 || strncmp(a, "--tls-", 6) == 0)
+          strcmp(a, "--config") == 0 || strcmp(a, "--call-timeout") == 0 ||
+          (strncmp(a, "--tls-", 6) == 0 && strcmp(a, "--tls-insecure") != 0 &&
+           !strchr(a, '=')))
         i++;
       continue;
     }
@@ -208,31 +243,63 @@ int obs_parse(int argc, char **argv, obs_opts *o, char *err, size_t el) {
   return 0;
 }
 
-/* The URL: --url, else $DLOCK_URL / the config file's / the default, as
- * for every dlock command (cli_settings). 0 or the exit code. */
-static int resolve_url(obs_opts *o, cli_opts *co) {
+/* The client and the admin object: the settings as for every dlock
+ * command (cli_settings: the CLI's defaults, the config file, $DLOCK_URL,
+ * the flags), connected as the main command connects (cli_connect: the
+ * same messages and exit codes). The exporter starts when Redis is only
+ * unreachable (dlock_up 0 until it answers), never with a URL, a file or a
+ * certificate it cannot use. 0 or the exit code. */
+static int obs_connect(obs_opts *o, cli_opts *co, dlock_client **c) {
   memset(co, 0, sizeof *co);
   co->url = o->url;
   co->config = o->config;
+  co->tls_ca = o->tls_ca;
+  co->tls_cert = o->tls_cert;
+  co->tls_key = o->tls_key;
+  co->tls_insecure = o->tls_insecure;
   co->watchdog_ms = 30000;
   co->quiet = 1;
   int ex = cli_settings(co);
   if (ex)
     return ex;
   o->resolved_url = cli_url(co);
-  return 0;
+  if (o->call_ms <= 0)
+    o->call_ms = 2000;
+  /* a reply of a master within --call-timeout, its connection within it */
+  co->cfg.command_timeout_ms = (int)o->call_ms;
+  if (co->cfg.connect_timeout_ms > o->call_ms)
+    co->cfg.connect_timeout_ms = (int)o->call_ms;
+  int exporter = strcmp(o->cmd, "exporter") == 0;
+  ex = cli_connect(co, co->watchdog_ms, -1, NULL, NULL, c);
+  if (ex == CLI_EX_UNAVAIL && exporter) {
+    cli_err("serving dlock_up 0 until Redis answers");
+    co->cfg.lazy_connect = 1;
+    ex = cli_connect(co, co->watchdog_ms, -1, NULL, NULL, c);
+  }
+  if (ex == 0 && dlock_admin_new(*c, &o->admin) != 0) {
+    cli_err("%s", dlock_last_error());
+    ex = CLI_EX_SOFT;
+  }
+  return ex;
+}
+
+int obs_report_errors(const ls_result *r) {
+  int ex = 0;
+  for (size_t i = 0; i < r->nerrors; i++) {
+    cli_err("master %s: %s", r->errors[i].node, r->errors[i].why);
+    if (r->errors[i].code == CLI_EX_AUTH || ex == 0)
+      ex = r->errors[i].code;
+  }
+  return ex;
 }
 
 int obs_scan(const obs_opts *o, long long deadline_ms, ls_result *r) {
-  ls_opts lo = {
-      o->resolved_url, o->pattern, o->scan_count, o->max_keys, deadline_ms,
-      o->all,          5};
-  char err[1024], red[1024];
-  int rc = ls_scan(&lo, r, err, sizeof err);
-  if (rc == 0)
-    return 0;
-  cli_redact(o->resolved_url, err, red, sizeof red);
-  cli_err("%s", red);
+  ls_opts lo = {o->pattern,  o->scan_count, o->max_keys,
+                deadline_ms, o->call_ms,    o->all};
+  char err[1024];
+  int rc = ls_scan(o->admin, &lo, r, err, sizeof err);
+  if (rc)
+    cli_say_failed(o->resolved_url, rc, err);
   return rc;
 }
 
@@ -247,6 +314,39 @@ static void iso_ms(long long ms, char *buf, size_t n) {
   snprintf(buf, n, "%s.%03lldZ", b, ms % 1000);
 }
 
+/* A JSON string, or null for "" (unknown). */
+static void json_str_or_null(FILE *f, const char *s) {
+  if (s && *s)
+    dlc_json_str(f, s);
+  else
+    fputs("null", f);
+}
+
+/* A JSON number, or null for 0 (unknown). */
+static void json_ms_or_null(FILE *f, long long v) {
+  if (v > 0)
+    fprintf(f, "%lld", v);
+  else
+    fputs("null", f);
+}
+
+/* Who a holder or waiter is: host, pid, program, client, checked_ms --
+ * null each when its client's info key is unknown, never a fake 0. */
+static void json_who(FILE *f, const ls_who *w) {
+  fputs(",\"host\":", f);
+  json_str_or_null(f, w->known ? w->host : NULL);
+  fputs(",\"pid\":", f);
+  json_ms_or_null(f, w->known ? w->pid : 0);
+  fputs(",\"program\":", f);
+  json_str_or_null(f, w->known ? w->program : NULL);
+  fputs(",\"client\":", f);
+  json_str_or_null(f, w->known ? w->client : NULL);
+  fputs(",\"client_name\":", f);
+  json_str_or_null(f, w->known ? w->name : NULL);
+  fputs(",\"checked_ms\":", f);
+  json_ms_or_null(f, w->known ? w->checked_ms : 0);
+}
+
 static void json_holder(FILE *f, const ls_holder *h, long long now) {
   fputs("{\"owner\":", f);
   dlc_json_str(f, h->owner);
@@ -256,10 +356,7 @@ static void json_holder(FILE *f, const ls_holder *h, long long now) {
           h->alive == 1   ? "true"
           : h->alive == 0 ? "false"
                           : "null");
-  fputs(",\"host\":", f);
-  dlc_json_str(f, h->host);
-  fprintf(f, ",\"pid\":%lld,\"program\":", h->pid);
-  dlc_json_str(f, h->program);
+  json_who(f, &h->who);
   if (h->since_ms > 0)
     fprintf(f, ",\"since_ms\":%lld,\"held_ms\":%lld", h->since_ms,
             now - h->since_ms);
@@ -270,14 +367,35 @@ static void json_holder(FILE *f, const ls_holder *h, long long now) {
   fputc('}', f);
 }
 
+static void json_waiter(FILE *f, const ls_waiter *w, long long now) {
+  fputs("{\"owner\":", f);
+  dlc_json_str(f, w->owner);
+  fprintf(f, ",\"queue\":\"%s\",\"deadline_ms\":", w->queue);
+  json_ms_or_null(f, w->deadline_ms);
+  fprintf(f, ",\"alive\":%s", w->alive ? "true" : "false");
+  json_who(f, &w->who);
+  fputs(",\"since_ms\":", f);
+  json_ms_or_null(f, w->since_ms);
+  fputs(",\"waited_ms\":", f);
+  if (w->since_ms > 0)
+    fprintf(f, "%lld", now > w->since_ms ? now - w->since_ms : 0);
+  else
+    fputs("null", f);
+  fputc('}', f);
+}
+
+static int counted(const ls_lock *l) {
+  return strcmp(l->kind, "semaphore") == 0 || strcmp(l->kind, "permits") == 0 ||
+         strcmp(l->kind, "latch") == 0 || strcmp(l->kind, "counter") == 0;
+}
+
 static void json_lock(FILE *f, const ls_lock *l, long long now) {
   fputs("{\"name\":", f);
   dlc_json_str(f, l->name);
   fprintf(f, ",\"kind\":\"%s\",\"node\":", l->kind);
   dlc_json_str(f, l->node);
   fprintf(f, ",\"ttl_ms\":%lld", l->ttl_ms);
-  if (strcmp(l->kind, "semaphore") == 0 || strcmp(l->kind, "permits") == 0 ||
-      strcmp(l->kind, "latch") == 0 || strcmp(l->kind, "counter") == 0)
+  if (counted(l))
     fprintf(f, ",\"value\":%lld", l->value);
   fputs(",\"holders\":[", f);
   for (size_t i = 0; i < l->nholders; i++) {
@@ -287,17 +405,64 @@ static void json_lock(FILE *f, const ls_lock *l, long long now) {
   }
   fputs("],\"waiters\":[", f);
   for (size_t i = 0; i < l->nwaiters; i++) {
-    const ls_waiter *w = &l->waiters[i];
-    fputs(i ? ",{\"owner\":" : "{\"owner\":", f);
-    dlc_json_str(f, w->owner);
-    fprintf(f, ",\"queue\":\"%s\",\"deadline_ms\":%lld,\"alive\":%s,\"host\":",
-            w->queue, w->deadline_ms, w->alive ? "true" : "false");
-    dlc_json_str(f, w->host);
-    fprintf(f, ",\"pid\":%lld,\"program\":", w->pid);
-    dlc_json_str(f, w->program);
-    fputc('}', f);
+    if (i)
+      fputc(',', f);
+    json_waiter(f, &l->waiters[i], now);
   }
   fprintf(f, "],\"subscribers\":%lld}", l->subscribers);
+}
+
+/* " host=H pid=P program=X" or what is known instead. */
+static void text_who(FILE *f, const ls_who *w, int alive) {
+  if (w->known)
+    fprintf(f, " host=%s pid=%lld program=%s", w->host, w->pid, w->program);
+  else if (alive == 0)
+    fputs(" no client info (client dead, or not dlock)", f);
+}
+
+static void text_holder(FILE *f, const ls_holder *h, long long now) {
+  fprintf(f, "  holder %s", h->owner);
+  if (h->mode[0])
+    fprintf(f, " (%s)", h->mode);
+  if (h->count > 1)
+    fprintf(f, " x%lld", h->count);
+  text_who(f, &h->who, h->alive);
+  if (h->since_ms > 0) {
+    char iso[40], held[32];
+    iso_ms(h->since_ms, iso, sizeof iso);
+    cli_fmt_secs(now - h->since_ms, held, sizeof held);
+    fprintf(f, " since=%s (%s s)", iso, held);
+  }
+  if (strcmp(h->mode, "permit") == 0) {
+    if (h->expires_ms < 0) {
+      fputs(" expires=never", f);
+    } else {
+      char iso[40];
+      iso_ms(h->expires_ms, iso, sizeof iso);
+      fprintf(f, " expires=%s", iso);
+    }
+  }
+  fputc('\n', f);
+}
+
+static void text_waiter(FILE *f, const ls_waiter *w, long long now) {
+  fprintf(f, "  waiter %s (%s)", w->owner,
+          strcmp(w->queue, "none") == 0   ? "no queue"
+          : strcmp(w->queue, "fair") == 0 ? "fair queue"
+                                          : "handover queue");
+  text_who(f, &w->who, w->alive);
+  if (w->since_ms > 0) {
+    char iso[40], d[32];
+    iso_ms(w->since_ms, iso, sizeof iso);
+    cli_fmt_secs(now > w->since_ms ? now - w->since_ms : 0, d, sizeof d);
+    fprintf(f, " waiting since=%s (%s s)", iso, d);
+  }
+  if (w->deadline_ms > 0) {
+    char in[32];
+    cli_fmt_secs(w->deadline_ms - now, in, sizeof in);
+    fprintf(f, " gives up in %s s", in);
+  }
+  fputc('\n', f);
 }
 
 static void text_lock(FILE *f, const ls_lock *l, long long now) {
@@ -306,64 +471,46 @@ static void text_lock(FILE *f, const ls_lock *l, long long now) {
     cli_fmt_secs(l->ttl_ms, ttl, sizeof ttl);
   fprintf(f, "%s  %s  ttl %s%s", l->name, l->kind, ttl,
           l->ttl_ms >= 0 ? " s" : "");
-  int counted =
-      strcmp(l->kind, "semaphore") == 0 || strcmp(l->kind, "permits") == 0 ||
-      strcmp(l->kind, "latch") == 0 || strcmp(l->kind, "counter") == 0;
-  if (counted)
+  if (counted(l))
     fprintf(f, "  %s %lld",
             strcmp(l->kind, "latch") == 0 ? "count" : "available", l->value);
-  fprintf(f, "  holders %zu  waiters %zu", l->nholders,
-          l->nwaiters + (size_t)l->subscribers);
+  size_t named = l->nwaiters;
+  long long w =
+      l->subscribers > (long long)named ? l->subscribers : (long long)named;
+  fprintf(f, "  holders %zu  waiters %lld", l->nholders, w);
   fprintf(f, "  node %s\n", l->node);
-  for (size_t i = 0; i < l->nholders; i++) {
-    const ls_holder *h = &l->holders[i];
-    fprintf(f, "  holder %s", h->owner);
-    if (h->mode[0])
-      fprintf(f, " (%s)", h->mode);
-    if (h->count > 1)
-      fprintf(f, " x%lld", h->count);
-    if (h->alive == 1)
-      fprintf(f, " host=%s pid=%lld program=%s", h->host, h->pid, h->program);
-    else if (h->alive == 0)
-      fputs(" no client info (client dead, or not dlock)", f);
-    if (h->since_ms > 0) {
-      char iso[40], held[32];
-      iso_ms(h->since_ms, iso, sizeof iso);
-      cli_fmt_secs(now - h->since_ms, held, sizeof held);
-      fprintf(f, " since=%s (%s s)", iso, held);
-    }
-    if (strcmp(h->mode, "permit") == 0) {
-      if (h->expires_ms < 0) {
-        fputs(" expires=never", f);
-      } else {
-        char iso[40];
-        iso_ms(h->expires_ms, iso, sizeof iso);
-        fprintf(f, " expires=%s", iso);
-      }
-    }
-    fputc('\n', f);
+  for (size_t i = 0; i < l->nholders; i++)
+    text_holder(f, &l->holders[i], now);
+  for (size_t i = 0; i < l->nwaiters; i++)
+    text_waiter(f, &l->waiters[i], now);
+  if (l->subscribers > (long long)named)
+    fprintf(f, "  %lld waiting client(s) subscribed\n",
+            l->subscribers - (long long)named);
+}
+
+static void json_summary(FILE *f, const ls_result *r) {
+  fprintf(f,
+          "],\"keys_scanned\":%lld,\"nodes\":%zu,\"commands\":%lld,"
+          "\"elapsed_ms\":%lld,\"truncated\":%s,\"errors\":[",
+          r->keys_scanned, r->nnodes, r->commands, r->elapsed_ms,
+          r->truncated ? "true" : "false");
+  for (size_t i = 0; i < r->nerrors; i++) {
+    fputs(i ? ",{\"node\":" : "{\"node\":", f);
+    dlc_json_str(f, r->errors[i].node);
+    fputs(",\"error\":", f);
+    dlc_json_str(f, r->errors[i].why);
+    fputc('}', f);
   }
-  for (size_t i = 0; i < l->nwaiters; i++) {
-    const ls_waiter *w = &l->waiters[i];
-    fprintf(f, "  waiter %s (%s queue)", w->owner, w->queue);
-    if (w->alive)
-      fprintf(f, " host=%s pid=%lld program=%s", w->host, w->pid, w->program);
-    if (w->deadline_ms > 0) {
-      char in[32];
-      cli_fmt_secs(w->deadline_ms - now, in, sizeof in);
-      fprintf(f, " gives up in %s s", in);
-    }
-    fputc('\n', f);
-  }
-  if (l->subscribers > 0)
-    fprintf(f, "  %lld waiting client(s) subscribed\n", l->subscribers);
+  fputs("]}\n", f);
 }
 
 static int do_list(const obs_opts *o) {
   ls_result r;
   int rc = obs_scan(o, 0, &r);
-  if (rc)
+  if (rc) {
+    ls_free(&r);
     return rc;
+  }
   long long now = ls_wall_ms();
   if (o->json) {
     fputs("{\"locks\":[", stdout);
@@ -372,22 +519,21 @@ static int do_list(const obs_opts *o) {
         fputc(',', stdout);
       json_lock(stdout, &r.locks[i], now);
     }
-    fprintf(stdout,
-            "],\"keys_scanned\":%lld,\"nodes\":%zu,\"commands\":%lld,"
-            "\"elapsed_ms\":%lld,\"truncated\":%s}\n",
-            r.keys_scanned, r.nodes, r.commands, r.elapsed_ms,
-            r.truncated ? "true" : "false");
+    json_summary(stdout, &r);
   } else {
     for (size_t i = 0; i < r.n; i++)
       text_lock(stdout, &r.locks[i], now);
     fprintf(stdout,
-            "%zu lock%s; %lld keys scanned on %zu node%s in %lld ms%s\n", r.n,
-            r.n == 1 ? "" : "s", r.keys_scanned, r.nodes,
-            r.nodes == 1 ? "" : "s", r.elapsed_ms,
-            r.truncated ? " (stopped by --max-keys: incomplete)" : "");
+            "%zu lock%s; %lld keys scanned on %zu node%s in %lld ms%s%s\n", r.n,
+            r.n == 1 ? "" : "s", r.keys_scanned, r.nnodes,
+            r.nnodes == 1 ? "" : "s", r.elapsed_ms,
+            r.truncated ? " (stopped by --max-keys: incomplete)" : "",
+            r.nerrors ? " (some masters failed: incomplete)" : "");
   }
+  int ok = fflush(stdout) == 0;
+  rc = obs_report_errors(&r); /* after the locks: one line per master */
   ls_free(&r);
-  return fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
+  return rc ? rc : ok ? 0 : CLI_EX_SOFT;
 }
 
 /* ---- top ---------------------------------------------------------------- */
@@ -496,10 +642,14 @@ static void draw(FILE *f, int tty, const ls_result *r, row *rows, size_t n,
   iso_ms(ls_wall_ms(), iso, sizeof iso);
   if (tty)
     fputs("\x1b[H\x1b[2J", f);
+  char bad[64] = "";
+  if (r->nerrors)
+    snprintf(bad, sizeof bad, ", %zu of %zu masters FAILED", r->nerrors,
+             r->nnodes);
   fprintf(f,
           "dlock top  %s  refresh %lld  %zu locks, %lld keys scanned in %lld "
-          "ms%s\n",
-          iso, refresh, r->n, r->keys_scanned, r->elapsed_ms,
+          "ms%s%s\n",
+          iso, refresh, r->n, r->keys_scanned, r->elapsed_ms, bad,
           tty ? "  (q quits)" : "");
   fprintf(f, "%-32s %-9s %5s %9s %7s %9s %9s\n", "NAME", "KIND", "HOLDS",
           "HANDOV/S", "WAITERS", "LONGEST_W", "OLDEST_H");
@@ -535,67 +685,90 @@ static int pause_for(long long ms, int tty) {
   return 1;
 }
 
+/* The rows of one refresh: each lock's longest wait (from when each wait
+ * began, as its queue or its client's info key dates it; a waiter nothing
+ * dates, from when top first saw it) and oldest hold. NULL on OOM. */
+static row *top_rows(const ls_result *r, seen **sv, size_t *ns, long long now,
+                     long long dt, int first, size_t *nr) {
+  long long wall = ls_wall_ms();
+  row *rows = calloc(r->n + 1, sizeof *rows);
+  *nr = 0;
+  for (size_t i = 0; rows && i < r->n; i++) {
+    const ls_lock *l = &r->locks[i];
+    seen *s = seen_get(sv, ns, l->name);
+    if (!s)
+      continue;
+    seen_update(s, l, now, dt, first);
+    row *w = &rows[(*nr)++];
+    w->l = l;
+    for (size_t j = 0; j < l->nwaiters; j++) {
+      long long d = 0;
+      if (l->waiters[j].since_ms > 0)
+        d = wall - l->waiters[j].since_ms;
+      else
+        for (size_t k = 0; k < s->nwaiting; k++)
+          if (strcmp(s->waiting[k], l->waiters[j].owner) == 0)
+            d = now - s->wait_since[k];
+      if (d > w->longest_ms)
+        w->longest_ms = d;
+    }
+    for (size_t j = 0; j < l->nholders; j++) {
+      long long since = l->holders[j].since_ms;
+      if (since > 0 && wall - since > w->oldest_hold_ms)
+        w->oldest_hold_ms = wall - since;
+    }
+  }
+  /* pointers into sv moved if it grew: find them again */
+  for (size_t i = 0; i < *nr; i++)
+    rows[i].s = seen_get(sv, ns, rows[i].l->name);
+  if (*nr)
+    qsort(rows, *nr, sizeof *rows, row_cmp);
+  return rows;
+}
+
+/* Raw keys on a terminal (q quits); the old mode into *saved. */
+static int tty_raw(struct termios *saved) {
+  if (tcgetattr(STDIN_FILENO, saved) != 0)
+    return 0;
+  struct termios t = *saved;
+  t.c_lflag &= (tcflag_t) ~(ICANON | ECHO);
+  t.c_cc[VMIN] = 0;
+  t.c_cc[VTIME] = 0;
+  return tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+}
+
 static int do_top(const obs_opts *o) {
   int tty = isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
   struct termios saved;
-  int raw = 0;
-  if (tty && tcgetattr(STDIN_FILENO, &saved) == 0) {
-    struct termios t = saved;
-    t.c_lflag &= (tcflag_t) ~(ICANON | ECHO);
-    t.c_cc[VMIN] = 0;
-    t.c_cc[VTIME] = 0;
-    raw = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
-  }
+  int raw = tty && tty_raw(&saved);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sig;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   long long limit = o->limit;
-  if (tty) {
-    struct winsize ws;
-    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 3 &&
-        ws.ws_row - 3 < limit)
-      limit = ws.ws_row - 3;
-  }
+  struct winsize ws;
+  if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 3 &&
+      ws.ws_row - 3 < limit)
+    limit = ws.ws_row - 3;
   seen *sv = NULL;
   size_t ns = 0;
   int ex = 0;
   long long last = 0;
   for (long long k = 1; !g_stop && (o->count == 0 || k <= o->count); k++) {
     ls_result r;
-    if ((ex = obs_scan(o, o->interval_ms * 5, &r)) != 0)
+    if ((ex = obs_scan(o, o->interval_ms * 5, &r)) != 0) {
+      ls_free(&r);
       break;
-    long long now = dlc_now_ms(), wall = ls_wall_ms();
-    long long dt = last ? now - last : 0;
+    }
+    long long now = dlc_now_ms(), dt = last ? now - last : 0;
     last = now;
     for (size_t i = 0; i < ns; i++)
       sv[i].live = 0;
-    row *rows = calloc(r.n + 1, sizeof *rows);
     size_t nr = 0;
-    for (size_t i = 0; rows && i < r.n; i++) {
-      seen *s = seen_get(&sv, &ns, r.locks[i].name);
-      if (!s)
-        continue;
-      seen_update(s, &r.locks[i], now, dt, k == 1);
-      rows[nr].l = &r.locks[i];
-      rows[nr].s = s;
-      for (size_t j = 0; j < s->nwaiting; j++)
-        if (now - s->wait_since[j] > rows[nr].longest_ms)
-          rows[nr].longest_ms = now - s->wait_since[j];
-      for (size_t j = 0; j < r.locks[i].nholders; j++) {
-        long long since = r.locks[i].holders[j].since_ms;
-        if (since > 0 && wall - since > rows[nr].oldest_hold_ms)
-          rows[nr].oldest_hold_ms = wall - since;
-      }
-      nr++;
-    }
-    /* pointers into sv moved if it grew: re-find them */
-    for (size_t i = 0; i < nr; i++)
-      rows[i].s = seen_get(&sv, &ns, rows[i].l->name);
-    if (nr) /* rows is NULL if calloc failed; qsort wants a valid base */
-      qsort(rows, nr, sizeof *rows, row_cmp);
+    row *rows = top_rows(&r, &sv, &ns, now, dt, k == 1, &nr);
     draw(stdout, tty, &r, rows, nr, limit, k);
+    ex = obs_report_errors(&r); /* the masters that failed, each refresh */
     free(rows);
     ls_free(&r);
     if ((o->count == 0 || k < o->count) && pause_for(o->interval_ms, tty))
@@ -629,12 +802,17 @@ int cli_obs_dispatch(int argc, char **argv, int *exit_code) {
     *exit_code = fflush(stdout) == 0 ? 0 : CLI_EX_SOFT;
     return 1;
   }
+  /* the long-running ones stamp every line they log */
+  cli_stamped = strcmp(o.cmd, "list") != 0;
   cli_opts co;
-  int ex = resolve_url(&o, &co);
+  dlock_client *c = NULL;
+  int ex = obs_connect(&o, &co, &c);
   if (ex == 0)
     ex = strcmp(o.cmd, "list") == 0  ? do_list(&o)
          : strcmp(o.cmd, "top") == 0 ? do_top(&o)
                                      : cli_exporter(&o);
+  dlock_admin_free(o.admin);
+  dlock_client_free(c);
   dlock_config_dispose(&co.cfg);
   *exit_code = ex;
   return 1;

@@ -68,9 +68,14 @@ static void say_acquired(const run_state *rs, long long t_start,
   char w[32], l[32];
   cli_fmt_secs(dlc_now_ms() - t_start, w, sizeof w);
   cli_fmt_secs(lease, l, sizeof l);
-  cli_debug(o, "acquired lock '%s' as %s after %s s (%s %s s)", o->name,
-            rs->owner, w, o->lease_ms > 0 ? "fixed lease" : "watchdog lease",
-            l);
+  if (rs->lk.kind == K_SEM) /* DLOCK_OWNER is the permit's id */
+    cli_debug(o, "acquired permit %s of '%s' (--sem %lld) after %s s (%s %s s)",
+              rs->lk.permit, o->name, o->sem_n, w,
+              o->lease_ms > 0 ? "fixed lease" : "watchdog lease", l);
+  else
+    cli_debug(o, "acquired lock '%s' as %s after %s s (%s %s s)", o->name,
+              rs->owner, w, o->lease_ms > 0 ? "fixed lease" : "watchdog lease",
+              l);
 }
 
 /* DLOCK_NAME, DLOCK_OWNER and (--fence) DLOCK_TOKEN for the command. */

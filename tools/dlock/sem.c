@@ -18,13 +18,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "json.h"
+#include "lockscan.h"
 #include "run.h"
 
 int sem_new(dlock_client *c, const char *name, long long n, lockobj *lk) {
   int rc = dlock_permits_new(c, name, &lk->pm);
+  dlock_permit *list = NULL;
+  size_t taken = 0;
+  long long avail = 0;
+  /* The total is one for every user of NAME: another N changes it for all
+   * of them (Redisson setPermits), which is worth a warning. */
+  if (rc == 0 && dlock_permits_list(lk->pm, &list, &taken, &avail) == 1 &&
+      avail + (long long)taken != n)
+    cli_err("warning: --sem %lld changes the total of '%s' from %lld to %lld "
+            "permits (for every user of it; %zu taken now)",
+            n, name, avail + (long long)taken, n, taken);
+  dlock_permits_list_free(list);
   if (rc == 0)
     rc = dlock_permits_set_permits(lk->pm, n);
   return rc;
@@ -82,39 +95,86 @@ static void fmt_time(long long ms, char *buf, size_t len) {
     snprintf(buf, len, "%s.%03lldZ", sec, ms % 1000);
 }
 
+/* Who took permit id (lockscan's reading of NAME), or NULL. */
+static const ls_holder *taker(const ls_lock *lk, const char *id) {
+  for (size_t i = 0; lk && i < lk->nholders; i++)
+    if (strcasecmp(lk->holders[i].owner, id) == 0)
+      return &lk->holders[i];
+  return NULL;
+}
+
 static void print_json(const cli_opts *o, const dlock_permit *list, size_t n,
-                       long long avail) {
+                       long long avail, const ls_lock *lk) {
   fputs("{\"name\":", stdout);
   dlc_json_str(stdout, o->name);
   printf(",\"kind\":\"permits\",\"available\":%lld,\"permits\":[", avail);
-  for (size_t i = 0; i < n; i++)
-    printf("%s{\"id\":\"%s\",\"expires_at_ms\":%lld}", i ? "," : "", list[i].id,
-           list[i].expires_at_ms);
+  for (size_t i = 0; i < n; i++) {
+    const ls_holder *h = taker(lk, list[i].id);
+    int known = h && h->who.known;
+    printf("%s{\"id\":\"%s\",\"expires_at_ms\":%lld,\"since_ms\":",
+           i ? "," : "", list[i].id, list[i].expires_at_ms);
+    if (h && h->since_ms > 0)
+      printf("%lld", h->since_ms);
+    else
+      fputs("null", stdout);
+    fputs(",\"client\":", stdout);
+    if (!known) {
+      fputs("null}", stdout);
+      continue;
+    }
+    fputs("{\"host\":", stdout);
+    dlc_json_str(stdout, h->who.host);
+    printf(",\"pid\":%lld,\"program\":", h->who.pid);
+    dlc_json_str(stdout, h->who.program);
+    fputs(",\"id\":", stdout);
+    dlc_json_str(stdout, h->who.client);
+    fputs("}}", stdout);
+  }
   fputs("]}\n", stdout);
 }
 
 static void print_text(const cli_opts *o, const dlock_permit *list, size_t n,
-                       long long avail) {
+                       long long avail, const ls_lock *lk) {
   printf("permits '%s': %lld available, %zu taken\n", o->name, avail, n);
   long long now = dlc_wall_ms();
   for (size_t i = 0; i < n; i++) {
     long long e = list[i].expires_at_ms;
-    char t[40], d[32];
+    char t[40], d[32], who[600] = "";
+    const ls_holder *h = taker(lk, list[i].id);
+    if (h && h->who.known) {
+      char s[40] = "?";
+      if (h->since_ms > 0)
+        fmt_time(h->since_ms, s, sizeof s);
+      snprintf(who, sizeof who,
+               "  host %.128s  pid %lld  program %.64s  since %s", h->who.host,
+               h->who.pid, h->who.program, s);
+    }
     if (e < 0) {
-      printf("  permit %s  no expiry\n", list[i].id);
+      printf("  permit %s  no expiry%s\n", list[i].id, who);
       continue;
     }
     fmt_time(e, t, sizeof t);
     cli_fmt_secs(e > now ? e - now : now - e, d, sizeof d);
     if (e > now)
-      printf("  permit %s  expires in %s s (%s)\n", list[i].id, d, t);
+      printf("  permit %s  expires in %s s (%s)%s\n", list[i].id, d, t, who);
     else
-      printf("  permit %s  expired %s s ago (%s), back at the next call\n",
-             list[i].id, d, t);
+      printf("  permit %s  expired %s s ago (%s), back at the next call%s\n",
+             list[i].id, d, t, who);
+  }
+  for (size_t i = 0; lk && i < lk->nwaiters; i++) {
+    const ls_waiter *w = &lk->waiters[i];
+    char s[40] = "?";
+    if (w->since_ms > 0)
+      fmt_time(w->since_ms, s, sizeof s);
+    if (w->who.known)
+      printf("  waiter %s  host %.128s  pid %lld  program %.64s  since %s\n",
+             w->owner, w->who.host, w->who.pid, w->who.program, s);
+    else
+      printf("  waiter %s  since %s\n", w->owner, s);
   }
 }
 
-int sem_status(const cli_opts *o, dlock_client *c, int *ex) {
+int sem_status(const cli_opts *o, dlock_client *c, const ls_lock *lk, int *ex) {
   dlock_permits *p = NULL;
   if (dlock_permits_new(c, o->name, &p) != 0)
     return 0;
@@ -130,9 +190,9 @@ int sem_status(const cli_opts *o, dlock_client *c, int *ex) {
     return 0;
   }
   if (o->json)
-    print_json(o, list, n, avail);
+    print_json(o, list, n, avail, lk);
   else
-    print_text(o, list, n, avail);
+    print_text(o, list, n, avail, lk);
   dlock_permits_list_free(list);
   *ex = fflush(stdout) != 0 ? CLI_EX_SOFT : n ? 0 : CLI_EX_FREE;
   return 1;

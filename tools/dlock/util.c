@@ -1,5 +1,6 @@
 /* util.c -- messages, exit codes, the client policy, formatting seconds. */
 #include <errno.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,11 +12,18 @@
 #include "cli.h"
 #include "url.h"
 
+int cli_stamped;
+
 static void vmsg(const char *fmt, va_list ap) {
-  char line[2048];
+  char line[2048], when[48] = "";
   vsnprintf(line, sizeof line, fmt, ap);
+  if (cli_stamped) {
+    char t[40];
+    cli_stamp(t, sizeof t);
+    snprintf(when, sizeof when, "%s ", t);
+  }
   /* One write, so lines from concurrent dlock processes do not mix. */
-  fprintf(stderr, "dlock: %s\n", line);
+  fprintf(stderr, "%sdlock: %s\n", when, line);
   fflush(stderr);
 }
 
@@ -106,6 +114,9 @@ static const char *apply_flags(const cli_opts *o, dlock_config *cfg,
     cfg->tls_key_file = o->tls_key;
   if (o->tls_insecure)
     cfg->tls_verify = 0;
+  if (o->call_timeout_ms >= 0) /* 0: the whole retry policy */
+    cfg->call_timeout_ms =
+        o->call_timeout_ms > INT32_MAX ? INT32_MAX : (int)o->call_timeout_ms;
   cfg->watchdog_timeout_ms = (int)o->watchdog_ms;
   return from;
 }
@@ -118,11 +129,18 @@ static void show_settings(const cli_opts *o, const char *file,
     return;
   char red[1024];
   dlc_url_redact(cfg->url, red, sizeof red);
+  char ca[1100];
+  if (cfg->tls_truststore) /* a PKCS12 store, with the PEM file if set */
+    snprintf(ca, sizeof ca, "%s%s%s (PKCS12)",
+             cfg->tls_ca_file ? cfg->tls_ca_file : "",
+             cfg->tls_ca_file ? " and " : "", cfg->tls_truststore);
+  else
+    snprintf(ca, sizeof ca, "%s",
+             cfg->tls_ca_file ? cfg->tls_ca_file : "(system)");
   cli_debug(o,
             "settings: %s (from %s), TLS CA %s, certificate %s, key %s, "
             "verify %s",
-            red, from, cfg->tls_ca_file ? cfg->tls_ca_file : "(system)",
-            cfg->tls_cert_file ? cfg->tls_cert_file : "(none)",
+            red, from, ca, cfg->tls_cert_file ? cfg->tls_cert_file : "(none)",
             cfg->tls_key_file ? cfg->tls_key_file : "(none)",
             cfg->tls_verify == DLOCK_TLS_VERIFY_NONE      ? "OFF"
             : cfg->tls_verify == DLOCK_TLS_VERIFY_CA_ONLY ? "CA only (no name)"
@@ -175,15 +193,49 @@ void cli_detail(const char *url, char *buf, size_t len) {
   cli_redact(url, dlock_last_error(), buf, len);
 }
 
+/* The library's field names in a message, in the CLI's terms (a setting
+ * from a config file is named by its key by the library itself). */
+static void cli_terms(char *buf, size_t len) {
+  static const char *const map[][2] = {
+      {"tls_cert_file and tls_key_file", "--tls-cert and --tls-key"},
+      {"tls_cert_file", "--tls-cert"},
+      {"tls_key_file", "--tls-key"},
+      {"tls_ca_file", "--tls-ca"},
+      {"call_timeout_ms", "--call-timeout"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+    char *hit;
+    for (int n = 0; n < 4 && (hit = strstr(buf, map[i][0])) != NULL; n++) {
+      size_t fl = strlen(map[i][0]), tl = strlen(map[i][1]);
+      size_t rest = strlen(hit + fl);
+      if ((size_t)(hit - buf) + tl + rest + 1 > len)
+        break;
+      memmove(hit + tl, hit + fl, rest + 1);
+      memcpy(hit, map[i][1], tl);
+    }
+  }
+}
+
 void cli_redact(const char *url, const char *d, char *buf, size_t len) {
   char red[1024];
   dlc_url_redact(url, red, sizeof red);
   const char *hit = *url ? strstr(d, url) : NULL;
-  if (!hit || strcmp(red, url) == 0) {
+  if (!hit || strcmp(red, url) == 0)
     snprintf(buf, len, "%s", d);
-    return;
-  }
-  snprintf(buf, len, "%.*s%s%s", (int)(hit - d), d, red, hit + strlen(url));
+  else
+    snprintf(buf, len, "%.*s%s%s", (int)(hit - d), d, red, hit + strlen(url));
+  cli_terms(buf, len);
+}
+
+void cli_say_failed(const char *url, int exit_code, const char *why) {
+  char red[1024], det[2048];
+  dlc_url_redact(url, red, sizeof red);
+  cli_redact(url, why, det, sizeof det);
+  if (exit_code == CLI_EX_UNAVAIL)
+    cli_err("cannot reach Redis at %s: %s", red, det);
+  else if (exit_code == CLI_EX_AUTH)
+    cli_err("Redis at %s refused us: %s", red, det);
+  else
+    cli_err("cannot use Redis at %s: %s", red, det);
 }
 
 int cli_exit_code(int rc) {
