@@ -402,15 +402,13 @@ static inline void dlock_config_init(dlock_config *cfg) {
  * only), the expiry thread that reports a hold lost the moment its local
  * deadline passes, and the errand thread (the client's info key, declines,
  * cluster map refreshes) (docs/threading.md); a redis-sentinel:// client a
- * fifth, the Sentinel watcher (it follows failovers). A sentinel client finds the master by
- * asking the sentinels in turn (DLOCK_ECONN naming what each said when none
- * names a master that answers ROLE as one).
- * The client id is a fresh random UUID v4.
- * cfg: borrowed for the call (strings copied); NULL means all defaults.
- * out: receives the client, freed with dlock_client_free; set to NULL on
- * failure.
- * Errors: DLOCK_EINVAL (NULL out, malformed URL, bad numbers, a cfg that
- * dlock_config_init did not set up), DLOCK_ENOTSUP (cfg sets a field this
+ * fifth, the Sentinel watcher (it follows failovers). A sentinel client finds
+ * the master by asking the sentinels in turn (DLOCK_ECONN naming what each said
+ * when none names a master that answers ROLE as one). The client id is a fresh
+ * random UUID v4. cfg: borrowed for the call (strings copied); NULL means all
+ * defaults. out: receives the client, freed with dlock_client_free; set to NULL
+ * on failure. Errors: DLOCK_EINVAL (NULL out, malformed URL, bad numbers, a cfg
+ * that dlock_config_init did not set up), DLOCK_ENOTSUP (cfg sets a field this
  * library does not know: the program was built against a newer dlock.h),
  * DLOCK_ECONN (unreachable after the retry policy), DLOCK_EAUTH (password or
  * ACL user refused), DLOCK_EREDIS (SELECT refused), DLOCK_ENOMEM.
@@ -452,11 +450,11 @@ DLOCK_API void dlock_config_dispose(dlock_config *cfg);
  * threads wait for on the network (a connect, a handshake, a reply: each
  * such wait ends when the client is freed); it waits only for a callback
  * (on_lock_lost, the log hook) running on one of them, a host name being
- * resolved, or a write to a full socket buffer (docs/threading.md). Lock objects created from the client (mutex
- * variants, rwlock, semaphore, latch) may be freed before or after this
- * call: each keeps the client's memory alive until it is freed, and its
- * calls answer DLOCK_ECLOSED meanwhile. Accepts NULL.
- * Thread-safety: any thread, but not from a callback, and not while other
+ * resolved, or a write to a full socket buffer (docs/threading.md). Lock
+ * objects created from the client (mutex variants, rwlock, semaphore, latch)
+ * may be freed before or after this call: each keeps the client's memory alive
+ * until it is freed, and its calls answer DLOCK_ECLOSED meanwhile. Accepts
+ * NULL. Thread-safety: any thread, but not from a callback, and not while other
  * threads are inside calls on this client or its objects -- a thread
  * blocked in a wait counts. To shut down with waiters, call
  * dlock_client_cancel_waits (they return DLOCK_ECANCELED), join them, then

@@ -65,11 +65,11 @@ struct dlock__areq {
   /* The wait budget's end of the call that sent it (monotonic ms; 0 none):
    * its WAIT never waits past it (async_conn.c take_unsent). */
   int64_t wait_until;
-  redisReply *held;            /* its reply, while the WAIT's is awaited */
-  int no_sync;                 /* never followed by WAIT (an undo) */
-  int unsynced;                /* WAIT did not confirm it (engine's verdict) */
-  long long acks;              /* WAIT's answer (-1: it failed) */
-  int tries;                   /* tries so far (failed ones included) */
+  redisReply *held; /* its reply, while the WAIT's is awaited */
+  int no_sync;      /* never followed by WAIT (an undo) */
+  int unsynced;     /* WAIT did not confirm it (engine's verdict) */
+  long long acks;   /* WAIT's answer (-1: it failed) */
+  int tries;        /* tries so far (failed ones included) */
   /* Sends whose bytes may have left (at least one byte written): a try
    * that failed before writing is no copy (issue 38 / io-stack.md D4). */
   int sends;
@@ -224,10 +224,10 @@ struct dlock_async {
   dlock__atimer sub_kick; /* Cluster: subscribe again after MOVED / ASK */
   dlock__ahold *wd_head;  /* holds the watchdog renews */
   dlock__atimer wd_timer;
-  dlock__atimer loss_timer; /* the engine's next local deadline (async_wd.c) */
-  dlock__atimer wd_retry;   /* failed renewals' next try (async_wd.c) */
-  int wd_batches;           /* renewal requests in flight */
-  dlock__stats stats;       /* dlock_async_stats's counters (stats.c) */
+  dlock__atimer loss_timer;  /* the engine's next local deadline (async_wd.c) */
+  dlock__atimer wd_retry;    /* failed renewals' next try (async_wd.c) */
+  int wd_batches;            /* renewal requests in flight */
+  dlock__stats stats;        /* dlock_async_stats's counters (stats.c) */
   struct dlock__ainfo *info; /* the info key's writer (async_info.c) */
   int64_t started_ms;        /* wall ms of dlock_async_new: the info key */
 };

@@ -467,8 +467,9 @@ static void late_finish(dlock__aop *op, int rc, int sends) {
   }
   char msg[sizeof op->msg + 96];
   snprintf(msg, sizeof msg, "%s%s", op->msg,
-           undone ? "" : " (the give-back's outcome is unknown: the owner's "
-                         "next call on the lock settles it)");
+           undone ? ""
+                  : " (the give-back's outcome is unknown: the owner's "
+                    "next call on the lock settles it)");
   complete(op, DLOCK_ELOST, "%.*s", (int)sizeof op->msg - 1, msg);
 }
 

@@ -284,7 +284,7 @@ struct dlock__mreq {
   int fresh;         /* the connection was opened for this request */
   int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
   redisReply *extra; /* the WAIT's reply */
-  char msg[512]; /* as dlock_last_error()'s: no message cut short */
+  char msg[512];     /* as dlock_last_error()'s: no message cut short */
 };
 
 static _Thread_local pthread_cond_t t_mux_cv;

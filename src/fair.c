@@ -227,27 +227,29 @@ static dlock__script g_unlock = {
      * the plain unlock (scripts.c): a count below N means a copy already ran; N
      * or more becomes N - 1. */
     FAIR_LUA_PRELUDE DLOCK__LUA_LATE("KEYS[5]", "(tonumber(ARGV[6]) > 1) and 0 "
-                                                "or 1") DLOCK__LUA_COMMIT(
-        "KEYS[5]",
-        "ARGV[7]") "purge(tonumber(ARGV[4]))\n"
-                   "if redis.call('exists', KEYS[1]) == 0 then\n"
-                   "  local head = redis.call('lindex', KEYS[2], 0)\n"
-                   "  if head then notify(ARGV[5], head) end\n"
-                   "  return nil\n"
-                   "end\n"
-                   "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
-                   "if not n then return nil end\n"
-                   "local want = tonumber(ARGV[6])\n"
-                   "if n < want then return 0 end\n"
-                   "if want > 1 then\n"
-                   "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
-                   "  remaining_ttl(KEYS[1], ARGV[2])\n"
-                   "  return 0\n"
-                   "end\n"
-                   "redis.call('del', KEYS[1])\n"
-                   "local head = redis.call('lindex', KEYS[2], 0)\n"
-                   "if head then notify(ARGV[5], head) end\n"
-                   "return 1\n",
+                                                "or 1")
+        DLOCK__LUA_COMMIT(
+            "KEYS[5]",
+            "ARGV[7]") "purge(tonumber(ARGV[4]))\n"
+                       "if redis.call('exists', KEYS[1]) == 0 then\n"
+                       "  local head = redis.call('lindex', KEYS[2], 0)\n"
+                       "  if head then notify(ARGV[5], head) end\n"
+                       "  return nil\n"
+                       "end\n"
+                       "local n = tonumber(redis.call('hget', KEYS[1], "
+                       "ARGV[3]))\n"
+                       "if not n then return nil end\n"
+                       "local want = tonumber(ARGV[6])\n"
+                       "if n < want then return 0 end\n"
+                       "if want > 1 then\n"
+                       "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
+                       "  remaining_ttl(KEYS[1], ARGV[2])\n"
+                       "  return 0\n"
+                       "end\n"
+                       "redis.call('del', KEYS[1])\n"
+                       "local head = redis.call('lindex', KEYS[2], 0)\n"
+                       "if head then notify(ARGV[5], head) end\n"
+                       "return 1\n",
     {0}};
 
 static dlock__script g_force = {

@@ -230,31 +230,33 @@ static dlock__script g_wr_unlock = {
      * changes nothing: scripts.c's unlock); ARGV[6] > 0: a committing copy
      * (writes the tombstone, PX ARGV[6]). */
     DLOCK__LUA_TTL DLOCK__LUA_LATE("KEYS[3]", "(tonumber(ARGV[5]) > 1) and 0 "
-                                              "or 1") DLOCK__LUA_COMMIT(
-        "KEYS[3]",
-        "ARGV[6]") "local mode = redis.call('hget', KEYS[1], 'mode')\n"
-                   "if not mode then\n"
-                   "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
-                   "  return nil\n"
-                   "end\n"
-                   "if mode ~= 'write' then return nil end\n"
-                   "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
-                   "if not n then return nil end\n"
-                   "local want = tonumber(ARGV[5])\n"
-                   "if n < want then return 0 end\n"
-                   "if want > 1 then\n"
-                   "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
-                   "  remaining_ttl(KEYS[1], ARGV[2])\n"
-                   "  return 0\n"
-                   "end\n"
-                   "redis.call('hdel', KEYS[1], ARGV[3])\n"
-                   "if redis.call('hlen', KEYS[1]) == 1 then\n"
-                   "  redis.call('del', KEYS[1])\n"
-                   "else\n"
-                   "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
-                   "end\n"
-                   "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
-                   "return 1\n",
+                                              "or 1")
+        DLOCK__LUA_COMMIT(
+            "KEYS[3]",
+            "ARGV[6]") "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+                       "if not mode then\n"
+                       "  redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+                       "  return nil\n"
+                       "end\n"
+                       "if mode ~= 'write' then return nil end\n"
+                       "local n = tonumber(redis.call('hget', KEYS[1], "
+                       "ARGV[3]))\n"
+                       "if not n then return nil end\n"
+                       "local want = tonumber(ARGV[5])\n"
+                       "if n < want then return 0 end\n"
+                       "if want > 1 then\n"
+                       "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
+                       "  remaining_ttl(KEYS[1], ARGV[2])\n"
+                       "  return 0\n"
+                       "end\n"
+                       "redis.call('hdel', KEYS[1], ARGV[3])\n"
+                       "if redis.call('hlen', KEYS[1]) == 1 then\n"
+                       "  redis.call('del', KEYS[1])\n"
+                       "else\n"
+                       "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
+                       "end\n"
+                       "redis.call(ARGV[4], KEYS[2], ARGV[1])\n"
+                       "return 1\n",
     {0}};
 
 static dlock__script g_force = {

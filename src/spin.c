@@ -144,21 +144,23 @@ static dlock__script g_unlock = {
      * is gone, 0 = still held, 1 = released; a copy that finds its
      * tombstone is late and changes nothing. */
     DLOCK__LUA_TTL DLOCK__LUA_LATE("KEYS[7]", "(tonumber(ARGV[5]) > 1) and 0 "
-                                              "or 1") DLOCK__LUA_COMMIT(
-        "KEYS[7]",
-        "ARGV[8]") "local n = tonumber(redis.call('hget', KEYS[1], ARGV[3]))\n"
-                   "if not n then return nil end\n"
-                   "local want = tonumber(ARGV[5])\n"
-                   "if n < want then return 0 end\n"
-                   "if want > 1 then\n"
-                   "  remaining_ttl(KEYS[1], ARGV[2])\n"
-                   "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
-                   "  return 0\n"
-                   "end\n"
-                   "redis.call('del', KEYS[1])\n"
-                   "if ARGV[7] == '1' then redis.pcall(ARGV[4], KEYS[2], "
-                   "ARGV[1]) end\n"
-                   "return 1\n",
+                                              "or 1")
+        DLOCK__LUA_COMMIT(
+            "KEYS[7]",
+            "ARGV[8]") "local n = tonumber(redis.call('hget', KEYS[1], "
+                       "ARGV[3]))\n"
+                       "if not n then return nil end\n"
+                       "local want = tonumber(ARGV[5])\n"
+                       "if n < want then return 0 end\n"
+                       "if want > 1 then\n"
+                       "  remaining_ttl(KEYS[1], ARGV[2])\n"
+                       "  redis.call('hset', KEYS[1], ARGV[3], want - 1)\n"
+                       "  return 0\n"
+                       "end\n"
+                       "redis.call('del', KEYS[1])\n"
+                       "if ARGV[7] == '1' then redis.pcall(ARGV[4], KEYS[2], "
+                       "ARGV[1]) end\n"
+                       "return 1\n",
     {0},
     0};
 

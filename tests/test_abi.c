@@ -61,11 +61,12 @@ static void use_client(th_redis *r, dlock_config *cfg, size_t size) {
  * negative linger, which dlock_client_new refuses. */
 TH_CASE(config_shorter) {
   th_redis *r = th_redis_new(0, NULL);
-  const size_t sizes[] = {
-      offsetof(dlock_config, subscription_linger_ms),
-      offsetof(dlock_config, multiplex), offsetof(dlock_config, sync_replicas),
-      offsetof(dlock_config, client_name),
-      offsetof(dlock_config, call_timeout_ms), sizeof(dlock_config)};
+  const size_t sizes[] = {offsetof(dlock_config, subscription_linger_ms),
+                          offsetof(dlock_config, multiplex),
+                          offsetof(dlock_config, sync_replicas),
+                          offsetof(dlock_config, client_name),
+                          offsetof(dlock_config, call_timeout_ms),
+                          sizeof(dlock_config)};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t size = sizes[i];
     dlock_config *cfg = guarded(size);
