@@ -51,6 +51,9 @@ struct fp_proxy {
   int count;
 };
 
+typedef struct fp_late fp_late;
+static void late_unref(fp_late *l);
+
 typedef struct fp_conn {
   fp_proxy *p;
   int cfd, sfd;
@@ -63,15 +66,25 @@ typedef struct fp_conn {
    * held request on its own connection (requests thread only). */
   char hs[1024];
   size_t hsl;
+  int nhs;
+  fp_late *hold; /* collecting the bytes behind a held request */
 } fp_conn;
 
-/* A held request on its way (FP_HOLD). */
-typedef struct fp_late {
+/* A held request on its way (FP_HOLD), and what follows it on its
+ * connection: TCP keeps a stream in order, so the bytes after a held
+ * request wait behind it -- they are collected here until the late copy
+ * goes, and go with it (a proxy that forwarded them would hand the client
+ * their replies as the held request's: no network does that). */
+struct fp_late {
   fp_proxy *p;
+  pthread_mutex_t mu;
+  int refs; /* the connection (while it collects) and the thread */
+  int sent; /* the thread took the bytes: nothing more joins them */
   int delay_ms;
-  size_t len;
-  char bytes[]; /* the handshake, then the request */
-} fp_late;
+  int nhs;     /* handshake requests replayed before the held one */
+  char *bytes; /* the handshake, the held request, what followed it */
+  size_t len, cap;
+};
 
 static int write_all(int fd, const char *b, size_t n) {
   while (n > 0) {
@@ -97,6 +110,8 @@ static void conn_unref(fp_conn *c) {
   pthread_mutex_unlock(&c->mu);
   if (!last)
     return;
+  if (c->hold)
+    late_unref(c->hold);
   close(c->cfd);
   close(c->sfd);
   pthread_mutex_destroy(&c->mu);
@@ -162,11 +177,51 @@ static void fired(fp_proxy *p);
 /* Delivers a held request after its delay on a connection of its own and
  * reads what comes back (the handshake's replies, then its own), so it has
  * run when it counts as fired. */
+static void late_unref(fp_late *l) {
+  pthread_mutex_lock(&l->mu);
+  int last = --l->refs == 0;
+  pthread_mutex_unlock(&l->mu);
+  if (last) {
+    pthread_mutex_destroy(&l->mu);
+    free(l->bytes);
+    free(l);
+  }
+}
+
+/* Appends b[0..n) to what waits behind the held request: 1, or 0 when the
+ * late copy went already (the stream flows again). */
+static int late_add(fp_late *l, const char *b, size_t n) {
+  pthread_mutex_lock(&l->mu);
+  int ok = !l->sent;
+  if (ok && l->len + n > l->cap) {
+    size_t cap = (l->len + n) * 2;
+    char *nb = realloc(l->bytes, cap);
+    ok = nb != NULL;
+    if (nb) {
+      l->bytes = nb;
+      l->cap = cap;
+    }
+  }
+  if (ok) {
+    memcpy(l->bytes + l->len, b, n);
+    l->len += n;
+  }
+  pthread_mutex_unlock(&l->mu);
+  return ok;
+}
+
+/* Delivers a held request, and what followed it, after its delay on a
+ * connection of its own and reads what comes back (the handshake's
+ * replies, then the held request's: so it has run when it counts as
+ * fired). */
 static void *late_main(void *arg) {
   fp_late *l = arg;
   th_sleep_ms(l->delay_ms);
+  pthread_mutex_lock(&l->mu);
+  l->sent = 1;
+  pthread_mutex_unlock(&l->mu);
   int fd = connect_target(l->p);
-  int noscript = 0;
+  int noscript = 0, got = 0;
   redisReader *rd = redisReaderCreate();
   if (fd >= 0 && rd && write_all(fd, l->bytes, l->len) == 0) {
     shutdown(fd, SHUT_WR);
@@ -177,9 +232,9 @@ static void *late_main(void *arg) {
       void *rep;
       while (redisReaderGetReply(rd, &rep) == REDIS_OK && rep) {
         const redisReply *x = rep;
-        /* the last reply is the held request's own */
-        noscript = x->type == REDIS_REPLY_ERROR && x->str &&
-                   strncmp(x->str, "NOSCRIPT", 8) == 0;
+        if (got++ == l->nhs) /* the held request's own */
+          noscript = x->type == REDIS_REPLY_ERROR && x->str &&
+                     strncmp(x->str, "NOSCRIPT", 8) == 0;
         freeReplyObject(rep);
       }
     }
@@ -194,7 +249,7 @@ static void *late_main(void *arg) {
     pthread_mutex_unlock(&l->p->mu);
   }
   fired(l->p);
-  free(l);
+  late_unref(l);
   return NULL;
 }
 
@@ -210,27 +265,36 @@ static void note_handshake(fp_conn *c, const redisReply *r, const char *b,
       c->hsl + n <= sizeof c->hs) {
     memcpy(c->hs + c->hsl, b, n);
     c->hsl += n;
+    c->nhs++;
   }
 }
 
-/* Sends request bytes b[0..n) on their way: now, or held (delay_ms > 0). */
+/* Sends request bytes b[0..n) on their way: now, or held (delay_ms > 0):
+ * then what follows on the connection waits with them (requests()). */
 static int pass_request(fp_conn *c, int delay_ms, const char *b, size_t n) {
   if (delay_ms <= 0)
     return write_all(c->sfd, b, n);
-  fp_late *l = malloc(sizeof *l + c->hsl + n);
+  fp_late *l = calloc(1, sizeof *l);
   if (!l)
     return -1;
+  pthread_mutex_init(&l->mu, NULL);
   l->p = c->p;
+  l->refs = 2;
   l->delay_ms = delay_ms;
-  memcpy(l->bytes, c->hs, c->hsl);
-  memcpy(l->bytes + c->hsl, b, n);
-  l->len = c->hsl + n;
+  l->nhs = c->nhs;
+  if (!late_add(l, c->hs, c->hsl) || !late_add(l, b, n)) {
+    late_unref(l);
+    late_unref(l);
+    return -1;
+  }
   pthread_t t;
   if (pthread_create(&t, NULL, late_main, l) != 0) {
-    free(l);
+    late_unref(l);
+    late_unref(l);
     return -1;
   }
   pthread_detach(t);
+  c->hold = l;
   return 0;
 }
 
@@ -260,7 +324,12 @@ static void *requests(void *arg) {
     while (alive && redisReaderGetReply(rd, &req) == REDIS_OK && req) {
       size_t end = len - (rd->len - rd->pos); /* this request's end */
       note_handshake(c, req, pend, end);
-      alive = pass_request(c, classify(c, req), pend, end) == 0;
+      if (c->hold && !late_add(c->hold, pend, end)) {
+        late_unref(c->hold); /* the late copy went: the stream flows again */
+        c->hold = NULL;
+      }
+      if (!c->hold)
+        alive = pass_request(c, classify(c, req), pend, end) == 0;
       freeReplyObject(req);
       memmove(pend, pend + end, len - end);
       len -= end;
