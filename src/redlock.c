@@ -47,6 +47,9 @@
 /* The attempts of one round, one per master. */
 enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_TOKEN };
 
+/* Release rounds whose tombstones an acquisition writes. */
+#define DLOCK__RL_RELS 4
+
 struct dlock_redlock {
   size_t n, quorum;
   dlock_client **clients;
@@ -70,12 +73,15 @@ struct dlock_redlock {
   unsigned fork_gen; /* dlock__fork_gen() at creation */
   /* Request binding (safety round 4, docs/guarantees.md "Rules"): the
    * request id of the last acquisition round and of the last release
-   * round. An acquire vote writes the last release's tombstone before it
-   * acts, a release vote the acquisition's, and each does nothing once its
-   * own exists: a copy of either that arrives late on a master (its vote
-   * timed out, the copy still on the wire) cannot act on a later hold.
-   * Guarded by mu. */
-  char acq_rid[33], rel_rid[33];
+   * rounds. An acquire vote writes the last release rounds' tombstones
+   * before it acts, a release vote the acquisition's, and each does
+   * nothing once its own exists: a copy of either that arrives late on a
+   * master (its vote timed out, the copy still on the wire) cannot act on
+   * a later hold. The last DLOCK__RL_RELS release rounds are kept, not
+   * only the last: a refused round's clean-up release follows the held
+   * hold's release, and both may still be on the wire. Guarded by mu. */
+  char acq_rid[33], rel_rids[DLOCK__RL_RELS][33];
+  unsigned rel_next;
   /* Renewal thread. */
   pthread_t rn_thread;
   int rn_started;
@@ -174,32 +180,34 @@ static void holds_del(dlock_redlock *rl) {
 static dlock__script g_acquire = {
     "redlock_acquire",
     /* KEYS[1] lock, KEYS[2] token counter, KEYS[3] this round's tombstone,
-     * KEYS[4] the last release round's tombstone. ARGV[1] lease ms, ARGV[2]
+     * KEYS[4..] the last release rounds' tombstones. ARGV[1] lease ms, ARGV[2]
      * field, ARGV[3] tombstone life. {1, counter} = locked; {0, counter,
      * pttl} = held elsewhere (also a late copy: it does nothing). Same hash
      * as the mutex (field count 1); the TTL of a field found ours is only
      * extended. */
-    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE("KEYS[3]", "{0, 0, 1000}")
-        DLOCK__LUA_COMMIT(
-            "KEYS[4]",
-            "ARGV[3]") "local t = tonumber(redis.call('get', KEYS[2]) or '0') "
-                       "or 0\n"
-                       /* held by another kind of lock: a no vote (issue 25.6)
-                        */
-                       "local kd = kind_of(KEYS[1])\n"
-                       "if kd ~= 'none' and kd ~= 'mutex' then\n"
-                       "  return {0, t, busy_ttl(KEYS[1])}\n"
-                       "end\n"
-                       "if redis.call('exists', KEYS[1]) == 0 then\n"
-                       "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
-                       "  pexpire_new(KEYS[1], ARGV[1])\n"
-                       "  return {1, t}\n"
-                       "end\n"
-                       "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
-                       "  extend(KEYS[1], ARGV[1])\n"
-                       "  return {1, t}\n"
-                       "end\n"
-                       "return {0, t, redis.call('pttl', KEYS[1])}\n",
+    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE(
+        "KEYS[3]",
+        "{0, 0, 1000}") "for i = 4, #KEYS do\n"
+                        "  redis.call('set', KEYS[i], '1', 'px', ARGV[3])\n"
+                        "end\n"
+                        "local t = tonumber(redis.call('get', KEYS[2]) or '0') "
+                        "or 0\n"
+                        /* held by another kind of lock: a no vote (issue 25.6)
+                         */
+                        "local kd = kind_of(KEYS[1])\n"
+                        "if kd ~= 'none' and kd ~= 'mutex' then\n"
+                        "  return {0, t, busy_ttl(KEYS[1])}\n"
+                        "end\n"
+                        "if redis.call('exists', KEYS[1]) == 0 then\n"
+                        "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+                        "  pexpire_new(KEYS[1], ARGV[1])\n"
+                        "  return {1, t}\n"
+                        "end\n"
+                        "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+                        "  extend(KEYS[1], ARGV[1])\n"
+                        "  return {1, t}\n"
+                        "end\n"
+                        "return {0, t, redis.call('pttl', KEYS[1])}\n",
     {0}};
 
 static dlock__script g_release = {
@@ -265,7 +273,7 @@ typedef struct vote {
   int op;
   /* acquire and release: the request's id (its tombstone) and the
    * counterpart whose tombstone it writes (engine.h request binding) */
-  char rid[33], other[33];
+  char rid[33], other[DLOCK__RL_RELS * 32 + 1];
   /* results */
   int rc;          /* 1 yes / renewed / released, 0 no, < 0 error */
   long long value; /* counter (acquire, token) */
@@ -277,8 +285,8 @@ typedef struct vote {
 static int eval_once(dlock_client *c, const dlock__script *s, int nkeys,
                      const char **keys, const size_t *klens, int nargs,
                      const char **args, const size_t *alens, redisReply **out) {
-  const char *av[12];
-  size_t al[12];
+  const char *av[16];
+  size_t al[16];
   char nk[4];
   int argc = 3 + nkeys + nargs;
   nk[0] = (char)('0' + nkeys);
@@ -316,28 +324,41 @@ static void run_vote(vote *v) {
   case OP_ACQUIRE:
   case OP_RELEASE: {
     int acq = v->op == OP_ACQUIRE;
-    dlock__sb own, other;
+    /* v->other: one or more 32-character request ids, each a tombstone
+     * to write (an acquisition: the last release rounds') */
+    size_t nother = strlen(v->other) / 32, oom = 0;
+    dlock__sb own, other[DLOCK__RL_RELS];
     dlock__sb_init(&own);
-    dlock__sb_init(&other);
     (acq ? dlock__req_tomb_key : dlock__unlock_latch_key)(&own, rl->name,
                                                           v->rid);
-    (acq ? dlock__unlock_latch_key : dlock__req_tomb_key)(&other, rl->name,
-                                                          v->other);
+    const char *k[3 + DLOCK__RL_RELS] = {
+        rl->name, acq ? rl->token_key : rl->channel, own.p};
+    size_t kl[3 + DLOCK__RL_RELS] = {
+        rl->name_len, acq ? rl->token_key_len : rl->channel_len, own.len};
+    for (size_t o = 0; o < nother; o++) {
+      char one[33];
+      memcpy(one, v->other + 32 * o, 32);
+      one[32] = '\0';
+      dlock__sb_init(&other[o]);
+      (acq ? dlock__unlock_latch_key : dlock__req_tomb_key)(&other[o], rl->name,
+                                                            one);
+      oom |= (size_t)other[o].oom;
+      k[3 + o] = other[o].p;
+      kl[3 + o] = other[o].len;
+    }
     char ts[24];
     size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
     size_t nl = dlock__fmt_i64(num, v->lease);
     const char *pub = dlock__publish_cmd(c);
-    const char *k[4] = {rl->name, acq ? rl->token_key : rl->channel, own.p,
-                        other.p};
-    size_t kl[4] = {rl->name_len, acq ? rl->token_key_len : rl->channel_len,
-                    own.len, other.len};
     const char *a[3] = {acq ? num : field, acq ? field : pub, ts};
     size_t alen[3] = {acq ? nl : fl, acq ? fl : strlen(pub), tl};
-    v->rc = own.oom || other.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                                 : eval_once(c, acq ? &g_acquire : &g_release,
-                                             4, k, kl, 3, a, alen, &r);
+    v->rc = own.oom || oom
+                ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                : eval_once(c, acq ? &g_acquire : &g_release, (int)(3 + nother),
+                            k, kl, 3, a, alen, &r);
     dlock__sb_free(&own);
-    dlock__sb_free(&other);
+    for (size_t o = 0; o < nother; o++)
+      dlock__sb_free(&other[o]);
     break;
   }
   case OP_RENEW: {
@@ -564,7 +585,7 @@ static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
     dlock__request_id(rid);
     dlock__mu_lock(&rl->mu);
     memcpy(other, rl->acq_rid, sizeof other);
-    memcpy(rl->rel_rid, rid, sizeof rid);
+    memcpy(rl->rel_rids[rl->rel_next++ % DLOCK__RL_RELS], rid, sizeof rid);
     dlock__mu_unlock(&rl->mu);
   }
   round *r = round_start(rl, op, tid, lease, proposed, skip, rid, other);
@@ -776,10 +797,12 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
   vote vs[64];
   /* this round's request id; its votes write the last release's
    * tombstone before they act */
-  char rid[33], prev[33];
+  char rid[33], prev[DLOCK__RL_RELS * 32 + 1] = "";
   dlock__request_id(rid);
   dlock__mu_lock(&rl->mu);
-  memcpy(prev, rl->rel_rid, sizeof prev);
+  for (size_t i = 0, n = 0; i < DLOCK__RL_RELS; i++)
+    if (rl->rel_rids[i][0])
+      memcpy(prev + 32 * n++, rl->rel_rids[i], 32);
   memcpy(rl->acq_rid, rid, sizeof rid);
   dlock__mu_unlock(&rl->mu);
   const int64_t t0 = dlock__now_ms();
