@@ -47,8 +47,8 @@
 /* The attempts of one round, one per master. */
 enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_TOKEN };
 
-/* Release rounds whose tombstones an acquisition writes. */
-#define DLOCK__RL_RELS 4
+/* Release rounds in doubt whose tombstones an acquisition writes. */
+#define DLOCK__RL_RELS 6
 
 struct dlock_redlock {
   size_t n, quorum;
@@ -77,9 +77,13 @@ struct dlock_redlock {
    * before it acts, a release vote the acquisition's, and each does
    * nothing once its own exists: a copy of either that arrives late on a
    * master (its vote timed out, the copy still on the wire) cannot act on
-   * a later hold. The last DLOCK__RL_RELS release rounds are kept, not
-   * only the last: a refused round's clean-up release follows the held
-   * hold's release, and both may still be on the wire. Guarded by mu. */
+   * a later hold. rel_rids are the release rounds in doubt (a vote sent
+   * and not answered: its copy may still arrive), not only the last one:
+   * refused rounds' clean-up releases follow the held hold's release. A
+   * round leaves the set once every master answered it, or once an
+   * acquisition that every master answered wrote its tombstone; past
+   * DLOCK__RL_RELS rounds in doubt the oldest is forgotten. Guarded by
+   * mu. */
   char acq_rid[33], rel_rids[DLOCK__RL_RELS][33];
   unsigned rel_next;
   /* Renewal thread. */
@@ -274,6 +278,7 @@ typedef struct vote {
   /* acquire and release: the request's id (its tombstone) and the
    * counterpart whose tombstone it writes (engine.h request binding) */
   char rid[33], other[DLOCK__RL_RELS * 32 + 1];
+  int sent; /* asked (not skipped, not busy) */
   /* results */
   int rc;          /* 1 yes / renewed / released, 0 no, < 0 error */
   long long value; /* counter (acquire, token) */
@@ -522,6 +527,7 @@ static round *round_start(dlock_redlock *rl, int op, uint64_t tid,
     r->refs++;
     r->started++;
     dlock__mu_unlock(&r->mu);
+    v->sent = 1;
     pthread_t th;
     if (pthread_create(&th, &attr, vote_main, v) != 0)
       vote_main(v); /* no thread: this master is asked inline */
@@ -565,11 +571,42 @@ static void round_wait(dlock_redlock *rl, round *r, int early, int64_t grace_ms,
     } else { /* its thread is still writing r->vs[i] */
       memset(&out[i], 0, sizeof out[i]);
       out[i].i = i;
+      out[i].sent = 1;
       out[i].rc = DLOCK_ETIMEDOUT;
       snprintf(out[i].err, sizeof out[i].err, "no answer within the round");
     }
   }
   dlock__mu_unlock(&r->mu);
+}
+
+/* Adds (doubt) or removes a release round's id from the rounds in doubt.
+ * Called with rl->mu held. */
+static void rel_doubt(dlock_redlock *rl, const char *rid, int doubt) {
+  for (size_t i = 0; i < DLOCK__RL_RELS; i++) {
+    if (doubt && !rl->rel_rids[i][0]) {
+      memcpy(rl->rel_rids[i], rid, 32);
+      rl->rel_rids[i][32] = '\0';
+      return;
+    }
+    if (!doubt && memcmp(rl->rel_rids[i], rid, 32) == 0) {
+      rl->rel_rids[i][0] = '\0';
+      return;
+    }
+  }
+  if (doubt) { /* full: the oldest in doubt is forgotten */
+    char *slot = rl->rel_rids[rl->rel_next++ % DLOCK__RL_RELS];
+    memcpy(slot, rid, 32);
+    slot[32] = '\0';
+  }
+}
+
+/* 1 when no vote of the round was sent and left unanswered (a Redis reply,
+ * yes or no, on every master asked). */
+static int all_answered(const dlock_redlock *rl, const vote *vs) {
+  for (size_t i = 0; i < rl->n; i++)
+    if (vs[i].sent && vs[i].rc < 0)
+      return 0;
+  return 1;
 }
 
 /* Runs op on every master (skip as round_start) and waits (early as
@@ -585,7 +622,7 @@ static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
     dlock__request_id(rid);
     dlock__mu_lock(&rl->mu);
     memcpy(other, rl->acq_rid, sizeof other);
-    memcpy(rl->rel_rids[rl->rel_next++ % DLOCK__RL_RELS], rid, sizeof rid);
+    rel_doubt(rl, rid, 1);
     dlock__mu_unlock(&rl->mu);
   }
   round *r = round_start(rl, op, tid, lease, proposed, skip, rid, other);
@@ -599,6 +636,11 @@ static void round_some(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
   }
   round_wait(rl, r, early, grace, until, vs);
   round_unref(r);
+  if (op == OP_RELEASE && all_answered(rl, vs)) {
+    dlock__mu_lock(&rl->mu);
+    rel_doubt(rl, rid, 0); /* no copy of it left on any wire */
+    dlock__mu_unlock(&rl->mu);
+  }
 }
 
 static void round_all(dlock_redlock *rl, vote *vs, int op, uint64_t tid,
@@ -812,9 +854,17 @@ static int one_round(dlock_redlock *rl, uint64_t tid, int64_t lease,
     return 0;
   }
   round_wait(rl, r, 1, grace_ms(lease), -1, vs);
-  size_t yes = 0;
-  for (size_t i = 0; i < rl->n; i++)
+  size_t yes = 0, heard = 0;
+  for (size_t i = 0; i < rl->n; i++) {
     yes += vs[i].rc == 1;
+    heard += vs[i].sent && vs[i].rc >= 0;
+  }
+  if (heard == rl->n) { /* every master has the tombstones: none in doubt */
+    dlock__mu_lock(&rl->mu);
+    for (size_t o = 0; prev[32 * o]; o++)
+      rel_doubt(rl, prev + 32 * o, 0);
+    dlock__mu_unlock(&rl->mu);
+  }
   const char *extra = "";
   int ok = yes >= rl->quorum;
   if (ok) {
