@@ -74,7 +74,9 @@ typedef struct fp_conn {
  * connection: TCP keeps a stream in order, so the bytes after a held
  * request wait behind it -- they are collected here until the late copy
  * goes, and go with it (a proxy that forwarded them would hand the client
- * their replies as the held request's: no network does that). */
+ * their replies as the held request's: no network does that). Their
+ * replies go to the late copy's connection, so a request that comes after
+ * that ends the client's connection (a reset, as a link that lost them). */
 struct fp_late {
   fp_proxy *p;
   pthread_mutex_t mu;
@@ -324,11 +326,10 @@ static void *requests(void *arg) {
     while (alive && redisReaderGetReply(rd, &req) == REDIS_OK && req) {
       size_t end = len - (rd->len - rd->pos); /* this request's end */
       note_handshake(c, req, pend, end);
-      if (c->hold && !late_add(c->hold, pend, end)) {
-        late_unref(c->hold); /* the late copy went: the stream flows again */
-        c->hold = NULL;
-      }
-      if (!c->hold)
+      if (c->hold && !late_add(c->hold, pend, end))
+        alive = 0; /* the late copy went with the held requests' replies:
+                      this connection's stream is broken, it ends */
+      else if (!c->hold)
         alive = pass_request(c, classify(c, req), pend, end) == 0;
       freeReplyObject(req);
       memmove(pend, pend + end, len - end);

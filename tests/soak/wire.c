@@ -60,9 +60,11 @@ typedef struct conn {
   char hs[1024]; /* AUTH / HELLO / SELECT, replayed before a late copy */
   size_t hsl;
   int nhs;
-  int pid, idx;   /* the worker, from CLIENT SETNAME soak-w<idx>-<pid> */
-  int sub;        /* a subscriber connection: never faulted */
-  atomic_int raw; /* a replication link: bytes passed on as they come */
+  int pid, idx;      /* the worker, from CLIENT SETNAME soak-w<idx>-<pid> */
+  int sub;           /* a subscriber connection: never faulted */
+  atomic_int raw;    /* a replication link: bytes passed on as they come */
+  struct late *held; /* collecting the requests behind a held one
+                        (requests thread only) */
 } conn;
 
 /* A burst: requests of pid whose bytes hash to h ("all"), or that name
@@ -209,12 +211,16 @@ static void conn_kill(conn *c) {
   shutdown(c->sfd, SHUT_RDWR);
 }
 
+static void late_unref(struct late *l);
+
 static void conn_unref(conn *c) {
   pthread_mutex_lock(&c->mu);
   int last = --c->refs == 0;
   pthread_mutex_unlock(&c->mu);
   if (!last)
     return;
+  if (c->held)
+    late_unref(c->held);
   close(c->cfd);
   close(c->sfd);
   pthread_mutex_destroy(&c->mu);
@@ -223,19 +229,66 @@ static void conn_unref(conn *c) {
 
 /* ---- late copies ------------------------------------------------------ */
 
+/* A held request on its way, and what follows it on its connection: a
+ * stream keeps its order, so the requests after a held one wait behind it
+ * and go with it (forwarding them would hand the client their replies as
+ * the held one's, which no network does). Their replies go to the late
+ * copy's own connection: a request that comes after it went ends the
+ * client's connection (a reset). */
 typedef struct late {
+  pthread_mutex_t mu;
+  int refs; /* the connection (while it collects) and the thread */
+  int sent; /* the thread took the bytes: nothing more joins them */
   int target, delay_ms, nreq, pid, idx;
   int64_t t0;
   char lock[LOCKLEN], sub[16];
-  size_t len;
-  char bytes[]; /* the handshake, then the request */
+  char *bytes; /* the handshake, the held request, what followed it */
+  size_t len, cap;
 } late;
 
-/* Delivers a held request after its delay on a connection of its own and
- * reads its replies (bounded), so it has run when it is logged. */
+static void late_unref(late *l) {
+  pthread_mutex_lock(&l->mu);
+  int last = --l->refs == 0;
+  pthread_mutex_unlock(&l->mu);
+  if (last) {
+    pthread_mutex_destroy(&l->mu);
+    free(l->bytes);
+    free(l);
+  }
+}
+
+/* Appends n0 requests b[0..n) behind the held one: 1, or 0 when the late
+ * copy went already. */
+static int late_add(late *l, const char *b, size_t n, int n0) {
+  pthread_mutex_lock(&l->mu);
+  int ok = !l->sent;
+  if (ok && l->len + n > l->cap) {
+    size_t cap = (l->len + n) * 2;
+    char *nb = realloc(l->bytes, cap);
+    ok = nb != NULL;
+    if (nb) {
+      l->bytes = nb;
+      l->cap = cap;
+    }
+  }
+  if (ok) {
+    memcpy(l->bytes + l->len, b, n);
+    l->len += n;
+    l->nreq += n0;
+  }
+  pthread_mutex_unlock(&l->mu);
+  return ok;
+}
+
+/* Delivers a held request (and what followed it) after its delay on a
+ * connection of its own and reads its replies (bounded), so it has run
+ * when it is logged. */
 static void *late_main(void *arg) {
   late *l = arg;
   sleep_ms(l->delay_ms);
+  pthread_mutex_lock(&l->mu);
+  l->sent = 1;
+  pthread_mutex_unlock(&l->mu);
   int fd = connect_port(l->target);
   if (fd >= 0) {
     struct timeval tv = {5, 0};
@@ -264,26 +317,30 @@ static void *late_main(void *arg) {
   pthread_mutex_lock(&G.mu);
   pend_add(l->pid, -1);
   pthread_mutex_unlock(&G.mu);
-  free(l);
+  late_unref(l);
   return NULL;
 }
 
+/* Holds request b[0..n) for delay ms; c->held collects what follows. */
 static int hold_request(conn *c, const char *b, size_t n, int delay,
                         const char *lock, const char *sub) {
-  late *l = malloc(sizeof *l + c->hsl + n);
+  late *l = calloc(1, sizeof *l);
   if (!l)
     return -1;
+  pthread_mutex_init(&l->mu, NULL);
+  l->refs = 2;
   l->target = atomic_load(&c->w->target);
   l->delay_ms = delay;
-  l->nreq = c->nhs + 1;
   l->pid = c->pid;
   l->idx = c->idx;
   l->t0 = soak_now_us();
   snprintf(l->lock, sizeof l->lock, "%s", lock);
   snprintf(l->sub, sizeof l->sub, "%s", sub);
-  memcpy(l->bytes, c->hs, c->hsl);
-  memcpy(l->bytes + c->hsl, b, n);
-  l->len = c->hsl + n;
+  if (!late_add(l, c->hs, c->hsl, c->nhs) || !late_add(l, b, n, 1)) {
+    late_unref(l);
+    late_unref(l);
+    return -1;
+  }
   pthread_mutex_lock(&G.mu);
   pend_add(c->pid, 1);
   pthread_mutex_unlock(&G.mu);
@@ -292,10 +349,12 @@ static int hold_request(conn *c, const char *b, size_t n, int delay,
     pthread_mutex_lock(&G.mu);
     pend_add(c->pid, -1);
     pthread_mutex_unlock(&G.mu);
-    free(l);
+    late_unref(l);
+    late_unref(l);
     return -1;
   }
   pthread_detach(t);
+  c->held = l;
   return 0;
 }
 
@@ -477,6 +536,8 @@ static void queue_reply(conn *c, int mode, int delay, const char *lock,
 /* One whole request b[0..n): forwarded, held, faulted or dropped. */
 static int one_request(conn *c, const redisReply *r, const char *b, size_t n) {
   note_request(c, r, b, n);
+  if (c->held) /* behind a held request: waits with it, or the link ends */
+    return late_add(c->held, b, n, 1) ? 0 : -1;
   if (atomic_load(&c->w->blackhole))
     return 0;
   char lock[LOCKLEN] = "";
