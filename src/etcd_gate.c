@@ -400,6 +400,76 @@ static void sweep_done(dlock__etcd_req *r) {
   dlock__mu_unlock(&e->mu);
 }
 
+/* The look for a key whose create had no answer: found, it becomes the
+ * gate's stale key (deleted by its revision next); not found, looked for
+ * again a few times -- a copy of the create may commit late (a proposal a
+ * leader appended before it lost its quorum). */
+static void maybe_done(dlock__etcd_req *r) {
+  dlock__etcd *e = r->e;
+  dlock__etcd_gate *g = r->arg;
+  dlock__mu_lock(&e->mu);
+  if (r->done && r->rc == 0 && g->maybe && !g->owner && !g->busy) {
+    dlock__etcd_kvs kvs;
+    if (dlock__etcd_kvs_parse(r->res.json, NULL, &kvs) == 0 && kvs.n == 1 &&
+        !g->rev) {
+      g->rev = kvs.v[0].create;
+      g->maybe = 0;
+    }
+    dlock__etcd_kvs_free(&kvs);
+  }
+  if (g->maybe) {
+    static const int64_t again[] = {5000, 15000, 60000};
+    if (g->maybe_n < 3)
+      g->maybe_at = dlock__now_ms() + again[g->maybe_n++];
+    else
+      g->maybe = 0;
+  }
+  dlock__etcd_req_free(r);
+  if (r->easy)
+    curl_easy_cleanup(r->easy);
+  free(r);
+  g->sweep = NULL;
+  dlock__mu_unlock(&e->mu);
+}
+
+static void maybe_tick(dlock__etcd *e, dlock__etcd_gate *g, int64_t now,
+                       int64_t *next) {
+  if (!g->maybe || g->busy || g->owner || g->sweep || g->rev)
+    return;
+  if (now < g->maybe_at) {
+    if (g->maybe_at < *next)
+      *next = g->maybe_at;
+    return;
+  }
+  dlock__sb k, b;
+  dlock__sb_init(&k);
+  dlock__sb_init(&b);
+  dlock__etcd_key(e, &k, g->name, g->key_lease);
+  dlock__sb_adds(&b, "{\"key\":\"");
+  dlock__etcd_b64(&b, k.p, k.len);
+  dlock__sb_adds(&b, "\",\"keys_only\":true}");
+  dlock__etcd_req *r = dlock__calloc(1, sizeof *r);
+  if (r && !k.oom && !b.oom &&
+      dlock__etcd_req_init(r, e, "/v3/kv/range", b.p, b.len,
+                           DLOCK__ETCD_ONEROUND) == 0) {
+    r->on_done = maybe_done;
+    r->arg = g;
+    g->sweep = r;
+    if (dlock__etcd_req_start(r, e->lm) != 0) {
+      dlock__etcd_req_free(r);
+      if (r->easy)
+        curl_easy_cleanup(r->easy);
+      free(r);
+      g->sweep = NULL;
+    }
+  } else if (r) {
+    dlock__etcd_req_free(r);
+    free(r);
+  }
+  dlock__sb_free(&k);
+  dlock__sb_free(&b);
+}
+
 /* Deletes gate g's stale key (e->mu held): a key of no hold, no call. */
 static void sweep_tick(dlock__etcd *e, dlock__etcd_gate *g) {
   if (g->held || g->busy || g->owner || !g->rev || g->sweep)
@@ -434,8 +504,9 @@ void dlock__etcd_gates_tick(dlock__etcd *e, int64_t now, int64_t *next) {
     orphan_check(e, g);
     watch_tick(e, g, now, next);
     sweep_tick(e, g);
-    if (g->objects == 0 && !g->rev && !g->watch && !g->sweep && !g->busy &&
-        !g->owner && !g->queue) {
+    maybe_tick(e, g, now, next);
+    if (g->objects == 0 && !g->rev && !g->maybe && !g->watch && !g->sweep &&
+        !g->busy && !g->owner && !g->queue) {
       *pp = g->next;
       gate_free(g);
       continue;

@@ -255,7 +255,10 @@ struct dlock__etcd_gate {
   int64_t key_lease;      /* the lease hex in its name (a session lease) */
   int64_t lease;          /* the lease attached to it (session or hold's) */
   uint32_t sess_gen;      /* the session it was made under */
-  int maybe;              /* a key may exist whose revision we do not know */
+  int maybe;              /* a key may exist whose revision we do not know (its
+                             create had no answer): looked for later */
+  int64_t maybe_at;       /* ... next at this time (monotonic ms) */
+  int maybe_n;            /* ... looks done */
   int held;               /* the key is the owner's hold */
   int fixed;              /* the hold has its own lease (revoked at unlock) */
   int64_t watch_rev;      /* the own-key watch starts after this revision */

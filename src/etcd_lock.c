@@ -345,6 +345,12 @@ static int enqueue_once(acq *a) {
   if (a->rev) {
     a->g->rev = a->rev;
     a->g->maybe = 0;
+  } else if (!dlock__eng_answered(rc)) {
+    /* a copy may still make the key: the lease thread looks for it */
+    a->g->maybe_at = dlock__now_ms() + 2000;
+    a->g->maybe_n = 0;
+  } else {
+    a->g->maybe = 0;
   }
   dlock__mu_unlock(&a->e->mu);
   if (rc < 0)
