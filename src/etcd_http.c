@@ -724,6 +724,95 @@ int dlock__etcd_calls(dlock__etcd *e, const char *path, const char *body,
   return rc;
 }
 
+/* ---- a blocking wait on a watch stream ---------------------------------- */
+
+typedef struct watch_ctx {
+  int noput;
+  int event;
+} watch_ctx;
+
+static int wait_line(dlock__etcd_req *r, json_object *line) {
+  watch_ctx *x = r->arg;
+  json_object *res = dlock__etcd_get(line, "result");
+  if (!res || json_object_get_boolean(dlock__etcd_get(res, "canceled")))
+    return 1; /* an error or a compaction: the caller looks again */
+  json_object *ev = dlock__etcd_get(res, "events");
+  size_t n = ev ? json_object_array_length(ev) : 0;
+  for (size_t i = 0; i < n; i++) {
+    json_object *t = dlock__etcd_get(json_object_array_get_idx(ev, i), "type");
+    /* the gateway leaves out the default type, PUT */
+    int del = t && strcmp(json_object_get_string(t), "DELETE") == 0;
+    if (del || !x->noput) {
+      x->event = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Drives m (one stream r on it) until an event, the stream's end, `until`,
+ * a cancel of b or the client closing. */
+static void drive_watch(dlock__etcd *e, CURLM *m, dlock__etcd_req *r,
+                        watch_ctx *x, int64_t until, const dlock__budget *b) {
+  for (int guard = 0; guard < 1000000 && !r->done; guard++) {
+    int running = 0;
+    curl_multi_perform(m, &running);
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)) != NULL)
+      if (msg->msg == CURLMSG_DONE)
+        r->done = 1;
+    int64_t now = dlock__now_ms();
+    if (r->done || x->event || (until >= 0 && now >= until) ||
+        (b && dlock__budget_canceled(b)) || atomic_load(&e->c->closing))
+      break;
+    int64_t ms = until < 0 ? 1000 : until - now;
+    curl_multi_poll(m, NULL, 0, (int)(ms > 1000 ? 1000 : ms), NULL);
+  }
+}
+
+int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
+                           const char *end, size_t elen, int64_t from,
+                           int noput, int64_t until, const dlock__budget *b) {
+  dlock__sb body;
+  dlock__sb_init(&body);
+  dlock__sb_adds(&body, "{\"create_request\":{\"key\":\"");
+  dlock__etcd_b64(&body, key, klen);
+  if (end) {
+    dlock__sb_adds(&body, "\",\"range_end\":\"");
+    dlock__etcd_b64(&body, end, elen);
+  }
+  dlock__sb_adds(&body, "\",\"start_revision\":");
+  dlock__etcd_jint(&body, from);
+  dlock__sb_adds(&body, noput ? ",\"filters\":[\"NOPUT\"]}}" : "}}");
+  watch_ctx x = {noput, 0};
+  dlock__etcd_req r;
+  memset(&r, 0, sizeof r);
+  CURLM *m = curl_multi_init();
+  int rc = !m || body.oom
+               ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+               : dlock__etcd_req_init(&r, e, "/v3/watch", body.p, body.len,
+                                      DLOCK__ETCD_ONEROUND);
+  dlock__sb_free(&body);
+  dlock__etcd_waitreg reg = {NULL, m};
+  if (rc == 0) {
+    r.stream = 1;
+    r.on_line = wait_line;
+    r.arg = &x;
+    dlock__etcd_wait_register(e, &reg);
+    if (dlock__etcd_req_start(&r, m) == 0)
+      drive_watch(e, m, &r, &x, until, b);
+    dlock__etcd_req_stop(&r, m);
+    dlock__etcd_wait_unregister(e, &reg);
+  }
+  dlock__etcd_req_free(&r);
+  if (r.easy)
+    curl_easy_cleanup(r.easy);
+  if (m)
+    curl_multi_cleanup(m);
+  return rc ? rc : x.event;
+}
+
 /* ---- auth ------------------------------------------------------------------
  */
 

@@ -149,6 +149,16 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, const dlock__sb *body,
 int dlock__etcd_calls(dlock__etcd *e, const char *path, const char *body,
                       int flags, dlock__etcd_res *res);
 
+/* A blocking wait on a watch of key (or [key, end) when end is given)
+ * from revision `from` (DELETE events only when noput): 1 when an event
+ * came, 0 when `until` (monotonic ms, -1 none) passed, the stream ended,
+ * b was cancelled (b may be NULL) or the client is closing -- the caller
+ * looks at the keys again either way -- or DLOCK_ENOMEM. The lease thread
+ * wakes it (curl_multi_wakeup) on a cancel. */
+int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
+                           const char *end, size_t elen, int64_t from,
+                           int noput, int64_t until, const dlock__budget *b);
+
 /* Prepares r (zeroed by the caller) for path/body; the body is copied. 0 or
  * DLOCK_ENOMEM. Free with dlock__etcd_req_free. */
 int dlock__etcd_req_init(dlock__etcd_req *r, dlock__etcd *e, const char *path,
@@ -178,6 +188,7 @@ void dlock__etcd_async_unlist(dlock__etcd_req **list, dlock__etcd_req *r);
 
 typedef struct dlock__etcd_gate dlock__etcd_gate;
 typedef struct dlock__etcd_waitreg dlock__etcd_waitreg;
+typedef struct dlock__etcd_permits dlock__etcd_permits;
 
 /* The session: one lease per client, kept alive every TTL/3. */
 typedef struct dlock__etcd_session {
@@ -207,11 +218,12 @@ struct dlock__etcd {
   pthread_t thread;
   int started;
   atomic_int stop;
-  atomic_int connected;   /* the last request reached a member */
-  atomic_uint poke;       /* the lease thread looks again now */
-  CURLM *lm;              /* the lease thread's multi */
-  unsigned cancel_seen;   /* the cancel generation last passed on */
-  dlock__lost_note *lost; /* losses to report (the lease thread, e->mu) */
+  atomic_int connected;         /* the last request reached a member */
+  atomic_uint poke;             /* the lease thread looks again now */
+  CURLM *lm;                    /* the lease thread's multi */
+  unsigned cancel_seen;         /* the cancel generation last passed on */
+  dlock__lost_note *lost;       /* losses to report (the lease thread, e->mu) */
+  dlock__etcd_permits *permits; /* permits objects (etcd_permits.c), e->mu */
 };
 
 /* A blocked call's wake-up: the lease thread wakes it on a cancel, when the
@@ -305,6 +317,13 @@ void dlock__etcd_gate_done(dlock__etcd *e, dlock__etcd_gate *g, uint64_t tid);
  * delete a later key of the same name: revisions are never reused). */
 int dlock__etcd_delete_body(dlock__etcd *e, const dlock__etcd_gate *g,
                             int64_t key_lease, int64_t rev, dlock__sb *b);
+
+/* The watchdog permits' loss reports (e->mu held): a permit on a session
+ * that died, or whose local deadline passed unrenewed, is noted once in
+ * *lost with its object's name; *next lowered to the session's deadline
+ * while such permits are held. etcd_permits.c. */
+void dlock__etcd_permits_tick(dlock__etcd *e, int64_t now, int64_t *next,
+                              dlock__lost_note **lost);
 
 /* The keys of lock `name` now (one linearizable read), sorted by create
  * revision, values too unless keys_only. 0 or a code. etcd_status.c. */

@@ -337,6 +337,7 @@ static int64_t round_once(dlock__etcd *e, lease_state *ls) {
   info_tick(e, ls);
   dlock__etcd_gates_tick(e, now, &next);
   dlock__etcd_gates_expiry(e, now, &next, &e->lost);
+  dlock__etcd_permits_tick(e, now, &next, &e->lost);
   dlock__mu_unlock(&e->mu);
   report(e);
   int running = 0;

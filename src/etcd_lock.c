@@ -213,79 +213,14 @@ static int drop_key(acq *a) {
 /* ---- waiting --------------------------------------------------------------
  */
 
-typedef struct watch_ctx {
-  int deleted;
-} watch_ctx;
-
-static int wait_line(dlock__etcd_req *r, json_object *line) {
-  watch_ctx *x = r->arg;
-  json_object *res = dlock__etcd_get(line, "result");
-  if (!res || json_object_get_boolean(dlock__etcd_get(res, "canceled")))
-    return 1; /* an error or a compaction: look again */
-  json_object *ev = dlock__etcd_get(res, "events");
-  size_t n = ev ? json_object_array_length(ev) : 0;
-  for (size_t i = 0; i < n; i++) {
-    json_object *t = dlock__etcd_get(json_object_array_get_idx(ev, i), "type");
-    if (t && strcmp(json_object_get_string(t), "DELETE") == 0) {
-      x->deleted = 1;
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* Watches key k (from revision `from`) until it is deleted, until `until`
- * (monotonic ms, -1 none), a cancel, the client closing. Returns 0 (look
- * again) or DLOCK_ENOMEM; the stream's failures are not errors: the look
- * after it says what is. */
+/* Watches key k (from the revision after our last look) until it is
+ * deleted, until `until` (monotonic ms, -1 none), a cancel, the client
+ * closing. Returns 0 (look again) or DLOCK_ENOMEM; the stream's failures
+ * are not errors: the look after it says what is. */
 static int watch_ahead(acq *a, const dlock__etcd_kv *k, int64_t until) {
-  dlock__sb b;
-  dlock__sb_init(&b);
-  dlock__sb_adds(&b, "{\"create_request\":{\"key\":\"");
-  dlock__etcd_b64(&b, k->key, k->klen);
-  dlock__sb_adds(&b, "\",\"start_revision\":");
-  dlock__etcd_jint(&b, a->hrev + 1);
-  dlock__sb_adds(&b, ",\"filters\":[\"NOPUT\"]}}");
-  watch_ctx x = {0};
-  dlock__etcd_req r;
-  memset(&r, 0, sizeof r);
-  CURLM *m = curl_multi_init();
-  int rc = !m || b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                       : dlock__etcd_req_init(&r, a->e, "/v3/watch", b.p, b.len,
-                                              DLOCK__ETCD_ONEROUND);
-  dlock__sb_free(&b);
-  dlock__etcd_waitreg reg = {NULL, m};
-  if (rc == 0) {
-    r.stream = 1;
-    r.on_line = wait_line;
-    r.arg = &x;
-    dlock__etcd_wait_register(a->e, &reg);
-    if (dlock__etcd_req_start(&r, m) == 0) {
-      for (int guard = 0; guard < 100000 && !r.done; guard++) {
-        int running = 0;
-        curl_multi_perform(m, &running);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(m, &left)) != NULL)
-          if (msg->msg == CURLMSG_DONE)
-            r.done = 1;
-        int64_t now = dlock__now_ms();
-        if (r.done || x.deleted || (until >= 0 && now >= until) ||
-            dlock__budget_canceled(&a->b) || atomic_load(&a->c->closing))
-          break;
-        int64_t ms = until < 0 ? 1000 : until - now;
-        curl_multi_poll(m, NULL, 0, (int)(ms > 1000 ? 1000 : ms), NULL);
-      }
-    }
-    dlock__etcd_req_stop(&r, m);
-    dlock__etcd_wait_unregister(a->e, &reg);
-  }
-  dlock__etcd_req_free(&r);
-  if (r.easy)
-    curl_easy_cleanup(r.easy);
-  if (m)
-    curl_multi_cleanup(m);
-  return rc;
+  int rc = dlock__etcd_watch_wait(a->e, k->key, k->klen, NULL, 0, a->hrev + 1,
+                                  1, until, &a->b);
+  return rc < 0 ? rc : 0;
 }
 
 /* Why the wait must end now (the budget's verdict, worded), or 0. */

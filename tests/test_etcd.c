@@ -967,4 +967,95 @@ TH_CASE(a_gateway_error_reply_is_eredis_with_its_text) {
   dlock_client_free(c);
 }
 
+/* ---- expirable permits and multilocks on etcd -------------------------------
+ */
+
+typedef struct pw_arg {
+  dlock_permits *p;
+  int rc;
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+} pw_arg;
+
+static void *permit_waiter(void *arg) {
+  pw_arg *w = arg;
+  w->rc = dlock_permits_acquire(w->p, 10000 * th_timeout_mult(), -1, w->id);
+  return NULL;
+}
+
+TH_CASE_T(permits_hold_while_fewer_than_capacity_are_older, 60, "etcd") {
+  g_e = th_etcd_new();
+  g_url = th_etcd_url(g_e, 1, "");
+  dlock_client *a = th_etcd_client(g_url, 5000, NULL);
+  dlock_client *b = th_etcd_client(g_url, 5000, NULL);
+  dlock_permits *pa, *pb;
+  CHECK_OK(dlock_permits_new(a, "pool", &pa));
+  CHECK_OK(dlock_permits_new(b, "pool", &pb));
+  char i1[33], i2[33], i3[33];
+  CHECK_RC(dlock_permits_try_acquire(pa, -1, i1), DLOCK_EBUSY); /* not set */
+  CHECK_OK(dlock_permits_try_set_permits(pa, 2));
+  CHECK_RC(dlock_permits_try_set_permits(pb, 5), DLOCK_EBUSY);
+  CHECK_OK(dlock_permits_try_acquire(pa, -1, i1));
+  CHECK_OK(dlock_permits_acquire(pb, 1000, 3000, i2));
+  CHECK_RC(dlock_permits_try_acquire(pb, -1, i3), DLOCK_EBUSY);
+  CHECK_RC(dlock_permits_try_acquire(pa, 1500, i3), DLOCK_EINVAL);
+  long long avail = -1;
+  CHECK_OK(dlock_permits_available(pb, &avail));
+  CHECK_EQ(avail, 0);
+  dlock_permit *list = NULL;
+  size_t n = 0;
+  CHECK_EQ(dlock_permits_list(pb, &list, &n, &avail), 1);
+  CHECK_EQ(n, 2);
+  CHECK(list[0].expires_at_ms > 0);
+  dlock_permits_list_free(list);
+  /* a waiter behind both gets the one given back */
+  pw_arg w = {pb, -1, ""};
+  pthread_t t;
+  pthread_create(&t, NULL, permit_waiter, &w);
+  int64_t end = th_now_ms() + 5000 * th_timeout_mult();
+  while (th_etcd_count(g_e, 1, "pool/~permits/p/", 0) < 3 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_OK(dlock_permits_release(pb, i1)); /* any client may give it back */
+  pthread_join(t, NULL);
+  CHECK_OK(w.rc);
+  CHECK_RC(dlock_permits_release(pa, i1), DLOCK_ELOST);
+  /* a bigger pool lets one more in */
+  CHECK_OK(dlock_permits_set_permits(pa, 3));
+  CHECK_OK(dlock_permits_try_acquire(pa, -1, i3));
+  CHECK_OK(dlock_permits_update_lease(pa, i3, 2000));
+  CHECK_OK(dlock_permits_release(pa, i3));
+  CHECK_OK(dlock_permits_release(pa, w.id));
+  CHECK_OK(dlock_permits_release(pb, i2));
+  CHECK_EQ(th_etcd_count(g_e, 1, "pool/~permits/p/", 0), 0);
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+TH_CASE(multilock_of_etcd_mutexes) {
+  g_e = th_etcd_new();
+  g_url = th_etcd_url(g_e, 1, "");
+  dlock_client *a = th_etcd_client(g_url, 5000, NULL);
+  dlock_client *b = th_etcd_client(g_url, 5000, NULL);
+  dlock_mutex *m[2], *other;
+  CHECK_OK(dlock_mutex_new(a, "ml-1", &m[0]));
+  CHECK_OK(dlock_mutex_new(a, "ml-2", &m[1]));
+  CHECK_OK(dlock_mutex_new(b, "ml-2", &other));
+  dlock_multilock *ml;
+  CHECK_OK(dlock_multilock_new(m, 2, &ml));
+  CHECK_OK(dlock_multilock_lock(ml));
+  CHECK_RC(dlock_mutex_trylock(other), DLOCK_EBUSY);
+  CHECK_OK(dlock_multilock_unlock(ml));
+  CHECK_OK(dlock_mutex_lock(other));
+  CHECK_RC(dlock_multilock_trylock(ml), DLOCK_EBUSY);
+  CHECK_EQ(th_etcd_count(g_e, 1, "ml-1/", 0), 0); /* given back */
+  CHECK_OK(dlock_mutex_unlock(other));
+  dlock_multilock_free(ml);
+  dlock_mutex_free(m[0]);
+  dlock_mutex_free(m[1]);
+  dlock_mutex_free(other);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 TH_MAIN()
