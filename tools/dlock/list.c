@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "etcd_admin.h"
 #include "json.h"
 #include "lockscan.h"
 #include "obs.h"
@@ -41,7 +42,8 @@ enum {
 #define FOR_EXPORTER 4u
 
 static const dlc_opt g_bopts[] = {
-    {"url", 'u', "URL", B_URL, 7, "Redis, as for dlock (not rediss://)"},
+    {"url", 'u', "URL", B_URL, 7,
+     "Redis or etcd, as for dlock (not rediss://)"},
     {"config", 0, "FILE", B_CONFIG, 7, "YAML ($DLOCK_CONFIG): its url"},
     {"json", 0, NULL, B_JSON, FOR_LIST, "list: one JSON document"},
     {"all", 'a', NULL, B_ALL, 7,
@@ -631,7 +633,9 @@ int cli_obs_dispatch(int argc, char **argv, int *exit_code) {
   }
   cli_opts co;
   int ex = resolve_url(&o, &co);
-  if (ex == 0)
+  if (ex == 0 && cli_etcd_url(o.resolved_url)) /* etcd_admin.c */
+    ex = cli_etcd_obs(o.cmd, o.pattern, o.json, &co);
+  else if (ex == 0)
     ex = strcmp(o.cmd, "list") == 0  ? do_list(&o)
          : strcmp(o.cmd, "top") == 0 ? do_top(&o)
                                      : cli_exporter(&o);
