@@ -686,11 +686,10 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, const dlock__sb *body,
     return rc;
   }
   r.easy = s->easy;
-  int64_t dl = dlock__call_deadline();
+  /* The call's budget (a timed wait's) ends the retries (next_copy), not
+   * a copy in flight: its answer is awaited for command_timeout_ms, as the
+   * Redis store's router waits for a reply. */
   for (int copy = 0; copy < 1000; copy++) {
-    int64_t now = dlock__now_ms();
-    if (dl >= 0 && dl - now < r.timeout_ms)
-      r.timeout_ms = dl - now > 1 ? (int)(dl - now) : 1;
     if (dlock__etcd_req_start(&r, s->m) != 0)
       break;
     if (drive_one(&r, s->m) == 0)
