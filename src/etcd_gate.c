@@ -190,7 +190,10 @@ void dlock__etcd_gate_done(dlock__etcd *e, dlock__etcd_gate *g, uint64_t tid) {
     g->owner = 0;
     pthread_cond_broadcast(&g->cv);
   }
-  dlock__etcd_lease_poke(e);
+  /* the lease thread is woken only for work: a key to delete (a hold
+   * begins unwatched: watch_tick starts its watch when it has lasted) */
+  if ((g->rev && !g->held) || g->maybe)
+    dlock__etcd_lease_poke(e);
 }
 
 /* ---- losses
@@ -354,11 +357,20 @@ static void watch_free(dlock__etcd *e, gwatch *w) {
   free(w);
 }
 
-/* The watch gate g needs, started, restarted or ended (e->mu held). */
+/* The watch gate g needs, started, restarted or ended (e->mu held). A
+ * hold is watched once it has lasted DLOCK__ETCD_WATCH_AFTER_MS: the
+ * watch starts at the revision that made it the holder, so a DELETE in
+ * that time is reported all the same (a little later), and the common
+ * short hold -- an uncontended lock and unlock -- costs no watch stream. */
 static void watch_tick(dlock__etcd *e, dlock__etcd_gate *g, int64_t now,
                        int64_t *next) {
   gwatch *w = g->watch;
   int want = g->held && g->rev && g->objects > 0;
+  if (want && !w && now < g->held_at + DLOCK__ETCD_WATCH_AFTER_MS) {
+    if (g->held_at + DLOCK__ETCD_WATCH_AFTER_MS < *next)
+      *next = g->held_at + DLOCK__ETCD_WATCH_AFTER_MS;
+    return;
+  }
   if (w && (!want || w->rev != g->rev)) {
     watch_free(e, w);
     g->watch = w = NULL;

@@ -220,6 +220,7 @@ struct dlock__etcd {
   atomic_int stop;
   atomic_int connected;         /* the last request reached a member */
   atomic_uint poke;             /* the lease thread looks again now */
+  _Atomic int64_t wake_at;      /* when the sleeping lease thread looks next */
   CURLM *lm;                    /* the lease thread's multi */
   unsigned cancel_seen;         /* the cancel generation last passed on */
   dlock__lost_note *lost;       /* losses to report (the lease thread, e->mu) */
@@ -263,24 +264,28 @@ struct dlock__etcd_gate {
   void *queue;         /* local threads waiting for the gate (FIFO) */
   pthread_cond_t cv;   /* monotonic: gate waits */
   /* The key on etcd (e->mu): */
-  int64_t rev;            /* our key's create revision; 0: no key known */
-  int64_t key_lease;      /* the lease hex in its name (a session lease) */
-  int64_t lease;          /* the lease attached to it (session or hold's) */
-  uint32_t sess_gen;      /* the session it was made under */
-  int maybe;              /* a key may exist whose revision we do not know (its
-                             create had no answer): looked for later */
-  int64_t maybe_at;       /* ... next at this time (monotonic ms) */
-  int maybe_n;            /* ... looks done */
-  int held;               /* the key is the owner's hold */
-  int fixed;              /* the hold has its own lease (revoked at unlock) */
-  int64_t watch_rev;      /* the own-key watch starts after this revision */
-  uint32_t hold_gen;      /* the record's generation of the hold */
-  void *watch;            /* the lease thread's watch of the key */
+  int64_t rev;       /* our key's create revision; 0: no key known */
+  int64_t key_lease; /* the lease hex in its name (a session lease) */
+  int64_t lease;     /* the lease attached to it (session or hold's) */
+  uint32_t sess_gen; /* the session it was made under */
+  int maybe;         /* a key may exist whose revision we do not know (its
+                        create had no answer): looked for later */
+  int64_t maybe_at;  /* ... next at this time (monotonic ms) */
+  int maybe_n;       /* ... looks done */
+  int held;          /* the key is the owner's hold */
+  int fixed;         /* the hold has its own lease (revoked at unlock) */
+  int64_t watch_rev; /* the own-key watch starts after this revision */
+  int64_t held_at;   /* monotonic ms the hold began (its watch starts later) */
+  uint32_t hold_gen; /* the record's generation of the hold */
+  void *watch;       /* the lease thread's watch of the key */
   dlock__etcd_req *sweep; /* the lease thread's delete of a stale key */
   int64_t sweep_rev;      /* ... of the key of that revision */
   size_t name_len;
   char name[];
 };
+
+/* A hold's own-key watch starts once the hold has lasted this long. */
+#define DLOCK__ETCD_WATCH_AFTER_MS 100
 
 /* The lease thread's look at the gates (e->mu held): the own-key watches
  * to start or stop, the stale keys to delete, gates to free. */

@@ -361,6 +361,9 @@ static void *lease_main(void *arg) {
     if (atomic_load(&e->poke) != poked)
       continue;
     int64_t wait = next - dlock__now_ms();
+    atomic_store(&e->wake_at, dlock__now_ms() + (wait < 1000 ? wait : 1000));
+    if (atomic_load(&e->poke) != poked)
+      continue; /* a poke came as it set wake_at */
     struct curl_waitfd wfd = {fd, CURL_WAIT_POLLIN, 0};
     curl_multi_poll(e->lm, fd >= 0 ? &wfd : NULL, fd >= 0 ? 1 : 0,
                     wait > 0 ? (int)(wait < 1000 ? wait : 1000) : 0, NULL);

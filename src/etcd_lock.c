@@ -87,13 +87,16 @@ static int etcd_lease_ok(long long lease_ms, const char *name) {
 /* ---- the requests -------------------------------------------------------- */
 
 /* The read of the name's keys, sorted by create revision (keys only). */
-static void range_op(dlock__sb *b, const acq *a) {
+static void range_op(dlock__sb *b, const acq *a, int first_only) {
   dlock__sb_adds(b, "{\"request_range\":{\"key\":\"");
   dlock__etcd_b64(b, a->from.p, a->from.len);
   dlock__sb_adds(b, "\",\"range_end\":\"");
   dlock__etcd_b64(b, a->to.p, a->to.len);
   dlock__sb_adds(b, "\",\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\","
-                    "\"keys_only\":true}}");
+                    "\"keys_only\":true");
+  /* the create's own answer needs only the first key: ours, the common
+   * case (held); else one more look reads them all (enqueue) */
+  dlock__sb_adds(b, first_only ? ",\"limit\":\"1\"}}" : "}}");
 }
 
 /* "<client id>:<thread id>": the key's value, what status shows. */
@@ -121,13 +124,13 @@ static void txn_body(const acq *a, int check, dlock__sb *b) {
     dlock__etcd_jint(b, a->s.id);
     dlock__sb_adds(b, "}},");
   }
-  range_op(b, a);
+  range_op(b, a, !check);
   dlock__sb_adds(b, "],\"failure\":[");
   if (!check) {
     dlock__sb_adds(b, "{\"request_range\":{\"key\":\"");
     dlock__etcd_b64(b, a->key.p, a->key.len);
     dlock__sb_adds(b, "\"}},");
-    range_op(b, a);
+    range_op(b, a, 0);
   }
   dlock__sb_adds(b, "]}");
 }
@@ -291,12 +294,14 @@ static int enqueue_once(acq *a) {
   if (rc < 0)
     return rc;
   int p = place(a);
-  return p == 0 ? 1
-                : (p < 0 ? dlock__fail(DLOCK_EPROTO,
-                                       "lock '%s': the key just made is "
-                                       "not among the lock's keys",
-                                       a->m->name)
-                         : 0);
+  if (p < 0 && a->kvs.n > 0) {
+    /* the create's answer had the first key only, another's: read them all
+     * (and check ours is still there) */
+    if ((rc = look(a, 1)) < 0)
+      return rc;
+    p = rc == 0 ? -1 : place(a);
+  }
+  return p == 0 ? 1 : 0; /* p < 0: gone already, wait_turn makes it again */
 }
 
 /* Steps 3-4: waits behind the key ahead until ours is first. 1 held, or a
@@ -560,7 +565,11 @@ static int record(acq *a) {
   g->rev = a->rev;
   g->watch_rev = a->hrev;
   g->hold_gen = gen;
+  g->held_at = dlock__now_ms();
+  int64_t watch_at = g->held_at + DLOCK__ETCD_WATCH_AFTER_MS;
   dlock__mu_unlock(&a->e->mu);
+  if (watch_at < atomic_load(&a->e->wake_at)) /* asleep past it */
+    dlock__etcd_lease_poke(a->e);
   return 0;
 }
 

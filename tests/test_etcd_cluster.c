@@ -57,8 +57,8 @@ TH_CASE_T(leader_kill_while_held_keeps_one_holder, 180, "slow etcd") {
   int leader = th_etcd_leader(m, 3, 20000 * th_timeout_mult());
   CHECK(leader >= 0);
   /* the holder talks to the leader: its connection dies with it */
-  dlock_client *a = client(url_first(m, 3, leader), 3000, 1);
-  dlock_client *b = client(url_first(m, 3, (leader + 1) % 3), 3000, 0);
+  dlock_client *a = client(url_first(m, 3, leader), 5000, 1);
+  dlock_client *b = client(url_first(m, 3, (leader + 1) % 3), 5000, 0);
   dlock_mutex *ma, *mb;
   CHECK_OK(dlock_mutex_new(a, "ha", &ma));
   CHECK_OK(dlock_mutex_new(b, "ha", &mb));
@@ -69,7 +69,7 @@ TH_CASE_T(leader_kill_while_held_keeps_one_holder, 180, "slow etcd") {
   int64_t t0 = th_now_ms();
   int busy = 0, unreachable = 0;
   long long min_valid = 1LL << 40;
-  /* three leases long: the holder keeps the lock, nobody else gets it */
+  /* nearly two leases long: the holder keeps the lock, nobody else gets it */
   while (th_now_ms() - t0 < 9000) {
     int rc = dlock_mutex_trylock(mb);
     CHECK_MSG(rc != 0, "a second holder %lld ms after the leader was killed",
