@@ -1058,4 +1058,66 @@ TH_CASE(multilock_of_etcd_mutexes) {
   dlock_client_free(b);
 }
 
+/* ---- the YAML config's etcdConfig ------------------------------------------
+ */
+
+static int load_yaml(const char *text, dlock_config *cfg) {
+  const char *path = th_tmpfile("etcd.yaml");
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  fputs(text, f);
+  fclose(f);
+  dlock_config_init(cfg);
+  return dlock_config_load(path, cfg);
+}
+
+TH_CASE(config_file_etcd_section) {
+  dlock_config cfg;
+  CHECK_OK(load_yaml("lockWatchdogTimeout: 10000\n"
+                     "etcdConfig:\n"
+                     "  endpoints:\n"
+                     "    - etcd://127.0.0.1:2379\n"
+                     "    - http://[::1]:2380\n"
+                     "  prefix: app/locks\n"
+                     "  username: u\n"
+                     "  password: p@ss\n"
+                     "  timeout: 1500\n",
+                     &cfg));
+  CHECK_STR(cfg.url, "etcd://u:p%40ss@127.0.0.1:2379,[::1]:2380/app%2Flocks");
+  CHECK_EQ(cfg.watchdog_timeout_ms, 10000);
+  CHECK_EQ(cfg.command_timeout_ms, 1500);
+  dlock_config_dispose(&cfg);
+  CHECK_OK(
+      load_yaml("etcdConfig:\n  endpoints: [ \"https://h:2379\" ]\n", &cfg));
+  CHECK_STR(cfg.url, "etcds://h:2379");
+  dlock_config_dispose(&cfg);
+  CHECK_RC(load_yaml("etcdConfig:\n  endpoints: [ \"redis://h:1\" ]\n", &cfg),
+           DLOCK_EINVAL);
+  CHECK(strstr(dlock_last_error(), "etcd://host:port") != NULL);
+  CHECK_RC(load_yaml("etcdConfig:\n  prefix: x\n", &cfg), DLOCK_EINVAL);
+  CHECK(strstr(dlock_last_error(), "needs endpoints") != NULL);
+  CHECK_RC(load_yaml("etcdConfig:\n  endpoints: [ \"etcd://h:1\", "
+                     "\"https://h:2\" ]\n",
+                     &cfg),
+           DLOCK_EINVAL);
+  /* the URL it makes is one dlock_client_new takes */
+  g_e = th_etcd_new();
+  char text[300];
+  snprintf(text, sizeof text,
+           "lockWatchdogTimeout: 5000\netcdConfig:\n  endpoints:\n    - "
+           "etcd://%s\n  prefix: app\n",
+           g_e->ep);
+  CHECK_OK(load_yaml(text, &cfg));
+  dlock_client *c = NULL;
+  CHECK_OK(dlock_client_new(&cfg, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "cfg", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_EQ(th_etcd_count(g_e, 1, "app/cfg/", 0), 1);
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  dlock_config_dispose(&cfg);
+}
+
 TH_MAIN()
