@@ -5,7 +5,7 @@
  * processes, FIFO order, fencing tokens, `etcdctl lock` interop, force
  * unlock and a revoked session reported at once, a paused holder, leftover
  * keys, the kinds refused, and bad input with clear codes. The 3-member
- * cluster cases (leader kill, quorum loss) are in test_etcd_cluster.c.
+ * cluster cases (leader kill, quorum loss) are in test_etcdcluster.c.
  * Every case SKIPs (77) when etcd is not installed.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * test_etcd_cluster.c -- the etcd store on a real 3-member cluster (three
+ * test_etcdcluster.c -- the etcd store on a real 3-member cluster (three
  * private etcd processes per case, tests/harness/th_etcd.h): what a CP
  * store gives that Redis replication cannot.
  *   - leader kill while held: one holder throughout, the session's
