@@ -1120,4 +1120,118 @@ TH_CASE(config_file_etcd_section) {
   dlock_config_dispose(&cfg);
 }
 
+/* ---- TLS -------------------------------------------------------------------
+ */
+
+static int tls_client(const char *url, const th_certs *k, const char *ca,
+                      int verify, int cert, dlock_client **c) {
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = url;
+  cfg.watchdog_timeout_ms = 5000;
+  cfg.retry_attempts = 3;
+  cfg.retry_interval_ms = 300;
+  cfg.tls_ca_file = ca;
+  cfg.tls_verify = verify;
+  if (cert) {
+    cfg.tls_cert_file = k->cli_crt;
+    cfg.tls_key_file = k->cli_key;
+  }
+  return dlock_client_new(&cfg, c);
+}
+
+TH_CASE_T(etcds_urls_check_the_certificate, 60, "etcd") {
+  th_etcd_require(0);
+  th_certs k;
+  th_make_certs(&k);
+  g_e = th_etcd_new_tls(&k, 1);
+  char url[128];
+  snprintf(url, sizeof url, "etcds://127.0.0.1:%d", g_e->port);
+  dlock_client *c = NULL;
+  CHECK_OK(tls_client(url, &k, k.ca, DLOCK_TLS_VERIFY_FULL, 1, &c));
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(c, "tls", &m));
+  CHECK_OK(dlock_mutex_lock(m));
+  CHECK_OK(dlock_mutex_unlock(m));
+  dlock_mutex_free(m);
+  dlock_client_free(c);
+  /* ?tls=1 is the same */
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d?tls=1", g_e->port);
+  CHECK_OK(tls_client(url, &k, k.ca, DLOCK_TLS_VERIFY_FULL, 1, &c));
+  dlock_client_free(c);
+  /* a certificate no trusted CA signed: refused */
+  snprintf(url, sizeof url, "etcds://127.0.0.1:%d", g_e->port);
+  CHECK_RC(tls_client(url, &k, k.other_ca, DLOCK_TLS_VERIFY_FULL, 1, &c),
+           DLOCK_ETLS);
+  CHECK_MSG(strstr(dlock_last_error(), "TLS") != NULL, "%s",
+            dlock_last_error());
+  /* ... unless the check is off (insecure, but encrypted) */
+  CHECK_OK(tls_client(url, &k, k.other_ca, DLOCK_TLS_VERIFY_NONE, 1, &c));
+  dlock_client_free(c);
+  /* plain HTTP to a TLS port */
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", g_e->port);
+  int rc = tls_client(url, &k, NULL, DLOCK_TLS_VERIFY_FULL, 0, &c);
+  CHECK_MSG(rc == DLOCK_EPROTO, "%s: %s", dlock_err_name(rc),
+            dlock_last_error());
+}
+
+/* ---- what a holder leaves when it goes -------------------------------------
+ */
+
+static dlock_client *g_exit_c;
+static void *hold_and_exit(void *arg) {
+  dlock_mutex *m = arg;
+  (void)g_exit_c;
+  if (dlock_mutex_lock(m) != 0)
+    return (void *)1;
+  return NULL; /* exits holding it */
+}
+
+TH_CASE_T(holders_that_go_leave_no_key_for_ever, 60, "etcd slow") {
+  g_e = th_etcd_new();
+  g_url = th_etcd_url(g_e, 1, "");
+  dlock_client *a = client_lost(g_url, 5000);
+  dlock_client *b = th_etcd_client(g_url, 5000, NULL);
+  /* a thread that exits holding: reported lost, its key deleted */
+  dlock_mutex *m1, *b1;
+  CHECK_OK(dlock_mutex_new(a, "gone-thread", &m1));
+  CHECK_OK(dlock_mutex_new(b, "gone-thread", &b1));
+  pthread_t t;
+  void *ret = (void *)2;
+  pthread_create(&t, NULL, hold_and_exit, m1);
+  pthread_join(t, &ret);
+  CHECK(ret == NULL);
+  CHECK_EQ(atomic_load(&g_lost_calls), 1);
+  CHECK_OK(dlock_mutex_timedlock(b1, 3000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_unlock(b1));
+  /* an object freed holding: its key is deleted (the session lives on) */
+  dlock_mutex *m2, *b2;
+  CHECK_OK(dlock_mutex_new(a, "freed-object", &m2));
+  CHECK_OK(dlock_mutex_new(b, "freed-object", &b2));
+  CHECK_OK(dlock_mutex_lock(m2));
+  dlock_mutex_free(m2);
+  CHECK_OK(dlock_mutex_timedlock(b2, 3000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_unlock(b2));
+  /* a client freed holding: the key stays until its session lease ends,
+   * as on Redis ("not released") */
+  dlock_mutex *m3, *b3;
+  CHECK_OK(dlock_mutex_new(a, "freed-client", &m3));
+  CHECK_OK(dlock_mutex_new(b, "freed-client", &b3));
+  CHECK_OK(dlock_mutex_lock(m3));
+  int64_t t0 = th_now_ms();
+  dlock_client_free(a);
+  CHECK_RC(dlock_mutex_trylock(b3), DLOCK_EBUSY);
+  CHECK_OK(dlock_mutex_timedlock(b3, 15000 * th_timeout_mult(), -1));
+  printf("a freed client's hold went %lld ms later (lease 5 s)\n",
+         (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 >= 3000);
+  CHECK_OK(dlock_mutex_unlock(b3));
+  dlock_mutex_free(m1);
+  dlock_mutex_free(m3);
+  dlock_mutex_free(b1);
+  dlock_mutex_free(b2);
+  dlock_mutex_free(b3);
+  dlock_client_free(b);
+}
+
 TH_MAIN()

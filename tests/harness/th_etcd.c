@@ -54,6 +54,20 @@ dlc_etcd *th_etcd_cluster(int n) {
 
 dlc_etcd *th_etcd_new(void) { return th_etcd_cluster(1); }
 
+dlc_etcd *th_etcd_new_tls(const th_certs *k, int mutual) {
+  th_etcd_require(0);
+  if (g_used + 1 > 8)
+    th_fail(__FILE__, __LINE__, "too many etcd members in one case");
+  dlc_etcd *m = &g_members[g_used++];
+  int rc = dlc_etcd_single_tls(m, parent_dir(), k->srv_crt, k->srv_key,
+                               mutual ? k->ca : NULL);
+  if (m->pid > 1)
+    track(m);
+  if (rc != 0)
+    th_fail(__FILE__, __LINE__, "the TLS etcd member did not start");
+  return m;
+}
+
 const char *th_etcd_url(const dlc_etcd *m, int n, const char *tail) {
   static char urls[4][1024];
   static int k;

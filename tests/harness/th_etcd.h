@@ -16,6 +16,9 @@
 void th_etcd_require(int need_ctl);
 /* One private member, ready. Fails the case if it does not start. */
 dlc_etcd *th_etcd_new(void);
+/* One member serving TLS with the certificates of k (th_make_certs);
+ * mutual: it requires a client certificate signed by k's CA. */
+dlc_etcd *th_etcd_new_tls(const th_certs *k, int mutual);
 /* n (<= 5) members of one cluster, ready, a leader elected. */
 dlc_etcd *th_etcd_cluster(int n);
 /* "etcd://h:p[,h:p...]" + tail ("" or "/prefix", "?tls=1"...) into a

@@ -143,7 +143,8 @@ static void exec_member(const dlc_etcd *m, int existing) {
   if (nul >= 0)
     dup2(nul, 0);
   char cu[64], pu[64];
-  snprintf(cu, sizeof cu, "http://127.0.0.1:%d", m->port);
+  snprintf(cu, sizeof cu, "%s://127.0.0.1:%d", m->cert[0] ? "https" : "http",
+           m->port);
   snprintf(pu, sizeof pu, "http://127.0.0.1:%d", m->peer_port);
   const char *argv[32];
   int a = 0;
@@ -170,6 +171,17 @@ static void exec_member(const dlc_etcd *m, int existing) {
   argv[a++] = "zap";
   if (m->fast)
     argv[a++] = "--unsafe-no-fsync";
+  if (m->cert[0]) {
+    argv[a++] = "--cert-file";
+    argv[a++] = m->cert;
+    argv[a++] = "--key-file";
+    argv[a++] = m->key;
+  }
+  if (m->client_ca[0]) {
+    argv[a++] = "--client-cert-auth";
+    argv[a++] = "--trusted-ca-file";
+    argv[a++] = m->client_ca;
+  }
   argv[a] = NULL;
   execvp("etcd", (char *const *)argv);
   _exit(127);
@@ -225,6 +237,34 @@ int dlc_etcd_cluster(dlc_etcd *m, int n, const char *parent, int fast) {
 
 int dlc_etcd_single(dlc_etcd *m, const char *parent, int fast) {
   return dlc_etcd_cluster(m, 1, parent, fast);
+}
+
+int dlc_etcd_single_tls(dlc_etcd *m, const char *parent, const char *cert,
+                        const char *key, const char *client_ca) {
+  if (prepare(m, parent, "tls", 1) != 0)
+    return -1;
+  snprintf(m->cert, sizeof m->cert, "%s", cert);
+  snprintf(m->key, sizeof m->key, "%s", key);
+  snprintf(m->client_ca, sizeof m->client_ca, "%s", client_ca ? client_ca : "");
+  snprintf(m->cluster, sizeof m->cluster, "tls=http://127.0.0.1:%d",
+           m->peer_port);
+  if (spawn(m, 0) != 0)
+    return -1;
+  for (int i = 0; i < 400; i++) {
+    int st;
+    if (waitpid(m->pid, &st, WNOHANG) == m->pid) {
+      m->pid = 0;
+      return -1;
+    }
+    int s = connect_to(m->port, 200);
+    if (s >= 0) {
+      close(s);
+      dlc_sleep_ms(500); /* a single member elects itself at once */
+      return 0;
+    }
+    dlc_sleep_ms(50);
+  }
+  return -1;
 }
 
 void dlc_etcd_endpoints(const dlc_etcd *m, int n, char *buf, size_t cap) {

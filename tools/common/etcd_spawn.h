@@ -24,6 +24,10 @@ typedef struct dlc_etcd {
   char cluster[1024];  /* --initial-cluster */
   int fast;            /* --unsafe-no-fsync (tests only) */
   int paused;
+  /* TLS on the client port when cert is set (dlc_etcd_single_tls): the
+   * server's certificate and key, and the CA clients must present
+   * certificates of (mutual TLS) */
+  char cert[256], key[256], client_ca[256];
 } dlc_etcd;
 
 /* 1 if the etcd binary is installed (etcd-server). */
@@ -35,6 +39,12 @@ int dlc_etcd_ctl_installed(void);
  * ready (bounded: 20 s). fast: --unsafe-no-fsync. 0, or -1 (its log in
  * m->dir/etcd.log says why). */
 int dlc_etcd_single(dlc_etcd *m, const char *parent, int fast);
+/* One member alone serving TLS on its client port with cert and key
+ * (PEM); client_ca (NULL: none) makes it require client certificates
+ * signed by that CA. Ready when its port accepts connections and a little
+ * more (the readiness read is plain HTTP). 0 or -1. */
+int dlc_etcd_single_tls(dlc_etcd *m, const char *parent, const char *cert,
+                        const char *key, const char *client_ca);
 /* n members of one cluster, started and ready (a leader elected). 0 or
  * -1. */
 int dlc_etcd_cluster(dlc_etcd *m, int n, const char *parent, int fast);
