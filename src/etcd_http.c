@@ -310,8 +310,7 @@ static int make_headers(dlock__etcd_req *r) {
   size_t tl = strlen(tok);
   char *line = dlock__malloc(tl + 16);
   if (line) {
-    memcpy(line, "Authorization: ", 15);
-    memcpy(line + 15, tok, tl + 1);
+    snprintf(line, tl + 16, "Authorization: %s", tok);
     l = curl_slist_append(r->hdrs, line);
   }
   free(tok);
@@ -376,6 +375,8 @@ static void easy_opts(dlock__etcd_req *r, const char *url) {
 }
 
 int dlock__etcd_req_start(dlock__etcd_req *r, CURLM *m) {
+  if (!r->e) /* dlock__etcd_req_init not run: cannot be */
+    dlock__never("an etcd request started without its client");
   dlock__etcd_http *h = r->e->http;
   if (!r->easy && !(r->easy = curl_easy_init()))
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
@@ -845,7 +846,7 @@ int dlock__etcd_http_auth(dlock__etcd *e) {
   dlock__sb_adds(&b, ",\"password\":");
   json_str(&b, h->password ? h->password : "");
   dlock__sb_adds(&b, "}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc = b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                  : dlock__etcd_call(e, "/v3/auth/authenticate", &b,
                                     DLOCK__ETCD_NOAUTH, &res);

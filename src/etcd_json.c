@@ -182,6 +182,7 @@ int dlock__etcd_kvs_parse(json_object *r, const dlock__sb *from,
     if (rc) {
       free(d->key);
       free(d->value);
+      d->key = d->value = NULL;
       dlock__etcd_kvs_free(out);
       return rc == -2 ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                       : dlock__fail(DLOCK_EPROTO,
@@ -191,6 +192,7 @@ int dlock__etcd_kvs_parse(json_object *r, const dlock__sb *from,
     if (from && !one_segment(d->key, d->klen, from)) {
       free(d->key);
       free(d->value);
+      d->key = d->value = NULL; /* the slot is used again */
       continue;
     }
     d->create = dlock__etcd_int(kv, "create_revision");

@@ -53,7 +53,7 @@ int dlock__etcd_grant(dlock__etcd *e, int64_t ttl_s, int64_t *id,
                       int64_t *ttl_ms, int64_t *sent) {
   char body[64];
   snprintf(body, sizeof body, "{\"TTL\":%lld}", (long long)ttl_s);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc =
       dlock__etcd_calls(e, "/v3/lease/grant", body, DLOCK__ETCD_RETRY, &res);
   if (rc)
@@ -72,7 +72,7 @@ int dlock__etcd_grant(dlock__etcd *e, int64_t ttl_s, int64_t *id,
 int dlock__etcd_revoke(dlock__etcd *e, int64_t id) {
   char body[64];
   snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", (long long)id);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc =
       dlock__etcd_calls(e, "/v3/lease/revoke", body, DLOCK__ETCD_RETRY, &res);
   if (rc == DLOCK_EREDIS && res.code == 5)

@@ -152,7 +152,7 @@ static int look(acq *a, int check) {
   dlock__sb b;
   dlock__sb_init(&b);
   txn_body(a, check, &b);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   memset(&res, 0, sizeof res);
   int rc =
       b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
@@ -202,7 +202,7 @@ static int drop_key(acq *a) {
   dlock__sb b;
   dlock__sb_init(&b);
   int rc = dlock__etcd_delete_body(a->e, a->g, a->s.id, a->rev, &b);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   /* after the budget: the delete must not inherit the wait's deadline */
   dlock__call_deadline_reset();
   if (rc == 0)
@@ -370,7 +370,7 @@ static int fix_lease(acq *a) {
   dlock__sb_adds(&b, "\",\"lease\":");
   dlock__etcd_jint(&b, a->hold_lease);
   dlock__sb_adds(&b, "}}]}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   rc = b.oom
            ? dlock__fail(DLOCK_ENOMEM, "out of memory")
            : dlock__etcd_call(a->e, "/v3/kv/txn", &b, DLOCK__ETCD_RETRY, &res);
@@ -407,7 +407,7 @@ static int session_deadline(acq *a) {
   if (id == a->s.id && dlock__eng_deadline(sent, ttl) - now < ttl / 3) {
     char body[64];
     snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", (long long)id);
-    dlock__etcd_res res;
+    dlock__etcd_res res = {0};
     if (dlock__etcd_calls(e, "/v3/lease/keepalive", body, DLOCK__ETCD_RETRY,
                           &res) == 0) {
       int64_t t = dlock__etcd_int(dlock__etcd_get(res.json, "result"), "TTL");
@@ -528,7 +528,7 @@ static int settle_stale(acq *a) {
     return 0;
   dlock__sb b;
   dlock__sb_init(&b);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc = dlock__etcd_delete_body(e, a->g, kl, rev, &b);
   if (rc == 0)
     rc = dlock__etcd_call(e, "/v3/kv/txn", &b, DLOCK__ETCD_RETRY, &res);
@@ -690,7 +690,7 @@ static int send_release(dlock__etcd *e, dlock__etcd_gate *g, int fixed,
   }
   dlock__sb b;
   dlock__sb_init(&b);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   memset(&res, 0, sizeof res);
   int rc = dlock__etcd_delete_body(e, g, key_lease, rev, &b);
   if (rc == 0)
@@ -856,6 +856,9 @@ int dlock__etcd_release(dlock_mutex *m) {
   int64_t rev = 0;
   if ((rc = rel_begin(m, g, tid, &h, &u, &rev)) != 0)
     return rc;
+  if (!h) /* rel_begin answers DLOCK_EPERM without a record */
+    return dlock__fail(DLOCK_EPERM, "lock '%s' is not held by this thread",
+                       m->name);
   int sends = 1;
   if (u.expected > 1) {
     rc = 0; /* holds remain: counted here, nothing to send */
@@ -997,7 +1000,7 @@ int dlock__etcd_ttl(dlock_mutex *m, long long *ttl_ms) {
     return 0;
   char body[80];
   snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", (long long)lease);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   if ((rc = dlock__etcd_calls(m->c->etcd, "/v3/lease/timetolive", body,
                               DLOCK__ETCD_RETRY, &res)) != 0)
     return rc;

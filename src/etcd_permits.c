@@ -156,7 +156,7 @@ static int txn_look(ep_t *p, const char *cmp, const dlock__sb *puts, int np,
     dlock__sb_add(&b, puts->p, puts->len);
   reads(p, &b);
   dlock__sb_adds(&b, "]}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc =
       b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
             : dlock__etcd_call(p->e, "/v3/kv/txn", &b, DLOCK__ETCD_RETRY, &res);
@@ -216,7 +216,7 @@ static void drop(ep_t *p, const dlock__sb *k, int64_t own_lease) {
     dlock__sb_adds(&b, "{\"key\":\"");
     dlock__etcd_b64(&b, k->p, k->len);
     dlock__sb_adds(&b, "\"}");
-    dlock__etcd_res res;
+    dlock__etcd_res res = {0};
     if (!b.oom && dlock__etcd_call(p->e, "/v3/kv/deleterange", &b,
                                    DLOCK__ETCD_RETRY, &res) == 0)
       json_object_put(res.json);
@@ -350,9 +350,11 @@ int dlock__etcd_permits_acquire(dlock_permits *pp, long long wait_ms,
   if (rc == 0)
     rc = wait_permit(&a, wait_ms, lease_ms, &b, what);
   eperm *ep = rc == 1 ? dlock__calloc(1, sizeof *ep) : NULL;
-  if (rc == 1 && !ep)
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  if (rc == 1) {
+  if (rc == 1 && !ep) {
+    (void)dlock__fail(DLOCK_ENOMEM, "out of memory");
+    rc = DLOCK_ENOMEM;
+  }
+  if (rc == 1 && ep) {
     memcpy(ep->id, a.id, sizeof ep->id);
     ep->lease = a.lease;
     ep->sess_gen = a.s.gen;
@@ -420,7 +422,7 @@ int dlock__etcd_permits_release(dlock_permits *pp, const char *id) {
   dlock__sb_adds(&b, "{\"key\":\"");
   dlock__etcd_b64(&b, k.p, k.len);
   dlock__sb_adds(&b, "\"}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   rc = k.oom || b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                       : dlock__etcd_call(p->e, "/v3/kv/deleterange", &b,
                                          DLOCK__ETCD_RETRY, &res);
@@ -555,7 +557,7 @@ static long long expiry_of(ep_t *p, int64_t id, int64_t now_wall) {
     return -1;
   char body[64];
   snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", (long long)id);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   if (dlock__etcd_calls(p->e, "/v3/lease/timetolive", body, DLOCK__ETCD_RETRY,
                         &res) != 0)
     return -1;

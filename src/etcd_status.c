@@ -36,7 +36,7 @@ int dlock__etcd_read_keys(dlock__etcd *e, const char *name,
   dlock__etcd_b64(&b, to.p, to.len);
   dlock__sb_adds(&b, "\",\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"");
   dlock__sb_adds(&b, keys_only ? ",\"keys_only\":true}" : "}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc =
       from.oom || to.oom || b.oom
           ? dlock__fail(DLOCK_ENOMEM, "out of memory")
@@ -78,7 +78,7 @@ static int lease_ttl(dlock__etcd *e, int64_t id, long long *ms) {
     return 0;
   char body[80];
   snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", (long long)id);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc = dlock__etcd_calls(e, "/v3/lease/timetolive", body, DLOCK__ETCD_RETRY,
                              &res);
   if (rc)
@@ -128,13 +128,16 @@ int dlock__etcd_waiters(dlock_client *c, const char *name, char ***waiters,
     return rc;
   size_t m = kvs.n > 1 ? kvs.n - 1 : 0;
   char **w = m ? dlock__calloc(m, sizeof *w) : NULL;
-  if (m && !w)
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  for (size_t i = 0; rc == 0 && i < m; i++)
+  if (m && !w) {
+    (void)dlock__fail(DLOCK_ENOMEM, "out of memory");
+    rc = DLOCK_ENOMEM;
+  }
+  for (size_t i = 0; rc == 0 && w && i < m; i++)
     if (!(w[i] = owner_of(&kvs.v[i + 1]))) {
       dlock_fair_waiters_free(w, i);
       w = NULL;
-      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+      (void)dlock__fail(DLOCK_ENOMEM, "out of memory");
+      rc = DLOCK_ENOMEM;
     }
   dlock__etcd_kvs_free(&kvs);
   if (rc == 0) {
@@ -163,7 +166,7 @@ int dlock__etcd_force_unlock(dlock_mutex *m) {
   dlock__etcd_b64(&b, kvs.v[0].key, kvs.v[0].klen);
   dlock__sb_adds(&b, "\"}}]}");
   dlock__etcd_kvs_free(&kvs);
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   rc = b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
              : dlock__etcd_call(e, "/v3/kv/txn", &b, DLOCK__ETCD_ONCE, &res);
   dlock__sb_free(&b);
@@ -208,7 +211,7 @@ static int read_all(dlock__etcd *e, dlock__etcd_kvs *kvs) {
   dlock__sb_adds(&b, "\",\"range_end\":\"");
   dlock__etcd_b64(&b, end.p, end.len);
   dlock__sb_adds(&b, "\",\"keys_only\":true}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc = b.oom || end.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                             : dlock__etcd_call(e, "/v3/kv/range", &b,
                                                DLOCK__ETCD_RETRY, &res);
@@ -230,9 +233,11 @@ int dlock__etcd_names(dlock_client *c, const char *pattern, char ***names,
     return rc;
   char **out = kvs.n ? dlock__calloc(kvs.n, sizeof *out) : NULL;
   size_t k = 0;
-  if (kvs.n && !out)
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  for (size_t i = 0; rc == 0 && i < kvs.n; i++) {
+  if (kvs.n && !out) {
+    (void)dlock__fail(DLOCK_ENOMEM, "out of memory");
+    rc = DLOCK_ENOMEM;
+  }
+  for (size_t i = 0; rc == 0 && out && i < kvs.n; i++) {
     const char *nm;
     size_t nl;
     if (!name_of(e, &kvs.v[i], &nm, &nl))
@@ -241,7 +246,8 @@ int dlock__etcd_names(dlock_client *c, const char *pattern, char ***names,
       continue; /* keys come in key order: one name's keys are together */
     char *s = dlock__strndup(nm, nl);
     if (!s) {
-      rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+      (void)dlock__fail(DLOCK_ENOMEM, "out of memory");
+      rc = DLOCK_ENOMEM;
       break;
     }
     if (pattern && fnmatch(pattern, s, 0) != 0) {
@@ -294,7 +300,7 @@ int dlock__etcd_client_info(dlock_client *c, const char *owner,
   dlock__sb_adds(&b, "{\"key\":\"");
   dlock__etcd_b64(&b, k.p, k.len);
   dlock__sb_adds(&b, "\"}");
-  dlock__etcd_res res;
+  dlock__etcd_res res = {0};
   int rc = k.oom || b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                           : dlock__etcd_call(e, "/v3/kv/range", &b,
                                              DLOCK__ETCD_RETRY, &res);

@@ -138,7 +138,7 @@ typedef struct waiter_arg {
 
 static void *waiter_thread(void *p) {
   waiter_arg *w = p;
-  w->rc = dlock_mutex_timedlock(w->m, 20000 * th_timeout_mult(), -1);
+  w->rc = dlock_mutex_timedlock(w->m, 20000LL * th_timeout_mult(), -1);
   w->at = th_now_ms();
   if (w->rc == 0)
     w->rc = dlock_mutex_unlock(w->m);
@@ -157,7 +157,7 @@ TH_CASE(waiter_takes_the_lock_at_unlock) {
   CHECK_OK(dlock_mutex_lock(ma));
   pthread_t t;
   pthread_create(&t, NULL, waiter_thread, &w);
-  int64_t end = th_now_ms() + 10000 * th_timeout_mult();
+  int64_t end = th_now_ms() + 10000LL * th_timeout_mult();
   while (th_etcd_count(g_e, 1, "w1/", 0) < 2 && th_now_ms() < end)
     th_sleep_ms(5);
   th_sleep_ms(100);
@@ -167,7 +167,7 @@ TH_CASE(waiter_takes_the_lock_at_unlock) {
   CHECK_OK(w.rc);
   printf("the waiter had the lock %lld ms after the unlock began\n",
          (long long)(w.at - t0));
-  CHECK_MSG(w.at - t0 < 2000 * th_timeout_mult(), "after %lld ms",
+  CHECK_MSG(w.at - t0 < 2000LL * th_timeout_mult(), "after %lld ms",
             (long long)(w.at - t0));
   CHECK_EQ(th_etcd_count(g_e, 1, "w1/", 0), 0);
   dlock_mutex_free(ma);
@@ -352,7 +352,7 @@ TH_CASE_T(waiters_are_served_in_arrival_order, 120, "etcd") {
     snprintf(go, sizeof go, "fifo.go.%d", i);
     touch(th_tmpfile(go));
     /* waiter i is queued once its key is there: holder + i + 1 keys */
-    int64_t end = th_now_ms() + 20000 * th_timeout_mult();
+    int64_t end = th_now_ms() + 20000LL * th_timeout_mult();
     while (th_etcd_count(g_e, 1, "fifo/", 0) < i + 2 && th_now_ms() < end)
       th_sleep_ms(10);
     CHECK_EQ(th_etcd_count(g_e, 1, "fifo/", 0), i + 2);
@@ -424,7 +424,7 @@ TH_CASE_T(fencing_tokens_strictly_increase, 120, "etcd") {
     p[i] = th_fork(fence_proc, NULL);
   touch(th_tmpfile("fence.go"));
   for (int i = 0; i < 3; i++)
-    CHECK_EQ(th_wait(p[i], 60000 * th_timeout_mult()), 0);
+    CHECK_EQ(th_wait(p[i], 60000LL * th_timeout_mult()), 0);
   FILE *f = fopen(th_tmpfile("fence.tokens"), "r");
   CHECK(f != NULL);
   unsigned long long prev = 0, x;
@@ -466,12 +466,12 @@ TH_CASE_T(etcdctl_lock_and_dlock_exclude_each_other, 120, "etcd") {
            th_tmpfile("ctl.held"), th_tmpfile("ctl.done"));
   g_ctl_cmd = cmd1;
   pid_t p = th_fork(etcdctl_proc, NULL);
-  CHECK_OK(wait_file(th_tmpfile("ctl.held"), 20000 * th_timeout_mult()));
+  CHECK_OK(wait_file(th_tmpfile("ctl.held"), 20000LL * th_timeout_mult()));
   dlock_client *c = th_etcd_client(g_url, 5000, NULL);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "ctl-lock", &m));
   CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
-  CHECK_OK(dlock_mutex_timedlock(m, 20000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(m, 20000LL * th_timeout_mult(), -1));
   CHECK_MSG(file_exists(th_tmpfile("ctl.done")),
             "dlock took the lock while etcdctl lock held it");
   CHECK_EQ(th_wait(p, 20000), 0);
@@ -483,7 +483,7 @@ TH_CASE_T(etcdctl_lock_and_dlock_exclude_each_other, 120, "etcd") {
   CHECK_MSG(!file_exists(th_tmpfile("ctl.got")),
             "etcdctl lock took the lock while dlock held it");
   CHECK_OK(dlock_mutex_unlock(m));
-  CHECK_OK(wait_file(th_tmpfile("ctl.got"), 20000 * th_timeout_mult()));
+  CHECK_OK(wait_file(th_tmpfile("ctl.got"), 20000LL * th_timeout_mult()));
   CHECK_EQ(th_wait(p, 20000), 0);
   dlock_mutex_free(m);
   dlock_client_free(c);
@@ -505,7 +505,7 @@ TH_CASE_T(force_unlock_reports_the_loss_at_once, 60, "etcd") {
   int64_t t0 = th_now_ms();
   CHECK_EQ(dlock_mutex_force_unlock(mb), 1);
   while (atomic_load(&g_lost_calls) == 0 &&
-         th_now_ms() - t0 < 3000 * th_timeout_mult())
+         th_now_ms() - t0 < 3000LL * th_timeout_mult())
     th_sleep_ms(5);
   CHECK_EQ(atomic_load(&g_lost_calls), 1);
   printf("loss reported %lld ms after the force unlock (lease 10 s)\n",
@@ -572,7 +572,7 @@ TH_CASE_T(revoked_session_lease_reports_the_loss_at_once, 60, "etcd") {
     p += 6;
   }
   while (atomic_load(&g_lost_calls) == 0 &&
-         th_now_ms() - t0 < 3000 * th_timeout_mult())
+         th_now_ms() - t0 < 3000LL * th_timeout_mult())
     th_sleep_ms(5);
   CHECK_EQ(atomic_load(&g_lost_calls), 1);
   printf("revoked lease reported lost after %lld ms\n",
@@ -613,14 +613,14 @@ TH_CASE_T(sigstopped_holder_past_its_lease_is_told_first, 120, "etcd slow") {
   g_e = th_etcd_new();
   g_url = th_etcd_url(g_e, 1, "");
   pid_t p = th_fork(paused_holder, NULL);
-  CHECK_OK(wait_file(th_tmpfile("p.held"), 20000 * th_timeout_mult()));
+  CHECK_OK(wait_file(th_tmpfile("p.held"), 20000LL * th_timeout_mult()));
   kill(p, SIGSTOP);
   int64_t t_stop = th_now_ms();
   dlock_client *c = th_etcd_client(g_url, 5000, NULL);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "paused", &m));
   CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
-  CHECK_OK(dlock_mutex_timedlock(m, 20000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(m, 20000LL * th_timeout_mult(), -1));
   int64_t waited = th_now_ms() - t_stop;
   printf("paused holder's lock taken %lld ms after SIGSTOP (lease 2 s)\n",
          (long long)waited);
@@ -628,7 +628,7 @@ TH_CASE_T(sigstopped_holder_past_its_lease_is_told_first, 120, "etcd slow") {
             (long long)waited);
   kill(p, SIGCONT);
   touch(th_tmpfile("p.resume"));
-  CHECK_EQ(th_wait(p, 20000 * th_timeout_mult()), 0);
+  CHECK_EQ(th_wait(p, 20000LL * th_timeout_mult()), 0);
   CHECK_EQ(dlock_mutex_is_held(m), 1);
   CHECK_OK(dlock_mutex_unlock(m));
   dlock_mutex_free(m);
@@ -655,7 +655,7 @@ TH_CASE_T(fixed_leases_are_whole_seconds_and_expire, 60, "etcd slow") {
   CHECK_OK(dlock_mutex_validity(ma, &v));
   CHECK_MSG(v > 1000 && v <= 2000, "validity %lld", v);
   CHECK_RC(dlock_mutex_trylock(mb), DLOCK_EBUSY);
-  CHECK_OK(dlock_mutex_timedlock(mb, 10000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(mb, 10000LL * th_timeout_mult(), -1));
   int64_t took = th_now_ms() - t0;
   printf("fixed 2 s lease taken over after %lld ms\n", (long long)took);
   CHECK_MSG(took >= 1900, "after %lld ms", (long long)took);
@@ -749,7 +749,7 @@ TH_CASE_T(cancel_waits_ends_a_wait_and_deletes_its_key, 60, "etcd") {
   CHECK_RC(dlock_mutex_lock(mb), DLOCK_ECANCELED);
   int64_t took = th_now_ms() - t0;
   pthread_join(t, NULL);
-  CHECK_MSG(took < 2000 * th_timeout_mult(), "cancel took %lld ms",
+  CHECK_MSG(took < 2000LL * th_timeout_mult(), "cancel took %lld ms",
             (long long)took);
   CHECK_EQ(th_etcd_count(g_e, 1, "cancel/", 0), 1);
   CHECK_OK(dlock_mutex_unlock(ma));
@@ -978,7 +978,7 @@ typedef struct pw_arg {
 
 static void *permit_waiter(void *arg) {
   pw_arg *w = arg;
-  w->rc = dlock_permits_acquire(w->p, 10000 * th_timeout_mult(), -1, w->id);
+  w->rc = dlock_permits_acquire(w->p, 10000LL * th_timeout_mult(), -1, w->id);
   return NULL;
 }
 
@@ -1011,7 +1011,7 @@ TH_CASE_T(permits_hold_while_fewer_than_capacity_are_older, 60, "etcd") {
   pw_arg w = {pb, -1, ""};
   pthread_t t;
   pthread_create(&t, NULL, permit_waiter, &w);
-  int64_t end = th_now_ms() + 5000 * th_timeout_mult();
+  int64_t end = th_now_ms() + 5000LL * th_timeout_mult();
   while (th_etcd_count(g_e, 1, "pool/~permits/p/", 0) < 3 && th_now_ms() < end)
     th_sleep_ms(5);
   CHECK_OK(dlock_permits_release(pb, i1)); /* any client may give it back */
@@ -1202,7 +1202,7 @@ TH_CASE_T(holders_that_go_leave_no_key_for_ever, 60, "etcd slow") {
   pthread_join(t, &ret);
   CHECK(ret == NULL);
   CHECK_EQ(atomic_load(&g_lost_calls), 1);
-  CHECK_OK(dlock_mutex_timedlock(b1, 3000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(b1, 3000LL * th_timeout_mult(), -1));
   CHECK_OK(dlock_mutex_unlock(b1));
   /* an object freed holding: its key is deleted (the session lives on) */
   dlock_mutex *m2, *b2;
@@ -1210,7 +1210,7 @@ TH_CASE_T(holders_that_go_leave_no_key_for_ever, 60, "etcd slow") {
   CHECK_OK(dlock_mutex_new(b, "freed-object", &b2));
   CHECK_OK(dlock_mutex_lock(m2));
   dlock_mutex_free(m2);
-  CHECK_OK(dlock_mutex_timedlock(b2, 3000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(b2, 3000LL * th_timeout_mult(), -1));
   CHECK_OK(dlock_mutex_unlock(b2));
   /* a client freed holding: the key stays until its session lease ends,
    * as on Redis ("not released") */
@@ -1221,7 +1221,7 @@ TH_CASE_T(holders_that_go_leave_no_key_for_ever, 60, "etcd slow") {
   int64_t t0 = th_now_ms();
   dlock_client_free(a);
   CHECK_RC(dlock_mutex_trylock(b3), DLOCK_EBUSY);
-  CHECK_OK(dlock_mutex_timedlock(b3, 15000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(b3, 15000LL * th_timeout_mult(), -1));
   printf("a freed client's hold went %lld ms later (lease 5 s)\n",
          (long long)(th_now_ms() - t0));
   CHECK(th_now_ms() - t0 >= 3000);

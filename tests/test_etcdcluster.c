@@ -100,7 +100,7 @@ TH_CASE_T(leader_kill_while_held_keeps_one_holder, 180, "slow etcd") {
   CHECK(busy > 0);
   CHECK_EQ(dlock_mutex_is_held(ma), 1);
   CHECK_OK(dlock_mutex_unlock(ma));
-  CHECK_OK(dlock_mutex_timedlock(mb, 10000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(mb, 10000LL * th_timeout_mult(), -1));
   CHECK_OK(dlock_mutex_unlock(mb));
   dlock_mutex_free(ma);
   dlock_mutex_free(mb);
@@ -166,7 +166,7 @@ TH_CASE_T(quorum_loss_tells_the_holder_and_lets_nobody_in, 240, "slow etcd") {
    * the last one its validity promised -- and B never gets in */
   long long deadline = t_kill + v;
   while (atomic_load(&g_lost_calls) == 0 &&
-         th_now_ms() < t_kill + 30000 * th_timeout_mult()) {
+         th_now_ms() < t_kill + 30000LL * th_timeout_mult()) {
     long long left = 0;
     int64_t now = th_now_ms();
     if (dlock_mutex_validity(ma, &left) == 0 && left > 0)
@@ -188,7 +188,7 @@ TH_CASE_T(quorum_loss_tells_the_holder_and_lets_nobody_in, 240, "slow etcd") {
    * thread's look (under load, a few hundred ms) */
   CHECK_MSG(lost_at >= deadline - 10, "told %lld ms before its deadline",
             deadline - lost_at);
-  CHECK_MSG(lost_at <= deadline + 500 * th_timeout_mult(),
+  CHECK_MSG(lost_at <= deadline + 500LL * th_timeout_mult(),
             "told %lld ms after its deadline", lost_at - deadline);
   long long valid = 0;
   CHECK_RC(dlock_mutex_validity(ma, &valid), DLOCK_ELOST);
@@ -196,15 +196,15 @@ TH_CASE_T(quorum_loss_tells_the_holder_and_lets_nobody_in, 240, "slow etcd") {
   CHECK_EQ(th_etcd_count(&m[0], 1, "bare/", 1), 1);
   th_etcd_restart(&m[1]);
   th_etcd_restart(&m[2]);
-  CHECK(dlc_etcd_wait_ready(&m[0], 30000 * th_timeout_mult()) == 0);
+  CHECK(dlc_etcd_wait_ready(&m[0], 30000LL * th_timeout_mult()) == 0);
   int64_t t_back = th_now_ms();
   /* a new leader extends every lease (lessor.Promote): it is still there
    * right after the quorum is back, and expires later */
   CHECK_EQ(th_etcd_count(m, 3, "bare/", 0), 1);
-  CHECK_OK(dlock_mutex_timedlock(mb, 30000 * th_timeout_mult(), -1));
+  CHECK_OK(dlock_mutex_timedlock(mb, 30000LL * th_timeout_mult(), -1));
   printf("quorum back; B acquired %lld ms later\n",
          (long long)(th_now_ms() - t_back));
-  int64_t end = th_now_ms() + 15000 * th_timeout_mult();
+  int64_t end = th_now_ms() + 15000LL * th_timeout_mult();
   while (th_etcd_count(m, 3, "bare/", 0) != 0 && th_now_ms() < end)
     th_sleep_ms(100);
   CHECK_EQ(th_etcd_count(m, 3, "bare/", 0), 0);
