@@ -195,7 +195,18 @@ typedef struct dlock_config {
    * rediss-sentinel:// over TLS), or
    * redis-cluster://[[user]:password@]host:port[,host:port...] (a Redis
    * Cluster: any reachable seed; rediss-cluster:// over TLS; every call
-   * works unchanged, docs/cluster.md).
+   * works unchanged, docs/cluster.md), or
+   * etcd://[user:password@]host[:port][,host[:port]...][/prefix][?tls=1]
+   * (since 0.3: the etcd store, a CP backend, docs/etcd.md: an etcd 3.4+
+   * cluster through its v3 JSON gateway, the members tried in turn, port
+   * 2379 by default, keys "<prefix><name>/<lease hex>" as `etcdctl lock`
+   * makes them; etcds:// or ?tls=1 over TLS with the tls_* fields below).
+   * On etcd the mutex (plain, fair -- every etcd mutex is FIFO --, fenced,
+   * spin), multilocks of such mutexes, expirable permits and status work;
+   * read-write locks, Redlock, semaphores, latches, sync_replicas and the
+   * event-loop client answer DLOCK_ENOTSUP naming the alternative.
+   * watchdog_timeout_ms is the etcd client's session lease: whole seconds,
+   * at least 2000; a fixed lease_ms likewise.
    * NULL means "redis://127.0.0.1:6379". Copied by dlock_client_new. */
   const char *url;
   int connect_timeout_ms;  /* per connection attempt; default 10000 */
@@ -408,10 +419,15 @@ static inline void dlock_config_init(dlock_config *cfg) {
  * random UUID v4. cfg: borrowed for the call (strings copied); NULL means all
  * defaults. out: receives the client, freed with dlock_client_free; set to NULL
  * on failure. Errors: DLOCK_EINVAL (NULL out, malformed URL, bad numbers, a cfg
- * that dlock_config_init did not set up), DLOCK_ENOTSUP (cfg sets a field this
- * library does not know: the program was built against a newer dlock.h),
- * DLOCK_ECONN (unreachable after the retry policy), DLOCK_EAUTH (password or
- * ACL user refused), DLOCK_EREDIS (SELECT refused), DLOCK_ENOMEM.
+ * that dlock_config_init did not set up; on etcd a watchdog_timeout_ms that is
+ * not whole seconds >= 2 s), DLOCK_ENOTSUP (cfg sets a field this
+ * library does not know: the program was built against a newer dlock.h; on
+ * etcd sync_replicas > 0), DLOCK_ECONN (unreachable after the retry policy; on
+ * etcd also no member with a quorum), DLOCK_EAUTH (password or ACL user
+ * refused), DLOCK_EREDIS (SELECT refused; the etcd gateway's error reply),
+ * DLOCK_EPROTO (etcd:// names a port that is no etcd v3 gateway), DLOCK_ETLS,
+ * DLOCK_ENOMEM. An etcd client starts one background thread (the session
+ * lease's keepalives, deadlines and watches) instead of the four above.
  * Thread-safety: any thread. */
 DLOCK_SINCE(0, 1)
 static inline int dlock_client_new(const dlock_config *cfg,
@@ -885,6 +901,20 @@ DLOCK_API int dlock_fair_waiters_query(dlock_client *c, const char *name,
 /* Frees what dlock_fair_waiters_query returned. NULL ok. */
 DLOCK_SINCE(0, 2)
 DLOCK_API void dlock_fair_waiters_free(char **waiters, size_t n);
+
+/* The lock names an etcd:// client's prefix holds now (one read of the
+ * keys "<prefix><name>/<lease hex>"; docs/etcd.md), sorted, each once;
+ * pattern: NULL for all, else an fnmatch(3) pattern the names must match.
+ * On an etcd client dlock_fair_waiters_query gives any name's waiters in
+ * order (every etcd mutex queues) and dlock_status_query its holder.
+ * *names gets a malloc'd array of *n malloc'd strings (NULL and 0 when
+ * none or on error), freed with dlock_fair_waiters_free. Errors:
+ * DLOCK_EINVAL (NULL argument), DLOCK_ENOTSUP (a Redis client: `dlock
+ * list` scans Redis itself), DLOCK_ECONN, DLOCK_EAUTH, DLOCK_ENOMEM,
+ * DLOCK_EFORK, DLOCK_ECLOSED. Experimental. Thread-safety: any thread. */
+DLOCK_SINCE(0, 3)
+DLOCK_API int dlock_lock_names_query(dlock_client *c, const char *pattern,
+                                     char ***names, size_t *n);
 
 /* ------------------------------------------------------------------------ */
 /* Read-write lock (Redisson RReadWriteLock layout) -- experimental          */

@@ -2,6 +2,11 @@
 # Installs what a profile needs on Debian 12, and only what is missing.
 # Idempotent; needs root (or sudo) only when something is missing.
 #   install-deps.sh build   building the library and tools, and `make demo`
+#                             (libcurl and json-c: the etcd store's gateway
+#                             client; etcd-server and etcd-client: the
+#                             demo's failover scenario runs a 3-member etcd
+#                             cluster, the tests start private members and
+#                             run `etcdctl lock`)
 #   install-deps.sh rig     + what `make rig` runs: nginx, ab (apache2-utils),
 #                             python3
 #   install-deps.sh test    + what `make test` uses (man, groff, python3, the
@@ -17,7 +22,8 @@
 set -euo pipefail
 profile=${1:-dev}
 build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
-       libyaml-dev libevent-dev libuv1-dev redis-server redis-tools)
+       libyaml-dev libevent-dev libuv1-dev redis-server redis-tools
+       libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client)
 rig=(nginx apache2-utils python3)
 test=(man-db groff-base chromium iproute2 libfaketime gdb
       python3-prometheus-client liblua5.1-0-dev)
@@ -42,6 +48,7 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian's package starts a system redis-server on 6379 (and nginx's one on
-# port 80 where services start); the tests and the rig never use them (they
-# start their own on private sockets and free ports), so leave them alone.
+# Debian's package starts a system redis-server on 6379 (nginx's one on
+# port 80, etcd-server's on 2379, where services start); the tests and the
+# rig never use them (they start their own on private sockets and free
+# ports), so leave them alone.

@@ -66,6 +66,10 @@ int dlock_admin_new(dlock_client *c, dlock_admin **out) {
     return rc;
   if (!out)
     return dlock__fail(DLOCK_EINVAL, "out is NULL");
+  if (c->etcd)
+    return dlock__fail(DLOCK_ENOTSUP,
+                       "admin reads a Redis keyspace; on etcd use "
+                       "dlock_status_query and dlock_fair_waiters_query");
   dlock_admin *a = dlock__calloc(1, sizeof *a);
   if (!a)
     return dlock__fail(DLOCK_ENOMEM, "out of memory");

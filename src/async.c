@@ -99,7 +99,12 @@ int dlock_async_new(const dlock_config *cfg_in, dlock_async **out) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory");
   }
   a->cfg.url = a->url_str;
-  if ((rc = dlock__url_parse(a->url_str, &a->url)) != 0) {
+  if ((rc = dlock__url_parse(a->url_str, &a->url)) != 0 ||
+      (a->url.etcd &&
+       (rc = dlock__etcd_notsup("the event-loop client (dlock_async)",
+                                "use the blocking client "
+                                "(dlock_client_new) with the etcd:// URL")))) {
+    dlock__url_free(&a->url);
     free(a->url_str);
     free(a);
     return rc;

@@ -363,6 +363,12 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
   c->cfg.loaded = NULL; /* the caller's (TLS messages named its keys) */
   if (rc != 0)
     goto fail_abort;
+  if (c->url.etcd) { /* the etcd store: etcd_client.c */
+    if ((rc = dlock__etcd_client_start(c)) != 0)
+      goto fail_identity;
+    *out = c;
+    return 0;
+  }
   dlock__sync_init(&c->sync);
   if ((rc = dlock__sentinel_init(c)) != 0)
     goto fail_identity;
@@ -417,6 +423,12 @@ fail_free:
  * connections) and every lock object's. */
 static void client_release_memory(dlock_client *c) {
   int child = c->fork_gen != dlock__fork_gen();
+  if (c->etcd) {
+    dlock__etcd_client_release(c, child);
+    identity_free(c);
+    free(c);
+    return;
+  }
   dlock__holds_destroy(c);
   dlock__notes_free(c);
   dlock__pubsub_destroy(&c->ps, child);
@@ -442,8 +454,12 @@ void dlock_client_free(dlock_client *c) {
      * been held by them at fork time: release memory only, touch no lock.
      * The child's copies of the sockets were replaced by /dev/null at
      * fork (process.c); nothing is sent on them. */
-    dlock__node_free_memory(&c->node);
-    dlock__cluster_destroy(c, 1);
+    if (!c->etcd) {
+      dlock__node_free_memory(&c->node);
+      dlock__cluster_destroy(c, 1);
+    }
+  } else if (c->etcd) {
+    dlock__etcd_client_stop(c);
   } else {
     /* First end every background wait on the network (connects, probes,
      * handshakes, reads: the I/O guard), so the joins below do not wait

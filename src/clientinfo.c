@@ -221,6 +221,8 @@ int dlock_client_info_query(dlock_client *c, const char *owner,
   if (!owner || !info || strlen(owner) < DLOCK__UUID_LEN)
     return dlock__fail(DLOCK_EINVAL,
                        "owner must start with a 36-character client id");
+  if (c->etcd)
+    return dlock__etcd_client_info(c, owner, info);
   dlock__sb k;
   dlock__sb_init(&k);
   info_key(&k, owner);
@@ -253,6 +255,8 @@ int dlock_client_conn_name_query(dlock_client *c, const char *owner, char *buf,
     return dlock__fail(DLOCK_EINVAL,
                        "owner must start with a 36-character client id, buf "
                        "must not be NULL or empty");
+  if (c->etcd) /* etcd clients name no connections */
+    return 0;
   dlock__sb k;
   dlock__sb_init(&k);
   info_key(&k, owner);
@@ -287,6 +291,8 @@ int dlock_hold_since_query(dlock_client *c, const char *owner, const char *name,
       strlen(owner) < DLOCK__UUID_LEN + 2 || owner[DLOCK__UUID_LEN] != ':')
     return dlock__fail(DLOCK_EINVAL, "owner must be \"<client id>:<thread "
                                      "id>\" and name a lock name");
+  if (c->etcd) /* not published on etcd (docs/etcd.md) */
+    return 0;
   const char *tid = owner + DLOCK__UUID_LEN + 1;
   size_t tl = strspn(tid, "0123456789");
   if (tl == 0 || (tid[tl] && tid[tl] != ':'))

@@ -37,9 +37,15 @@
 #define ALIASES_MAX 64
 
 /* Where a key may appear. */
-enum where { IN_ROOT = 1, IN_SINGLE = 2, IN_CLUSTER = 4, IN_SENTINEL = 8 };
+enum where {
+  IN_ROOT = 1,
+  IN_SINGLE = 2,
+  IN_CLUSTER = 4,
+  IN_SENTINEL = 8,
+  IN_ETCD = 16 /* dlock's own etcdConfig: the etcd store (docs/etcd.md) */
+};
 #define IN_MULTI (IN_CLUSTER | IN_SENTINEL)
-#define IN_SERVERS (IN_SINGLE | IN_MULTI)
+#define IN_SERVERS (IN_SINGLE | IN_MULTI | IN_ETCD)
 
 enum kind {
   K_INT,       /* an int field; the lower bound is dlock_client_new's */
@@ -63,7 +69,16 @@ enum kind {
 };
 
 /* The URL's pieces a server section gives. */
-enum part { P_ADDRESS, P_USER, P_PASSWORD, P_MASTER, P_SUSER, P_SPASS, NPART };
+enum part {
+  P_ADDRESS,
+  P_USER,
+  P_PASSWORD,
+  P_MASTER,
+  P_SUSER,
+  P_SPASS,
+  P_PREFIX,
+  NPART
+};
 
 typedef struct key_def {
   const char *name;
@@ -90,6 +105,11 @@ static const key_def g_keys[] = {
     {"singleServerConfig", IN_ROOT, K_SECTION, IN_SINGLE, 0, NULL},
     {"clusterServersConfig", IN_ROOT, K_SECTION, IN_CLUSTER, 0, NULL},
     {"sentinelServersConfig", IN_ROOT, K_SECTION, IN_SENTINEL, 0, NULL},
+    /* dlock's own: the etcd store, endpoints etcd://h:p (or http://h:p),
+     * the key prefix */
+    {"etcdConfig", IN_ROOT, K_SECTION, IN_ETCD, 0, NULL},
+    {"endpoints", IN_ETCD, K_LIST, 0, 0, NULL},
+    {"prefix", IN_ETCD, K_PART, P_PREFIX, 0, NULL},
     {"address", IN_SINGLE, K_PART, P_ADDRESS, 0, NULL},
     {"nodeAddresses", IN_CLUSTER, K_LIST, 0, 0, NULL},
     {"sentinelAddresses", IN_SENTINEL, K_LIST, 0, 0, NULL},
@@ -318,10 +338,11 @@ static const char *type_name(const yaml_node_t *n) {
 
 /* "at the top level", "in singleServerConfig"... (the lowest bit set). */
 static const char *where_name(unsigned where) {
-  return where & IN_ROOT      ? "at the top level"
-         : where & IN_SINGLE  ? "in singleServerConfig"
-         : where & IN_CLUSTER ? "in clusterServersConfig"
-                              : "in sentinelServersConfig";
+  return where & IN_ROOT       ? "at the top level"
+         : where & IN_SINGLE   ? "in singleServerConfig"
+         : where & IN_CLUSTER  ? "in clusterServersConfig"
+         : where & IN_SENTINEL ? "in sentinelServersConfig"
+                               : "in etcdConfig";
 }
 
 /* null, ~ or nothing, unquoted: the key is as good as absent. */
@@ -1351,6 +1372,59 @@ static int compose_multi(loader *ld, dlock__sb *b) {
   return 0;
 }
 
+/* etcd[s]://[user:pass@]h1:p1,h2:p2[/prefix]: endpoints etcd://h:p,
+ * etcds://h:p, or etcd's own http://h:p and https://h:p (TLS). */
+static int compose_etcd(loader *ld, dlock__sb *b) {
+  if (!ld->list ||
+      ld->list->data.sequence.items.start == ld->list->data.sequence.items.top)
+    return at(ld, ld->section_mark,
+              "etcdConfig needs endpoints (a list of etcd://host:port)");
+  static const char *const sch[4] = {"etcd://", "http://", "etcds://",
+                                     "https://"};
+  int tls = -1, rc = 0;
+  dlock__sb hosts;
+  dlock__sb_init(&hosts);
+  for (const yaml_node_item_t *it = ld->list->data.sequence.items.start;
+       rc == 0 && it < ld->list->data.sequence.items.top; it++) {
+    yaml_node_t *v = yaml_document_get_node(&ld->doc, *it);
+    char *addr = NULL;
+    if (v->type != YAML_SCALAR_NODE) {
+      rc = at(ld, v->start_mark, "'endpoints': an endpoint must be a string");
+      break;
+    }
+    if ((rc = expand(ld, v, "endpoints", &addr)) != 0)
+      break;
+    int s = -1;
+    for (int i = 0; i < 4 && s < 0; i++)
+      if (strncmp(addr, sch[i], strlen(sch[i])) == 0)
+        s = i;
+    const char *rest = s >= 0 ? addr + strlen(sch[s]) : "";
+    if (s < 0 || !hostport_ok(rest))
+      rc = bad_address(ld, v->start_mark, addr,
+                       "etcd://host:port (or http://host:port)");
+    else if (tls >= 0 && (s >= 2) != tls)
+      rc = at(ld, v->start_mark, "'endpoints': mixes TLS and plain endpoints");
+    else {
+      dlock__sb_adds(&hosts, tls < 0 ? "" : ",");
+      dlock__sb_adds(&hosts, rest);
+      tls = s >= 2;
+    }
+    free(addr);
+  }
+  if (rc == 0) {
+    dlock__sb_adds(b, tls ? "etcds://" : "etcd://");
+    add_userinfo(ld, b);
+    dlock__sb_add(b, hosts.p, hosts.len);
+    if (ld->part[P_PREFIX] && ld->part[P_PREFIX][0]) {
+      dlock__sb_adds(b, "/");
+      add_encoded(b, ld->part[P_PREFIX]);
+    }
+    rc = hosts.oom ? oom() : 0;
+  }
+  dlock__sb_free(&hosts);
+  return rc;
+}
+
 static int compose(loader *ld) {
   int parts = 0;
   for (int i = 0; i < NPART; i++)
@@ -1362,7 +1436,7 @@ static int compose(loader *ld) {
   if (!ld->section)
     return at(ld, mark_start(),
               "no server section: give one of singleServerConfig, "
-              "clusterServersConfig or sentinelServersConfig%s",
+              "clusterServersConfig, sentinelServersConfig or etcdConfig%s",
               ld->had_url ? " (a file without one may hold only dlock's "
                             "own keys, not credentials)"
                           : "");
@@ -1373,8 +1447,9 @@ static int compose(loader *ld) {
     return rc;
   dlock__sb b;
   dlock__sb_init(&b);
-  rc =
-      ld->section == IN_SINGLE ? compose_single(ld, &b) : compose_multi(ld, &b);
+  rc = ld->section == IN_SINGLE ? compose_single(ld, &b)
+       : ld->section == IN_ETCD ? compose_etcd(ld, &b)
+                                : compose_multi(ld, &b);
   char *url = NULL;
   if (rc == 0 && (b.oom || !(url = dlock__strndup(b.p, b.len))))
     rc = oom();

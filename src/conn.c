@@ -999,6 +999,8 @@ static void retry_note(dlock_client *c, const dlock__cmd *cmd, int64_t pause_ms,
 int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
   *out = NULL;
   t_sends = 0;
+  if (c->etcd) /* a Redis-only path reached on an etcd client (etcd.h) */
+    return dlock__etcd_notsup("this call", "it needs a Redis server");
   dlock__cmd retry_cmd = *cmd_in;
   const dlock__cmd *cmd = cmd_in;
   dlock__node *n = route(c, cmd->key);

@@ -616,6 +616,15 @@ typedef struct dlock__url {
   dlock__hostport *sentinels;
   char *master_name;
   char *sentinel_user, *sentinel_password;
+  /* etcd:// and etcds:// (the etcd store, etcd.h): the endpoints, tried in
+   * turn; the key prefix ("" none, else ending in '/'); user and password
+   * above are etcd's. etcd_tls: 1 for ?tls=1, 2 for etcds:// (tls above
+   * stays 0: no SSL_CTX is made, libcurl reads the tls_* files). */
+  int etcd;
+  int etcd_tls;
+  int n_endpoints;
+  dlock__hostport *endpoints;
+  char *prefix;
 } dlock__url;
 int dlock__url_parse(const char *url, dlock__url *out);
 void dlock__url_free(dlock__url *u);
@@ -1236,6 +1245,9 @@ struct dlock_client {
 
   dlock__sentinel sent; /* redis-sentinel:// master discovery (sentinel.c) */
   dlock__sync sync;     /* replica sync: WAIT after writes (sync.c) */
+  /* etcd:// (the etcd store, etcd.h): its state; NULL for a Redis client.
+   * Then node, cl, sent, sync, wd and the pub/sub thread are unused. */
+  struct dlock__etcd *etcd;
 };
 
 /* ---- the client's info key (clientinfo.c) ------------------------------
@@ -1581,6 +1593,8 @@ struct dlock__hold {
 
 /* The decisions about a hold both clients share (engine.c). */
 #include "engine.h"
+/* The etcd store's seam (etcd_*.c). */
+#include "etcd.h"
 
 void dlock__wd_add(dlock_client *c, dlock__hold *h);    /* reg_mu held */
 void dlock__wd_remove(dlock_client *c, dlock__hold *h); /* reg_mu held */

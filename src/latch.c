@@ -92,6 +92,11 @@ static const dlock__counter_kind g_kind = {
 
 int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
   dlock__clear_error();
+  if (out && c && c->etcd)
+    *out = NULL;
+  if (c && c->etcd)
+    return dlock__etcd_notsup("the count-down latch (dlock_latch)",
+                              "use a redis:// client");
   return dlock__counter_new(c, name, &g_kind, sizeof(dlock_latch),
                             (void **)out);
 }

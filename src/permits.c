@@ -295,6 +295,8 @@ static int from_hex(const char *id, unsigned char raw[16]) {
 
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   dlock__clear_error();
+  if (c && c->etcd) /* the etcd store: etcd_permits.c */
+    return dlock__etcd_permits_new(c, name, out);
   dlock_permits *p = NULL;
   int rc =
       dlock__counter_new(c, name, &g_kind, sizeof(dlock_permits), (void **)&p);
@@ -340,6 +342,10 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
 void dlock_permits_free(dlock_permits *p) {
   if (!p)
     return;
+  if (dlock__etcd_permits_is(p)) {
+    dlock__etcd_permits_free(p);
+    return;
+  }
   if (p->o.c->fork_gen == dlock__fork_gen())
     dlock__note_permit_end(p->o.c, p, NULL);
   dlock__mu_lock(&p->mu);
@@ -710,6 +716,8 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
   id_out[0] = '\0';
   if ((rc = dlock__check_lease(lease_ms, "permits", p->o.name)) != 0)
     return rc;
+  if (dlock__etcd_permits_is(p))
+    return dlock__etcd_permits_acquire(p, wait_ms, lease_ms, id_out);
   attempt a = {p, {0}, lease_ms > 0 ? lease_ms : wd_lease(p), 0, 0};
   if (dlock__random_bytes(a.raw, sizeof a.raw) != 0)
     return dlock__fail(DLOCK_ENOMEM, "permits '%s': no random bytes",
@@ -829,6 +837,8 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   int rc = check(p);
   if (rc)
     return rc;
+  if (dlock__etcd_permits_is(p))
+    return dlock__etcd_permits_release(p, id);
   unsigned char raw[16];
   if ((rc = from_hex(id, raw)) != 0)
     return rc;
@@ -881,6 +891,8 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
   int rc = check(p);
   if (rc)
     return rc;
+  if (dlock__etcd_permits_is(p))
+    return dlock__etcd_permits_update_lease(p, id, lease_ms);
   unsigned char raw[16];
   if ((rc = from_hex(id, raw)) != 0)
     return rc;
@@ -924,6 +936,8 @@ int dlock_permits_available(dlock_permits *p, long long *n) {
   int rc = check(p);
   if (rc)
     return rc;
+  if (dlock__etcd_permits_is(p))
+    return dlock__etcd_permits_available(p, n);
   if (!n)
     return dlock__fail(DLOCK_EINVAL, "n is NULL");
   *n = 0;
@@ -959,6 +973,10 @@ static int set_count(dlock_permits *p, const dlock__script *sc, int order,
 
 int dlock_permits_try_set_permits(dlock_permits *p, long long permits) {
   long long v = 0;
+  if (dlock__etcd_permits_is(p)) {
+    int rc = check(p);
+    return rc ? rc : dlock__etcd_permits_set(p, permits, 1);
+  }
   int rc = set_count(p, &g_try_set, 1, permits, &v);
   if (rc)
     return rc;
@@ -969,6 +987,10 @@ int dlock_permits_try_set_permits(dlock_permits *p, long long permits) {
 
 int dlock_permits_set_permits(dlock_permits *p, long long permits) {
   long long v = 0;
+  if (dlock__etcd_permits_is(p)) {
+    int rc = check(p);
+    return rc ? rc : dlock__etcd_permits_set(p, permits, 0);
+  }
   return set_count(p, &g_set, 1, permits, &v);
 }
 
@@ -979,6 +1001,8 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
   int rc = check(p);
   if (rc)
     return rc;
+  if (dlock__etcd_permits_is(p) && out && n)
+    return dlock__etcd_permits_list(p, out, n, available);
   if (!out || !n)
     return dlock__fail(DLOCK_EINVAL, "out or n is NULL");
   *out = NULL;

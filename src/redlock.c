@@ -669,6 +669,11 @@ int dlock_redlock_new(dlock_client **clients, size_t n, const char *name,
       return dlock__fail(DLOCK_EINVAL, "client %zu is NULL", i);
     if (clients[i]->fork_gen != dlock__fork_gen())
       return dlock__client_check(clients[i]);
+    if (clients[i]->etcd)
+      return dlock__etcd_notsup("Redlock",
+                                "an etcd cluster is a quorum already: use "
+                                "dlock_mutex_new on one etcd:// client "
+                                "listing every member");
     int rc = dlock__cluster_name_check(clients[i], name, "redlock");
     if (rc)
       return rc;

@@ -112,6 +112,12 @@ static const dlock__counter_kind g_kind = {"semaphore", channel_of,
 
 int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
   dlock__clear_error();
+  if (out && c && c->etcd)
+    *out = NULL;
+  if (c && c->etcd)
+    return dlock__etcd_notsup("the semaphore (dlock_sem)",
+                              "use expirable permits (dlock_permits_new), "
+                              "which etcd has");
   return dlock__counter_new(c, name, &g_kind, sizeof(dlock_sem), (void **)out);
 }
 

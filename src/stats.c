@@ -72,6 +72,8 @@ static const size_t g_off[DLOCK__ST_COUNT] = {
 /* The command connections are up: the only node's, or on a cluster every
  * master's (that owns slots) that this client has talked to. */
 static int32_t connected_now(dlock_client *c) {
+  if (c->etcd)
+    return dlock__etcd_connected(c);
   if (!c->cl)
     return dlock__node_up(&c->node);
   dlock__node *m[DLOCK__CLUSTER_MAX_NODES];

@@ -54,6 +54,8 @@ static int status_fetch(dlock_client *c, const char *name, dlock_status *s) {
     return rc;
   if (!name || !*name)
     return dlock__fail(DLOCK_EINVAL, "lock name is NULL or empty");
+  if (c->etcd)
+    return dlock__etcd_status(c, name, s);
   const char *keys[1] = {name};
   redisReply *r = NULL;
   rc = dlock__eval(c, dlock__core_script(DLOCK__S_STATUS), 1, keys, NULL, 0,
@@ -181,6 +183,8 @@ int dlock_fair_waiters_query(dlock_client *c, const char *name, char ***waiters,
     return rc;
   if (!name || !*name || !waiters || !n)
     return dlock__fail(DLOCK_EINVAL, "NULL argument or empty lock name");
+  if (c->etcd) /* every etcd mutex queues: its waiters in order */
+    return dlock__etcd_waiters(c, name, waiters, n);
   dlock__sb k;
   dlock__sb_init(&k);
   dlock__prefix_name(&k, "redisson_lock_queue", name);

@@ -10,6 +10,9 @@
  *   redis-sentinel://[[user]:password@]h1[:p1][,h2[:p2]...]/master[/db]
  *       [?sentinel_user=...&sentinel_password=...]  (sentinel.c; the
  *       sentinels' port defaults to 26379; rediss-sentinel:// over TLS)
+ *   etcd://[user:password@]host[:port][,host[:port]...][/prefix][?tls=1]
+ *       an etcd cluster (the etcd store, etcd_client.c; port 2379 by
+ *       default; etcds:// or tls=1 over TLS)
  *
  * User and password may be percent-encoded. Every rejection names what is
  * wrong, because "invalid URL" alone sends people guessing.
@@ -96,6 +99,10 @@ void dlock__url_free(dlock__url *u) {
   free(u->master_name);
   free(u->sentinel_user);
   free(u->sentinel_password);
+  for (int i = 0; u->endpoints && i < u->n_endpoints; i++)
+    free(u->endpoints[i].host);
+  free(u->endpoints);
+  free(u->prefix);
   memset(u, 0, sizeof *u);
 }
 
@@ -445,6 +452,77 @@ static int parse_sentinel(const char *url, const char *rest, dlock__url *u) {
   return q ? parse_sentinel_query(url, q + 1, u) : 0;
 }
 
+/* The query of an etcd URL: tls=1 or tls=0. 0 or a code (u freed). */
+static int parse_etcd_query(const char *url, const char *q, dlock__url *u) {
+  while (*q) {
+    const char *amp = strchr(q, '&');
+    size_t len = amp ? (size_t)(amp - q) : strlen(q);
+    if (len == 5 && (memcmp(q, "tls=1", 5) == 0 || memcmp(q, "tls=0", 5) == 0))
+      u->etcd_tls = u->etcd_tls == 2 ? 2 : q[4] == '1';
+    else
+      return bad(u, url, "unknown query parameter (expected tls=1 or tls=0)");
+    q += len + (amp ? 1 : 0);
+  }
+  return 0;
+}
+
+/* etcd://[user:password@]h[:p][,h[:p]...][/prefix][?tls=1]: the endpoints
+ * (tried in turn), the key prefix (percent-decoded; a '/' is appended
+ * when it does not end in one), the query. tls: 2 for etcds:// (a tls=0
+ * cannot turn it off). 0 or a code (u freed). */
+static int parse_etcd(const char *url, const char *rest, int tls,
+                      dlock__url *u) {
+  const char *q = strchr(rest, '?');
+  size_t rlen = q ? (size_t)(q - rest) : strlen(rest);
+  const char *slash = memchr(rest, '/', rlen);
+  size_t alen = slash ? (size_t)(slash - rest) : rlen;
+  const char *host;
+  int rc = parse_userinfo(url, rest, alen, u, &host);
+  if (rc)
+    return rc;
+  u->etcd = 1;
+  u->etcd_tls = tls;
+  const char *end = rest + alen;
+  int n = 1;
+  for (const char *p = host; p < end; p++)
+    n += *p == ',';
+  if (n > 64)
+    return bad(u, url, "at most 64 etcd endpoints");
+  if (!(u->endpoints = dlock__calloc((size_t)n, sizeof *u->endpoints)))
+    return oom(u);
+  for (const char *p = host;;) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    size_t hl = comma ? (size_t)(comma - p) : (size_t)(end - p);
+    if (hl == 0)
+      return bad(u, url, "empty endpoint (etcd://host:port,host:port...)");
+    dlock__hostport *e = &u->endpoints[u->n_endpoints++];
+    if ((rc = parse_hostport(url, p, hl, 2379, u, &e->host, &e->port)) != 0)
+      return rc;
+    if (!comma)
+      break;
+    p = comma + 1;
+  }
+  if (slash && slash + 1 < rest + rlen) {
+    int badesc = 0;
+    char eb[80];
+    size_t pl = rlen - alen - 1;
+    char *pre = pct_decode(slash + 1, pl, &badesc);
+    if (!pre)
+      return badesc ? bad(u, url, esc_why(badesc, "prefix", eb, sizeof eb))
+                    : oom(u);
+    size_t dl = strlen(pre);
+    if (!(u->prefix = dlock__malloc(dl + 2))) {
+      free(pre);
+      return oom(u);
+    }
+    memcpy(u->prefix, pre, dl + 1);
+    if (pre[dl - 1] != '/')
+      memcpy(u->prefix + dl, "/", 2);
+    free(pre);
+  }
+  return q ? parse_etcd_query(url, q + 1, u) : 0;
+}
+
 int dlock__url_parse(const char *url, dlock__url *u) {
   memset(u, 0, sizeof *u);
   if (!url || !*url)
@@ -474,7 +552,11 @@ int dlock__url_parse(const char *url, dlock__url *u) {
     u->tls = rc == 0;
     return rc;
   }
+  if (strncmp(url, "etcd://", 7) == 0)
+    return parse_etcd(url, url + 7, 0, u);
+  if (strncmp(url, "etcds://", 8) == 0)
+    return parse_etcd(url, url + 8, 2, u);
   return bad(u, url,
              "unknown scheme (expected redis://, rediss://, unix://, "
-             "redis-cluster:// or redis-sentinel://)");
+             "redis-cluster://, redis-sentinel:// or etcd://)");
 }

@@ -74,8 +74,10 @@ typedef struct dlock_admin_cmd {
 typedef struct dlock_admin dlock_admin;
 
 /* An admin object on client c (borrowed: it must outlive the object; any
- * URL form). No I/O. Errors: DLOCK_EINVAL (NULL), DLOCK_EFORK,
- * DLOCK_ECLOSED, DLOCK_ENOMEM. Ownership: *out is the caller's
+ * Redis URL form). No I/O. Errors: DLOCK_EINVAL (NULL), DLOCK_EFORK,
+ * DLOCK_ECLOSED, DLOCK_ENOTSUP (an etcd:// client: there is no Redis
+ * keyspace to read; dlock_status_query and dlock_fair_waiters_query read
+ * etcd), DLOCK_ENOMEM. Ownership: *out is the caller's
  * (dlock_admin_free). Thread-safety: any thread. */
 DLOCK_SINCE(0, 3)
 DLOCK_API int dlock_admin_new(dlock_client *c, dlock_admin **out);

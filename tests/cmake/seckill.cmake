@@ -10,7 +10,7 @@ if(TARGET dlock-seckill)
       segmented_correct atomic_correct fair_correct users_dlock_no_duplicates
       dlock_kill_holder_recovers fair_kill_holder_recovers redlock_correct
       json_all chart_svg scenarios bad_input spin_correct
-      spin_kill_holder_recovers permits_correct
+      spin_kill_holder_recovers permits_correct failover
       permits_kill_holder_recovers permits_late_payment_returns_stock)
     foreach(c ${DLOCK_SECKILL_CASES})
       add_test(NAME seckill.${c}

@@ -24,6 +24,12 @@ static th_redis *g_servers[TH_MAX_SERVERS];
 static int g_nservers;
 static pid_t g_owner;
 static char g_tmpdir[64];
+/* Other processes (th_track): pid 0 = a free slot. */
+#define TH_MAX_TRACKED 16
+static struct {
+  pid_t pid;
+  char log[240];
+} g_tracked[TH_MAX_TRACKED];
 static const char *g_current = "?";
 
 int64_t th_now_ms(void) {
@@ -50,6 +56,23 @@ static void dump_file(const char *path, const char *title) {
   fclose(f);
 }
 
+/* The last 40 lines of a (long) log. */
+static void dump_tail(const char *path, const char *title) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  static char ring[40][400];
+  int n = 0;
+  while (fgets(ring[n % 40], sizeof ring[0], f))
+    n++;
+  fclose(f);
+  fprintf(stderr, "----- %s (%s, last %d lines) -----\n", title, path,
+          n < 40 ? n : 40);
+  for (int i = n < 40 ? 0 : n - 40; i < n; i++)
+    fputs(ring[i % 40], stderr);
+  fprintf(stderr, "----- end -----\n");
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag,
                     struct FTW *ftw) {
   (void)sb;
@@ -59,9 +82,35 @@ static int rm_entry(const char *path, const struct stat *sb, int flag,
   return 0;
 }
 
+void th_track(pid_t pid, const char *log_path) {
+  for (int i = 0; i < TH_MAX_TRACKED; i++)
+    if (g_tracked[i].pid == 0) {
+      snprintf(g_tracked[i].log, sizeof g_tracked[i].log, "%s", log_path);
+      g_tracked[i].pid = pid;
+      return;
+    }
+  th_fail(__FILE__, __LINE__, "more than %d tracked processes", TH_MAX_TRACKED);
+}
+
+void th_untrack(pid_t pid) {
+  for (int i = 0; i < TH_MAX_TRACKED; i++)
+    if (g_tracked[i].pid == pid)
+      g_tracked[i].pid = 0;
+}
+
+static void kill_tracked(void) {
+  for (int i = 0; i < TH_MAX_TRACKED; i++)
+    if (g_tracked[i].pid > 1) {
+      kill(g_tracked[i].pid, SIGKILL);
+      waitpid(g_tracked[i].pid, NULL, 0);
+      g_tracked[i].pid = 0;
+    }
+}
+
 static void stop_all(void) {
   if (getpid() != g_owner)
     return;
+  kill_tracked();
   for (int i = 0; i < g_nservers; i++)
     if (g_servers[i] && g_servers[i]->pid > 1)
       th_redis_stop(g_servers[i]);
@@ -86,6 +135,9 @@ void th_fail(const char *file, int line, const char *fmt, ...) {
       snprintf(p, sizeof p, "%s/redis.log", g_servers[i]->dir);
       dump_file(p, "redis-server log");
     }
+    for (int i = 0; i < TH_MAX_TRACKED; i++)
+      if (g_tracked[i].pid)
+        dump_tail(g_tracked[i].log, "tracked process log");
     stop_all();
   }
   fflush(stderr);
@@ -290,6 +342,11 @@ static void on_timeout(int sig) {
       kill(g_servers[i]->pid, SIGKILL);
   for (int i = 0; i < g_nservers; i++)
     dump_file_raw(g_servers[i]->dir, "/redis.log");
+  for (int i = 0; i < TH_MAX_TRACKED; i++)
+    if (g_tracked[i].pid > 1) {
+      kill(g_tracked[i].pid, SIGKILL);
+      dump_file_raw(g_tracked[i].log, "");
+    }
   _exit(TH_EXIT_TIMEOUT);
 }
 

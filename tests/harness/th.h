@@ -245,4 +245,13 @@ void th_make_certs(th_certs *k);
 /* A loopback TCP port free now (bound, read, closed). */
 int th_free_port(void);
 
+/* ---- other processes a case starts (etcd members: th_etcd.h) --------- */
+
+/* Tracks process pid, whose log is the file log_path: it is killed
+ * (SIGKILL) when the case ends however it ends, and its log is printed when
+ * the case fails or times out. At most 16 at a time; the path is copied.
+ * th_untrack forgets it (it was stopped by the caller). */
+void th_track(pid_t pid, const char *log_path);
+void th_untrack(pid_t pid);
+
 #endif

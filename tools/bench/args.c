@@ -16,6 +16,7 @@ enum {
   OPT_QUICK,
   OPT_JSON,
   OPT_URL,
+  OPT_ETCD_URL,
   OPT_TCP,
   OPT_SCENARIO,
   OPT_REPS,
@@ -43,13 +44,16 @@ static const dlc_opt g_opts[] = {
      "use this server (redis://host:port[/db],\n"
      "unix:///path, redis-cluster://h:p[,h:p]:\n"
      "'many' per master); default: a private one"},
+    {"etcd-url", 0, "URL", OPT_ETCD_URL, 0,
+     "the etcd scenario's cluster (etcd://h:p[,h:p]);\n"
+     "default: a private member (fsync on)"},
     {"tcp", 0, NULL, OPT_TCP, 0,
      "private server over loopback TCP instead of\n"
      "its unix socket"},
     {"scenario", 0, "LIST", OPT_SCENARIO, 0,
      "scenarios to run, comma-separated: baseline,\n"
      "uncontended,many,contended,contended-spin,\n"
-     "watchdog,handoff\n"
+     "watchdog,handoff,async,etcd\n"
      "(default all; --only is the same)"},
     {"scenarios", 0, "LIST", OPT_SCENARIO, 0, NULL},
     {"only", 0, "LIST", OPT_SCENARIO, 0, NULL},
@@ -165,6 +169,12 @@ static int apply(void *arg, const dlc_opt *op, const char *val, char *err,
     return 0;
   case OPT_URL:
     snprintf(o->url, sizeof o->url, "%s", val);
+    return 0;
+  case OPT_ETCD_URL:
+    if (strncmp(val, "etcd://", 7) != 0)
+      return dlc_opt_fail(err, el, "--etcd-url: '%s' is not an etcd:// URL",
+                          val);
+    snprintf(o->etcd_url, sizeof o->etcd_url, "%s", val);
     return 0;
   case OPT_SCENARIO:
     snprintf(o->only, sizeof o->only, "%s", val);

@@ -23,6 +23,7 @@
 
 typedef struct bench_opts {
   char url[512];         /* what the library and hiredis connect to */
+  char etcd_url[256];    /* --etcd-url ("" : a private member) */
   int private_server;    /* 1: we started it (and may FLUSHALL it) */
   int quick;             /* CI smoke sizes */
   int json;              /* print one JSON object after the tables */
@@ -181,6 +182,10 @@ void scen_watchdog(const bench_opts *o);
 void scen_handoff(const bench_opts *o);
 /* The event-loop client: 1,000 pairs in flight from one thread. */
 void scen_async(const bench_opts *o);
+/* The etcd store (scen_etcd.c): uncontended pairs against a libcurl floor,
+ * contended workers; bench_etcd_stop stops its private member. */
+void scen_etcd(const bench_opts *o);
+void bench_etcd_stop(void);
 
 /* A dlock client for o->url with defaults (pool grown to `threads`);
  * exits on failure. watchdog_ms <= 0: the library default. */

@@ -28,8 +28,8 @@ static void on_signal(int sig) {
 }
 
 static const char *const k_scenarios[] = {
-    "baseline",       "uncontended", "many",    "contended",
-    "contended-spin", "watchdog",    "handoff", "async"};
+    "baseline", "uncontended", "many",  "contended", "contended-spin",
+    "watchdog", "handoff",     "async", "etcd"};
 
 /* Every name in the --scenario list must be one we know. */
 static int check_scenarios(const char *list) {
@@ -44,7 +44,7 @@ static int check_scenarios(const char *list) {
       fprintf(stderr,
               "dlock-bench: unknown scenario '%.*s' (known: "
               "baseline,uncontended,many,contended,contended-spin,watchdog,"
-              "handoff,async)\n",
+              "handoff,async,etcd)\n",
               (int)l, p);
       return -1;
     }
@@ -78,12 +78,13 @@ static void run_scenarios(const bench_opts *o) {
            {"contended-spin", scen_contended_spin},
            {"watchdog", scen_watchdog},
            {"handoff", scen_handoff},
-           {"async", scen_async}};
+           {"async", scen_async},
+           {"etcd", scen_etcd}};
   int cluster = strncmp(o->url, "redis-cluster://", 16) == 0;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (!bench_selected(o, k[i].name))
       continue;
-    if (!cluster)
+    if (!cluster || k[i].run == scen_etcd)
       k[i].run(o);
     else if (k[i].run == scen_many)
       scen_cluster_many(o);
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
   double wall = (double)(dlc_now_ns() - t0) / 1e9;
   bench_report(&o, wall);
   dlc_redis_stop_private(&g_redis);
+  bench_etcd_stop();
   /* Missed targets are results, not failures: exit 0 whenever every
    * scenario ran. */
   return 0;

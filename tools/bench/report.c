@@ -137,6 +137,19 @@ static void add_target(const char *id, const char *req, double measured,
   }
 }
 
+/* issue 42: the etcd store against its own floor, one libcurl txn + delete
+ * on the gateway, interleaved */
+static void etcd_targets(void) {
+  add_target("etcd.uncontended.p50",
+             "etcd pair p50 <= 1.20 x libcurl txn + delete p50",
+             bm_get("etcd", "pair_p50_us"), "us",
+             bm_get("etcd", "floor_p50_us"),
+             "plain libcurl txn (create if absent) + delete, interleaved",
+             CMP_LE, 1.20);
+  add_target("etcd.contended.lost", "etcd contended: 0 lost updates",
+             bm_get("etcd", "lost"), "updates", 0.0, "0", CMP_EQ, 0.5);
+}
+
 static void build_targets(const bench_opts *o) {
   g_nt = 0;
   /* The pair floor: two EVALSHA round trips of plain hiredis, measured
@@ -252,6 +265,7 @@ static void build_targets(const bench_opts *o) {
   add_target("async.cpu", req, bm_get("async", "cpu_us"), "us",
              bm_get("many", "threads_cpu_us"), "many threads CPU per pair",
              CMP_LE, 1.0 / 3);
+  etcd_targets();
   snprintf(req, sizeof req, "%d workers acq/s >= 0.6 x serial reference",
            o->workers);
   add_target("contended.rate", req, bm_get("contended", "acq_per_s"), "acq/s",

@@ -12,6 +12,7 @@ MISS) is never asserted here: that is what the benchmark reports.
 usage: smoke.py /path/to/dlock-bench
 """
 import json
+import shutil
 import subprocess
 import sys
 
@@ -79,6 +80,12 @@ def main():
         (s["contended-spin"]["pubsub_lost_updates"] == 0,
          "contended-spin pub/sub lost updates"),
     ]
+    # issue 42: the etcd rows, when etcd is installed (else a note says so)
+    if shutil.which("etcd"):
+        for tid in ("etcd.uncontended.p50", "etcd.contended.lost"):
+            if got.get(tid, {}).get("result") not in ("PASS", "MISS"):
+                fail("target %s: %s" % (tid, got.get(tid)), out)
+        checks.append((s["etcd"]["lost"] == 0, "etcd lost updates"))
     for ok, what in checks:
         if not ok:
             fail(what, out)

@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "json.h"
+#include "etcd_admin.h"
 #include "lockscan.h"
 
 static int redis_fail(const cli_opts *o, int rc, const char *what) {
@@ -45,6 +46,10 @@ typedef struct view {
 static int read_lock(const cli_opts *o, dlock_client *c, ls_lock *lk) {
   dlock_admin *a = NULL;
   char err[1024];
+  if (cli_etcd_url(cli_url(o))) { /* no keyspace to read: the library's */
+    int rc = cli_etcd_read_lock(c, o->name, lk);
+    return rc ? redis_fail(o, rc, "cannot read") : 0;
+  }
   int ex = dlock_admin_new(c, &a) ? CLI_EX_SOFT : 0;
   if (ex) {
     cli_err("%s", dlock_last_error());

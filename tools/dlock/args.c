@@ -54,9 +54,9 @@ enum {
 static const dlc_opt g_opts[] = {
     {"url", 'u', "URL", O_URL, FOR_ALL,
      "redis[s]://[[user]:pass@]host[:port][/db], unix:///path,\n"
-     "redis[s]-sentinel://host:port,.../master[/db],\n"
-     "redis[s]-cluster://host:port,... ([s]: TLS; default:\n"
-     "$DLOCK_URL, the file's, redis://127.0.0.1:6379)"},
+     "redis[s]-sentinel://h:p,.../master, redis[s]-cluster://\n"
+     "h:p,..., etcd[s]://[user:pass@]h:p,...[/prefix] ([s]: TLS;\n"
+     "default: $DLOCK_URL, the file's, redis://127.0.0.1:6379)"},
     {"config", 0, "FILE", O_CONFIG, FOR_ALL, "YAML ($DLOCK_CONFIG)"},
     {"tls-insecure", 0, NULL, O_TLS_INSECURE, FOR_ALL, "skip cert check",
      "--tls-insecure", DLC_OPT_JOIN},
@@ -384,7 +384,7 @@ void cli_usage(FILE *f) {
         "free)\n"
         "       dlock unlock --force NAME               delete it, whoever "
         "holds it\n"
-        "       dlock list|top|exporter  every lock of a Redis (--help)\n",
+        "       dlock list|top|exporter  every lock of a Redis (list: etcd)\n",
         f);
   dlc_opt_help(f, &g_optset);
   fputs("Exit: the command's; not acquired: -E; 64 usage, 69 Redis "

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "etcd_admin.h"
 #include "json.h"
 #include "lockscan.h"
 #include "obs.h"
@@ -48,7 +49,7 @@ enum {
 static const dlc_opt g_bopts[] = {
     {"url", 'u', "URL", B_URL, 7,
      "as for dlock: redis[s]://, unix://, redis[s]-sentinel://,\n"
-     "redis[s]-cluster:// (default: $DLOCK_URL, the file's)"},
+     "redis[s]-cluster://, etcd:// (default: $DLOCK_URL, the file's)"},
     {"config", 0, "FILE", B_CONFIG, 7,
      "YAML ($DLOCK_CONFIG): server, password, TLS"},
     {"tls-insecure", 0, NULL, B_TLS_INSECURE, 7, "skip the certificate check"},
@@ -249,6 +250,10 @@ int obs_parse(int argc, char **argv, obs_opts *o, char *err, size_t el) {
  * same messages and exit codes). The exporter starts when Redis is only
  * unreachable (dlock_up 0 until it answers), never with a URL, a file or a
  * certificate it cannot use. 0 or the exit code. */
+/* obs_connect's answer for an etcd:// URL (settings read, nothing
+ * connected). */
+#define OBS_ETCD (-1)
+
 static int obs_connect(obs_opts *o, cli_opts *co, dlock_client **c) {
   memset(co, 0, sizeof *co);
   co->url = o->url;
@@ -263,6 +268,8 @@ static int obs_connect(obs_opts *o, cli_opts *co, dlock_client **c) {
   if (ex)
     return ex;
   o->resolved_url = cli_url(co);
+  if (cli_etcd_url(o->resolved_url))
+    return OBS_ETCD; /* no Redis connection: etcd_admin.c reads */
   if (o->call_ms <= 0)
     o->call_ms = 2000;
   /* a reply of a master within --call-timeout, its connection within it */
@@ -807,7 +814,9 @@ int cli_obs_dispatch(int argc, char **argv, int *exit_code) {
   cli_opts co;
   dlock_client *c = NULL;
   int ex = obs_connect(&o, &co, &c);
-  if (ex == 0)
+  if (ex == OBS_ETCD) /* etcd_admin.c */
+    ex = cli_etcd_obs(o.cmd, o.pattern, o.json, &co);
+  else if (ex == 0)
     ex = strcmp(o.cmd, "list") == 0  ? do_list(&o)
          : strcmp(o.cmd, "top") == 0 ? do_top(&o)
                                      : cli_exporter(&o);

@@ -89,6 +89,10 @@ int lk_owner(dlock_client *c, const char *name, int kind, char *owner,
 }
 
 int lk_error(const cli_opts *o, int kind, int rc, const char *what) {
+  if (rc == DLOCK_ENOTSUP && strstr(dlock_last_error(), "etcd")) {
+    cli_err("%s: %s", lk_kind_option(kind), dlock_last_error()); /* etcd */
+    return CLI_EX_USAGE;
+  }
   if (rc == DLOCK_ENOTSUP) {
     cli_err("%s is not supported by this build of libdlock",
             lk_kind_option(kind));

@@ -31,6 +31,7 @@ enum {
   OPT_JSON,
   OPT_CHART,
   OPT_URL,
+  OPT_ETCD_URL,
   OPT_HELP,
   OPT_VERSION
 };
@@ -60,7 +61,9 @@ static const dlc_opt g_opts[] = {
     {"scenarios", 0, "LIST", OPT_SCENARIOS, 0,
      "run every strategy in each scenario: normal,\n"
      "kill-holder, short-lease (work 2-4 ms, lease 1\n"
-     "ms) or 'all'; one table, a column per scenario"},
+     "ms), failover (the lock store fails over: dlock\n"
+     "on Redis Sentinel, etcd on 3 members) or 'all';\n"
+     "one table, a column per scenario"},
     {"users", 0, "N", OPT_USERS, 0,
      "'one order per user': requests come from N users,\n"
      "each may buy once; reports users with more (0=off)"},
@@ -79,6 +82,9 @@ static const dlc_opt g_opts[] = {
     {"url", 0, "URL", OPT_URL, 0,
      "use this server (redis://[:pass@]host[:port][/db]\n"
      "or unix:///path); default: a private redis-server"},
+    {"etcd-url", 0, "URL", OPT_ETCD_URL, 0,
+     "the etcd strategy's lock store (etcd://host:port);\n"
+     "default: a private etcd member (if installed)"},
     {"help", 'h', NULL, OPT_HELP, 0, "this text"},
     {"version", 0, NULL, OPT_VERSION, 0,
      "the tool's and the library's version"},
@@ -165,7 +171,7 @@ static int parse_scenarios(sk_opts *o, const char *arg, char *err, size_t el) {
     if (!found)
       return dlc_opt_fail(err, el,
                           "unknown scenario '%s'; known: normal, kill-holder, "
-                          "short-lease, all",
+                          "short-lease, failover, all",
                           t);
   }
   if (!o->scenarios)
@@ -283,6 +289,12 @@ static int apply(void *arg, const dlc_opt *op, const char *val, char *err,
           "redis-sentinel:// URL",
           val);
     o->url = val;
+    return 0;
+  case OPT_ETCD_URL:
+    if (strncmp(val, "etcd://", 7) != 0 && strncmp(val, "etcds://", 8) != 0)
+      return dlc_opt_fail(err, el, "--etcd-url: '%s' is not an etcd:// URL",
+                          val);
+    o->etcd_url = val;
     return 0;
   default: /* --help, --version: acted on at once, as getopt's users do */
     p->action = op->id;

@@ -148,6 +148,8 @@ static const char *const g_fill[] = {"#2e8b3e", "#c8372d", "#d9822b", "#6b6b6b",
 static enum cell_kind cell_label(const sk_result *r, char *buf, size_t len) {
   if (!r->ran)
     return snprintf(buf, len, "not run"), C_NOTRUN;
+  if (r->cell[0]) /* the scenario's own words (failover.c) */
+    return snprintf(buf, len, "%s", r->cell), r->correct ? C_OK : C_WRONG;
   if (r->correct)
     return snprintf(buf, len, "ok"), C_OK;
   if (r->oversold > 0)
@@ -214,7 +216,8 @@ static int collect_lessons(const sk_chart_col *cols, int ncols, int n,
   for (int i = 0; i < n; i++)
     for (int s = 0; s < ncols; s++) {
       const sk_result *r = &cols[s].res[i];
-      if (!r->ran || r->correct || !sk_lesson(r, buf, sizeof buf, cols[s].o)[0])
+      if (!r->ran || (r->correct && !r->lesson[0]) ||
+          !sk_lesson(r, buf, sizeof buf, cols[s].o)[0])
         continue;
       lesson *l = lesson_add(ls, &k, buf, 0);
       if (l)
@@ -375,7 +378,10 @@ static double draw(FILE *f, int dry, double width, const char *title,
                       lab[s]);
       if (r->ran) {
         char tp[64];
-        snprintf(tp, sizeof tp, "%.0f req/s", r->throughput);
+        if (r->cell[0]) /* a story, not a load (failover.c) */
+          snprintf(tp, sizeof tp, "%.1f s", r->wall_ms / 1000);
+        else
+          snprintf(tp, sizeof tp, "%.0f req/s", r->throughput);
         txt t_tp = {SUB_FS, 0, "#fff", NULL, "cell-speed"};
         wrapped(f, dry, cx + 6, y + 6 + CELL_FS + l * CELL_FS * 1.3,
                 CELL_W - 12, &t_tp, tp);

@@ -286,6 +286,7 @@ static int lock_acquire(sk_eth *th, long long seg) {
   case SK_FAIR:
   case SK_SPIN:
   case SK_SEGMENTED:
+  case SK_ETCD:
     return lock_dlock(th, e->m[seg]);
   case SK_REDLOCK:
     return lock_redlock(th);
@@ -320,6 +321,7 @@ static int lock_release(sk_eth *th, long long seg) {
   case SK_FAIR:
   case SK_SPIN:
   case SK_SEGMENTED:
+  case SK_ETCD:
     return unlock_dlock(th, e->m[seg]);
   case SK_REDLOCK: {
     int rc = dlock_redlock_unlock(e->rl);
@@ -591,7 +593,8 @@ int sk_engine_request(sk_eth *th, const char *uid, long long user) {
 
 int sk_engine_uses_dlock(const sk_strategy *s) {
   return s->kind == SK_DLOCK || s->kind == SK_SEGMENTED || s->kind == SK_FAIR ||
-         s->kind == SK_REDLOCK || s->kind == SK_SPIN || s->kind == SK_PERMITS;
+         s->kind == SK_REDLOCK || s->kind == SK_SPIN || s->kind == SK_PERMITS ||
+         s->kind == SK_ETCD;
 }
 
 static int setup_redlock(sk_engine *e, dlock_config *cfg, char *err,
@@ -617,14 +620,24 @@ static int setup_dlock(sk_engine *e, char *err, size_t el) {
   enum sk_kind kind = e->s->kind;
   dlock_config cfg;
   dlock_config_init(&cfg);
-  cfg.url = e->url;
+  cfg.url = e->lock_url ? e->lock_url : e->url;
   cfg.watchdog_timeout_ms = (int)e->watchdog_ms;
+  if (kind == SK_ETCD) /* etcd leases: whole seconds, at least 2 */
+    cfg.watchdog_timeout_ms = e->watchdog_ms < 2000
+                                  ? 2000
+                                  : (int)((e->watchdog_ms + 999) / 1000 * 1000);
   cfg.on_lock_lost = e->on_lock_lost;
   cfg.on_lock_lost_arg = e->on_lock_lost_arg;
   if (e->threads > cfg.pool_size)
     cfg.pool_size = (int)(e->threads > 64 ? 64 : e->threads);
   if (kind == SK_REDLOCK)
     return setup_redlock(e, &cfg, err, el);
+  if (kind == SK_ETCD && !e->lock_url) {
+    snprintf(err, el,
+             "the etcd strategy needs an etcd:// lock store (give "
+             "dlock-seckill --etcd-url, or install etcd-server)");
+    return -1;
+  }
   int rc = dlock_client_new(&cfg, &e->dc);
   if (rc != 0) {
     snprintf(err, el, "dlock_client_new: %s (%s)", dlock_err_name(rc),

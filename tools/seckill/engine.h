@@ -29,7 +29,8 @@ typedef struct sk_eth sk_eth;
 typedef struct sk_engine {
   /* ---- set by the caller before sk_engine_init ---- */
   const sk_strategy *s;
-  const char *url;                              /* the stock's server */
+  const char *url;      /* the stock's server */
+  const char *lock_url; /* the lock store when not url (etcd), or NULL */
   const char *redlock_urls[SK_REDLOCK_SERVERS]; /* redlock only */
   sk_keys k;                                    /* stock, orders, users, lock */
   long long segments; /* 1, or the segment count (segmented) */

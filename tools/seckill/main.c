@@ -22,22 +22,48 @@
 #include <unistd.h>
 
 #include "dlock.h"
+#include "etcd_spawn.h"
 #include "redis_spawn.h"
 #include "seckill.h"
 
 static dlc_redis g_main;
 static dlc_redis g_rl[SK_REDLOCK_SERVERS];
+static dlc_etcd g_etcd; /* the etcd strategy's private member */
+static char g_etcd_url[64];
 
 static void stop_servers(void) {
   dlc_redis_stop_private(&g_main);
   for (int i = 0; i < SK_REDLOCK_SERVERS; i++)
     dlc_redis_stop_private(&g_rl[i]);
+  dlc_etcd_remove(&g_etcd);
+}
+
+/* The etcd strategy without --etcd-url: a private member, when etcd is
+ * installed (else the strategy is skipped, saying so). */
+static void start_etcd(sk_opts *o) {
+  int want = 0;
+  for (int i = 0; i < o->n_list; i++)
+    want |= o->list[i]->kind == SK_ETCD;
+  if (!want || o->etcd_url || !dlc_etcd_installed())
+    return;
+  const char *tmp = getenv("TMPDIR");
+  if (dlc_etcd_single(&g_etcd, tmp && *tmp ? tmp : "/tmp", 0) != 0) {
+    fprintf(stderr,
+            "dlock-seckill: could not start a private etcd (see %s/"
+            "etcd.log): the etcd strategy is skipped\n",
+            g_etcd.dir);
+    return;
+  }
+  snprintf(g_etcd_url, sizeof g_etcd_url, "etcd://%s", g_etcd.ep);
+  o->etcd_url = g_etcd_url;
 }
 
 static void on_signal(int sig) {
   /* the servers also die with us (parent-death signal); be quick */
   if (g_main.pid > 1)
     kill(g_main.pid, SIGKILL);
+  if (g_etcd.pid > 1)
+    kill(g_etcd.pid, SIGKILL);
   for (int i = 0; i < SK_REDLOCK_SERVERS; i++)
     if (g_rl[i].pid > 1)
       kill(g_rl[i].pid, SIGKILL);
@@ -158,6 +184,7 @@ int main(int argc, char **argv) {
     return rc;
   if ((rc = start_servers(&o)) != 0)
     return rc;
+  start_etcd(&o);
   if (o.scenarios)
     return sk_run_scenarios(&o, stop_servers);
   if (!o.json)

@@ -12,7 +12,9 @@ const char *sk_lesson(const sk_result *r, char *buf, size_t len,
                       const sk_opts *o) {
   const sk_strategy *s = r->s;
   (void)o;
-  if (r->oversold > 0 || r->lost_updates > 0)
+  if (r->lesson[0]) /* the scenario's own (failover.c) */
+    snprintf(buf, len, "%s", r->lesson);
+  else if (r->oversold > 0 || r->lost_updates > 0)
     snprintf(buf, len, "%s", s->lesson_race);
   else if (r->dup_users > 0)
     snprintf(buf, len, "%s", s->lesson_dup);
@@ -140,6 +142,10 @@ void sk_report_json_body(const sk_opts *o, const sk_result *res, int n,
            r->throughput, r->p50_ms, r->p99_ms, r->wall_ms,
            r->stopped ? "true" : "false");
     dlc_json_str(stdout, sk_lesson(r, buf, sizeof buf, o));
+    if (r->cell[0]) { /* a scenario's own label (failover.c) */
+      printf(",\"cell\":");
+      dlc_json_str(stdout, r->cell);
+    }
     printf(",\"first_error\":");
     dlc_json_str(stdout, r->first_error);
     printf("}");

@@ -200,6 +200,20 @@ void sk_run_strategy(const sk_opts *o, const sk_strategy *s, int index,
                      sk_result *res) {
   memset(res, 0, sizeof *res);
   res->s = s;
+  if (s->kind == SK_ETCD && !o->etcd_url) {
+    snprintf(res->skipped, sizeof res->skipped,
+             "no etcd: install etcd-server (scripts/install-deps.sh) or give "
+             "--etcd-url");
+    return;
+  }
+  /* every etcd lock write is a quorum write (fsync'd): the defaults take
+   * ~17 s here where Redis takes 1; the run gets time to finish */
+  static sk_opts eo;
+  if (s->kind == SK_ETCD && o->deadline_ms < 3 * 20000) {
+    eo = *o;
+    eo.deadline_ms = 3 * 20000;
+    o = &eo;
+  }
   sk_run run = {
       .o = o, .s = s, .segments = s->kind == SK_SEGMENTED ? o->segments : 1};
   make_keys(&run.k, index, s->name);

@@ -48,7 +48,8 @@ enum sk_kind {
   SK_FAIR,
   SK_REDLOCK,
   SK_SPIN,
-  SK_PERMITS
+  SK_PERMITS,
+  SK_ETCD /* dlock_mutex on an etcd cluster (the CP store, docs/etcd.md) */
 };
 
 /* Where --kill-holder kills the victim: the worst moment for the scheme. */
@@ -85,8 +86,12 @@ const sk_strategy *sk_strategy_find(const char *name);
 /* ---- scenarios (scenario.c) ------------------------------------------- */
 /* --scenarios: normal (the options as given), kill-holder (plus
  * --kill-holder), short-lease (work 2-4 ms, lease 1 ms: every fixed lease
- * runs out inside the critical section). */
-#define SK_N_SCENARIOS 3
+ * runs out inside the critical section), failover (the lock store fails
+ * over while a buyer holds the last item's lock: dlock on Redis Sentinel
+ * with a lagging replica, etcd on 3 members with the leader killed;
+ * failover.c). */
+#define SK_N_SCENARIOS 4
+#define SK_SC_FAILOVER 3
 extern const char *const sk_scenario_names[SK_N_SCENARIOS];
 
 typedef struct sk_opts {
@@ -105,6 +110,9 @@ typedef struct sk_opts {
   int private_server;  /* 1: started by the tool */
   /* redlock: three more independent servers (always private ones) */
   const char *redlock_urls[SK_REDLOCK_SERVERS];
+  /* etcd: the lock store (--etcd-url, else a private member; NULL when
+   * etcd is not installed: the strategy is skipped) */
+  const char *etcd_url;
   int tty; /* stderr is a terminal: live progress line */
 } sk_opts;
 
@@ -176,6 +184,10 @@ typedef struct sk_result {
   int victim_killed;
   int correct;
   char first_error[256];
+  /* a scenario's own words (failover.c): the cell's label and its one-line
+   * lesson, instead of the strategy's generic ones ("" none) */
+  char cell[48];
+  char lesson[256];
 } sk_result;
 
 /* ---- redis helpers (tools/common) --------------------------------------- */
@@ -258,6 +270,11 @@ int sk_chart_svg(const char *path, const char *title, const sk_chart_col *cols,
 /* --scenarios: runs every strategy in each chosen scenario, prints one
  * table (or JSON), writes the chart. Returns the exit status. */
 int sk_run_scenarios(const sk_opts *o, void (*stop_servers)(void));
+
+/* The failover scenario (failover.c) for strategy s: dlock on a Redis
+ * master + lagging replica + 3 sentinels, etcd on a 3-member cluster, the
+ * others not run. Starts and stops its own servers. */
+void sk_failover_run(const sk_opts *o, const sk_strategy *s, sk_result *res);
 
 /* The one-line lesson for a failed result, or the hint for a passed one. */
 const char *sk_lesson(const sk_result *r, char *buf, size_t len,

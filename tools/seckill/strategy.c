@@ -138,6 +138,18 @@ const sk_strategy sk_strategies[] = {
      "passed without a dead buyer: try --kill-holder (its reserved unit "
      "comes back after --lease-ms and is sold)",
      SK_KP_LOCKED, 1, 0},
+    {"etcd", SK_ETCD,
+     "dlock_mutex on etcd (etcd://, the CP store): a key per waiter, the "
+     "lowest create revision holds; session lease kept alive",
+     "two holders overlapped: this must not happen with dlock on etcd, "
+     "please report it",
+     "requests were still waiting when the run was stopped (a dead holder's "
+     "lock goes when its session lease ends, --watchdog-ms rounded up to "
+     "whole seconds)",
+     "one user got two orders: this must not happen, please report it",
+     "slower than dlock on Redis (every lock write is a quorum write), and "
+     "safe through a failover: see the failover scenario",
+     SK_KP_LOCKED, 0, 0},
 };
 
 const int sk_n_strategies =

@@ -161,6 +161,7 @@ static void engine_setup(sk_proc *p) {
   sk_engine *e = &p->e;
   e->s = r->s;
   e->url = o->url;
+  e->lock_url = r->s->kind == SK_ETCD ? o->etcd_url : NULL;
   for (int i = 0; i < SK_REDLOCK_SERVERS; i++)
     e->redlock_urls[i] = o->redlock_urls[i];
   e->k = r->k;
