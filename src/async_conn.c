@@ -683,6 +683,7 @@ static void sync_refresh(dlock__aconn *k, int64_t now) {
     r->len = b.len;
     r->slot = -1;
     r->no_retry = 1;
+    r->raw = 1; /* refused: the count is 0 (info_done) */
     r->fn = info_done;
     r->arg = k;
     dlock__areq *p = NULL;
@@ -919,6 +920,132 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
   }
 }
 
+/* The client's topology, for the shared verdicts (ioverdict.h). */
+static int topo_of(const dlock_async *a) {
+  return a->url.cluster    ? DLOCK__TOPO_CLUSTER
+         : a->url.sentinel ? DLOCK__TOPO_SENTINEL
+                           : DLOCK__TOPO_PLAIN;
+}
+
+/* The first key of r's EVALSHA/EVAL (its object's name), read back from
+ * the encoded command: 1 with *p, *n, or 0. */
+static int req_key0(const dlock__areq *r, const char **p, size_t *n) {
+  const char *s = r->cmd, *end = r->cmd + r->len;
+  const char *nl = memchr(s, '\n', r->len);
+  for (int i = 0; nl && i < 4; i++) { /* verb, sha or body, numkeys, key */
+    s = nl + 1;
+    if (s >= end || *s != '$')
+      return 0;
+    long long l = strtoll(s + 1, NULL, 10);
+    nl = memchr(s, '\n', (size_t)(end - s));
+    if (!nl || l < 0 || l > end - (nl + 1))
+      return 0;
+    *p = nl + 1;
+    *n = (size_t)l;
+    nl = nl + 1 + l + 1; /* the data's \r\n: its \n */
+    if (nl >= end)
+      return i == 3;
+  }
+  return nl != NULL;
+}
+
+/* TYPE's answer for a script refused with WRONGTYPE: r's message names
+ * the key and what it holds, as the blocking client's
+ * (dlock__explain_wrongtype; one message, error.c). */
+static void wrongtype_done(dlock__areq *t, redisReply *reply, int err,
+                           const char *why) {
+  (void)why;
+  dlock__areq *r = t->arg;
+  dlock__areq_free(t);
+  char type[32] = "", held[300] = "";
+  if (!err && reply &&
+      (reply->type == REDIS_REPLY_STATUS || reply->type == REDIS_REPLY_STRING))
+    snprintf(type, sizeof type, "%s", reply->str);
+  if (reply)
+    freeReplyObject(reply);
+  const char *k0 = "";
+  size_t kl = 0, n = 0;
+  (void)req_key0(r, &k0, &kl);
+  dlock__wrongtype_key(held, sizeof held, &n, k0, kl, type);
+  int rc = dlock__wrongtype_fail(r->script, k0, kl, held);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  r->fn(r, NULL, rc, msg);
+}
+
+static void wrongtype_drop(void *arg) { req_drop(arg); }
+
+/* r was refused with WRONGTYPE: asks its first key's TYPE, then ends r
+ * (0), or -1 when it cannot ask (r ends with the server's text). */
+static int explain_wrongtype(dlock_async *a, dlock__areq *r) {
+  const char *k0;
+  size_t kl;
+  if (!r->script || !req_key0(r, &k0, &kl))
+    return -1;
+  const char *av[2] = {"TYPE", k0};
+  size_t al[2] = {4, kl};
+  dlock__areq *t = dlock__areq_cmd(2, av, al, wrongtype_done, r);
+  if (!t)
+    return -1;
+  t->slot = r->slot;
+  t->raw = 1;
+  t->drop = wrongtype_drop;
+  dlock__aconn_submit(&a->cmd, t);
+  return 0;
+}
+
+/* An error reply to r (NOSCRIPT aside): what it means is the blocking
+ * router's rule too (ioverdict.c dlock__reply_verdict) -- a redirect
+ * followed, a refusal retried (after the master or the slot map is found
+ * again when the node is not the one to serve), or the call's answer:
+ * DLOCK_EREDIS with the server's text (an ACL's NOPERM says what to
+ * grant, a MOVED on a redis:// URL to use redis-cluster://), DLOCK_EAUTH.
+ * Until then every such reply reached the call as a reply and ended as
+ * DLOCK_EPROTO, "unexpected reply type" (research io-stack D1). */
+static void reply_error(dlock__aconn *k, dlock__areq *r, redisReply *rep) {
+  dlock_async *a = k->a;
+  int rc = 0, reroute = 0;
+  int v = dlock__reply_verdict(
+      rep->str, topo_of(a), r->script ? r->script->name : NULL, &rc, &reroute);
+  char why[512];
+  snprintf(why, sizeof why, "%s", dlock_last_error());
+  char rh[256];
+  unsigned rslot;
+  int rport, ask = v == DLOCK__REPLY_ASK;
+  if ((v == DLOCK__REPLY_MOVED || ask) &&
+      dlock__parse_redirect(rep->str, ask ? "ASK" : "MOVED", &rslot, rh,
+                            sizeof rh, &rport)) {
+    /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
+     * request alone goes there, after ASKING). */
+    freeReplyObject(rep);
+    not_run(r);
+    dlock__aroute_redirect(a, r, rslot, rh, rport, ask);
+    return;
+  }
+  if (v == DLOCK__REPLY_RETRY && reroute && a->url.sentinel && k->data) {
+    /* A master turned replica (failover), or a replica that lost its
+     * master: ask the sentinels again, and send it to the master. */
+    snprintf(why, sizeof why, "%s:%d: %s", k->at.host, k->at.port, rep->str);
+    freeReplyObject(rep);
+    not_run(r);
+    dlock__aroute_invalid(k);
+    req_retry(k, r, rc, why);
+    conn_fail(k, DLOCK_ECONN, why, 0);
+    return;
+  }
+  freeReplyObject(rep);
+  if (v == DLOCK__REPLY_RETRY) {
+    if (reroute && a->url.cluster)
+      dlock__aroute_invalid(k); /* a failover: the map is asked for again */
+    not_run(r); /* LOADING, BUSY, TRYAGAIN, ...: refused, not run */
+    req_retry(k, r, rc, why);
+    return;
+  }
+  if (strncmp(why, "WRONGTYPE", 9) == 0 && explain_wrongtype(a, r) == 0)
+    return;
+  r->fn(r, NULL, rc, why);
+}
+
 /* The reply of the request at the head (or of its WAIT). */
 static void request_reply(dlock__aconn *k, redisReply *rep) {
   dlock__areq *r = k->head;
@@ -965,44 +1092,8 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     dlock__aconn_submit(k, r);
     return;
   }
-  if (rep->type == REDIS_REPLY_ERROR && k->data && k->a->url.sentinel &&
-      (strncmp(rep->str, "READONLY", 8) == 0 ||
-       strncmp(rep->str, "MASTERDOWN", 10) == 0)) {
-    /* A master turned replica (failover), or a replica that lost its
-     * master: ask the sentinels again, and send it to the master. */
-    char why[300];
-    snprintf(why, sizeof why, "%s:%d: %s", k->at.host, k->at.port, rep->str);
-    freeReplyObject(rep);
-    dlock__aroute_invalid(k);
-    req_retry(k, r, DLOCK_ECONN, why);
-    conn_fail(k, DLOCK_ECONN, why, 0);
-    return;
-  }
-  char rh[256];
-  unsigned rslot;
-  int rport, ask = 0;
-  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
-      (dlock__parse_redirect(rep->str, "MOVED", &rslot, rh, sizeof rh,
-                             &rport) ||
-       (ask = dlock__parse_redirect(rep->str, "ASK", &rslot, rh, sizeof rh,
-                                    &rport)))) {
-    /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
-     * request alone goes there, after ASKING). */
-    freeReplyObject(rep);
-    not_run(r);
-    dlock__aroute_redirect(k->a, r, rslot, rh, rport, ask);
-    return;
-  }
-  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
-      (strncmp(rep->str, "READONLY", 8) == 0 ||
-       strncmp(rep->str, "CLUSTERDOWN", 11) == 0))
-    dlock__aroute_invalid(k); /* a failover: the map is asked for again */
-  if (rep->type == REDIS_REPLY_ERROR && dlock__retryable_reply(rep->str)) {
-    char why[256];
-    snprintf(why, sizeof why, "%s", rep->str);
-    freeReplyObject(rep);
-    not_run(r); /* LOADING, BUSY, TRYAGAIN, ...: refused, not run */
-    req_retry(k, r, DLOCK_EREDIS, why);
+  if (rep->type == REDIS_REPLY_ERROR && !r->raw) {
+    reply_error(k, r, rep);
     return;
   }
   r->fn(r, rep, 0, NULL);

@@ -65,20 +65,24 @@ struct dlock__areq {
   /* The wait budget's end of the call that sent it (monotonic ms; 0 none):
    * its WAIT never waits past it (async_conn.c take_unsent). */
   int64_t wait_until;
-  redisReply *held;            /* its reply, while the WAIT's is awaited */
-  int no_sync;                 /* never followed by WAIT (an undo) */
-  int unsynced;                /* WAIT did not confirm it (engine's verdict) */
-  long long acks;              /* WAIT's answer (-1: it failed) */
-  int tries;                   /* tries so far (failed ones included) */
+  redisReply *held; /* its reply, while the WAIT's is awaited */
+  int no_sync;      /* never followed by WAIT (an undo) */
+  int unsynced;     /* WAIT did not confirm it (engine's verdict) */
+  long long acks;   /* WAIT's answer (-1: it failed) */
+  int tries;        /* tries so far (failed ones included) */
   /* Sends whose bytes may have left (at least one byte written): a try
    * that failed before writing is no copy (issue 38 / io-stack.md D4). */
   int sends;
-  size_t out_start;    /* where its bytes begin in the connection's out */
-  int counted;         /* this try's send is counted in sends */
-  int64_t pause;       /* the last retry pause (retry_delay) */
-  int no_retry;        /* one send: the caller retries (renewals) */
-  int64_t sent_at;     /* when its bytes went out (monotonic ms) */
-  dlock__atimer retry; /* armed while waiting for a re-send */
+  size_t out_start; /* where its bytes begin in the connection's out */
+  int counted;      /* this try's send is counted in sends */
+  int64_t pause;    /* the last retry pause (retry_delay) */
+  int no_retry;     /* one send: the caller retries (renewals) */
+  /* Error replies go to fn as replies (the route's own questions and
+   * INFO judge them); else an error reply is judged by the shared verdict
+   * (ioverdict.c) and fn hears err with its message. */
+  int raw;
+  int64_t sent_at;            /* when its bytes went out (monotonic ms) */
+  dlock__atimer retry;        /* armed while waiting for a re-send */
   dlock__areq *rnext, *rprev; /* in the connection's waiting-for-retry list */
   dlock__aconn *k;            /* the connection, while waiting */
   dlock__areq_fn *fn;

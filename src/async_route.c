@@ -284,6 +284,7 @@ static void ask(dlock_async *a) {
     return;
   }
   r->no_retry = 1;
+  r->raw = 1; /* the answer's errors are judged here */
   dlock__aconn_submit(&rt->q, r);
 }
 
@@ -575,6 +576,7 @@ static void ask_map(dlock_async *a) {
     return;
   }
   r->no_retry = 1;
+  r->raw = 1; /* the answer's errors are judged here */
   dlock__aconn_submit(&rt->q, r);
 }
 

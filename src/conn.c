@@ -729,6 +729,13 @@ int dlock__exec_sends(void) { return t_sends; }
 
 enum { FINAL, RETRY, RETRY_NOW };
 
+/* The client's topology, for the shared verdicts (ioverdict.h). */
+static int topo_of(const dlock_client *c) {
+  return c->cl             ? DLOCK__TOPO_CLUSTER
+         : c->url.sentinel ? DLOCK__TOPO_SENTINEL
+                           : DLOCK__TOPO_PLAIN;
+}
+
 /* Judges one attempt: FINAL (*rc is the answer, *out set on success),
  * RETRY (*rc is the error to return if no attempt is left) or RETRY_NOW
  * (a connection that was idle before broke without timing out -- it most
@@ -743,28 +750,18 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
     return FINAL;
   }
   if (r) {
-    int retry = dlock__retryable_reply(r->str);
-    if (strncmp(r->str, "READONLY", 8) == 0 && c->url.sentinel)
-      /* The node we took for the master is a replica now: ask the
-       * sentinels again (READONLY is retried, as on a cluster). */
+    /* What the error means is one rule for both clients (ioverdict.c): a
+     * refusal retried, or the call's answer with its message. */
+    int reroute = 0;
+    int v = dlock__reply_verdict(r->str, topo_of(c),
+                                 cmd->script ? cmd->script->name : NULL, rc,
+                                 &reroute);
+    if (reroute && c->url.sentinel)
+      /* The node we took for the master is a replica now (READONLY,
+       * MASTERDOWN): ask the sentinels again. */
       dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
-    if (strstr(r->str, "NOPERM") ||
-        strstr(r->str, "can't run this command or subcommand"))
-      /* DLOCK_EREDIS, as every refusal by the server after login (issue
-       * 9.7's callers rely on it); the message says what to grant. */
-      *rc = dlock__fail(DLOCK_EREDIS,
-                        "the ACL user lacks a permission dlock needs%s%s%s "
-                        "(docs/security.md has the minimal rule): %s",
-                        cmd->script ? " (in its script '" : "",
-                        cmd->script ? cmd->script->name : "",
-                        cmd->script ? "')" : "", r->str);
-    else
-      *rc =
-          !retry && dlock__is_auth_error(r->str)
-              ? dlock__fail(DLOCK_EAUTH, "authentication required: %s", r->str)
-              : dlock__fail(DLOCK_EREDIS, "%s", r->str);
     freeReplyObject(r);
-    return retry ? RETRY : FINAL;
+    return v == DLOCK__REPLY_RETRY ? RETRY : FINAL;
   }
   if (a->err != DLOCK_ECONN) {
     *rc = dlock__fail(a->err, "%s", a->msg);
@@ -868,12 +865,6 @@ static dlock__node *redirect(dlock_client *c, const redisReply *r, int *ask) {
   return to;
 }
 
-/* The answer to a redirect on a standalone client: the URL is wrong. */
-static int cluster_hint(const redisReply *r) {
-  return r && r->type == REDIS_REPLY_ERROR &&
-         (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
-}
-
 /* 1 when the calling public call's wait budget (dlock__call_deadline) is
  * spent: no more retries. Else 0, with *pause cut to what is left. */
 static int budget_spent(int64_t *pause) {
@@ -944,15 +935,7 @@ static int redirected(dlock_client *c, const dlock__cmd *cmd, attempt *a,
     *n = to;
     return 1;
   }
-  if (!c->cl && cluster_hint(a->reply)) {
-    int rc = dlock__fail(DLOCK_EREDIS,
-                         "the server is a Redis Cluster node (it answered "
-                         "'%s'): use a redis-cluster:// URL",
-                         a->reply->str);
-    freeReplyObject(a->reply);
-    return rc;
-  }
-  return 0;
+  return 0; /* (a redirect on a redis:// URL: judge's verdict says so) */
 }
 
 /* 1 when cmd has a resend window (dlock__cmd.resend_window_ms), a copy of
