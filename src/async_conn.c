@@ -301,6 +301,7 @@ static void req_retry(dlock__aconn *k, dlock__areq *r, int err,
     return;
   }
   r->k = k;
+  r->redirects = 0; /* a bound per try (dlock__redirect_bound) */
   r->rprev = NULL;
   r->rnext = k->retrying;
   if (k->retrying)

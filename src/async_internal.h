@@ -58,7 +58,7 @@ struct dlock__areq {
   int slot;                    /* its first key's cluster slot, or -1 */
   int asking;                  /* Cluster: send ASKING before it (ASK) */
   int ask_pending;             /* ASKING's reply comes first */
-  int redirects;               /* MOVED / ASK / no owner so far */
+  int redirects;               /* MOVED / ASK of this try */
   int waits;                   /* a WAIT was pipelined behind it */
   int wait_want;               /* the replicas it asked for */
   int wait_ms;                 /* that WAIT's timeout (take_unsent) */

@@ -620,11 +620,15 @@ void dlock__aroute_submit(dlock_async *a, dlock__areq *r) {
     dlock__aconn_enqueue(&rt->nodes[i]->cmd, r);
     return;
   }
-  if (rt->map_ok && ++r->redirects > 16) {
+  if (rt->map_ok) {
+    /* The map names no master for the slot (a failover under way): a
+     * failed try under the retry policy, the map read again meanwhile --
+     * the blocking router's rule (no redirect is counted). */
     char why[200];
     snprintf(why, sizeof why, "no master of the cluster serves slot %d",
              r->slot);
-    r->fn(r, NULL, DLOCK_ECONN, why);
+    start_refresh(a);
+    dlock__aconn_retry(&a->cmd, r, DLOCK_ECONN, why);
     return;
   }
   pend(rt, r);
@@ -635,11 +639,19 @@ void dlock__aroute_redirect(dlock_async *a, dlock__areq *r, unsigned slot,
                             const char *host, int port, int ask) {
   dlock__aroute *rt = a->route;
   int i = node_at(a, host, port);
-  if (i < 0 || ++r->redirects > 16) {
+  if (i < 0) {
+    r->fn(r, NULL, DLOCK_ENOMEM, "out of memory");
+    return;
+  }
+  /* One bound per try and one code (DLOCK_EREDIS: a loop does not heal),
+   * the blocking router's (ioverdict.c); until io-stack D7 this client
+   * allowed 16 per request, counted "no master" too, and said ECONN. */
+  int rc = dlock__redirect_bound(&r->redirects,
+                                 r->script ? r->script->name : "command");
+  if (rc) {
     char why[400];
-    snprintf(why, sizeof why, "%s to %s:%d: %s", ask ? "ASK" : "MOVED", host,
-             port, i < 0 ? "out of memory" : "redirected too many times");
-    r->fn(r, NULL, i < 0 ? DLOCK_ENOMEM : DLOCK_ECONN, why);
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    r->fn(r, NULL, rc, why);
     return;
   }
   if (ask) {

@@ -778,10 +778,6 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   return RETRY;
 }
 
-/* Redirects followed for one command before it fails: a slot moving
- * twice in one call is possible, a chain longer than this is a loop. */
-#define MAX_REDIRECTS 8
-
 /* cmd on node n after an ASK: ASKING and the command written together on a
  * connection of its own (a shared one could put another thread's command
  * between them), both replies read; NOSCRIPT answered with EVAL. */
@@ -927,11 +923,11 @@ static int redirected(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   dlock__node *to = redirect(c, a->reply, ask);
   if (to) {
     freeReplyObject(a->reply);
-    if (++*redirects > MAX_REDIRECTS)
-      return dlock__fail(DLOCK_EREDIS,
-                         "%s: more than %d cluster redirects (MOVED/ASK "
-                         "loop); the cluster's slot map is inconsistent",
-                         cmd->argv[0], MAX_REDIRECTS);
+    /* one bound per try, one code, for both clients (ioverdict.c) */
+    int rc = dlock__redirect_bound(redirects, cmd->script ? cmd->script->name
+                                                          : cmd->argv[0]);
+    if (rc)
+      return rc;
     *n = to;
     return 1;
   }

@@ -114,4 +114,41 @@ TH_CASE_T(reply_error_moved_on_a_plain_url_async, 90, "cluster") {
   reply_error_moved_on_a_plain_url(TH_DRIVE_ASYNC);
 }
 
+/* ==== D7: one redirect bound, one code ===================================
+ */
+
+/* A slot MIGRATING to a node that is not IMPORTING it: its master answers
+ * ASK, the other node MOVED back -- a loop. Both: DLOCK_EREDIS after
+ * DLOCK__MAX_REDIRECTS (8) redirects of one try. Failed on c2a2d6b for the
+ * event-loop client: "async: ECONN (ASK to 127.0.0.1:p: redirected too
+ * many times)". */
+static void redirect_loop_is_one_error(int kind) {
+  th_cluster *cl = th_cluster_new(3, 0, 5000);
+  const char *name = "rloop";
+  unsigned slot = th_cluster_slot(cl, name);
+  int a = th_cluster_master_of(cl, slot);
+  CHECK(a >= 0);
+  int b = (a + 1) % 3;
+  char idb[48];
+  th_cluster_id(cl, b, idb);
+  redisReply *x =
+      th_cmd(cl->node[a], "CLUSTER SETSLOT %u MIGRATING %s", slot, idb);
+  CHECK_MSG(x->type == REDIS_REPLY_STATUS, "SETSLOT: %s", x->str);
+  freeReplyObject(x);
+  dlock_config cfg = cfg_at(cl->url);
+  th_drive *d = th_drive_new(kind, &cfg);
+  int rc = th_drive_lock(d, name, 1, 0, 10000);
+  printf("%s: %s (%s)\n", th_drive_kind(d), dlock_err_name(rc), err_of(d));
+  CHECK_MSG(rc == DLOCK_EREDIS && strstr(err_of(d), "redirects"), "%s: %s (%s)",
+            th_drive_kind(d), dlock_err_name(rc), err_of(d));
+  th_drive_free(d);
+}
+
+TH_CASE_T(redirect_loop_is_one_error_blocking, 90, "cluster") {
+  redirect_loop_is_one_error(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(redirect_loop_is_one_error_async, 90, "cluster") {
+  redirect_loop_is_one_error(TH_DRIVE_ASYNC);
+}
+
 TH_MAIN()
