@@ -63,7 +63,8 @@ struct dlock__areq {
   int wait_want;               /* the replicas it asked for */
   int wait_ms;                 /* that WAIT's timeout (take_unsent) */
   /* The wait budget's end of the call that sent it (monotonic ms; 0 none):
-   * its WAIT never waits past it (async_conn.c take_unsent). */
+   * its WAIT never waits past it (async_conn.c take_unsent), nor does the
+   * retry policy re-send it past it (req_retry, dlock__retry_verdict). */
   int64_t wait_until;
   redisReply *held; /* its reply, while the WAIT's is awaited */
   int no_sync;      /* never followed by WAIT (an undo) */

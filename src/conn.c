@@ -861,20 +861,6 @@ static dlock__node *redirect(dlock_client *c, const redisReply *r, int *ask) {
   return to;
 }
 
-/* 1 when the calling public call's wait budget (dlock__call_deadline) is
- * spent: no more retries. Else 0, with *pause cut to what is left. */
-static int budget_spent(int64_t *pause) {
-  int64_t dl = dlock__call_deadline();
-  if (dl < 0)
-    return 0;
-  int64_t left = dl - dlock__now_ms();
-  if (left <= 0)
-    return 1;
-  if (*pause > left)
-    *pause = left;
-  return 0;
-}
-
 /* A retry of a command with a WAIT waits for the replica count of the
  * master it goes to now (after a failover: the new one's, not a count that
  * makes WAIT sit out sync_timeout_ms on every send). */
@@ -1018,8 +1004,11 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
     int64_t pause = dlock__retry_pause(&c->cfg, i - 1, &prev_pause);
-    if (budget_spent(&pause))
-      return rc; /* the call's wait budget ends its retries too */
+    /* The call's wait budget (dlock__call_deadline) ends its retries too,
+     * and cuts the pause: one rule for both clients (ioverdict.c). */
+    if (!dlock__retry_verdict(i, attempts, dlock__call_deadline(),
+                              dlock__now_ms(), &pause))
+      return rc;
     retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0;          /* a bound per attempt: the attempts are bounded */

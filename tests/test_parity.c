@@ -114,6 +114,41 @@ TH_CASE_T(reply_error_moved_on_a_plain_url_async, 90, "cluster") {
   reply_error_moved_on_a_plain_url(TH_DRIVE_ASYNC);
 }
 
+/* ==== D2: retries keep the call's wait budget ============================ */
+
+/* A time bound scaled by the build's slack (th_timeout_mult). */
+static int64_t ms(int64_t v) { return v * th_timeout_mult(); }
+
+/* A timed lock (1 s) at a port nobody listens on, the retry policy 3 x 4 s:
+ * the call answers DLOCK_ECONN when its budget ends, not after the policy.
+ * Failed on c2a2d6b for the event-loop client: "async: ECONN after 12003
+ * ms". */
+static void retries_keep_the_wait_budget(int kind) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", th_free_port());
+  dlock_config cfg = cfg_at(url);
+  cfg.lazy_connect = 1;
+  cfg.retry_attempts = 3;
+  cfg.retry_interval_ms = 4000;
+  th_drive *d = th_drive_new(kind, &cfg);
+  int64_t t0 = th_now_ms();
+  int rc = th_drive_lock(d, "budget", 1, 1000, 10000);
+  int64_t took = th_now_ms() - t0;
+  printf("%s: %s after %lld ms (%s)\n", th_drive_kind(d), dlock_err_name(rc),
+         (long long)took, err_of(d));
+  CHECK_MSG(rc == DLOCK_ECONN, "%s: %s", th_drive_kind(d), dlock_err_name(rc));
+  CHECK_MSG(took >= 900 && took < 1000 + ms(1500), "%s: ECONN after %lld ms",
+            th_drive_kind(d), (long long)took);
+  th_drive_free(d);
+}
+
+TH_CASE(retries_keep_the_wait_budget_blocking) {
+  retries_keep_the_wait_budget(TH_DRIVE_BLOCKING);
+}
+TH_CASE(retries_keep_the_wait_budget_async) {
+  retries_keep_the_wait_budget(TH_DRIVE_ASYNC);
+}
+
 /* ==== D7: one redirect bound, one code ===================================
  */
 
