@@ -281,13 +281,12 @@ static void retry_unlink(dlock__aconn *k, dlock__areq *r) {
   r->rnext = r->rprev = NULL;
 }
 
+static void resend(dlock__aconn *k, dlock__areq *r);
+
 static void retry_fired(dlock__atimer *t) {
   dlock__areq *r = t->arg;
   retry_unlink(r->k, r);
-  if (r->k->a->url.cluster && r->k->cmdconn)
-    dlock__aroute_submit(r->k->a, r); /* the map may have changed */
-  else
-    dlock__aconn_enqueue(r->k, r);
+  resend(r->k, r);
 }
 
 /* r failed with err (why): re-sent later, or ended when no attempt is
@@ -328,9 +327,24 @@ void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
   req_retry(k, r, err, why);
 }
 
+/* r goes again at once, to where its connection's requests go. */
+static void resend(dlock__aconn *k, dlock__areq *r) {
+  if (k->a->url.cluster && k->cmdconn)
+    dlock__aroute_submit(k->a, r); /* the map may have changed */
+  else
+    dlock__aconn_enqueue(k, r);
+}
+
 /* Closes the connection; every request on it is retried (or, final, ends
- * with err at once). */
-static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
+ * with err at once). A connection that was ready before and broke without
+ * timing out most likely died while idle (a restart, CLIENT KILL): each
+ * request on it is sent again at once on a new connection, once, without
+ * counting a try -- the blocking router's rule (ioverdict.c
+ * dlock__resend_now); until io-stack D9 this client paused
+ * retry_interval_ms for it. Not for a request written behind the
+ * handshake: the connection was made for it. */
+static void conn_fail_how(dlock__aconn *k, int err, const char *why, int final,
+                          int timed_out) {
   dlock_async *a = k->a;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", why);
@@ -339,6 +353,7 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
                "connection lost: %s", msg);
   if (k->data && k->state != DLOCK__AC_RESOLVING && !a->closing)
     dlock__aroute_invalid(k); /* Sentinel: the master may have moved */
+  int was_ready = k->state == DLOCK__AC_READY;
   k->probe = 0;
   close_socket(k);
   free_addrs(k);
@@ -356,13 +371,25 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
       req_drop(r);
       continue;
     }
+    int established = was_ready && !(r->counted && r->behind_hs);
     if (final)
       r->fn(r, NULL, err, msg);
-    else
+    else if (err == DLOCK_ECONN &&
+             dlock__resend_now(established, timed_out, r->no_retry,
+                               &r->resent_now)) {
+      dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "retry",
+                 "%s; re-sent at once on a new connection", msg);
+      resend(k, r);
+    } else {
       req_retry(k, r, err, msg);
+    }
   }
   if (k->on_down && !a->closing)
     k->on_down(k, err, msg);
+}
+
+static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
+  conn_fail_how(k, err, why, final, 0);
 }
 
 /* ---- connecting ------------------------------------------------------------
@@ -739,6 +766,7 @@ static void take_unsent(dlock__aconn *k) {
     r->asking = 0;
     r->out_start = k->out.len;
     r->counted = 0;
+    r->behind_hs = k->state == DLOCK__AC_HANDSHAKE;
     if (r->ask_pending)
       dlock__sb_adds(&k->out, "*1\r\n$6\r\nASKING\r\n");
     dlock__sb_add(&k->out, r->cmd, r->len);
@@ -1322,7 +1350,7 @@ static void timeout_fired(dlock__atimer *t) {
   if (k->hs_left > 0 || (h && due <= now)) {
     snprintf(why, sizeof why, "%s: no reply within %d ms", k->what,
              k->a->cfg.command_timeout_ms);
-    conn_fail(k, DLOCK_ECONN, why, 0);
+    conn_fail_how(k, DLOCK_ECONN, why, 0, 1);
   } else if (h) {
     dlock__async_timer(k->a, &k->timeout, due);
   }

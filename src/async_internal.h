@@ -76,6 +76,8 @@ struct dlock__areq {
   int sends;
   size_t out_start; /* where its bytes begin in the connection's out */
   int counted;      /* this try's send is counted in sends */
+  int behind_hs;    /* written behind its connection's handshake */
+  int resent_now;   /* re-sent at once after an idle connection broke */
   int64_t pause;    /* the last retry pause (retry_delay) */
   int no_retry;     /* one send: the caller retries (renewals) */
   /* Error replies go to fn as replies (the route's own questions and

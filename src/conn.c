@@ -770,11 +770,12 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   *rc = a->connecting
             ? dlock__fail(DLOCK_ECONN, "%s", a->msg)
             : dlock__fail(DLOCK_ECONN, "%s: %s", cmd->argv[0], a->msg);
-  if (!a->connecting && !a->fresh && !a->timed_out && !*stale_used &&
-      cmd->no_retry < 2) {
-    *stale_used = 1;
+  /* A connection that was there before and broke without timing out: sent
+   * again at once, once, uncounted (ioverdict.c, the event-loop client's
+   * rule too). */
+  if (dlock__resend_now(!a->connecting && !a->fresh, a->timed_out,
+                        cmd->no_retry, stale_used))
     return RETRY_NOW;
-  }
   return RETRY;
 }
 
