@@ -636,6 +636,31 @@ static void connected(dlock__aconn *k) {
   want_write(k, 1);
 }
 
+/* A rediss:// connection failed `at` (ioverdict.c dlock__tls_verdict, the
+ * blocking client's rule too): TLS's doing -- a handshake that failed, a
+ * certificate refused, a client certificate the server wants, a close
+ * right after the handshake without one -- ends its requests with
+ * DLOCK_ETLS at once; anything else is an ordinary failure, retried. Until
+ * io-stack D8 such failures after the handshake were retried through the
+ * whole policy, without the hint. 1 when it was TLS's. */
+static int tls_failed(dlock__aconn *k, int at, int closed, const char *tls_err,
+                      const char *detail) {
+  char what[400];
+  if (at == DLOCK__TLS_AT_HANDSHAKE)
+    snprintf(what, sizeof what, "TLS handshake with %s:%d", k->at.host,
+             k->at.port);
+  else
+    snprintf(what, sizeof what, "%s connection to %s:%d", k->what, k->at.host,
+             k->at.port);
+  int cert = k->ssl && dlock__tls_session_has_cert(k->ssl);
+  if (dlock__tls_verdict(at, what, closed, cert, tls_err, detail) == 0)
+    return 0;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  conn_fail(k, DLOCK_ETLS, msg, 1);
+  return 1;
+}
+
 /* One step of SSL_connect; on success the handshake of Redis follows. */
 static void tls_step(dlock__aconn *k) {
   char why[400];
@@ -651,16 +676,8 @@ static void tls_step(dlock__aconn *k) {
     want_write(k, r == DLOCK__TLS_WANT_WRITE);
     return;
   }
-  char msg[600];
-  snprintf(msg, sizeof msg, "TLS handshake with %s:%d %s", k->at.host,
-           k->at.port,
-           r == 0 ? "failed: the server closed the connection"
-           : r == DLOCK__TLS_ERR_TLS ? why
-                                     : "failed");
-  if (r == DLOCK__TLS_ERR_TLS) /* a refused certificate does not heal */
-    conn_fail(k, DLOCK_ETLS, msg, 1);
-  else
-    connect_failed(k, msg);
+  tls_failed(k, DLOCK__TLS_AT_HANDSHAKE, r == 0,
+             r == DLOCK__TLS_ERR_TLS ? why : NULL, why);
 }
 
 static void reconnect_fired(dlock__atimer *t) {
@@ -1268,7 +1285,14 @@ void dlock__aconn_readable(dlock__aconn *k) {
                n == 0 ? "server closed the connection" : why);
       if (!k->answered && k->data && !etls && start_probe(k, msg))
         return;
-      conn_fail(k, etls ? DLOCK_ETLS : DLOCK_ECONN, msg, 0);
+      int closed = n == 0 || strstr(why, "reset") != NULL;
+      if (k->ssl && tls_failed(k,
+                               k->answered ? DLOCK__TLS_AT_LATER
+                                           : DLOCK__TLS_AT_FIRST_REPLY,
+                               closed, etls ? why : NULL,
+                               n == 0 ? "server closed the connection" : why))
+        return;
+      conn_fail(k, DLOCK_ECONN, msg, 0);
       return;
     }
     if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
@@ -1336,10 +1360,7 @@ static void timeout_fired(dlock__atimer *t) {
     return;
   }
   if (k->state == DLOCK__AC_TLS) {
-    char msg[400];
-    snprintf(msg, sizeof msg, "TLS handshake with %s:%d: no answer in time",
-             k->at.host, k->at.port);
-    connect_failed(k, msg);
+    tls_failed(k, DLOCK__TLS_AT_HANDSHAKE, 0, NULL, "no answer in time");
     return;
   }
   int64_t now = dlock__async_now();

@@ -727,6 +727,8 @@ enum {
 int dlock__tls_session(void *ctx, int fd, const char *name, int verify,
                        void **out, char *why, size_t wn);
 void dlock__tls_session_free(void *ssl);
+/* 1 when the session offers a client certificate (tls_cert_file). */
+int dlock__tls_session_has_cert(void *ssl);
 int dlock__tls_step(void *ssl, int op, void *buf, size_t n, char *why,
                     size_t wn);
 /* Decoded bytes buffered in the session (poll cannot see them). */

@@ -108,8 +108,8 @@ int dlock__resend_now(int established, int timed_out, int no_retry, int *used) {
 
 /* ---- (d) TLS ----------------------------------------------------------- */
 
-int dlock__tls_verdict(const char *what, int closed, int client_cert,
-                       const char *tls_err) {
+int dlock__tls_verdict(int at, const char *what, int closed, int client_cert,
+                       const char *tls_err, const char *detail) {
   if (tls_err && strstr(tls_err, "certificate required"))
     /* TLS 1.3: the server refuses a missing client certificate only after
      * the client's handshake is done; its alert comes with the first
@@ -120,15 +120,21 @@ int dlock__tls_verdict(const char *what, int closed, int client_cert,
                        what, tls_err);
   if (tls_err)
     return dlock__fail(DLOCK_ETLS, "%s: %s", what, tls_err);
-  if (closed && !client_cert)
+  if (at == DLOCK__TLS_AT_HANDSHAKE && closed)
+    return dlock__fail(DLOCK_ETLS, "%s: the server closed the connection",
+                       what);
+  if (at == DLOCK__TLS_AT_HANDSHAKE)
+    return dlock__fail(DLOCK_ETLS, "%s failed: %s", what,
+                       detail ? detail : "no reason given");
+  if (at == DLOCK__TLS_AT_FIRST_REPLY && closed && !client_cert)
     /* ... or, when the client's first bytes reach it after it closed, a
      * reset that discards the alert. */
     return dlock__fail(DLOCK_ETLS,
                        "%s: the server closed the TLS connection right "
                        "after the TLS handshake: it most likely requires a "
                        "client certificate (tls_cert_file and tls_key_file; "
-                       "mutual TLS)",
-                       what);
+                       "mutual TLS) (%s)",
+                       what, detail ? detail : "closed");
   return 0;
 }
 

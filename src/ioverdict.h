@@ -109,17 +109,24 @@ int dlock__resend_now(int established, int timed_out, int no_retry, int *used);
 
 /* ---- (d) TLS ----------------------------------------------------------- */
 
-/* A rediss:// connection failed (what: where, for the message). closed: the
- * server closed or reset it before it answered anything; client_cert: one
- * was offered; tls_err: TLS's own refusal text (an alert, a certificate
- * check), or NULL. Returns DLOCK_ETLS, message set, when it is TLS's doing
- * -- final: a refused certificate or a client certificate the server wants
- * does not heal by retrying: "the server requires a client certificate"
- * for TLS 1.3's alert, "it most likely requires a client certificate" for
- * a close right after the TLS handshake without one -- else 0 (an ordinary
- * connection failure: DLOCK_ECONN, retried). */
-int dlock__tls_verdict(const char *what, int closed, int client_cert,
-                       const char *tls_err);
+/* Where a rediss:// connection failed. */
+enum {
+  DLOCK__TLS_AT_HANDSHAKE = 0, /* in the TLS handshake (SSL_connect) */
+  DLOCK__TLS_AT_FIRST_REPLY,   /* after it, before any reply came */
+  DLOCK__TLS_AT_LATER          /* after a reply */
+};
+/* A rediss:// connection failed `at` (what: where, for the message).
+ * closed: the server closed or reset it; client_cert: one was offered;
+ * tls_err: TLS's own refusal text (an alert, a certificate check), or
+ * NULL; detail: the failure's own words (NULL: none). Returns DLOCK_ETLS,
+ * message set, when it is TLS's doing -- FINAL on both clients: a refused
+ * certificate, a client certificate the server wants, a handshake that
+ * failed do not heal by retrying: "the server requires a client
+ * certificate" for TLS 1.3's alert, "it most likely requires a client
+ * certificate" for a close right after the handshake without one -- or 0:
+ * an ordinary connection failure (DLOCK_ECONN, retried). */
+int dlock__tls_verdict(int at, const char *what, int closed, int client_cert,
+                       const char *tls_err, const char *detail);
 
 /* ---- (e) Sentinel ------------------------------------------------------- */
 

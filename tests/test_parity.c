@@ -186,6 +186,49 @@ TH_CASE_T(redirect_loop_is_one_error_async, 90, "cluster") {
   redirect_loop_is_one_error(TH_DRIVE_ASYNC);
 }
 
+/* ==== D8: TLS failures are final ========================================== */
+
+/* A TLS server that wants a client certificate, a client without one: the
+ * call answers DLOCK_ETLS at once, saying a client certificate is most
+ * likely wanted -- not after the whole retry policy. Failed on c2a2d6b for
+ * the event-loop client: "async: ETLS after 9012 ms". */
+static void tls_client_certificate_wanted_is_final(int kind) {
+  th_certs k;
+  th_make_certs(&k);
+  int port = th_free_port();
+  char conf[4096];
+  snprintf(conf, sizeof conf,
+           "tls-port %d\ntls-cert-file %s\ntls-key-file %s\n"
+           "tls-ca-cert-file %s\ntls-auth-clients yes\n",
+           port, k.srv_crt, k.srv_key, k.ca);
+  th_redis_new(0, conf);
+  char url[64];
+  snprintf(url, sizeof url, "rediss://127.0.0.1:%d", port);
+  dlock_config cfg = cfg_at(url);
+  cfg.tls_ca_file = k.ca;
+  cfg.lazy_connect = 1;
+  cfg.retry_attempts = 3;
+  cfg.retry_interval_ms = 3000;
+  th_drive *d = th_drive_new(kind, &cfg);
+  int64_t t0 = th_now_ms();
+  int rc = th_drive_lock(d, "tls", 1, 0, 10000);
+  int64_t took = th_now_ms() - t0;
+  printf("%s: %s after %lld ms (%s)\n", th_drive_kind(d), dlock_err_name(rc),
+         (long long)took, err_of(d));
+  CHECK_MSG(rc == DLOCK_ETLS && strstr(err_of(d), "client certificate"),
+            "%s: %s (%s)", th_drive_kind(d), dlock_err_name(rc), err_of(d));
+  CHECK_MSG(took < ms(2500), "%s: ETLS after %lld ms", th_drive_kind(d),
+            (long long)took);
+  th_drive_free(d);
+}
+
+TH_CASE(tls_client_certificate_wanted_is_final_blocking) {
+  tls_client_certificate_wanted_is_final(TH_DRIVE_BLOCKING);
+}
+TH_CASE(tls_client_certificate_wanted_is_final_async) {
+  tls_client_certificate_wanted_is_final(TH_DRIVE_ASYNC);
+}
+
 /* ==== D9: a connection broken while idle ================================== */
 
 /* The command connection is killed while idle (CLIENT KILL): the next call
