@@ -30,6 +30,15 @@ static int redirect_kind(const char *err) {
   return 0;
 }
 
+int dlock__reply_reroutes(const char *err, int topo) {
+  /* a replica now (a failover), or one that lost its master */
+  if (topo == DLOCK__TOPO_SENTINEL)
+    return starts(err, "READONLY") || starts(err, "MASTERDOWN");
+  if (topo == DLOCK__TOPO_CLUSTER)
+    return starts(err, "READONLY") || starts(err, "CLUSTERDOWN");
+  return 0;
+}
+
 int dlock__reply_verdict(const char *err, int topo, const char *script, int *rc,
                          int *reroute) {
   *reroute = 0;
@@ -48,10 +57,7 @@ int dlock__reply_verdict(const char *err, int topo, const char *script, int *rc,
     return redir;
   }
   if (dlock__retryable_reply(err)) {
-    *reroute = (topo == DLOCK__TOPO_SENTINEL &&
-                (starts(err, "READONLY") || starts(err, "MASTERDOWN"))) ||
-               (topo == DLOCK__TOPO_CLUSTER &&
-                (starts(err, "READONLY") || starts(err, "CLUSTERDOWN")));
+    *reroute = dlock__reply_reroutes(err, topo);
     *rc = dlock__fail(DLOCK_EREDIS, "%s", err);
     return DLOCK__REPLY_RETRY;
   }

@@ -71,6 +71,9 @@ enum {
  * Cluster client's READONLY or CLUSTERDOWN (the slot map is read again). */
 int dlock__reply_verdict(const char *err, int topo, const char *script, int *rc,
                          int *reroute);
+/* dlock__reply_verdict's *reroute alone (no message set): for the
+ * background threads' own connections (renewals, errands). */
+int dlock__reply_reroutes(const char *err, int topo);
 
 /* ---- (b) redirects ------------------------------------------------------ */
 
