@@ -1399,4 +1399,5 @@ void dlock__aconn_close(dlock__aconn *k) {
     req_drop(r);
   }
   dlock__sb_free(&k->out);
+  dlock__subq_free(&k->subq);
 }

@@ -147,8 +147,11 @@ struct dlock__aconn {
   struct addrinfo *ai, *ai_at; /* TCP addresses, the one being tried */
   dlock__atimer timeout;       /* connect, or the oldest reply */
   dlock__atimer reconnect;     /* subscriber: the next try */
-  /* subscriber only: replies with no request (confirmations, messages),
-   * and the connection's state changes. */
+  /* subscriber only: its (UN)SUBSCRIBEs in flight, oldest first (an
+   * error reply is the oldest's refusal: ioverdict.c dlock__subq); replies
+   * with no request (confirmations, messages), and the connection's state
+   * changes. */
+  dlock__subq subq;
   void (*on_push)(dlock__aconn *k, redisReply *r);
   void (*on_ready)(dlock__aconn *k);
   void (*on_down)(dlock__aconn *k, int err, const char *why);

@@ -39,6 +39,8 @@ struct dlock__asub {
 };
 
 static void entry_free(dlock_async *a, dlock__asub *s) {
+  if (s->k)
+    dlock__subq_forget(&s->k->subq, s);
   dlock__map_del(&a->subs, s->name, s->name_len);
   dlock__map_del(&a->chans, s->ch.p, s->ch.len);
   dlock__map_del(&a->chans, s->grant.p, s->grant.len);
@@ -67,6 +69,7 @@ static void send_cmd(dlock_async *a, dlock__asub *s, const char *verb) {
     dlock__aconn_write(s->k, b.p, b.len);
   dlock__sb_free(&b);
   s->confirms = 2;
+  (void)dlock__subq_push(&s->k->subq, s); /* OOM: its refusal matches none */
 }
 
 /* Subscribes s now, or when the connection is ready. */
@@ -228,6 +231,8 @@ static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
   if (s->state != (sub ? SUB_SUBSCRIBING : SUB_UNSUBSCRIBING) ||
       --s->confirms > 0)
     return;
+  if (dlock__subq_head(&s->k->subq) == s) /* its command is answered */
+    dlock__subq_pop(&s->k->subq);
   if (sub) {
     s->state = SUB_ACTIVE;
     if (!s->w_head) {
@@ -245,49 +250,55 @@ static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
   }
 }
 
-/* SUBSCRIBE refused (an ACL user without the channel): its waiters end. */
-static void refused(dlock_async *a, const char *why) {
-  for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
-    nx = s->next;
-    if (s->state != SUB_SUBSCRIBING)
-      continue;
-    while (s->w_head) {
-      dlock__aop *op = s->w_head;
-      unlink_waiter(s, op);
-      dlock__aop_sub_failed(op, DLOCK_EAUTH, why);
+/* The server refused the oldest (UN)SUBSCRIBE in flight on k (err): its
+ * entry alone is concerned -- one refused SUBSCRIBE fails its own waits,
+ * never another lock's (until io-stack D5 every entry then subscribing, on
+ * every connection, failed) -- and which refusals are transient is the
+ * blocking client's list (ioverdict.c dlock__sub_refusal): one rule. */
+static void refused(dlock_async *a, dlock__aconn *k, const char *err) {
+  dlock__asub *s = dlock__subq_head(&k->subq);
+  dlock__subq_pop(&k->subq);
+  if (!s || s->k != k)
+    return;
+  int v = dlock__sub_refusal(s->state == SUB_SUBSCRIBING, err);
+  if (v == DLOCK__SUBREF_IDLE) { /* an UNSUBSCRIBE refused */
+    if (s->state == SUB_UNSUBSCRIBING) {
+      s->state = SUB_IDLE;
+      s->confirms = 0;
+      if (s->w_head)
+        subscribe(a, s);
+      else
+        entry_free(a, s);
     }
-    entry_free(a, s);
+    return;
   }
+  s->state = SUB_IDLE;
+  s->confirms = 0;
+  if (v == DLOCK__SUBREF_RETRY) {
+    /* "not here, not now" (a slot moving, a failover, LOADING): subscribed
+     * again shortly (MOVED: the map is asked for again); its waiters
+     * meanwhile wake at the holder's TTL, as without a subscription. */
+    if (strncmp(err, "MOVED", 5) == 0)
+      dlock__aroute_invalid(k);
+    dlock__async_timer(a, &a->sub_kick,
+                       dlock__async_now() + DLOCK__SUB_RETRY_MS);
+    return;
+  }
+  char why[300];
+  snprintf(why, sizeof why, "the server refused the subscription: %s", err);
+  while (s->w_head) {
+    dlock__aop *op = s->w_head;
+    unlink_waiter(s, op);
+    dlock__aop_sub_failed(op, DLOCK_EAUTH, why);
+  }
+  entry_free(a, s);
 }
 
 static void on_push(dlock__aconn *k, redisReply *r) {
   dlock_async *a = k->a;
-  if (r->type == REDIS_REPLY_ERROR && a->url.cluster &&
-      (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
-       strncmp(r->str, "TRYAGAIN", 8) == 0 ||
-       strncmp(r->str, "CLUSTERDOWN", 11) == 0)) {
-    /* The channel's slot moved (MOVED: the map is asked for again) or is
-     * moving (ASK, TRYAGAIN): not a refusal. The entries subscribing on k
-     * try again retry_interval_ms later (their waiters meanwhile wake at
-     * the holder's TTL, as without a subscription). */
-    for (dlock__asub *s = a->sub_list; s; s = s->next)
-      if (s->k == k && s->state == SUB_SUBSCRIBING) {
-        s->state = SUB_IDLE;
-        s->confirms = 0;
-      }
-    if (r->str[0] == 'M')
-      dlock__aroute_invalid(k);
-    dlock__async_timer(a, &a->sub_kick,
-                       dlock__async_now() + a->cfg.retry_interval_ms);
-    freeReplyObject(r);
-    return;
-  }
   if (r->type == REDIS_REPLY_ERROR) {
-    char why[300];
-    snprintf(why, sizeof why, "the server refused the subscription: %s",
-             r->str);
+    refused(a, k, r->str);
     freeReplyObject(r);
-    refused(a, why);
     return;
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
@@ -346,6 +357,7 @@ static void on_down(dlock__aconn *k, int err, const char *why) {
   (void)err;
   (void)why;
   dlock_async *a = k->a;
+  dlock__subq_reset(&k->subq); /* nothing is in flight any more */
   int left = 0;
   for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
     nx = s->next;

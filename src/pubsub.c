@@ -231,9 +231,9 @@ typedef struct ps_conn {
   int64_t next_connect_at;
   int64_t backoff;
   /* (UN)SUBSCRIBE commands written and not yet fully confirmed, in order:
-   * an error reply answers the oldest (replies come in command order). */
-  dlock__sub **sent;
-  size_t sent_head, sent_n, sent_cap;
+   * an error reply answers the oldest (replies come in command order) --
+   * the queue both clients keep (ioverdict.c dlock__subq). */
+  dlock__subq sent;
   dlock__sb out; /* commands not yet written (flush_out) */
   int wanted;    /* a subscription waits for this connection */
   int failed;    /* it was lost: the next one made is a reconnect */
@@ -245,42 +245,11 @@ typedef struct ps_state {
   int refresh; /* the cluster's map is stale: refresh it (outside ps.mu) */
 } ps_state;
 
-static void sent_push(ps_conn *pc, dlock__sub *s) {
-  if (pc->sent_head + pc->sent_n == pc->sent_cap) {
-    if (pc->sent_head > 0) {
-      memmove(pc->sent, pc->sent + pc->sent_head,
-              pc->sent_n * sizeof(dlock__sub *));
-      pc->sent_head = 0;
-    } else {
-      size_t nc = pc->sent_cap ? pc->sent_cap * 2 : 16;
-      dlock__sub **ns = realloc(pc->sent, nc * sizeof(dlock__sub *));
-      if (!ns)
-        return; /* an error reply then finds no command: ignored */
-      pc->sent = ns;
-      pc->sent_cap = nc;
-    }
-  }
-  pc->sent[pc->sent_head + pc->sent_n++] = s;
-}
-
-static dlock__sub *sent_head(ps_conn *pc) {
-  return pc->sent_n ? pc->sent[pc->sent_head] : NULL;
-}
-
-static void sent_pop(ps_conn *pc) {
-  if (pc->sent_n) {
-    pc->sent_head++;
-    pc->sent_n--;
-  }
-}
-
 /* Forgets s in every queue of commands in flight (it is being freed). */
 static void sent_forget(ps_state *ps, const dlock__sub *s) {
   for (int i = 0; ps && i < ps->n; i++) {
     ps_conn *pc = &ps->conns[i];
-    for (size_t k = 0; k < pc->sent_n; k++)
-      if (pc->sent[pc->sent_head + k] == s)
-        pc->sent[pc->sent_head + k] = NULL;
+    dlock__subq_forget(&pc->sent, s);
   }
 }
 
@@ -309,7 +278,7 @@ static void append_sub_cmd(dlock_client *c, ps_conn *pc, int subscribe,
                     s->grant_channel ? strlen(s->grant_channel) : 0};
   dlock__resp_argv(&pc->out, s->grant_channel ? 3 : 2, argv, lens);
   s->confirms = s->grant_channel ? 2 : 1;
-  sent_push(pc, s);
+  (void)dlock__subq_push(&pc->sent, s); /* OOM: its refusal matches none */
 }
 
 /* The connection to node, made (unconnected) when missing; -1 on OOM. */
@@ -416,7 +385,7 @@ static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
   dlock__sb_reset(&pc->out);
   pc->out.oom = 0;
   dlock__mu_lock(&c->ps.mu);
-  pc->sent_head = pc->sent_n = 0;
+  dlock__subq_reset(&pc->sent);
   for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     if (s->conn == i)
       sub_reset(s);
@@ -450,27 +419,22 @@ static int64_t parse_i64(const char *s, size_t n, int *ok) {
   return neg ? -v : v;
 }
 
-/* A refusal that says "not here, not now" (a slot moving, a cluster
- * failing over): not the waiters' problem, the subscription is retried. */
-static int transient_refusal(const char *s) {
-  return strncmp(s, "MOVED", 5) == 0 || strncmp(s, "ASK", 3) == 0 ||
-         strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "TRYAGAIN", 8) == 0 ||
-         strncmp(s, "LOADING", 7) == 0;
-}
-
 /* The server refused the oldest (UN)SUBSCRIBE in flight on pc: for
  * SUBSCRIBE (e.g. an ACL user without +subscribe or without the channel),
  * its waiters learn it now instead of waiting out a lease in silence; a
  * transient refusal is retried shortly. ps.mu held. */
 static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
                        const redisReply *r) {
-  dlock__sub *s = sent_head(pc);
-  sent_pop(pc);
+  dlock__sub *s = dlock__subq_head(&pc->sent);
+  dlock__subq_pop(&pc->sent);
   if (!s)
     return;
-  if (s->state == DLOCK__SUB_SUBSCRIBING && transient_refusal(r->str)) {
+  /* Which refusals are transient is one rule for both clients
+   * (ioverdict.c dlock__sub_refusal). */
+  int v = dlock__sub_refusal(s->state == DLOCK__SUB_SUBSCRIBING, r->str);
+  if (s->state == DLOCK__SUB_SUBSCRIBING && v == DLOCK__SUBREF_RETRY) {
     sub_reset(s);
-    s->retry_at = dlock__now_ms() + 100;
+    s->retry_at = dlock__now_ms() + DLOCK__SUB_RETRY_MS;
     ps->refresh = c->cl != NULL;
   } else if (s->state == DLOCK__SUB_SUBSCRIBING) {
     s->state = DLOCK__SUB_FAILED;
@@ -578,15 +542,15 @@ static void on_confirm(dlock_client *c, ps_state *ps, ps_conn *pc,
     if (--s->confirms == 0) {
       s->state = DLOCK__SUB_ACTIVE;
       kick_all(s); /* now they can queue for a direct hand-over */
-      if (sent_head(pc) == s)
-        sent_pop(pc);
+      if (dlock__subq_head(&pc->sent) == s)
+        dlock__subq_pop(&pc->sent);
     }
   } else if (kind == 2 && s->state == DLOCK__SUB_UNSUBSCRIBING) {
     if (--s->confirms == 0) {
       s->state = DLOCK__SUB_IDLE; /* reconcile frees or resubscribes */
       s->conn = -1;
-      if (sent_head(pc) == s)
-        sent_pop(pc);
+      if (dlock__subq_head(&pc->sent) == s)
+        dlock__subq_pop(&pc->sent);
     }
   } else if (kind == 2 && s->state == DLOCK__SUB_ACTIVE) {
     sub_reset(s);
@@ -762,7 +726,7 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
 static void ps_free(ps_state *ps) {
   for (int i = 0; i < ps->n; i++) {
     dlock__link_free(ps->conns[i].link);
-    free(ps->conns[i].sent);
+    dlock__subq_free(&ps->conns[i].sent);
     dlock__sb_free(&ps->conns[i].out);
   }
   free(ps->conns);

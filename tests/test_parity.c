@@ -149,6 +149,69 @@ TH_CASE(retries_keep_the_wait_budget_async) {
   retries_keep_the_wait_budget(TH_DRIVE_ASYNC);
 }
 
+/* ==== D5: a refused subscription fails only its own wait ================= */
+
+/* A holder of no client: what the driven waits queue behind. */
+#define GHOST_HOLDER "00000000-0000-4000-8000-000000000000:1"
+
+static void hold_by_ghost(th_redis *r, const char *name, int ttl_ms) {
+  freeReplyObject(th_cmd(r, "HSET %s %s 1", name, GHOST_HOLDER));
+  freeReplyObject(th_cmd(r, "PEXPIRE %s %d", name, ttl_ms));
+}
+
+/* An ACL user whose channels allow the locks "ok*" but not "no": three
+ * waits of one client subscribe at once; the refusal of "no"'s SUBSCRIBE
+ * ends that wait only (DLOCK_EAUTH), the other two wait on and get their
+ * locks. Failed on c2a2d6b for the event-loop client: "async: the wait of
+ * 'ok1' ended with EAUTH (the server refused the subscription: NOPERM ...)
+ * by another wait's refusal". */
+static void refused_subscription_fails_only_its_wait(int kind) {
+  th_redis *r = th_redis_new(
+      1, "user app on >pw ~* +@all resetchannels "
+         "&redisson_lock__channel:{ok* &dlock_grant__channel:{ok*\n");
+  char url[160];
+  snprintf(url, sizeof url, "redis://app:pw@127.0.0.1:%d", r->port);
+  const char *names[3] = {"ok1", "no", "ok2"};
+  for (int i = 0; i < 3; i++)
+    hold_by_ghost(r, names[i], 60000);
+  dlock_config cfg = cfg_at(url);
+  th_drive *d = th_drive_new(kind, &cfg);
+  th_call *c[3];
+  for (int i = 0; i < 3; i++)
+    c[i] = th_drive_lock_bg(d, names[i], i + 1, ms(20000), 60000);
+  int rc = th_drive_call_wait(d, c[1], ms(10000));
+  printf("%s: 'no' ended with %s (%s)\n", th_drive_kind(d), dlock_err_name(rc),
+         err_of(d));
+  CHECK_MSG(rc == DLOCK_EAUTH && strstr(err_of(d), "NOPERM"), "%s: %s (%s)",
+            th_drive_kind(d), dlock_err_name(rc), err_of(d));
+  th_drive_pump(d, 300);
+  for (int i = 0; i < 3; i += 2)
+    if (th_drive_call_done(d, c[i])) {
+      rc = th_drive_call_wait(d, c[i], 0);
+      CHECK_MSG(0,
+                "%s: the wait of '%s' ended with %s (%s) by another wait's "
+                "refusal",
+                th_drive_kind(d), names[i], dlock_err_name(rc), err_of(d));
+    }
+  for (int i = 0; i < 3; i += 2) {
+    char ch[64];
+    snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", names[i]);
+    freeReplyObject(th_cmd(r, "DEL %s", names[i]));
+    freeReplyObject(th_cmd(r, "PUBLISH %s 0", ch));
+    CHECK_OK(th_drive_call_wait(d, c[i], ms(10000)));
+    CHECK_OK(th_drive_call_end(d, c[i]));
+  }
+  CHECK_OK(th_drive_call_end(d, c[1]));
+  th_drive_free(d);
+}
+
+TH_CASE(refused_subscription_fails_only_its_wait_blocking) {
+  refused_subscription_fails_only_its_wait(TH_DRIVE_BLOCKING);
+}
+TH_CASE(refused_subscription_fails_only_its_wait_async) {
+  refused_subscription_fails_only_its_wait(TH_DRIVE_ASYNC);
+}
+
 /* ==== D6: a stale sentinel is passed over ================================ */
 
 /* Two sentinels: the first names a replica as the master (it was given
