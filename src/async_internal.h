@@ -152,6 +152,7 @@ struct dlock__aconn {
    * with no request (confirmations, messages), and the connection's state
    * changes. */
   dlock__subq subq;
+  int64_t backoff; /* subscriber: reconnect back-off (dlock__sub_backoff) */
   void (*on_push)(dlock__aconn *k, redisReply *r);
   void (*on_ready)(dlock__aconn *k);
   void (*on_down)(dlock__aconn *k, int err, const char *why);
@@ -231,8 +232,9 @@ struct dlock_async {
   dlock__map subs;             /* lock name -> dlock__asub */
   dlock__map chans;            /* channel and grant channel -> dlock__asub */
   dlock__asub *sub_list;
-  dlock__atimer sub_kick; /* Cluster: subscribe again after MOVED / ASK */
-  dlock__ahold *wd_head;  /* holds the watchdog renews */
+  dlock__atimer sub_kick;   /* subscribe again after a transient refusal */
+  dlock__atimer sub_linger; /* entries without waiters: unsubscribe when due */
+  dlock__ahold *wd_head;    /* holds the watchdog renews */
   dlock__atimer wd_timer;
   dlock__atimer loss_timer; /* the engine's next local deadline (async_wd.c) */
   dlock__atimer wd_retry;   /* failed renewals' next try (async_wd.c) */
@@ -324,6 +326,12 @@ void dlock__asub_init(dlock_async *a);
  * subscription is active already, 0 if not yet, or DLOCK_ENOMEM. */
 int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
                      dlock__asub **out);
+/* Joins the waiters of `name` only when its subscription is active (other
+ * calls wait, or it lingers: subscription_linger_ms): 1 joined, else 0 --
+ * the call's first attempt may then join the hand-over queue, as the
+ * blocking client's (mutex.c first_attempt). */
+int dlock__asub_join_active(dlock_async *a, const char *name, dlock__aop *op,
+                            dlock__asub **out);
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);
 void dlock__asub_close(dlock_async *a);
 /* Makes k a subscriber connection (callbacks of async_sub.c). */

@@ -222,7 +222,32 @@ int dlock__sub_linger(int64_t idle_since, int linger_ms, int64_t now,
   return now < *due;
 }
 
-int64_t dlock__sub_wakes(int policy, int64_t value) {
+/* A decimal integer of at most 18 digits, optionally negative. */
+static int64_t parse_i64(const char *s, size_t n, int *ok) {
+  int64_t v = 0;
+  int neg = 0;
+  size_t i = 0;
+  *ok = 0;
+  if (n > 0 && s[0] == '-') {
+    neg = 1;
+    i = 1;
+  }
+  if (i >= n || n - i > 18)
+    return 0;
+  for (; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9')
+      return 0;
+    v = v * 10 + (s[i] - '0');
+  }
+  *ok = 1;
+  return neg ? -v : v;
+}
+
+int64_t dlock__sub_wakes(int policy, const char *p, size_t n) {
+  int ok;
+  int64_t value = parse_i64(p, n, &ok);
+  if (!ok)
+    return 0;
   if (policy == DLOCK__WAKE_ALL || (policy == DLOCK__WAKE_LOCK && value == 1))
     return -1;
   if (policy == DLOCK__WAKE_COUNT)

@@ -196,10 +196,11 @@ int64_t dlock__sub_backoff(int64_t *cur, int retry_interval_ms);
 int dlock__sub_linger(int64_t idle_since, int linger_ms, int64_t now,
                       int64_t *due);
 
-/* How many waiting waits a message `value` on a lock's channel wakes under
- * the kind's wake policy (DLOCK__WAKE_*, internal.h): -1 every one, else
- * that many (the mutex: "0", Redisson's unlock, wakes ONE; "1", a read
- * unlock, all). */
-int64_t dlock__sub_wakes(int policy, int64_t value);
+/* How many waiting waits a message (payload p, n bytes) on a lock's
+ * channel wakes under the kind's wake policy (DLOCK__WAKE_*, internal.h):
+ * -1 every one, else that many -- the mutex: "0", Redisson's unlock, wakes
+ * ONE; "1", a read unlock, all; a semaphore's count that many; 0 for a
+ * payload that is no number (ignored). */
+int64_t dlock__sub_wakes(int policy, const char *p, size_t n);
 
 #endif

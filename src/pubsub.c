@@ -297,7 +297,7 @@ static int conn_for(ps_state *ps, dlock__node *node) {
   ps_conn *pc = &ps->conns[ps->n];
   memset(pc, 0, sizeof *pc);
   pc->node = node;
-  pc->backoff = 50;
+  pc->backoff = 0; /* dlock__sub_backoff: 50 ms first */
   dlock__sb_init(&pc->out);
   return ps->n++;
 }
@@ -339,8 +339,10 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
           (next < 0 || s->retry_at < next))
         next = s->retry_at;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_ACTIVE) {
-      int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
-      if (now >= due && pc && pc->link) {
+      int64_t due;
+      if (!dlock__sub_linger(s->idle_since, c->cfg.subscription_linger_ms, now,
+                             &due) &&
+          pc && pc->link) {
         append_sub_cmd(c, pc, 0, s);
         s->state = DLOCK__SUB_UNSUBSCRIBING;
       } else if (next < 0 || due < next) {
@@ -393,30 +395,11 @@ static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
   /* On a cluster the node may have failed over: look again. */
   ps->refresh = c->cl != NULL;
   dlock__cluster_mark_stale(c);
-  pc->next_connect_at = dlock__now_ms() + pc->backoff;
-  pc->backoff = pc->backoff * 2;
-  if (pc->backoff > c->cfg.retry_interval_ms)
-    pc->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms : 50;
-}
-
-static int64_t parse_i64(const char *s, size_t n, int *ok) {
-  int64_t v = 0;
-  int neg = 0;
-  size_t i = 0;
-  *ok = 0;
-  if (n > 0 && s[0] == '-') {
-    neg = 1;
-    i = 1;
-  }
-  if (i >= n || n - i > 18)
-    return 0;
-  for (; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9')
-      return 0;
-    v = v * 10 + (s[i] - '0');
-  }
-  *ok = 1;
-  return neg ? -v : v;
+  /* 50 ms, doubling up to retry_interval_ms: the event-loop client's
+   * subscriber too (ioverdict.c) */
+  pc->next_connect_at =
+      dlock__now_ms() +
+      dlock__sub_backoff(&pc->backoff, c->cfg.retry_interval_ms);
 }
 
 /* The server refused the oldest (UN)SUBSCRIBE in flight on pc: for
@@ -507,19 +490,14 @@ static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
 
 /* A message on a shared channel: wakes waiters by s's policy. */
 static void on_message(dlock__sub *s, const redisReply *m) {
-  int ok;
-  int64_t v = parse_i64(m->str, m->len, &ok);
-  if (!ok)
-    return;
-  if (s->wake_policy == DLOCK__WAKE_ALL ||
-      (s->wake_policy == DLOCK__WAKE_LOCK && v == 1)) {
+  /* how many is one rule for both clients (ioverdict.c) */
+  int64_t n = dlock__sub_wakes(s->wake_policy, m->str, m->len);
+  if (n < 0) {
     for (dlock__slot *sl = s->slots; sl; sl = sl->next)
       sl->all = 1;
     kick_all(s);
-  } else if (s->wake_policy == DLOCK__WAKE_COUNT) {
-    kick_n(s, v > 0 ? v : 0);
   } else {
-    kick_n(s, 1);
+    kick_n(s, n);
   }
 }
 
@@ -628,7 +606,7 @@ static void ps_connect(dlock_client *c, ps_state *ps, int i) {
   dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
                           c->cfg.command_timeout_ms);
   pc->link = l;
-  pc->backoff = 50;
+  pc->backoff = 0; /* dlock__sub_backoff: 50 ms first */
   if (pc->failed) {
     pc->failed = 0;
     dlock__stat_add(&c->stats, DLOCK__ST_RECONNECTS, 1);
