@@ -807,9 +807,11 @@ static void take_unsent(dlock__aconn *k) {
   }
   k->unsent = NULL;
   if (k->head && !k->timeout.slot)
-    dlock__async_timer(k->a, &k->timeout,
-                       k->head->sent_at + k->a->cfg.command_timeout_ms +
-                           (k->head->waits ? k->head->wait_ms : 0));
+    dlock__async_timer(
+        k->a, &k->timeout,
+        k->head->sent_at +
+            dlock__reply_timeout(k->a->cfg.command_timeout_ms,
+                                 k->head->waits ? k->head->wait_ms : 0));
 }
 
 /* send(2), or SSL_write on a TLS connection: > 0 bytes, -2 would block,
@@ -1365,9 +1367,10 @@ static void timeout_fired(dlock__atimer *t) {
   }
   int64_t now = dlock__async_now();
   dlock__areq *h = k->head != k->unsent ? k->head : NULL;
-  int64_t due = h ? h->sent_at + k->a->cfg.command_timeout_ms +
-                        (h->waits ? h->wait_ms : 0)
-                  : -1;
+  int64_t due =
+      h ? h->sent_at + dlock__reply_timeout(k->a->cfg.command_timeout_ms,
+                                            h->waits ? h->wait_ms : 0)
+        : -1;
   if (k->hs_left > 0 || (h && due <= now)) {
     snprintf(why, sizeof why, "%s: no reply within %d ms", k->what,
              k->a->cfg.command_timeout_ms);

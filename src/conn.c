@@ -281,6 +281,7 @@ struct dlock__mreq {
   int timed_out;     /* the read timed out */
   int fresh;         /* the connection was opened for this request */
   int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
+  int wait_ms;       /* that WAIT's timeout */
   redisReply *extra; /* the WAIT's reply */
   char msg[256];
 };
@@ -359,11 +360,22 @@ static void link_why(const dlock__link *l, int timeout_ms, char *buf,
     snprintf(buf, n, "%s", l->errstr);
 }
 
-/* Reads replies until req has one. mux.mu held, m->reader set by caller. */
+/* Reads replies until req has one. mux.mu held, m->reader set by caller.
+ * Each read waits at most the reply timeout of the request at the head
+ * (dlock__reply_timeout: a WAIT behind it adds its own), set by the reader
+ * alone, under mux.mu, and read by its own reads outside it: until io-stack
+ * D11 a writer set cto + sync_timeout_ms for good (every later read of the
+ * shared connection waited that long) and wrote l->read_ms under mux.mu
+ * while the reader read it outside (a data race, TLS's ssl_io). */
 static void mux_read(dlock__node *n, dlock__mreq *req) {
   dlock__mux *m = &n->mux;
   while (!req->done) {
     dlock__link *l = m->link;
+    const dlock__mreq *hd = m->head;
+    int ms = (int)dlock__reply_timeout(n->c->cfg.command_timeout_ms,
+                                       hd && hd->want > 1 ? hd->wait_ms : 0);
+    if (l->read_ms != ms)
+      dlock__link_set_read_timeout(l, ms);
     dlock__mu_unlock(&m->mu);
     redisReply *r = dlock__link_reply(l);
     dlock__mu_lock(&m->mu);
@@ -474,11 +486,9 @@ static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
       break;
     dlock__mu_unlock(&m->mu); /* closed meanwhile: connect again */
   }
-  if (a->with_wait) {
-    /* WAIT may take sync_timeout_ms before it answers. */
-    int cto = n->c->cfg.command_timeout_ms;
-    dlock__link_set_timeout(m->link, cto + n->c->cfg.sync_timeout_ms, cto);
+  if (a->with_wait) { /* its reads may take the WAIT's timeout longer */
     req.want = 2;
+    req.wait_ms = a->wait_ms;
   }
   a->sent = 1;
   if (dlock__link_send_shared(m->link, b->p, b->len) != 0) {
@@ -535,9 +545,9 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
   if (r && a->with_wait) {
     /* WAIT may take its timeout before it answers. */
     int cto = n->c->cfg.command_timeout_ms;
-    dlock__link_set_timeout(l, cto + a->wait_ms, cto);
+    dlock__link_set_read_timeout(l, (int)dlock__reply_timeout(cto, a->wait_ms));
     a->wait_reply = dlock__link_reply(l);
-    dlock__link_set_timeout(l, cto, cto);
+    dlock__link_set_read_timeout(l, cto);
     if (!a->wait_reply) {
       freeReplyObject(r);
       r = NULL;

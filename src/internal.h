@@ -810,6 +810,10 @@ void dlock__io_pause(int64_t ms);
 void dlock__link_free(dlock__link *l);
 /* Read and write timeouts of the socket; 0 = none (block, or poll first). */
 void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms);
+/* The read timeout alone; on a shared connection only its reader may call
+ * it (it reads l->read_ms outside the connection's mutex: conn.c
+ * mux_read). */
+void dlock__link_set_read_timeout(dlock__link *l, int read_ms);
 /* Writes all of p. 0, or -1 with l->err set. */
 int dlock__link_send(dlock__link *l, const char *p, size_t len);
 /* The same on a link another thread reads at the same time (the router's

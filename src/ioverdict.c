@@ -112,6 +112,10 @@ int dlock__resend_now(int established, int timed_out, int no_retry, int *used) {
   return 1;
 }
 
+int64_t dlock__reply_timeout(int cto, int wait_ms) {
+  return (int64_t)(cto > 0 ? cto : 0) + (wait_ms > 0 ? wait_ms : 0);
+}
+
 /* ---- (d) TLS ----------------------------------------------------------- */
 
 int dlock__tls_verdict(int at, const char *what, int closed, int client_cert,

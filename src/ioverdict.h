@@ -110,6 +110,13 @@ int dlock__retry_verdict(int tried, int tries, int64_t deadline, int64_t now,
  * per call). */
 int dlock__resend_now(int established, int timed_out, int no_retry, int *used);
 
+/* How long the reply of a command sent now may take: command_timeout_ms
+ * (cto), plus the timeout of the WAIT pipelined behind it (wait_ms; 0:
+ * none) -- for that command alone: a connection shared by many commands
+ * times each by its own (until io-stack D11 the blocking client's shared
+ * connection kept cto + sync_timeout_ms for every read after one WAIT). */
+int64_t dlock__reply_timeout(int cto, int wait_ms);
+
 /* ---- (d) TLS ----------------------------------------------------------- */
 
 /* Where a rediss:// connection failed. */

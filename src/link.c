@@ -191,6 +191,11 @@ void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms) {
   set_timeout(l->fd, SO_SNDTIMEO, write_ms > 0 ? write_ms : 0);
 }
 
+void dlock__link_set_read_timeout(dlock__link *l, int read_ms) {
+  l->read_ms = read_ms > 0 ? read_ms : 0;
+  set_timeout(l->fd, SO_RCVTIMEO, l->read_ms);
+}
+
 /* connect(2) bounded by timeout_ms. 0, or -1 with errno. */
 static int connect_within(int fd, const struct sockaddr *sa, socklen_t len,
                           int timeout_ms) {

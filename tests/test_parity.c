@@ -586,4 +586,59 @@ TH_CASE(unlock_message_wakes_one_wait_async) {
   unlock_message_wakes_one_wait(TH_DRIVE_ASYNC);
 }
 
+/* ==== D11: the reply timeout of a command after a WAIT ===================
+ */
+
+/* Replica sync with the count read from INFO (-1): a lock while a replica
+ * is attached is followed by WAIT; the replica leaves, the count is read
+ * again (0: no WAIT). A command whose reply is held past command_timeout_ms
+ * (but within command_timeout_ms + sync_timeout_ms) fails with DLOCK_ECONN
+ * after command_timeout_ms: the shared connection does not keep the longer
+ * timeout of the WAIT. Failed on c2a2d6b for the blocking client:
+ * "blocking: OK after 1801 ms". */
+static void reply_timeout_after_a_wait(int kind) {
+  th_redis *m = th_redis_new(1, NULL);
+  th_redis *rep = th_replica_new(m);
+  fp_proxy *p = fp_new(NULL, m->port);
+  dlock_config cfg = cfg_at(fp_url(p));
+  cfg.sync_replicas = -1;
+  cfg.sync_timeout_ms = (int)ms(2000);
+  cfg.command_timeout_ms = (int)ms(300);
+  cfg.retry_attempts = 0;
+  th_drive *d = th_drive_new(kind, &cfg);
+  CHECK_OK(th_drive_lock(d, "rt1", 1, 0, 10000)); /* with its WAIT */
+  CHECK_OK(th_drive_unlock(d, "rt1", 1));
+  freeReplyObject(th_cmd(rep, "REPLICAOF NO ONE"));
+  int64_t end = th_now_ms() + ms(5000);
+  for (;;) {
+    redisReply *x = th_cmd(m, "INFO replication");
+    int gone = strstr(x->str, "connected_slaves:0") != NULL;
+    freeReplyObject(x);
+    if (gone)
+      break;
+    CHECK_MSG(th_now_ms() < end, "the replica never left");
+    th_sleep_ms(20);
+  }
+  th_drive_pump(d, 1200); /* the count is stale: read again */
+  CHECK_OK(th_drive_lock(d, "rt2", 1, 0, 10000));
+  CHECK_OK(th_drive_unlock(d, "rt2", 1));
+  int64_t delay = ms(1500);
+  fp_arm(p, "rt3", FP_DELAY, (int)delay);
+  int64_t t0 = th_now_ms();
+  int rc = th_drive_lock(d, "rt3", 1, 0, 10000);
+  int64_t took = th_now_ms() - t0;
+  printf("%s: %s after %lld ms (%s)\n", th_drive_kind(d), dlock_err_name(rc),
+         (long long)took, err_of(d));
+  CHECK_MSG(rc == DLOCK_ECONN && took < delay - 200, "%s: %s after %lld ms",
+            th_drive_kind(d), dlock_err_name(rc), (long long)took);
+  th_drive_free(d);
+}
+
+TH_CASE(reply_timeout_after_a_wait_blocking) {
+  reply_timeout_after_a_wait(TH_DRIVE_BLOCKING);
+}
+TH_CASE(reply_timeout_after_a_wait_async) {
+  reply_timeout_after_a_wait(TH_DRIVE_ASYNC);
+}
+
 TH_MAIN()
