@@ -107,10 +107,10 @@ static void reply_error_moved_on_a_plain_url(int kind) {
   th_drive_free(d);
 }
 
-TH_CASE_T(reply_error_moved_on_a_plain_url_blocking, 90, "cluster") {
+TH_CASE_T(reply_error_moved_on_a_plain_url_blocking, 120, "cluster") {
   reply_error_moved_on_a_plain_url(TH_DRIVE_BLOCKING);
 }
-TH_CASE_T(reply_error_moved_on_a_plain_url_async, 90, "cluster") {
+TH_CASE_T(reply_error_moved_on_a_plain_url_async, 120, "cluster") {
   reply_error_moved_on_a_plain_url(TH_DRIVE_ASYNC);
 }
 
@@ -242,10 +242,10 @@ static void stale_sentinel_is_passed_over(int kind) {
   th_drive_free(d);
 }
 
-TH_CASE_T(stale_sentinel_is_passed_over_blocking, 60, "sentinel") {
+TH_CASE_T(stale_sentinel_is_passed_over_blocking, 120, "sentinel") {
   stale_sentinel_is_passed_over(TH_DRIVE_BLOCKING);
 }
-TH_CASE_T(stale_sentinel_is_passed_over_async, 60, "sentinel") {
+TH_CASE_T(stale_sentinel_is_passed_over_async, 120, "sentinel") {
   stale_sentinel_is_passed_over(TH_DRIVE_ASYNC);
 }
 
@@ -279,10 +279,10 @@ static void redirect_loop_is_one_error(int kind) {
   th_drive_free(d);
 }
 
-TH_CASE_T(redirect_loop_is_one_error_blocking, 90, "cluster") {
+TH_CASE_T(redirect_loop_is_one_error_blocking, 120, "cluster") {
   redirect_loop_is_one_error(TH_DRIVE_BLOCKING);
 }
-TH_CASE_T(redirect_loop_is_one_error_async, 90, "cluster") {
+TH_CASE_T(redirect_loop_is_one_error_async, 120, "cluster") {
   redirect_loop_is_one_error(TH_DRIVE_ASYNC);
 }
 
@@ -528,10 +528,12 @@ static void subscription_lingers(int kind) {
   th_drive_free(d);
 }
 
-TH_CASE(subscription_lingers_blocking) {
+TH_CASE_T(subscription_lingers_blocking, 120, "slow") {
   subscription_lingers(TH_DRIVE_BLOCKING);
 }
-TH_CASE(subscription_lingers_async) { subscription_lingers(TH_DRIVE_ASYNC); }
+TH_CASE_T(subscription_lingers_async, 120, "slow") {
+  subscription_lingers(TH_DRIVE_ASYNC);
+}
 
 /* Sum of the calls of EVAL and EVALSHA the server has run. */
 static long long script_calls(th_redis *r) {
@@ -579,10 +581,10 @@ static void unlock_message_wakes_one_wait(int kind) {
   th_drive_free(d);
 }
 
-TH_CASE(unlock_message_wakes_one_wait_blocking) {
+TH_CASE_T(unlock_message_wakes_one_wait_blocking, 120, "slow") {
   unlock_message_wakes_one_wait(TH_DRIVE_BLOCKING);
 }
-TH_CASE(unlock_message_wakes_one_wait_async) {
+TH_CASE_T(unlock_message_wakes_one_wait_async, 120, "slow") {
   unlock_message_wakes_one_wait(TH_DRIVE_ASYNC);
 }
 
@@ -634,10 +636,10 @@ static void reply_timeout_after_a_wait(int kind) {
   th_drive_free(d);
 }
 
-TH_CASE(reply_timeout_after_a_wait_blocking) {
+TH_CASE_T(reply_timeout_after_a_wait_blocking, 120, "slow") {
   reply_timeout_after_a_wait(TH_DRIVE_BLOCKING);
 }
-TH_CASE(reply_timeout_after_a_wait_async) {
+TH_CASE_T(reply_timeout_after_a_wait_async, 120, "slow") {
   reply_timeout_after_a_wait(TH_DRIVE_ASYNC);
 }
 
