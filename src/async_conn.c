@@ -281,13 +281,12 @@ static void retry_unlink(dlock__aconn *k, dlock__areq *r) {
   r->rnext = r->rprev = NULL;
 }
 
+static void resend(dlock__aconn *k, dlock__areq *r);
+
 static void retry_fired(dlock__atimer *t) {
   dlock__areq *r = t->arg;
   retry_unlink(r->k, r);
-  if (r->k->a->url.cluster && r->k->cmdconn)
-    dlock__aroute_submit(r->k->a, r); /* the map may have changed */
-  else
-    dlock__aconn_enqueue(r->k, r);
+  resend(r->k, r);
 }
 
 /* r failed with err (why): re-sent later, or ended when no attempt is
@@ -296,11 +295,20 @@ static void req_retry(dlock__aconn *k, dlock__areq *r, int err,
                       const char *why) {
   dlock_async *a = k->a;
   int left = a->cfg.retry_attempts > 0 ? a->cfg.retry_attempts : 0;
-  if (r->no_retry || a->closing || r->tries++ >= left) {
+  int64_t now = dlock__async_now();
+  int64_t pause = dlock__retry_pause(&a->cfg, r->tries, &r->pause);
+  /* The tries left and the call's wait budget (r->wait_until) decide, the
+   * pause cut to what is left of the budget: the blocking router's rule
+   * (ioverdict.c). Until io-stack D2 this client ran the whole policy: a
+   * 1 s lock at a dead server answered after 3 x retry_interval_ms. */
+  if (a->closing || !dlock__retry_verdict(
+                        ++r->tries, r->no_retry ? 1 : 1 + left,
+                        r->wait_until > 0 ? r->wait_until : -1, now, &pause)) {
     r->fn(r, NULL, err, why);
     return;
   }
   r->k = k;
+  r->redirects = 0; /* a bound per try (dlock__redirect_bound) */
   r->rprev = NULL;
   r->rnext = k->retrying;
   if (k->retrying)
@@ -308,11 +316,10 @@ static void req_retry(dlock__aconn *k, dlock__areq *r, int err,
   k->retrying = r;
   r->retry.fn = retry_fired;
   r->retry.arg = r;
-  int64_t pause = dlock__retry_pause(&a->cfg, r->tries - 1, &r->pause);
   dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "retry",
              "try %d of %d failed (%s); the next in %lld ms", r->tries,
              left + 1, why ? why : "", (long long)pause);
-  dlock__async_timer(a, &r->retry, dlock__async_now() + pause);
+  dlock__async_timer(a, &r->retry, now + pause);
 }
 
 void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
@@ -320,9 +327,24 @@ void dlock__aconn_retry(dlock__aconn *k, dlock__areq *r, int err,
   req_retry(k, r, err, why);
 }
 
+/* r goes again at once, to where its connection's requests go. */
+static void resend(dlock__aconn *k, dlock__areq *r) {
+  if (k->a->url.cluster && k->cmdconn)
+    dlock__aroute_submit(k->a, r); /* the map may have changed */
+  else
+    dlock__aconn_enqueue(k, r);
+}
+
 /* Closes the connection; every request on it is retried (or, final, ends
- * with err at once). */
-static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
+ * with err at once). A connection that was ready before and broke without
+ * timing out most likely died while idle (a restart, CLIENT KILL): each
+ * request on it is sent again at once on a new connection, once, without
+ * counting a try -- the blocking router's rule (ioverdict.c
+ * dlock__resend_now); until io-stack D9 this client paused
+ * retry_interval_ms for it. Not for a request written behind the
+ * handshake: the connection was made for it. */
+static void conn_fail_how(dlock__aconn *k, int err, const char *why, int final,
+                          int timed_out) {
   dlock_async *a = k->a;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", why);
@@ -331,6 +353,7 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
                "connection lost: %s", msg);
   if (k->data && k->state != DLOCK__AC_RESOLVING && !a->closing)
     dlock__aroute_invalid(k); /* Sentinel: the master may have moved */
+  int was_ready = k->state == DLOCK__AC_READY;
   k->probe = 0;
   close_socket(k);
   free_addrs(k);
@@ -348,13 +371,25 @@ static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
       req_drop(r);
       continue;
     }
+    int established = was_ready && !(r->counted && r->behind_hs);
     if (final)
       r->fn(r, NULL, err, msg);
-    else
+    else if (err == DLOCK_ECONN &&
+             dlock__resend_now(established, timed_out, r->no_retry,
+                               &r->resent_now)) {
+      dlock__log(&a->cfg, DLOCK_LOG_WARN, NULL, "retry",
+                 "%s; re-sent at once on a new connection", msg);
+      resend(k, r);
+    } else {
       req_retry(k, r, err, msg);
+    }
   }
   if (k->on_down && !a->closing)
     k->on_down(k, err, msg);
+}
+
+static void conn_fail(dlock__aconn *k, int err, const char *why, int final) {
+  conn_fail_how(k, err, why, final, 0);
 }
 
 /* ---- connecting ------------------------------------------------------------
@@ -601,6 +636,31 @@ static void connected(dlock__aconn *k) {
   want_write(k, 1);
 }
 
+/* A rediss:// connection failed `at` (ioverdict.c dlock__tls_verdict, the
+ * blocking client's rule too): TLS's doing -- a handshake that failed, a
+ * certificate refused, a client certificate the server wants, a close
+ * right after the handshake without one -- ends its requests with
+ * DLOCK_ETLS at once; anything else is an ordinary failure, retried. Until
+ * io-stack D8 such failures after the handshake were retried through the
+ * whole policy, without the hint. 1 when it was TLS's. */
+static int tls_failed(dlock__aconn *k, int at, int closed, const char *tls_err,
+                      const char *detail) {
+  char what[400];
+  if (at == DLOCK__TLS_AT_HANDSHAKE)
+    snprintf(what, sizeof what, "TLS handshake with %s:%d", k->at.host,
+             k->at.port);
+  else
+    snprintf(what, sizeof what, "%s connection to %s:%d", k->what, k->at.host,
+             k->at.port);
+  int cert = k->ssl && dlock__tls_session_has_cert(k->ssl);
+  if (dlock__tls_verdict(at, what, closed, cert, tls_err, detail) == 0)
+    return 0;
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  conn_fail(k, DLOCK_ETLS, msg, 1);
+  return 1;
+}
+
 /* One step of SSL_connect; on success the handshake of Redis follows. */
 static void tls_step(dlock__aconn *k) {
   char why[400];
@@ -616,16 +676,8 @@ static void tls_step(dlock__aconn *k) {
     want_write(k, r == DLOCK__TLS_WANT_WRITE);
     return;
   }
-  char msg[600];
-  snprintf(msg, sizeof msg, "TLS handshake with %s:%d %s", k->at.host,
-           k->at.port,
-           r == 0 ? "failed: the server closed the connection"
-           : r == DLOCK__TLS_ERR_TLS ? why
-                                     : "failed");
-  if (r == DLOCK__TLS_ERR_TLS) /* a refused certificate does not heal */
-    conn_fail(k, DLOCK_ETLS, msg, 1);
-  else
-    connect_failed(k, msg);
+  tls_failed(k, DLOCK__TLS_AT_HANDSHAKE, r == 0,
+             r == DLOCK__TLS_ERR_TLS ? why : NULL, why);
 }
 
 static void reconnect_fired(dlock__atimer *t) {
@@ -683,6 +735,7 @@ static void sync_refresh(dlock__aconn *k, int64_t now) {
     r->len = b.len;
     r->slot = -1;
     r->no_retry = 1;
+    r->raw = 1; /* refused: the count is 0 (info_done) */
     r->fn = info_done;
     r->arg = k;
     dlock__areq *p = NULL;
@@ -730,6 +783,7 @@ static void take_unsent(dlock__aconn *k) {
     r->asking = 0;
     r->out_start = k->out.len;
     r->counted = 0;
+    r->behind_hs = k->state == DLOCK__AC_HANDSHAKE;
     if (r->ask_pending)
       dlock__sb_adds(&k->out, "*1\r\n$6\r\nASKING\r\n");
     dlock__sb_add(&k->out, r->cmd, r->len);
@@ -753,9 +807,11 @@ static void take_unsent(dlock__aconn *k) {
   }
   k->unsent = NULL;
   if (k->head && !k->timeout.slot)
-    dlock__async_timer(k->a, &k->timeout,
-                       k->head->sent_at + k->a->cfg.command_timeout_ms +
-                           (k->head->waits ? k->head->wait_ms : 0));
+    dlock__async_timer(
+        k->a, &k->timeout,
+        k->head->sent_at +
+            dlock__reply_timeout(k->a->cfg.command_timeout_ms,
+                                 k->head->waits ? k->head->wait_ms : 0));
 }
 
 /* send(2), or SSL_write on a TLS connection: > 0 bytes, -2 would block,
@@ -919,6 +975,132 @@ static void handshake_reply(dlock__aconn *k, redisReply *r) {
   }
 }
 
+/* The client's topology, for the shared verdicts (ioverdict.h). */
+static int topo_of(const dlock_async *a) {
+  return a->url.cluster    ? DLOCK__TOPO_CLUSTER
+         : a->url.sentinel ? DLOCK__TOPO_SENTINEL
+                           : DLOCK__TOPO_PLAIN;
+}
+
+/* The first key of r's EVALSHA/EVAL (its object's name), read back from
+ * the encoded command: 1 with *p, *n, or 0. */
+static int req_key0(const dlock__areq *r, const char **p, size_t *n) {
+  const char *s = r->cmd, *end = r->cmd + r->len;
+  const char *nl = memchr(s, '\n', r->len);
+  for (int i = 0; nl && i < 4; i++) { /* verb, sha or body, numkeys, key */
+    s = nl + 1;
+    if (s >= end || *s != '$')
+      return 0;
+    long long l = strtoll(s + 1, NULL, 10);
+    nl = memchr(s, '\n', (size_t)(end - s));
+    if (!nl || l < 0 || l > end - (nl + 1))
+      return 0;
+    *p = nl + 1;
+    *n = (size_t)l;
+    nl = nl + 1 + l + 1; /* the data's \r\n: its \n */
+    if (nl >= end)
+      return i == 3;
+  }
+  return nl != NULL;
+}
+
+/* TYPE's answer for a script refused with WRONGTYPE: r's message names
+ * the key and what it holds, as the blocking client's
+ * (dlock__explain_wrongtype; one message, error.c). */
+static void wrongtype_done(dlock__areq *t, redisReply *reply, int err,
+                           const char *why) {
+  (void)why;
+  dlock__areq *r = t->arg;
+  dlock__areq_free(t);
+  char type[32] = "", held[300] = "";
+  if (!err && reply &&
+      (reply->type == REDIS_REPLY_STATUS || reply->type == REDIS_REPLY_STRING))
+    snprintf(type, sizeof type, "%s", reply->str);
+  if (reply)
+    freeReplyObject(reply);
+  const char *k0 = "";
+  size_t kl = 0, n = 0;
+  (void)req_key0(r, &k0, &kl);
+  dlock__wrongtype_key(held, sizeof held, &n, k0, kl, type);
+  int rc = dlock__wrongtype_fail(r->script, k0, kl, held);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dlock_last_error());
+  r->fn(r, NULL, rc, msg);
+}
+
+static void wrongtype_drop(void *arg) { req_drop(arg); }
+
+/* r was refused with WRONGTYPE: asks its first key's TYPE, then ends r
+ * (0), or -1 when it cannot ask (r ends with the server's text). */
+static int explain_wrongtype(dlock_async *a, dlock__areq *r) {
+  const char *k0;
+  size_t kl;
+  if (!r->script || !req_key0(r, &k0, &kl))
+    return -1;
+  const char *av[2] = {"TYPE", k0};
+  size_t al[2] = {4, kl};
+  dlock__areq *t = dlock__areq_cmd(2, av, al, wrongtype_done, r);
+  if (!t)
+    return -1;
+  t->slot = r->slot;
+  t->raw = 1;
+  t->drop = wrongtype_drop;
+  dlock__aconn_submit(&a->cmd, t);
+  return 0;
+}
+
+/* An error reply to r (NOSCRIPT aside): what it means is the blocking
+ * router's rule too (ioverdict.c dlock__reply_verdict) -- a redirect
+ * followed, a refusal retried (after the master or the slot map is found
+ * again when the node is not the one to serve), or the call's answer:
+ * DLOCK_EREDIS with the server's text (an ACL's NOPERM says what to
+ * grant, a MOVED on a redis:// URL to use redis-cluster://), DLOCK_EAUTH.
+ * Until then every such reply reached the call as a reply and ended as
+ * DLOCK_EPROTO, "unexpected reply type" (research io-stack D1). */
+static void reply_error(dlock__aconn *k, dlock__areq *r, redisReply *rep) {
+  dlock_async *a = k->a;
+  int rc = 0, reroute = 0;
+  int v = dlock__reply_verdict(
+      rep->str, topo_of(a), r->script ? r->script->name : NULL, &rc, &reroute);
+  char why[512];
+  snprintf(why, sizeof why, "%s", dlock_last_error());
+  char rh[256];
+  unsigned rslot;
+  int rport, ask = v == DLOCK__REPLY_ASK;
+  if ((v == DLOCK__REPLY_MOVED || ask) &&
+      dlock__parse_redirect(rep->str, ask ? "ASK" : "MOVED", &rslot, rh,
+                            sizeof rh, &rport)) {
+    /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
+     * request alone goes there, after ASKING). */
+    freeReplyObject(rep);
+    not_run(r);
+    dlock__aroute_redirect(a, r, rslot, rh, rport, ask);
+    return;
+  }
+  if (v == DLOCK__REPLY_RETRY && reroute && a->url.sentinel && k->data) {
+    /* A master turned replica (failover), or a replica that lost its
+     * master: ask the sentinels again, and send it to the master. */
+    snprintf(why, sizeof why, "%s:%d: %s", k->at.host, k->at.port, rep->str);
+    freeReplyObject(rep);
+    not_run(r);
+    dlock__aroute_invalid(k);
+    req_retry(k, r, rc, why);
+    conn_fail(k, DLOCK_ECONN, why, 0);
+    return;
+  }
+  freeReplyObject(rep);
+  if (v == DLOCK__REPLY_RETRY) {
+    if (reroute && a->url.cluster)
+      dlock__aroute_invalid(k); /* a failover: the map is asked for again */
+    not_run(r); /* LOADING, BUSY, TRYAGAIN, ...: refused, not run */
+    req_retry(k, r, rc, why);
+    return;
+  }
+  if (strncmp(why, "WRONGTYPE", 9) == 0 && explain_wrongtype(a, r) == 0)
+    return;
+  r->fn(r, NULL, rc, why);
+}
+
 /* The reply of the request at the head (or of its WAIT). */
 static void request_reply(dlock__aconn *k, redisReply *rep) {
   dlock__areq *r = k->head;
@@ -965,44 +1147,8 @@ static void request_reply(dlock__aconn *k, redisReply *rep) {
     dlock__aconn_submit(k, r);
     return;
   }
-  if (rep->type == REDIS_REPLY_ERROR && k->data && k->a->url.sentinel &&
-      (strncmp(rep->str, "READONLY", 8) == 0 ||
-       strncmp(rep->str, "MASTERDOWN", 10) == 0)) {
-    /* A master turned replica (failover), or a replica that lost its
-     * master: ask the sentinels again, and send it to the master. */
-    char why[300];
-    snprintf(why, sizeof why, "%s:%d: %s", k->at.host, k->at.port, rep->str);
-    freeReplyObject(rep);
-    dlock__aroute_invalid(k);
-    req_retry(k, r, DLOCK_ECONN, why);
-    conn_fail(k, DLOCK_ECONN, why, 0);
-    return;
-  }
-  char rh[256];
-  unsigned rslot;
-  int rport, ask = 0;
-  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
-      (dlock__parse_redirect(rep->str, "MOVED", &rslot, rh, sizeof rh,
-                             &rport) ||
-       (ask = dlock__parse_redirect(rep->str, "ASK", &rslot, rh, sizeof rh,
-                                    &rport)))) {
-    /* The slot moved (MOVED: the map learns it) or is moving (ASK: this
-     * request alone goes there, after ASKING). */
-    freeReplyObject(rep);
-    not_run(r);
-    dlock__aroute_redirect(k->a, r, rslot, rh, rport, ask);
-    return;
-  }
-  if (rep->type == REDIS_REPLY_ERROR && k->a->url.cluster &&
-      (strncmp(rep->str, "READONLY", 8) == 0 ||
-       strncmp(rep->str, "CLUSTERDOWN", 11) == 0))
-    dlock__aroute_invalid(k); /* a failover: the map is asked for again */
-  if (rep->type == REDIS_REPLY_ERROR && dlock__retryable_reply(rep->str)) {
-    char why[256];
-    snprintf(why, sizeof why, "%s", rep->str);
-    freeReplyObject(rep);
-    not_run(r); /* LOADING, BUSY, TRYAGAIN, ...: refused, not run */
-    req_retry(k, r, DLOCK_EREDIS, why);
+  if (rep->type == REDIS_REPLY_ERROR && !r->raw) {
+    reply_error(k, r, rep);
     return;
   }
   r->fn(r, rep, 0, NULL);
@@ -1141,7 +1287,14 @@ void dlock__aconn_readable(dlock__aconn *k) {
                n == 0 ? "server closed the connection" : why);
       if (!k->answered && k->data && !etls && start_probe(k, msg))
         return;
-      conn_fail(k, etls ? DLOCK_ETLS : DLOCK_ECONN, msg, 0);
+      int closed = n == 0 || strstr(why, "reset") != NULL;
+      if (k->ssl && tls_failed(k,
+                               k->answered ? DLOCK__TLS_AT_LATER
+                                           : DLOCK__TLS_AT_FIRST_REPLY,
+                               closed, etls ? why : NULL,
+                               n == 0 ? "server closed the connection" : why))
+        return;
+      conn_fail(k, DLOCK_ECONN, msg, 0);
       return;
     }
     if (redisReaderFeed(k->reader, buf, (size_t)n) != REDIS_OK) {
@@ -1209,21 +1362,19 @@ static void timeout_fired(dlock__atimer *t) {
     return;
   }
   if (k->state == DLOCK__AC_TLS) {
-    char msg[400];
-    snprintf(msg, sizeof msg, "TLS handshake with %s:%d: no answer in time",
-             k->at.host, k->at.port);
-    connect_failed(k, msg);
+    tls_failed(k, DLOCK__TLS_AT_HANDSHAKE, 0, NULL, "no answer in time");
     return;
   }
   int64_t now = dlock__async_now();
   dlock__areq *h = k->head != k->unsent ? k->head : NULL;
-  int64_t due = h ? h->sent_at + k->a->cfg.command_timeout_ms +
-                        (h->waits ? h->wait_ms : 0)
-                  : -1;
+  int64_t due =
+      h ? h->sent_at + dlock__reply_timeout(k->a->cfg.command_timeout_ms,
+                                            h->waits ? h->wait_ms : 0)
+        : -1;
   if (k->hs_left > 0 || (h && due <= now)) {
     snprintf(why, sizeof why, "%s: no reply within %d ms", k->what,
              k->a->cfg.command_timeout_ms);
-    conn_fail(k, DLOCK_ECONN, why, 0);
+    conn_fail_how(k, DLOCK_ECONN, why, 0, 1);
   } else if (h) {
     dlock__async_timer(k->a, &k->timeout, due);
   }
@@ -1251,4 +1402,5 @@ void dlock__aconn_close(dlock__aconn *k) {
     req_drop(r);
   }
   dlock__sb_free(&k->out);
+  dlock__subq_free(&k->subq);
 }

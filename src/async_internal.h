@@ -58,12 +58,13 @@ struct dlock__areq {
   int slot;                    /* its first key's cluster slot, or -1 */
   int asking;                  /* Cluster: send ASKING before it (ASK) */
   int ask_pending;             /* ASKING's reply comes first */
-  int redirects;               /* MOVED / ASK / no owner so far */
+  int redirects;               /* MOVED / ASK of this try */
   int waits;                   /* a WAIT was pipelined behind it */
   int wait_want;               /* the replicas it asked for */
   int wait_ms;                 /* that WAIT's timeout (take_unsent) */
   /* The wait budget's end of the call that sent it (monotonic ms; 0 none):
-   * its WAIT never waits past it (async_conn.c take_unsent). */
+   * its WAIT never waits past it (async_conn.c take_unsent), nor does the
+   * retry policy re-send it past it (req_retry, dlock__retry_verdict). */
   int64_t wait_until;
   redisReply *held; /* its reply, while the WAIT's is awaited */
   int no_sync;      /* never followed by WAIT (an undo) */
@@ -73,12 +74,18 @@ struct dlock__areq {
   /* Sends whose bytes may have left (at least one byte written): a try
    * that failed before writing is no copy (issue 38 / io-stack.md D4). */
   int sends;
-  size_t out_start;    /* where its bytes begin in the connection's out */
-  int counted;         /* this try's send is counted in sends */
-  int64_t pause;       /* the last retry pause (retry_delay) */
-  int no_retry;        /* one send: the caller retries (renewals) */
-  int64_t sent_at;     /* when its bytes went out (monotonic ms) */
-  dlock__atimer retry; /* armed while waiting for a re-send */
+  size_t out_start; /* where its bytes begin in the connection's out */
+  int counted;      /* this try's send is counted in sends */
+  int behind_hs;    /* written behind its connection's handshake */
+  int resent_now;   /* re-sent at once after an idle connection broke */
+  int64_t pause;    /* the last retry pause (retry_delay) */
+  int no_retry;     /* one send: the caller retries (renewals) */
+  /* Error replies go to fn as replies (the route's own questions and
+   * INFO judge them); else an error reply is judged by the shared verdict
+   * (ioverdict.c) and fn hears err with its message. */
+  int raw;
+  int64_t sent_at;            /* when its bytes went out (monotonic ms) */
+  dlock__atimer retry;        /* armed while waiting for a re-send */
   dlock__areq *rnext, *rprev; /* in the connection's waiting-for-retry list */
   dlock__aconn *k;            /* the connection, while waiting */
   dlock__areq_fn *fn;
@@ -140,8 +147,12 @@ struct dlock__aconn {
   struct addrinfo *ai, *ai_at; /* TCP addresses, the one being tried */
   dlock__atimer timeout;       /* connect, or the oldest reply */
   dlock__atimer reconnect;     /* subscriber: the next try */
-  /* subscriber only: replies with no request (confirmations, messages),
-   * and the connection's state changes. */
+  /* subscriber only: its (UN)SUBSCRIBEs in flight, oldest first (an
+   * error reply is the oldest's refusal: ioverdict.c dlock__subq); replies
+   * with no request (confirmations, messages), and the connection's state
+   * changes. */
+  dlock__subq subq;
+  int64_t backoff; /* subscriber: reconnect back-off (dlock__sub_backoff) */
   void (*on_push)(dlock__aconn *k, redisReply *r);
   void (*on_ready)(dlock__aconn *k);
   void (*on_down)(dlock__aconn *k, int err, const char *why);
@@ -221,8 +232,9 @@ struct dlock_async {
   dlock__map subs;             /* lock name -> dlock__asub */
   dlock__map chans;            /* channel and grant channel -> dlock__asub */
   dlock__asub *sub_list;
-  dlock__atimer sub_kick; /* Cluster: subscribe again after MOVED / ASK */
-  dlock__ahold *wd_head;  /* holds the watchdog renews */
+  dlock__atimer sub_kick;   /* subscribe again after a transient refusal */
+  dlock__atimer sub_linger; /* entries without waiters: unsubscribe when due */
+  dlock__ahold *wd_head;    /* holds the watchdog renews */
   dlock__atimer wd_timer;
   dlock__atimer loss_timer;  /* the engine's next local deadline (async_wd.c) */
   dlock__atimer wd_retry;    /* failed renewals' next try (async_wd.c) */
@@ -318,6 +330,12 @@ void dlock__asub_init(dlock_async *a);
  * subscription is active already, 0 if not yet, or DLOCK_ENOMEM. */
 int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
                      dlock__asub **out);
+/* Joins the waiters of `name` only when its subscription is active (other
+ * calls wait, or it lingers: subscription_linger_ms): 1 joined, else 0 --
+ * the call's first attempt may then join the hand-over queue, as the
+ * blocking client's (mutex.c first_attempt). */
+int dlock__asub_join_active(dlock_async *a, const char *name, dlock__aop *op,
+                            dlock__asub **out);
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);
 void dlock__asub_close(dlock_async *a);
 /* Makes k a subscriber connection (callbacks of async_sub.c). */

@@ -648,9 +648,14 @@ static void lock_begin(dlock__aop *op) {
     if (op->wait_ms > 0)
       dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
   }
-  /* Not subscribed yet: the engine's rule says no queue (the plain lock
-   * does not queue from the first attempt). */
-  attempt(op, prior + 1, dlock__eng_wait_queue(op->wait_ms, 0, 0));
+  /* A subscription of the name that is active (other calls wait, or it
+   * lingers): the call registers as a waiter first and joins the queue
+   * with this very attempt (mutex.c first_attempt); else not subscribed
+   * yet: the engine's rule says no queue. */
+  if (op->wait_ms != 0 && !op->sub &&
+      dlock__asub_join_active(op->a, h->key, op, &op->sub))
+    op->active = 1;
+  attempt(op, prior + 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
 }
 
 /* ---- unlock -----------------------------------------------------------------

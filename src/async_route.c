@@ -10,8 +10,12 @@
  *
  *   for each sentinel, starting with the one that answered last:
  *     SENTINEL GET-MASTER-ADDR-BY-NAME <name>  -> host, port
- *   then the data connection itself checks ROLE in its handshake
- *   (async_conn.c): a server that is not the master sends us back here.
+ *     ROLE on host:port (the data nodes' credentials)
+ *     -> "master": use it; a replica, or no answer: the next sentinel
+ *   (the blocking client's round, one rule: ioverdict.c
+ *   dlock__sentinel_turn); the data connection checks ROLE again in its
+ *   handshake (async_conn.c): a server that is not the master any more
+ *   sends us back here.
  *
  * A connection that needs the address while nobody knows it waits in
  * RESOLVING; the round's end answers every waiting one (the address, or
@@ -40,9 +44,11 @@
 typedef struct dlock__aroute {
   dlock__aconn q; /* to the sentinel being asked */
   dlock__url qurl;
-  int at;    /* the sentinel asked (or to ask first) */
-  int asked; /* sentinels asked in this round */
-  int busy;  /* a round is under way */
+  int at;              /* the sentinel asked (or to ask first) */
+  int asked;           /* sentinels asked in this round */
+  char cand_host[256]; /* the master the sentinel at named, its ROLE asked */
+  int cand_port;
+  int busy; /* a round is under way */
   char *host;
   int port;
   int known;
@@ -226,26 +232,17 @@ static int set_master(dlock__aroute *rt, const char *host, int port) {
   return 0;
 }
 
-static void ask_done(dlock__areq *r, redisReply *reply, int err,
-                     const char *why) {
-  dlock_async *a = r->arg;
+/* Sentinel rt->at's turn ended: addr_rc its answer, role_rc the ROLE of
+ * the master it named (line: what went wrong, for the round's message).
+ * The round's rule is the blocking client's (ioverdict.c
+ * dlock__sentinel_turn): this master, the next sentinel, or the end. */
+static void turn_end(dlock_async *a, int addr_rc, int role_rc,
+                     const char *line) {
   dlock__aroute *rt = a->route;
-  dlock__areq_free(r);
-  char line[700], host[256] = "";
-  int port = 0;
-  if (err)
-    snprintf(line, sizeof line, "%s", why);
-  else if (dlock__sentinel_addr_reply(reply, a->url.master_name, host,
-                                      sizeof host, &port, line,
-                                      sizeof line) != 0)
-    host[0] = '\0';
-  if (reply)
-    freeReplyObject(reply);
-  dlock__aconn_close_socket(&rt->q); /* the next question may go elsewhere */
-  if (a->closing)
-    return;
-  if (host[0]) {
-    if (set_master(rt, host, port) != 0)
+  int n = a->url.n_sentinels;
+  int v = dlock__sentinel_turn(addr_rc, role_rc, ++rt->asked, n);
+  if (v == DLOCK__SENT_USE) {
+    if (set_master(rt, rt->cand_host, rt->cand_port) != 0)
       round_end(a, DLOCK_ENOMEM, "out of memory");
     else
       round_end(a, 0, NULL);
@@ -253,12 +250,11 @@ static void ask_done(dlock__areq *r, redisReply *reply, int err,
   }
   const dlock__hostport *s = &a->url.sentinels[rt->at];
   char item[1000];
-  snprintf(item, sizeof item, "%ssentinel %s:%d: %s", rt->asked ? "; " : "",
+  snprintf(item, sizeof item, "%ssentinel %s:%d: %s", rt->asked > 1 ? "; " : "",
            s->host, s->port, line);
   dlock__sb_adds(&rt->why, item);
-  int n = a->url.n_sentinels;
-  if (++rt->asked < n) {
-    rt->at = (rt->at + 1) % n;
+  rt->at = (rt->at + 1) % n; /* the next turn, or the next round, elsewhere */
+  if (v == DLOCK__SENT_NEXT) {
     ask(a);
     return;
   }
@@ -266,8 +262,79 @@ static void ask_done(dlock__areq *r, redisReply *reply, int err,
   snprintf(msg, sizeof msg, "no master '%s' found through %d sentinel%s (%s)",
            a->url.master_name, n, n == 1 ? "" : "s",
            rt->why.oom ? "out of memory" : rt->why.p);
-  rt->at = (rt->at + 1) % n; /* the next round starts elsewhere */
   round_end(a, DLOCK_ECONN, msg);
+}
+
+static void role_done(dlock__areq *r, redisReply *reply, int err,
+                      const char *why) {
+  dlock_async *a = r->arg;
+  dlock__aroute *rt = a->route;
+  dlock__areq_free(r);
+  char line[700] = "";
+  int rc = err;
+  if (err) {
+    snprintf(line, sizeof line, "%s", why);
+  } else if (reply->type == REDIS_REPLY_ERROR) {
+    rc = DLOCK_EREDIS;
+    snprintf(line, sizeof line, "ROLE: %s", reply->str);
+  } else if (dlock__sentinel_role(reply)) {
+    rc = DLOCK_ECONN;
+    snprintf(line, sizeof line, "%s:%d says it is not a master (%s)",
+             rt->cand_host, rt->cand_port, dlock__sentinel_role(reply));
+  }
+  if (reply)
+    freeReplyObject(reply);
+  dlock__aconn_close_socket(&rt->q);
+  if (!a->closing)
+    turn_end(a, 0, rc, line);
+}
+
+/* ROLE on the master sentinel rt->at named (the data nodes' credentials
+ * and TLS), as sentinel.c's check_role: a sentinel that names a replica
+ * (stale, or one that never saw the failover) is passed over in the same
+ * round. Until io-stack D6 this client took the first answer, and a data
+ * connection's ROLE that said "slave" sent it back to the same sentinel. */
+static void ask_role(dlock_async *a) {
+  dlock__aroute *rt = a->route;
+  rt->qurl = a->url;
+  rt->qurl.sentinel = 0;
+  rt->qurl.db = 0;
+  rt->qurl.host = rt->cand_host;
+  rt->qurl.port = rt->cand_port;
+  const char *av[1] = {"ROLE"};
+  size_t al[1] = {4};
+  dlock__areq *r = dlock__areq_cmd(1, av, al, role_done, a);
+  if (!r) {
+    round_end(a, DLOCK_ENOMEM, "out of memory");
+    return;
+  }
+  r->no_retry = 1;
+  r->raw = 1; /* the answer's errors are judged here */
+  dlock__aconn_submit(&rt->q, r);
+}
+
+static void ask_done(dlock__areq *r, redisReply *reply, int err,
+                     const char *why) {
+  dlock_async *a = r->arg;
+  dlock__aroute *rt = a->route;
+  dlock__areq_free(r);
+  char line[700];
+  int rc = err;
+  if (err)
+    snprintf(line, sizeof line, "%s", why);
+  else
+    rc = dlock__sentinel_addr_reply(reply, a->url.master_name, rt->cand_host,
+                                    sizeof rt->cand_host, &rt->cand_port, line,
+                                    sizeof line);
+  if (reply)
+    freeReplyObject(reply);
+  dlock__aconn_close_socket(&rt->q); /* the next question may go elsewhere */
+  if (a->closing)
+    return;
+  if (rc == 0)
+    ask_role(a);
+  else
+    turn_end(a, rc, 0, line);
 }
 
 /* SENTINEL GET-MASTER-ADDR-BY-NAME on sentinel rt->at (its address, the
@@ -284,6 +351,7 @@ static void ask(dlock_async *a) {
     return;
   }
   r->no_retry = 1;
+  r->raw = 1; /* the answer's errors are judged here */
   dlock__aconn_submit(&rt->q, r);
 }
 
@@ -575,6 +643,7 @@ static void ask_map(dlock_async *a) {
     return;
   }
   r->no_retry = 1;
+  r->raw = 1; /* the answer's errors are judged here */
   dlock__aconn_submit(&rt->q, r);
 }
 
@@ -618,11 +687,15 @@ void dlock__aroute_submit(dlock_async *a, dlock__areq *r) {
     dlock__aconn_enqueue(&rt->nodes[i]->cmd, r);
     return;
   }
-  if (rt->map_ok && ++r->redirects > 16) {
+  if (rt->map_ok) {
+    /* The map names no master for the slot (a failover under way): a
+     * failed try under the retry policy, the map read again meanwhile --
+     * the blocking router's rule (no redirect is counted). */
     char why[200];
     snprintf(why, sizeof why, "no master of the cluster serves slot %d",
              r->slot);
-    r->fn(r, NULL, DLOCK_ECONN, why);
+    start_refresh(a);
+    dlock__aconn_retry(&a->cmd, r, DLOCK_ECONN, why);
     return;
   }
   pend(rt, r);
@@ -633,11 +706,19 @@ void dlock__aroute_redirect(dlock_async *a, dlock__areq *r, unsigned slot,
                             const char *host, int port, int ask) {
   dlock__aroute *rt = a->route;
   int i = node_at(a, host, port);
-  if (i < 0 || ++r->redirects > 16) {
+  if (i < 0) {
+    r->fn(r, NULL, DLOCK_ENOMEM, "out of memory");
+    return;
+  }
+  /* One bound per try and one code (DLOCK_EREDIS: a loop does not heal),
+   * the blocking router's (ioverdict.c); until io-stack D7 this client
+   * allowed 16 per request, counted "no master" too, and said ECONN. */
+  int rc = dlock__redirect_bound(&r->redirects,
+                                 r->script ? r->script->name : "command");
+  if (rc) {
     char why[400];
-    snprintf(why, sizeof why, "%s to %s:%d: %s", ask ? "ASK" : "MOVED", host,
-             port, i < 0 ? "out of memory" : "redirected too many times");
-    r->fn(r, NULL, i < 0 ? DLOCK_ENOMEM : DLOCK_ECONN, why);
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    r->fn(r, NULL, rc, why);
     return;
   }
   if (ask) {

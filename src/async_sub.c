@@ -7,18 +7,27 @@
  *   dlock_grant__channel:{name}:<client id> "<owner>|<wait id>" = the
  *                                          unlock handed the lock to that
  *                                          wait (scripts.c)
- * A message on the lock channel wakes every waiting call of the entry (they
- * attempt again; the script's queue keeps the hand-over order); a grant or
+ * A message on the lock channel wakes waiting calls as the blocking
+ * client's does (ioverdict.c dlock__sub_wakes): "0", Redisson's unlock,
+ * ONE call (the oldest without a wake-up pending), "1" all (they attempt
+ * again; the script's queue keeps the hand-over order); a grant or
  * a retry wakes the call it names (wait id and owner), and one that names
  * no waiting call is declined: the engine's rule (engine.h (e)), the
  * blocking client's too. An entry's subscription is
  * confirmed before its calls join the server's hand-over queue: the unlock
- * skips a queued waiter whose grant reaches no subscriber.
+ * skips a queued waiter whose grant reaches no subscriber. An entry whose
+ * last call left stays subscribed cfg.subscription_linger_ms (a call that
+ * comes meanwhile joins the queue with its first attempt), then
+ * UNSUBSCRIBE.
  *
- * WHAT IF the connection fails? Every entry goes back to unsubscribed, the
- * connection is reopened retry_interval_ms later (for as long as calls
- * wait), and each confirmed re-subscription wakes its calls: a grant or a
- * "0" sent meanwhile was lost, so they attempt again.
+ * WHAT IF the connection fails? Every entry goes back to unsubscribed and
+ * its calls attempt again at once (a grant or a "0" sent meanwhile was
+ * lost); the connection is reopened after the subscriber's back-off (50
+ * ms, doubling up to retry_interval_ms: ioverdict.c dlock__sub_backoff)
+ * for as long as calls wait, and each confirmed re-subscription wakes its
+ * calls again -- the blocking subscriber's rules (pubsub.c). Until
+ * io-stack D10 this client reopened after a fixed retry_interval_ms, woke
+ * nobody until then, had no linger and woke every call on "0".
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +40,8 @@ struct dlock__asub {
   dlock__asub *next, *prev; /* a->sub_list */
   dlock__aconn *k;          /* its connection (a->sub; a cluster node's) */
   int state;
-  int confirms; /* (un)subscribe confirmations still expected */
+  int confirms;       /* (un)subscribe confirmations still expected */
+  int64_t idle_since; /* its last waiter left (the linger counts from it) */
   dlock__aop *w_head, *w_tail;
   dlock__sb ch, grant;
   size_t name_len;
@@ -39,6 +49,8 @@ struct dlock__asub {
 };
 
 static void entry_free(dlock_async *a, dlock__asub *s) {
+  if (s->k)
+    dlock__subq_forget(&s->k->subq, s);
   dlock__map_del(&a->subs, s->name, s->name_len);
   dlock__map_del(&a->chans, s->ch.p, s->ch.len);
   dlock__map_del(&a->chans, s->grant.p, s->grant.len);
@@ -67,6 +79,7 @@ static void send_cmd(dlock_async *a, dlock__asub *s, const char *verb) {
     dlock__aconn_write(s->k, b.p, b.len);
   dlock__sb_free(&b);
   s->confirms = 2;
+  (void)dlock__subq_push(&s->k->subq, s); /* OOM: its refusal matches none */
 }
 
 /* Subscribes s now, or when the connection is ready. */
@@ -143,16 +156,44 @@ static void unlink_waiter(dlock__asub *s, dlock__aop *op) {
   op->wnext = op->wprev = NULL;
 }
 
+/* s has no call left and is subscribed: it lingers until
+ * subscription_linger_ms after its last call left (the sub_linger timer),
+ * or unsubscribes now. */
+static void linger(dlock_async *a, dlock__asub *s) {
+  int64_t due;
+  if (!dlock__sub_linger(s->idle_since, a->cfg.subscription_linger_ms,
+                         dlock__async_now(), &due)) {
+    send_cmd(a, s, "UNSUBSCRIBE");
+    s->state = SUB_UNSUBSCRIBING;
+  } else if (!a->sub_linger.slot || a->sub_linger.at > due) {
+    dlock__async_timer(a, &a->sub_linger, due);
+  }
+}
+
+static void linger_fired(dlock__atimer *t) {
+  dlock_async *a = t->arg;
+  for (dlock__asub *s = a->sub_list; s; s = s->next)
+    if (s->state == SUB_ACTIVE && !s->w_head)
+      linger(a, s);
+}
+
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op) {
   unlink_waiter(s, op);
   if (s->w_head)
     return;
-  if (s->state == SUB_ACTIVE) {
-    send_cmd(a, s, "UNSUBSCRIBE");
-    s->state = SUB_UNSUBSCRIBING;
-  } else if (s->state == SUB_IDLE) {
+  s->idle_since = dlock__async_now();
+  if (s->state == SUB_ACTIVE)
+    linger(a, s);
+  else if (s->state == SUB_IDLE)
     entry_free(a, s);
-  }
+}
+
+int dlock__asub_join_active(dlock_async *a, const char *name, dlock__aop *op,
+                            dlock__asub **out) {
+  dlock__asub *s = dlock__map_get(&a->subs, name, strlen(name));
+  if (!s || s->state != SUB_ACTIVE)
+    return 0;
+  return dlock__asub_join(a, name, op, out);
 }
 
 /* ---- the connection's events
@@ -163,6 +204,25 @@ static void wake_all(dlock__asub *s) {
   for (dlock__aop *op = s->w_head, *nx; op; op = nx) {
     nx = op->wnext;
     dlock__aop_wake(op);
+  }
+}
+
+/* A message (p, n) on s's lock channel: wakes as many calls as the
+ * blocking client's rule says (ioverdict.c dlock__sub_wakes: "0" one, "1"
+ * all), the oldest first, skipping calls that have a wake-up pending (an
+ * attempt will follow anyway) -- pubsub.c's kick_n. */
+static void wake_some(dlock__asub *s, const char *p, size_t n) {
+  int64_t k = dlock__sub_wakes(DLOCK__WAKE_LOCK, p, n);
+  if (k < 0) {
+    wake_all(s);
+    return;
+  }
+  for (dlock__aop *op = s->w_head, *nx; op && k > 0; op = nx) {
+    nx = op->wnext;
+    if (op->again || op->cancelling || op->expired)
+      continue;
+    k--;
+    dlock__aop_wake(op); /* may end the call: nothing of it after this */
   }
 }
 
@@ -228,11 +288,12 @@ static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
   if (s->state != (sub ? SUB_SUBSCRIBING : SUB_UNSUBSCRIBING) ||
       --s->confirms > 0)
     return;
+  if (dlock__subq_head(&s->k->subq) == s) /* its command is answered */
+    dlock__subq_pop(&s->k->subq);
   if (sub) {
     s->state = SUB_ACTIVE;
-    if (!s->w_head) {
-      send_cmd(a, s, "UNSUBSCRIBE");
-      s->state = SUB_UNSUBSCRIBING;
+    if (!s->w_head) { /* its calls left meanwhile */
+      linger(a, s);
       return;
     }
     for (dlock__aop *op = s->w_head; op; op = op->wnext)
@@ -245,49 +306,55 @@ static void confirmed(dlock_async *a, dlock__asub *s, int sub) {
   }
 }
 
-/* SUBSCRIBE refused (an ACL user without the channel): its waiters end. */
-static void refused(dlock_async *a, const char *why) {
-  for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
-    nx = s->next;
-    if (s->state != SUB_SUBSCRIBING)
-      continue;
-    while (s->w_head) {
-      dlock__aop *op = s->w_head;
-      unlink_waiter(s, op);
-      dlock__aop_sub_failed(op, DLOCK_EAUTH, why);
+/* The server refused the oldest (UN)SUBSCRIBE in flight on k (err): its
+ * entry alone is concerned -- one refused SUBSCRIBE fails its own waits,
+ * never another lock's (until io-stack D5 every entry then subscribing, on
+ * every connection, failed) -- and which refusals are transient is the
+ * blocking client's list (ioverdict.c dlock__sub_refusal): one rule. */
+static void refused(dlock_async *a, dlock__aconn *k, const char *err) {
+  dlock__asub *s = dlock__subq_head(&k->subq);
+  dlock__subq_pop(&k->subq);
+  if (!s || s->k != k)
+    return;
+  int v = dlock__sub_refusal(s->state == SUB_SUBSCRIBING, err);
+  if (v == DLOCK__SUBREF_IDLE) { /* an UNSUBSCRIBE refused */
+    if (s->state == SUB_UNSUBSCRIBING) {
+      s->state = SUB_IDLE;
+      s->confirms = 0;
+      if (s->w_head)
+        subscribe(a, s);
+      else
+        entry_free(a, s);
     }
-    entry_free(a, s);
+    return;
   }
+  s->state = SUB_IDLE;
+  s->confirms = 0;
+  if (v == DLOCK__SUBREF_RETRY) {
+    /* "not here, not now" (a slot moving, a failover, LOADING): subscribed
+     * again shortly (MOVED: the map is asked for again); its waiters
+     * meanwhile wake at the holder's TTL, as without a subscription. */
+    if (strncmp(err, "MOVED", 5) == 0)
+      dlock__aroute_invalid(k);
+    dlock__async_timer(a, &a->sub_kick,
+                       dlock__async_now() + DLOCK__SUB_RETRY_MS);
+    return;
+  }
+  char why[300];
+  snprintf(why, sizeof why, "the server refused the subscription: %s", err);
+  while (s->w_head) {
+    dlock__aop *op = s->w_head;
+    unlink_waiter(s, op);
+    dlock__aop_sub_failed(op, DLOCK_EAUTH, why);
+  }
+  entry_free(a, s);
 }
 
 static void on_push(dlock__aconn *k, redisReply *r) {
   dlock_async *a = k->a;
-  if (r->type == REDIS_REPLY_ERROR && a->url.cluster &&
-      (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0 ||
-       strncmp(r->str, "TRYAGAIN", 8) == 0 ||
-       strncmp(r->str, "CLUSTERDOWN", 11) == 0)) {
-    /* The channel's slot moved (MOVED: the map is asked for again) or is
-     * moving (ASK, TRYAGAIN): not a refusal. The entries subscribing on k
-     * try again retry_interval_ms later (their waiters meanwhile wake at
-     * the holder's TTL, as without a subscription). */
-    for (dlock__asub *s = a->sub_list; s; s = s->next)
-      if (s->k == k && s->state == SUB_SUBSCRIBING) {
-        s->state = SUB_IDLE;
-        s->confirms = 0;
-      }
-    if (r->str[0] == 'M')
-      dlock__aroute_invalid(k);
-    dlock__async_timer(a, &a->sub_kick,
-                       dlock__async_now() + a->cfg.retry_interval_ms);
-    freeReplyObject(r);
-    return;
-  }
   if (r->type == REDIS_REPLY_ERROR) {
-    char why[300];
-    snprintf(why, sizeof why, "the server refused the subscription: %s",
-             r->str);
+    refused(a, k, r->str);
     freeReplyObject(r);
-    refused(a, why);
     return;
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
@@ -326,7 +393,7 @@ static void on_push(dlock__aconn *k, redisReply *r) {
     if (ch->len == s->grant.len && memcmp(ch->str, s->grant.p, ch->len) == 0)
       on_grant(a, s, r->element[2]->str, r->element[2]->len);
     else
-      wake_all(s); /* the lock channel: every call attempts again */
+      wake_some(s, r->element[2]->str, r->element[2]->len);
   } else if (s && strcmp(kind, "subscribe") == 0) {
     confirmed(a, s, 1);
   } else if (s && strcmp(kind, "unsubscribe") == 0) {
@@ -337,6 +404,7 @@ static void on_push(dlock__aconn *k, redisReply *r) {
 
 static void on_ready(dlock__aconn *k) {
   dlock_async *a = k->a;
+  k->backoff = 0; /* connected: the next loss starts at 50 ms again */
   for (dlock__asub *s = a->sub_list; s; s = s->next)
     if (s->state == SUB_IDLE && s->w_head && s->k == k)
       subscribe(a, s);
@@ -346,6 +414,7 @@ static void on_down(dlock__aconn *k, int err, const char *why) {
   (void)err;
   (void)why;
   dlock_async *a = k->a;
+  dlock__subq_reset(&k->subq); /* nothing is in flight any more */
   int left = 0;
   for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
     nx = s->next;
@@ -361,9 +430,20 @@ static void on_down(dlock__aconn *k, int err, const char *why) {
     for (dlock__aop *op = s->w_head; op; op = op->wnext)
       op->active = 0;
   }
-  if (left) /* reopened later (on a cluster: the map is refreshed too) */
-    dlock__async_timer(a, &k->reconnect,
-                       dlock__async_now() + a->cfg.retry_interval_ms);
+  if (!left)
+    return;
+  /* reopened after the back-off (on a cluster: the map is refreshed too) */
+  dlock__async_timer(
+      a, &k->reconnect,
+      dlock__async_now() +
+          dlock__sub_backoff(&k->backoff, a->cfg.retry_interval_ms));
+  /* A grant or a "0" may have been lost: every call attempts at once (not
+   * queued: not subscribed), as the blocking subscriber kicks its slots. */
+  for (dlock__asub *s = a->sub_list, *nx; s; s = nx) {
+    nx = s->next;
+    if (s->k == k && s->state == SUB_IDLE)
+      wake_all(s);
+  }
 }
 
 void dlock__asub_conn_init(dlock_async *a, dlock__aconn *k) {
@@ -379,6 +459,8 @@ void dlock__asub_init(dlock_async *a) {
   dlock__asub_conn_init(a, &a->sub);
   a->sub_kick.fn = kick_fired;
   a->sub_kick.arg = a;
+  a->sub_linger.fn = linger_fired;
+  a->sub_linger.arg = a;
 }
 
 void dlock__asub_kick(dlock_async *a) {
@@ -389,6 +471,7 @@ void dlock__asub_kick(dlock_async *a) {
 
 void dlock__asub_close(dlock_async *a) {
   dlock__async_untimer(a, &a->sub_kick);
+  dlock__async_untimer(a, &a->sub_linger);
   while (a->sub_list)
     entry_free(a, a->sub_list);
 }

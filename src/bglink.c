@@ -107,8 +107,8 @@ int dlock__bg_call(dlock_client *c, dlock__bglinks *s, const char *key,
        strncmp((*out)->str, "TRYAGAIN", 8) == 0 ||
        strncmp((*out)->str, "ASK", 3) == 0))
     dlock__cluster_mark_stale(c); /* the caller tries again later */
-  if (*out && (*out)->type == REDIS_REPLY_ERROR &&
-      strncmp((*out)->str, "READONLY", 8) == 0 && c->url.sentinel)
+  if (*out && (*out)->type == REDIS_REPLY_ERROR && c->url.sentinel &&
+      dlock__reply_reroutes((*out)->str, DLOCK__TOPO_SENTINEL))
     dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
   return rc;
 }

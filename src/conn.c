@@ -283,6 +283,7 @@ struct dlock__mreq {
   int timed_out;     /* the read timed out */
   int fresh;         /* the connection was opened for this request */
   int want;          /* replies expected: 2 when a WAIT follows (sync.c) */
+  int wait_ms;       /* that WAIT's timeout */
   redisReply *extra; /* the WAIT's reply */
   char msg[512];     /* as dlock_last_error()'s: no message cut short */
 };
@@ -361,11 +362,22 @@ static void link_why(const dlock__link *l, int timeout_ms, char *buf,
     snprintf(buf, n, "%s", l->errstr);
 }
 
-/* Reads replies until req has one. mux.mu held, m->reader set by caller. */
+/* Reads replies until req has one. mux.mu held, m->reader set by caller.
+ * Each read waits at most the reply timeout of the request at the head
+ * (dlock__reply_timeout: a WAIT behind it adds its own), set by the reader
+ * alone, under mux.mu, and read by its own reads outside it: until io-stack
+ * D11 a writer set cto + sync_timeout_ms for good (every later read of the
+ * shared connection waited that long) and wrote l->read_ms under mux.mu
+ * while the reader read it outside (a data race, TLS's ssl_io). */
 static void mux_read(dlock__node *n, dlock__mreq *req) {
   dlock__mux *m = &n->mux;
   while (!req->done) {
     dlock__link *l = m->link;
+    const dlock__mreq *hd = m->head;
+    int ms = (int)dlock__reply_timeout(n->c->cfg.command_timeout_ms,
+                                       hd && hd->want > 1 ? hd->wait_ms : 0);
+    if (l->read_ms != ms)
+      dlock__link_set_read_timeout(l, ms);
     dlock__mu_unlock(&m->mu);
     redisReply *r = dlock__link_reply(l);
     dlock__mu_lock(&m->mu);
@@ -476,11 +488,9 @@ static redisReply *mux_roundtrip_locked(dlock__node *n, const dlock__sb *b,
       break;
     dlock__mu_unlock(&m->mu); /* closed meanwhile: connect again */
   }
-  if (a->with_wait) {
-    /* WAIT may take sync_timeout_ms before it answers. */
-    int cto = n->c->cfg.command_timeout_ms;
-    dlock__link_set_timeout(m->link, cto + n->c->cfg.sync_timeout_ms, cto);
+  if (a->with_wait) { /* its reads may take the WAIT's timeout longer */
     req.want = 2;
+    req.wait_ms = a->wait_ms;
   }
   a->sent = 1;
   if (dlock__link_send_shared(m->link, b->p, b->len) != 0) {
@@ -537,9 +547,9 @@ static redisReply *pool_roundtrip(dlock__node *n, void *conn,
   if (r && a->with_wait) {
     /* WAIT may take its timeout before it answers. */
     int cto = n->c->cfg.command_timeout_ms;
-    dlock__link_set_timeout(l, cto + a->wait_ms, cto);
+    dlock__link_set_read_timeout(l, (int)dlock__reply_timeout(cto, a->wait_ms));
     a->wait_reply = dlock__link_reply(l);
-    dlock__link_set_timeout(l, cto, cto);
+    dlock__link_set_read_timeout(l, cto);
     if (!a->wait_reply) {
       freeReplyObject(r);
       r = NULL;
@@ -731,6 +741,13 @@ int dlock__exec_sends(void) { return t_sends; }
 
 enum { FINAL, RETRY, RETRY_NOW };
 
+/* The client's topology, for the shared verdicts (ioverdict.h). */
+static int topo_of(const dlock_client *c) {
+  return c->cl             ? DLOCK__TOPO_CLUSTER
+         : c->url.sentinel ? DLOCK__TOPO_SENTINEL
+                           : DLOCK__TOPO_PLAIN;
+}
+
 /* Judges one attempt: FINAL (*rc is the answer, *out set on success),
  * RETRY (*rc is the error to return if no attempt is left) or RETRY_NOW
  * (a connection that was idle before broke without timing out -- it most
@@ -745,28 +762,18 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
     return FINAL;
   }
   if (r) {
-    int retry = dlock__retryable_reply(r->str);
-    if (strncmp(r->str, "READONLY", 8) == 0 && c->url.sentinel)
-      /* The node we took for the master is a replica now: ask the
-       * sentinels again (READONLY is retried, as on a cluster). */
+    /* What the error means is one rule for both clients (ioverdict.c): a
+     * refusal retried, or the call's answer with its message. */
+    int reroute = 0;
+    int v = dlock__reply_verdict(r->str, topo_of(c),
+                                 cmd->script ? cmd->script->name : NULL, rc,
+                                 &reroute);
+    if (reroute && c->url.sentinel)
+      /* The node we took for the master is a replica now (READONLY,
+       * MASTERDOWN): ask the sentinels again. */
       dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
-    if (strstr(r->str, "NOPERM") ||
-        strstr(r->str, "can't run this command or subcommand"))
-      /* DLOCK_EREDIS, as every refusal by the server after login (issue
-       * 9.7's callers rely on it); the message says what to grant. */
-      *rc = dlock__fail(DLOCK_EREDIS,
-                        "the ACL user lacks a permission dlock needs%s%s%s "
-                        "(docs/security.md has the minimal rule): %s",
-                        cmd->script ? " (in its script '" : "",
-                        cmd->script ? cmd->script->name : "",
-                        cmd->script ? "')" : "", r->str);
-    else
-      *rc =
-          !retry && dlock__is_auth_error(r->str)
-              ? dlock__fail(DLOCK_EAUTH, "authentication required: %s", r->str)
-              : dlock__fail(DLOCK_EREDIS, "%s", r->str);
     freeReplyObject(r);
-    return retry ? RETRY : FINAL;
+    return v == DLOCK__REPLY_RETRY ? RETRY : FINAL;
   }
   if (a->err != DLOCK_ECONN) {
     *rc = dlock__fail(a->err, "%s", a->msg);
@@ -775,17 +782,14 @@ static int judge(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   *rc = a->connecting
             ? dlock__fail(DLOCK_ECONN, "%s", a->msg)
             : dlock__fail(DLOCK_ECONN, "%s: %s", cmd->argv[0], a->msg);
-  if (!a->connecting && !a->fresh && !a->timed_out && !*stale_used &&
-      cmd->no_retry < 2) {
-    *stale_used = 1;
+  /* A connection that was there before and broke without timing out: sent
+   * again at once, once, uncounted (ioverdict.c, the event-loop client's
+   * rule too). */
+  if (dlock__resend_now(!a->connecting && !a->fresh, a->timed_out,
+                        cmd->no_retry, stale_used))
     return RETRY_NOW;
-  }
   return RETRY;
 }
-
-/* Redirects followed for one command before it fails: a slot moving
- * twice in one call is possible, a chain longer than this is a loop. */
-#define MAX_REDIRECTS 8
 
 /* cmd on node n after an ASK: ASKING and the command written together on a
  * connection of its own (a shared one could put another thread's command
@@ -870,26 +874,6 @@ static dlock__node *redirect(dlock_client *c, const redisReply *r, int *ask) {
   return to;
 }
 
-/* The answer to a redirect on a standalone client: the URL is wrong. */
-static int cluster_hint(const redisReply *r) {
-  return r && r->type == REDIS_REPLY_ERROR &&
-         (strncmp(r->str, "MOVED ", 6) == 0 || strncmp(r->str, "ASK ", 4) == 0);
-}
-
-/* 1 when the calling public call's wait budget (dlock__call_deadline) is
- * spent: no more retries. Else 0, with *pause cut to what is left. */
-static int budget_spent(int64_t *pause) {
-  int64_t dl = dlock__call_deadline();
-  if (dl < 0)
-    return 0;
-  int64_t left = dl - dlock__now_ms();
-  if (left <= 0)
-    return 1;
-  if (*pause > left)
-    *pause = left;
-  return 0;
-}
-
 /* A retry of a command with a WAIT waits for the replica count of the
  * master it goes to now (after a failover: the new one's, not a count that
  * makes WAIT sit out sync_timeout_ms on every send). */
@@ -938,23 +922,15 @@ static int redirected(dlock_client *c, const dlock__cmd *cmd, attempt *a,
   dlock__node *to = redirect(c, a->reply, ask);
   if (to) {
     freeReplyObject(a->reply);
-    if (++*redirects > MAX_REDIRECTS)
-      return dlock__fail(DLOCK_EREDIS,
-                         "%s: more than %d cluster redirects (MOVED/ASK "
-                         "loop); the cluster's slot map is inconsistent",
-                         cmd->argv[0], MAX_REDIRECTS);
+    /* one bound per try, one code, for both clients (ioverdict.c) */
+    int rc = dlock__redirect_bound(redirects, cmd->script ? cmd->script->name
+                                                          : cmd->argv[0]);
+    if (rc)
+      return rc;
     *n = to;
     return 1;
   }
-  if (!c->cl && cluster_hint(a->reply)) {
-    int rc = dlock__fail(DLOCK_EREDIS,
-                         "the server is a Redis Cluster node (it answered "
-                         "'%s'): use a redis-cluster:// URL",
-                         a->reply->str);
-    freeReplyObject(a->reply);
-    return rc;
-  }
-  return 0;
+  return 0; /* (a redirect on a redis:// URL: judge's verdict says so) */
 }
 
 /* 1 when cmd has a resend window (dlock__cmd.resend_window_ms), a copy of
@@ -1044,10 +1020,14 @@ int dlock__exec(dlock_client *c, const dlock__cmd *cmd_in, redisReply **out) {
     if (atomic_load(&c->closing))
       return dlock__fail(DLOCK_ECLOSED, "client is closing");
     int64_t pause = dlock__retry_pause(&c->cfg, i - 1, &prev_pause);
-    if (budget_spent(&pause) ||
+    /* The call's wait budget (dlock__call_deadline) ends its retries too,
+     * and cuts the pause: one rule for both clients (ioverdict.c); so does
+     * call_timeout_ms, when the next attempt could not end within it. */
+    if (!dlock__retry_verdict(i, attempts, dlock__call_deadline(),
+                              dlock__now_ms(), &pause) ||
         dlock__call_bound_over(&c->cfg, first, pause,
                                dlock__now_ms() - tried_at))
-      return rc; /* the call's wait budget, or call_timeout_ms, ends them */
+      return rc;
     retry_note(c, cmd, pause, i + 1, attempts);
     dlock__cluster_mark_stale(c); /* failover, CLUSTERDOWN, READONLY */
     redirects = 0;          /* a bound per attempt: the attempts are bounded */

@@ -118,6 +118,28 @@ static void key_type(dlock_client *c, const char *k, size_t kl, char *buf,
     freeReplyObject(r);
 }
 
+void dlock__wrongtype_key(char *msg, size_t cap, size_t *n, const char *k,
+                          size_t kl, const char *type) {
+  if (!type[0] || strcmp(type, "none") == 0 || *n >= cap)
+    return;
+  int w = snprintf(msg + *n, cap - *n, "%s'%.*s' holds %s",
+                   *n ? ", key " : "the key ", (int)kl, k, type_phrase(type));
+  *n += w > 0 ? (size_t)w : 0;
+  if (*n >= cap)
+    *n = cap - 1;
+}
+
+int dlock__wrongtype_fail(const dlock__script *s, const char *k0, size_t k0l,
+                          const char *held) {
+  const char *noun = object_noun(s);
+  return dlock__fail(DLOCK_EREDIS,
+                     "%s, which %s '%.*s' cannot use: %s (Redis: WRONGTYPE); "
+                     "dlock leaves it as it is: delete or rename it, or use "
+                     "another name",
+                     held && held[0] ? held : "a key", noun, (int)k0l, k0,
+                     strstr(noun, "lock") ? "not a lock" : "the wrong type");
+}
+
 int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
                              int nkeys, const char **keys,
                              const size_t *klens) {
@@ -129,27 +151,14 @@ int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
   char msg[sizeof t_errbuf];
   size_t n = 0;
   msg[0] = '\0';
-  for (int i = 0; i < nkeys && n < sizeof msg; i++) {
+  for (int i = 0; i < nkeys; i++) {
     size_t kl = klens ? klens[i] : strlen(keys[i]);
     char t[32];
     key_type(c, keys[i], kl, t, sizeof t);
-    if (!t[0] || strcmp(t, "none") == 0)
-      continue;
-    int w =
-        snprintf(msg + n, sizeof msg - n, "%s'%.*s' holds %s",
-                 n ? ", key " : "the key ", (int)kl, keys[i], type_phrase(t));
-    n += w > 0 ? (size_t)w : 0;
+    dlock__wrongtype_key(msg, sizeof msg, &n, keys[i], kl, t);
   }
-  size_t k0 = klens ? klens[0] : strlen(keys[0]);
-  if (!msg[0])
-    snprintf(msg, sizeof msg, "a key");
-  const char *noun = object_noun(s);
-  return dlock__fail(DLOCK_EREDIS,
-                     "%s, which %s '%.*s' cannot use: %s (Redis: WRONGTYPE); "
-                     "dlock leaves it as it is: delete or rename it, or use "
-                     "another name",
-                     msg, noun, (int)k0, keys[0],
-                     strstr(noun, "lock") ? "not a lock" : "the wrong type");
+  return dlock__wrongtype_fail(s, keys[0], klens ? klens[0] : strlen(keys[0]),
+                               msg);
 }
 
 int dlock_version(void) { return DLOCK_VERSION_NUMBER; }

@@ -19,6 +19,9 @@
  *   engine (engine.c, engine.h): the hold decisions this client and the
  *                    event-loop client share -- local deadlines, request
  *                    ids, reentrancy. No I/O; both clients call it.
+ *   I/O verdicts (ioverdict.c, ioverdict.h): the rules both clients' I/O
+ *                    stacks share -- error replies, redirects, retries,
+ *                    TLS failures, Sentinel rounds, subscriptions.
  *
  * Naming: public names dlock_, internal non-static names dlock__.
  */
@@ -35,6 +38,7 @@
 #include <hiredis/hiredis.h>
 
 #include "dlock.h"
+#include "ioverdict.h"
 
 #define DLOCK__UUID_LEN 36
 /* "<uuid>:<tid>" with tid up to 20 digits, plus ":write" and NUL. */
@@ -63,6 +67,15 @@ void dlock__err_keep_end(void);
 typedef struct dlock__script dlock__script;
 int dlock__explain_wrongtype(dlock_client *c, const dlock__script *s, int rc,
                              int nkeys, const char **keys, const size_t *klens);
+/* The WRONGTYPE message's parts, for both clients: "the key 'k' holds a
+ * string value" for key k of TYPE type appended to msg at *n (cap bytes;
+ * "" and "none" add nothing), and the message itself (DLOCK_EREDIS, set)
+ * for script s's object named k0, held being what was appended ("": "a
+ * key"). */
+void dlock__wrongtype_key(char *msg, size_t cap, size_t *n, const char *k,
+                          size_t kl, const char *type);
+int dlock__wrongtype_fail(const dlock__script *s, const char *k0, size_t k0l,
+                          const char *held);
 
 /* ---- utilities (clock.c random.c sha1.c process.c strbuf.c) ------------ */
 
@@ -726,6 +739,8 @@ enum {
 int dlock__tls_session(void *ctx, int fd, const char *name, int verify,
                        void **out, char *why, size_t wn);
 void dlock__tls_session_free(void *ssl);
+/* 1 when the session offers a client certificate (tls_cert_file). */
+int dlock__tls_session_has_cert(void *ssl);
 int dlock__tls_step(void *ssl, int op, void *buf, size_t n, char *why,
                     size_t wn);
 /* Decoded bytes buffered in the session (poll cannot see them). */
@@ -807,6 +822,10 @@ void dlock__io_pause(int64_t ms);
 void dlock__link_free(dlock__link *l);
 /* Read and write timeouts of the socket; 0 = none (block, or poll first). */
 void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms);
+/* The read timeout alone; on a shared connection only its reader may call
+ * it (it reads l->read_ms outside the connection's mutex: conn.c
+ * mux_read). */
+void dlock__link_set_read_timeout(dlock__link *l, int read_ms);
 /* Writes all of p. 0, or -1 with l->err set. */
 int dlock__link_send(dlock__link *l, const char *p, size_t len);
 /* The same on a link another thread reads at the same time (the router's

@@ -155,12 +155,8 @@ static int link_errno(dlock__link *l, int e) {
  * client certificate refuses it only after the client's handshake is done:
  * the alert arrives with the first reply. */
 static int tls_fail(const dlock__link *l, const char *what) {
-  if (strstr(l->errstr, "certificate required"))
-    return dlock__fail(DLOCK_ETLS,
-                       "%s: the server requires a client certificate "
-                       "(tls_cert_file and tls_key_file; mutual TLS): %s",
-                       what, l->errstr);
-  return dlock__fail(DLOCK_ETLS, "%s: %s", what, l->errstr);
+  return dlock__tls_verdict(DLOCK__TLS_AT_LATER, what, 0,
+                            dlock__tls_has_client_cert(l), l->errstr, NULL);
 }
 
 int dlock__link_fail(const dlock__link *l, int timeout_ms, const char *what) {
@@ -193,6 +189,11 @@ void dlock__link_set_timeout(dlock__link *l, int read_ms, int write_ms) {
   l->write_ms = write_ms > 0 ? write_ms : 0;
   set_timeout(l->fd, SO_RCVTIMEO, read_ms > 0 ? read_ms : 0);
   set_timeout(l->fd, SO_SNDTIMEO, write_ms > 0 ? write_ms : 0);
+}
+
+void dlock__link_set_read_timeout(dlock__link *l, int read_ms) {
+  l->read_ms = read_ms > 0 ? read_ms : 0;
+  set_timeout(l->fd, SO_RCVTIMEO, l->read_ms);
 }
 
 /* connect(2) bounded by timeout_ms. 0, or -1 with errno. */
@@ -316,15 +317,12 @@ int dlock__is_auth_error(const char *s) { return is_auth_error(s); }
 static int first_reply_failed(const dlock__link *l, int timeout_ms) {
   int closed = l->err == DLOCK__LINK_EOF ||
                (l->err == DLOCK__LINK_IO && strstr(l->errstr, "reset"));
-  if (l->ops == &dlock__tls_link_ops && closed &&
-      !dlock__tls_has_client_cert(l))
-    return dlock__fail(DLOCK_ETLS,
-                       "handshake: the server closed the TLS connection "
-                       "right after the TLS handshake: it most likely "
-                       "requires a client certificate (tls_cert_file and "
-                       "tls_key_file; mutual TLS) (%s)",
-                       l->errstr);
-  return dlock__link_fail(l, timeout_ms, "handshake");
+  int rc =
+      l->ops == &dlock__tls_link_ops && l->err != DLOCK__LINK_TLS
+          ? dlock__tls_verdict(DLOCK__TLS_AT_FIRST_REPLY, "handshake", closed,
+                               dlock__tls_has_client_cert(l), NULL, l->errstr)
+          : 0; /* (TLS's own refusal: dlock__link_fail says it) */
+  return rc ? rc : dlock__link_fail(l, timeout_ms, "handshake");
 }
 
 /* The handshake's commands, written at once (one round trip): AUTH (or

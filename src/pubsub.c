@@ -231,9 +231,9 @@ typedef struct ps_conn {
   int64_t next_connect_at;
   int64_t backoff;
   /* (UN)SUBSCRIBE commands written and not yet fully confirmed, in order:
-   * an error reply answers the oldest (replies come in command order). */
-  dlock__sub **sent;
-  size_t sent_head, sent_n, sent_cap;
+   * an error reply answers the oldest (replies come in command order) --
+   * the queue both clients keep (ioverdict.c dlock__subq). */
+  dlock__subq sent;
   dlock__sb out; /* commands not yet written (flush_out) */
   int wanted;    /* a subscription waits for this connection */
   int failed;    /* it was lost: the next one made is a reconnect */
@@ -245,42 +245,11 @@ typedef struct ps_state {
   int refresh; /* the cluster's map is stale: refresh it (outside ps.mu) */
 } ps_state;
 
-static void sent_push(ps_conn *pc, dlock__sub *s) {
-  if (pc->sent_head + pc->sent_n == pc->sent_cap) {
-    if (pc->sent_head > 0) {
-      memmove(pc->sent, pc->sent + pc->sent_head,
-              pc->sent_n * sizeof(dlock__sub *));
-      pc->sent_head = 0;
-    } else {
-      size_t nc = pc->sent_cap ? pc->sent_cap * 2 : 16;
-      dlock__sub **ns = realloc(pc->sent, nc * sizeof(dlock__sub *));
-      if (!ns)
-        return; /* an error reply then finds no command: ignored */
-      pc->sent = ns;
-      pc->sent_cap = nc;
-    }
-  }
-  pc->sent[pc->sent_head + pc->sent_n++] = s;
-}
-
-static dlock__sub *sent_head(ps_conn *pc) {
-  return pc->sent_n ? pc->sent[pc->sent_head] : NULL;
-}
-
-static void sent_pop(ps_conn *pc) {
-  if (pc->sent_n) {
-    pc->sent_head++;
-    pc->sent_n--;
-  }
-}
-
 /* Forgets s in every queue of commands in flight (it is being freed). */
 static void sent_forget(ps_state *ps, const dlock__sub *s) {
   for (int i = 0; ps && i < ps->n; i++) {
     ps_conn *pc = &ps->conns[i];
-    for (size_t k = 0; k < pc->sent_n; k++)
-      if (pc->sent[pc->sent_head + k] == s)
-        pc->sent[pc->sent_head + k] = NULL;
+    dlock__subq_forget(&pc->sent, s);
   }
 }
 
@@ -309,7 +278,7 @@ static void append_sub_cmd(dlock_client *c, ps_conn *pc, int subscribe,
                     s->grant_channel ? strlen(s->grant_channel) : 0};
   dlock__resp_argv(&pc->out, s->grant_channel ? 3 : 2, argv, lens);
   s->confirms = s->grant_channel ? 2 : 1;
-  sent_push(pc, s);
+  (void)dlock__subq_push(&pc->sent, s); /* OOM: its refusal matches none */
 }
 
 /* The connection to node, made (unconnected) when missing; -1 on OOM. */
@@ -328,7 +297,7 @@ static int conn_for(ps_state *ps, dlock__node *node) {
   ps_conn *pc = &ps->conns[ps->n];
   memset(pc, 0, sizeof *pc);
   pc->node = node;
-  pc->backoff = 50;
+  pc->backoff = 0; /* dlock__sub_backoff: 50 ms first */
   dlock__sb_init(&pc->out);
   return ps->n++;
 }
@@ -370,8 +339,10 @@ static int64_t reconcile(dlock_client *c, ps_state *ps) {
           (next < 0 || s->retry_at < next))
         next = s->retry_at;
     } else if (s->refs == 0 && s->state == DLOCK__SUB_ACTIVE) {
-      int64_t due = s->idle_since + c->cfg.subscription_linger_ms;
-      if (now >= due && pc && pc->link) {
+      int64_t due;
+      if (!dlock__sub_linger(s->idle_since, c->cfg.subscription_linger_ms, now,
+                             &due) &&
+          pc && pc->link) {
         append_sub_cmd(c, pc, 0, s);
         s->state = DLOCK__SUB_UNSUBSCRIBING;
       } else if (next < 0 || due < next) {
@@ -416,7 +387,7 @@ static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
   dlock__sb_reset(&pc->out);
   pc->out.oom = 0;
   dlock__mu_lock(&c->ps.mu);
-  pc->sent_head = pc->sent_n = 0;
+  dlock__subq_reset(&pc->sent);
   for (dlock__sub *s = c->ps.list; s; s = s->next_all)
     if (s->conn == i)
       sub_reset(s);
@@ -424,38 +395,11 @@ static void on_disconnect(dlock_client *c, ps_state *ps, int i) {
   /* On a cluster the node may have failed over: look again. */
   ps->refresh = c->cl != NULL;
   dlock__cluster_mark_stale(c);
-  pc->next_connect_at = dlock__now_ms() + pc->backoff;
-  pc->backoff = pc->backoff * 2;
-  if (pc->backoff > c->cfg.retry_interval_ms)
-    pc->backoff = c->cfg.retry_interval_ms > 50 ? c->cfg.retry_interval_ms : 50;
-}
-
-static int64_t parse_i64(const char *s, size_t n, int *ok) {
-  int64_t v = 0;
-  int neg = 0;
-  size_t i = 0;
-  *ok = 0;
-  if (n > 0 && s[0] == '-') {
-    neg = 1;
-    i = 1;
-  }
-  if (i >= n || n - i > 18)
-    return 0;
-  for (; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9')
-      return 0;
-    v = v * 10 + (s[i] - '0');
-  }
-  *ok = 1;
-  return neg ? -v : v;
-}
-
-/* A refusal that says "not here, not now" (a slot moving, a cluster
- * failing over): not the waiters' problem, the subscription is retried. */
-static int transient_refusal(const char *s) {
-  return strncmp(s, "MOVED", 5) == 0 || strncmp(s, "ASK", 3) == 0 ||
-         strncmp(s, "CLUSTERDOWN", 11) == 0 || strncmp(s, "TRYAGAIN", 8) == 0 ||
-         strncmp(s, "LOADING", 7) == 0;
+  /* 50 ms, doubling up to retry_interval_ms: the event-loop client's
+   * subscriber too (ioverdict.c) */
+  pc->next_connect_at =
+      dlock__now_ms() +
+      dlock__sub_backoff(&pc->backoff, c->cfg.retry_interval_ms);
 }
 
 /* The server refused the oldest (UN)SUBSCRIBE in flight on pc: for
@@ -464,13 +408,16 @@ static int transient_refusal(const char *s) {
  * transient refusal is retried shortly. ps.mu held. */
 static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
                        const redisReply *r) {
-  dlock__sub *s = sent_head(pc);
-  sent_pop(pc);
+  dlock__sub *s = dlock__subq_head(&pc->sent);
+  dlock__subq_pop(&pc->sent);
   if (!s)
     return;
-  if (s->state == DLOCK__SUB_SUBSCRIBING && transient_refusal(r->str)) {
+  /* Which refusals are transient is one rule for both clients
+   * (ioverdict.c dlock__sub_refusal). */
+  int v = dlock__sub_refusal(s->state == DLOCK__SUB_SUBSCRIBING, r->str);
+  if (s->state == DLOCK__SUB_SUBSCRIBING && v == DLOCK__SUBREF_RETRY) {
     sub_reset(s);
-    s->retry_at = dlock__now_ms() + 100;
+    s->retry_at = dlock__now_ms() + DLOCK__SUB_RETRY_MS;
     ps->refresh = c->cl != NULL;
   } else if (s->state == DLOCK__SUB_SUBSCRIBING) {
     s->state = DLOCK__SUB_FAILED;
@@ -543,19 +490,14 @@ static int on_grant(dlock_client *c, dlock__sub *s, const char *p, size_t pl) {
 
 /* A message on a shared channel: wakes waiters by s's policy. */
 static void on_message(dlock__sub *s, const redisReply *m) {
-  int ok;
-  int64_t v = parse_i64(m->str, m->len, &ok);
-  if (!ok)
-    return;
-  if (s->wake_policy == DLOCK__WAKE_ALL ||
-      (s->wake_policy == DLOCK__WAKE_LOCK && v == 1)) {
+  /* how many is one rule for both clients (ioverdict.c) */
+  int64_t n = dlock__sub_wakes(s->wake_policy, m->str, m->len);
+  if (n < 0) {
     for (dlock__slot *sl = s->slots; sl; sl = sl->next)
       sl->all = 1;
     kick_all(s);
-  } else if (s->wake_policy == DLOCK__WAKE_COUNT) {
-    kick_n(s, v > 0 ? v : 0);
   } else {
-    kick_n(s, 1);
+    kick_n(s, n);
   }
 }
 
@@ -578,15 +520,15 @@ static void on_confirm(dlock_client *c, ps_state *ps, ps_conn *pc,
     if (--s->confirms == 0) {
       s->state = DLOCK__SUB_ACTIVE;
       kick_all(s); /* now they can queue for a direct hand-over */
-      if (sent_head(pc) == s)
-        sent_pop(pc);
+      if (dlock__subq_head(&pc->sent) == s)
+        dlock__subq_pop(&pc->sent);
     }
   } else if (kind == 2 && s->state == DLOCK__SUB_UNSUBSCRIBING) {
     if (--s->confirms == 0) {
       s->state = DLOCK__SUB_IDLE; /* reconcile frees or resubscribes */
       s->conn = -1;
-      if (sent_head(pc) == s)
-        sent_pop(pc);
+      if (dlock__subq_head(&pc->sent) == s)
+        dlock__subq_pop(&pc->sent);
     }
   } else if (kind == 2 && s->state == DLOCK__SUB_ACTIVE) {
     sub_reset(s);
@@ -664,7 +606,7 @@ static void ps_connect(dlock_client *c, ps_state *ps, int i) {
   dlock__link_set_timeout(l, c->cfg.command_timeout_ms,
                           c->cfg.command_timeout_ms);
   pc->link = l;
-  pc->backoff = 50;
+  pc->backoff = 0; /* dlock__sub_backoff: 50 ms first */
   if (pc->failed) {
     pc->failed = 0;
     dlock__stat_add(&c->stats, DLOCK__ST_RECONNECTS, 1);
@@ -762,7 +704,7 @@ static int64_t ps_upkeep(dlock_client *c, ps_state *ps) {
 static void ps_free(ps_state *ps) {
   for (int i = 0; i < ps->n; i++) {
     dlock__link_free(ps->conns[i].link);
-    free(ps->conns[i].sent);
+    dlock__subq_free(&ps->conns[i].sent);
     dlock__sb_free(&ps->conns[i].out);
   }
   free(ps->conns);

@@ -258,9 +258,10 @@ static int discover(dlock_client *c) {
     char host[256];
     int port = 0;
     int rc = ask_sentinel(c, i, host, sizeof host, &port);
-    if (rc == 0)
-      rc = check_role(c, host, port);
-    if (rc == 0) {
+    int role_rc = rc == 0 ? check_role(c, host, port) : 0;
+    /* The round's rule, the event-loop client's too (ioverdict.c): this
+     * master when it says ROLE master, else the next sentinel. */
+    if (dlock__sentinel_turn(rc, role_rc, k + 1, n) == DLOCK__SENT_USE) {
       char old[300];
       dlock__mu_lock(&s->mu);
       int moved = set_master(c, host, port, old, sizeof old);

@@ -457,11 +457,12 @@ int dlock__tls_attach(dlock__link *l, void *ctx, const char *host,
     if (r == 1)
       return 0;
     int want = ssl_want(l, r);
-    if (want == 0)
-      return dlock__fail(DLOCK_ETLS,
-                         "TLS handshake with %s:%d: the server closed the "
-                         "connection",
-                         host, port);
+    if (want == 0) {
+      char what[300];
+      snprintf(what, sizeof what, "TLS handshake with %s:%d", host, port);
+      return dlock__tls_verdict(DLOCK__TLS_AT_HANDSHAKE, what, 1, 0, NULL,
+                                NULL);
+    }
     if (want < 0)
       return handshake_fail(l, host, name, port, 0);
     if (wait_fd(l->fd, want == 1 ? POLLIN : POLLOUT, timeout_ms) != 0)
@@ -485,6 +486,10 @@ int dlock__tls_session(void *ctx, int fd, const char *name, int verify,
 }
 
 void dlock__tls_session_free(void *ssl) { SSL_free(ssl); }
+
+int dlock__tls_session_has_cert(void *ssl) {
+  return SSL_get_certificate(ssl) != NULL;
+}
 
 int dlock__tls_step(void *ssl_, int op, void *buf, size_t n, char *why,
                     size_t wn) {

@@ -221,9 +221,10 @@ static int read_chunk(dlock_client *c, dlock__link *l, wd_state *st, size_t at,
     freeReplyObject(r);
     return 0;
   }
-  if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 &&
-      c->url.sentinel) {
-    /* a replica now: ask the sentinels again, reconnect */
+  if (r->type == REDIS_REPLY_ERROR && c->url.sentinel &&
+      dlock__reply_reroutes(r->str, DLOCK__TOPO_SENTINEL)) {
+    /* a replica now (READONLY, MASTERDOWN): ask the sentinels again,
+     * reconnect (the router's rule, ioverdict.c) */
     dlock__sentinel_invalidate(c, atomic_load(&c->sent.gen));
     freeReplyObject(r);
     return 1;

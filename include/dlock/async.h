@@ -29,8 +29,10 @@
  * tls_* settings and checks; handshake, reads and writes are non-blocking
  * steps driven by the loop; no SIGPIPE when the server closes a
  * connection) and redis-sentinel:// / rediss-sentinel:// (the master the
- * sentinels name, asked again after a lost connection, READONLY, a ROLE
- * that is not master, +switch-master or +promoted-slave) and
+ * sentinels name, its ROLE checked in the round -- a sentinel naming a
+ * replica is passed over -- and asked again after a lost connection,
+ * READONLY, MASTERDOWN, a ROLE that is not master, +switch-master or
+ * +promoted-slave) and
  * redis-cluster:// / rediss-cluster:// (each call sent to the master of
  * its lock's slot, MOVED and ASK followed, sharded pub/sub on that
  * master; a command and a subscriber connection per master).
@@ -47,13 +49,20 @@
  * Connections: one command connection (every command pipelined on it) and
  * one subscriber connection, opened when first needed and reopened after a
  * failure (a Sentinel client has one more, to a sentinel; a Cluster client
- * has both per master, and one to ask for the slot map). A command whose
- * connection fails is re-sent after cfg.retry_interval_ms, at most
- * cfg.retry_attempts more times (the scripts are safe to repeat); then its
- * call answers DLOCK_ECONN (with a Sentinel URL: the message lists what
- * each sentinel said when none named a master). TLS failures that do not
- * heal by retrying (a certificate refused, a plain redis:// URL at a TLS
- * port: "speaks TLS: use rediss://") answer DLOCK_ETLS at once.
+ * has both per master, and one to ask for the slot map; the subscriber is
+ * reopened after 50 ms, doubling up to cfg.retry_interval_ms). A command
+ * whose connection fails is re-sent after cfg.retry_interval_ms, at most
+ * cfg.retry_attempts more times (the scripts are safe to repeat) and never
+ * past the end of its call's wait budget; then its call answers
+ * DLOCK_ECONN (with a Sentinel URL: the message lists what each sentinel
+ * said when none named a master). A connection that broke while idle has
+ * its commands re-sent once at once. A server's error reply answers
+ * DLOCK_EREDIS with its text (NOPERM, WRONGTYPE, a MOVED at a redis://
+ * URL: "use a redis-cluster:// URL") or DLOCK_EAUTH. TLS failures (a
+ * certificate refused, a client certificate the server wants, a plain
+ * redis:// URL at a TLS port: "speaks TLS: use rediss://") answer
+ * DLOCK_ETLS at once. These rules are the blocking client's (one
+ * implementation, src/ioverdict.c).
  */
 #ifndef DLOCK_ASYNC_H
 #define DLOCK_ASYNC_H
@@ -77,8 +86,9 @@ typedef void dlock_async_cb(int rc, void *arg);
  * No I/O and no thread: connections are opened once it is attached to a
  * loop (dlock_async_attach, or an adapter) and has work.
  * cfg.on_lock_lost is called on the loop (name valid during the call);
- * cfg.pool_size, multiplex, lazy_connect and subscription_linger_ms do not
- * apply. rediss://: the TLS context is made here (cfg's tls_* files
+ * cfg.subscription_linger_ms keeps a lock channel subscribed that long
+ * after its last waiting call; cfg.pool_size, multiplex and lazy_connect
+ * do not apply. rediss://: the TLS context is made here (cfg's tls_* files
  * loaded once). Errors: DLOCK_EINVAL (NULL out, malformed URL or numbers,
  * a cfg dlock_config_init did not set up, tls_cert_file without
  * tls_key_file), DLOCK_ENOTSUP (a field this library does not know),
@@ -123,7 +133,9 @@ DLOCK_API void dlock_async_free(dlock_async *a);
  * one after another in the order they were made.
  * cb(rc, arg) runs once: DLOCK_OK (held), DLOCK_EBUSY, DLOCK_ETIMEDOUT,
  * DLOCK_ELOST (a reentrant acquire found the owner's hold gone),
- * DLOCK_ECONN, DLOCK_EAUTH, DLOCK_EREDIS, DLOCK_ETLS (rediss://: the
+ * DLOCK_ECONN (also when the wait budget ends during the retries),
+ * DLOCK_EAUTH (a refused SUBSCRIBE of this lock; NOAUTH), DLOCK_EREDIS (a
+ * server's error reply, a MOVED/ASK loop), DLOCK_ETLS (rediss://: the
  * server's certificate refused, a client certificate it wants; or a plain
  * URL at a TLS port), DLOCK_ECLOSED, DLOCK_ENOMEM.
  * Returns 0 (queued), or DLOCK_EINVAL (NULL a, name or cb, empty name,

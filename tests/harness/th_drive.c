@@ -48,6 +48,7 @@ struct th_drive {
   int nws;
   int64_t timer_at; /* monotonic ms; -1 none */
   dlock_client *force_c;
+  char msg[512]; /* th_drive_error */
 };
 
 static void on_lost(const char *name, void *arg) {
@@ -183,12 +184,14 @@ static void turn(th_drive *d, int64_t max_ms) {
 
 typedef struct done {
   int n, rc;
+  char msg[512]; /* dlock_last_error() in the callback */
 } done;
 
 static void on_done(int rc, void *arg) {
   done *x = arg;
   x->n++;
   x->rc = rc;
+  snprintf(x->msg, sizeof x->msg, "%s", dlock_last_error());
 }
 
 /* Runs the loop until x has its callback; the bound is generous (every
@@ -199,6 +202,7 @@ static int run_call(th_drive *d, done *x, const char *what) {
     turn(d, 5);
   if (x->n == 0)
     th_fail(__FILE__, __LINE__, "async %s: no callback in 120 s", what);
+  snprintf(d->msg, sizeof d->msg, "%s", x->msg);
   return x->rc;
 }
 
@@ -265,9 +269,11 @@ int th_drive_lock(th_drive *d, const char *name, long long owner,
                   long long wait_ms, long long lease_ms) {
   if (d->kind == TH_DRIVE_BLOCKING) {
     blocking_owner(owner);
-    return dlock_mutex_timedlock(mutex_of(d, d->c, name), wait_ms, lease_ms);
+    int rc = dlock_mutex_timedlock(mutex_of(d, d->c, name), wait_ms, lease_ms);
+    snprintf(d->msg, sizeof d->msg, "%s", rc ? dlock_last_error() : "");
+    return rc;
   }
-  done x = {0, 0};
+  done x = {0, 0, ""};
   int rc = dlock_async_lock(d->a, name, owner, wait_ms, lease_ms, on_done, &x);
   return rc ? rc : run_call(d, &x, "lock");
 }
@@ -275,9 +281,11 @@ int th_drive_lock(th_drive *d, const char *name, long long owner,
 int th_drive_unlock(th_drive *d, const char *name, long long owner) {
   if (d->kind == TH_DRIVE_BLOCKING) {
     blocking_owner(owner);
-    return dlock_mutex_unlock(mutex_of(d, d->c, name));
+    int rc = dlock_mutex_unlock(mutex_of(d, d->c, name));
+    snprintf(d->msg, sizeof d->msg, "%s", rc ? dlock_last_error() : "");
+    return rc;
   }
-  done x = {0, 0};
+  done x = {0, 0, ""};
   int rc = dlock_async_unlock(d->a, name, owner, on_done, &x);
   return rc ? rc : run_call(d, &x, "unlock");
 }
@@ -313,6 +321,110 @@ dlock_mutex *th_drive_mutex(th_drive *d, const char *name) {
   return d->kind == TH_DRIVE_BLOCKING ? mutex_of(d, d->c, name) : NULL;
 }
 
+/* ---- calls left running ------------------------------------------------ */
+
+struct th_call {
+  th_drive *d;
+  dlock_mutex *m; /* blocking */
+  char name[128];
+  long long owner, wait_ms, lease_ms;
+  pthread_t t;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  atomic_int done; /* answered (x.rc) */
+  int end;         /* blocking: the case asked the thread to end */
+  int urc;         /* the unlock's code */
+  done x;
+};
+
+static void *call_main(void *arg) {
+  th_call *c = arg;
+  c->x.rc = dlock_mutex_timedlock(c->m, c->wait_ms, c->lease_ms);
+  snprintf(c->x.msg, sizeof c->x.msg, "%s", c->x.rc ? dlock_last_error() : "");
+  atomic_store(&c->done, 1);
+  pthread_mutex_lock(&c->mu);
+  while (!c->end)
+    pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
+  c->urc = c->x.rc == DLOCK_OK ? dlock_mutex_unlock(c->m) : 0;
+  return NULL;
+}
+
+static void on_call_done(int rc, void *arg) {
+  th_call *c = arg;
+  c->x.n++;
+  c->x.rc = rc;
+  snprintf(c->x.msg, sizeof c->x.msg, "%s", dlock_last_error());
+  atomic_store(&c->done, 1);
+}
+
+th_call *th_drive_lock_bg(th_drive *d, const char *name, long long owner,
+                          long long wait_ms, long long lease_ms) {
+  th_call *c = calloc(1, sizeof *c);
+  if (!c || strlen(name) >= sizeof c->name)
+    th_fail(__FILE__, __LINE__, "th_drive_lock_bg: out of memory or long name");
+  c->d = d;
+  snprintf(c->name, sizeof c->name, "%s", name);
+  c->owner = owner;
+  c->wait_ms = wait_ms;
+  c->lease_ms = lease_ms;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  if (d->kind == TH_DRIVE_BLOCKING) {
+    c->m = mutex_of(d, d->c, name);
+    if (pthread_create(&c->t, NULL, call_main, c) != 0)
+      th_fail(__FILE__, __LINE__, "th_drive_lock_bg: no thread");
+    return c;
+  }
+  int rc =
+      dlock_async_lock(d->a, name, owner, wait_ms, lease_ms, on_call_done, c);
+  if (rc)
+    th_fail(__FILE__, __LINE__, "dlock_async_lock: %s: %s", dlock_err_name(rc),
+            dlock_last_error());
+  return c;
+}
+
+int th_drive_call_done(th_drive *d, th_call *c) {
+  if (d->kind == TH_DRIVE_ASYNC && !atomic_load(&c->done))
+    turn(d, 0);
+  return atomic_load(&c->done);
+}
+
+int th_drive_call_wait(th_drive *d, th_call *c, int64_t ms) {
+  int64_t end = th_now_ms() + ms;
+  while (!atomic_load(&c->done) && th_now_ms() < end) {
+    if (d->kind == TH_DRIVE_BLOCKING)
+      th_sleep_ms(2);
+    else
+      turn(d, 2);
+  }
+  if (!atomic_load(&c->done))
+    th_fail(__FILE__, __LINE__, "%s lock of '%s': no answer in %lld ms",
+            th_drive_kind(d), c->name, (long long)ms);
+  snprintf(d->msg, sizeof d->msg, "%s", c->x.msg);
+  return c->x.rc;
+}
+
+int th_drive_call_end(th_drive *d, th_call *c) {
+  int rc = 0;
+  if (d->kind == TH_DRIVE_BLOCKING) {
+    pthread_mutex_lock(&c->mu);
+    c->end = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->t, NULL);
+    rc = c->urc;
+  } else if (c->x.rc == DLOCK_OK) {
+    done x = {0, 0, ""};
+    rc = dlock_async_unlock(d->a, c->name, c->owner, on_done, &x);
+    rc = rc ? rc : run_call(d, &x, "unlock");
+  }
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+  return rc;
+}
+
 void th_drive_pump(th_drive *d, int64_t ms) {
   int64_t end = th_now_ms() + ms;
   if (d->kind == TH_DRIVE_BLOCKING) {
@@ -333,6 +445,8 @@ int th_drive_pump_until(th_drive *d, const volatile int *flag, int64_t ms) {
   }
   return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
 }
+
+const char *th_drive_error(const th_drive *d) { return d->msg; }
 
 int th_drive_stats(th_drive *d, dlock_client_stats *st) {
   return d->kind == TH_DRIVE_BLOCKING ? dlock_client_stats(d->c, st)

@@ -42,6 +42,10 @@ int th_drive_lock(th_drive *d, const char *name, long long owner,
                   long long wait_ms, long long lease_ms);
 /* dlock_mutex_unlock / dlock_async_unlock of (name, owner). */
 int th_drive_unlock(th_drive *d, const char *name, long long owner);
+/* The detail message (dlock_last_error) of the last answer th_drive_lock,
+ * th_drive_unlock or th_drive_call_wait returned (async: as its callback
+ * saw it); "" after a success. */
+const char *th_drive_error(const th_drive *d);
 /* dlock_mutex_force_unlock. The event-loop client has none: its driver
  * uses a blocking client made from the same cfg. */
 int th_drive_force_unlock(th_drive *d, const char *name);
@@ -52,6 +56,22 @@ const char *th_drive_field(th_drive *d, const char *name, long long owner,
  * dlock_mutex_is_held, validity, hold count); NULL for the async driver,
  * which has no such calls. */
 dlock_mutex *th_drive_mutex(th_drive *d, const char *name);
+/* A lock call left running while the case goes on (two waits of one
+ * client at once): async -- queued on the driver's loop, which runs during
+ * later th_drive_* calls; blocking -- dlock_mutex_timedlock on a thread of
+ * its own (the owner is that thread; `owner` only names the async one). */
+typedef struct th_call th_call;
+th_call *th_drive_lock_bg(th_drive *d, const char *name, long long owner,
+                          long long wait_ms, long long lease_ms);
+/* 1 once the call has answered (async: the loop runs one turn first). */
+int th_drive_call_done(th_drive *d, th_call *c);
+/* Runs the client until the call answered, at most ms: its code, or the
+ * case fails. */
+int th_drive_call_wait(th_drive *d, th_call *c, int64_t ms);
+/* Ends a call that answered: unlocks what it holds (blocking: on its
+ * thread, which then ends) and frees it. The unlock's code (0 when it held
+ * nothing). */
+int th_drive_call_end(th_drive *d, th_call *c);
 /* Lets ms pass with the client running (async: its loop turns). */
 void th_drive_pump(th_drive *d, int64_t ms);
 /* Runs the client until *flag (written by another thread) is non-zero or
