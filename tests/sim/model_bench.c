@@ -57,7 +57,7 @@ static void call(rm_model *m, rm_reply *r, int argc, const char **av,
 #define FIELD "2b4e5b1c-8f7d-4c1a-9f3e-0d6a7b8c9d0e:1"
 
 typedef struct lock_keys {
-  char name[16], ch[48], queue[48], waits[48], marker[48], tomb[80];
+  char name[16], ch[64], queue[64], waits[64], marker[64], tomb[96];
 } lock_keys;
 
 static void keys_of(lock_keys *k, int i) {
