@@ -150,8 +150,8 @@ static void etcd_targets(void) {
              bm_get("etcd", "lost"), "updates", 0.0, "0", CMP_EQ, 0.5);
 }
 
-static void build_targets(const bench_opts *o) {
-  g_nt = 0;
+/* issue 30/31: one thread's uncontended pair against its floor */
+static void uncontended_targets(void) {
   /* The pair floor: two EVALSHA round trips of plain hiredis, measured
    * interleaved with the library's pairs (same minutes, same noise); the
    * baseline scenario's 2 x EVALSHA p50 when uncontended did not run it. */
@@ -193,6 +193,11 @@ static void build_targets(const bench_opts *o) {
     add_target(id, req, bm_get("uncontended", key), "calls", 2.0,
                "2 calls (lock + unlock)", CMP_EQ, 0.005);
   }
+}
+
+/* many threads and processes against hiredis at the same concurrency */
+static void many_targets(const bench_opts *o) {
+  char req[128];
   /* The floor of "many": hiredis EVALSHA at the same concurrency, measured
    * next to the library's runs (the baseline scenario's figure otherwise). */
   double nrps = bm_get("many", "floor_evalsha_rps");
@@ -251,6 +256,34 @@ static void build_targets(const bench_opts *o) {
                refs[i].div ? bm_get("many", refs[i].div) : nrps / 2,
                refs[i].div ? refs[i].div_label : many_floor, CMP_GE, 0.9);
   }
+}
+
+static void watchdog_targets(const bench_opts *o) {
+  char req[128];
+  snprintf(req, sizeof req, "%ld held locks: client CPU < 5 %% of one core",
+           o->wd_locks);
+  add_target("watchdog.cpu", req, bm_get("watchdog", "cpu_pct"), "%", 5.0,
+             "limit 5 %", CMP_LE, 1.0);
+  add_target("watchdog.renewed", "every held lock renewed every period",
+             bm_get("watchdog", "failed_renewals"), "failed", 0, "0", CMP_EQ,
+             0.0);
+  add_target("watchdog.batches",
+             "renewals in pipelined batches (<= 4 round trips per period)",
+             bm_get("watchdog", "roundtrips_per_period"), "RTT/period", 4.0,
+             "limit 4", CMP_LE, 1.0);
+  add_target("watchdog.lost", "0 locks lost", bm_get("watchdog", "lost_locks"),
+             "locks", 0, "0", CMP_EQ, 0.0);
+  add_target("watchdog.mem",
+             "<= 256 bytes of client memory per held lock beyond its name",
+             bm_get("watchdog", "rss_per_lock"), "B", 256, "limit 256 B",
+             CMP_LE, 1.0);
+}
+
+static void build_targets(const bench_opts *o) {
+  g_nt = 0;
+  char req[128];
+  uncontended_targets();
+  many_targets(o);
   /* issue 15: one thread of the event-loop client against the blocking
    * client's threads, same run. */
   snprintf(req, sizeof req,
@@ -278,23 +311,7 @@ static void build_targets(const bench_opts *o) {
   add_target("contended.lost", "0 lost updates",
              bm_get("contended", "lost_updates"), "updates", 0, "0", CMP_EQ,
              0.0);
-  snprintf(req, sizeof req, "%ld held locks: client CPU < 5 %% of one core",
-           o->wd_locks);
-  add_target("watchdog.cpu", req, bm_get("watchdog", "cpu_pct"), "%", 5.0,
-             "limit 5 %", CMP_LE, 1.0);
-  add_target("watchdog.renewed", "every held lock renewed every period",
-             bm_get("watchdog", "failed_renewals"), "failed", 0, "0", CMP_EQ,
-             0.0);
-  add_target("watchdog.batches",
-             "renewals in pipelined batches (<= 4 round trips per period)",
-             bm_get("watchdog", "roundtrips_per_period"), "RTT/period", 4.0,
-             "limit 4", CMP_LE, 1.0);
-  add_target("watchdog.lost", "0 locks lost", bm_get("watchdog", "lost_locks"),
-             "locks", 0, "0", CMP_EQ, 0.0);
-  add_target("watchdog.mem",
-             "<= 256 bytes of client memory per held lock beyond its name",
-             bm_get("watchdog", "rss_per_lock"), "B", 256, "limit 256 B",
-             CMP_LE, 1.0);
+  watchdog_targets(o);
   add_target("handoff.p50", "hand-off p50 <= 3 x PING RTT p50",
              bm_get("handoff", "p50_us"), "us",
              bm_get("baseline", "ping_p50_us"), "baseline PING p50", CMP_LE,
