@@ -779,15 +779,10 @@ static dlock__eng_rel_out rel_apply(dlock__aop *op, int rc, int sends) {
 static void unlock_finish(dlock__aop *op, int rc, int sends) {
   dlock__eng_rel_out o = rel_apply(op, rc, sends);
   dlock__ahold *h = op->h;
-  if (o.rc == DLOCK_ELOST && !o.expired)
-    complete(op, DLOCK_ELOST,
-             "lock '%s' was lost while held (expired, deleted or taken)",
-             h->key);
-  else if (o.rc == DLOCK_ELOST)
-    complete(op, DLOCK_ELOST,
-             "lock '%s': its lease ran out before the unlock (local deadline "
-             "passed; another owner may have held it)",
-             h->key);
+  char why[DLOCK__ENG_WHY_LEN];
+  if (o.rc == DLOCK_ELOST)
+    complete(op, DLOCK_ELOST, "%s",
+             dlock__eng_lost_why(&o, h->key, why, sizeof why));
   else if (o.rc < 0) /* outcome unknown: the retry is its committing copy */
     complete(op, o.rc, "%s", dlock_last_error());
   else

@@ -17,6 +17,7 @@
  * event-loop client, on the loop). docs/design.md, "The engine", has the
  * picture.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -509,4 +510,17 @@ int64_t dlock__eng_entry_ttl(int64_t deadline, int64_t now) {
   if (deadline < 0)
     return 0;
   return deadline - now < 1 ? 1 : deadline - now;
+}
+
+const char *dlock__eng_lost_why(const dlock__eng_rel_out *o, const char *name,
+                                char *buf, size_t len) {
+  if (!o->expired)
+    snprintf(buf, len,
+             "lock '%s' was lost while held (expired, deleted or taken)", name);
+  else
+    snprintf(buf, len,
+             "lock '%s': its lease ran out before the unlock (local deadline "
+             "passed; another owner may have held it)",
+             name);
+  return buf;
 }

@@ -273,6 +273,16 @@ dlock__eng_rel_out dlock__eng_unlock_end(dlock__hold *h,
                                          const dlock__eng_unlock *u, int rc,
                                          int copy, int64_t now);
 
+/* A buffer for dlock__eng_lost_why: dlock_last_error()'s size. */
+#define DLOCK__ENG_WHY_LEN 512
+
+/* The one wording of an unlock's DLOCK_ELOST (o from dlock__eng_unlock_end,
+ * o.rc == DLOCK_ELOST) for lock name, into buf[len], for every client and
+ * store: lost while held (expired, deleted or taken), or its lease ran out
+ * before the unlock. Returns buf. */
+const char *dlock__eng_lost_why(const dlock__eng_rel_out *o, const char *name,
+                                char *buf, size_t len);
+
 /* ---- (d) replica sync --------------------------------------------------- */
 
 /* How often a cached replica count (sync_replicas -1) is read again, ms. */

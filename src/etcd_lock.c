@@ -876,16 +876,10 @@ int dlock__etcd_release(dlock_mutex *m) {
   if (o.action == DLOCK__ENG_REL_FORGET ||
       (u.expected == 1 && !dlock__eng_answered(rc)))
     gate_release(c->etcd, g, tid);
-  if (o.rc == DLOCK_ELOST && !o.expired)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s' was lost while held (expired, deleted or "
-                       "taken)",
-                       m->name);
+  char why[DLOCK__ENG_WHY_LEN];
   if (o.rc == DLOCK_ELOST)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s': its lease ran out before the unlock (local "
-                       "deadline passed; another owner may have held it)",
-                       m->name);
+    return dlock__fail(DLOCK_ELOST, "%s",
+                       dlock__eng_lost_why(&o, m->name, why, sizeof why));
   return o.rc;
 }
 

@@ -765,16 +765,10 @@ static int rel_end(dlock_mutex *m, rel *r, int rc, int sends) {
     drop_hold(c, h);
   else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(h))
     dlock__wd_remove(c, h);
-  if (o.rc == DLOCK_ELOST && !o.expired)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s' was lost while held (expired, deleted or "
-                       "taken)",
-                       m->name);
+  char why[DLOCK__ENG_WHY_LEN];
   if (o.rc == DLOCK_ELOST)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock '%s': its lease ran out before the unlock (local "
-                       "deadline passed; another owner may have held it)",
-                       m->name);
+    return dlock__fail(DLOCK_ELOST, "%s",
+                       dlock__eng_lost_why(&o, m->name, why, sizeof why));
   return o.rc;
 }
 
