@@ -204,7 +204,7 @@ static int late_add(fp_late *l, const char *b, size_t n) {
       l->cap = cap;
     }
   }
-  if (ok) {
+  if (ok && n > 0) {
     memcpy(l->bytes + l->len, b, n);
     l->len += n;
   }
