@@ -45,9 +45,12 @@
 /* The buyers' watchdog lease: o->watchdog_ms, which the scenario sets to
  * 10 s -- a realistic one (dlock's default is 30 s, etcd's
  * concurrency.Session's 60 s), longer than a failover takes, so A's lease
- * still runs when B asks. A checks its validity before it sells, as a
- * correct holder does: only a holder that does not know it lost the lock
- * sells twice. */
+ * still runs when B asks. A checks its validity before it pays, as a
+ * correct holder does, and a payment once started is not taken back: A
+ * sells what it paid for. On Redis A's watchdog may report the loss while
+ * A pays (the renewal after +switch-master finds the key gone) -- too late:
+ * the card is charged. A store that forgets a granted lock cannot be made
+ * safe by the holder's checks. */
 static long long lease_of(const sk_opts *o) {
   return o->watchdog_ms < 2000 ? 2000 : (o->watchdog_ms + 999) / 1000 * 1000;
 }
@@ -120,6 +123,9 @@ static int run_story(story *s, void (*fault)(void *), void *arg) {
   }
   atomic_fetch_add(&s->inside, 1);
   long long seen = read_stock(s);
+  long long valid = 0;
+  int paying = seen > 0 && dlock_mutex_validity(s->ma, &valid) == 0 &&
+               valid > 0; /* A holds and there is stock: A pays */
   fault(arg);
   s->t_fault = dlc_now_ms();
   pthread_t t;
@@ -129,9 +135,7 @@ static int run_story(story *s, void (*fault)(void *), void *arg) {
   }
   while (!atomic_load(&s->b_done) && dlc_now_ms() - s->t_fault < PAY_MS)
     dlc_sleep_ms(20);
-  long long valid = 0;
-  int still = dlock_mutex_validity(s->ma, &valid) == 0 && valid > 0;
-  if (seen > 0 && still) { /* A paid, and still holds: it sells */
+  if (paying) { /* A paid: it sells what it saw */
     write_stock(s, read_stock(s) - 1);
     s->orders++;
   }
