@@ -8,6 +8,7 @@ if(TARGET dlock-bench)
     add_test(NAME bench.quick_smoke
       COMMAND ${DLOCK_PYTHON3} ${PROJECT_SOURCE_DIR}/tools/bench/smoke.py
               $<TARGET_FILE:dlock-bench>)
-    set_tests_properties(bench.quick_smoke PROPERTIES TIMEOUT 150 LABELS tool)
+    set_tests_properties(bench.quick_smoke PROPERTIES TIMEOUT 150 LABELS tool
+      PROCESSORS 2) # CPU-bound: a whole core per side (Makefile CTEST_JOBS)
   endif()
 endif()

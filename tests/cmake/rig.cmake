@@ -15,7 +15,7 @@ if(TARGET dlock-stockd AND TARGET dlock-rig)
                 --stockd $<TARGET_FILE:dlock-stockd>
                 --headless ${PROJECT_SOURCE_DIR}/tools/rig/headless.py)
       set_tests_properties(rig.${c} PROPERTIES TIMEOUT 150 LABELS tool
-        SKIP_RETURN_CODE 77)
+        SKIP_RETURN_CODE 77 PROCESSORS 2) # nginx, ab, Chromium: CPU-bound
     endforeach()
   endif()
 endif()

@@ -27,6 +27,6 @@ if(TARGET dlock-seckill)
               $<TARGET_FILE:dlock-seckill>
               ${PROJECT_SOURCE_DIR}/tools/rig/headless.py)
     set_tests_properties(seckill.chart_layout PROPERTIES TIMEOUT 240
-      LABELS tool SKIP_RETURN_CODE 77)
+      LABELS tool SKIP_RETURN_CODE 77 PROCESSORS 2) # headless Chromium
   endif()
 endif()
