@@ -604,7 +604,7 @@ static int take(acq *a) {
   if (rc == 0)
     rc = enqueue(a);
   if (rc == 0)
-    rc = wait_turn(a);
+    rc = dlock__budget_end(&a->b, wait_turn(a), a->what);
   if (rc == 1)
     rc = a->wd ? session_deadline(a) : fix_lease(a);
   if (rc == 0)

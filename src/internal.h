@@ -1395,6 +1395,13 @@ int dlock__budget_canceled(const dlock__budget *b);
  * DLOCK_ECANCELED (message names `what`), DLOCK_ETIMEDOUT with no message
  * (the caller words it: only it knows what was still missing). */
 int dlock__budget_over(const dlock__budget *b, const char *what);
+/* The code a wait that ended without the lock reports: a failure (a lost
+ * connection, a server error, a timeout) after dlock_client_cancel_waits()
+ * was called since the wait began is reported as DLOCK_ECANCELED, the
+ * failure named in the message (dlock.h: every thread blocked in a wait
+ * returns DLOCK_ECANCELED), so which of the two came first never shows.
+ * rc >= 0, DLOCK_ECLOSED and DLOCK_ELOST pass as they are. */
+int dlock__budget_end(const dlock__budget *b, int rc, const char *what);
 
 /* ---- pub/sub waiting (pubsub.c) ----------------------------------------- */
 

@@ -1152,6 +1152,8 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
     void *note = dlock__note_wait(a.c, m->name, a.tid); /* the info key */
     rc = dlock__spins(m) ? dlock__spin_wait(&a.b, spin_round, &a)
                          : wait_loop(&a);
+    char what[300];
+    rc = dlock__budget_end(&a.b, rc, lock_what(m, what, sizeof what));
     dlock__note_wait_end(a.c, note);
   }
   if (a.sub)

@@ -882,5 +882,5 @@ int dlock__sub_wait_check(dlock_client *c, const char *channel, int wake_policy,
       break;
   }
   dlock__sub_leave(c, sub, &slot);
-  return rc;
+  return dlock__budget_end(b, rc, what);
 }

@@ -8,8 +8,11 @@
  * ways a wait ends without the lock: the client is closing
  * (DLOCK_ECLOSED), dlock_client_cancel_waits() was called at any time
  * since the call began (DLOCK_ECANCELED), or the caller's wait budget is
- * spent (DLOCK_ETIMEDOUT). It holds no thread and no lock: the event-loop
- * client drives the same budget from timers.
+ * spent (DLOCK_ETIMEDOUT) -- and, through dlock__budget_end, the code of a
+ * wait that a failure ended after a cancel (DLOCK_ECANCELED, never the
+ * failure's: a cancel and an attempt in flight race, the answer does not). It
+ * holds no thread and no lock: the event-loop client drives the same budget
+ * from timers.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -82,4 +85,16 @@ int dlock__budget_over(const dlock__budget *b, const char *what) {
   if (b->deadline >= 0 && dlock__now_ms() >= b->deadline)
     return DLOCK_ETIMEDOUT;
   return 0;
+}
+
+int dlock__budget_end(const dlock__budget *b, int rc, const char *what) {
+  if (rc >= 0 || rc == DLOCK_ECANCELED || rc == DLOCK_ECLOSED ||
+      rc == DLOCK_ELOST || !dlock__budget_canceled(b))
+    return rc;
+  char last[400];
+  snprintf(last, sizeof last, "%s", dlock_last_error());
+  return dlock__fail(DLOCK_ECANCELED,
+                     "wait for %s canceled by dlock_client_cancel_waits() "
+                     "(it ended %s%s%s)",
+                     what, dlock_err_name(rc), last[0] ? ": " : "", last);
 }

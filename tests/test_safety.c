@@ -460,6 +460,42 @@ static void *forever_waiter(void *arg) {
   return NULL;
 }
 
+/* A cancel that comes while the wait's attempt is in flight and failing
+ * (a queued lock() rechecks once a second; Redis is stopped, the command
+ * timeout is 3 s) ends the wait with DLOCK_ECANCELED, as dlock.h promises
+ * for every wait blocked when dlock_client_cancel_waits() is called. The
+ * old code returned the attempt's DLOCK_ECONN: which of the two came first
+ * showed to the caller (CI saw it as a flaky
+ * grant_to_an_ended_wait_is_given_back). */
+TH_CASE_T(cancel_during_a_failing_attempt_reports_the_cancel, 120, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *ca = client_at(r->url, 0, 3000), *cb = th_client(r);
+  dlock_mutex *ma, *mb;
+  CHECK_OK(dlock_mutex_new(ca, "midcancel", &ma));
+  CHECK_OK(dlock_mutex_new(cb, "midcancel", &mb));
+  CHECK_OK(dlock_mutex_timedlock(mb, 0, 60000));
+  waiter g = {.m = ma};
+  pthread_t tg;
+  pthread_create(&tg, NULL, forever_waiter, &g);
+  th_wait_llen(r, "dlock_lock_queue:{midcancel}", 1, 10000);
+  th_redis_pause(r);
+  /* the queued wait's recheck (DLOCK__ENG_QUEUED_RECHECK_MS after its
+   * last attempt) is now in flight, and stays so for the command timeout */
+  th_sleep_ms(1300);
+  CHECK_EQ(atomic_load(&g.done), 0);
+  CHECK_OK(dlock_client_cancel_waits(ca));
+  wait_flag(&g.done, 60000);
+  th_redis_resume(r);
+  pthread_join(tg, NULL);
+  CHECK_MSG(g.rc == DLOCK_ECANCELED, "the canceled wait: %s (%s)",
+            dlock_err_name(g.rc), dlock_last_error());
+  CHECK_OK(dlock_mutex_unlock(mb));
+  dlock_mutex_free(ma);
+  dlock_mutex_free(mb);
+  dlock_client_free(ca);
+  dlock_client_free(cb);
+}
+
 /* 9.5: a lock() wait (no deadline) canceled while Redis is stopped: its
  * cancel fails and its queue entry stays. Another thread of the same client
  * then waits, so the client is still subscribed to its grant channel, and
