@@ -671,6 +671,14 @@ static void caller_retry(int uv) {
   CHECK_OK(dlock_async_unlock(a, "retry", 1, on_res, &x[2]));
   CHECK(tl_until(&f.l, &x[2].n, 1, 10000));
   CHECK_RC(x[2].last, DLOCK_ECONN);
+  /* The proxy counts the fault when it passes the held reply on: the
+   * unlock ran by then. (Read at once after the ECONN, the count could
+   * still be 2 on a loaded machine: the request itself had not reached
+   * the server within the command timeout.) */
+  CHECK_MSG(fp_wait_fired(p, 1,
+                          3000LL * th_timeout_mult() +
+                              10000LL * th_timeout_mult()) == 0,
+            "fault did not fire");
   CHECK_EQ(hget_ll(r, "retry", field), 1); /* it ran */
   /* Twice the old latch's life: a scenario, not a wait for an event. */
   tl_for(&f.l, 2 * (cfg.command_timeout_ms + cfg.retry_interval_ms) + 200);
