@@ -797,7 +797,7 @@ static void settle_finish(dlock__aop *op, int rc, int sends) {
   char why[200];
   snprintf(why, sizeof why, "%s", dlock_last_error());
   rel_apply(op, rc, sends);
-  if (!dlock__eng_answered(rc)) {
+  if ((rc = dlock__eng_settle_end(&op->h->h, rc)) != 0) {
     complete(op, rc,
              "lock '%s': an earlier unlock of this hold has an unknown "
              "outcome and could not be settled (%s); nothing was sent for "

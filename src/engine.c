@@ -145,6 +145,12 @@ int dlock__eng_renew_answer(dlock__hold *h, int answered, int renewed,
 /* ---- (b) request ids ------------------------------------------------------
  */
 
+int dlock__eng_settle_end(const dlock__hold *h, int rc) {
+  if (!h || !h->unlock_pending)
+    return 0;
+  return rc < 0 && rc != DLOCK_ELOST ? rc : DLOCK_ECONN;
+}
+
 int dlock__eng_answered(int rc) {
   return rc >= 0 || (rc != DLOCK_ECONN && rc != DLOCK_ECLOSED &&
                      rc != DLOCK_ETIMEDOUT && rc != DLOCK_ECANCELED);

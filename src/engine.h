@@ -231,6 +231,15 @@ int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
 /* Fills u with the committing copy of h's pending release (h->unlock_pending
  * > 0): its count, lease and request id, commit = resent = settle = 1. */
 void dlock__eng_settle_begin(dlock__hold *h, dlock__eng_unlock *u);
+/* The verdict on a settling copy once dlock__eng_unlock_end applied its
+ * answer rc to the record h (the record found again: NULL when it is gone).
+ * 0: settled -- nothing is pending any more, the call goes on; else the
+ * code the call ends with: the release is still pending (no answer, or a
+ * hold past its local deadline whose copy went unanswered, or a refusal)
+ * and nothing may be built on its count. Decided by the record's state,
+ * never by the answer's code alone: "ELOST, and still pending" is not
+ * settled. Every driver's rule (mutex.c, async_lock.c, etcd_lock.c). */
+int dlock__eng_settle_end(const dlock__hold *h, int rc);
 /* The undo of an acquisition the replicas did not confirm (DLOCK_ENOSYNC):
  * a release of h's field at count prior + 1 (the script writes prior, or
  * releases when prior is 0), with a fresh request id, lease as the kind's

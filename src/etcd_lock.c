@@ -760,12 +760,13 @@ static int settle(dlock_mutex *m, dlock__etcd_gate *g, uint64_t tid) {
     drop_hold(c, h);
   else if (o.action == DLOCK__ENG_REL_ONE)
     dlock__hold_drop_one(h);
+  int end = dlock__eng_settle_end(dlock__hold_find(m->e, tid), rc);
   dlock__mu_unlock(&c->reg.mu);
   if (o.action == DLOCK__ENG_REL_FORGET)
     gate_release(c->etcd, g, tid);
-  return dlock__eng_answered(rc)
+  return end == 0
              ? 0
-             : dlock__fail(rc,
+             : dlock__fail(end,
                            "lock '%s': an earlier unlock's outcome is still "
                            "unknown (%.200s)",
                            m->name, dlock_last_error());

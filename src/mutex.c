@@ -831,9 +831,10 @@ static int settle(dlock_mutex *m, uint64_t tid, const char *op) {
   snprintf(why, sizeof why, "%s", dlock_last_error());
   rel r = {h, u};
   dlock__mu_lock(&c->reg.mu);
-  rc = rel_end(m, &r, rc, 2);
+  (void)rel_end(m, &r, rc, 2);
+  rc = dlock__eng_settle_end(find_hold(m, tid), rc);
   dlock__mu_unlock(&c->reg.mu);
-  if (rc == 0 || rc == DLOCK_ELOST || rc == DLOCK_EPERM)
+  if (rc == 0)
     return 0;
   return dlock__fail(rc,
                      "%s '%s': an earlier unlock of this hold has an unknown "

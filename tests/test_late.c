@@ -243,6 +243,43 @@ TH_CASE(relock_after_econn_unlock_async) {
   relock_after_econn_drive(TH_DRIVE_ASYNC);
 }
 
+/* A final unlock unanswered (pending), then the hold's local deadline
+ * passes; the thread locks again and the settling copy goes unanswered
+ * too. The blocking client took that copy's verdict (ELOST: the hold ran
+ * out) for "settled" while the record still owed the release, and aborted
+ * ("a settled release is pending again": tls.killed_tls_connections_*
+ * under ASan on a loaded machine). Now a settle is judged by the record's
+ * state (the engine's dlock__eng_settle_end): the lock ends DLOCK_ECONN,
+ * still pending, and the next one, answered, settles it and takes the
+ * lock. On both clients. */
+static void settle_unanswered_drive(int dk) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  th_drive *d = th_drive_new(dk, &cfg);
+  warm_drive(d);
+  const char *name = "late-settle-expired";
+  char m[96];
+  const long long lease = 1000 * mult();
+  CHECK_OK(th_drive_lock(d, name, 1, 0, lease));
+  fp_arm_hold(p, rel_match(name, m, sizeof m), hold_ms(), 2);
+  CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
+  th_sleep_ms(lease + 100); /* past the hold's local deadline */
+  CHECK_RC(th_drive_lock(d, name, 1, 0, 20000), DLOCK_ECONN);
+  delivered(p, 2, d);
+  CHECK_OK(th_drive_lock(d, name, 1, 0, 20000));
+  CHECK_EQ(th_count_of(r, name), 1);
+  CHECK_OK(th_drive_unlock(d, name, 1));
+  CHECK_EQ(th_cmd_int(r, "EXISTS %s", name), 0);
+  th_drive_free(d);
+}
+TH_CASE(unanswered_settle_of_an_expired_hold_stays_pending_blocking) {
+  settle_unanswered_drive(TH_DRIVE_BLOCKING);
+}
+TH_CASE(unanswered_settle_of_an_expired_hold_stays_pending_async) {
+  settle_unanswered_drive(TH_DRIVE_ASYNC);
+}
+
 /* Issue 38.3 / 43: the first copy of the final unlock is held; the caller's
  * retry (or the router's re-send) is answered; a tombstone written after
  * it (a SET) is held too; the thread locks again; the first copy runs. At
