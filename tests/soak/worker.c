@@ -41,6 +41,7 @@
 #include "soak.h"
 
 static int g_log = -1;
+static int g_trace = -1; /* SOAK_TRACE set: the library's events, w*.trace */
 static int g_idx, g_topo;
 static soak_shared *g_sh;
 
@@ -138,6 +139,14 @@ static atomic_long g_hooks;
 static void hook(void *arg, int level, const char *name, const char *event,
                  const char *msg) {
   (void)arg, (void)level, (void)name, (void)event, (void)msg;
+  if (g_trace >= 0) { /* one write per line: lines of threads never mix */
+    char b[700];
+    int n =
+        snprintf(b, sizeof b, "%lld %d %s %s %s\n", (long long)soak_now_us(),
+                 level, name ? name : "-", event ? event : "-", msg ? msg : "");
+    if (n > 0)
+      (void)!write(g_trace, b, (size_t)n < sizeof b ? (size_t)n : sizeof b);
+  }
   dlock_client_stats st;
   dlock_async *a = atomic_load(&g_async);
   dlock_client *c = atomic_load(&g_client);
@@ -847,6 +856,10 @@ int soak_worker(int idx, const char *url, const char *direct, const char *dir,
   g_log = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (g_log < 0)
     return 2;
+  if (getenv("SOAK_TRACE")) { /* for a violation's story: docs/hacking.md */
+    snprintf(path, sizeof path, "%s/w%d-%d.trace", dir, idx, (int)getpid());
+    g_trace = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
   g_idx = idx;
   g_topo = topology;
   g_sh = sh;
