@@ -57,6 +57,7 @@ typedef struct dlock__etcd_kv {
   char *value; /* decoded (empty when the reply had none) */
   size_t vlen;
   int64_t create, mod, lease;
+  int64_t version; /* puts since its creation (1: just created) */
 } dlock__etcd_kv;
 typedef struct dlock__etcd_kvs {
   dlock__etcd_kv *v;

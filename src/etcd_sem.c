@@ -22,20 +22,23 @@
  * at 1), an acquire takes 1 if the count is at least 1. No lock is held
  * anywhere; a failed compare means another change got in first.
  *
- * A LOST ANSWER. The transport re-sends a request whose answer did not come
- * back (a timeout, a broken connection, another member). A re-sent copy
- * compares with the same revision, so at most one copy changes K -- but if
- * the first copy changed K, the second reports a failed compare, and
- * deciding again from there would count twice (a post) or take a second
- * permit (an acquire). So whenever a copy may have reached etcd and the
- * answer says "not done", the call settles what happened: the change right
- * after the state it compared with is the first event of a watch of K from
- * that revision + 1 (etcd replays history); it was this call's exactly when
- * that event carries this call's request id. A copy still in flight can no
- * longer apply then: K's mod revision moved past the one it compares with,
- * and revisions are never reused. Only when etcd cannot be asked (or the
- * history was compacted) does the call end with DLOCK_ECONN, outcome
- * unknown, as on Redis.
+ * A LOST ANSWER. A request whose answer did not come back is sent again --
+ * by the transport (a timeout, a broken connection, another member), and
+ * by libcurl itself, unseen, when a kept-alive connection dies before any
+ * answer. A copy compares with the same revision, so at most one copy
+ * changes K; but if an earlier copy changed it, the last one reports a
+ * failed compare, and deciding again from there would count twice (a post)
+ * or take a second permit (an acquire). So a failed compare is never taken
+ * at its word: the failure branch's K shows this call's request id (done),
+ * or K changed exactly once since the state compared with (its version is
+ * one more, same creation: that change is the one K shows, not this call's),
+ * or else the first change after that state is looked up -- a watch of K
+ * from its revision + 1 replays it from etcd's history -- and it was this
+ * call's exactly when it carries this call's request id. Once K moved past
+ * the revision a copy compares with, no copy still in flight can apply:
+ * revisions are never reused. A call with no answer at all reads K the same
+ * way; when etcd cannot be asked, or K did not change (a late copy may
+ * still land), it ends with DLOCK_ECONN, outcome unknown, as on Redis.
  *
  * WAITING. An acquire that finds no permit watches K from the revision of
  * the read + 1 (any change wakes it; no change is missed between the read
@@ -123,6 +126,7 @@ typedef struct seen {
   int exists;
   long long count;
   int64_t mod, create; /* K's revisions (exists) */
+  int64_t version;     /* K's puts since its creation (exists) */
   int64_t hrev;        /* the answer's header revision */
   char tag[33];        /* the request id in the value; "" none */
 } seen_t;
@@ -156,6 +160,7 @@ static int take_state(esem_t *s, json_object *range, int64_t hrev, seen_t *st) {
     st->exists = 1;
     st->mod = k.v[0].mod;
     st->create = k.v[0].create;
+    st->version = k.v[0].version;
     if (parse_value(k.v[0].value, st) != 0)
       rc = dlock__fail(DLOCK_EPROTO,
                        "semaphore '%s': the key's value '%.40s' is not a "
@@ -228,10 +233,12 @@ static int first_change_is(esem_t *s, int64_t from, const char *rid) {
   return rc;
 }
 
-/* The compare-and-swap's answer was "not done", or no answer came, after a
- * copy may have reached etcd (how: the call's code rc, 0 for "not done").
- * Settles it: 1 it was done (by an earlier copy), 0 not (*now is K), or a
- * code. */
+/* The compare-and-swap's answer was "not done", or no answer came (the
+ * call's code rc; 0 for "not done"): was it done after all, by a copy
+ * whose answer was lost? A failed compare is never taken at its word: libcurl
+ * itself sends a request again, unseen, when a kept-alive connection dies
+ * before any answer. 1 it was done, 0 not (*now is K, and no copy of this
+ * call can change K any more), or a code (rc when etcd cannot tell). */
 static int settle(esem_t *s, const seen_t *was, const char *rid, int rc,
                   seen_t *now) {
   if (rc != 0) { /* no answer at all: K as it is now */
@@ -243,13 +250,16 @@ static int settle(esem_t *s, const seen_t *was, const char *rid, int rc,
   }
   if (now->exists && strcmp(now->tag, rid) == 0)
     return 1; /* K still shows this call's change */
-  if (was->exists ? now->exists && now->mod == was->mod : !now->exists)
-    return rc ? rc : 0; /* K did not change at all */
-  /* K changed since: was the first change this call's? */
-  int64_t from = was->exists ? was->mod + 1 : now->exists ? now->create : 0;
-  if (from == 0)
-    return rc ? rc : 0; /* created and deleted since: not ours to settle */
-  int r = first_change_is(s, from, rid);
+  if (!now->exists || (was->exists && now->mod == was->mod))
+    return rc; /* unchanged (a late copy may still come: unknown), or
+                  deleted since (nothing of this call is left) */
+  /* K changed once since `was`, and not by this call: K is that change */
+  if (was->exists
+          ? now->create == was->create && now->version == was->version + 1
+          : now->version == 1)
+    return 0;
+  /* changed more than once: was the first change this call's? */
+  int r = first_change_is(s, was->exists ? was->mod + 1 : now->create, rid);
   return r < 0 && rc ? rc : r;
 }
 
@@ -322,8 +332,7 @@ static int cas(esem_t *s, const seen_t *was, long long v, seen_t *now) {
   json_object_put(res.json);
   if (rc || ok)
     return rc ? rc : 1;
-  /* "not done" from a second copy: the first may have done it */
-  return res.sends > 1 ? settle(s, was, rid, 0, now) : 0;
+  return settle(s, was, rid, 0, now);
 }
 
 /* ---- the calls ----------------------------------------------------------- */
