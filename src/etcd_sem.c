@@ -4,10 +4,17 @@
  * (sem.c), with etcd's own layout and guarantees (docs/etcd.md,
  * docs/semaphore.md).
  *
- * LAYOUT. One key K = <prefix><name>/~sem/count, no lease. Two segments
- * below the name, as the permits' keys: a mutex of the same name reads its
- * waiters as the keys one segment below (NAME/<lease hex>) and never takes
- * K for one; K is not the permits' NAME/~permits/... either. Its value is
+ * LAYOUT. One key K = <prefix><name>~sem, no lease. It lies OUTSIDE the
+ * name's range <prefix><name>/ .. <prefix><name>0 ('~' sorts after both),
+ * where a mutex of the same name keeps its keys (NAME/<lease hex>) and
+ * reads them: the mutex's trylock compares that whole range empty, and its
+ * lock reads only the oldest key of it, so a key of the semaphore's in
+ * there -- NAME/~sem, or two segments down as the permits' NAME/~permits/
+ * -- would make the mutex "held elsewhere". No mutex or permits key ends
+ * in "~sem" (theirs end in hex digits or "capacity"), and K is no lock key
+ * to dlock_lock_names_query (its last segment is not hex). A name with a
+ * '/' ("a/b") lies in its parent's range ("a/"), as a mutex "a/b" does.
+ * Its value is
  * the number of available permits in decimal, followed -- when dlock wrote
  * it -- by a space and the 32 hex digits of the request id of the change
  * ("3 9f0c..."); a value put by hand ("3") is read the same. A MISSING KEY
@@ -98,7 +105,7 @@ int dlock__etcd_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
   dlock__sb_init(&s->key);
   dlock__sb_add(&s->key, s->e->prefix, s->e->prefix_len);
   dlock__sb_add(&s->key, name, n);
-  dlock__sb_adds(&s->key, "/~sem/count");
+  dlock__sb_adds(&s->key, "~sem");
   if (s->key.oom) {
     dlock__sb_free(&s->key);
     free(s->o.name);
