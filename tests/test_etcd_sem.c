@@ -251,6 +251,35 @@ TH_CASE_T(timedwait_times_out_within_its_budget, 60, "etcd") {
   dlock_client_free(a);
 }
 
+TH_CASE_T(cancel_waits_ends_a_wait_and_takes_nothing, 60, "etcd") {
+  start();
+  dlock_client *a = th_etcd_client(g_url, 5000, NULL);
+  dlock_client *b = th_etcd_client(g_url, 5000, NULL);
+  dlock_sem *sa;
+  waiter w = {NULL, -1, -1, 0}; /* forever */
+  CHECK_OK(dlock_sem_new(a, "cw", &sa));
+  CHECK_OK(dlock_sem_new(b, "cw", &w.s));
+  CHECK_OK(dlock_sem_init(sa, 0));
+  pthread_t t;
+  pthread_create(&t, NULL, wait_thread, &w);
+  th_sleep_ms(300); /* it reads 0 and watches */
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_client_cancel_waits(b));
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, DLOCK_ECANCELED);
+  CHECK_MSG(w.at - t0 < 500LL * th_timeout_mult(), "after %lld ms",
+            (long long)(w.at - t0));
+  CHECK_OK(dlock_sem_post(sa));
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(sa, &v));
+  CHECK_EQ(v, 1);                   /* the cancelled wait took nothing */
+  CHECK_OK(dlock_sem_trywait(w.s)); /* a later call is not cancelled */
+  dlock_sem_free(sa);
+  dlock_sem_free(w.s);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 /* ---- at most `permits` holders ------------------------------------------- */
 
 enum { EX_THREADS = 4, EX_ROUNDS = 200, EX_PERMITS = 2 };
