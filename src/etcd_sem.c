@@ -14,12 +14,11 @@
  * in "~sem" (theirs end in hex digits or "capacity"), and K is no lock key
  * to dlock_lock_names_query (its last segment is not hex). A name with a
  * '/' ("a/b") lies in its parent's range ("a/"), as a mutex "a/b" does.
- * Its value is
- * the number of available permits in decimal, followed -- when dlock wrote
- * it -- by a space and the 32 hex digits of the request id of the change
- * ("3 9f0c..."); a value put by hand ("3") is read the same. A MISSING KEY
- * MEANS "not set", as on Redis: 0 permits, nothing can be taken until
- * dlock_sem_init or dlock_sem_post creates it.
+ * Its value is the number of available permits in decimal, followed --
+ * when dlock wrote it -- by a space and the 32 hex digits of the request
+ * id of the change ("3 9f0c..."); a value put by hand ("3") is read the
+ * same. A MISSING KEY MEANS "not set", as on Redis: 0 permits, nothing can
+ * be taken until dlock_sem_init or dlock_sem_post creates it.
  *
  * EVERY CHANGE IS A COMPARE-AND-SWAP: read K (its value and mod revision),
  * then one txn "K's mod revision is still the one read" (or, when K was
@@ -45,7 +44,9 @@
  * the revision a copy compares with, no copy still in flight can apply:
  * revisions are never reused. A call with no answer at all reads K the same
  * way; when etcd cannot be asked, or K did not change (a late copy may
- * still land), it ends with DLOCK_ECONN, outcome unknown, as on Redis.
+ * still land), it ends with the transport's code (DLOCK_ECONN ...),
+ * outcome unknown, as on Redis. A key deleted by hand while a call runs is
+ * taken as it is found: what the call had changed went with it.
  *
  * WAITING. An acquire that finds no permit watches K from the revision of
  * the read + 1 (any change wakes it; no change is missed between the read
