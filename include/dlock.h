@@ -1182,7 +1182,10 @@ DLOCK_API int dlock_redlock_validity(dlock_redlock *rl, long long *ms);
  * (nothing can be acquired). Channel redisson_sc:{name}: adding permits
  * publishes the new number of available permits. Permits are not owned:
  * any thread or process may post, and a holder that dies never gives its
- * permit back (no lease). */
+ * permit back (no lease). On an etcd:// client the same calls and codes
+ * keep the count in the key <prefix><name>~sem, changed only by
+ * compare-and-swap on its mod revision, and waiters watch that key instead
+ * of the channel (docs/etcd.md). */
 typedef struct dlock_sem dlock_sem;
 
 /* Creates a semaphore object for the key `name` (not empty, copied). No

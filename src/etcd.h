@@ -15,7 +15,8 @@
  * gateway over libcurl's multi interface, driven by poll), JSON and key
  * layout (etcd_json.c), the session lease and its thread (etcd_lease.c:
  * keepalives, deadlines, the holders' own-key watches, clean-up), the lock
- * recipe (etcd_lock.c), permits (etcd_permits.c) and status (etcd_status.c).
+ * recipe (etcd_lock.c), permits (etcd_permits.c), the semaphore
+ * (etcd_sem.c) and status (etcd_status.c).
  * docs/etcd.md and docs/design.md ("The etcd store") say which is which.
  *
  * Every public call that reaches a Redis-only path on an etcd client
@@ -104,5 +105,19 @@ int dlock__etcd_permits_available(dlock_permits *p, long long *n);
 int dlock__etcd_permits_set(dlock_permits *p, long long permits, int only_new);
 int dlock__etcd_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
                              long long *available);
+
+/* ---- the counting semaphore (etcd_sem.c) --------------------------------
+ * A dlock_sem of an etcd client is an object of etcd_sem.c whose first
+ * member is a dlock__chobj, as the Redis object's (sem.c checks it, then
+ * dispatches on dlock__etcd_sem_is). wait: wait_ms as dlock_sem_timedwait;
+ * DLOCK_EBUSY and DLOCK_ETIMEDOUT come back without a message (sem.c words
+ * them, as it does the Redis store's). */
+int dlock__etcd_sem_new(dlock_client *c, const char *name, dlock_sem **out);
+int dlock__etcd_sem_is(const dlock_sem *s); /* an etcd object */
+void dlock__etcd_sem_free(dlock_sem *s);
+int dlock__etcd_sem_init(dlock_sem *s, long long permits);
+int dlock__etcd_sem_wait(dlock_sem *s, long long wait_ms);
+int dlock__etcd_sem_post(dlock_sem *s);
+int dlock__etcd_sem_value(dlock_sem *s, long long *v);
 
 #endif

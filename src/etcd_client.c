@@ -16,8 +16,8 @@
  * client freed while holding locks leaves them to expire with the lease
  * (dlock.h: "Locks still held are not released").
  *
- * REFUSED, never degraded: read-write locks, Redlock, semaphores and
- * latches, the event-loop client, sync_replicas, Redisson interop -- each
+ * REFUSED, never degraded: read-write locks, Redlock, latches, the
+ * event-loop client, sync_replicas, Redisson interop -- each
  * with DLOCK_ENOTSUP naming what to use instead (docs/etcd.md).
  */
 #include <fcntl.h>

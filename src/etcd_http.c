@@ -729,6 +729,8 @@ int dlock__etcd_calls(dlock__etcd *e, const char *path, const char *body,
 typedef struct watch_ctx {
   int noput;
   int event;
+  int keep;           /* keep the first event (dlock__etcd_watch_first) */
+  json_object *first; /* ... here, a reference of its own */
 } watch_ctx;
 
 static int wait_line(dlock__etcd_req *r, json_object *line) {
@@ -744,6 +746,8 @@ static int wait_line(dlock__etcd_req *r, json_object *line) {
     int del = t && strcmp(json_object_get_string(t), "DELETE") == 0;
     if (del || !x->noput) {
       x->event = 1;
+      if (x->keep && !x->first)
+        x->first = json_object_get(json_object_array_get_idx(ev, i));
       return 1;
     }
   }
@@ -771,9 +775,12 @@ static void drive_watch(dlock__etcd *e, CURLM *m, dlock__etcd_req *r,
   }
 }
 
-int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
-                           const char *end, size_t elen, int64_t from,
-                           int noput, int64_t until, const dlock__budget *b) {
+/* The watch of dlock__etcd_watch_wait and dlock__etcd_watch_first: what it
+ * saw goes to *x. 0 or DLOCK_ENOMEM. */
+static int watch_run(dlock__etcd *e, const char *key, size_t klen,
+                     const char *end, size_t elen, int64_t from, int64_t until,
+                     const dlock__budget *b, watch_ctx *x) {
+  int noput = x->noput;
   dlock__sb body;
   dlock__sb_init(&body);
   dlock__sb_adds(&body, "{\"create_request\":{\"key\":\"");
@@ -785,7 +792,6 @@ int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
   dlock__sb_adds(&body, "\",\"start_revision\":");
   dlock__etcd_jint(&body, from);
   dlock__sb_adds(&body, noput ? ",\"filters\":[\"NOPUT\"]}}" : "}}");
-  watch_ctx x = {noput, 0};
   dlock__etcd_req r;
   memset(&r, 0, sizeof r);
   CURLM *m = curl_multi_init();
@@ -798,10 +804,10 @@ int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
   if (rc == 0) {
     r.stream = 1;
     r.on_line = wait_line;
-    r.arg = &x;
+    r.arg = x;
     dlock__etcd_wait_register(e, &reg);
     if (dlock__etcd_req_start(&r, m) == 0)
-      drive_watch(e, m, &r, &x, until, b);
+      drive_watch(e, m, &r, x, until, b);
     dlock__etcd_req_stop(&r, m);
     dlock__etcd_wait_unregister(e, &reg);
   }
@@ -810,7 +816,28 @@ int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
     curl_easy_cleanup(r.easy);
   if (m)
     curl_multi_cleanup(m);
+  return rc;
+}
+
+int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
+                           const char *end, size_t elen, int64_t from,
+                           int noput, int64_t until, const dlock__budget *b) {
+  watch_ctx x = {noput, 0, 0, NULL};
+  int rc = watch_run(e, key, klen, end, elen, from, until, b, &x);
   return rc ? rc : x.event;
+}
+
+int dlock__etcd_watch_first(dlock__etcd *e, const char *key, size_t klen,
+                            int64_t from, int64_t until, json_object **ev) {
+  watch_ctx x = {0, 0, 1, NULL};
+  *ev = NULL;
+  int rc = watch_run(e, key, klen, NULL, 0, from, until, NULL, &x);
+  if (rc || !x.first) {
+    json_object_put(x.first);
+    return rc;
+  }
+  *ev = x.first;
+  return 1;
 }
 
 /* ---- auth ------------------------------------------------------------------

@@ -13,6 +13,7 @@
  *   etcd_lock.c    the mutex recipe and the per-name gate
  *   etcd_status.c  status, waiters, names, client info, force unlock
  *   etcd_permits.c expirable permits
+ *   etcd_sem.c     the counting semaphore
  *   etcd_client.c  the client's start and stop, the kinds refused
  *
  * LOCK ORDER: e->mu before c->reg.mu; neither is held across a request;
@@ -56,6 +57,7 @@ typedef struct dlock__etcd_kv {
   char *value; /* decoded (empty when the reply had none) */
   size_t vlen;
   int64_t create, mod, lease;
+  int64_t version; /* puts since its creation (1: just created) */
 } dlock__etcd_kv;
 typedef struct dlock__etcd_kvs {
   dlock__etcd_kv *v;
@@ -158,6 +160,15 @@ int dlock__etcd_calls(dlock__etcd *e, const char *path, const char *body,
 int dlock__etcd_watch_wait(dlock__etcd *e, const char *key, size_t klen,
                            const char *end, size_t elen, int64_t from,
                            int noput, int64_t until, const dlock__budget *b);
+
+/* The first event on key from revision `from` (history included: a watch
+ * from a past revision replays it): 1 with *ev (the event object: "type"
+ * absent means PUT, "kv" the key's state after it; the caller
+ * json_object_put()s it), 0 when none came by `until` (monotonic ms), the
+ * stream ended or was cancelled (`from` compacted away) or the client is
+ * closing, or DLOCK_ENOMEM. */
+int dlock__etcd_watch_first(dlock__etcd *e, const char *key, size_t klen,
+                            int64_t from, int64_t until, json_object **ev);
 
 /* Prepares r (zeroed by the caller) for path/body; the body is copied. 0 or
  * DLOCK_ENOMEM. Free with dlock__etcd_req_free. */

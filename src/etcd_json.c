@@ -198,6 +198,7 @@ int dlock__etcd_kvs_parse(json_object *r, const dlock__sb *from,
     d->create = dlock__etcd_int(kv, "create_revision");
     d->mod = dlock__etcd_int(kv, "mod_revision");
     d->lease = dlock__etcd_int(kv, "lease");
+    d->version = dlock__etcd_int(kv, "version");
     out->n++;
   }
   return 0;

@@ -26,6 +26,10 @@
  * SUBSCRIBE is never lost. Pub/sub is at most once (a reconnect, a killed
  * subscriber connection, a kicked waiter that gave up), so every wait is
  * also bounded by a periodic re-check every DLOCK__SEM_RECHECK_MS.
+ *
+ * ETCD: an etcd:// client's semaphore is etcd_sem.c's object (its own
+ * layout: one key, compare-and-swap on its mod revision, waits by watch);
+ * each public call below checks its arguments here, then dispatches.
  */
 #include <stdio.h>
 #include <stdint.h>
@@ -112,16 +116,17 @@ static const dlock__counter_kind g_kind = {"semaphore", channel_of,
 
 int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
   dlock__clear_error();
-  if (out && c && c->etcd)
-    *out = NULL;
-  if (c && c->etcd)
-    return dlock__etcd_notsup("the semaphore (dlock_sem)",
-                              "use expirable permits (dlock_permits_new), "
-                              "which etcd has");
+  if (c && c->etcd) /* the etcd store: etcd_sem.c */
+    return dlock__etcd_sem_new(c, name, out);
   return dlock__counter_new(c, name, &g_kind, sizeof(dlock_sem), (void **)out);
 }
 
-void dlock_sem_free(dlock_sem *s) { dlock__counter_free(s ? &s->o : NULL); }
+void dlock_sem_free(dlock_sem *s) {
+  if (dlock__etcd_sem_is(s))
+    dlock__etcd_sem_free(s);
+  else
+    dlock__counter_free(s ? &s->o : NULL);
+}
 
 static int check_sem(dlock_sem *s) {
   dlock__clear_error();
@@ -146,6 +151,8 @@ int dlock_sem_init(dlock_sem *s, long long permits) {
   if (permits < 0)
     return dlock__fail(DLOCK_EINVAL, "semaphore '%s': negative permits %lld",
                        s->o.name, permits);
+  if (dlock__etcd_sem_is(s))
+    return dlock__etcd_sem_init(s, permits);
   if ((rc = run(s, &g_try_set, 1, permits)) < 0)
     return rc;
   if (rc != 1)
@@ -158,12 +165,20 @@ int dlock_sem_post(dlock_sem *s) {
   int rc = check_sem(s);
   if (rc)
     return rc;
+  if (dlock__etcd_sem_is(s))
+    return dlock__etcd_sem_post(s);
   rc = run(s, &g_release, 1, 1);
   return rc < 0 ? rc : 0;
 }
 
 int dlock_sem_value(dlock_sem *s, long long *v) {
   dlock__clear_error();
+  if (dlock__etcd_sem_is(s)) {
+    int rc = dlock__counter_check(&s->o, "semaphore");
+    if (rc == 0 && !v)
+      rc = dlock__fail(DLOCK_EINVAL, "v is NULL");
+    return rc ? rc : dlock__etcd_sem_value(s, v);
+  }
   return dlock__counter_read(s ? &s->o : NULL, "semaphore", v, "v");
 }
 
@@ -176,7 +191,8 @@ static int acquire(dlock_sem *s, long long wait_ms) {
   int rc = check_sem(s);
   if (rc)
     return rc;
-  rc = dlock__counter_wait(&s->o, wait_ms);
+  rc = dlock__etcd_sem_is(s) ? dlock__etcd_sem_wait(s, wait_ms)
+                             : dlock__counter_wait(&s->o, wait_ms);
   if (rc == DLOCK_EBUSY)
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
                        s->o.name);
