@@ -788,7 +788,10 @@ int soak_check(const char *dir, const char *direct_url, int paused_in_cs) {
   fault_counts();
   int problems = viol + (int)fenced_stale + lost + g.leaks_fd + g.leaks_mem +
                  healthy + g.hangs + g.past_lease + counts;
-  if (paused_in_cs > 0 && plain_stale == 0) {
+  /* Whether another holder comes (and writes) within a pause is the
+   * schedule's chance, not a rule: two such pauses without one stale write
+   * say the checker is blind. */
+  if (paused_in_cs >= 2 && plain_stale == 0) {
     printf("checker: %d fenced holders were paused past their lease but no "
            "stale plain write was seen -- the checker missed Kleppmann\n",
            paused_in_cs);

@@ -166,8 +166,8 @@ int64_t soak_hang_ms(int topology);
 /* checker.c: reads dir's logs, faults.log and counts.log and the stores
  * on redis at direct_url (NULL: logs only), prints the summary; returns
  * the number of problems (0 = pass). paused_in_cs: targeted pauses of
- * fenced holders (the Kleppmann scenario must then be caught without
- * fencing). */
+ * fenced holders past their lease (from two on, the Kleppmann scenario
+ * must be caught without fencing). */
 int soak_check(const char *dir, const char *direct_url, int paused_in_cs);
 
 #endif
