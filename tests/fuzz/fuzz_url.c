@@ -5,7 +5,8 @@
  * (internal.h) describes them: a unix URL has an absolute path; a
  * redis(s):// URL a host and a port; a cluster URL its seeds (the first is
  * host/port); a sentinel URL its sentinels and a master name, and no host
- * (sentinel.c asks for the master) -- and free it.
+ * (sentinel.c asks for the master); an etcd URL its endpoints, no host,
+ * and a prefix that is empty or ends in '/' -- and free it.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,9 +22,16 @@ static void check_host(const char *host, int port) {
 static void check(const dlock__url *u) {
   if (u->db < 0 || u->db > DLOCK__DB_MAX)
     abort();
-  if (u->is_unix + u->cluster + u->sentinel > 1)
+  if (u->is_unix + u->cluster + u->sentinel + u->etcd > 1)
     abort();
-  if (u->is_unix) {
+  if (u->etcd) {
+    if (u->host || u->n_endpoints < 1 || !u->endpoints)
+      abort();
+    for (int i = 0; i < u->n_endpoints; i++)
+      check_host(u->endpoints[i].host, u->endpoints[i].port);
+    if (u->prefix && (!u->prefix[0] || u->prefix[strlen(u->prefix) - 1] != '/'))
+      abort();
+  } else if (u->is_unix) {
     if (!u->path || u->path[0] != '/' || u->host || u->tls)
       abort();
   } else if (u->sentinel) {
