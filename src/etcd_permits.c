@@ -3,8 +3,10 @@
  * calls as the Redis store's RPermitExpirableSemaphore layout, with etcd's
  * own layout and guarantees (docs/etcd.md).
  *
- * LAYOUT. Under B = <prefix><name>/~permits/ (two segments below the name,
- * so a mutex of the same name never takes them for waiters):
+ * LAYOUT. Under B = <prefix><name>~permits/ -- outside the range of a
+ * mutex of the same name (<prefix><name>/ .. <prefix><name>0: its trylock
+ * compares that range empty and its waiters read the oldest key in it;
+ * under <name>/ the permits made that mutex "held elsewhere"):
  *   B capacity      the number of permits (the total): missing = not set,
  *                   nothing can be taken;
  *   B p/<id>        one key per permit taken or asked for, <id> its 32 hex
@@ -90,7 +92,7 @@ int dlock__etcd_permits_new(dlock_client *c, const char *name,
     dlock__sb_init(s[i]);
     dlock__sb_add(s[i], p->e->prefix, p->e->prefix_len);
     dlock__sb_add(s[i], name, n);
-    dlock__sb_adds(s[i], "/~permits/");
+    dlock__sb_adds(s[i], "~permits/");
   }
   dlock__sb_adds(&p->cap, "capacity");
   dlock__sb_adds(&p->pfx, "p/");

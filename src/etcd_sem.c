@@ -9,10 +9,11 @@
  * where a mutex of the same name keeps its keys (NAME/<lease hex>) and
  * reads them: the mutex's trylock compares that whole range empty, and its
  * lock reads only the oldest key of it, so a key of the semaphore's in
- * there -- NAME/~sem, or two segments down as the permits' NAME/~permits/
- * -- would make the mutex "held elsewhere". No mutex or permits key ends
- * in "~sem" (theirs end in hex digits or "capacity"), and K is no lock key
- * to dlock_lock_names_query (its last segment is not hex). A name with a
+ * there -- NAME/~sem, say -- would make the mutex "held elsewhere" (the
+ * permits' keys, NAME~permits/..., lie outside it for the same reason). No
+ * mutex or permits key ends in "~sem" (theirs end in hex digits or "capacity"),
+ * and K is no lock key to dlock_lock_names_query (its last segment is not hex).
+ * A name with a
  * '/' ("a/b") lies in its parent's range ("a/"), as a mutex "a/b" does.
  * Its value is the number of available permits in decimal, followed --
  * when dlock wrote it -- by a space and the 32 hex digits of the request
