@@ -1,13 +1,15 @@
 /*
  * soak.c -- `make soak` (soak.h): starts the topology (--topology:
  * standalone, one redis-server with appendfsync always; sentinel, 1
- * master + 2 replicas + 3 sentinels; cluster, 3 masters from their AOF --
- * the last two with a separate redis-server for the fenced store), the
- * wire adversary in front of every data node (wire.h: a proxy per worker
- * on standalone, per node elsewhere, announced through
- * replica-announce-port / cluster-announce-port), the worker processes
- * (this program re-executed with --worker; a third drive the event-loop
- * client), then for --minutes (default $SOAK_MINUTES, else 10) injects a
+ * master + 2 replicas + 3 sentinels; cluster, 3 masters from their AOF;
+ * etcd, 3 etcd members with fsync on (etcd.c) -- the last three with a
+ * separate redis-server for the fenced store), the wire adversary in
+ * front of every Redis data node (wire.h: a proxy per worker on
+ * standalone, per node elsewhere, announced through replica-announce-port
+ * / cluster-announce-port; none on etcd: it is a Redis-protocol proxy and
+ * etcd speaks HTTP), the worker processes (this program re-executed with
+ * --worker; a third drive the event-loop client, none on etcd where it is
+ * not offered), then for --minutes (default $SOAK_MINUTES, else 10) injects a
  * random fault of the topology's list every 1-3 s (g_topo_faults): kill -9
  * of a worker (restarted; half the time one inside its unlock, then the
  * server is asked whether its hold is still there), SIGSTOP of a fenced
@@ -19,14 +21,17 @@
  * lease), a Sentinel failover (master kill -9), a replica SIGSTOPped under
  * sync_replicas acquisitions, a cluster slot migration, a blackholed
  * cluster node (its proxy accepts and forwards nothing) under holds
- * renewed on the other masters. Meanwhile the wire adversary holds
+ * renewed on the other masters; on etcd, beside the worker faults, the
+ * etcd leader kill -9 and restart from its data dir (it rejoins) and a
+ * member's SIGSTOP/SIGCONT (leader or follower), with leases etcd accepts
+ * (whole seconds, >= 2 s: soak.h). Meanwhile the wire adversary holds
  * requests (late copies), holds replies and cuts connections at random.
  * Then it stops the workers, waits until every late copy landed, reads the
  * counts (counts.log) and runs the checker. Exit 0 when the checker finds
  * nothing.
  *
  *   dlock_soak [--minutes M] [--workers N] [--seed S] [--keep]
- *              [--topology standalone|sentinel|cluster]
+ *              [--topology standalone|sentinel|cluster|etcd]
  *              [--faults CLASS,...]  only these fault classes (names as
  *                                    in faults.log: kill9, pause-waiter,
  *                                    wire-late, ...); default every one

@@ -1,6 +1,8 @@
 /*
  * worker.c -- one soak worker process: a client through the wire
- * adversary (soak.c: a proxy per worker or per data node), every kind, one
+ * adversary (soak.c: a proxy per worker or per data node; on etcd a
+ * client of the members themselves, on the kinds etcd offers, with the
+ * leases and timeouts of soak.h's etcd rules), every kind, one
  * critical section (or count change) after another until told to stop;
  * fenced holders write their token to a fenced store and to a plain
  * register (no check: the Kleppmann scenario shows there). An async worker
