@@ -233,6 +233,7 @@ typedef struct pacq {
   char id[DLOCK_PERMIT_ID_LEN + 1];
   dlock__sb key;
   int64_t lease; /* own lease, 0: the session's */
+  int64_t sent;  /* own lease: its grant's send (its local deadline's base) */
   int64_t rev;   /* our key's create revision */
   dlock__etcd_session s;
   look_t l;
@@ -245,9 +246,9 @@ static int make_key(pacq *a, long long lease_ms) {
   if (rc)
     return rc;
   if (lease_ms > 0) {
-    int64_t ttl = 0, sent = 0;
+    int64_t ttl = 0;
     if ((rc = dlock__etcd_grant(p->e, lease_ms / 1000, &a->lease, &ttl,
-                                &sent)) != 0)
+                                &a->sent)) != 0)
       return rc;
   }
   dlock__sb cmp, puts;
@@ -326,6 +327,21 @@ static void random_id(char id[DLOCK_PERMIT_ID_LEN + 1]) {
   dlock__request_id(id); /* 32 lowercase hex */
 }
 
+/* The permit was answered past its own lease (less the drift margin),
+ * counted from its grant's send: etcd may have revoked the lease and given
+ * the permit to someone else already, so it is no permit (the Redis
+ * store's rule, issue 38.5). DLOCK_ELOST; the caller drops the key and
+ * its lease. */
+static int late_answer(ep_t *p, const pacq *a, long long lease_ms) {
+  return dlock__fail(DLOCK_ELOST,
+                     "permits '%s': the acquisition was answered %lld ms "
+                     "after its lease was granted, past its lease of %lld ms "
+                     "(less the drift margin): the permit may have expired "
+                     "meanwhile, so it is not held; it is given back",
+                     p->o.name, (long long)(dlock__now_ms() - a->sent),
+                     lease_ms);
+}
+
 int dlock__etcd_permits_acquire(dlock_permits *pp, long long wait_ms,
                                 long long lease_ms,
                                 char id_out[DLOCK_PERMIT_ID_LEN + 1]) {
@@ -349,6 +365,9 @@ int dlock__etcd_permits_acquire(dlock_permits *pp, long long wait_ms,
                      : make_key(&a, lease_ms);
   if (rc == 0)
     rc = wait_permit(&a, wait_ms, lease_ms, &b, what);
+  if (rc == 1 && a.lease &&
+      dlock__now_ms() >= dlock__eng_deadline(a.sent, lease_ms))
+    rc = late_answer(p, &a, lease_ms);
   eperm *ep = rc == 1 ? dlock__calloc(1, sizeof *ep) : NULL;
   if (rc == 1 && !ep) {
     (void)dlock__fail(DLOCK_ENOMEM, "out of memory");
