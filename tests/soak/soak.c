@@ -834,7 +834,8 @@ static int pause_waiter(char *d, size_t dn, int64_t *t1) {
 static void fault(int kind) {
   int64_t t0 = soak_now_us(), t1 = 0;
   int w = kind == F_KILL9 || kind == F_PAUSE_WAITER || kind == F_STALL ||
-                  kind == F_BLACKHOLE
+                  kind == F_BLACKHOLE || kind == F_ETCD_KILL ||
+                  kind == F_ETCD_STOP
               ? -1
               : pick_worker(kind == F_PAUSE);
   char d[512] = "";
@@ -1270,6 +1271,8 @@ int main(int argc, char **argv) {
                  "answer DLOCK_ENOTSUP on etcd: docs/etcd.md); session lease "
                  "= the watchdog lease; the fenced store on a redis-server"
                : ", 3 masters, no replicas, appendfsync always");
+  if (g.topo == SOAK_ETCD && soak_etcd_note())
+    printf("soak: %s\n", soak_etcd_note());
   fflush(stdout);
   const char *locks[16];
   int nl = 0;

@@ -203,6 +203,9 @@ int soak_etcd_member_stop(char *d, size_t dn);
 /* Whether a key of lock holds field as its value (a hold of that
  * client and thread): 1, 0, or -1 (no member answered). */
 int soak_etcd_has_field(const char *lock, const char *field);
+/* What the run must know of the installed etcd's limits (a line for the
+ * banner), or NULL. */
+const char *soak_etcd_note(void);
 /* Kills the members; remove: their directories too. */
 void soak_etcd_stop(int remove);
 
