@@ -239,6 +239,32 @@ typedef struct pacq {
   look_t l;
 } pacq;
 
+/* The create found our key there already: an earlier copy of the same
+ * txn made it -- its answer was lost and the transport sent it again --
+ * for the id is this acquisition's own (32 random hex digits). The key is
+ * ours: its create revision is read with the look (one permit, counted
+ * once, as the Redis store's re-sent acquisitions). */
+static int made_already(pacq *a) {
+  ep_t *p = a->p;
+  dlock__sb cmp;
+  dlock__sb_init(&cmp);
+  compare(&cmp, &a->key, "GREATER", 0);
+  dlock__etcd_kvs_free(&a->l.k);
+  int rc = cmp.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                   : txn_look(p, cmp.p, NULL, 0, &a->l);
+  dlock__sb_free(&cmp);
+  for (size_t i = 0; rc == 0 && a->l.ok && i < a->l.k.n; i++)
+    if (a->l.k.v[i].klen == a->key.len &&
+        memcmp(a->l.k.v[i].key, a->key.p, a->key.len) == 0)
+      a->rev = a->l.k.v[i].create;
+  if (rc == 0 && !a->rev) /* gone again meanwhile: its lease ended */
+    rc = dlock__fail(DLOCK_ELOST,
+                     "permits '%s': permit %s was made by an earlier copy "
+                     "of the request and is gone already (its lease ended)",
+                     p->o.name, a->id);
+  return rc;
+}
+
 /* Makes our key (under the session, or a fresh own lease) and looks. */
 static int make_key(pacq *a, long long lease_ms) {
   ep_t *p = a->p;
@@ -262,8 +288,7 @@ static int make_key(pacq *a, long long lease_ms) {
   dlock__sb_free(&cmp);
   dlock__sb_free(&puts);
   if (rc == 0 && !a->l.ok)
-    rc = dlock__fail(DLOCK_EPROTO, "permits '%s': permit id %s in use",
-                     p->o.name, a->id);
+    return made_already(a);
   if (rc == 0)
     a->rev = a->l.hrev;
   return rc;

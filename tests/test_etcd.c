@@ -852,6 +852,45 @@ TH_CASE_T(permit_answered_past_its_lease_is_no_permit, 120, "etcd") {
   dlock_client_free(c);
 }
 
+/* An acquisition whose create ran but whose answer was lost is sent again
+ * (the retry policy); the second copy finds the key the first one made --
+ * this acquisition's own (its id is random) -- and takes it: one permit,
+ * counted once. `make soak` on the etcd topology met it across a leader
+ * kill: the acquire answered DLOCK_EPROTO ("permit id in use") and a
+ * watchdog permit's key stayed under the session, a slot lost while the
+ * client lived. */
+TH_CASE_T(permit_acquire_sent_again_counts_once, 60, "etcd") {
+  g_e = th_etcd_new();
+  th_proxy *px = th_proxy_new(g_e->port);
+  char url[128];
+  snprintf(url, sizeof url, "etcd://%s", th_proxy_url(px) + strlen("redis://"));
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.connect_timeout_ms = 1000;
+  cfg.command_timeout_ms = 1000 * th_timeout_mult();
+  cfg.retry_attempts = 2;
+  cfg.retry_interval_ms = 100;
+  /* a 60 s session: its keepalive, silenced too, is not due meanwhile */
+  dlock_client *c = th_etcd_client(url, 60000, &cfg);
+  dlock_permits *p;
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  long long n = -1;
+  CHECK_OK(dlock_permits_new(c, "again", &p));
+  CHECK_OK(dlock_permits_try_set_permits(p, 2));
+  th_proxy_silence(px); /* the create runs, its answer is lost */
+  int rc = dlock_permits_acquire(p, 5000, -1, id);
+  printf("acquire after a lost answer: %s %s\n", dlock_err_name(rc),
+         rc ? dlock_last_error() : "");
+  CHECK_OK(rc);
+  CHECK_OK(dlock_permits_available(p, &n));
+  CHECK_MSG(n == 1, "%lld available with one permit taken", n);
+  CHECK_OK(dlock_permits_release(p, id));
+  CHECK_OK(dlock_permits_available(p, &n));
+  CHECK_MSG(n == 2, "%lld available after the release", n);
+  dlock_permits_free(p);
+  dlock_client_free(c);
+}
+
 /* ---- what etcd does not offer
  * ------------------------------------------------ */
 
