@@ -88,7 +88,9 @@ fuzz: deps-dev
 # under a random fault schedule and the wire adversary (late copies, held
 # replies, cut connections) for SOAK_MINUTES, then a checker
 # (tests/soak/soak.h); not part of make test. SOAK_TOPOLOGY: standalone,
-# sentinel or cluster; soak-all runs the three one after the other.
+# sentinel, cluster or etcd (a 3-member etcd cluster: the kinds etcd offers,
+# leader kill -9 + restart, member SIGSTOPs); soak-all runs the four one
+# after the other.
 # SOAK_FLAGS="--faults wire-late,pause-waiter" runs only those classes.
 SOAK_MINUTES ?= 10
 SOAK_TOPOLOGY ?= standalone
@@ -98,7 +100,7 @@ soak: build
 	  --topology $(SOAK_TOPOLOGY) $(SOAK_FLAGS)
 
 soak-all: build
-	@rc=0; for t in standalone sentinel cluster; do \
+	@rc=0; for t in standalone sentinel cluster etcd; do \
 	  SOAK_MINUTES=$(SOAK_MINUTES) ./build/tests/dlock_soak --topology $$t \
 	    $(SOAK_FLAGS) || rc=1; \
 	done; exit $$rc

@@ -173,6 +173,9 @@ void dlock__etcd_client_stop(dlock_client *c) {
   if (e->lm)
     curl_multi_cleanup(e->lm);
   e->lm = NULL;
+  /* the pooled connections: the memory may wait for the last lock object
+   * or hold note (client.c's refs), the sockets must not */
+  dlock__etcd_http_close(e->http);
   dlock__pubsub_stop(c); /* wakes nothing (no thread), closes the pipe */
 }
 

@@ -189,15 +189,33 @@ int dlock__etcd_http_new(dlock_client *c, dlock__etcd_http **out) {
   return 0;
 }
 
+static void slot_free(slot *s) {
+  curl_easy_cleanup(s->easy);
+  curl_multi_cleanup(s->m);
+  free(s);
+}
+
+void dlock__etcd_http_close(dlock__etcd_http *h) {
+  if (!h)
+    return;
+  dlock__mu_lock(&h->mu);
+  slot *s = h->pool;
+  h->pool = NULL;
+  dlock__mu_unlock(&h->mu);
+  while (s) {
+    slot *next = s->next;
+    slot_free(s);
+    s = next;
+  }
+}
+
 void dlock__etcd_http_free(dlock__etcd_http *h) {
   if (!h)
     return;
   while (h->pool) {
     slot *s = h->pool;
     h->pool = s->next;
-    curl_easy_cleanup(s->easy);
-    curl_multi_cleanup(s->m);
-    free(s);
+    slot_free(s);
   }
   for (int i = 0; i < h->n; i++) {
     free(h->base ? h->base[i] : NULL);
@@ -700,7 +718,10 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, const dlock__sb *body,
       dlock__sleep_ms(wait);
   }
   r.easy = NULL; /* the slot's */
-  pool_put(h, s);
+  if (atomic_load(&e->c->closing))
+    slot_free(s); /* dlock_client_free closed the pool: no fd outlives it */
+  else
+    pool_put(h, s);
   *res = r.res;
   r.res.json = NULL;
   rc = r.done ? r.rc : DLOCK_ECONN;

@@ -133,6 +133,11 @@ struct dlock__etcd_req {
 typedef struct dlock__etcd_http dlock__etcd_http;
 int dlock__etcd_http_new(dlock_client *c, dlock__etcd_http **out);
 void dlock__etcd_http_free(dlock__etcd_http *h);
+/* Closes the pooled connections (dlock_client_free: the client's memory
+ * may outlive it -- a thread that locked through it keeps it until the
+ * thread exits -- its connections must not); a call still in flight
+ * closes its own when it ends (the client is closing). */
+void dlock__etcd_http_close(dlock__etcd_http *h);
 /* Authenticates now when the URL names a user: 0 or a code. */
 int dlock__etcd_http_auth(dlock__etcd *e);
 /* The endpoint i as text ("127.0.0.1:2379"), for messages. */

@@ -235,10 +235,37 @@ typedef struct pacq {
   char id[DLOCK_PERMIT_ID_LEN + 1];
   dlock__sb key;
   int64_t lease; /* own lease, 0: the session's */
+  int64_t sent;  /* own lease: its grant's send (its local deadline's base) */
   int64_t rev;   /* our key's create revision */
   dlock__etcd_session s;
   look_t l;
 } pacq;
+
+/* The create found our key there already: an earlier copy of the same
+ * txn made it -- its answer was lost and the transport sent it again --
+ * for the id is this acquisition's own (32 random hex digits). The key is
+ * ours: its create revision is read with the look (one permit, counted
+ * once, as the Redis store's re-sent acquisitions). */
+static int made_already(pacq *a) {
+  ep_t *p = a->p;
+  dlock__sb cmp;
+  dlock__sb_init(&cmp);
+  compare(&cmp, &a->key, "GREATER", 0);
+  dlock__etcd_kvs_free(&a->l.k);
+  int rc = cmp.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                   : txn_look(p, cmp.p, NULL, 0, &a->l);
+  dlock__sb_free(&cmp);
+  for (size_t i = 0; rc == 0 && a->l.ok && i < a->l.k.n; i++)
+    if (a->l.k.v[i].klen == a->key.len &&
+        memcmp(a->l.k.v[i].key, a->key.p, a->key.len) == 0)
+      a->rev = a->l.k.v[i].create;
+  if (rc == 0 && !a->rev) /* gone again meanwhile: its lease ended */
+    rc = dlock__fail(DLOCK_ELOST,
+                     "permits '%s': permit %s was made by an earlier copy "
+                     "of the request and is gone already (its lease ended)",
+                     p->o.name, a->id);
+  return rc;
+}
 
 /* Makes our key (under the session, or a fresh own lease) and looks. */
 static int make_key(pacq *a, long long lease_ms) {
@@ -247,9 +274,9 @@ static int make_key(pacq *a, long long lease_ms) {
   if (rc)
     return rc;
   if (lease_ms > 0) {
-    int64_t ttl = 0, sent = 0;
+    int64_t ttl = 0;
     if ((rc = dlock__etcd_grant(p->e, lease_ms / 1000, &a->lease, &ttl,
-                                &sent)) != 0)
+                                &a->sent)) != 0)
       return rc;
   }
   dlock__sb cmp, puts;
@@ -263,8 +290,7 @@ static int make_key(pacq *a, long long lease_ms) {
   dlock__sb_free(&cmp);
   dlock__sb_free(&puts);
   if (rc == 0 && !a->l.ok)
-    rc = dlock__fail(DLOCK_EPROTO, "permits '%s': permit id %s in use",
-                     p->o.name, a->id);
+    return made_already(a);
   if (rc == 0)
     a->rev = a->l.hrev;
   return rc;
@@ -328,6 +354,21 @@ static void random_id(char id[DLOCK_PERMIT_ID_LEN + 1]) {
   dlock__request_id(id); /* 32 lowercase hex */
 }
 
+/* The permit was answered past its own lease (less the drift margin),
+ * counted from its grant's send: etcd may have revoked the lease and given
+ * the permit to someone else already, so it is no permit (the Redis
+ * store's rule, issue 38.5). DLOCK_ELOST; the caller drops the key and
+ * its lease. */
+static int late_answer(ep_t *p, const pacq *a, long long lease_ms) {
+  return dlock__fail(DLOCK_ELOST,
+                     "permits '%s': the acquisition was answered %lld ms "
+                     "after its lease was granted, past its lease of %lld ms "
+                     "(less the drift margin): the permit may have expired "
+                     "meanwhile, so it is not held; it is given back",
+                     p->o.name, (long long)(dlock__now_ms() - a->sent),
+                     lease_ms);
+}
+
 int dlock__etcd_permits_acquire(dlock_permits *pp, long long wait_ms,
                                 long long lease_ms,
                                 char id_out[DLOCK_PERMIT_ID_LEN + 1]) {
@@ -351,6 +392,9 @@ int dlock__etcd_permits_acquire(dlock_permits *pp, long long wait_ms,
                      : make_key(&a, lease_ms);
   if (rc == 0)
     rc = wait_permit(&a, wait_ms, lease_ms, &b, what);
+  if (rc == 1 && a.lease &&
+      dlock__now_ms() >= dlock__eng_deadline(a.sent, lease_ms))
+    rc = late_answer(p, &a, lease_ms);
   eperm *ep = rc == 1 ? dlock__calloc(1, sizeof *ep) : NULL;
   if (rc == 1 && !ep) {
     (void)dlock__fail(DLOCK_ENOMEM, "out of memory");

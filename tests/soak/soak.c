@@ -1,13 +1,15 @@
 /*
  * soak.c -- `make soak` (soak.h): starts the topology (--topology:
  * standalone, one redis-server with appendfsync always; sentinel, 1
- * master + 2 replicas + 3 sentinels; cluster, 3 masters from their AOF --
- * the last two with a separate redis-server for the fenced store), the
- * wire adversary in front of every data node (wire.h: a proxy per worker
- * on standalone, per node elsewhere, announced through
- * replica-announce-port / cluster-announce-port), the worker processes
- * (this program re-executed with --worker; a third drive the event-loop
- * client), then for --minutes (default $SOAK_MINUTES, else 10) injects a
+ * master + 2 replicas + 3 sentinels; cluster, 3 masters from their AOF;
+ * etcd, 3 etcd members with fsync on (etcd.c) -- the last three with a
+ * separate redis-server for the fenced store), the wire adversary in
+ * front of every Redis data node (wire.h: a proxy per worker on
+ * standalone, per node elsewhere, announced through replica-announce-port
+ * / cluster-announce-port; none on etcd: it is a Redis-protocol proxy and
+ * etcd speaks HTTP), the worker processes (this program re-executed with
+ * --worker; a third drive the event-loop client, none on etcd where it is
+ * not offered), then for --minutes (default $SOAK_MINUTES, else 10) injects a
  * random fault of the topology's list every 1-3 s (g_topo_faults): kill -9
  * of a worker (restarted; half the time one inside its unlock, then the
  * server is asked whether its hold is still there), SIGSTOP of a fenced
@@ -19,14 +21,17 @@
  * lease), a Sentinel failover (master kill -9), a replica SIGSTOPped under
  * sync_replicas acquisitions, a cluster slot migration, a blackholed
  * cluster node (its proxy accepts and forwards nothing) under holds
- * renewed on the other masters. Meanwhile the wire adversary holds
+ * renewed on the other masters; on etcd, beside the worker faults, the
+ * etcd leader kill -9 and restart from its data dir (it rejoins) and a
+ * member's SIGSTOP/SIGCONT (leader or follower), with leases etcd accepts
+ * (whole seconds, >= 2 s: soak.h). Meanwhile the wire adversary holds
  * requests (late copies), holds replies and cuts connections at random.
  * Then it stops the workers, waits until every late copy landed, reads the
  * counts (counts.log) and runs the checker. Exit 0 when the checker finds
  * nothing.
  *
  *   dlock_soak [--minutes M] [--workers N] [--seed S] [--keep]
- *              [--topology standalone|sentinel|cluster]
+ *              [--topology standalone|sentinel|cluster|etcd]
  *              [--faults CLASS,...]  only these fault classes (names as
  *                                    in faults.log: kill9, pause-waiter,
  *                                    wire-late, ...); default every one
@@ -102,12 +107,24 @@ enum {
   F_MIGRATE,
   F_STALL,
   F_BLACKHOLE,
+  F_ETCD_KILL,
+  F_ETCD_STOP,
   NFAULTS
 };
-static const char *const g_fault_names[NFAULTS] = {
-    "kill9",         "pause-holder", "pause-waiter",  "redis-stop",
-    "redis-restart", "client-kill",  "pubsub-kill",   "partition",
-    "failover",      "slot-migrate", "replica-stall", "blackhole"};
+static const char *const g_fault_names[NFAULTS] = {"kill9",
+                                                   "pause-holder",
+                                                   "pause-waiter",
+                                                   "redis-stop",
+                                                   "redis-restart",
+                                                   "client-kill",
+                                                   "pubsub-kill",
+                                                   "partition",
+                                                   "failover",
+                                                   "slot-migrate",
+                                                   "replica-stall",
+                                                   "blackhole",
+                                                   "etcd-leader-kill",
+                                                   "etcd-member-stop"};
 static const char *const g_wire_names[3] = {"wire-late", "wire-reply",
                                             "wire-cut"};
 
@@ -133,20 +150,24 @@ static struct {
 } g = {
     .flog_mu = PTHREAD_MUTEX_INITIALIZER, .only_faults = -1, .only_wire = -1};
 
-static const char *const g_topo_names[] = {"standalone", "sentinel", "cluster"};
+static const char *const g_topo_names[] = {"standalone", "sentinel", "cluster",
+                                           "etcd"};
 
 /* The faults each topology draws from. */
-static const int g_topo_faults[3][NFAULTS + 1] = {
+static const int g_topo_faults[4][NFAULTS + 1] = {
     {F_KILL9, F_PAUSE, F_PAUSE_WAITER, F_STOP, F_RESTART, F_CKILL, F_PKILL,
      F_PART, -1},
     {F_KILL9, F_PAUSE, F_PAUSE_WAITER, F_STOP, F_CKILL, F_PKILL, F_FAILOVER,
      F_STALL, -1},
     {F_KILL9, F_PAUSE, F_PAUSE_WAITER, F_RESTART, F_CKILL, F_PKILL, F_MIGRATE,
      F_BLACKHOLE, -1},
+    {F_KILL9, F_PAUSE, F_PAUSE_WAITER, F_ETCD_KILL, F_ETCD_STOP, -1},
 };
 
 int soak_res_in(int i, int t) {
   int k = soak_resources[i].kind;
+  if (t == SOAK_ETCD) /* what etcd offers (docs/etcd.md) */
+    return k == K_MUTEX || k == K_FAIR || k == K_FENCED || k == K_PERMIT;
   return t != SOAK_SENTINEL || (k != K_SEM && k != K_LATCH && k != K_PERMIT);
 }
 
@@ -161,8 +182,9 @@ static void flog(const char *kind, int64_t t0, int64_t t1, const char *d) {
   pthread_mutex_unlock(&g.flog_mu);
 }
 
-/* Worker i drives the event-loop client: a third of them. */
-static int is_async(int i) { return i % 3 == 1; }
+/* Worker i drives the event-loop client: a third of them (none on etcd:
+ * not offered there). */
+static int is_async(int i) { return g.topo != SOAK_ETCD && i % 3 == 1; }
 
 static void spawn_worker(int i) {
   char idx[16], topo[8];
@@ -179,14 +201,14 @@ static void spawn_worker(int i) {
   g.pid[i] = pid;
 }
 
-/* Restarts workers that exited (killed, or Redis was down at start). */
+/* Restarts workers that exited (killed, or the store was down at start).
+ * Only the workers are reaped here: the servers' spawners reap their own. */
 static void reap(void) {
   int st;
-  pid_t pid;
-  while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
-    for (int i = 0; i < g.n; i++)
-      if (g.pid[i] == pid && !g.sh->stop)
-        spawn_worker(i);
+  for (int i = 0; i < g.n; i++)
+    if (g.pid[i] > 0 && waitpid(g.pid[i], &st, WNOHANG) == g.pid[i] &&
+        !g.sh->stop)
+      spawn_worker(i);
 }
 
 static void sleep_ms(int64_t ms) {
@@ -569,6 +591,8 @@ static int blackhole_node(char *d, size_t dn, int64_t *t0, int64_t *t1) {
 /* The server the server faults hit: standalone's, the sentinels' master,
  * a random cluster master. */
 static dlc_redis *target(void) {
+  if (g.topo == SOAK_ETCD)
+    return NULL;
   if (g.topo == SOAK_STANDALONE)
     return &g.r;
   if (g.topo == SOAK_SENTINEL) {
@@ -617,6 +641,11 @@ static int field_verdict(int res, const char *field, int pid, int64_t *at) {
     return -1;
   sleep_ms(200);
   const char *lock = soak_resources[res].lock;
+  if (g.topo == SOAK_ETCD) {
+    int v = soak_etcd_has_field(lock, field);
+    *at = soak_now_us();
+    return v;
+  }
   dlc_redis *t = lock_server(lock);
   redisReply *x = t ? cmd_at(t, "HEXISTS %s %s", lock, field) : NULL;
   *at = soak_now_us();
@@ -668,12 +697,13 @@ static int find_waiter(int res, int shape, int *pause_ms) {
     if (g.sh->phase[k] != PH_WAIT || g.sh->res[k] != res)
       continue;
     int64_t left = g.sh->wait_end[k] - now;
-    if (shape == 0 && g.sh->lease[k] == SOAK_SHORT_LEASE_MS && left > 3000000) {
-      *pause_ms = SOAK_SHORT_LEASE_MS + 300 + rand() % 1000;
+    long long sl = soak_short_lease_ms(g.topo);
+    if (shape == 0 && g.sh->lease[k] == sl && left > 3000000) {
+      *pause_ms = (int)sl + 300 + rand() % 1000;
       return k;
     }
     if (shape == 2) {
-      *pause_ms = SOAK_SHORT_LEASE_MS + 300 + rand() % 2500;
+      *pause_ms = (int)sl + 300 + rand() % 2500;
       return k;
     }
   }
@@ -731,8 +761,8 @@ static int directed_timeout(int res, int *pause) {
   }
   if (nb < 3)
     return -2;
-  order(b[1], res, SOAK_SHORT_LEASE_MS, 400, 1);
-  order(b[2], res, SOAK_SHORT_LEASE_MS, SOAK_LONG_WAIT_MS, 1);
+  order(b[1], res, soak_short_lease_ms(g.topo), 400, 1);
+  order(b[2], res, soak_short_lease_ms(g.topo), SOAK_LONG_WAIT_MS, 1);
   int64_t ready = soak_now_us() + 15000000; /* B and C at their gates */
   while ((g.sh->order_res[b[1]] || g.sh->order_res[b[2]]) &&
          soak_now_us() < ready)
@@ -804,7 +834,8 @@ static int pause_waiter(char *d, size_t dn, int64_t *t1) {
 static void fault(int kind) {
   int64_t t0 = soak_now_us(), t1 = 0;
   int w = kind == F_KILL9 || kind == F_PAUSE_WAITER || kind == F_STALL ||
-                  kind == F_BLACKHOLE
+                  kind == F_BLACKHOLE || kind == F_ETCD_KILL ||
+                  kind == F_ETCD_STOP
               ? -1
               : pick_worker(kind == F_PAUSE);
   char d[512] = "";
@@ -825,7 +856,7 @@ static void fault(int kind) {
     snprintf(d, sizeof d, "%d res=%s", w,
              g.sh->res[w] >= 0 ? soak_resources[g.sh->res[w]].name : "-");
     kill(g.pid[w], SIGSTOP);
-    sleep_ms(SOAK_LEASE_MS + 1000);
+    sleep_ms(soak_pause_ms(g.topo));
     kill(g.pid[w], SIGCONT);
     break;
   case F_PAUSE_WAITER:
@@ -879,6 +910,15 @@ static void fault(int kind) {
     w = blackhole_node(d, sizeof d, &t0, &t1);
     g.quiet_until = soak_now_us() + 3000000;
     break;
+  case F_ETCD_KILL:
+  case F_ETCD_STOP:
+    w = kind == F_ETCD_KILL ? soak_etcd_leader_kill(d, sizeof d)
+                            : soak_etcd_member_stop(d, sizeof d);
+    if (w == -2) { /* the cluster did not heal: nothing more to judge */
+      g.sh->stop = 1;
+      exit(2);
+    }
+    break;
   default: /* F_MIGRATE */
     w = cluster_migrate();
     break;
@@ -897,7 +937,9 @@ static void fault(int kind) {
 static void sem_repair(void) {
   static int64_t next;
   int sem = soak_res_of_lock("soak-sem0");
-  dlc_redis *t = g.topo == SOAK_SENTINEL ? NULL : lock_server("soak-sem0");
+  dlc_redis *t = g.topo == SOAK_SENTINEL || g.topo == SOAK_ETCD
+                     ? NULL
+                     : lock_server("soak-sem0");
   if (soak_now_us() < next || !t || sem < 0)
     return;
   next = soak_now_us() + 10000000;
@@ -935,6 +977,14 @@ static int init_counts(const char *url) {
   dlock_permits *p;
   if (dlock_client_new(&cfg, &c))
     return -1;
+  if (g.topo == SOAK_ETCD) { /* the one counting kind etcd offers */
+    int rc = dlock_permits_new(c, "soak-perm0", &p) ||
+             dlock_permits_try_set_permits(p, SOAK_PERMITS);
+    if (!rc)
+      dlock_permits_free(p);
+    dlock_client_free(c);
+    return rc ? -1 : 0;
+  }
   int rc = dlock_sem_new(c, "soak-sem0", &s) ||
            dlock_sem_init(s, SOAK_SEM_PERMITS) ||
            dlock_latch_new(c, "soak-latch0", &l) ||
@@ -971,6 +1021,8 @@ static int setup(void) {
     return -1;
   if (g.topo == SOAK_CLUSTER && setup_cluster() != 0)
     return -1;
+  if (g.topo == SOAK_ETCD && soak_etcd_setup(g.dir, g.url, sizeof g.url) != 0)
+    return -1;
   if (g.topo != SOAK_SENTINEL &&
       init_counts(g.topo == SOAK_STANDALONE ? g.r.url : g.url) != 0)
     return -1;
@@ -1003,7 +1055,10 @@ static void final_counts(void) {
     sleep_ms(50);
   if (g.topo == SOAK_SENTINEL)
     return;
-  sleep_ms(6000); /* the longest permit lease (5 s) has run out */
+  /* the longest permit lease (5 s) has run out; on etcd also a killed
+   * worker's session lease, and the lessor's revoke */
+  sleep_ms(6000 +
+           (g.topo == SOAK_ETCD ? SOAK_LEASE_MS + SOAK_ETCD_REVOKE_MS : 0));
   dlock_config cfg;
   dlock_config_init(&cfg);
   cfg.url = g.topo == SOAK_STANDALONE ? g.r.url : g.url;
@@ -1014,10 +1069,13 @@ static void final_counts(void) {
   long long sv = -1, lv = -1, pa = -1;
   size_t taken = 0;
   dlock_permit *list = NULL;
+  int counters = g.topo != SOAK_ETCD; /* sem, latch: not on etcd */
   if (dlock_client_new(&cfg, &c) == 0) {
-    if (dlock_sem_new(c, "soak-sem0", &s) || dlock_sem_value(s, &sv))
+    if (counters &&
+        (dlock_sem_new(c, "soak-sem0", &s) || dlock_sem_value(s, &sv)))
       sv = -1;
-    if (dlock_latch_new(c, "soak-latch0", &l) || dlock_latch_count(l, &lv))
+    if (counters &&
+        (dlock_latch_new(c, "soak-latch0", &l) || dlock_latch_count(l, &lv)))
       lv = -1;
     if (dlock_permits_new(c, "soak-perm0", &p) ||
         dlock_permits_available(p, &pa) < 0 ||
@@ -1033,13 +1091,16 @@ static void final_counts(void) {
   snprintf(f, sizeof f, "%s/counts.log", g.dir);
   FILE *o = fopen(f, "w");
   if (o) {
-    fprintf(o, "sem0 %lld\nlatch0 %lld\nperm0 %lld %zu\npending %d\n", sv, lv,
-            pa, taken, wire_pending(0));
+    if (counters)
+      fprintf(o, "sem0 %lld\nlatch0 %lld\n", sv, lv);
+    fprintf(o, "perm0 %lld %zu\npending %d\n", pa, taken, wire_pending(0));
     fclose(o);
   }
 }
 
 static void stop_servers(int remove) {
+  if (g.topo == SOAK_ETCD)
+    soak_etcd_stop(remove);
   dlc_redis *all[7] = {&g.r,          &g.node[0],     &g.node[1],
                        &g.node[2],    &g.sentinel[0], &g.sentinel[1],
                        &g.sentinel[2]};
@@ -1075,7 +1136,7 @@ static int parse_only(const char *list) {
 
 static int usage(void) {
   fprintf(stderr, "usage: dlock_soak [--minutes M] [--workers N] [--seed S] "
-                  "[--topology standalone|sentinel|cluster] [--faults "
+                  "[--topology standalone|sentinel|cluster|etcd] [--faults "
                   "CLASS,...] [--wire-gap MS] [--keep]\n");
   return 64;
 }
@@ -1126,7 +1187,7 @@ static int parse_args(int argc, char **argv, double *minutes, unsigned *seed,
         return usage(), -1;
     } else if (strcmp(argv[i], "--topology") == 0 && i + 1 < argc) {
       i++;
-      for (int t = 0; t < 3; t++)
+      for (int t = 0; t < 4; t++)
         if (strcmp(argv[i], g_topo_names[t]) == 0)
           g.topo = t;
       if (g.topo < 0)
@@ -1140,6 +1201,8 @@ static int parse_args(int argc, char **argv, double *minutes, unsigned *seed,
     g.topo = SOAK_STANDALONE;
   if (g.topo == 99)
     return usage(), -1;
+  if (g.topo == SOAK_ETCD) /* the wire adversary speaks RESP, etcd HTTP */
+    g.only_wire = 0;
   if (g.n < 2 || g.n > SOAK_MAX_WORKERS || *minutes <= 0 || *gap < 10) {
     fprintf(stderr,
             "dlock_soak: 2 to %d workers, minutes > 0, a wire gap "
@@ -1197,14 +1260,24 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 3; k++)
     if (g.only_wire & (1 << k))
       printf(" %s", g_wire_names[k]);
-  printf(" (a fault every %d ms on average)\n", gap);
+  if (g.topo == SOAK_ETCD)
+    printf(" none (a Redis-protocol proxy: not in front of etcd)\n");
+  else
+    printf(" (a fault every %d ms on average)\n", gap);
   if (g.topo != SOAK_STANDALONE)
     printf("soak: %s%s\n", g.url,
            g.topo == SOAK_SENTINEL
                ? ", sync_replicas 2 (every replica); the counting kinds are "
                  "left out here (their counts are not covered by replica "
                  "sync: docs/guarantees.md)"
+           : g.topo == SOAK_ETCD
+               ? ", 3 members, fsync on; mutex, fair, fenced and expirable "
+                 "permits only (the other kinds and the event-loop client "
+                 "answer DLOCK_ENOTSUP on etcd: docs/etcd.md); session lease "
+                 "= the watchdog lease; the fenced store on a redis-server"
                : ", 3 masters, no replicas, appendfsync always");
+  if (g.topo == SOAK_ETCD && soak_etcd_note())
+    printf("soak: %s\n", soak_etcd_note());
   fflush(stdout);
   const char *locks[16];
   int nl = 0;
@@ -1220,9 +1293,13 @@ int main(int argc, char **argv) {
   final_counts();
   printf("faults:");
   for (int k = 0; k < nk; k++)
-    printf(" %s %ld,", g_fault_names[kinds[k]], g.counts[kinds[k]]);
-  printf(" wire-late %ld, wire-reply %ld, wire-cut %ld\n",
-         wire_count(WIRE_LATE), wire_count(WIRE_REPLY), wire_count(WIRE_CUT));
+    printf(" %s %ld%s", g_fault_names[kinds[k]], g.counts[kinds[k]],
+           k + 1 < nk || g.topo != SOAK_ETCD ? "," : "\n");
+  if (g.topo == SOAK_ETCD && nk == 0)
+    printf(" none\n");
+  if (g.topo != SOAK_ETCD)
+    printf(" wire-late %ld, wire-reply %ld, wire-cut %ld\n",
+           wire_count(WIRE_LATE), wire_count(WIRE_REPLY), wire_count(WIRE_CUT));
   printf("fenced holders paused past their lease mid-section: %d\n",
          g.paused_in_cs);
   int problems = soak_check(g.dir, g.r.url, g.paused_in_cs);

@@ -1,12 +1,13 @@
 /*
  * soak.h -- `make soak` (issue 17; the adversary of issues 38 and 43):
- * worker processes take every lock kind on private redis-servers under a
- * random fault schedule, logging each critical section and each count
- * change; a checker reads the logs, the fault log and the stores
- * afterwards. soak.c runs the schedule and the topologies, worker.c is one
- * worker process, wire.c the wire adversary (a proxy in front of every
- * data node: late copies, held replies, cut connections), checker.c
- * judges.
+ * worker processes take every lock kind on private redis-servers (or the
+ * kinds etcd offers on a private 3-member etcd cluster: --topology etcd)
+ * under a random fault schedule, logging each critical section and each
+ * count change; a checker reads the logs, the fault log and the stores
+ * afterwards. soak.c runs the schedule and the Redis topologies, etcd.c
+ * the etcd topology's members and faults, worker.c is one worker process,
+ * wire.c the wire adversary (a proxy in front of every Redis data node:
+ * late copies, held replies, cut connections), checker.c judges.
  *
  * Times are CLOCK_MONOTONIC microseconds, one clock for every process on
  * the machine, so intervals of different workers compare directly.
@@ -98,7 +99,36 @@ extern const char *const soak_kind_names[NKINDS];
  * expirable permits) are left out of sentinel: their counts are not
  * covered by replica sync (docs/guarantees.md), so a failover may give a
  * permit twice -- a documented limit, not a bug. */
-enum { SOAK_STANDALONE, SOAK_SENTINEL, SOAK_CLUSTER };
+/* etcd: a 3-member etcd cluster (fsync on, each member restarted from
+ * its data dir after a kill -9), the workers on etcd://ep1,ep2,ep3, the
+ * kinds etcd offers only (mutex, fair, fenced, expirable permits; the rest
+ * answer DLOCK_ENOTSUP there: docs/etcd.md), every worker on the blocking
+ * client (the event-loop client is not offered on etcd), no wire
+ * adversary (a Redis-protocol proxy; etcd speaks HTTP); the fenced store
+ * stays a redis-server of its own. Fixed leases on etcd are whole seconds
+ * of at least 2 s, so the leases below that are shorter become 2 s there
+ * (soak_short_lease_ms, soak_try_lease_ms). */
+enum { SOAK_STANDALONE, SOAK_SENTINEL, SOAK_CLUSTER, SOAK_ETCD };
+/* etcd's shortest fixed lease (whole seconds, >= 2 s: docs/etcd.md) */
+#define SOAK_ETCD_MIN_LEASE_MS 2000
+/* etcd's election timeout (its default, which the members run with): a
+ * leader lost is replaced after about this, a paused leader too */
+#define SOAK_ETCD_ELECTION_MS 1000
+/* etcd's lessor looks for expired leases every 500 ms and revokes them by
+ * a proposal: how long past its TTL a lease may still stand */
+#define SOAK_ETCD_REVOKE_MS 1000
+/* The workers' command_timeout_ms on etcd: one fsynced write on a loaded
+ * machine, a member's answer within an election timeout */
+#define SOAK_ETCD_CMD_TIMEOUT_MS SOAK_ETCD_ELECTION_MS
+/* The fixed lease shorter than a pause (SOAK_SHORT_LEASE_MS; on etcd its
+ * shortest), a one-attempt permit's lease (SOAK_TRY_LEASE_MS + 0-150 ms;
+ * on etcd 2 or 3 s), the workers' command timeout, and how long a holder
+ * is paused to outlive its lease (the watchdog's or the short one) on the
+ * server. */
+long long soak_short_lease_ms(int topology);
+long long soak_try_lease_ms(int topology);
+int soak_cmd_timeout_ms(int topology);
+long long soak_pause_ms(int topology);
 /* sync_replicas of the sentinel workers: every replica, so that every
  * acquisition reported held is on the replica that gets promoted (with
  * fewer, Sentinel may promote one that missed it: docs/sentinel.md). */
@@ -162,6 +192,22 @@ int soak_worker(int idx, const char *url, const char *direct_url,
  * watchdog calls it a hang (ms): the retry policy's window at the
  * workers' settings plus the longest wait, twice over. */
 int64_t soak_hang_ms(int topology);
+
+/* etcd.c (the etcd topology): starts the 3 members under dir, ready with
+ * a leader, and writes the workers' URL (etcd://ep1,ep2,ep3); 0 or -1. */
+int soak_etcd_setup(const char *dir, char *url, size_t cap);
+/* The faults: the member hit (its index), -1 not applied, -2 the cluster
+ * did not heal (bounded waits: fatal). d gets the faults.log detail. */
+int soak_etcd_leader_kill(char *d, size_t dn);
+int soak_etcd_member_stop(char *d, size_t dn);
+/* Whether a key of lock holds field as its value (a hold of that
+ * client and thread): 1, 0, or -1 (no member answered). */
+int soak_etcd_has_field(const char *lock, const char *field);
+/* What the run must know of the installed etcd's limits (a line for the
+ * banner), or NULL. */
+const char *soak_etcd_note(void);
+/* Kills the members; remove: their directories too. */
+void soak_etcd_stop(int remove);
 
 /* checker.c: reads dir's logs, faults.log and counts.log and the stores
  * on redis at direct_url (NULL: logs only), prints the summary; returns

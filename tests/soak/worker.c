@@ -1,6 +1,8 @@
 /*
  * worker.c -- one soak worker process: a client through the wire
- * adversary (soak.c: a proxy per worker or per data node), every kind, one
+ * adversary (soak.c: a proxy per worker or per data node; on etcd a
+ * client of the members themselves, on the kinds etcd offers, with the
+ * leases and timeouts of soak.h's etcd rules), every kind, one
  * critical section (or count change) after another until told to stop;
  * fenced holders write their token to a fenced store and to a plain
  * register (no check: the Kleppmann scenario shows there). An async worker
@@ -67,7 +69,38 @@ static _Atomic int64_t g_call_t0; /* 0: no call */
 static const char *_Atomic g_call_name;
 static int64_t g_hang_us;
 
+long long soak_short_lease_ms(int topology) {
+  return topology == SOAK_ETCD ? SOAK_ETCD_MIN_LEASE_MS : SOAK_SHORT_LEASE_MS;
+}
+
+long long soak_try_lease_ms(int topology) {
+  return topology == SOAK_ETCD ? SOAK_ETCD_MIN_LEASE_MS : SOAK_TRY_LEASE_MS;
+}
+
+int soak_cmd_timeout_ms(int topology) {
+  return topology == SOAK_ETCD ? SOAK_ETCD_CMD_TIMEOUT_MS : SOAK_CMD_TIMEOUT_MS;
+}
+
+/* Past the lease (the watchdog's, the short one) on the server: Redis
+ * expires a key at its TTL; etcd's lessor revokes an expired lease up to
+ * SOAK_ETCD_REVOKE_MS later, and then another waiter must get in. */
+long long soak_pause_ms(int topology) {
+  long long lease = SOAK_LEASE_MS > soak_short_lease_ms(topology)
+                        ? SOAK_LEASE_MS
+                        : soak_short_lease_ms(topology);
+  return lease + 1000 + (topology == SOAK_ETCD ? SOAK_ETCD_REVOKE_MS : 0);
+}
+
 int64_t soak_hang_ms(int topology) {
+  if (topology == SOAK_ETCD) {
+    /* etcd_http.c: one copy of a request is cut at command_timeout_ms
+     * (libcurl's CURLOPT_TIMEOUT_MS, the connect included); a round tries
+     * each of the 3 members once, then the retry policy's pause; 1 +
+     * retry_attempts rounds (the workers': 2, 100 ms) */
+    int64_t round = 3LL * SOAK_ETCD_CMD_TIMEOUT_MS;
+    int64_t window = round * 3 + 2 * 100;
+    return 2 * (window + SOAK_LONG_WAIT_MS);
+  }
   int64_t send = SOAK_CONNECT_TIMEOUT_MS + 2 * SOAK_CMD_TIMEOUT_MS +
                  (topology == SOAK_SENTINEL ? 1000 : 0);
   int64_t window = (send + 100) * 3 + send; /* docs/errors.md, once TTL */
@@ -256,7 +289,7 @@ static int lock_kind(int k) { return k <= K_RW_WRITE; }
 /* After a call that was re-sent or slow: the same resource again, at once
  * (the late copy of that call is still on its way). */
 static void follow(int res, int resent, int64_t elapsed_us) {
-  if (resent || elapsed_us > SOAK_CMD_TIMEOUT_MS * 1000LL)
+  if (resent || elapsed_us > soak_cmd_timeout_ms(g_topo) * 1000LL)
     g_follow = res;
 }
 
@@ -292,7 +325,9 @@ static plan next_plan(int async, const int *pool, int npool) {
   if (storm >= 0 && in_pool && storm != g_sh->shun - 1 && rand() % 5 != 0) {
     int r = rand() % 3;
     p.res = storm;
-    p.lease = r == 0 ? SOAK_SHORT_LEASE_MS : r == 1 ? -1 : SOAK_LONG_LEASE_MS;
+    p.lease = r == 0   ? soak_short_lease_ms(g_topo)
+              : r == 1 ? -1
+                       : SOAK_LONG_LEASE_MS;
     p.wait = rand() % 2 ? SOAK_WAIT_MS : SOAK_LONG_WAIT_MS;
     return p;
   }
@@ -300,7 +335,9 @@ static plan next_plan(int async, const int *pool, int npool) {
     p.res = pool[rand() % npool];
   while (p.res == g_sh->shun - 1 && npool > 1);
   int r = rand() % 20;
-  p.lease = r < 12 ? -1 : r < 17 ? SOAK_SHORT_LEASE_MS : SOAK_LONG_LEASE_MS;
+  p.lease = r < 12   ? -1
+            : r < 17 ? soak_short_lease_ms(g_topo)
+                     : SOAK_LONG_LEASE_MS;
   if (g_sh->long_holds && lock_kind(soak_resources[p.res].kind)) {
     p.lease = -1; /* renewed meanwhile: what a blackholed node may stall */
     p.hold_us = 2000000 + rand() % 2000000;
@@ -471,13 +508,15 @@ static void latch_section(objs *o, const plan *p) {
 }
 
 /* An expirable permit: half one attempt with a lease of 300-450 ms (the
- * shape of issue 38 item 5), half a wait with a 5 s lease or the
- * watchdog's. */
+ * shape of issue 38 item 5; on etcd 2 or 3 s, whole seconds), half a wait
+ * with a 5 s lease or the watchdog's. */
 static void permit_section(objs *o, const plan *p) {
   const soak_res *r = &soak_resources[p->res];
   int one = rand() % 2;
+  long long tl = soak_try_lease_ms(g_topo);
   long long lease =
-      one ? SOAK_TRY_LEASE_MS + rand() % 151 : (rand() % 2 ? 5000 : -1);
+      one ? tl + (g_topo == SOAK_ETCD ? 1000 * (rand() % 2) : rand() % 151)
+          : (rand() % 2 ? 5000 : -1);
   int64_t t0 = soak_now_us();
   phase(PH_WAIT, p->res, lease, one ? 0 : p->wait);
   logf_("W %s %lld\n", r->name, (long long)t0);
@@ -521,6 +560,8 @@ static int make_objs(dlock_client *c, objs *o) {
   for (int i = 0; i < soak_nresources && i < 16; i++) {
     const soak_res *r = &soak_resources[i];
     int rc = 0;
+    if (!soak_res_in(i, g_topo)) /* etcd: DLOCK_ENOTSUP */
+      continue;
     if (r->kind == K_MUTEX)
       rc = dlock_mutex_new(c, r->lock, &o->m[i]);
     else if (r->kind == K_FAIR)
@@ -877,7 +918,7 @@ int soak_worker(int idx, const char *url, const char *direct, const char *dir,
   dlock_config_init(&cfg);
   cfg.url = url;
   cfg.watchdog_timeout_ms = SOAK_LEASE_MS;
-  cfg.command_timeout_ms = SOAK_CMD_TIMEOUT_MS;
+  cfg.command_timeout_ms = soak_cmd_timeout_ms(topology);
   cfg.connect_timeout_ms = SOAK_CONNECT_TIMEOUT_MS;
   cfg.retry_attempts = 2;
   cfg.retry_interval_ms = 100;
