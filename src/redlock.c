@@ -314,6 +314,51 @@ static int eval_once(dlock_client *c, const dlock__script *s, int nkeys,
   return dlock__exec(c, &cmd, out);
 }
 
+/* An acquire or release vote on v's master: the script with its own
+ * request's tombstone and the tombstones it must write (v->other: one or
+ * more 32-character request ids -- an acquisition's, the last release
+ * rounds'). 0 with *r, or a code. */
+static int send_bound(vote *v, dlock_client *c, const char *field, size_t fl,
+                      redisReply **r) {
+  dlock_redlock *rl = v->rl;
+  char num[24];
+  int acq = v->op == OP_ACQUIRE;
+  /* v->other: one or more 32-character request ids, each a tombstone
+   * to write (an acquisition: the last release rounds') */
+  size_t nother = strlen(v->other) / 32, oom = 0;
+  dlock__sb own, other[DLOCK__RL_RELS];
+  dlock__sb_init(&own);
+  (acq ? dlock__req_tomb_key : dlock__unlock_latch_key)(&own, rl->name, v->rid);
+  const char *k[3 + DLOCK__RL_RELS] = {
+      rl->name, acq ? rl->token_key : rl->channel, own.p};
+  size_t kl[3 + DLOCK__RL_RELS] = {
+      rl->name_len, acq ? rl->token_key_len : rl->channel_len, own.len};
+  for (size_t o = 0; o < nother; o++) {
+    char one[33];
+    memcpy(one, v->other + 32 * o, 32);
+    one[32] = '\0';
+    dlock__sb_init(&other[o]);
+    (acq ? dlock__unlock_latch_key : dlock__req_tomb_key)(&other[o], rl->name,
+                                                          one);
+    oom |= (size_t)other[o].oom;
+    k[3 + o] = other[o].p;
+    kl[3 + o] = other[o].len;
+  }
+  char ts[24];
+  size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
+  size_t nl = dlock__fmt_i64(num, v->lease);
+  const char *pub = dlock__publish_cmd(c);
+  const char *a[3] = {acq ? num : field, acq ? field : pub, ts};
+  size_t alen[3] = {acq ? nl : fl, acq ? fl : strlen(pub), tl};
+  int rc = own.oom || oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                          : eval_once(c, acq ? &g_acquire : &g_release,
+                                      (int)(3 + nother), k, kl, 3, a, alen, r);
+  dlock__sb_free(&own);
+  for (size_t o = 0; o < nother; o++)
+    dlock__sb_free(&other[o]);
+  return rc;
+}
+
 static void run_vote(vote *v) {
   dlock_redlock *rl = v->rl;
   dlock_client *c = rl->clients[v->i];
@@ -327,45 +372,9 @@ static void run_vote(vote *v) {
   redisReply *r = NULL;
   switch (v->op) {
   case OP_ACQUIRE:
-  case OP_RELEASE: {
-    int acq = v->op == OP_ACQUIRE;
-    /* v->other: one or more 32-character request ids, each a tombstone
-     * to write (an acquisition: the last release rounds') */
-    size_t nother = strlen(v->other) / 32, oom = 0;
-    dlock__sb own, other[DLOCK__RL_RELS];
-    dlock__sb_init(&own);
-    (acq ? dlock__req_tomb_key : dlock__unlock_latch_key)(&own, rl->name,
-                                                          v->rid);
-    const char *k[3 + DLOCK__RL_RELS] = {
-        rl->name, acq ? rl->token_key : rl->channel, own.p};
-    size_t kl[3 + DLOCK__RL_RELS] = {
-        rl->name_len, acq ? rl->token_key_len : rl->channel_len, own.len};
-    for (size_t o = 0; o < nother; o++) {
-      char one[33];
-      memcpy(one, v->other + 32 * o, 32);
-      one[32] = '\0';
-      dlock__sb_init(&other[o]);
-      (acq ? dlock__unlock_latch_key : dlock__req_tomb_key)(&other[o], rl->name,
-                                                            one);
-      oom |= (size_t)other[o].oom;
-      k[3 + o] = other[o].p;
-      kl[3 + o] = other[o].len;
-    }
-    char ts[24];
-    size_t tl = dlock__fmt_i64(ts, dlock__tombstone_ttl(&c->cfg));
-    size_t nl = dlock__fmt_i64(num, v->lease);
-    const char *pub = dlock__publish_cmd(c);
-    const char *a[3] = {acq ? num : field, acq ? field : pub, ts};
-    size_t alen[3] = {acq ? nl : fl, acq ? fl : strlen(pub), tl};
-    v->rc = own.oom || oom
-                ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                : eval_once(c, acq ? &g_acquire : &g_release, (int)(3 + nother),
-                            k, kl, 3, a, alen, &r);
-    dlock__sb_free(&own);
-    for (size_t o = 0; o < nother; o++)
-      dlock__sb_free(&other[o]);
+  case OP_RELEASE:
+    v->rc = send_bound(v, c, field, fl, &r);
     break;
-  }
   case OP_RENEW: {
     size_t nl = dlock__fmt_i64(num, v->lease);
     const char *k[1] = {rl->name};
