@@ -27,6 +27,11 @@
 
 #include "etcd_int.h"
 
+int dlock__etcd_no_counter(dlock__chobj *o) {
+  (void)o;
+  return DLOCK_ENOTSUP;
+}
+
 int dlock__etcd_notsup(const char *what, const char *instead) {
   return dlock__fail(DLOCK_ENOTSUP, "%s: not offered on etcd; %s", what,
                      instead);

@@ -212,11 +212,7 @@ void dlock__etcd_http_close(dlock__etcd_http *h) {
 void dlock__etcd_http_free(dlock__etcd_http *h) {
   if (!h)
     return;
-  while (h->pool) {
-    slot *s = h->pool;
-    h->pool = s->next;
-    slot_free(s);
-  }
+  dlock__etcd_http_close(h);
   for (int i = 0; i < h->n; i++) {
     free(h->base ? h->base[i] : NULL);
     free(h->names ? h->names[i] : NULL);

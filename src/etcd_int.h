@@ -138,6 +138,10 @@ void dlock__etcd_http_free(dlock__etcd_http *h);
  * thread exits -- its connections must not); a call still in flight
  * closes its own when it ends (the client is closing). */
 void dlock__etcd_http_close(dlock__etcd_http *h);
+/* The readiness check of the etcd objects' kind marks (dlock__counter_kind:
+ * an etcd semaphore or permits object is never run as a Redis counter):
+ * DLOCK_ENOTSUP. */
+int dlock__etcd_no_counter(dlock__chobj *o);
 /* Authenticates now when the URL names a user: 0 or a code. */
 int dlock__etcd_http_auth(dlock__etcd *e);
 /* The endpoint i as text ("127.0.0.1:2379"), for messages. */

@@ -51,12 +51,9 @@ typedef struct dlock__etcd_permits {
   struct dlock__etcd_permits *next; /* e's registry (e->mu) */
 } ep_t;
 
-static int none_ready(dlock__chobj *o) {
-  (void)o;
-  return DLOCK_ENOTSUP;
-}
 /* The kind mark of an etcd permits object (never run as a counter). */
-static const dlock__counter_kind g_kind = {"permits", NULL, 0, 0, none_ready};
+static const dlock__counter_kind g_kind = {"permits", NULL, 0, 0,
+                                           dlock__etcd_no_counter};
 
 int dlock__etcd_permits_is(const dlock_permits *p) {
   return p && ((const dlock__chobj *)p)->kind == &g_kind;

@@ -72,12 +72,9 @@ typedef struct esem {
   dlock__sb key; /* K */
 } esem_t;
 
-static int none_ready(dlock__chobj *o) {
-  (void)o;
-  return DLOCK_ENOTSUP;
-}
 /* The kind mark of an etcd semaphore (never run as a counter). */
-static const dlock__counter_kind g_kind = {"semaphore", NULL, 0, 0, none_ready};
+static const dlock__counter_kind g_kind = {"semaphore", NULL, 0, 0,
+                                           dlock__etcd_no_counter};
 
 int dlock__etcd_sem_is(const dlock_sem *s) {
   return s && ((const dlock__chobj *)(const void *)s)->kind == &g_kind;

@@ -323,8 +323,6 @@ static int send_bound(vote *v, dlock_client *c, const char *field, size_t fl,
   dlock_redlock *rl = v->rl;
   char num[24];
   int acq = v->op == OP_ACQUIRE;
-  /* v->other: one or more 32-character request ids, each a tombstone
-   * to write (an acquisition: the last release rounds') */
   size_t nother = strlen(v->other) / 32, oom = 0;
   dlock__sb own, other[DLOCK__RL_RELS];
   dlock__sb_init(&own);

@@ -671,31 +671,14 @@ static int check_counts(const char *dir) {
 
 /* The fault counts per class (faults.log), with the sub-classes. */
 static void fault_counts(void) {
-  static const char *const kinds[] = {"kill9",
-                                      "pause-holder",
-                                      "pause-waiter",
-                                      "redis-stop",
-                                      "redis-restart",
-                                      "client-kill",
-                                      "pubsub-kill",
-                                      "partition",
-                                      "failover",
-                                      "slot-migrate",
-                                      "replica-stall",
-                                      "blackhole",
-                                      "etcd-leader-kill",
-                                      "etcd-member-stop",
-                                      "wire-late",
-                                      "wire-reply",
-                                      "wire-cut"};
   printf("fault counts:");
-  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+  for (int k = 0; k < soak_n_fault_classes; k++) {
     long n = 0;
     char subs[8][24];
     long sn[8] = {0};
     int ns = 0;
     for (int i = 0; i < g_nf; i++) {
-      if (strcmp(g_f[i].kind, kinds[k]) != 0)
+      if (strcmp(g_f[i].kind, soak_fault_classes[k]) != 0)
         continue;
       n++;
       int s = 0;
@@ -708,7 +691,7 @@ static void fault_counts(void) {
     }
     if (n == 0)
       continue;
-    printf(" %s %ld", kinds[k], n);
+    printf(" %s %ld", soak_fault_classes[k], n);
     for (int s = 0; s < ns; s++)
       printf("%s%s %ld%s", s ? ", " : " (", subs[s], sn[s],
              s == ns - 1 ? ")" : "");

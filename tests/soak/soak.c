@@ -111,22 +111,32 @@ enum {
   F_ETCD_STOP,
   NFAULTS
 };
-static const char *const g_fault_names[NFAULTS] = {"kill9",
-                                                   "pause-holder",
-                                                   "pause-waiter",
-                                                   "redis-stop",
-                                                   "redis-restart",
-                                                   "client-kill",
-                                                   "pubsub-kill",
-                                                   "partition",
-                                                   "failover",
-                                                   "slot-migrate",
-                                                   "replica-stall",
-                                                   "blackhole",
-                                                   "etcd-leader-kill",
-                                                   "etcd-member-stop"};
-static const char *const g_wire_names[3] = {"wire-late", "wire-reply",
-                                            "wire-cut"};
+/* Every fault class, as faults.log names it: the schedule's (in the order
+ * of the enum above), then the wire adversary's three. The checker counts
+ * by this list too (soak.h). */
+const char *const soak_fault_classes[] = {"kill9",
+                                          "pause-holder",
+                                          "pause-waiter",
+                                          "redis-stop",
+                                          "redis-restart",
+                                          "client-kill",
+                                          "pubsub-kill",
+                                          "partition",
+                                          "failover",
+                                          "slot-migrate",
+                                          "replica-stall",
+                                          "blackhole",
+                                          "etcd-leader-kill",
+                                          "etcd-member-stop",
+                                          "wire-late",
+                                          "wire-reply",
+                                          "wire-cut"};
+const int soak_n_fault_classes =
+    (int)(sizeof soak_fault_classes / sizeof soak_fault_classes[0]);
+_Static_assert(sizeof soak_fault_classes / sizeof soak_fault_classes[0] ==
+                   NFAULTS + 3,
+               "a name for every fault class");
+static const char *const *const g_wire_names = soak_fault_classes + NFAULTS;
 
 static struct {
   char dir[256];
@@ -926,7 +936,7 @@ static void fault(int kind) {
   g.counts[kind]++;
   if (!d[0])
     snprintf(d, sizeof d, "%d", w);
-  flog(g_fault_names[kind], t0, t1 ? t1 : soak_now_us(), d);
+  flog(soak_fault_classes[kind], t0, t1 ? t1 : soak_now_us(), d);
 }
 
 /* A plain semaphore has no lease: a permit taken by an acquisition whose
@@ -1121,7 +1131,7 @@ static int parse_only(const char *list) {
        t = strtok_r(NULL, ",", &sp)) {
     int found = 0;
     for (int k = 0; k < NFAULTS; k++)
-      if (strcmp(t, g_fault_names[k]) == 0)
+      if (strcmp(t, soak_fault_classes[k]) == 0)
         g.only_faults |= 1 << k, found = 1;
     for (int k = 0; k < 3; k++)
       if (strcmp(t, g_wire_names[k]) == 0)
@@ -1255,7 +1265,7 @@ int main(int argc, char **argv) {
          (long long)soak_hang_ms(g.topo), g.dir);
   printf("soak: schedule faults:");
   for (int k = 0; k < nk; k++)
-    printf(" %s", g_fault_names[kinds[k]]);
+    printf(" %s", soak_fault_classes[kinds[k]]);
   printf("; wire adversary:");
   for (int k = 0; k < 3; k++)
     if (g.only_wire & (1 << k))
@@ -1293,7 +1303,7 @@ int main(int argc, char **argv) {
   final_counts();
   printf("faults:");
   for (int k = 0; k < nk; k++)
-    printf(" %s %ld%s", g_fault_names[kinds[k]], g.counts[kinds[k]],
+    printf(" %s %ld%s", soak_fault_classes[kinds[k]], g.counts[kinds[k]],
            k + 1 < nk || g.topo != SOAK_ETCD ? "," : "\n");
   if (g.topo == SOAK_ETCD && nk == 0)
     printf(" none\n");

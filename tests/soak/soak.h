@@ -216,4 +216,9 @@ void soak_etcd_stop(int remove);
  * must be caught without fencing). */
 int soak_check(const char *dir, const char *direct_url, int paused_in_cs);
 
+/* soak.c: every fault class by its faults.log name (the schedule's, then
+ * the wire adversary's), and how many. */
+extern const char *const soak_fault_classes[];
+extern const int soak_n_fault_classes;
+
 #endif
