@@ -235,13 +235,11 @@ static dlock__script g_renew = {
     /* KEYS[1] lock. ARGV[1] lease, ARGV[2] field. 1 renewed, 0 gone. The
      * TTL is pushed back to the lease, never below what it is (a late copy
      * must not shorten a later hold's). */
-    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
-    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"
-    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"
-    "  end\n"
-    "  return 1\n"
-    "end\n"
-    "return 0\n",
+    DLOCK__LUA_TTL "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then\n"
+                   "  extend(KEYS[1], ARGV[1])\n"
+                   "  return 1\n"
+                   "end\n"
+                   "return 0\n",
     {0}};
 
 static dlock__script g_token = {

@@ -36,7 +36,8 @@
  *   - the last write release that leaves the writer's own read holds
  *     (downgrade) publishes "1" so that waiting readers join at once;
  *   - a read release never shortens the hash TTL below the writer's lease,
- *     and the read renewal never shortens another reader's longer lease.
+ *     and the read renewal never shortens a TTL (another reader's, or a
+ *     fixed lease of this thread's: it only extends, as every renewal).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,17 +159,19 @@ static dlock__script g_rd_unlock = {
 static dlock__script g_rd_renew = {
     "rw_read_renew",
     /* KEYS[1] lock, KEYS[2] timeout prefix. ARGV[1] lease, [2] read field.
-     * 1 renewed (every timeout key of the thread, and the hash at least to
-     * the lease), 0 the thread holds no read lock. */
-    "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
-    "if not c then return 0 end\n"
-    "for i = c, 1, -1 do\n"
-    "  redis.call('pexpire', KEYS[2] .. ':' .. i, ARGV[1])\n"
-    "end\n"
-    "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
-    "end\n"
-    "return 1\n",
+     * 1 renewed (every timeout key of the thread, and the hash, at least to
+     * the lease), 0 the thread holds no read lock. A TTL only grows: the
+     * renewal of a hold that ended (sent before its unlock, run after the
+     * thread's next hold of the name began: same field, same count) must
+     * not cut that hold's longer fixed lease -- nor the fixed lease of a
+     * hold under a renewed reentry. */
+    DLOCK__LUA_TTL "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+                   "if not c then return 0 end\n"
+                   "for i = c, 1, -1 do\n"
+                   "  extend(KEYS[2] .. ':' .. i, ARGV[1])\n"
+                   "end\n"
+                   "extend(KEYS[1], ARGV[1])\n"
+                   "return 1\n",
     {0}};
 
 static dlock__script g_wr_acquire = {

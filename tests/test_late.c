@@ -1072,3 +1072,76 @@ TH_CASE(router_resend_counts_once_semaphore_and_latch) {
 }
 
 TH_MAIN()
+
+/* Found by the Sentinel soak (issue 38): the watchdog's renewal of a read
+ * hold is sent after the hold ended (the watchdog collected it, then sat
+ * on its batch), and runs once the same thread's next read hold of the
+ * name began -- same field, same count, so it matched. At 94726a9 the read
+ * renewal set every timeout key of the thread to the watchdog lease:
+ * the next hold's fixed 60 s lease became 1.5 s on the server, another
+ * reader's unlock then found no live read hold and deleted the lock, and
+ * a writer took it while the reader's validity still said held. A renewal
+ * only extends now (rules_check: "extends only" scripts write through
+ * DLOCK__LUA_TTL's extend). Here the renewal is held on the wire and
+ * delivered after the unlock and the next lock. (The event-loop client
+ * has no read-write lock.) */
+TH_CASE(late_read_renewal_never_cuts_the_next_read_hold) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  cfg.watchdog_timeout_ms = (int)(1500 * mult());
+  dlock_client *c = th_client_cfg(r, &cfg), *other = th_client(r);
+  dlock_rwlock *rw, *o;
+  CHECK_OK(dlock_rwlock_new(c, "late-rdrenew", &rw));
+  CHECK_OK(dlock_rwlock_new(other, "late-rdrenew", &o));
+  char me[80];
+  {
+    dlock_mutex *m;
+    CHECK_OK(dlock_mutex_new(c, "x", &m));
+    CHECK_OK(dlock_mutex_owner(m, me, sizeof me));
+    dlock_mutex_free(m);
+  }
+  char tk[160];
+  snprintf(tk, sizeof tk, "{late-rdrenew}:%s:rwlock_timeout", me);
+  /* a first renewal loads the script (a held copy must run, not meet
+   * NOSCRIPT) */
+  CHECK_OK(dlock_rwlock_rdlock(rw));
+  fp_count_reset(p, tk);
+  int64_t end = th_now_ms() + 20000 * mult();
+  while (fp_count(p) < 1 && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK_MSG(fp_count(p) >= 1, "no read renewal was sent");
+  th_sleep_ms(100);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  /* the next renewal of the next watchdog hold is held on the wire */
+  CHECK_OK(dlock_rwlock_rdlock(rw));
+  fp_hold(p, "EVALSHA", tk, hold_ms(), 1);
+  fp_count_reset(p, tk);
+  end = th_now_ms() + 20000 * mult();
+  while (fp_count(p) < 1 && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK_MSG(fp_count(p) >= 1, "no read renewal was sent");
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 60000));
+  delivered(p, 1, NULL);
+  char key[200];
+  snprintf(key, sizeof key, "PTTL %s:1", tk);
+  long long ttl = th_cmd_int(r, key);
+  CHECK_MSG(ttl > 30000,
+            "the late renewal cut the next hold's 60 s lease to %lld ms", ttl);
+  /* another reader comes and goes once the watchdog lease is over */
+  th_sleep_ms(cfg.watchdog_timeout_ms + 300);
+  CHECK_OK(dlock_rwlock_tryrdlock(o));
+  CHECK_OK(dlock_rwlock_unlock(o));
+  long long left = 0;
+  CHECK_OK(dlock_rwlock_validity(rw, &left));
+  CHECK(left > 10000);
+  CHECK_RC(dlock_rwlock_trywrlock(o), DLOCK_EBUSY);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_OK(dlock_rwlock_trywrlock(o));
+  CHECK_OK(dlock_rwlock_unlock(o));
+  dlock_rwlock_free(o);
+  dlock_rwlock_free(rw);
+  dlock_client_free(other);
+  dlock_client_free(c);
+}

@@ -384,6 +384,39 @@ TH_CASE_T(read_watchdog_renewal, 120, "slow") {
   dlock_client_free(c2);
 }
 
+/* A renewed reentry never cuts the fixed lease of the hold under it: the
+ * read renewal extends every timeout key of the thread, never shortens
+ * one (at 94726a9 it set them all to the watchdog lease: hold 1's 60 s
+ * fixed lease became 1 s on the server while its validity said 60 s). */
+TH_CASE_T(read_renewal_keeps_a_longer_fixed_lease, 120, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = 1000;
+  dlock_client *c = th_client_cfg(r, &cfg), *c2 = th_client(r);
+  dlock_rwlock *rw, *rw2;
+  CHECK_OK(dlock_rwlock_new(c, "rwf", &rw));
+  CHECK_OK(dlock_rwlock_new(c2, "rwf", &rw2));
+  char me[80];
+  field_of(c, me, sizeof me);
+  CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 60000));
+  CHECK_OK(dlock_rwlock_rdlock(rw)); /* the watchdog's */
+  th_sleep_ms(1500);                 /* renewed meanwhile */
+  long long p = timeout_pttl(r, "rwf", me, 1);
+  CHECK_MSG(p > 50000, "the fixed hold's timeout key: pttl %lld", p);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  th_sleep_ms(1300); /* past the watchdog lease */
+  CHECK_OK(dlock_rwlock_tryrdlock(rw2));
+  CHECK_OK(dlock_rwlock_unlock(rw2));
+  CHECK_RC(dlock_rwlock_trywrlock(rw2), DLOCK_EBUSY);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_EQ(th_cmd_int(r, "EXISTS rwf"), 0);
+  dlock_rwlock_free(rw);
+  dlock_rwlock_free(rw2);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
 TH_CASE(lease_expiry) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r), *c2 = th_client(r);

@@ -93,10 +93,22 @@ for f in files:
                          re.S):
         name, body = m.group(1), m.group(2)
         n_scripts += 1
+        line = text.count("\n", 0, m.start()) + 1
+        # Rule: a renewal only extends (a late copy of one -- sent before
+        # its hold ended, run after the next hold of the same field began
+        # -- can then never cut that hold's TTL). The scripts listed as
+        # extending write nothing but through DLOCK__LUA_TTL's extend().
+        if BOUND_BY_CONSTRUCTION.get(name, "").startswith("extends"):
+            w = WRITES.findall(body)
+            if w or "DLOCK__LUA_TTL" not in body or "extend(" not in body:
+                findings.append(f"src/{f}:{line}: script '{name}' is listed "
+                                "as extending TTLs only but writes "
+                                f"{', '.join(sorted(set(w))) or 'no extend()'}"
+                                " itself (use DLOCK__LUA_TTL's extend)")
+            continue
         if not WRITES.search(body) or "DLOCK__LUA_LATE" in body:
             continue
         if name not in BOUND_BY_CONSTRUCTION:
-            line = text.count("\n", 0, m.start()) + 1
             findings.append(f"src/{f}:{line}: script '{name}' changes a lock "
                             "but checks no request tombstone "
                             "(DLOCK__LUA_LATE) and is not listed in "
