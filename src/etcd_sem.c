@@ -429,6 +429,8 @@ int dlock__etcd_sem_wait(dlock_sem *ss, long long wait_ms) {
     rc = wait_ms < 0 ? dlock__fail(DLOCK_ETIMEDOUT,
                                    "semaphore '%s': too many rounds", s->o.name)
                      : DLOCK_ETIMEDOUT;
+  /* a wait cancelled while its attempt failed reports the cancel */
+  rc = dlock__budget_end(&b, rc, what);
   if (rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECANCELED)
     dlock__stat_add(
         &s->o.c->stats,

@@ -280,6 +280,41 @@ TH_CASE_T(cancel_waits_ends_a_wait_and_takes_nothing, 60, "etcd") {
   dlock_client_free(b);
 }
 
+/* A wait cancelled while its attempt is failing (the member stopped: the
+ * recheck's read hangs until the command timeout) returns DLOCK_ECANCELED,
+ * as dlock.h promises -- not the attempt's failure (the rule of
+ * dlock__budget_end, src/wait.c, which the Redis waits and the etcd mutex
+ * apply; the etcd semaphore's wait did not, at a1a2e80: ECONN). */
+TH_CASE_T(cancel_during_a_failing_attempt_reports_the_cancel, 90, "etcd") {
+  start();
+  dlock_client *a = th_etcd_client(g_url, 5000, NULL);
+  dlock_client *b = th_etcd_client(g_url, 5000, NULL);
+  dlock_sem *sa;
+  waiter w = {NULL, -1, -1, 0}; /* forever */
+  CHECK_OK(dlock_sem_new(a, "cwf", &sa));
+  CHECK_OK(dlock_sem_new(b, "cwf", &w.s));
+  CHECK_OK(dlock_sem_init(sa, 0));
+  pthread_t t;
+  pthread_create(&t, NULL, wait_thread, &w);
+  th_sleep_ms(300); /* it reads 0 and watches */
+  th_etcd_pause(g_e);
+  /* the wait's recheck (DLOCK__ENG_QUEUED_RECHECK_MS after its read) is
+   * now in flight, and stays so for the command timeout */
+  th_sleep_ms(1300);
+  CHECK_OK(dlock_client_cancel_waits(b));
+  pthread_join(t, NULL);
+  th_etcd_resume(g_e);
+  CHECK_MSG(w.rc == DLOCK_ECANCELED, "the cancelled wait: %s",
+            dlock_err_name(w.rc));
+  long long v = -1;
+  CHECK_OK(dlock_sem_value(sa, &v));
+  CHECK_EQ(v, 0); /* it took nothing */
+  dlock_sem_free(sa);
+  dlock_sem_free(w.s);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
 /* ---- at most `permits` holders ------------------------------------------- */
 
 enum { EX_THREADS = 4, EX_ROUNDS = 200, EX_PERMITS = 2 };
