@@ -132,6 +132,27 @@ TH_CASE(lock_trylock_timedlock_unlock) {
   CHECK_EQ(th_etcd_count(g_e, 1, "m1/", 0), 0);
 }
 
+/* A key of the lock's range that no dlock client wrote (an operator's put,
+ * another tool's holder without a lease) holds the lock as any holder
+ * does: a try-lock answers EBUSY, a timed lock ETIMEDOUT after its wait,
+ * and the waiter's own key is gone after each. */
+TH_CASE(foreign_key_in_the_range_is_a_holder) {
+  g_e = th_etcd_new();
+  g_url = th_etcd_url(g_e, 1, "");
+  dlock_client *a = th_etcd_client(g_url, 5000, NULL);
+  dlock_mutex *m;
+  CHECK_OK(dlock_mutex_new(a, "fk", &m));
+  th_etcd_put(g_e, "fk/operator", "x");
+  CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
+  CHECK_EQ(th_etcd_count(g_e, 1, "fk/", 0), 1);
+  CHECK_RC(dlock_mutex_timedlock(m, 300, -1), DLOCK_ETIMEDOUT);
+  CHECK_EQ(th_etcd_count(g_e, 1, "fk/", 0), 1);
+  CHECK_EQ(dlock_mutex_is_locked(m), 1);
+  CHECK_EQ(dlock_mutex_is_held(m), 0);
+  dlock_mutex_free(m);
+  dlock_client_free(a);
+}
+
 typedef struct waiter_arg {
   dlock_mutex *m;
   int rc;
