@@ -432,15 +432,8 @@ static void undo_finish(dlock__aop *op, int rc, int sends) {
 static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
   dlock_async *a = op->a;
   int want = r->wait_want;
-  if (r->acks < 0)
-    snprintf(op->sync_why, sizeof op->sync_why,
-             "WAIT failed (an ACL user without +wait?): the write's "
-             "replication is unconfirmed");
-  else
-    snprintf(op->sync_why, sizeof op->sync_why,
-             "%lld of %d replica%s confirmed the write within %d ms "
-             "(sync_timeout_ms)",
-             r->acks, want, want == 1 ? "" : "s", a->cfg.sync_timeout_ms);
+  dlock__sync_why(op->sync_why, sizeof op->sync_why, r->acks, want, r->wait_ms,
+                  a->cfg.sync_timeout_ms);
   dlock__async_untimer(a, &op->ttl_t);
   if (op->sub)
     dlock__asub_leave(a, op->sub, op);

@@ -258,3 +258,23 @@ int64_t dlock__sub_wakes(int policy, const char *p, size_t n) {
     return value > 0 ? value : 0;
   return 1;
 }
+
+/* ---- (g) replica sync ---------------------------------------------------- */
+
+void dlock__sync_why(char *buf, size_t n, long long acks, int want,
+                     int waited_ms, int sync_timeout_ms) {
+  if (acks < 0)
+    snprintf(buf, n,
+             "WAIT failed (an ACL user without +wait?): the write's "
+             "replication is unconfirmed");
+  else if (waited_ms > 0 && waited_ms < sync_timeout_ms)
+    snprintf(buf, n,
+             "%lld of %d replica%s confirmed the write within %d ms (what "
+             "was left of the call's wait budget)",
+             acks, want, want == 1 ? "" : "s", waited_ms);
+  else
+    snprintf(buf, n,
+             "%lld of %d replica%s confirmed the write within %d ms "
+             "(sync_timeout_ms)",
+             acks, want, want == 1 ? "" : "s", sync_timeout_ms);
+}

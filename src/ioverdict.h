@@ -30,7 +30,8 @@
  *   (f) subscriptions: a refusal answers the oldest (UN)SUBSCRIBE in
  *       flight on its connection (the queue below), which refusals are
  *       transient, the subscriber's reconnect back-off, how long a channel
- *       lingers, how many waits a lock channel's message wakes (D5, D10).
+ *       lingers, how many waits a lock channel's message wakes (D5, D10);
+ *   (g) replica sync: what a short WAIT says (the timeout it really had).
  *
  * Thread-safety: none of its own (a dlock__subq belongs to its
  * connection's owner); the verdicts are pure functions of their arguments.
@@ -209,5 +210,14 @@ int dlock__sub_linger(int64_t idle_since, int linger_ms, int64_t now,
  * ONE; "1", a read unlock, all; a semaphore's count that many; 0 for a
  * payload that is no number (ignored). */
 int64_t dlock__sub_wakes(int policy, const char *p, size_t n);
+
+/* ---- (g) replica sync ----------------------------------------------------
+ * Why a write's replication is unconfirmed, into buf[0..n): WAIT failed
+ * (acks < 0), or `acks` of `want` replicas within the timeout the WAIT
+ * really had -- `waited_ms`, which is sync_timeout_ms or, cut by the
+ * call's wait budget, less (named so: raising sync_timeout_ms does not
+ * help then). Both clients' ENOSYNC messages. */
+void dlock__sync_why(char *buf, size_t n, long long acks, int want,
+                     int waited_ms, int sync_timeout_ms);
 
 #endif

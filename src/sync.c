@@ -131,18 +131,6 @@ void dlock__sync_done(dlock_client *c, const char *key, int want,
   if (v == DLOCK__ENG_SYNC_OK)
     return;
   t_short = 1;
-  if (acks < 0)
-    snprintf(t_why, sizeof t_why,
-             "WAIT failed (an ACL user without +wait?): the write's "
-             "replication is unconfirmed");
-  else if (t_wait_ms > 0 && t_wait_ms < c->cfg.sync_timeout_ms)
-    snprintf(t_why, sizeof t_why,
-             "%lld of %d replica%s confirmed the write within %d ms (what "
-             "was left of the call's wait budget)",
-             acks, want, want == 1 ? "" : "s", t_wait_ms);
-  else
-    snprintf(t_why, sizeof t_why,
-             "%lld of %d replica%s confirmed the write within %d ms "
-             "(sync_timeout_ms)",
-             acks, want, want == 1 ? "" : "s", c->cfg.sync_timeout_ms);
+  dlock__sync_why(t_why, sizeof t_why, acks, want, t_wait_ms,
+                  c->cfg.sync_timeout_ms);
 }

@@ -1250,6 +1250,14 @@ static void sync_parity_body(int kind) {
   CHECK_MSG(rc == DLOCK_ENOSYNC, "%s timedlock: %s %s", th_drive_kind(d),
             dlock_err_name(rc), dlock_last_error());
   CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
+  /* a wait budget below sync_timeout_ms cuts the WAIT, and the message
+   * says so (the event-loop client quoted sync_timeout_ms: 300 ms) */
+  rc = th_drive_lock(d, "np", 1, 100 * slow(), -1);
+  CHECK_MSG(rc == DLOCK_ENOSYNC &&
+                strstr(dlock_last_error(), "left of the call's wait budget"),
+            "%s short timedlock: %s %s", th_drive_kind(d), dlock_err_name(rc),
+            dlock_last_error());
+  CHECK_EQ(th_cmd_int(m, "EXISTS np"), 0);
   th_redis_resume(rep);
   replicas_caught_up(m, 1);
   rc = th_drive_lock(d, "np", 1, 20000, -1);
