@@ -262,9 +262,10 @@ static double log_len(double v, double top) {
 
 /* One pass of the layout: with dry set it only measures. Returns the
  * height. */
-static double draw(FILE *f, int dry, double width, const char *title,
-                   const sk_chart_col *cols, int ncols, int n,
-                   const int *all_ok, const lesson *ls, int nls) {
+/* The title, the settings every column shares, and the legend; the y
+ * below them. */
+static double draw_title(FILE *f, int dry, double width, const char *title,
+                         const sk_chart_col *cols) {
   const double inner = width - 2 * MARGIN;
   double y = MARGIN + 16;
   txt t_title = {18, 1, "#111", NULL, "title"};
@@ -303,6 +304,13 @@ static double draw(FILE *f, int dry, double width, const char *title,
   }
   y += 22;
 
+  return y;
+}
+
+/* The column headers (scenario names and settings, verdict, speed) at y;
+ * the y below the tallest. */
+static double draw_headers(FILE *f, int dry, const sk_chart_col *cols,
+                           int ncols, double y) {
   /* column headers: scenario names and settings */
   const double x_cells = MARGIN + NAME_W;
   const double x_verdict = x_cells + ncols * (CELL_W + GAP);
@@ -337,6 +345,16 @@ static double draw(FILE *f, int dry, double width, const char *title,
     head_h = h;
   y += head_h + 8;
 
+  return y;
+}
+
+/* The rows (one per strategy: a cell per scenario, the verdict, the speed
+ * bar) and the speed column's decade gridlines, from y; the y below. */
+static double draw_rows(FILE *f, int dry, const sk_chart_col *cols, int ncols,
+                        int n, const int *all_ok, double y) {
+  const double x_cells = MARGIN + NAME_W;
+  const double x_verdict = x_cells + ncols * (CELL_W + GAP);
+  const double x_speed = x_verdict + VERDICT_W;
   /* rows */
   double top = 10;
   for (int i = 0; i < n; i++)
@@ -424,6 +442,13 @@ static double draw(FILE *f, int dry, double width, const char *title,
   }
   y += 20;
 
+  return y;
+}
+
+/* "Why they failed": each lesson once, from y; the y below. */
+static double draw_lessons(FILE *f, int dry, double inner, const lesson *ls,
+                           int nls, double y) {
+  txt t_head = {13, 1, "#111", NULL, "head"};
   /* lessons */
   int failures = 0;
   for (int k = 0; k < nls; k++)
@@ -443,6 +468,16 @@ static double draw(FILE *f, int dry, double width, const char *title,
     txt t = {12, 0, ls[k].note ? "#555" : "#222", NULL, cls};
     y += wrapped(f, dry, MARGIN, y, inner, &t, line) * 12 * 1.3 + 4;
   }
+  return y;
+}
+
+static double draw(FILE *f, int dry, double width, const char *title,
+                   const sk_chart_col *cols, int ncols, int n,
+                   const int *all_ok, const lesson *ls, int nls) {
+  double y = draw_title(f, dry, width, title, cols);
+  y = draw_headers(f, dry, cols, ncols, y);
+  y = draw_rows(f, dry, cols, ncols, n, all_ok, y);
+  y = draw_lessons(f, dry, width - 2 * MARGIN, ls, nls, y);
   return y + MARGIN - 8;
 }
 
