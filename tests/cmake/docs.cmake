@@ -25,3 +25,12 @@ if(DLOCK_PYTHON3_DOCS)
             ${PROJECT_SOURCE_DIR})
   set_tests_properties(docs.rules PROPERTIES TIMEOUT 30 LABELS tool)
 endif()
+# The layout rules of the brief (function lengths in src/ and tools/, each
+# src/ file opening with what it owns), checked by a machine.
+if(DLOCK_PYTHON3_DOCS)
+  add_test(NAME docs.layout
+    COMMAND ${DLOCK_PYTHON3_DOCS}
+            ${CMAKE_CURRENT_LIST_DIR}/../docs/layout_check.py
+            ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs.layout PROPERTIES TIMEOUT 60 LABELS tool)
+endif()
