@@ -18,10 +18,10 @@
  * DLOCK__INFO_GAP_MS). So a loop that locks and unlocks briefly sends
  * nothing more per pair, as the blocking client.
  *
- * BOUNDED. One write in flight at a time (a round whose write has not
- * answered is skipped), sent once (no retry: the next round replaces it),
- * without a WAIT, pipelined on the command connection like any request (it
- * delays no renewal: the loop never waits for it), at most
+ * BOUNDED. One round of writes in flight at a time (a round whose writes
+ * have not all answered is skipped), sent once (no retry: the next round
+ * replaces it), without a WAIT, pipelined on the command connection like any
+ * request (it delays no renewal: the loop never waits for it), at most
  * DLOCK__INFO_HOLDS_MAX entries.
  */
 #include <errno.h>
@@ -35,7 +35,7 @@
 struct dlock__ainfo {
   dlock_async *a;
   dlock__atimer t;
-  int busy;         /* a write in flight */
+  int busy;         /* writes in flight (the key and its copies) */
   int64_t last_end; /* when the last write was answered (monotonic) */
   int64_t next_at;  /* the next periodic write */
   int dirty;        /* write at the next round: the first, or an end */
@@ -95,8 +95,8 @@ static void written(dlock__areq *r, redisReply *reply, int err,
   dlock__areq_free(r); /* the callee's, as every request's */
   if (reply)
     freeReplyObject(reply);
-  in->busy = 0;
-  in->last_end = dlock__async_now();
+  if (in->busy > 0 && --in->busy == 0)
+    in->last_end = dlock__async_now();
 }
 
 static void soonest(int64_t *at, int64_t t) {
@@ -168,29 +168,48 @@ static void split(const dlock__sb *s, int n, const char **argv, size_t *lens) {
   }
 }
 
-/* Sends one write of the key (at least once a period; then when due). */
+/* Submits one write of the info key (or of its copy) `key`. 0, or -1. */
+static int submit(dlock__ainfo *in, const char *key, const char **argv,
+                  const size_t *lens, int n) {
+  const char *keys[1] = {key};
+  size_t klens[1] = {strlen(key)};
+  dlock__areq *r = dlock__areq_eval(dlock__info_script(), 1, keys, klens, n,
+                                    argv, lens, written, in);
+  if (!r)
+    return -1;
+  r->no_retry = 1;
+  r->no_sync = 1;
+  in->busy++;
+  dlock__aconn_submit(&in->a->cmd, r);
+  return 0;
+}
+
+/* Sends one write of the key (at least once a period; then when due), and
+ * on a cluster one of each copy on the other masters (names.c's tags, as
+ * the blocking client writes them: a tool names this client's holds on
+ * the masters that answer when the key's own master does not). */
 static void send_write(dlock__ainfo *in, dlock__sb *s, int n) {
   dlock_async *a = in->a;
   char key[64];
   snprintf(key, sizeof key, "dlock_client:{%s}", a->id);
-  const char *keys[1] = {key};
-  size_t klens[1] = {strlen(key)};
   const char **argv = dlock__calloc((size_t)n, sizeof *argv);
   size_t *lens = dlock__calloc((size_t)n, sizeof *lens);
-  dlock__areq *r = NULL;
   if (argv && lens) {
     split(s, n, argv, lens);
-    r = dlock__areq_eval(dlock__info_script(), 1, keys, klens, n, argv, lens,
-                         written, in);
+    char tags[DLOCK__INFO_COPIES_MAX][8];
+    int nt = submit(in, key, argv, lens, n) == 0
+                 ? dlock__aroute_info_tags(a, key, strlen(key), tags,
+                                           DLOCK__INFO_COPIES_MAX)
+                 : 0;
+    for (int i = 0; i < nt; i++) {
+      char ck[sizeof a->id + 32];
+      snprintf(ck, sizeof ck, "dlock_client:{%.7s}:%s", tags[i], a->id);
+      if (submit(in, ck, argv, lens, n) != 0)
+        break;
+    }
   }
   free(argv);
   free(lens);
-  if (!r)
-    return;
-  r->no_retry = 1;
-  r->no_sync = 1;
-  in->busy = 1;
-  dlock__aconn_submit(&a->cmd, r);
 }
 
 /* Appends a NUL-terminated string. */

@@ -364,6 +364,11 @@ void dlock__aroute_redirect(dlock_async *a, dlock__areq *r, unsigned slot,
 dlock__aconn *dlock__aroute_subconn(dlock_async *a, const char *ch, size_t n);
 /* 1 when subscriptions are sharded (SSUBSCRIBE; scripts SPUBLISH). */
 int dlock__aroute_sharded(const dlock_async *a);
+/* The tags of the info key's copies (key: the client's info key) on a
+ * cluster whose map is known: dlock__info_copy_tags over the slot map.
+ * 0 on other topologies or while the map is unknown. */
+int dlock__aroute_info_tags(const dlock_async *a, const char *key, size_t kl,
+                            char (*tags)[8], int max);
 /* What the scripts publish with: "SPUBLISH" on a sharded cluster. */
 const char *dlock__apublish(const dlock_async *a);
 /* async.c attached the client: start what waits. */

@@ -743,6 +743,28 @@ dlock__aconn *dlock__aroute_subconn(dlock_async *a, const char *ch, size_t n) {
   return &rt->nodes[i]->sub;
 }
 
+static int map_owner(const void *map, unsigned slot) {
+  return ((const dlock__aroute *)map)->owner[slot];
+}
+
+int dlock__aroute_info_tags(const dlock_async *a, const char *key, size_t kl,
+                            char (*tags)[8], int max) {
+  const dlock__aroute *rt = a->route;
+  if (!rt || !a->url.cluster || !rt->map_ok)
+    return 0;
+  char seen[DLOCK__CLUSTER_MAX_NODES] = {0};
+  int masters = 0; /* those that own slots */
+  for (int s = 0; s < DLOCK__SLOTS; s++) {
+    int o = rt->owner[s];
+    if (o >= 0 && o < DLOCK__CLUSTER_MAX_NODES && !seen[o]) {
+      seen[o] = 1;
+      masters++;
+    }
+  }
+  return dlock__info_copy_tags(rt->owner[dlock__key_slot(key, kl)], masters - 1,
+                               map_owner, rt, tags, max);
+}
+
 int dlock__aroute_sharded(const dlock_async *a) {
   return a->route && a->url.cluster && a->route->sharded;
 }

@@ -206,34 +206,31 @@ void dlock__notes_free(dlock_client *c) {
 /* ---- copies on every master (Cluster) -------------------------------------
  */
 
+/* The master index of a slot in the client's map, or -1. */
+static int owner_of(const void *map, unsigned slot) {
+  const dlock__cluster *cl = map;
+  int n = atomic_load(&cl->n);
+  int o = atomic_load(&cl->owner[slot]);
+  return o >= 0 && o < n ? o : -1;
+}
+
 void dlock__info_copies(dlock_client *c, dlock__info_send_fn *send, void *arg,
                         int argc, const char **argv, size_t *lens) {
   if (!c->cl || argc < 4)
     return;
-  enum { MAXM = 64 };
-  dlock__cluster *cl = c->cl;
-  int n = atomic_load(&cl->n);
-  char done[DLOCK__CLUSTER_MAX_NODES] = {0};
-  int own = atomic_load(&cl->owner[dlock__key_slot(argv[3], lens[3])]);
-  if (own >= 0 && own < n)
-    done[own] = 1; /* the key itself lives there */
   const char *key = argv[3];
   size_t kl = lens[3];
-  int copies = 0, want = dlock__cluster_masters(c, NULL, 0) - 1;
-  /* Short tags in turn, each to the master of its slot until every
-   * master has one (a few tries per master: slots are spread). */
-  for (unsigned t = 0; t < 4096 && copies < want && copies < MAXM; t++) {
-    char tag[8], ck[80];
-    int tl = snprintf(tag, sizeof tag, "%x", t);
-    int o = atomic_load(&cl->owner[dlock__key_slot(tag, (size_t)tl)]);
-    if (o < 0 || o >= n || done[o])
-      continue;
-    done[o] = 1;
-    int cl_len = snprintf(ck, sizeof ck, "dlock_client:{%s}:%s", tag, c->id);
+  char tags[DLOCK__INFO_COPIES_MAX][8];
+  int n = dlock__info_copy_tags(owner_of(c->cl, dlock__key_slot(key, kl)),
+                                dlock__cluster_masters(c, NULL, 0) - 1,
+                                owner_of, c->cl, tags, DLOCK__INFO_COPIES_MAX);
+  for (int i = 0; i < n; i++) {
+    char ck[80];
+    int cl_len =
+        snprintf(ck, sizeof ck, "dlock_client:{%s}:%s", tags[i], c->id);
     argv[3] = ck;
     lens[3] = (size_t)cl_len;
     (void)send(c, arg, ck, argc, argv, lens);
-    copies++;
   }
   argv[3] = key;
   lens[3] = kl;

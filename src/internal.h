@@ -1697,6 +1697,17 @@ size_t dlock__field(const dlock_client *c, uint64_t tid, char *buf);
  * into buf (>= DLOCK__FIELD_MAX); id is a client id (36 chars). Returns
  * the length. */
 size_t dlock__field_owner(const char *id, long long owner, char *buf);
+/* The hash tags of a Cluster client's info key copies (names.c; the copy
+ * is "dlock_client:{<tag>}:<client id>"), the ONE rule both clients'
+ * writers follow and the tools' readers expect: short hex tags "0", "1",
+ * ... in turn, each taken when its slot's master (owner_of(map, slot): an
+ * index < DLOCK__CLUSTER_MAX_NODES, or -1) has none yet and is not `own`
+ * (the master of the key itself), until `want` tags (the other masters)
+ * or max. Returns how many tags[i] (NUL-terminated) were written. */
+#define DLOCK__INFO_COPIES_MAX 64
+int dlock__info_copy_tags(int own, int want,
+                          int (*owner_of)(const void *map, unsigned slot),
+                          const void *map, char (*tags)[8], int max);
 
 /* ---- lock objects (mutex.c) --------------------------------------------- */
 

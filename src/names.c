@@ -1,8 +1,10 @@
 /*
  * names.c -- the names of keys, channels and hash fields: Redisson's
  * prefix/suffix rules, dlock's own unambiguous form, unlock latch keys,
- * "<uuid>:<tid>" fields, and the lease bound every entry point checks.
+ * "<uuid>:<tid>" fields, the tags of a Cluster client's info key copies,
+ * and the lease bound every entry point checks.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -93,4 +95,24 @@ int dlock__check_lease(long long lease_ms, const char *what, const char *name) {
                      "%s '%s': lease %lld ms is longer than the longest "
                      "accepted (DLOCK_LEASE_MAX_MS, %lld ms)",
                      what, name, lease_ms, DLOCK_LEASE_MAX_MS);
+}
+
+int dlock__info_copy_tags(int own, int want,
+                          int (*owner_of)(const void *map, unsigned slot),
+                          const void *map, char (*tags)[8], int max) {
+  char done[DLOCK__CLUSTER_MAX_NODES] = {0};
+  if (own >= 0 && own < DLOCK__CLUSTER_MAX_NODES)
+    done[own] = 1; /* the key itself lives there */
+  int k = 0;
+  /* a few tries per master: the slots are spread */
+  for (unsigned t = 0; t < 4096 && k < want && k < max; t++) {
+    char tag[8];
+    int tl = snprintf(tag, sizeof tag, "%x", t);
+    int o = owner_of(map, dlock__key_slot(tag, (size_t)tl));
+    if (o < 0 || o >= DLOCK__CLUSTER_MAX_NODES || done[o])
+      continue;
+    done[o] = 1;
+    memcpy(tags[k++], tag, (size_t)tl + 1);
+  }
+  return k;
 }

@@ -1275,3 +1275,64 @@ TH_CASE_T(sync_shortfall_parity_blocking, 90, "sentinel async") {
 TH_CASE_T(sync_shortfall_parity_async, 90, "sentinel async") {
   sync_parity_body(TH_DRIVE_ASYNC);
 }
+
+/* A Cluster client's info key has a copy on every other master
+ * ("dlock_client:{<tag>}:<id>", the tags of names.c), so `dlock status`,
+ * `list` and the exporter name the client's holds on the masters that
+ * answer when its key's own master does not -- on both clients (the
+ * event-loop client wrote its key only, at 9eac3ad: a live async holder
+ * showed as "no client info" right where the runbook says to force-unlock).
+ * One body: the copies exist on each other master, name the hold, and
+ * none on the key's own master. */
+static void info_copies_body(int kind) {
+  th_cluster *cl = th_cluster_new(3, 0, 2000);
+  dlock_config cfg = cluster_cfg(cl);
+  th_drive *d = th_drive_new(kind, &cfg);
+  CHECK_OK(th_drive_lock(d, "icopy", 1, 0, -1));
+  char field[128], id[64];
+  th_drive_field(d, "icopy", 1, field, sizeof field);
+  snprintf(id, sizeof id, "%.36s", field);
+  char key[96], want_field[160];
+  snprintf(key, sizeof key, "dlock_client:{%s}", id);
+  snprintf(want_field, sizeof want_field, "since:1:icopy");
+  const int own = th_cluster_master_of(cl, th_cluster_slot(cl, key));
+  int64_t end = th_now_ms() + 20000 * slow();
+  int found = 0;
+  while (found < 3 && th_now_ms() < end) {
+    th_drive_pump(d, 100);
+    found = 0;
+    for (int m = 0; m < 3; m++) {
+      redisReply *k =
+          m == own ? th_cmd(cl->node[m], "HEXISTS %s %s", key, want_field)
+                   : NULL;
+      if (k) {
+        found += k->type == REDIS_REPLY_INTEGER && k->integer == 1;
+        freeReplyObject(k);
+        continue;
+      }
+      redisReply *ks = th_cmd(cl->node[m], "KEYS dlock_client:{*}:%s", id);
+      if (ks->type == REDIS_REPLY_ARRAY && ks->elements == 1) {
+        redisReply *h = th_cmd(cl->node[m], "HEXISTS %s %s",
+                               ks->element[0]->str, want_field);
+        found += h->type == REDIS_REPLY_INTEGER && h->integer == 1;
+        freeReplyObject(h);
+      }
+      freeReplyObject(ks);
+    }
+  }
+  CHECK_MSG(found == 3,
+            "%s: %d of 3 masters have the info key or a copy naming the hold",
+            th_drive_kind(d), found);
+  redisReply *none = th_cmd(cl->node[own], "KEYS dlock_client:{*}:%s", id);
+  CHECK(none->type == REDIS_REPLY_ARRAY && none->elements == 0);
+  freeReplyObject(none);
+  CHECK_OK(th_drive_unlock(d, "icopy", 1));
+  th_drive_free(d);
+}
+
+TH_CASE_T(cluster_info_key_copies_blocking, 120, "cluster async") {
+  info_copies_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(cluster_info_key_copies_async, 120, "cluster async") {
+  info_copies_body(TH_DRIVE_ASYNC);
+}
