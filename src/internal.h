@@ -151,6 +151,11 @@ static inline void dlock__stat_add(dlock__stats *s, dlock__stat k, uint64_t n) {
 /* One wait of wait_ms ended with an acquisition: waits, histogram, total,
  * maximum. */
 void dlock__stat_wait(dlock__stats *s, int64_t wait_ms);
+/* A first hold taken (reentry is not counted here): acquired, by hand-over
+ * or directly; when the call waited (since monotonic ms started), its
+ * wait too. Returns the wait in ms (0: it did not wait). */
+int64_t dlock__stat_acquired(dlock__stats *s, int handover, int waited,
+                             int64_t started);
 
 int64_t dlock__wall_ms(void); /* CLOCK_REALTIME, ms since the epoch */
 int64_t dlock__now_us(void);  /* monotonic */

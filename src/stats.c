@@ -32,6 +32,18 @@ void dlock__stat_wait(dlock__stats *s, int64_t wait_ms) {
     ;
 }
 
+int64_t dlock__stat_acquired(dlock__stats *s, int handover, int waited,
+                             int64_t started) {
+  dlock__stat_add(s, DLOCK__ST_ACQUIRED, 1);
+  dlock__stat_add(
+      s, handover ? DLOCK__ST_ACQUIRED_HANDOVER : DLOCK__ST_ACQUIRED_DIRECT, 1);
+  if (!waited)
+    return 0;
+  int64_t wait_ms = dlock__now_ms() - started;
+  dlock__stat_wait(s, wait_ms);
+  return wait_ms;
+}
+
 /* Where each counter lands in dlock_client_stats. */
 static const size_t g_off[DLOCK__ST_COUNT] = {
     [DLOCK__ST_ACQUIRED] = offsetof(dlock_client_stats, acquired),
