@@ -714,6 +714,9 @@ int dlock__store_java_kind(const unsigned char *b, size_t n, const char **kind);
 int dlock__store_java_hint(char *buf, size_t len, const char *key,
                            const char *path, const char *kind);
 void dlock__tls_ctx_free(void *ctx);
+/* OpenSSL's queued error in words into buf (the oldest, with last the
+ * newest; "no detail from OpenSSL" when none), the queue cleared. */
+const char *dlock__tls_err_text(char *buf, size_t n, int last);
 /* 1 if the TLS link l presents a client certificate. */
 int dlock__tls_has_client_cert(const dlock__link *l);
 /* Runs the TLS handshake on l's connected socket to host:port (bounded by
