@@ -203,24 +203,24 @@ static dlock__aconn *conn_of(dlock_async_watch *w) {
   return ((dlock__awatch *)w)->k;
 }
 
-void dlock_async_on_readable(dlock_async_watch *w) {
+/* w's socket is ready: its connection does `ready`, inside the handle,
+ * unless the watch has no connection or the handle is closing. */
+static void socket_ready(dlock_async_watch *w, void (*ready)(dlock__aconn *)) {
   dlock_async *a = w->a;
   dlock__aconn *k = conn_of(w);
   if (!k || a->closing)
     return;
   enter(a);
-  dlock__aconn_readable(k);
+  ready(k);
   leave(a);
 }
 
+void dlock_async_on_readable(dlock_async_watch *w) {
+  socket_ready(w, dlock__aconn_readable);
+}
+
 void dlock_async_on_writable(dlock_async_watch *w) {
-  dlock_async *a = w->a;
-  dlock__aconn *k = conn_of(w);
-  if (!k || a->closing)
-    return;
-  enter(a);
-  dlock__aconn_writable(k);
-  leave(a);
+  socket_ready(w, dlock__aconn_writable);
 }
 
 void dlock_async_on_timer(dlock_async *a) {

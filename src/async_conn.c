@@ -211,30 +211,29 @@ static void hook_refused(dlock__aconn *k) {
   dlock__async_timer(k->a, &k->timeout, dlock__async_now());
 }
 
-static void want_read(dlock__aconn *k, int on) {
-  dlock_async *a = k->a;
-  if (!k->w || on == k->reading)
+/* Gives (on) or takes back one interest in k's socket from the adapter:
+ * *given says whether it has it, add and del are its hooks. */
+static void want(dlock__aconn *k, int on, int *given,
+                 int (*add)(void *, dlock_async_watch *),
+                 void (*del)(void *, dlock_async_watch *)) {
+  void *data = k->a->hooks.data;
+  if (!k->w || on == *given)
     return;
-  if (on && a->hooks.add_read(a->hooks.data, k->w) != 0) {
+  if (on && add(data, k->w) != 0) {
     hook_refused(k);
     return;
   }
   if (!on)
-    a->hooks.del_read(a->hooks.data, k->w);
-  k->reading = on;
+    del(data, k->w);
+  *given = on;
+}
+
+static void want_read(dlock__aconn *k, int on) {
+  want(k, on, &k->reading, k->a->hooks.add_read, k->a->hooks.del_read);
 }
 
 static void want_write(dlock__aconn *k, int on) {
-  dlock_async *a = k->a;
-  if (!k->w || on == k->writing)
-    return;
-  if (on && a->hooks.add_write(a->hooks.data, k->w) != 0) {
-    hook_refused(k);
-    return;
-  }
-  if (!on)
-    a->hooks.del_write(a->hooks.data, k->w);
-  k->writing = on;
+  want(k, on, &k->writing, k->a->hooks.add_write, k->a->hooks.del_write);
 }
 
 static void close_socket(dlock__aconn *k) {

@@ -298,48 +298,38 @@ static int64_t look(dlock_async *a, int64_t now, dlock__sb *names, int renew) {
   return next;
 }
 
-static void tick(dlock__atimer *t) {
-  dlock_async *a = t->arg;
+/* One round of the watchdog's timers at now: every hold looked at with
+ * renew (look: 1 the tick, 0 a deadline, 2 the retries), the timers that
+ * follow armed, the losses reported. */
+static void wd_round(dlock_async *a, int renew) {
   int64_t now = dlock__async_now();
   dlock__sb names;
   dlock__sb_init(&names);
-  int64_t next = look(a, now, &names, 1);
-  if (a->wd_head) {
+  int64_t next = look(a, now, &names, renew);
+  int64_t loss_before = INT64_MAX; /* the tick looks at later deadlines */
+  if (renew == 1 && a->wd_head) {
     dlock__async_timer(a, &a->wd_timer, now + period(a));
-    if (next < a->wd_timer.at)
-      arm_loss(a, next);
+    loss_before = a->wd_timer.at;
   }
+  if (renew == 2) {
+    int64_t again = INT64_MAX;
+    for (dlock__ahold *h = a->wd_head; h; h = h->wd_next)
+      if (h->h.retry_at && h->h.retry_at < again)
+        again = h->h.retry_at;
+    if (a->wd_head && again < INT64_MAX)
+      arm_retry(a, again);
+  }
+  if (a->wd_head && next < loss_before)
+    arm_loss(a, next);
   report(a, &names);
 }
+
+static void tick(dlock__atimer *t) { wd_round(t->arg, 1); }
 
 /* A local deadline is due (or a final unlock was settling): the engine's
  * verdict for each hold now; the timer follows the next deadline. */
-static void loss_fire(dlock__atimer *t) {
-  dlock_async *a = t->arg;
-  int64_t now = dlock__async_now();
-  dlock__sb names;
-  dlock__sb_init(&names);
-  int64_t next = look(a, now, &names, 0);
-  if (a->wd_head && next < INT64_MAX)
-    arm_loss(a, next);
-  report(a, &names);
-}
+static void loss_fire(dlock__atimer *t) { wd_round(t->arg, 0); }
 
 /* Failed renewals are due for their retry: those holds are renewed again
  * (the others wait for their tick); the timer follows the next retry. */
-static void retry_fire(dlock__atimer *t) {
-  dlock_async *a = t->arg;
-  int64_t now = dlock__async_now();
-  dlock__sb names;
-  dlock__sb_init(&names);
-  int64_t next = look(a, now, &names, 2);
-  int64_t again = INT64_MAX;
-  for (dlock__ahold *h = a->wd_head; h; h = h->wd_next)
-    if (h->h.retry_at && h->h.retry_at < again)
-      again = h->h.retry_at;
-  if (a->wd_head && again < INT64_MAX)
-    arm_retry(a, again);
-  if (a->wd_head && next < INT64_MAX)
-    arm_loss(a, next);
-  report(a, &names);
-}
+static void retry_fire(dlock__atimer *t) { wd_round(t->arg, 2); }

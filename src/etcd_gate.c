@@ -396,6 +396,15 @@ static void watch_tick(dlock__etcd *e, dlock__etcd_gate *g, int64_t now,
 /* ---- clean-up of stale keys
  * ---------------------------------------------------- */
 
+/* Gate g's background request r is over: r freed, g->sweep cleared. */
+static void sweep_end(dlock__etcd_gate *g, dlock__etcd_req *r) {
+  dlock__etcd_req_free(r);
+  if (r->easy)
+    curl_easy_cleanup(r->easy);
+  free(r);
+  g->sweep = NULL;
+}
+
 static void sweep_done(dlock__etcd_req *r) {
   dlock__etcd *e = r->e;
   dlock__etcd_gate *g = r->arg;
@@ -404,11 +413,7 @@ static void sweep_done(dlock__etcd_req *r) {
    * exists any more (revisions are never reused) */
   if (r->done && r->rc == 0 && !g->held && g->rev == g->sweep_rev)
     g->rev = 0;
-  dlock__etcd_req_free(r);
-  if (r->easy)
-    curl_easy_cleanup(r->easy);
-  free(r);
-  g->sweep = NULL;
+  sweep_end(g, r);
   dlock__mu_unlock(&e->mu);
 }
 
@@ -436,12 +441,28 @@ static void maybe_done(dlock__etcd_req *r) {
     else
       g->maybe = 0;
   }
-  dlock__etcd_req_free(r);
-  if (r->easy)
-    curl_easy_cleanup(r->easy);
-  free(r);
-  g->sweep = NULL;
+  sweep_end(g, r);
   dlock__mu_unlock(&e->mu);
+}
+
+/* Sends gate g's background request (e->mu held), body b to path, which
+ * done ends; g->sweep is the request while it runs. built = 0: the body
+ * could not be made and nothing is sent. */
+static void bg_send(dlock__etcd *e, dlock__etcd_gate *g, const char *path,
+                    const dlock__sb *b, int built, dlock__etcd_done_fn *done) {
+  dlock__etcd_req *r = dlock__calloc(1, sizeof *r);
+  if (r && built &&
+      dlock__etcd_req_init(r, e, path, b->p, b->len, DLOCK__ETCD_ONEROUND) ==
+          0) {
+    r->on_done = done;
+    r->arg = g;
+    g->sweep = r;
+    if (dlock__etcd_req_start(r, e->lm) != 0)
+      sweep_end(g, r);
+  } else if (r) {
+    dlock__etcd_req_free(r);
+    free(r);
+  }
 }
 
 static void maybe_tick(dlock__etcd *e, dlock__etcd_gate *g, int64_t now,
@@ -460,24 +481,7 @@ static void maybe_tick(dlock__etcd *e, dlock__etcd_gate *g, int64_t now,
   dlock__sb_adds(&b, "{\"key\":\"");
   dlock__etcd_b64(&b, k.p, k.len);
   dlock__sb_adds(&b, "\",\"keys_only\":true}");
-  dlock__etcd_req *r = dlock__calloc(1, sizeof *r);
-  if (r && !k.oom && !b.oom &&
-      dlock__etcd_req_init(r, e, "/v3/kv/range", b.p, b.len,
-                           DLOCK__ETCD_ONEROUND) == 0) {
-    r->on_done = maybe_done;
-    r->arg = g;
-    g->sweep = r;
-    if (dlock__etcd_req_start(r, e->lm) != 0) {
-      dlock__etcd_req_free(r);
-      if (r->easy)
-        curl_easy_cleanup(r->easy);
-      free(r);
-      g->sweep = NULL;
-    }
-  } else if (r) {
-    dlock__etcd_req_free(r);
-    free(r);
-  }
+  bg_send(e, g, "/v3/kv/range", &b, !k.oom && !b.oom, maybe_done);
   dlock__sb_free(&k);
   dlock__sb_free(&b);
 }
@@ -488,25 +492,9 @@ static void sweep_tick(dlock__etcd *e, dlock__etcd_gate *g) {
     return;
   dlock__sb b;
   dlock__sb_init(&b);
-  dlock__etcd_req *r = dlock__calloc(1, sizeof *r);
-  if (r && dlock__etcd_delete_body(e, g, g->key_lease, g->rev, &b) == 0 &&
-      dlock__etcd_req_init(r, e, "/v3/kv/txn", b.p, b.len,
-                           DLOCK__ETCD_ONEROUND) == 0) {
-    r->on_done = sweep_done;
-    r->arg = g;
-    g->sweep = r;
-    g->sweep_rev = g->rev;
-    if (dlock__etcd_req_start(r, e->lm) != 0) {
-      dlock__etcd_req_free(r);
-      if (r->easy)
-        curl_easy_cleanup(r->easy);
-      free(r);
-      g->sweep = NULL;
-    }
-  } else if (r) {
-    dlock__etcd_req_free(r);
-    free(r);
-  }
+  int built = dlock__etcd_delete_body(e, g, g->key_lease, g->rev, &b) == 0;
+  g->sweep_rev = g->rev; /* read by sweep_done only, for this request */
+  bg_send(e, g, "/v3/kv/txn", &b, built, sweep_done);
   dlock__sb_free(&b);
 }
 

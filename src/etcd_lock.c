@@ -574,16 +574,8 @@ static int record(acq *a) {
 }
 
 static void count_acquired(const acq *a) {
-  dlock__stats *s = &a->c->stats;
-  dlock__stat_add(s, DLOCK__ST_ACQUIRED, 1);
-  dlock__stat_add(
-      s, a->waited ? DLOCK__ST_ACQUIRED_HANDOVER : DLOCK__ST_ACQUIRED_DIRECT,
-      1);
-  int64_t waited = 0;
-  if (a->waited) {
-    waited = dlock__now_ms() - a->b.started;
-    dlock__stat_wait(s, waited);
-  }
+  int64_t waited =
+      dlock__stat_acquired(&a->c->stats, a->waited, a->waited, a->b.started);
   if (dlock__log_on(&a->c->cfg, DLOCK_LOG_DEBUG))
     dlock__log(&a->c->cfg, DLOCK_LOG_DEBUG, a->m->name, "acquired",
                "acquired on etcd (revision %lld, %s, waited %lld ms)",

@@ -195,6 +195,26 @@ static int name_of(const dlock__etcd *e, const dlock__etcd_kv *k,
   return 1;
 }
 
+/* Sends the range request body b (DLOCK_ENOMEM instead when b or from,
+ * the buffer it was made from, ran out of memory), frees both and parses
+ * the answer's keys into kvs (left empty on a failure). 0 or a code. */
+static int range_kvs(dlock__etcd *e, dlock__sb *b, dlock__sb *from,
+                     dlock__etcd_kvs *kvs) {
+  kvs->v = NULL;
+  kvs->n = 0;
+  dlock__etcd_res res = {0};
+  int rc = b->oom || from->oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
+                               : dlock__etcd_call(e, "/v3/kv/range", b,
+                                                  DLOCK__ETCD_RETRY, &res);
+  dlock__sb_free(b);
+  dlock__sb_free(from);
+  if (rc)
+    return rc;
+  rc = dlock__etcd_kvs_parse(res.json, NULL, kvs);
+  json_object_put(res.json);
+  return rc;
+}
+
 /* Every key under the prefix (keys only, in key order). */
 static int read_all(dlock__etcd *e, dlock__etcd_kvs *kvs) {
   dlock__sb b, end;
@@ -211,17 +231,7 @@ static int read_all(dlock__etcd *e, dlock__etcd_kvs *kvs) {
   dlock__sb_adds(&b, "\",\"range_end\":\"");
   dlock__etcd_b64(&b, end.p, end.len);
   dlock__sb_adds(&b, "\",\"keys_only\":true}");
-  dlock__etcd_res res = {0};
-  int rc = b.oom || end.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                            : dlock__etcd_call(e, "/v3/kv/range", &b,
-                                               DLOCK__ETCD_RETRY, &res);
-  dlock__sb_free(&b);
-  dlock__sb_free(&end);
-  if (rc)
-    return rc;
-  rc = dlock__etcd_kvs_parse(res.json, NULL, kvs);
-  json_object_put(res.json);
-  return rc;
+  return range_kvs(e, &b, &end, kvs);
 }
 
 int dlock__etcd_names(dlock_client *c, const char *pattern, char ***names,
@@ -300,17 +310,8 @@ int dlock__etcd_client_info(dlock_client *c, const char *owner,
   dlock__sb_adds(&b, "{\"key\":\"");
   dlock__etcd_b64(&b, k.p, k.len);
   dlock__sb_adds(&b, "\"}");
-  dlock__etcd_res res = {0};
-  int rc = k.oom || b.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
-                          : dlock__etcd_call(e, "/v3/kv/range", &b,
-                                             DLOCK__ETCD_RETRY, &res);
-  dlock__sb_free(&k);
-  dlock__sb_free(&b);
-  if (rc)
-    return rc;
   dlock__etcd_kvs kvs;
-  rc = dlock__etcd_kvs_parse(res.json, NULL, &kvs);
-  json_object_put(res.json);
+  int rc = range_kvs(e, &b, &k, &kvs);
   if (rc || kvs.n == 0) {
     dlock__etcd_kvs_free(&kvs);
     return rc;

@@ -287,7 +287,7 @@ static int64_t epoch_ms(void) {
 
 /* The four keys every fair script takes. */
 typedef struct fair_keys {
-  dlock__sb queue, timeout, channel;
+  dlock__sb queue, timeout, channel, req;
   const char *keys[5];
   size_t klens[5];
 } fair_keys;
@@ -296,6 +296,7 @@ static int fair_keys_init(dlock_mutex *m, fair_keys *k) {
   dlock__sb_init(&k->queue);
   dlock__sb_init(&k->timeout);
   dlock__sb_init(&k->channel);
+  dlock__sb_init(&k->req);
   dlock__prefix_name(&k->queue, "redisson_lock_queue", m->name);
   dlock__prefix_name(&k->timeout, "redisson_lock_timeout", m->name);
   dlock__prefix_name(&k->channel, "redisson_lock__channel", m->name);
@@ -319,6 +320,28 @@ static void fair_keys_free(fair_keys *k) {
   dlock__sb_free(&k->queue);
   dlock__sb_free(&k->timeout);
   dlock__sb_free(&k->channel);
+  dlock__sb_free(&k->req);
+}
+
+/* fair_keys_init and KEYS[5], the key of request rid that binds the call
+ * to it: its tombstone for an acquire (dlock__req_tomb_key), its unlock
+ * latch for a release (dlock__unlock_latch_key), made by key_of. 0 or a
+ * code (k freed on failure). */
+static int fair_keys_init_req(dlock_mutex *m, fair_keys *k,
+                              void (*key_of)(dlock__sb *, const char *,
+                                             const char *),
+                              const char *rid) {
+  int rc = fair_keys_init(m, k);
+  key_of(&k->req, m->name, rid);
+  if (!rc && k->req.oom)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
+  if (rc) {
+    fair_keys_free(k);
+    return rc;
+  }
+  k->keys[4] = k->req.p;
+  k->klens[4] = k->req.len;
+  return 0;
 }
 
 /* The thread's last attempt was a reentrant one (target > 1): it never
@@ -343,19 +366,9 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
                         uint64_t *token, const dlock__wait *w) {
   (void)token;
   fair_keys k;
-  dlock__sb tomb;
-  dlock__sb_init(&tomb);
-  int rc = fair_keys_init(m, &k);
-  dlock__req_tomb_key(&tomb, m->name, w->rid);
-  if (!rc && tomb.oom)
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  if (rc) {
-    fair_keys_free(&k);
-    dlock__sb_free(&tomb);
+  int rc = fair_keys_init_req(m, &k, dlock__req_tomb_key, w->rid);
+  if (rc)
     return rc;
-  }
-  k.keys[4] = tomb.p;
-  k.klens[4] = tomb.len;
   (void)wait_ms; /* enforced by the wait loop; the queue uses FAIR_LIVE_MS */
   tl_reentrant = target > 1;
   const int64_t wait = FAIR_LIVE_MS;
@@ -381,7 +394,6 @@ static int fair_attempt(dlock_mutex *m, uint64_t tid, int target, int64_t lease,
   rc = dlock__eval(m->c, queue ? &g_acquire : &g_try, 5, k.keys, k.klens, 6,
                    args, alens, &r);
   fair_keys_free(&k);
-  dlock__sb_free(&tomb);
   if (rc == 0 && !r)
     rc = dlock__fail(DLOCK_EPROTO, "no reply");
   if (rc == 0 && r && r->type == REDIS_REPLY_NIL) {
@@ -441,19 +453,9 @@ static int fair_release(dlock_mutex *m, uint64_t tid,
                         const dlock__eng_unlock *u) {
   dlock_client *c = m->c;
   fair_keys k;
-  dlock__sb tomb;
-  dlock__sb_init(&tomb);
-  int rc = fair_keys_init(m, &k);
-  dlock__unlock_latch_key(&tomb, m->name, u->rid);
-  if (!rc && tomb.oom)
-    rc = dlock__fail(DLOCK_ENOMEM, "out of memory");
-  if (rc) {
-    fair_keys_free(&k);
-    dlock__sb_free(&tomb);
+  int rc = fair_keys_init_req(m, &k, dlock__unlock_latch_key, u->rid);
+  if (rc)
     return rc;
-  }
-  k.keys[4] = tomb.p;
-  k.klens[4] = tomb.len;
   char field[DLOCK__FIELD_MAX], ls[24], ns[24], es[24], cs[24];
   size_t fl = dlock__field(c, tid, field);
   int lsl = snprintf(ls, sizeof ls, "%lld", (long long)u->lease);
@@ -472,7 +474,6 @@ static int fair_release(dlock_mutex *m, uint64_t tid,
   redisReply *r = NULL;
   rc = dlock__eval(c, &g_unlock, 5, k.keys, k.klens, 7, args, alens, &r);
   fair_keys_free(&k);
-  dlock__sb_free(&tomb);
   if (rc || !r)
     return rc ? rc : dlock__fail(DLOCK_EPROTO, "no reply");
   if (r->type == REDIS_REPLY_NIL) {

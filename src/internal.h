@@ -151,6 +151,11 @@ static inline void dlock__stat_add(dlock__stats *s, dlock__stat k, uint64_t n) {
 /* One wait of wait_ms ended with an acquisition: waits, histogram, total,
  * maximum. */
 void dlock__stat_wait(dlock__stats *s, int64_t wait_ms);
+/* A first hold taken (reentry is not counted here): acquired, by hand-over
+ * or directly; when the call waited (since monotonic ms started), its
+ * wait too. Returns the wait in ms (0: it did not wait). */
+int64_t dlock__stat_acquired(dlock__stats *s, int handover, int waited,
+                             int64_t started);
 
 int64_t dlock__wall_ms(void); /* CLOCK_REALTIME, ms since the epoch */
 int64_t dlock__now_us(void);  /* monotonic */
@@ -709,6 +714,9 @@ int dlock__store_java_kind(const unsigned char *b, size_t n, const char **kind);
 int dlock__store_java_hint(char *buf, size_t len, const char *key,
                            const char *path, const char *kind);
 void dlock__tls_ctx_free(void *ctx);
+/* OpenSSL's queued error in words into buf (the oldest, with last the
+ * newest; "no detail from OpenSSL" when none), the queue cleared. */
+const char *dlock__tls_err_text(char *buf, size_t n, int last);
 /* 1 if the TLS link l presents a client certificate. */
 int dlock__tls_has_client_cert(const dlock__link *l);
 /* Runs the TLS handshake on l's connected socket to host:port (bounded by

@@ -1117,15 +1117,8 @@ static void count_acquired(const acq *a) {
     dlock__stat_add(s, DLOCK__ST_REENTERED, 1);
     return;
   }
-  dlock__stat_add(s, DLOCK__ST_ACQUIRED, 1);
-  dlock__stat_add(
-      s, a->handover ? DLOCK__ST_ACQUIRED_HANDOVER : DLOCK__ST_ACQUIRED_DIRECT,
-      1);
-  int64_t waited = 0;
-  if (a->waited) {
-    waited = dlock__now_ms() - a->b.started;
-    dlock__stat_wait(s, waited);
-  }
+  int64_t waited =
+      dlock__stat_acquired(s, a->handover, a->waited, a->b.started);
   if (dlock__log_on(&a->c->cfg, DLOCK_LOG_DEBUG))
     dlock__log(
         &a->c->cfg, DLOCK_LOG_DEBUG, a->m->name, "acquired",

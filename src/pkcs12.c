@@ -57,17 +57,6 @@ int dlock__store_java_hint(char *buf, size_t len, const char *key,
       key, path, kind, kind, path, path);
 }
 
-/* The last OpenSSL error in words (and the queue cleared). */
-static const char *ossl_text(char *buf, size_t n) {
-  unsigned long e = ERR_peek_last_error();
-  if (!e)
-    snprintf(buf, n, "%s", "no detail from OpenSSL");
-  else
-    ERR_error_string_n(e, buf, n);
-  ERR_clear_error();
-  return buf;
-}
-
 /* *out = the parsed PKCS12 file at path (the setting `key`), or an error. */
 static int read_store(const char *key, const char *path, PKCS12 **out) {
   *out = NULL;
@@ -128,7 +117,7 @@ static int open_store(const char *key, const char *pass_key, const char *path,
   if (ok)
     return 0;
   char e[200];
-  ossl_text(e, sizeof e);
+  dlock__tls_err_text(e, sizeof e, 1);
   return dlock__fail(DLOCK_ETLS,
                      "TLS: cannot open %s '%s': wrong or missing %s, or an "
                      "encryption this OpenSSL does not offer (re-export it "
@@ -188,11 +177,11 @@ static int load_key(SSL_CTX *ctx, const dlock_config *cfg) {
     rc = dlock__fail(DLOCK_ETLS,
                      "TLS: cannot use the key and certificate of "
                      "%s '%s': %s",
-                     key, path, ossl_text(e, sizeof e));
+                     key, path, dlock__tls_err_text(e, sizeof e, 1));
   for (int i = 0; rc == 0 && ca && i < sk_X509_num(ca); i++)
     if (SSL_CTX_add1_chain_cert(ctx, sk_X509_value(ca, i)) != 1)
       rc = dlock__fail(DLOCK_ETLS, "TLS: cannot use the chain of %s '%s': %s",
-                       key, path, ossl_text(e, sizeof e));
+                       key, path, dlock__tls_err_text(e, sizeof e, 1));
   EVP_PKEY_free(pkey);
   X509_free(cert);
   sk_X509_pop_free(ca, X509_free);

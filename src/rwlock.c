@@ -47,6 +47,19 @@
 
 /* ---- scripts ------------------------------------------------------------- */
 
+/* The start of both acquire scripts (n = the hold count after the
+ * acquire): a lock held by another kind of lock (a plain, fair or fenced
+ * mutex, a semaphore) is taken, never rewritten (issue 25.6) -- its PTTL
+ * for a first hold, else -3 (our hold is gone); else `mode` is the lock's
+ * (nil: free). */
+#define RW_KIND_AND_MODE                                                       \
+  "local kd = kind_of(KEYS[1])\n"                                              \
+  "if kd ~= 'none' and kd ~= 'rwlock' then\n"                                  \
+  "  if n ~= 1 then return -3 end\n"                                           \
+  "  return busy_ttl(KEYS[1])\n"                                               \
+  "end\n"                                                                      \
+  "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+
 static dlock__script g_rd_acquire = {
     "rw_read_acquire",
     /* KEYS[1] lock, KEYS[2] timeout prefix {name}:<uuid>:<tid>:rwlock_timeout,
@@ -56,15 +69,7 @@ static dlock__script g_rd_acquire = {
      * else the hash PTTL. */
     DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE(
         "KEYS[3]",
-        "-4") "local n = tonumber(ARGV[4])\n"
-              /* held by another kind of lock (a plain, fair or fenced mutex, a
-               * semaphore): taken, never rewritten (issue 25.6) */
-              "local kd = kind_of(KEYS[1])\n"
-              "if kd ~= 'none' and kd ~= 'rwlock' then\n"
-              "  if n ~= 1 then return -3 end\n"
-              "  return busy_ttl(KEYS[1])\n"
-              "end\n"
-              "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+        "-4") "local n = tonumber(ARGV[4])\n" RW_KIND_AND_MODE
               "if not mode then\n"
               "  if n ~= 1 then return -3 end\n"
               "  redis.call('hset', KEYS[1], 'mode', 'read')\n"
@@ -184,15 +189,7 @@ static dlock__script g_wr_acquire = {
      * first hold found ours already (a re-sent copy) only extends it. */
     DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE(
         "KEYS[2]",
-        "-5") "local n = tonumber(ARGV[3])\n"
-              /* held by another kind of lock: taken, never rewritten
-                 (issue 25.6) */
-              "local kd = kind_of(KEYS[1])\n"
-              "if kd ~= 'none' and kd ~= 'rwlock' then\n"
-              "  if n ~= 1 then return -3 end\n"
-              "  return busy_ttl(KEYS[1])\n"
-              "end\n"
-              "local mode = redis.call('hget', KEYS[1], 'mode')\n"
+        "-5") "local n = tonumber(ARGV[3])\n" RW_KIND_AND_MODE
               "if not mode then\n"
               "  if n ~= 1 then return -3 end\n"
               "  redis.call('hset', KEYS[1], 'mode', 'write')\n"

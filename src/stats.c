@@ -32,6 +32,18 @@ void dlock__stat_wait(dlock__stats *s, int64_t wait_ms) {
     ;
 }
 
+int64_t dlock__stat_acquired(dlock__stats *s, int handover, int waited,
+                             int64_t started) {
+  dlock__stat_add(s, DLOCK__ST_ACQUIRED, 1);
+  dlock__stat_add(
+      s, handover ? DLOCK__ST_ACQUIRED_HANDOVER : DLOCK__ST_ACQUIRED_DIRECT, 1);
+  if (!waited)
+    return 0;
+  int64_t wait_ms = dlock__now_ms() - started;
+  dlock__stat_wait(s, wait_ms);
+  return wait_ms;
+}
+
 /* Where each counter lands in dlock_client_stats. */
 static const size_t g_off[DLOCK__ST_COUNT] = {
     [DLOCK__ST_ACQUIRED] = offsetof(dlock_client_stats, acquired),
@@ -107,13 +119,22 @@ static void give(dlock_client_stats *st, const dlock_client_stats *full,
   memcpy(st, full, size < sizeof *full ? size : sizeof *full);
 }
 
+/* The arguments of a stats call (its name `call`): 0, or DLOCK_EINVAL
+ * when one is NULL or size is not a struct size. */
+static int check_args(const char *call, int null, size_t size) {
+  if (null || size < 8 || size > STATS_SIZE_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "%s: NULL argument or a struct size of %zu bytes (use "
+                       "the %s macro)",
+                       call, size, call);
+  return 0;
+}
+
 int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
                              size_t size) {
-  if (!c || !st || size < 8 || size > STATS_SIZE_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "dlock_client_stats: NULL argument or a struct size "
-                       "of %zu bytes (use the dlock_client_stats macro)",
-                       size);
+  int rc = check_args("dlock_client_stats", !c || !st, size);
+  if (rc)
+    return rc;
   dlock_client_stats full;
   take(&c->stats, &full, size);
   full.holds = (uint64_t)dlock__holds_now(c);
@@ -124,11 +145,9 @@ int dlock_client_stats_sized(dlock_client *c, dlock_client_stats *st,
 
 int dlock_async_stats_sized(dlock_async *a, dlock_client_stats *st,
                             size_t size) {
-  if (!a || !st || size < 8 || size > STATS_SIZE_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "dlock_async_stats: NULL argument or a struct size "
-                       "of %zu bytes (use the dlock_async_stats macro)",
-                       size);
+  int rc = check_args("dlock_async_stats", !a || !st, size);
+  if (rc)
+    return rc;
   dlock_client_stats full;
   take(&a->stats, &full, size);
   int64_t now = dlock__now_ms();

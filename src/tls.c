@@ -141,9 +141,8 @@ static BIO *sock_bio(int fd) {
 
 /* ---- the client's context ------------------------------------------------ */
 
-/* The last OpenSSL error in words (and the queue cleared). */
-static const char *ssl_err_text(char *buf, size_t n) {
-  unsigned long e = ERR_get_error();
+const char *dlock__tls_err_text(char *buf, size_t n, int last) {
+  unsigned long e = last ? ERR_peek_last_error() : ERR_get_error();
   if (!e)
     snprintf(buf, n, "%s", "no detail from OpenSSL");
   else
@@ -154,7 +153,7 @@ static const char *ssl_err_text(char *buf, size_t n) {
 
 static int ctx_fail(SSL_CTX *ctx, const char *what, const char *path) {
   char e[200];
-  ssl_err_text(e, sizeof e);
+  dlock__tls_err_text(e, sizeof e, 0);
   SSL_CTX_free(ctx);
   return dlock__fail(DLOCK_ETLS, "TLS: %s '%s': %s", what, path ? path : "", e);
 }
@@ -255,7 +254,7 @@ static int ssl_want(dlock__link *l, int ret) {
   }
   char buf[160];
   snprintf(l->errstr, sizeof l->errstr, "TLS: %s",
-           ssl_err_text(buf, sizeof buf));
+           dlock__tls_err_text(buf, sizeof buf, 0));
   l->tls_error = 1;
   errno = EPROTO;
   return -1;
@@ -400,9 +399,9 @@ static int handshake_fail(dlock__link *l, const char *host, const char *name,
                        "TLS handshake with %s:%d refused the server: %s "
                        "(expected name '%s')",
                        host, port, t_verify_why, name);
-  return dlock__fail(DLOCK_ETLS, "TLS handshake with %s:%d failed: %s", host,
-                     port,
-                     l->errstr[0] ? l->errstr : ssl_err_text(e, sizeof e));
+  return dlock__fail(
+      DLOCK_ETLS, "TLS handshake with %s:%d failed: %s", host, port,
+      l->errstr[0] ? l->errstr : dlock__tls_err_text(e, sizeof e, 0));
 }
 
 /* A session of ctx over the connected socket fd (made non-blocking), its
@@ -524,7 +523,7 @@ int dlock__tls_step(void *ssl_, int op, void *buf, size_t n, char *why,
   if (op == DLOCK__TLS_CONNECT && t_verify_why[0])
     snprintf(why, wn, "refused the server: %s", t_verify_why);
   else
-    snprintf(why, wn, "TLS: %s", ssl_err_text(buf2, sizeof buf2));
+    snprintf(why, wn, "TLS: %s", dlock__tls_err_text(buf2, sizeof buf2, 0));
   return DLOCK__TLS_ERR_TLS;
 }
 
