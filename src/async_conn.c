@@ -877,6 +877,13 @@ static void flush_out(dlock__aconn *k) {
     if (n == -2)
       break;
     if (n < 0) {
+      /* TLS 1.3, a server that wants a client certificate: its alert and
+       * close may come before the first request goes out, and the write
+       * meets the reset (the read path's rule, ioverdict.c) */
+      int closed = dlock__io_closed_by_peer(why);
+      if (k->ssl && !k->answered &&
+          tls_failed(k, DLOCK__TLS_AT_FIRST_REPLY, closed, NULL, why))
+        return;
       conn_fail(k, DLOCK_ECONN, why, 0);
       return;
     }
@@ -1286,7 +1293,7 @@ void dlock__aconn_readable(dlock__aconn *k) {
                n == 0 ? "server closed the connection" : why);
       if (!k->answered && k->data && !etls && start_probe(k, msg))
         return;
-      int closed = n == 0 || strstr(why, "reset") != NULL;
+      int closed = n == 0 || dlock__io_closed_by_peer(why);
       if (k->ssl && tls_failed(k,
                                k->answered ? DLOCK__TLS_AT_LATER
                                            : DLOCK__TLS_AT_FIRST_REPLY,

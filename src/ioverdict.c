@@ -118,6 +118,11 @@ int64_t dlock__reply_timeout(int cto, int wait_ms) {
 
 /* ---- (d) TLS ----------------------------------------------------------- */
 
+int dlock__io_closed_by_peer(const char *why) {
+  return why && (strstr(why, "reset") || strstr(why, "Broken pipe") ||
+                 strstr(why, "broken pipe"));
+}
+
 int dlock__tls_verdict(int at, const char *what, int closed, int client_cert,
                        const char *tls_err, const char *detail) {
   if (tls_err && strstr(tls_err, "certificate required"))

@@ -126,6 +126,11 @@ enum {
   DLOCK__TLS_AT_FIRST_REPLY,   /* after it, before any reply came */
   DLOCK__TLS_AT_LATER          /* after a reply */
 };
+/* 1 when a failed read or write's text (strerror's) says the peer closed
+ * the connection under us: a reset, or a broken pipe (a write after its
+ * close). What dlock__tls_verdict's `closed` means after the handshake;
+ * both clients' read and write paths. */
+int dlock__io_closed_by_peer(const char *why);
 /* A rediss:// connection failed `at` (what: where, for the message).
  * closed: the server closed or reset it; client_cert: one was offered;
  * tls_err: TLS's own refusal text (an alert, a certificate check), or

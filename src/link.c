@@ -315,8 +315,9 @@ int dlock__is_auth_error(const char *s) { return is_auth_error(s); }
  * reaches it after it closed, a reset that discards the alert. Either way
  * the caller hears what most likely happened. */
 static int first_reply_failed(const dlock__link *l, int timeout_ms) {
-  int closed = l->err == DLOCK__LINK_EOF ||
-               (l->err == DLOCK__LINK_IO && strstr(l->errstr, "reset"));
+  int closed =
+      l->err == DLOCK__LINK_EOF ||
+      (l->err == DLOCK__LINK_IO && dlock__io_closed_by_peer(l->errstr));
   int rc =
       l->ops == &dlock__tls_link_ops && l->err != DLOCK__LINK_TLS
           ? dlock__tls_verdict(DLOCK__TLS_AT_FIRST_REPLY, "handshake", closed,
