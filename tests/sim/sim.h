@@ -170,6 +170,8 @@ typedef struct sim_req {
   int client, actor, used;
   uint64_t tag, conn;
   int64_t reply_delay; /* -1: the reply is lost */
+  int64_t sent_at;
+  int held; /* held on the wire past the client's timeout */
 } sim_req;
 
 struct sim_world {
@@ -194,6 +196,7 @@ struct sim_world {
   char trace[SIM_TRACE][SIM_TRACE_LEN];
   uint64_t ntrace;
   int verbose, mixed_reentry;
+  int holders_only; /* check the holders (1, 2) only, not the keys (3) */
   /* fault rates, per mille of request copies */
   int p_drop, p_hold, p_slow, p_pause;
   /* counters */

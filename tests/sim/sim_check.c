@@ -138,7 +138,7 @@ int sim_check(sim_world *w) {
           return 1;
         if (!holder(a, k, w->now))
           continue;
-        if (check_key(w, a, k))
+        if (!w->holders_only && check_key(w, a, k))
           return 1;
         const sim_actor **slot =
             k == K_MUTEX ? &mx : (k == K_WRITE ? &wr : &rd);

@@ -298,6 +298,8 @@ void sim_send(sim_world *w, int client, int actor, const sim_call *c,
   q->reply_delay = net_delay(w);
   int64_t at = w->now + net_delay(w);
   int held = sim_chance(&w->rng, w->p_hold);
+  q->held = held;
+  q->sent_at = w->now;
   if (held) /* held on the wire past the timeout, delivered after a retry */
     at = w->now + sim_between(&w->rng, w->cfg.cto, 20000);
   else if (sim_chance(&w->rng, w->p_drop))
@@ -367,7 +369,10 @@ void sim_deliver(sim_world *w, int i) {
   memset(&e, 0, sizeof e);
   to_rep(&r, &e.rep);
   rm_reply_clear(&r);
-  char d[160], rs[80];
+  char d[160], rs[80], late[64] = "";
+  if (q->held)
+    snprintf(late, sizeof late, " (LATE copy: sent %.3f s ago)",
+             (double)(w->now - q->sent_at) / 1000.0);
   snprintf(rs, sizeof rs, "%s",
            e.rep.type == RM_REPLY_NIL       ? "nil"
            : e.rep.type == RM_REPLY_INTEGER ? "int"
@@ -375,8 +380,9 @@ void sim_deliver(sim_world *w, int i) {
   if (e.rep.type == RM_REPLY_INTEGER)
     snprintf(rs, sizeof rs, "%lld", e.rep.integer);
   char wb[12];
-  sim_trace(w, "  server runs c%d.%s %s -> %s", q->client,
-            sim_who(wb, q->actor), sim_describe(&q->call, d, sizeof d), rs);
+  sim_trace(w, "  server runs c%d.%s %s -> %s%s", q->client,
+            sim_who(wb, q->actor), sim_describe(&q->call, d, sizeof d), rs,
+            late);
   if (q->actor >= 0 && q->call.script &&
       (strstr(q->call.script, "acquire") != NULL)) {
     sim_actor *a = &w->clients[q->client].actors[q->actor];
