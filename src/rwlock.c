@@ -37,7 +37,13 @@
  *     (downgrade) publishes "1" so that waiting readers join at once;
  *   - a read release never shortens the hash TTL below the writer's lease,
  *     and the read renewal never shortens a TTL (another reader's, or a
- *     fixed lease of this thread's: it only extends, as every renewal).
+ *     fixed lease of this thread's: it only extends, as every renewal);
+ *   - a reentrant read acquire extends the thread's earlier timeout keys
+ *     to its lease too: the client keeps one local deadline per thread
+ *     and name (the latest hold's), so an earlier hold with a shorter
+ *     lease must not die before it (a partial unlock deletes only the
+ *     top hold's key; another reader's unlock then found no live key of
+ *     the thread and deleted the lock under it -- found by make sim).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +85,16 @@ static dlock__script g_rd_acquire = {
               "  if n > 1 and not c then\n"
               "    return -3\n"
               "  end\n"
+              /* a reentry whose earlier hold died on the server (its
+               * timeout key expired: the answer of this acquire came
+               * late) finds it gone, as the mutex does: the count field
+               * outlives the key, and a later unlock would delete the
+               * lock under the hold this one is built on. Keys below
+               * n - 1 live at least as long (extended below) */
+              "  if n > 1 and (not c or c < n) and redis.call('exists', "
+              "KEYS[2] .. ':' .. (n - 1)) == 0 then\n"
+              "    return -3\n"
+              "  end\n"
               /* the count only rises, and a timeout key's TTL only grows (issue
                * 43: never below what a live hold needs) */
               "  if not c or c < n then redis.call('hset', KEYS[1], ARGV[2], "
@@ -87,6 +103,14 @@ static dlock__script g_rd_acquire = {
               "  if redis.call('pttl', tk) < tonumber(ARGV[1]) then\n"
               "    redis.call('set', tk, 1, 'px', ARGV[1])\n"
               "  end\n"
+              /* the thread's earlier holds live at least as long: the
+               * client keeps one local deadline for all its holds (the
+               * latest), and a release of this one deletes its key -- an
+               * earlier hold with a shorter lease must not be found dead
+               * by another reader's unlock while the thread still holds
+               * (found by the simulator: a writer got in) */
+              "  for i = n - 1, 1, -1 do extend(KEYS[2] .. ':' .. i, ARGV[1]) "
+              "end\n"
               "  local p = redis.call('pttl', KEYS[1])\n"
               "  redis.call('pexpire', KEYS[1], math.max(p, "
               "tonumber(ARGV[1])))\n"
