@@ -105,8 +105,7 @@ struct sim_actor {
   int rel_ok[K_COUNT];  /* the last final release was answered released */
   int acq_ran[K_COUNT]; /* an acquire copy ran since then */
   /* the operation: kind, holds wanted, done so far */
-  int kind, want, op_wd;
-  int64_t op_lease;
+  int kind, want;
   int64_t hold_ms;
   /* the acquire call */
   long long wait_ms;
@@ -195,7 +194,7 @@ struct sim_world {
   /* the trace ring */
   char trace[SIM_TRACE][SIM_TRACE_LEN];
   uint64_t ntrace;
-  int verbose, mixed_reentry;
+  int verbose;
   int holders_only; /* check the holders (1, 2) only, not the keys (3) */
   /* fault rates, per mille of request copies */
   int p_drop, p_hold, p_slow, p_pause;

@@ -204,15 +204,6 @@ static void op_start(sim_world *w, sim_actor *a) {
   a->kind = r < 50 ? K_MUTEX : (r < 80 ? K_READ : K_WRITE);
   r = (int)sim_between(&w->rng, 0, 99);
   a->want = r < 70 ? 1 : (r < 95 ? 2 : 3);
-  /* Without --mixed-reentry: no reentrant read holds, and the holds of a
-   * reentrant mutex or write hold share one lease. Mixed, a partial
-   * release leaves the record's local deadline (the released hold's)
-   * later than the key's expiry: found by this simulator (seed 1), not
-   * fixed yet -- docs/sim.md, "Found". */
-  if (!w->mixed_reentry && a->kind == K_READ)
-    a->want = 1;
-  a->op_wd = sim_chance(&w->rng, 500);
-  a->op_lease = sim_between(&w->rng, 150, 6000);
   a->hold_ms = sim_chance(&w->rng, 150) ? sim_between(&w->rng, 1000, 9000)
                                         : sim_between(&w->rng, 0, 600);
   acquire_begin(w, a, 1);
@@ -381,10 +372,6 @@ static void acquire_begin(sim_world *w, sim_actor *a, int fresh) {
     a->wait_ms = r < 30 ? 0 : sim_between(&w->rng, 50, 4000);
     a->wd = sim_chance(&w->rng, 500);
     a->lease = a->wd ? w->cfg.wd_lease : sim_between(&w->rng, 150, 6000);
-    if (!w->mixed_reentry) {
-      a->wd = a->op_wd;
-      a->lease = a->wd ? w->cfg.wd_lease : a->op_lease;
-    }
     a->started = w->now;
     a->wt.id = a->wait_ms != 0 ? (sim_rand(&w->rng) | 1) : 0;
     a->wt.queued = 0;

@@ -13,9 +13,6 @@
  *                                      proof that a put-back bug is found)
  *   --holders-only                     check invariants 1 and 2 only (does a
  *                                      broken deadline end in two holders?)
- *   --mixed-reentry                    reentrant holds with mixed leases and
- *                                      reentrant reads (finds an open bug:
- *                                      docs/sim.md, "Found")
  * Exit: 0 clean, 1 a violation (seed and trace printed), 2 usage or a
  * model error. Wall time is read only to bound the run and to report.
  */
@@ -27,7 +24,7 @@
 
 typedef struct run_opts {
   int64_t sim_ms;
-  int clients, actors, verbose, mixed, holders_only;
+  int clients, actors, verbose, holders_only;
 } run_opts;
 
 typedef struct totals {
@@ -93,7 +90,6 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   sim_world w;
   sim_world_init(&w, seed, o->clients, o->actors);
   w.verbose = o->verbose;
-  w.mixed_reentry = o->mixed;
   w.holders_only = o->holders_only;
   for (int c = 0; c < w.nclients; c++)
     for (int i = 0; i < w.clients[c].nactors; i++)
@@ -178,7 +174,7 @@ static int run_file(const char *path, const run_opts *o, totals *t) {
 }
 
 int main(int argc, char **argv) {
-  run_opts o = {600000, 4, 2, 0, 0, 0};
+  run_opts o = {600000, 4, 2, 0, 0};
   long long seed = -1;
   double minutes = 0, ci = 0;
   const char *regress = NULL;
@@ -203,8 +199,6 @@ int main(int argc, char **argv) {
       o.verbose = 1;
     else if (strcmp(a, "--holders-only") == 0)
       o.holders_only = 1;
-    else if (strcmp(a, "--mixed-reentry") == 0)
-      o.mixed = 1;
     else if (strcmp(a, "--expect-violation") == 0)
       expect = 1;
     else {
