@@ -61,10 +61,12 @@ typedef struct sim_rep {
 } sim_rep;
 
 /* ---- lock kinds the actors use ------------------------------------------ */
-enum { K_MUTEX = 0, K_READ, K_WRITE, K_COUNT };
+enum { K_MUTEX = 0, K_READ, K_WRITE, K_SEM, K_COUNT };
 extern const char *const sim_kind_name[K_COUNT];
 #define SIM_MUTEX_NAME "m0"
 #define SIM_RW_NAME "rw0"
+#define SIM_SEM_NAME "s0"
+#define SIM_SEM_PERMITS 2
 
 /* ---- events -------------------------------------------------------------- */
 enum {
@@ -123,6 +125,8 @@ struct sim_actor {
   char commit_rid[2][33];
   int commit_rel[2], ncommit, commit_rc;
   sim_step after_commit;
+  /* the semaphore object's request id and its previous change's */
+  char sem_rid[33], sem_prev[33];
   /* the actor's own timer */
   uint64_t timer_tag;
   sim_step on_timer;
@@ -266,6 +270,13 @@ void sim_actor_start(sim_world *w, sim_actor *a);
 void sim_actor_event(sim_world *w, sim_actor *a, const sim_ev *e);
 void sim_route(sim_world *w, sim_actor *a, const sim_call *c, sim_done done);
 void sim_rid(sim_world *w, char out[33]);
+
+void sim_at_timer(sim_world *w, sim_actor *a, int64_t at, sim_step fn);
+void sim_op_end(sim_world *w, sim_actor *a);
+
+/* sim_sem.c */
+void sim_sem_start(sim_world *w, sim_actor *a);
+void sim_call_sem(sim_world *w, const sim_actor *a, int post, sim_call *c);
 
 /* sim_wd.c */
 void sim_wd_arm(sim_world *w, int client);

@@ -48,6 +48,10 @@ static void at_timer(sim_world *w, sim_actor *a, int64_t at, sim_step fn) {
   sim_timer(w, a->client, a->idx, EV_TIMER, at, a->timer_tag);
 }
 
+void sim_at_timer(sim_world *w, sim_actor *a, int64_t at, sim_step fn) {
+  at_timer(w, a, at, fn);
+}
+
 static void tr(sim_world *w, const sim_actor *a, const char *what, int rc) {
   char wb[12];
   sim_trace(w, "c%d.%s %s %s rc=%d (count %d, deadline %+lldms)", a->client,
@@ -179,6 +183,8 @@ static void op_end(sim_world *w, sim_actor *a) {
   at_timer(w, a, w->now + idle, op_start);
 }
 
+void sim_op_end(sim_world *w, sim_actor *a) { op_end(w, a); }
+
 static void unlock_all(sim_world *w, sim_actor *a) {
   if (a->held[a->kind] > 0)
     unlock_begin(w, a, 0);
@@ -201,12 +207,15 @@ static void acq_fail(sim_world *w, sim_actor *a, int rc) {
 
 static void op_start(sim_world *w, sim_actor *a) {
   int r = (int)sim_between(&w->rng, 0, 99);
-  a->kind = r < 50 ? K_MUTEX : (r < 80 ? K_READ : K_WRITE);
+  a->kind = r < 45 ? K_MUTEX : (r < 70 ? K_READ : (r < 85 ? K_WRITE : K_SEM));
   r = (int)sim_between(&w->rng, 0, 99);
   a->want = r < 70 ? 1 : (r < 95 ? 2 : 3);
   a->hold_ms = sim_chance(&w->rng, 150) ? sim_between(&w->rng, 1000, 9000)
                                         : sim_between(&w->rng, 0, 600);
-  acquire_begin(w, a, 1);
+  if (a->kind == K_SEM)
+    sim_sem_start(w, a);
+  else
+    acquire_begin(w, a, 1);
 }
 
 void sim_actor_start(sim_world *w, sim_actor *a) {

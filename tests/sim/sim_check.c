@@ -59,6 +59,8 @@ static int fail(sim_world *w, const char *what, const sim_actor *a,
     whos[n] = who[n];
     n++;
   }
+  if (n == 0) /* nobody holds: the semaphore's story */
+    whos[n++] = "sem";
   printf("the story (the last events of the actors named, and of their "
          "clients' watchdogs):\n");
   sim_trace_story(w, stdout, whos, n, 40);
@@ -127,7 +129,34 @@ static int check_gone(sim_world *w, const sim_actor *a, int k) {
   return fail(w, msg, a, NULL);
 }
 
+/* The semaphore: the permits held plus the server's never exceed it. */
+static int check_sem(sim_world *w) {
+  const char *argv[3] = {"GET", SIM_SEM_NAME, NULL};
+  sim_rep r;
+  sim_probe(w, &r, argv);
+  long long free_now = r.type == RM_REPLY_STRING ? atoll(r.str) : -1;
+  long long held = 0;
+  const sim_actor *last = NULL, *prev = NULL;
+  for (int c = 0; c < w->nclients; c++)
+    for (int i = 0; i < w->clients[c].nactors; i++)
+      if (w->clients[c].actors[i].held[K_SEM] > 0) {
+        held += w->clients[c].actors[i].held[K_SEM];
+        prev = last;
+        last = &w->clients[c].actors[i];
+      }
+  if (free_now >= 0 && held + free_now <= SIM_SEM_PERMITS)
+    return 0;
+  char msg[200];
+  snprintf(msg, sizeof msg,
+           "semaphore %s over capacity: %lld permits held, %lld free on the "
+           "server, %d in all",
+           SIM_SEM_NAME, held, free_now, SIM_SEM_PERMITS);
+  return fail(w, msg, last, prev);
+}
+
 int sim_check(sim_world *w) {
+  if (check_sem(w))
+    return 1;
   const sim_actor *mx = NULL, *wr = NULL, *rd = NULL;
   char msg[300];
   for (int c = 0; c < w->nclients; c++)

@@ -15,7 +15,7 @@
 #include "sim.h"
 #include "sim_lib_scripts.h"
 
-const char *const sim_kind_name[K_COUNT] = {"mutex", "read", "write"};
+const char *const sim_kind_name[K_COUNT] = {"mutex", "read", "write", "sem"};
 
 /* ---- PRNG ---------------------------------------------------------------- */
 
@@ -215,6 +215,13 @@ void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors) {
   w->m = rm_new(NULL);
   rm_set_time(w->m, w->now);
   load_scripts(w);
+  /* the semaphore, initialised (trySetPermits's effect) */
+  char cap[8];
+  snprintf(cap, sizeof cap, "%d", SIM_SEM_PERMITS);
+  const char *init[4] = {"SET", SIM_SEM_NAME, cap, NULL};
+  rm_reply r = {0};
+  rm_commandv(w->m, &r, init);
+  rm_reply_clear(&r);
   /* fault rates vary per seed: some seeds calm, some stormy */
   w->p_drop = (int)sim_between(&w->rng, 0, 40);
   w->p_hold = (int)sim_between(&w->rng, 0, 40);
@@ -384,7 +391,9 @@ void sim_deliver(sim_world *w, int i) {
             sim_who(wb, q->actor), sim_describe(&q->call, d, sizeof d), rs,
             late);
   if (q->actor >= 0 && q->call.script &&
-      (strstr(q->call.script, "acquire") != NULL)) {
+      (strncmp(q->call.script, "acquire", 7) == 0 ||
+       strncmp(q->call.script, "rw_read_acquire", 15) == 0 ||
+       strncmp(q->call.script, "rw_write_acquire", 16) == 0)) {
     sim_actor *a = &w->clients[q->client].actors[q->actor];
     int kind = strncmp(q->call.script, "rw_read", 7) == 0    ? K_READ
                : strncmp(q->call.script, "rw_write", 8) == 0 ? K_WRITE
