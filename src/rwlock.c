@@ -82,6 +82,26 @@ static dlock__script g_rd_acquire = {
               "if mode == 'read' or (mode == 'write' and "
               "redis.call('hexists', KEYS[1], ARGV[3]) == 1) then\n"
               "  local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+              /* a count whose holds all died on the server (their timeout
+               * keys expired -- the thread paused past its leases, its
+               * hold reported lost -- while other readers kept the hash)
+               * is no hold: a first hold is written afresh, a reentry
+               * finds its hold gone. Else the next hold was built on the
+               * dead count, its own earlier key missing (found by make
+               * sim) */
+              "  if c then\n"
+              "    local alive = false\n"
+              "    for i = c, 1, -1 do\n"
+              "      if redis.call('exists', KEYS[2] .. ':' .. i) == 1 then\n"
+              "        alive = true\n"
+              "        break\n"
+              "      end\n"
+              "    end\n"
+              "    if not alive then\n"
+              "      redis.call('hdel', KEYS[1], ARGV[2])\n"
+              "      c = nil\n"
+              "    end\n"
+              "  end\n"
               "  if n > 1 and not c then\n"
               "    return -3\n"
               "  end\n"
@@ -184,13 +204,27 @@ static dlock__script g_rd_renew = {
     "rw_read_renew",
     /* KEYS[1] lock, KEYS[2] timeout prefix. ARGV[1] lease, [2] read field.
      * 1 renewed (every timeout key of the thread, and the hash, at least to
-     * the lease), 0 the thread holds no read lock. A TTL only grows: the
+     * the lease), 0 the thread holds no read lock (no count, or no live
+     * timeout key under it). A TTL only grows: the
      * renewal of a hold that ended (sent before its unlock, run after the
      * thread's next hold of the name began: same field, same count) must
      * not cut that hold's longer fixed lease -- nor the fixed lease of a
      * hold under a renewed reentry. */
     DLOCK__LUA_TTL "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
                    "if not c then return 0 end\n"
+                   /* a count whose timeout keys all expired is no hold (the
+                    * field outlives them while other readers keep the
+                    * hash): 0, and the hold is lost -- "renewed" would
+                    * raise the local deadline of a dead hold (found by
+                    * make sim) */
+                   "local alive = false\n"
+                   "for i = c, 1, -1 do\n"
+                   "  if redis.call('exists', KEYS[2] .. ':' .. i) == 1 then\n"
+                   "    alive = true\n"
+                   "    break\n"
+                   "  end\n"
+                   "end\n"
+                   "if not alive then return 0 end\n"
                    "for i = c, 1, -1 do\n"
                    "  extend(KEYS[2] .. ':' .. i, ARGV[1])\n"
                    "end\n"
