@@ -263,6 +263,16 @@ int dlock__eng_unlock_begin(dlock__hold *h, int64_t now, int64_t wd_lease,
   } else {
     dlock__request_id(u->rid);
   }
+  /* A partial release that leaves only watchdog holds sets the key's TTL
+   * to exactly u->lease when it runs (remaining_ttl: Redisson's reset),
+   * below what a released longer fixed hold had promised: the record's
+   * one deadline comes down to what that TTL keeps before the release is
+   * sent, whatever its answer (a copy may run any time). Found by make
+   * sim: a holder with 5 s of local deadline left on a key that expired
+   * in 3 s. */
+  if (h->count > 1 && u->lease > 0 &&
+      dlock__eng_deadline(u->sent, u->lease) < h->valid_until)
+    h->valid_until = dlock__eng_deadline(u->sent, u->lease);
   if (h->count == 1) {
     /* The key may vanish under a renewal in flight because of this very
      * unlock: not a loss to report (issue 10: spurious on_lock_lost). Only

@@ -37,7 +37,13 @@
  *     (downgrade) publishes "1" so that waiting readers join at once;
  *   - a read release never shortens the hash TTL below the writer's lease,
  *     and the read renewal never shortens a TTL (another reader's, or a
- *     fixed lease of this thread's: it only extends, as every renewal).
+ *     fixed lease of this thread's: it only extends, as every renewal);
+ *   - a reentrant read acquire extends the thread's earlier timeout keys
+ *     to its lease too: the client keeps one local deadline per thread
+ *     and name (the latest hold's), so an earlier hold with a shorter
+ *     lease must not die before it (a partial unlock deletes only the
+ *     top hold's key; another reader's unlock then found no live key of
+ *     the thread and deleted the lock under it -- found by make sim).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +87,37 @@ static dlock__script g_rd_acquire = {
               "if mode == 'read' or (mode == 'write' and "
               "redis.call('hexists', KEYS[1], ARGV[3]) == 1) then\n"
               "  local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
+              /* a count whose holds all died on the server (their timeout
+               * keys expired -- the thread paused past its leases, its
+               * hold reported lost -- while other readers kept the hash)
+               * is no hold: a first hold is written afresh, a reentry
+               * finds its hold gone. Else the next hold was built on the
+               * dead count, its own earlier key missing (found by make
+               * sim) */
+              "  if c then\n"
+              "    local alive = false\n"
+              "    for i = c, 1, -1 do\n"
+              "      if redis.call('exists', KEYS[2] .. ':' .. i) == 1 then\n"
+              "        alive = true\n"
+              "        break\n"
+              "      end\n"
+              "    end\n"
+              "    if not alive then\n"
+              "      redis.call('hdel', KEYS[1], ARGV[2])\n"
+              "      c = nil\n"
+              "    end\n"
+              "  end\n"
               "  if n > 1 and not c then\n"
+              "    return -3\n"
+              "  end\n"
+              /* a reentry whose earlier hold died on the server (its
+               * timeout key expired: the answer of this acquire came
+               * late) finds it gone, as the mutex does: the count field
+               * outlives the key, and a later unlock would delete the
+               * lock under the hold this one is built on. Keys below
+               * n - 1 live at least as long (extended below) */
+              "  if n > 1 and (not c or c < n) and redis.call('exists', "
+              "KEYS[2] .. ':' .. (n - 1)) == 0 then\n"
               "    return -3\n"
               "  end\n"
               /* the count only rises, and a timeout key's TTL only grows (issue
@@ -92,6 +128,14 @@ static dlock__script g_rd_acquire = {
               "  if redis.call('pttl', tk) < tonumber(ARGV[1]) then\n"
               "    redis.call('set', tk, 1, 'px', ARGV[1])\n"
               "  end\n"
+              /* the thread's earlier holds live at least as long: the
+               * client keeps one local deadline for all its holds (the
+               * latest), and a release of this one deletes its key -- an
+               * earlier hold with a shorter lease must not be found dead
+               * by another reader's unlock while the thread still holds
+               * (found by the simulator: a writer got in) */
+              "  for i = n - 1, 1, -1 do extend(KEYS[2] .. ':' .. i, ARGV[1]) "
+              "end\n"
               "  local p = redis.call('pttl', KEYS[1])\n"
               "  redis.call('pexpire', KEYS[1], math.max(p, "
               "tonumber(ARGV[1])))\n"
@@ -165,13 +209,27 @@ static dlock__script g_rd_renew = {
     "rw_read_renew",
     /* KEYS[1] lock, KEYS[2] timeout prefix. ARGV[1] lease, [2] read field.
      * 1 renewed (every timeout key of the thread, and the hash, at least to
-     * the lease), 0 the thread holds no read lock. A TTL only grows: the
+     * the lease), 0 the thread holds no read lock (no count, or no live
+     * timeout key under it). A TTL only grows: the
      * renewal of a hold that ended (sent before its unlock, run after the
      * thread's next hold of the name began: same field, same count) must
      * not cut that hold's longer fixed lease -- nor the fixed lease of a
      * hold under a renewed reentry. */
     DLOCK__LUA_TTL "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
                    "if not c then return 0 end\n"
+                   /* a count whose timeout keys all expired is no hold (the
+                    * field outlives them while other readers keep the
+                    * hash): 0, and the hold is lost -- "renewed" would
+                    * raise the local deadline of a dead hold (found by
+                    * make sim) */
+                   "local alive = false\n"
+                   "for i = c, 1, -1 do\n"
+                   "  if redis.call('exists', KEYS[2] .. ':' .. i) == 1 then\n"
+                   "    alive = true\n"
+                   "    break\n"
+                   "  end\n"
+                   "end\n"
+                   "if not alive then return 0 end\n"
                    "for i = c, 1, -1 do\n"
                    "  extend(KEYS[2] .. ':' .. i, ARGV[1])\n"
                    "end\n"

@@ -105,6 +105,35 @@ TH_CASE(reentry) {
   CHECK_EQ(prior, 0);
 }
 
+/* A partial unlock that leaves only watchdog holds resets the key's TTL to
+ * the watchdog lease (remaining_ttl, Redisson's exact reset): the record's
+ * deadline -- a released longer fixed hold's -- comes down to what that
+ * TTL keeps, before the unlock is sent. Found by make sim (a holder with
+ * 5 s of local deadline left on a key that expired in 3 s); on a1a2e80
+ * the deadline stayed at the fixed hold's. A fixed hold left below keeps
+ * it (its TTL is only extended). */
+TH_CASE(partial_unlock_to_watchdog_holds_lowers_the_deadline) {
+  dlock__hold h = hold0();
+  dlock__hold_note(&h, 1, 1, 3000, 1000, 0);  /* the watchdog's */
+  dlock__hold_note(&h, 2, 0, 60000, 1100, 0); /* a fixed 60 s above it */
+  CHECK_EQ(h.valid_until, 1100 + 60000 - 602);
+  dlock__eng_unlock u;
+  CHECK_EQ(dlock__eng_unlock_begin(&h, 2000, 3000, &u), 0);
+  CHECK_EQ(u.lease, 3000); /* exact: only the watchdog's hold remains */
+  CHECK_EQ(h.valid_until, 2000 + 3000 - 32);
+  /* whatever the answer: an unknown one keeps it low (a copy may run) */
+  dlock__eng_rel_out o = dlock__eng_unlock_end(&h, &u, DLOCK_ECONN, 0, 2010);
+  CHECK_EQ(o.action, DLOCK__ENG_REL_KEEP);
+  CHECK_EQ(h.valid_until, 2000 + 3000 - 32);
+  dlock__hold f = hold0();
+  dlock__hold_note(&f, 1, 0, 60000, 1000, 0); /* fixed below */
+  dlock__hold_note(&f, 2, 1, 3000, 1100, 0);  /* the watchdog's above */
+  int64_t until = f.valid_until;
+  CHECK_EQ(dlock__eng_unlock_begin(&f, 2000, 3000, &u), 0);
+  CHECK(u.lease < 0); /* extend only */
+  CHECK_EQ(f.valid_until, until);
+}
+
 /* An unlock that ended without an answer keeps its count and request id:
  * the caller's retry is its second copy. A new unlock draws a new id. */
 TH_CASE(unlock_retry_keeps_request_id_and_count) {

@@ -417,6 +417,82 @@ TH_CASE_T(read_renewal_keeps_a_longer_fixed_lease, 120, "slow") {
   dlock_client_free(c2);
 }
 
+/* A reentrant read hold with a longer lease over one with a shorter: the
+ * client keeps one local deadline per thread (the latest), so once the
+ * inner hold is unlocked the outer one must still be alive on the server
+ * until then -- its timeout key extended by the inner acquisition. On
+ * a1a2e80 the outer key died with its own 300 ms lease, another reader's
+ * unlock found no live key of the thread and deleted the lock, and a
+ * writer got in while the thread held (found by make sim). */
+TH_CASE_T(partial_read_unlock_keeps_the_outer_hold_alive, 60, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_client *c = th_client(r), *c2 = th_client(r);
+  dlock_rwlock *rw, *rw2;
+  CHECK_OK(dlock_rwlock_new(c, "rwp", &rw));
+  CHECK_OK(dlock_rwlock_new(c2, "rwp", &rw2));
+  char me[80];
+  field_of(c, me, sizeof me);
+  CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 300));
+  CHECK_OK(dlock_rwlock_timedrdlock(rw, 0, 20000));
+  long long p = timeout_pttl(r, "rwp", me, 1);
+  CHECK_MSG(p > 15000, "the outer hold's timeout key: pttl %lld", p);
+  CHECK_OK(dlock_rwlock_unlock(rw)); /* the inner hold */
+  th_sleep_ms(600);                  /* past the outer hold's own lease */
+  long long left = 0;
+  CHECK_OK(dlock_rwlock_validity(rw, &left));
+  CHECK_MSG(left > 10000, "validity %lld ms", left);
+  CHECK_OK(dlock_rwlock_tryrdlock(rw2));
+  CHECK_OK(dlock_rwlock_unlock(rw2));
+  CHECK_RC(dlock_rwlock_trywrlock(rw2), DLOCK_EBUSY);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_EQ(th_cmd_int(r, "EXISTS rwp"), 0);
+  dlock_rwlock_free(rw);
+  dlock_rwlock_free(rw2);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
+/* A read count whose timeout keys all expired (the thread paused past its
+ * leases while other readers kept the hash) is no hold: the renewal says
+ * "gone" -- on a1a2e80 it said "renewed", and the local deadline of a dead
+ * hold moved on (found by make sim) -- and the thread's next first hold is
+ * written afresh, not built on the dead count (there it kept count 2 with
+ * one key: a later unlock left the count with no key under it). */
+TH_CASE_T(read_count_without_live_keys_is_no_hold, 60, "slow") {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.watchdog_timeout_ms = 900;
+  dlock_client *c = th_client_cfg(r, &cfg), *c2 = th_client(r);
+  dlock_rwlock *rw, *rw2;
+  CHECK_OK(dlock_rwlock_new(c, "rwd", &rw));
+  CHECK_OK(dlock_rwlock_new(c2, "rwd", &rw2));
+  char me[80];
+  field_of(c, me, sizeof me);
+  CHECK_OK(dlock_rwlock_timedrdlock(rw2, 0, 20000)); /* keeps the hash */
+  CHECK_OK(dlock_rwlock_rdlock(rw));                 /* the watchdog's */
+  /* its key dies, as after a pause past the lease */
+  CHECK_EQ(th_cmd_int(r, "DEL {rwd}:%s:rwlock_timeout:1", me), 1);
+  th_sleep_ms(900); /* a renewal or two */
+  long long left = 0;
+  CHECK_RC(dlock_rwlock_validity(rw, &left), DLOCK_ELOST);
+  CHECK_RC(dlock_rwlock_unlock(rw), DLOCK_ELOST);
+  /* a dead count of 2 under the thread's field */
+  CHECK_EQ(th_cmd_int(r, "HSET rwd %s 2", me), 0);
+  CHECK_OK(dlock_rwlock_tryrdlock(rw));
+  CHECK_HFIELD(r, "rwd", me, "1");
+  long long p = timeout_pttl(r, "rwd", me, 1);
+  CHECK_MSG(p > 0, "the new hold's timeout key: pttl %lld", p);
+  CHECK_OK(dlock_rwlock_unlock(rw));
+  CHECK_HFIELD(r, "rwd", me, NULL);
+  CHECK_OK(dlock_rwlock_unlock(rw2));
+  CHECK_EQ(th_cmd_int(r, "EXISTS rwd"), 0);
+  dlock_rwlock_free(rw);
+  dlock_rwlock_free(rw2);
+  dlock_client_free(c);
+  dlock_client_free(c2);
+}
+
 TH_CASE(lease_expiry) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r), *c2 = th_client(r);

@@ -1,0 +1,191 @@
+/*
+ * sim_check.c -- the invariants, checked after every step:
+ *   1. at most one holder of the mutex among the actors inside a hold
+ *      whose local deadline has not passed (dlock__eng_valid: the
+ *      engine's own view);
+ *   2. the read-write lock: readers XOR one writer, the same way;
+ *   3. every such holder's local deadline is no later than the key's
+ *      expiry on the server, and its field is there: the mutex hash; the
+ *      rwlock hash and, for a read hold, the longest of its
+ *      {name}:<field>:rwlock_timeout:<n> keys (another reader's unlock
+ *      deletes the lock when no timeout key lives);
+ *   4. a released hold never comes back: after a final release answered
+ *      "released", the thread's field stays gone until an acquire copy of
+ *      that thread runs again.
+ * A violation prints the seed, what broke and the trace of the last events.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+/* The absolute expiry of key (INT64_MAX: no TTL; -1: no key). */
+static int64_t expiry(sim_world *w, const char *key) {
+  const char *argv[3] = {"PTTL", key, NULL};
+  sim_rep r;
+  sim_probe(w, &r, argv);
+  if (r.integer == -2)
+    return -1;
+  if (r.integer == -1)
+    return INT64_MAX;
+  return w->now + r.integer;
+}
+
+static long long hget(sim_world *w, const char *key, const char *field) {
+  const char *argv[4] = {"HGET", key, field, NULL};
+  sim_rep r;
+  sim_probe(w, &r, argv);
+  return r.type == RM_REPLY_STRING ? atoll(r.str) : 0;
+}
+
+/* The violation, and the story of the actors it names (a, b: NULL or
+ * the actors; their client's watchdog too). */
+static int fail(sim_world *w, const char *what, const sim_actor *a,
+                const sim_actor *b) {
+  printf("VIOLATION (seed %llu, step %llu, %.3f s simulated): %s\n",
+         (unsigned long long)w->seed, (unsigned long long)w->steps,
+         (double)(w->now - w->t0) / 1000.0, what);
+  char who[4][16];
+  const char *whos[4];
+  int n = 0;
+  for (int i = 0; i < 2; i++) {
+    const sim_actor *x = i ? b : a;
+    if (!x)
+      continue;
+    snprintf(who[n], sizeof who[n], "c%d.t%d", x->client, x->idx);
+    whos[n] = who[n];
+    n++;
+    snprintf(who[n], sizeof who[n], "c%d.wd", x->client);
+    whos[n] = who[n];
+    n++;
+  }
+  if (n == 0) /* nobody holds: the semaphore's story */
+    whos[n++] = "sem";
+  printf("the story (the last events of the actors named, and of their "
+         "clients' watchdogs):\n");
+  sim_trace_story(w, stdout, whos, n, 40);
+  printf("the last events of all:\n");
+  sim_trace_dump(w, stdout);
+  printf("replay: make sim SEED=%llu\n", (unsigned long long)w->seed);
+  w->violation = 1;
+  return 1;
+}
+
+static int holder(const sim_actor *a, int k, int64_t now) {
+  return a->held[k] > 0 && dlock__eng_valid(&a->rec[k], now);
+}
+
+/* 3: the holder's field and the key's expiry. */
+static int check_key(sim_world *w, const sim_actor *a, int k) {
+  char msg[400], f[SIM_STR];
+  const char *name = k == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME;
+  snprintf(f, sizeof f, "%s%s", a->field, k == K_WRITE ? ":write" : "");
+  int64_t until = a->rec[k].valid_until;
+  long long n = hget(w, name, f);
+  int64_t ex = expiry(w, name);
+  if (n <= 0 || ex < until - 1) {
+    snprintf(msg, sizeof msg,
+             "c%d.t%d holds %s (local deadline in %lld ms) but the server "
+             "has count %lld, key expiry in %lld ms",
+             a->client, a->idx, sim_kind_name[k], (long long)(until - w->now),
+             n, ex < 0 ? -1LL : (long long)(ex - w->now));
+    return fail(w, msg, a, NULL);
+  }
+  if (k != K_READ)
+    return 0;
+  int64_t best = -1;
+  for (long long i = 1; i <= n && i <= 64; i++) {
+    char tk[200];
+    sim_rw_timeout_prefix(name, a->field, tk, sizeof tk);
+    snprintf(tk + strlen(tk), sizeof tk - strlen(tk), ":%lld", i);
+    int64_t e = expiry(w, tk);
+    if (e > best)
+      best = e;
+  }
+  if (best < until - 1) {
+    snprintf(msg, sizeof msg,
+             "c%d.t%d holds read (local deadline in %lld ms) but its "
+             "longest rwlock_timeout key expires in %lld ms: another "
+             "reader's unlock may delete the lock under it",
+             a->client, a->idx, (long long)(until - w->now),
+             best < 0 ? -1LL : (long long)(best - w->now));
+    return fail(w, msg, a, NULL);
+  }
+  return 0;
+}
+
+/* 4: a released hold never comes back. */
+static int check_gone(sim_world *w, const sim_actor *a, int k) {
+  if (a->held[k] || a->acquiring || !a->rel_ok[k] || a->acq_ran[k])
+    return 0;
+  char f[SIM_STR], msg[300];
+  snprintf(f, sizeof f, "%s%s", a->field, k == K_WRITE ? ":write" : "");
+  if (hget(w, k == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME, f) <= 0)
+    return 0;
+  snprintf(msg, sizeof msg,
+           "c%d.t%d's %s hold came back on the server after its release "
+           "answered released, with no acquire of it run since",
+           a->client, a->idx, sim_kind_name[k]);
+  return fail(w, msg, a, NULL);
+}
+
+/* The semaphore: the permits held plus the server's never exceed it. */
+static int check_sem(sim_world *w) {
+  const char *argv[3] = {"GET", SIM_SEM_NAME, NULL};
+  sim_rep r;
+  sim_probe(w, &r, argv);
+  long long free_now = r.type == RM_REPLY_STRING ? atoll(r.str) : -1;
+  long long held = 0;
+  const sim_actor *last = NULL, *prev = NULL;
+  for (int c = 0; c < w->nclients; c++)
+    for (int i = 0; i < w->clients[c].nactors; i++)
+      if (w->clients[c].actors[i].held[K_SEM] > 0) {
+        held += w->clients[c].actors[i].held[K_SEM];
+        prev = last;
+        last = &w->clients[c].actors[i];
+      }
+  if (free_now >= 0 && held + free_now <= SIM_SEM_PERMITS)
+    return 0;
+  char msg[200];
+  snprintf(msg, sizeof msg,
+           "semaphore %s over capacity: %lld permits held, %lld free on the "
+           "server, %d in all",
+           SIM_SEM_NAME, held, free_now, SIM_SEM_PERMITS);
+  return fail(w, msg, last, prev);
+}
+
+int sim_check(sim_world *w) {
+  if (check_sem(w))
+    return 1;
+  const sim_actor *mx = NULL, *wr = NULL, *rd = NULL;
+  char msg[300];
+  for (int c = 0; c < w->nclients; c++)
+    for (int i = 0; i < w->clients[c].nactors; i++) {
+      const sim_actor *a = &w->clients[c].actors[i];
+      for (int k = 0; k < K_COUNT; k++) {
+        if (check_gone(w, a, k))
+          return 1;
+        if (!holder(a, k, w->now))
+          continue;
+        if (!w->holders_only && check_key(w, a, k))
+          return 1;
+        const sim_actor **slot =
+            k == K_MUTEX ? &mx : (k == K_WRITE ? &wr : &rd);
+        const sim_actor *other = *slot;
+        if (k == K_WRITE && !other && rd && rd != a)
+          other = rd;
+        if (k == K_READ && wr && wr != a)
+          other = wr;
+        if (other && (k != K_READ || other == wr)) {
+          snprintf(msg, sizeof msg,
+                   "two holders: c%d.t%d and c%d.t%d both hold %s (%s)",
+                   other->client, other->idx, a->client, a->idx,
+                   k == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME,
+                   sim_kind_name[k]);
+          return fail(w, msg, other, a);
+        }
+        *slot = a;
+      }
+    }
+  return 0;
+}
