@@ -117,7 +117,9 @@ int dlock__eng_valid(const dlock__hold *h, int64_t now);
 /* What a look at a renewed hold's deadline, or at a renewal's answer, says. */
 enum {
   DLOCK__ENG_KEEP = 0,  /* nothing to do (renewed, or not due) */
-  DLOCK__ENG_RETRY,     /* no answer yet, deadline not passed: renew again */
+  DLOCK__ENG_RETRY,     /* no answer yet (or gone while the final unlock is
+                         * in flight), deadline not passed: renew again at
+                         * the retry pace */
   DLOCK__ENG_SETTLING,  /* its final unlock is in flight: look again soon */
   DLOCK__ENG_END_QUIET, /* stop renewing, report nothing (unlocked in time) */
   DLOCK__ENG_LOST       /* report it lost (h->lost says why) */

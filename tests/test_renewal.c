@@ -525,3 +525,63 @@ TH_CASE_T(sync_wait_keeps_the_wait_budget_async, 120, "slow") {
 }
 
 TH_MAIN()
+
+/* ---- a final unlock in flight does not make the watchdog hammer ----------
+ */
+
+/* The final unlock's reply is delayed on the wire (it ran: the key is
+ * gone) while the watchdog keeps renewing: each renewal finds the key
+ * gone, which is no loss while that unlock is in flight -- but the hold
+ * stayed due, and the blocking watchdog renewed it again at once, round
+ * trip after round trip, until the unlock answered (found by make sim).
+ * Now such an answer is retried after the retry interval, as a failed
+ * renewal is: a handful of renewals over the delay, on both clients. */
+static void hammer_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg;
+  dlock_config_init(&cfg);
+  cfg.url = fp_url(p);
+  cfg.watchdog_timeout_ms = (int)(3000 * slow());
+  cfg.command_timeout_ms = (int)(10000 * slow());
+  th_drive *d = th_drive_new(kind, &cfg);
+  int64_t period = cfg.watchdog_timeout_ms / 3;
+  int64_t retry = period / 4 < 1000 ? period / 4 : 1000;
+  CHECK_OK(th_drive_lock(d, "hammer", 1, 0, -1));
+  dlock_client_stats st;
+  CHECK_OK(th_drive_stats(d, &st));
+  unsigned long long s0 = st.renewals_sent;
+  int64_t end = th_now_ms() + 10 * period;
+  while (st.renewals_sent < s0 + 2 && th_now_ms() < end) {
+    th_drive_pump(d, 10);
+    CHECK_OK(th_drive_stats(d, &st));
+  }
+  CHECK_MSG(st.renewals_sent >= s0 + 2, "no renewals");
+  int delay = (int)(1500 * slow()); /* within the lease: the unlock is OK */
+  fp_arm(p, "redisson_unlock_latch:{hammer}", FP_DELAY, delay);
+  s0 = st.renewals_sent;
+  int64_t t0 = th_now_ms();
+  CHECK_OK(th_drive_unlock(d, "hammer", 1));
+  int64_t took = th_now_ms() - t0;
+  CHECK_OK(th_drive_stats(d, &st));
+  unsigned long long n = st.renewals_sent - s0;
+  printf("%s: %llu renewals while the unlock took %lld ms (retry interval "
+         "%lld ms)\n",
+         th_drive_kind(d), n, (long long)took, (long long)retry);
+  CHECK_MSG(took >= delay - 50, "the unlock's reply was not delayed (%lld ms)",
+            (long long)took);
+  CHECK_MSG(n <= (unsigned long long)(took / retry + 4),
+            "%s: %llu renewals in %lld ms", th_drive_kind(d), n,
+            (long long)took);
+  CHECK_EQ(atomic_load(&g_lost), 0);
+  th_drive_free(d);
+}
+
+TH_CASE_T(final_unlock_in_flight_is_renewed_at_the_retry_pace_blocking, 120,
+          "slow") {
+  hammer_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(final_unlock_in_flight_is_renewed_at_the_retry_pace_async, 120,
+          "slow") {
+  hammer_body(TH_DRIVE_ASYNC);
+}
