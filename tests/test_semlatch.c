@@ -572,6 +572,7 @@ static long long script_calls(th_redis *r) {
 /* One post with several waiters of one client: one waiter is woken (one
  * acquire attempt reaches the server, not one per waiter) and gets the
  * permit; the rest keep waiting until more posts come. */
+#define DLOCK_TEST_RECHECK_MS 1000 /* DLOCK__ENG_QUEUED_RECHECK_MS */
 TH_CASE(sem_one_post_wakes_one_waiter) {
   th_redis *r = th_redis_new(0, NULL);
   dlock_client *c = th_client(r), *c2 = th_client(r);
@@ -592,24 +593,32 @@ TH_CASE(sem_one_post_wakes_one_waiter) {
    * those attempts are done (the count stops moving), well within the 1 s
    * re-check interval. */
   long long before = script_calls(r);
-  for (int i = 0; i < 20; i++) {
+  for (int i = 0, stable = 0; i < 60 && stable < 3; i++) {
     th_sleep_ms(20);
     long long now = script_calls(r);
-    if (now == before)
-      break;
+    stable = now == before ? stable + 1 : 0;
     before = now;
   }
+  int64_t t0 = th_now_ms();
   CHECK_OK(dlock_sem_post(s));
   int64_t end = th_now_ms() + 5000;
   while (atomic_load(&g_done) < 1 && th_now_ms() < end)
     th_sleep_ms(5);
   th_sleep_ms(100);
   long long attempts = script_calls(r) - before - 1; /* minus the post */
-  printf("one post, %d waiters: %lld acquire attempts\n", NW, attempts);
+  int64_t window = th_now_ms() - t0;
+  printf("one post, %d waiters: %lld acquire attempts in %lld ms\n", NW,
+         attempts, (long long)window);
   CHECK_EQ(atomic_load(&g_done), 1);
-  CHECK_MSG(attempts >= 1 && attempts <= 2,
-            "%lld attempts after one post (wake-all would be %d)", attempts,
-            NW);
+  CHECK(attempts >= 1);
+  /* Within the 1 s re-check interval only the woken waiter attempts; a
+   * machine so loaded that the window took longer lets the others'
+   * re-checks in too (make test-stress at load 25: 4), which says nothing
+   * about the wake-up -- then the count is not judged. */
+  if (window < DLOCK_TEST_RECHECK_MS * 8 / 10)
+    CHECK_MSG(attempts <= 2,
+              "%lld attempts after one post (wake-all would be %d)", attempts,
+              NW);
   for (int i = 1; i < NW; i++)
     CHECK_OK(dlock_sem_post(s));
   for (int i = 0; i < NW; i++)

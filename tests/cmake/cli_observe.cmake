@@ -6,6 +6,6 @@ if(TARGET dlock_cli)
       COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../cli/cli_test.sh
               $<TARGET_FILE:dlock_cli> ${PROJECT_SOURCE_DIR} ${c}
               ${CMAKE_BINARY_DIR})
-    set_tests_properties(cli.${c} PROPERTIES TIMEOUT 60 LABELS tool)
+    set_tests_properties(cli.${c} PROPERTIES TIMEOUT 180 LABELS tool)
   endforeach()
 endif()
