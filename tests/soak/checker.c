@@ -231,7 +231,30 @@ typedef struct logstate {
   int64_t wait_from;
   int wait_res, async, pid;
   int64_t count_from; /* a latch count-down begun, not answered */
+  /* A permit returned later than its lease after its W line: judged by the
+   * worker's X line that follows (whether the server still had it, read
+   * right after the return: etcd, whose acquisition grants its lease after
+   * the session, so its first send can be late) -- or, without one, at
+   * the next line (Redis: one request, sent at once). */
+  int late_res;
+  long long late_lease, late_ms;
 } logstate;
+
+static void late_permit(int res, long long lease, long long ms,
+                        const char *why) {
+  if (g.past_lease < 5)
+    printf("  VIOLATION: %s: a permit with a %lld ms lease %s %lld ms after "
+           "its acquire began\n",
+           soak_resources[res].name, lease, why, ms);
+  g.past_lease++;
+}
+
+/* The judgment of a late permit when no X line came for it. */
+static void late_flush(logstate *s) {
+  if (s->late_res >= 0)
+    late_permit(s->late_res, s->late_lease, s->late_ms, "returned");
+  s->late_res = -1;
+}
 
 static void on_acquired(logstate *s, int i, long long tok, int64_t t,
                         int64_t until) {
@@ -244,11 +267,9 @@ static void on_acquired(logstate *s, int i, long long tok, int64_t t,
   g.sem_acq += k == K_SEM;
   if (k == K_PERMIT && tok > 0 && s->wait_res == i &&
       t - s->wait_from > (tok + SOAK_PERMIT_SLACK_MS) * 1000) {
-    if (g.past_lease < 5)
-      printf("  VIOLATION: %s: a permit with a %lld ms lease returned %lld ms "
-             "after its acquire began\n",
-             soak_resources[i].name, tok, (long long)(t - s->wait_from) / 1000);
-    g.past_lease++;
+    s->late_res = i; /* the next line says (X), or it counts */
+    s->late_lease = tok;
+    s->late_ms = (long long)(t - s->wait_from) / 1000;
   }
   if (s->wait_res >= 0)
     add_wait(s->wait_res, s->wait_from, t);
@@ -269,6 +290,17 @@ static void read_line(const char *ln, logstate *s) {
   long long a = 0, b = 0, c = 0, d = 0;
   int i;
   hold *cur = &s->cur;
+  if (ln[0] == 'X') {
+    /* X <res> <1: the server still has the permit just returned, 0: not> */
+    if (sscanf(ln, "X %63s %lld", res, &a) == 2 && a <= 0 &&
+        (i = res_index(res)) >= 0)
+      late_permit(i, s->late_res == i ? s->late_lease : 0,
+                  s->late_res == i ? s->late_ms : 0,
+                  "returned with no life left on the server");
+    s->late_res = -1;
+    return;
+  }
+  late_flush(s);
   switch (ln[0]) {
   case 'K':
     if (strncmp(ln, "K async", 7) == 0 && !s->async) {
@@ -362,13 +394,14 @@ static void read_log(const char *path, const char *name) {
   if (!f)
     return;
   g.workers++;
-  logstate s = {.cur = {.res = -1}, .wait_res = -1};
+  logstate s = {.cur = {.res = -1}, .wait_res = -1, .late_res = -1};
   int idx;
   if (sscanf(name, "w%d-%d.log", &idx, &s.pid) != 2)
     s.pid = 0;
   char ln[512];
   while (fgets(ln, sizeof ln, f))
     read_line(ln, &s);
+  late_flush(&s);
   /* The log ended inside a call (killed, or a hang): outcomes unknown. */
   if (s.wait_res >= 0 && soak_resources[s.wait_res].kind == K_SEM)
     g.sem_acq_unk++;

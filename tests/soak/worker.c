@@ -507,6 +507,26 @@ static void latch_section(objs *o, const plan *p) {
   usleep((useconds_t)p->hold_us);
 }
 
+/* X <res> <1|0>: whether the server still has the permit `id` just
+ * returned (its key under its lease: etcd deletes a lease's keys when it
+ * expires). On etcd the acquisition grants its lease after the session is
+ * had, so its first send can trail the W line by an election; the checker
+ * judges a late return by this instead of by the W line. (The lease's TTL
+ * is whole seconds, rounded down: "0 s left" cannot tell a live permit's
+ * last second from a dead one, so presence is the test.) */
+static void log_server_life(objs *o, const char *res, const char *id) {
+  dlock_permit *ls = NULL;
+  size_t n = 0;
+  long long avail = 0;
+  int found = 0;
+  if (dlock_permits_list(o->perm, &ls, &n, &avail) != 0)
+    return; /* no read: the W-based judgment stands */
+  for (size_t i = 0; i < n; i++)
+    found |= strcmp(ls[i].id, id) == 0;
+  dlock_permits_list_free(ls);
+  logf_("X %s %d\n", res, found);
+}
+
 /* An expirable permit: half one attempt with a lease of 300-450 ms (the
  * shape of issue 38 item 5; on etcd 2 or 3 s, whole seconds), half a wait
  * with a 5 s lease or the watchdog's. */
@@ -538,6 +558,8 @@ static void permit_section(objs *o, const plan *p) {
   phase(PH_HOLD, p->res, lease, 0);
   logf_("A %s %lld %lld %lld\n", r->name, one ? lease : 0LL, (long long)t,
         (long long)(t0 + (l - l / 100 - 2) * 1000));
+  if (g_topo == SOAK_ETCD && one)
+    log_server_life(o, r->name, id);
   usleep((useconds_t)(one ? 5000 + rand() % 35000 : p->hold_us));
   int64_t tu = soak_now_us();
   logf_("R %s %lld\n", r->name, (long long)tu);
