@@ -519,8 +519,8 @@ static void log_server_life(objs *o, const char *res, const char *id) {
   size_t n = 0;
   long long avail = 0;
   int found = 0;
-  if (dlock_permits_list(o->perm, &ls, &n, &avail) != 0)
-    return; /* no read: the W-based judgment stands */
+  if (dlock_permits_list(o->perm, &ls, &n, &avail) < 0)
+    return; /* no read: the W-based judgment stands (>= 0: how many) */
   for (size_t i = 0; i < n; i++)
     found |= strcmp(ls[i].id, id) == 0;
   dlock_permits_list_free(ls);
