@@ -12,6 +12,10 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/clitest.XXXXXX")
 SOCK=$T/redis.sock
 export DLOCK_URL="unix://$SOCK"
 unset DLOCK_NAME DLOCK_OWNER DLOCK_TOKEN
+# The build's slowness (make test-tsan: 3), as the harness cases read it:
+# a lease that only has to outlast dlock's own start-up (a fork under TSan
+# on a loaded machine took more than 1 s) is scaled by it.
+MULT=${DLOCK_TEST_TIMEOUT_MULT:-1}
 REDIS_PIDS=()
 PIDS=()
 
@@ -543,7 +547,7 @@ status_fair)
 force_unlock)
   expect_rc 0 unlock --force fu
   grep -q "nothing to release" "$T/out" || fail "free: $(cat "$T/out")"
-  "$DL" --watchdog 1 fu -- sh -c "$(cmd_trap TERM c)" 2>"$T/h.err" &
+  "$DL" --watchdog "$MULT" fu -- sh -c "$(cmd_trap TERM c)" 2>"$T/h.err" &
   P=$!
   wait_until 5 file_has "$T/c.ready" || fail "holder did not start"
   expect_rc 0 unlock --force fu
@@ -942,7 +946,7 @@ fair)
   key_gone fa || fail "lock left behind"
   [ "$(R llen 'redisson_lock_queue:{fa}')" = 0 ] || fail "queue left behind"
   # unlock --force --fair on a held fair lock.
-  hold_until fa --fair --watchdog 1
+  hold_until fa --fair --watchdog "$MULT"
   expect_rc 0 unlock --force --fair fa
   key_gone fa || fail "lock left behind"
   wait "$HOLDER"
