@@ -466,7 +466,7 @@ static int blocking_waiter(void *arg) {
   dlock_mutex *m;
   if (dlock_mutex_new(c, "y", &m))
     return 10;
-  int rc = dlock_mutex_timedlock(m, 15000, -1);
+  int rc = dlock_mutex_timedlock(m, 15000 * th_timeout_mult(), -1);
   if (rc) {
     fprintf(stderr, "waiter: %s %s\n", dlock_err_name(rc), dlock_last_error());
     return 12;
@@ -486,9 +486,14 @@ static void vs_blocking(int uv) {
   snprintf(g_release, sizeof g_release, "%s", th_tmpfile("release"));
   const char *flag = g_release;
   pid_t holder = th_fork(blocking_holder, (void *)flag);
-  int64_t end = th_now_ms() + 10000;
+  /* The child's start-up is the build's (valgrind: past a fixed 10 s on a
+   * loaded machine). */
+  int64_t mult = th_timeout_mult();
+  int64_t end = th_now_ms() + 10000 * mult;
   while (access(g_held, F_OK) != 0 && th_now_ms() < end)
     th_sleep_ms(5);
+  CHECK_MSG(access(g_held, F_OK) == 0, "the holder did not take x in %lld ms",
+            (long long)(10000 * mult));
   CHECK_EQ(th_cmd_int(g_r, "EXISTS x"), 1);
   /* async waits for the blocking holder; it is handed over on unlock. */
   res got = {0}, rel = {0};
@@ -500,7 +505,7 @@ static void vs_blocking(int uv) {
   fclose(fl);
   CHECK(tl_until(&f.l, &got.n, 1, 10000));
   CHECK_RC(got.last, DLOCK_OK);
-  CHECK_EQ(th_wait(holder, 10000), 0);
+  CHECK_EQ(th_wait(holder, 10000 * mult), 0);
   CHECK_OK(dlock_async_unlock(a, "x", 5, on_res, &rel));
   CHECK(tl_until(&f.l, &rel.n, 1, 5000));
   CHECK_RC(rel.last, DLOCK_OK);
@@ -514,7 +519,7 @@ static void vs_blocking(int uv) {
   CHECK_OK(dlock_async_unlock(a, "y", 6, on_res, &uy));
   CHECK(tl_until(&f.l, &uy.n, 1, 5000));
   CHECK_RC(uy.last, DLOCK_OK);
-  CHECK_EQ(th_wait(waiter, 15000), 0);
+  CHECK_EQ(th_wait(waiter, 15000 * mult), 0);
   fx_end(&f);
 }
 
