@@ -464,19 +464,23 @@ TH_CASE_T(etcdctl_lock_and_dlock_exclude_each_other, 120, "etcd") {
   g_url = th_etcd_url(g_e, 1, "");
   static char cmd1[600], cmd2[600];
   /* 1. etcdctl holds: dlock waits until it released */
-  snprintf(cmd1, sizeof cmd1, "touch %s; sleep 2; touch %s",
-           th_tmpfile("ctl.held"), th_tmpfile("ctl.done"));
+  snprintf(cmd1, sizeof cmd1, "touch %s; sleep %d; touch %s",
+           th_tmpfile("ctl.held"), 2 * th_timeout_mult(),
+           th_tmpfile("ctl.done"));
   g_ctl_cmd = cmd1;
-  pid_t p = th_fork(etcdctl_proc, NULL);
-  CHECK_OK(wait_file(th_tmpfile("ctl.held"), 20000LL * th_timeout_mult()));
+  /* The client is made before etcdctl holds, and etcdctl holds 2 s times
+   * the build's multiplier: under valgrind making the client took longer
+   * than a fixed 2 s, and the try-lock found the lock rightly free. */
   dlock_client *c = th_etcd_client(g_url, 5000, NULL);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "ctl-lock", &m));
+  pid_t p = th_fork(etcdctl_proc, NULL);
+  CHECK_OK(wait_file(th_tmpfile("ctl.held"), 20000LL * th_timeout_mult()));
   CHECK_RC(dlock_mutex_trylock(m), DLOCK_EBUSY);
   CHECK_OK(dlock_mutex_timedlock(m, 20000LL * th_timeout_mult(), -1));
   CHECK_MSG(file_exists(th_tmpfile("ctl.done")),
             "dlock took the lock while etcdctl lock held it");
-  CHECK_EQ(th_wait(p, 20000), 0);
+  CHECK_EQ(th_wait(p, 20000LL * th_timeout_mult()), 0);
   /* 2. dlock holds: etcdctl lock waits until dlock's unlock */
   snprintf(cmd2, sizeof cmd2, "touch %s", th_tmpfile("ctl.got"));
   g_ctl_cmd = cmd2;
