@@ -346,7 +346,9 @@ kinds_and_force)
   wait "$FW" || fail "the fair waiter exited $?"
   woke=$(( ($(cat "$T/ffw.out") - t0) / 1000000 ))
   note "fair waiter ran $woke ms after unlock --force"
-  [ "$woke" -lt 700 ] || fail "the fair waiter ran $woke ms after unlock --force"
+  # (t0 is before the unlock process starts: a slow build's start-up counts)
+  [ "$woke" -lt $((700 * ${DLOCK_TEST_TIMEOUT_MULT:-1})) ] ||
+    fail "the fair waiter ran $woke ms after unlock --force"
   kill -TERM "$FH"
   wait "$FH"
   ;;
