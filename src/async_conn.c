@@ -816,7 +816,8 @@ static void take_unsent(dlock__aconn *k) {
 /* send(2), or SSL_write on a TLS connection: > 0 bytes, -2 would block,
  * -1 failed (why). */
 static ssize_t io_send(dlock__aconn *k, const char *p, size_t n, char *why,
-                       size_t wn) {
+                       size_t wn, char *tls_err, size_t tn) {
+  tls_err[0] = '\0';
   if (k->ssl) {
     char e[300];
     int r =
@@ -825,6 +826,8 @@ static ssize_t io_send(dlock__aconn *k, const char *p, size_t n, char *why,
       return r;
     if (r == DLOCK__TLS_WANT_WRITE || r == DLOCK__TLS_WANT_READ)
       return -2; /* WANT_READ: the readable event writes again */
+    if (r == DLOCK__TLS_ERR_TLS)
+      snprintf(tls_err, tn, "%s", e);
     snprintf(why, wn, "%s: %s", k->what, r == 0 ? "broken pipe" : e);
     return -1;
   }
@@ -871,19 +874,20 @@ static void flush_out(dlock__aconn *k) {
     return;
   }
   while (k->out_off < k->out.len) {
-    char why[400];
+    char why[400], etls[300];
     ssize_t n = io_send(k, k->out.p + k->out_off, k->out.len - k->out_off, why,
-                        sizeof why);
+                        sizeof why, etls, sizeof etls);
     if (n == -2)
       break;
+    /* Before the first reply a write fails as the read does when the
+     * server closed right after the TLS handshake (a client certificate
+     * it wants): the same verdict (a loaded client writes again before it
+     * reads the reset: "command: Connection reset by peer", ECONN). */
+    if (n < 0 && k->ssl && !k->answered &&
+        tls_failed(k, DLOCK__TLS_AT_FIRST_REPLY, dlock__io_closed_by_peer(why),
+                   etls[0] ? etls : NULL, why))
+      return;
     if (n < 0) {
-      /* TLS 1.3, a server that wants a client certificate: its alert and
-       * close may come before the first request goes out, and the write
-       * meets the reset (the read path's rule, ioverdict.c) */
-      int closed = dlock__io_closed_by_peer(why);
-      if (k->ssl && !k->answered &&
-          tls_failed(k, DLOCK__TLS_AT_FIRST_REPLY, closed, NULL, why))
-        return;
       conn_fail(k, DLOCK_ECONN, why, 0);
       return;
     }

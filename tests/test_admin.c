@@ -7,6 +7,7 @@
  * kind of its locks, when it last checked in), both clients.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -472,15 +473,15 @@ typedef struct watch {
   th_redis *r;
   char owner[80];
   char field[160];
-  volatile int seen;
+  int seen; /* the watcher's own; read after the join */
   char value[64];
-  volatile int stop;
+  atomic_int stop; /* set by the case while the watcher runs */
 } watch;
 
 static void *watch_field(void *p) {
   watch *w = p;
   int64_t end = th_now_ms() + 10000LL * th_timeout_mult();
-  while (!w->stop && th_now_ms() < end) {
+  while (!atomic_load(&w->stop) && th_now_ms() < end) {
     char v[64];
     info_get(w->r, w->owner, w->field, v, sizeof v);
     if (v[0] && !w->seen) {
@@ -508,7 +509,7 @@ TH_CASE(info_key_of_the_event_loop_client) {
   pthread_create(&t, NULL, watch_field, &w);
   long long t0 = (long long)time(NULL) * 1000;
   CHECK_OK(th_drive_lock(d, "am", 7, 10000, -1)); /* waits for the lease */
-  w.stop = 1;
+  atomic_store(&w.stop, 1);
   pthread_join(t, NULL);
   CHECK_MSG(w.seen, "the async waiter published no %s", w.field);
   CHECK_MSG(atoll(w.value) >= t0 - 1000 && atoll(w.value) <= t0 + 2000,

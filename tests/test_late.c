@@ -561,7 +561,10 @@ static void paused_waiter_body(int kind) {
   int64_t end = th_now_ms() + 5000 * mult();
   while (th_cmd_int(r, "EXISTS %s", w.name) == 1 && th_now_ms() < end)
     th_sleep_ms(20); /* B's 1 s hand-over runs out */
-  CHECK_OK(th_holder_lock(&c, 0, 20000));
+  /* C's lease outlasts all of B's wait (6 s times the multiplier): a fixed
+   * 20 s did not under valgrind's multiplier 4, and B rightly took the
+   * lock once C's lease had run out (its timedlock said OK). */
+  CHECK_OK(th_holder_lock(&c, 0, w.wait_ms + 14000 * mult()));
   CHECK(kill(b, SIGCONT) == 0);
   int st = th_wait(b, 30000 * mult());
   CHECK_MSG(st != 0,

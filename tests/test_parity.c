@@ -509,10 +509,14 @@ TH_CASE(lost_subscriber_wakes_and_resubscribes_async) {
  * (linger 3000 ms)". */
 static void subscription_lingers(int kind) {
   th_redis *r = th_redis_new(0, NULL);
-  hold_by_ghost(r, "lg", 300);
   dlock_config cfg = cfg_at(r->url);
   cfg.subscription_linger_ms = (int)ms(3000);
   th_drive *d = th_drive_new(kind, &cfg);
+  /* The lock must make the call wait (subscribe): the ghost's lease is set
+   * after the client is made, and scales with the build's speed (valgrind:
+   * a fixed 300 ms had run out before the call's first attempt, which then
+   * took the lock without waiting -- 0 subscribers). */
+  hold_by_ghost(r, "lg", (int)ms(300));
   CHECK_OK(th_drive_lock(d, "lg", 1, ms(5000), 10000));
   CHECK_OK(th_drive_unlock(d, "lg", 1));
   int64_t t0 = th_now_ms();
