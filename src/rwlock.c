@@ -66,6 +66,18 @@
   "end\n"                                                                      \
   "local mode = redis.call('hget', KEYS[1], 'mode')\n"
 
+/* any_live(prefix, c): whether any of a thread's read timeout keys
+ * prefix:1..c still exists -- a count without one is no hold (both the
+ * acquire and the renewal ask; found by make sim). */
+#define RW_ANY_LIVE                                                            \
+  "local function any_live(prefix, c)\n"                                       \
+  "  for i = c, 1, -1 do\n"                                                    \
+  "    if redis.call('exists', prefix .. ':' .. i) == 1 then return true "     \
+  "end\n"                                                                      \
+  "  end\n"                                                                    \
+  "  return false\n"                                                           \
+  "end\n"
+
 static dlock__script g_rd_acquire = {
     "rw_read_acquire",
     /* KEYS[1] lock, KEYS[2] timeout prefix {name}:<uuid>:<tid>:rwlock_timeout,
@@ -73,7 +85,7 @@ static dlock__script g_rd_acquire = {
      * write field of the same thread, [4] hold count after this acquire.
      * nil = held; -3 = our hold is gone; -4 = a late copy (does nothing);
      * else the hash PTTL. */
-    DLOCK__LUA_TTL DLOCK__LUA_KIND DLOCK__LUA_LATE(
+    DLOCK__LUA_TTL DLOCK__LUA_KIND RW_ANY_LIVE DLOCK__LUA_LATE(
         "KEYS[3]",
         "-4") "local n = tonumber(ARGV[4])\n" RW_KIND_AND_MODE
               "if not mode then\n"
@@ -94,18 +106,9 @@ static dlock__script g_rd_acquire = {
                * finds its hold gone. Else the next hold was built on the
                * dead count, its own earlier key missing (found by make
                * sim) */
-              "  if c then\n"
-              "    local alive = false\n"
-              "    for i = c, 1, -1 do\n"
-              "      if redis.call('exists', KEYS[2] .. ':' .. i) == 1 then\n"
-              "        alive = true\n"
-              "        break\n"
-              "      end\n"
-              "    end\n"
-              "    if not alive then\n"
-              "      redis.call('hdel', KEYS[1], ARGV[2])\n"
-              "      c = nil\n"
-              "    end\n"
+              "  if c and not any_live(KEYS[2], c) then\n"
+              "    redis.call('hdel', KEYS[1], ARGV[2])\n"
+              "    c = nil\n"
               "  end\n"
               "  if n > 1 and not c then\n"
               "    return -3\n"
@@ -215,26 +218,20 @@ static dlock__script g_rd_renew = {
      * thread's next hold of the name began: same field, same count) must
      * not cut that hold's longer fixed lease -- nor the fixed lease of a
      * hold under a renewed reentry. */
-    DLOCK__LUA_TTL "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"
-                   "if not c then return 0 end\n"
-                   /* a count whose timeout keys all expired is no hold (the
-                    * field outlives them while other readers keep the
-                    * hash): 0, and the hold is lost -- "renewed" would
-                    * raise the local deadline of a dead hold (found by
-                    * make sim) */
-                   "local alive = false\n"
-                   "for i = c, 1, -1 do\n"
-                   "  if redis.call('exists', KEYS[2] .. ':' .. i) == 1 then\n"
-                   "    alive = true\n"
-                   "    break\n"
-                   "  end\n"
-                   "end\n"
-                   "if not alive then return 0 end\n"
-                   "for i = c, 1, -1 do\n"
-                   "  extend(KEYS[2] .. ':' .. i, ARGV[1])\n"
-                   "end\n"
-                   "extend(KEYS[1], ARGV[1])\n"
-                   "return 1\n",
+    DLOCK__LUA_TTL RW_ANY_LIVE "local c = tonumber(redis.call('hget', KEYS[1], "
+                               "ARGV[2]))\n"
+                               "if not c then return 0 end\n"
+                               /* a count whose timeout keys all expired is no
+                                * hold (the field outlives them while other
+                                * readers keep the hash): 0, and the hold is
+                                * lost -- "renewed" would raise the local
+                                * deadline of a dead hold (found by make sim) */
+                               "if not any_live(KEYS[2], c) then return 0 end\n"
+                               "for i = c, 1, -1 do\n"
+                               "  extend(KEYS[2] .. ':' .. i, ARGV[1])\n"
+                               "end\n"
+                               "extend(KEYS[1], ARGV[1])\n"
+                               "return 1\n",
     {0}};
 
 static dlock__script g_wr_acquire = {
