@@ -16,6 +16,10 @@ unset DLOCK_NAME DLOCK_OWNER DLOCK_TOKEN
 # a lease that only has to outlast dlock's own start-up (a fork under TSan
 # on a loaded machine took more than 1 s) is scaled by it.
 MULT=${DLOCK_TEST_TIMEOUT_MULT:-1}
+# A short -w that must outlast dlock's own connect (TSan on a loaded machine:
+# more than 0.5 s), to reach the lock and give up there: 0.5 s x MULT.
+W_SHORT_MS=$((500 * MULT))
+W_SHORT=$((W_SHORT_MS / 1000)).$(printf %03d $((W_SHORT_MS % 1000)))
 REDIS_PIDS=()
 PIDS=()
 
@@ -181,12 +185,13 @@ nonblock)
 wait_timeout)
   hold_until wt
   t0=$(now_ms)
-  expect_rc 1 -w 0.5 wt -- touch "$T/ran"
+  expect_rc 1 -w "$W_SHORT" wt -- touch "$T/ran"
   el=$(($(now_ms) - t0))
-  [ "$el" -ge 400 ] && [ "$el" -lt 3000 ] || fail "-w 0.5 gave up after $el ms"
+  [ "$el" -ge $((W_SHORT_MS * 4 / 5)) ] && [ "$el" -lt $((W_SHORT_MS + 2500 * MULT)) ] ||
+    fail "-w $W_SHORT gave up after $el ms"
   [ ! -e "$T/ran" ] || fail "command ran without the lock"
   grep -q "gave up" "$T/last.err" || fail "no message: $(cat "$T/last.err")"
-  note "-w 0.5 gave up after $el ms"
+  note "-w $W_SHORT gave up after $el ms"
   # A wait that succeeds: the holder ends within the wait.
   (sleep 0.3; touch "$T/stop-wt") &
   expect_rc 0 -w 5 wt -- true
@@ -1139,10 +1144,10 @@ habits)
   # ... and the wait left after connecting is what -w allows, not all of it.
   hold_until hb-held
   t0=$(now_ms)
-  expect_rc 1 -w 0.5 hb-held -- true
+  expect_rc 1 -w "$W_SHORT" hb-held -- true
   el=$(($(now_ms) - t0))
-  [ "$el" -lt $((2000 + 2 * base)) ] ||
-    fail "-w 0.5 on a held lock took $el ms (a whole run: $base ms)"
+  [ "$el" -lt $((W_SHORT_MS + 1500 + 2 * base)) ] ||
+    fail "-w $W_SHORT on a held lock took $el ms (a whole run: $base ms)"
   kill "$HOLDER" 2>/dev/null
   ;;
 

@@ -319,8 +319,12 @@ static int create_by(const dlock_config *cfg, long long deadline_ms,
         break;
     int done = cr->done;
     pthread_mutex_unlock(&cr->mu);
-    if (!done)
-      return 1; /* the caller exits at once; the thread still uses cr */
+    if (!done) {
+      /* the caller exits at once; the thread still uses cr. Detached, so
+       * that nothing waits for it (and no thread is left unjoined). */
+      pthread_detach(t);
+      return 1;
+    }
     pthread_join(t, NULL);
     *out = cr->c;
     snprintf(err, errlen, "%s", cr->err);
