@@ -104,8 +104,13 @@ static void *grab_thread(void *arg) {
  * after another one, so its deadline falls between two renewal ticks
  * (issue 26: the event-loop client looked at deadlines only at its ticks
  * and told the holder ~1 s after the other client acquired). Run by both
- * clients (th_drive.h). */
-static void told_body(int kind) {
+ * clients (th_drive.h). The event-loop client tells the holder on the
+ * application's loop: when that loop itself did not turn for longer than
+ * the drift margin at the deadline (a loaded machine deschedules the test
+ * thread), the assumption "the holder runs" broke, not the library -- told
+ * apart by how late the loop ran the timer that reported the loss. Returns
+ * 1 for such a run (the case runs again), 0 when judged. */
+static int told_body(int kind) {
   th_redis *r = th_redis_new(1, NULL);
   th_proxy *p = th_proxy_new(r->port);
   dlock_config cfg = cfg_at(th_proxy_url(p), 6000, 1000);
@@ -134,6 +139,17 @@ static void told_body(int kind) {
          th_drive_kind(d), lost_at ? lost_at - g.cut : -1LL,
          (long long)(g.got - g.cut));
   CHECK_MSG(g.got > 0, "the other client never acquired the expired lock");
+  long long late = th_drive_lost_late(d, "part");
+  if (lost_at > g.got && late > 0 && lost_at - late <= g.got) {
+    printf("%s: the loop ran the loss timer %lld ms late (the test thread "
+           "did not run): not judged\n",
+           th_drive_kind(d), late);
+    CHECK_OK(g.unlock_rc);
+    dlock_mutex_free(g.m);
+    th_drive_free(d);
+    dlock_client_free(cb);
+    return 1;
+  }
   CHECK_MSG(lost_at > 0 && lost_at <= g.got,
             "%s: holder told at %lld ms after the cut, the other client "
             "acquired at %lld ms: two owners",
@@ -151,15 +167,24 @@ static void told_body(int kind) {
   dlock_mutex_free(g.m);
   th_drive_free(d);
   dlock_client_free(cb);
+  return 0;
 }
 
-TH_CASE_T(partitioned_watchdog_holder_told_before_lock_is_taken_blocking, 120,
-          "slow") {
-  told_body(TH_DRIVE_BLOCKING);
+/* Up to 3 runs: one whose loop stalled at the deadline is not judged. */
+static void told_case(int kind) {
+  for (int i = 0; i < 3; i++)
+    if (!told_body(kind))
+      return;
+  th_skip("the test thread stalled at the deadline in 3 runs of 3");
 }
-TH_CASE_T(partitioned_watchdog_holder_told_before_lock_is_taken_async, 120,
+
+TH_CASE_T(partitioned_watchdog_holder_told_before_lock_is_taken_blocking, 180,
           "slow") {
-  told_body(TH_DRIVE_ASYNC);
+  told_case(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(partitioned_watchdog_holder_told_before_lock_is_taken_async, 180,
+          "slow") {
+  told_case(TH_DRIVE_ASYNC);
 }
 
 /* Issue 25.8: a partial unlock (count 2 -> 1) in flight when the path is

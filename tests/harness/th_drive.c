@@ -21,6 +21,9 @@
 typedef struct lost_name {
   char name[64];
   atomic_llong at;
+  /* async: how late the loop ran the timer that reported it (0: not from
+   * a timer, or on time) */
+  atomic_llong late;
 } lost_name;
 
 typedef struct watch {
@@ -46,7 +49,8 @@ struct th_drive {
   dlock_async *a;
   watch ws[MAX_WATCH];
   int nws;
-  int64_t timer_at; /* monotonic ms; -1 none */
+  int64_t timer_at;        /* monotonic ms; -1 none */
+  atomic_llong timer_late; /* while a timer runs: its lateness; else 0 */
   dlock_client *force_c;
   char msg[512]; /* th_drive_error */
 };
@@ -62,6 +66,7 @@ static void on_lost(const char *name, void *arg) {
   if (i == n && n < MAX_NAMES) {
     snprintf(d->names[n].name, sizeof d->names[n].name, "%s", name);
     atomic_store(&d->names[n].at, (long long)th_now_ms());
+    atomic_store(&d->names[n].late, atomic_load(&d->timer_late));
     atomic_store(&d->nnames, n + 1);
   }
   pthread_mutex_unlock(&d->mu);
@@ -80,6 +85,17 @@ int64_t th_drive_lost_at(const th_drive *d, const char *name) {
       at = atomic_load(&m->names[i].at);
   pthread_mutex_unlock(&m->mu);
   return at;
+}
+
+int64_t th_drive_lost_late(const th_drive *d, const char *name) {
+  th_drive *m = (th_drive *)d;
+  pthread_mutex_lock(&m->mu);
+  int64_t late = 0;
+  for (int i = 0; i < atomic_load(&m->nnames); i++)
+    if (strcmp(m->names[i].name, name) == 0)
+      late = atomic_load(&m->names[i].late);
+  pthread_mutex_unlock(&m->mu);
+  return late;
 }
 
 const char *th_drive_kind(const th_drive *d) {
@@ -177,8 +193,10 @@ static void turn(th_drive *d, int64_t max_ms) {
       dlock_async_on_writable(who[i]);
   }
   if (d->timer_at >= 0 && th_now_ms() >= d->timer_at) {
+    atomic_store(&d->timer_late, (long long)(th_now_ms() - d->timer_at));
     d->timer_at = -1;
     dlock_async_on_timer(d->a);
+    atomic_store(&d->timer_late, 0LL);
   }
 }
 

@@ -81,6 +81,10 @@ int th_drive_pump_until(th_drive *d, const volatile int *flag, int64_t ms);
  * (th_now_ms), 0 if none yet. */
 int th_drive_lost_count(const th_drive *d);
 int64_t th_drive_lost_at(const th_drive *d, const char *name);
+/* Async: how late the loop ran the timer whose turn reported the first
+ * loss of `name` (ms after it was due: the test thread did not run
+ * meanwhile -- the environment, not the library); 0 otherwise. */
+int64_t th_drive_lost_late(const th_drive *d, const char *name);
 /* dlock_client_stats / dlock_async_stats of the driver's client: callable
  * from a log hook (issue 38.8: no callback runs under an internal lock).
  * 0 or the call's code. */
