@@ -16,7 +16,8 @@
 #                             python3-prometheus-client: the exporter's
 #                             output is parsed with it, liblua5.1-0-dev: the
 #                             simulator's Redis model runs the scripts in
-#                             Lua 5.1, the version Redis embeds)
+#                             Lua 5.1, the version Redis embeds; strace:
+#                             cli.lost_before_start stalls one syscall)
 #   install-deps.sh dev     + developer tools: valgrind, clang-format,
 #                             clang-tidy, stress-ng, clang (make fuzz) (the default)
 set -euo pipefail
@@ -26,7 +27,7 @@ build=(build-essential cmake pkg-config libhiredis-dev libssl-dev openssl
        libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client)
 rig=(nginx apache2-utils python3)
 test=(man-db groff-base chromium iproute2 libfaketime gdb
-      python3-prometheus-client liblua5.1-0-dev)
+      python3-prometheus-client liblua5.1-0-dev strace)
 dev=(valgrind clang-format clang-tidy stress-ng clang)
 case "$profile" in
   build) pkgs=("${build[@]}") ;;

@@ -1151,6 +1151,27 @@ habits)
   kill "$HOLDER" 2>/dev/null
   ;;
 
+lost_before_start)
+  # A fixed lease that runs out between the acquisition and the fork (dlock
+  # stopped or starved there: strace delays its signalfd by twice the lease)
+  # starts no command: exit 75 and says so. The old code started it and
+  # SIGTERMed it at once, so it ran without the lock.
+  lease=$MULT
+  delay_us=$((2 * lease * 1000000 + 500000))
+  timeout -k 2 60 strace -f -qq -o /dev/null -e trace=signalfd4 \
+    -e inject=signalfd4:delay_enter=$delay_us \
+    "$DL" -l "$lease" lbs -- sh -c "echo ran > $T/ran" 2>"$T/last.err"
+  rc=$?
+  [ "$rc" = 75 ] || fail "exit $rc, expected 75: $(cat "$T/last.err")"
+  [ ! -e "$T/ran" ] || fail "the command ran after the lease had run out"
+  grep -q "lost before the command started" "$T/last.err" ||
+    fail "message: $(cat "$T/last.err")"
+  # Undelayed, the same command runs and the lock is released.
+  expect_rc 0 -l "$lease" lbs -- sh -c "echo ran > $T/ran"
+  [ -e "$T/ran" ] || fail "the command did not run"
+  key_gone lbs || fail "lock left behind"
+  ;;
+
 verbose_events)
   # -v (issue 27): every line timestamped (ISO 8601, UTC, ms); the library's
   # events as they happen -- acquired, the renewal failures of a paused

@@ -12,7 +12,7 @@ if(TARGET dlock_cli)
     status_fair force_unlock bad_input errors help manpage install fence shared fair
     kinds
     handover_race status_json_bytes emfile config config_errors tls_flags
-    tls_server habits versions config_redisson)
+    tls_server habits versions config_redisson lost_before_start)
   # 180 s on a plain build; slow builds (TSan: cli.fair took 42 s on its
   # own on a loaded machine) by the build's multiplier.
   math(EXPR cli_timeout "180 * ${DLOCK_TEST_TIMEOUT_MULT}")

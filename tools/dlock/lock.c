@@ -68,6 +68,15 @@ int lk_unlock(lockobj *lk) {
   return dlock_mutex_unlock(lk->m);
 }
 
+int lk_validity(lockobj *lk, long long *ms) {
+  *ms = -1;
+  if (lk->kind == K_SEM) /* a permit has no local deadline to ask */
+    return 0;
+  if (lk->kind == K_READ || lk->kind == K_WRITE)
+    return dlock_rwlock_validity(lk->rw, ms);
+  return dlock_mutex_validity(lk->m, ms);
+}
+
 void lk_free(lockobj *lk) {
   sem_free(lk);
   dlock_rwlock_free(lk->rw);

@@ -110,6 +110,20 @@ static int run_command(run_state *rs, const run_sigs *sg, plan *p, sup *s) {
     cli_err("signalfd/pipe: %s", strerror(errno));
     return CLI_EX_SOFT;
   }
+  /* The last moment before the fork: a hold whose local deadline (or
+   * fixed lease) has passed since the acquisition -- dlock stopped or
+   * starved meanwhile -- starts no command. */
+  long long left = -1;
+  if (lk_validity(&rs->lk, &left) == DLOCK_ELOST ||
+      (s->lease_end >= 0 && dlc_now_ms() >= s->lease_end)) {
+    close(sfd);
+    s->lost = 1;
+    s->lost_printed = 1;
+    cli_err("lock '%s' lost before the command started: its lease ran out "
+            "(dlock was stopped or starved); the command was not run",
+            rs->o->name);
+    return CLI_EX_LOST;
+  }
   ex = spawn_command(sg, p, s);
   if (ex == 0) {
     cli_debug(rs->o, "started '%s' (pid %d)", p->argv[0], (int)s->pid);

@@ -59,6 +59,10 @@ int lk_new(dlock_client *c, const char *name, lockobj *lk);
 int lk_timed(lockobj *lk, long long wait_ms, long long lease_ms);
 int lk_unlock(lockobj *lk);
 void lk_free(lockobj *lk);
+/* The hold's validity from its local deadline, no round trip: 0 with *ms
+ * (-1: a kind without one, --sem), DLOCK_ELOST once it has passed, or the
+ * call's other code. */
+int lk_validity(lockobj *lk, long long *ms);
 /* The holder field the lock will be held under (the main thread's),
  * into owner. 0 or a DLOCK_E* code. */
 int lk_owner(dlock_client *c, const char *name, int kind, char *owner,

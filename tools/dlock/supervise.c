@@ -20,7 +20,7 @@ void report_loss(run_state *rs, sup *s, const char *reason) {
   const cli_opts *o = rs->o;
   if (!s->lost) {
     s->lost = 1;
-    if (!s->done) {
+    if (!s->done && s->pid > 0) { /* kill(-(-1)) would be init's */
       kill(-s->pid, SIGTERM);
       s->term_sent = 1;
       long long at = dlc_now_ms() + o->kill_after_ms;
