@@ -202,6 +202,17 @@ static void held(dlock__aop *op) {
     late_answer(op);
     return;
   }
+  int gone =
+      dlock__eng_reenter_answer(&h->h, op->target - 1, dlock__async_now());
+  if (gone) { /* lost while the re-entry was in flight: nothing revived */
+    drop_hold(op->a, h);
+    complete(op, DLOCK_ELOST,
+             "lock '%s': owner %lld's hold was %s while this reentrant "
+             "acquire was in flight",
+             h->key, h->owner,
+             gone == DLOCK__ENG_RAN_OUT ? "out of lease" : "lost");
+    return;
+  }
   dlock__stat_add(&op->a->stats,
                   h->h.count > 0 ? DLOCK__ST_REENTERED : DLOCK__ST_ACQUIRED, 1);
   dlock__hold_note(&h->h, op->target, op->wd, op->lease, op->sent, 0);

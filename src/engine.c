@@ -101,6 +101,8 @@ int dlock__eng_expiry(dlock__hold *h, int64_t now, int64_t *next) {
     h->lost = DLOCK__LOST_UNRENEWED;
     return DLOCK__ENG_LOST;
   }
+  if (h->lost && now >= h->valid_until)
+    return DLOCK__ENG_END_QUIET; /* told already: nothing left to watch */
   if (h->valid_until < *next)
     *next = h->valid_until;
   return DLOCK__ENG_KEEP;
@@ -200,6 +202,17 @@ int dlock__eng_reenter(const dlock__hold *h, int64_t now, int *prior) {
   if (h && h->unlock_pending > 0)
     return DLOCK__ENG_SETTLE;
   if (*prior == 0 || dlock__eng_valid(h, now))
+    return 0;
+  return h->lost ? h->lost : DLOCK__ENG_RAN_OUT;
+}
+
+int dlock__eng_reenter_answer(const dlock__hold *h, int prior, int64_t now) {
+  if (prior == 0)
+    return 0; /* a first hold: dlock__eng_in_time judges it */
+  /* The hold this acquire re-entered must still be the one it found: a
+   * hold lost (or ended) while the acquire was in flight is not revived
+   * by its answer -- a lost hold never comes back. */
+  if (h->count == prior && dlock__eng_valid(h, now))
     return 0;
   return h->lost ? h->lost : DLOCK__ENG_RAN_OUT;
 }

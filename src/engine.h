@@ -107,6 +107,14 @@ int dlock__eng_in_time(int64_t sent, int64_t lease, int64_t now);
  * first hold resets the record; a reentrant one never shortens it). */
 void dlock__hold_note(dlock__hold *h, int target, int wd, int64_t lease,
                       int64_t sent, uint64_t token);
+/* The verdict on a reentrant acquire's success (prior: the count it found
+ * and re-entered): 0 to record it (dlock__hold_note), else the hold was
+ * lost or ran out while the acquire was in flight -- its loss code, or
+ * DLOCK__ENG_RAN_OUT -- and the answer revives nothing: the call answers
+ * DLOCK_ELOST (the sim found a late re-entry putting a lost hold back on
+ * the watchdog list with its deadline past, and the call said OK). A first
+ * hold (prior 0) is judged by dlock__eng_in_time. */
+int dlock__eng_reenter_answer(const dlock__hold *h, int prior, int64_t now);
 /* A renewal sent at `sent` with `lease` was confirmed: renewed_at and the
  * local deadline move (never back: the renew script never shortens a TTL),
  * the retry schedule ends. */

@@ -577,6 +577,18 @@ static int record_hold(dlock_mutex *m, uint64_t tid, int target, int wd,
   dlock__info_want(c);     /* a holder says who it is: clientinfo.c */
   if (h->count == 0)
     dlock__info_since_later(c); /* ... and since when, if it lasts */
+  int gone = dlock__eng_reenter_answer(h, target - 1, dlock__now_ms());
+  if (gone) { /* lost while the re-entry was in flight: nothing revived */
+    if (gone == DLOCK__ENG_RAN_OUT)
+      lost_expired(c, m->name);
+    drop_hold(c, h);
+    dlock__mu_unlock(&c->reg.mu);
+    return dlock__fail(DLOCK_ELOST,
+                       "lock '%s': the hold was %s while this reentrant "
+                       "acquire was in flight",
+                       m->name,
+                       gone == DLOCK__ENG_RAN_OUT ? "out of lease" : "lost");
+  }
   dlock__hold_note(h, target, wd, lease, sent, token);
   if (wd)
     dlock__wd_add(c, h);

@@ -2007,3 +2007,73 @@ TH_CASE_T(partitioned_redlock_holder_told_before_majority_is_taken, 120,
 }
 
 TH_MAIN()
+
+/* A reentrant acquire in flight while its hold is lost. The holder (1 s
+ * watchdog lease) re-enters with a fixed 30 s lease on a connection that
+ * has gone silent: the re-entry runs on the server (the key's TTL becomes
+ * 30 s, so the key stays this owner's throughout), its reply is dropped.
+ * Then the server becomes unreachable, the renewals go unconfirmed, the
+ * local deadline passes and the holder is told; the path comes back and
+ * the re-entry's re-sent copy is answered "held" -- after the loss. That
+ * answer must not revive the lost hold: the call answers DLOCK_ELOST. The
+ * old code recorded it (count 2) and said OK for a hold it had reported
+ * lost (the simulator found the shape, issue 41: a lost hold back on the
+ * watchdog list). Both clients. */
+typedef struct reviver {
+  th_redis *r;
+  th_proxy *p;
+  th_drive *d;
+  int ran, told;
+} reviver;
+
+static void *reviver_thread(void *arg) {
+  reviver *v = arg;
+  int64_t end = th_now_ms() + 20000LL * th_timeout_mult();
+  while (th_now_ms() < end && th_cmd_int(v->r, "PTTL re") < 5000)
+    th_sleep_ms(2);
+  v->ran = th_cmd_int(v->r, "PTTL re") >= 5000;
+  th_proxy_unreachable(v->p, 1);
+  while (th_now_ms() < end && th_drive_lost_count(v->d) < 1)
+    th_sleep_ms(5);
+  v->told = th_drive_lost_count(v->d) >= 1;
+  th_proxy_unreachable(v->p, 0);
+  return NULL;
+}
+
+static void late_reentry_body(int kind) {
+  th_redis *r = th_redis_new(1, NULL);
+  th_proxy *p = th_proxy_new(r->port);
+  int64_t cto = 4000LL * th_timeout_mult();
+  dlock_config cfg = cfg_at(th_proxy_url(p), 1000, (int)cto);
+  cfg.sync_replicas = 0; /* no INFO before the re-entry: only the script */
+  cfg.call_timeout_ms = (int)(3 * cto);
+  th_drive *d = th_drive_new(kind, &cfg);
+  /* the re-entry's script loaded (a NOSCRIPT answer dropped by the silent
+   * path would stop the first copy from running) */
+  CHECK_OK(th_drive_lock(d, "warm", 1, 0, -1));
+  CHECK_OK(th_drive_lock(d, "warm", 1, 0, 30000));
+  CHECK_OK(th_drive_unlock(d, "warm", 1));
+  CHECK_OK(th_drive_unlock(d, "warm", 1));
+  CHECK_OK(th_drive_lock(d, "re", 1, 0, -1));
+  reviver v = {r, p, d, 0, 0};
+  th_proxy_silence(p);
+  pthread_t t;
+  CHECK_EQ(pthread_create(&t, NULL, reviver_thread, &v), 0);
+  int rc = th_drive_lock(d, "re", 1, 0, 30000);
+  pthread_join(t, NULL);
+  printf("%s: re-entry answered %s (%s), %d loss report(s)\n", th_drive_kind(d),
+         dlock_err_name(rc), rc ? th_drive_error(d) : "",
+         th_drive_lost_count(d));
+  CHECK_MSG(v.ran, "the re-entry never ran on the server");
+  CHECK_MSG(v.told, "the holder was never told");
+  CHECK_RC(rc, DLOCK_ELOST);
+  th_drive_free(d);
+}
+
+TH_CASE_T(reentry_answered_after_the_loss_revives_nothing_blocking, 120,
+          "slow") {
+  late_reentry_body(TH_DRIVE_BLOCKING);
+}
+TH_CASE_T(reentry_answered_after_the_loss_revives_nothing_async, 120, "slow") {
+  late_reentry_body(TH_DRIVE_ASYNC);
+}
