@@ -68,7 +68,10 @@ static void route_try(sim_world *w, sim_actor *a) {
   a->try_no++;
   a->sends++;
   sim_send(w, a->client, a->idx, &a->call, a->tag);
-  sim_timer(w, a->client, a->idx, EV_TIMEOUT, w->now + w->cfg.cto, a->tag);
+  int64_t to = w->now + w->cfg.cto;
+  if (a->route_until > 0 && a->route_until < to)
+    to = a->route_until > w->now ? a->route_until : w->now; /* the budget */
+  sim_timer(w, a->client, a->idx, EV_TIMEOUT, to, a->tag);
 }
 
 void sim_route(sim_world *w, sim_actor *a, const sim_call *c, sim_done done) {
@@ -79,7 +82,13 @@ void sim_route(sim_world *w, sim_actor *a, const sim_call *c, sim_done done) {
   route_try(w, a);
 }
 
-static void route_retry(sim_world *w, sim_actor *a) { route_try(w, a); }
+static void route_retry(sim_world *w, sim_actor *a) {
+  if (a->route_until > 0 && w->now >= a->route_until) {
+    a->done(w, a, DLOCK_ECONN, NULL, a->sends); /* the budget is spent */
+    return;
+  }
+  route_try(w, a);
+}
 
 void sim_actor_event(sim_world *w, sim_actor *a, const sim_ev *e) {
   if (e->kind == EV_REPLY && e->tag == a->tag && a->tag) {
@@ -89,8 +98,10 @@ void sim_actor_event(sim_world *w, sim_actor *a, const sim_ev *e) {
     a->tag = 0;
     a->conn++; /* the reply timeout closes the connection */
     a->conn_last_deliver = a->conn_last_reply = 0;
-    if (a->try_no < w->cfg.tries)
-      at_timer(w, a, w->now + w->cfg.retry_pause, route_retry);
+    int64_t next = w->now + w->cfg.retry_pause;
+    if (a->try_no < w->cfg.tries &&
+        (a->route_until <= 0 || next < a->route_until))
+      at_timer(w, a, next, route_retry);
     else
       a->done(w, a, DLOCK_ECONN, NULL, a->sends);
   } else if (e->kind == EV_TIMER && e->tag == a->timer_tag) {

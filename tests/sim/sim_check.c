@@ -11,7 +11,8 @@
  *      deletes the lock when no timeout key lives);
  *   4. a released hold never comes back: after a final release answered
  *      "released", the thread's field stays gone until an acquire copy of
- *      that thread runs again.
+ *      that thread runs again;
+ *   5-9. the expirable permits' (sim_check_permits.c).
  * A violation prints the seed, what broke and the trace of the last events.
  */
 #include <stdlib.h>
@@ -39,28 +40,32 @@ static long long hget(sim_world *w, const char *key, const char *field) {
 }
 
 /* The violation, and the story of the actors it names (a, b: NULL or
- * the actors; their client's watchdog too). */
-static int fail(sim_world *w, const char *what, const sim_actor *a,
-                const sim_actor *b) {
+ * the actors; their client's watchdog and permits renewer too). */
+int sim_fail(sim_world *w, const char *what, const sim_actor *a,
+             const sim_actor *b) {
   printf("VIOLATION (seed %llu, step %llu, %.3f s simulated): %s\n",
          (unsigned long long)w->seed, (unsigned long long)w->steps,
          (double)(w->now - w->t0) / 1000.0, what);
-  char who[4][16];
-  const char *whos[4];
+  char who[6][16], wb[12];
+  const char *whos[6];
   int n = 0;
   for (int i = 0; i < 2; i++) {
     const sim_actor *x = i ? b : a;
     if (!x)
       continue;
-    snprintf(who[n], sizeof who[n], "c%d.t%d", x->client, x->idx);
+    snprintf(who[n], sizeof who[n], "c%d.%s", x->client, sim_who(wb, x->idx));
     whos[n] = who[n];
     n++;
-    snprintf(who[n], sizeof who[n], "c%d.wd", x->client);
+    snprintf(who[n], sizeof who[n], "c%d.%s", x->client,
+             x->idx >= SIM_PACTOR ? "pw" : "wd");
     whos[n] = who[n];
     n++;
   }
-  if (n == 0) /* nobody holds: the semaphore's story */
+  if (n == 0) { /* nobody named: the counters' story */
     whos[n++] = "sem";
+    whos[n++] = "permit";
+    whos[n++] = ".pw";
+  }
   printf("the story (the last events of the actors named, and of their "
          "clients' watchdogs):\n");
   sim_trace_story(w, stdout, whos, n, 40);
@@ -69,6 +74,11 @@ static int fail(sim_world *w, const char *what, const sim_actor *a,
   printf("replay: make sim SEED=%llu\n", (unsigned long long)w->seed);
   w->violation = 1;
   return 1;
+}
+
+static int fail(sim_world *w, const char *what, const sim_actor *a,
+                const sim_actor *b) {
+  return sim_fail(w, what, a, b);
 }
 
 static int holder(const sim_actor *a, int k, int64_t now) {
@@ -155,7 +165,7 @@ static int check_sem(sim_world *w) {
 }
 
 int sim_check(sim_world *w) {
-  if (check_sem(w))
+  if (check_sem(w) || sim_check_permits(w))
     return 1;
   const sim_actor *mx = NULL, *wr = NULL, *rd = NULL;
   char msg[300];
