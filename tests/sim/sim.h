@@ -11,6 +11,7 @@
  *                     the network and the server (the model)
  *   sim_calls_mutex.c the plain mutex's and the watchdog's KEYS/ARGV
  *   sim_calls_rw.c    the read-write lock's KEYS/ARGV
+ *   sim_calls_fair.c  the fair lock's KEYS/ARGV (its threads: sim_actor.c)
  *   sim_actor.c       the drivers' sequencing re-stated: acquire, release,
  *                     settle, commits, the router's tries (mutex.c, conn.c)
  *   sim_wd.c          the watchdog's collect / send / apply (watchdog.c)
@@ -63,21 +64,29 @@ typedef struct sim_rep {
 } sim_rep;
 
 /* ---- lock kinds the actors use ------------------------------------------ */
-enum { K_MUTEX = 0, K_READ, K_WRITE, K_SEM, K_COUNT };
+enum { K_MUTEX = 0, K_READ, K_WRITE, K_SEM, K_FAIR, K_COUNT };
 extern const char *const sim_kind_name[K_COUNT];
 #define SIM_MUTEX_NAME "m0"
 #define SIM_RW_NAME "rw0"
 #define SIM_SEM_NAME "s0"
 #define SIM_SEM_PERMITS 2
+#define SIM_FAIR_NAME "f0" /* the fair lock (sim_calls_fair.c) */
+/* A free fair lock with a live waiter in its queue is taken within this
+ * (simulated ms): a dead head's place lives FAIR_LIVE_MS (5 s) after its
+ * last attempt, a live waiter attempts at least every FAIR_REFRESH_MS
+ * (1 s), and a call spans at most 3 tries of 500 ms and 2 pauses. */
+#define SIM_FAIR_BOUND 10000
 #define SIM_PERM_NAME "p0" /* expirable permits (sim_permits.c) */
 #define SIM_PERM_CAP 2
 #define SIM_PERM_ID 17 /* a permit id: 16 bytes (printable here) and a NUL */
 #define SIM_PERM_WD 8  /* the permits one object renews, at most */
 #define SIM_PERM_PEND 8
 /* Actor numbers in events: >= 0 a lock thread, -1 the client's watchdog,
- * -2 its permits object's renewer, SIM_PACTOR + i its permit thread i. */
+ * -2 its permits object's renewer, SIM_PACTOR + i its permit thread i,
+ * SIM_FACTOR + i its fair lock thread i. */
 #define SIM_PW (-2)
 #define SIM_PACTOR 100
+#define SIM_FACTOR 200
 
 /* ---- events -------------------------------------------------------------- */
 enum {
@@ -124,6 +133,9 @@ struct sim_actor {
   long long wait_ms;
   int64_t lease, started, sent;
   int wd, prior, try_round, acquiring, acq_rc;
+  int leaving;    /* a fair wait ended: its cancel (leave_queue) in flight */
+  int fair_queue; /* the fair attempt joins the queue (fair_acquire) */
+  int fail_rc;    /* the call's own error while it leaves the queue */
   int64_t ttl;
   dlock__wait wt;
   char owed[33];
@@ -207,6 +219,8 @@ typedef struct sim_client {
   int nactors;
   sim_actor *pactors; /* the permit threads */
   int npactors;
+  sim_actor *factors; /* the fair lock threads */
+  int nfactors;
   sim_actor pw; /* the permits object's renewer thread */
   sim_pobj po;
   int64_t paused_until;
@@ -240,6 +254,9 @@ struct sim_world {
   /* the permit threads' own stream: adding them changes no draw of the
    * others, so an older seed replays the same locks' story */
   sim_rng prng;
+  sim_rng frng; /* the fair lock threads' own, for the same reason */
+  int64_t fair_stuck_since; /* a free fair lock with a live waiter queued
+                               since then (-1: not now) */
   int put_back_late_permit; /* DLOCK_SIM_PUT_BACK=permit_late_answer */
   int permit_lib_deadline;  /* --permit-lib-deadline: check the object's
                                own deadlines too (invariant 7b) */
@@ -275,12 +292,16 @@ struct sim_world {
   uint64_t n_pm_lowered;       /* a late renewal or update copy moved a held
                                   permit's expiry back */
   long long pm_prev[SIM_MAXK]; /* the scores before an update copy ran */
+  uint64_t n_fair_acquired, n_fair_released, n_fair_cancels;
   int violation;
 };
 
 /* sim_world.c */
 void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors,
-                    int npactors);
+                    int npactors, int nfactors);
+/* The PRNG stream an actor's draws come from (its own for the permit and
+ * fair lock threads). */
+sim_rng *sim_rng_of(sim_world *w, int actor);
 /* The actor an event's number names (NULL: the watchdog). */
 sim_actor *sim_actor_at(sim_world *w, int client, int actor);
 void sim_world_free(sim_world *w);
@@ -330,6 +351,13 @@ void sim_rw_acquire_call(int kind, const char *name, const char *field,
 void sim_rw_release_call(int kind, const char *name, const char *field,
                          const dlock__eng_unlock *u, int64_t tomb_ttl,
                          sim_call *c);
+void sim_fair_acquire_call(const char *field, int target, int64_t lease,
+                           int queue, const char *rid, int64_t now,
+                           sim_call *c);
+void sim_fair_release_call(const char *field, const dlock__eng_unlock *u,
+                           int64_t tomb_ttl, int64_t now, sim_call *c);
+void sim_fair_cancel_call(const char *field, int64_t now, sim_call *c);
+const char *sim_lock_name(int kind);
 void sim_rw_timeout_prefix(const char *name, const char *field, char *out,
                            size_t n);
 /* What an acquire script's answer means (mutex.c dlock__acq_reply,

@@ -12,7 +12,10 @@
  *   4. a released hold never comes back: after a final release answered
  *      "released", the thread's field stays gone until an acquire copy of
  *      that thread runs again;
- *   5-9. the expirable permits' (sim_check_permits.c).
+ *   5-9. the expirable permits' (sim_check_permits.c);
+ *   10. the fair lock (its threads: 1, 3, 4 as the mutex's) loses no
+ *      wake-up: free, with a live waiter queued, it is taken or handed on
+ *      within SIM_FAIR_BOUND.
  * A violation prints the seed, what broke and the trace of the last events.
  */
 #include <stdlib.h>
@@ -57,7 +60,7 @@ int sim_fail(sim_world *w, const char *what, const sim_actor *a,
     whos[n] = who[n];
     n++;
     snprintf(who[n], sizeof who[n], "c%d.%s", x->client,
-             x->idx >= SIM_PACTOR ? "pw" : "wd");
+             x->idx >= SIM_PACTOR && x->idx < SIM_FACTOR ? "pw" : "wd");
     whos[n] = who[n];
     n++;
   }
@@ -88,7 +91,7 @@ static int holder(const sim_actor *a, int k, int64_t now) {
 /* 3: the holder's field and the key's expiry. */
 static int check_key(sim_world *w, const sim_actor *a, int k) {
   char msg[400], f[SIM_STR];
-  const char *name = k == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME;
+  const char *name = sim_lock_name(k);
   snprintf(f, sizeof f, "%s%s", a->field, k == K_WRITE ? ":write" : "");
   int64_t until = a->rec[k].valid_until;
   long long n = hget(w, name, f);
@@ -130,7 +133,7 @@ static int check_gone(sim_world *w, const sim_actor *a, int k) {
     return 0;
   char f[SIM_STR], msg[300];
   snprintf(f, sizeof f, "%s%s", a->field, k == K_WRITE ? ":write" : "");
-  if (hget(w, k == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME, f) <= 0)
+  if (hget(w, sim_lock_name(k), f) <= 0)
     return 0;
   snprintf(msg, sizeof msg,
            "c%d.t%d's %s hold came back on the server after its release "
@@ -164,38 +167,96 @@ static int check_sem(sim_world *w) {
   return fail(w, msg, last, prev);
 }
 
-int sim_check(sim_world *w) {
-  if (check_sem(w) || sim_check_permits(w))
-    return 1;
-  const sim_actor *mx = NULL, *wr = NULL, *rd = NULL;
+/* The holders' slots: one mutex, one fair lock, one writer, readers. */
+typedef struct slots {
+  const sim_actor *mx, *fr, *wr, *rd;
+} slots;
+
+/* 1-4 for one thread's holds. */
+static int check_actor(sim_world *w, const sim_actor *a, slots *s) {
   char msg[300];
-  for (int c = 0; c < w->nclients; c++)
-    for (int i = 0; i < w->clients[c].nactors; i++) {
-      const sim_actor *a = &w->clients[c].actors[i];
-      for (int k = 0; k < K_COUNT; k++) {
-        if (check_gone(w, a, k))
-          return 1;
-        if (!holder(a, k, w->now))
-          continue;
-        if (!w->holders_only && check_key(w, a, k))
-          return 1;
-        const sim_actor **slot =
-            k == K_MUTEX ? &mx : (k == K_WRITE ? &wr : &rd);
-        const sim_actor *other = *slot;
-        if (k == K_WRITE && !other && rd && rd != a)
-          other = rd;
-        if (k == K_READ && wr && wr != a)
-          other = wr;
-        if (other && (k != K_READ || other == wr)) {
-          snprintf(msg, sizeof msg,
-                   "two holders: c%d.t%d and c%d.t%d both hold %s (%s)",
-                   other->client, other->idx, a->client, a->idx,
-                   k == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME,
-                   sim_kind_name[k]);
-          return fail(w, msg, other, a);
-        }
-        *slot = a;
-      }
+  for (int k = 0; k < K_COUNT; k++) {
+    if (k == K_SEM)
+      continue;
+    if (check_gone(w, a, k))
+      return 1;
+    if (!holder(a, k, w->now))
+      continue;
+    if (!w->holders_only && check_key(w, a, k))
+      return 1;
+    const sim_actor **slot = k == K_MUTEX   ? &s->mx
+                             : k == K_FAIR  ? &s->fr
+                             : k == K_WRITE ? &s->wr
+                                            : &s->rd;
+    const sim_actor *other = *slot;
+    if (k == K_WRITE && !other && s->rd && s->rd != a)
+      other = s->rd;
+    if (k == K_READ && s->wr && s->wr != a)
+      other = s->wr;
+    if (other && (k != K_READ || other == s->wr)) {
+      snprintf(
+          msg, sizeof msg, "two holders: c%d.%s and c%d.%s both hold %s (%s)",
+          other->client, sim_who((char[12]){0}, other->idx), a->client,
+          sim_who((char[12]){0}, a->idx), sim_lock_name(k), sim_kind_name[k]);
+      return fail(w, msg, other, a);
     }
+    *slot = a;
+  }
+  return 0;
+}
+
+/* No lost wake-up: a free fair lock with a live waiter in its queue (its
+ * client running, its wait going on, its field in the server's list) is
+ * taken or handed on within SIM_FAIR_BOUND. */
+static int check_fair_queue(sim_world *w) {
+  const char *ex[3] = {"EXISTS", SIM_FAIR_NAME, NULL};
+  sim_rep r;
+  sim_probe(w, &r, ex);
+  const sim_actor *live = NULL;
+  for (int c = 0; r.integer == 0 && !live && c < w->nclients; c++) {
+    const sim_client *cl = &w->clients[c];
+    for (int i = 0; !live && i < cl->nfactors; i++) {
+      const sim_actor *a = &cl->factors[i];
+      if (!a->acquiring || a->leaving || cl->paused_until > w->now ||
+          !a->wt.queued)
+        continue;
+      const char *lp[4] = {"LPOS", "redisson_lock_queue:{" SIM_FAIR_NAME "}",
+                           a->field, NULL};
+      sim_rep p;
+      sim_probe(w, &p, lp);
+      if (p.type == RM_REPLY_INTEGER)
+        live = a;
+    }
+  }
+  if (!live) {
+    w->fair_stuck_since = -1;
+    return 0;
+  }
+  if (w->fair_stuck_since < 0)
+    w->fair_stuck_since = w->now;
+  if (w->now - w->fair_stuck_since <= SIM_FAIR_BOUND)
+    return 0;
+  char msg[240];
+  snprintf(msg, sizeof msg,
+           "a lost wake-up: fair lock %s free for %lld ms with c%d.f%d "
+           "live in its queue (bound %d ms)",
+           SIM_FAIR_NAME, (long long)(w->now - w->fair_stuck_since),
+           live->client, live->idx - SIM_FACTOR, SIM_FAIR_BOUND);
+  return fail(w, msg, live, NULL);
+}
+
+int sim_check(sim_world *w) {
+  if (check_sem(w) || sim_check_permits(w) || check_fair_queue(w))
+    return 1;
+  slots s = {NULL, NULL, NULL, NULL};
+  for (int c = 0; c < w->nclients; c++) {
+    const sim_client *cl = &w->clients[c];
+    for (int i = 0; i < cl->nactors; i++)
+      if (check_actor(w, &cl->actors[i], &s))
+        return 1;
+    for (int i = 0; i < cl->nfactors; i++)
+      if (check_actor(w, &cl->factors[i], &s))
+        return 1;
+  }
   return 0;
 }

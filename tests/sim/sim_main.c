@@ -14,6 +14,7 @@
  *   --holders-only                     check invariants 1 and 2 only (does a
  *                                      broken deadline end in two holders?)
  *   --permit-actors N                  permit threads per client (default 2)
+ *   --fair-actors N                    fair lock threads per client (2)
  *   --permit-lib-deadline              check the permits object's own
  *                                      deadlines against the server too
  *                                      (invariant 7b: finds a reported issue)
@@ -31,14 +32,15 @@
 
 typedef struct run_opts {
   int64_t sim_ms;
-  int clients, actors, pactors, verbose, holders_only, lib_deadline, strict;
+  int clients, actors, pactors, factors, verbose, holders_only, lib_deadline,
+      strict;
 } run_opts;
 
 typedef struct totals {
   uint64_t seeds, steps, sent, held, dropped, pauses, acquired, released;
   uint64_t late;
   uint64_t pm_acquired, pm_released, pm_late, pm_lost, pm_back, pm_earlier;
-  uint64_t pm_lowered;
+  uint64_t pm_lowered, fair_acquired, fair_released, fair_cancels;
   double sim_s;
 } totals;
 
@@ -98,7 +100,7 @@ static void dispatch(sim_world *w, const sim_ev *e) {
 /* One seed: 0 clean, 1 a violation. */
 static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   sim_world w;
-  sim_world_init(&w, seed, o->clients, o->actors, o->pactors);
+  sim_world_init(&w, seed, o->clients, o->actors, o->pactors, o->factors);
   w.verbose = o->verbose;
   w.holders_only = o->holders_only;
   w.permit_lib_deadline = o->lib_deadline;
@@ -109,6 +111,9 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   for (int c = 0; c < w.nclients; c++)
     for (int i = 0; i < w.clients[c].npactors; i++)
       sim_perm_start(&w, &w.clients[c].pactors[i]);
+  for (int c = 0; c < w.nclients; c++)
+    for (int i = 0; i < w.clients[c].nfactors; i++)
+      sim_actor_start(&w, &w.clients[c].factors[i]);
   pause_next(&w);
   int64_t end = w.t0 + o->sim_ms;
   sim_ev e;
@@ -158,6 +163,9 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   t->pm_back += w.n_pm_back;
   t->pm_earlier += w.n_pm_earlier;
   t->pm_lowered += w.n_pm_lowered;
+  t->fair_acquired += w.n_fair_acquired;
+  t->fair_released += w.n_fair_released;
+  t->fair_cancels += w.n_fair_cancels;
   int v = w.violation;
   sim_world_free(&w);
   return v;
@@ -186,6 +194,11 @@ static void report(const totals *t, double secs) {
          (unsigned long long)t->pm_late, (unsigned long long)t->pm_lost,
          (unsigned long long)t->pm_back, (unsigned long long)t->pm_earlier,
          (unsigned long long)t->pm_lowered);
+  printf("sim: fair lock: %llu holds taken, %llu released, %llu waits left "
+         "the queue (fair_cancel)\n",
+         (unsigned long long)t->fair_acquired,
+         (unsigned long long)t->fair_released,
+         (unsigned long long)t->fair_cancels);
 }
 
 /* The seeds of a regression file: one number per line, '#' comments. */
@@ -212,7 +225,7 @@ static int run_file(const char *path, const run_opts *o, totals *t) {
 }
 
 int main(int argc, char **argv) {
-  run_opts o = {600000, 4, 2, 2, 0, 0, 0, 0};
+  run_opts o = {600000, 4, 2, 2, 2, 0, 0, 0, 0};
   long long seed = -1;
   double minutes = 0, ci = 0;
   const char *regress = NULL;
@@ -235,6 +248,8 @@ int main(int argc, char **argv) {
       o.actors = atoi(argv[++i]);
     else if (strcmp(a, "--permit-actors") == 0 && v)
       o.pactors = atoi(argv[++i]);
+    else if (strcmp(a, "--fair-actors") == 0 && v)
+      o.factors = atoi(argv[++i]);
     else if (strcmp(a, "--permit-lib-deadline") == 0)
       o.lib_deadline = 1;
     else if (strcmp(a, "--permit-strict") == 0)
@@ -246,18 +261,20 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--expect-violation") == 0)
       expect = 1;
     else {
-      fprintf(stderr,
-              "usage: %s [--seed N [--verbose]] [--minutes M] "
-              "[--ci SECONDS --regress FILE] [--sim-seconds S] "
-              "[--clients N] [--actors N] [--permit-actors N] "
-              "[--expect-violation]\n",
-              argv[0]);
+      fprintf(
+          stderr,
+          "usage: %s [--seed N [--verbose]] [--minutes M] "
+          "[--ci SECONDS --regress FILE] [--sim-seconds S] "
+          "[--clients N] [--actors N] [--permit-actors N] [--fair-actors N] "
+          "[--expect-violation]\n",
+          argv[0]);
       return 2;
     }
   }
   if (o.clients < 1 || o.clients > 8 || o.actors < 1 || o.actors > 8 ||
-      o.pactors < 0 || o.pactors > 6) {
-    fprintf(stderr, "sim: 1..8 clients and actors, 0..6 permit actors\n");
+      o.pactors < 0 || o.pactors > 6 || o.factors < 0 || o.factors > 8) {
+    fprintf(stderr, "sim: 1..8 clients and actors, 0..6 permit actors, 0..8 "
+                    "fair lock actors\n");
     return 2;
   }
   totals t;

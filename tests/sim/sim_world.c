@@ -15,16 +15,24 @@
 #include "sim.h"
 #include "sim_lib_scripts.h"
 
-const char *const sim_kind_name[K_COUNT] = {"mutex", "read", "write", "sem"};
+const char *const sim_kind_name[K_COUNT] = {"mutex", "read", "write", "sem",
+                                            "fair"};
 
-/* The permit threads and their object's renewer draw from their own
- * stream (sim_world.prng): the other actors' draws are as before. */
-static sim_rng *rng_of(sim_world *w, int actor) {
+/* The permit threads (and their object's renewer) and the fair lock
+ * threads draw from streams of their own (sim_world.prng, .frng): the
+ * other actors' draws are as before. */
+sim_rng *sim_rng_of(sim_world *w, int actor) {
+  if (actor >= SIM_FACTOR)
+    return &w->frng;
   return actor == SIM_PW || actor >= SIM_PACTOR ? &w->prng : &w->rng;
 }
 
+static sim_rng *rng_of(sim_world *w, int actor) { return sim_rng_of(w, actor); }
+
 sim_actor *sim_actor_at(sim_world *w, int client, int actor) {
   sim_client *cl = &w->clients[client];
+  if (actor >= SIM_FACTOR)
+    return &cl->factors[actor - SIM_FACTOR];
   if (actor >= SIM_PACTOR)
     return &cl->pactors[actor - SIM_PACTOR];
   if (actor == SIM_PW)
@@ -242,11 +250,13 @@ static void init_actor(sim_actor *a, const sim_client *cl, int c, int idx,
 }
 
 void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors,
-                    int npactors) {
+                    int npactors, int nfactors) {
   memset(w, 0, sizeof *w);
   w->seed = seed;
   w->rng.s = seed * 0x2545f4914f6cdd1dULL + 1;
   w->prng.s = seed * 0x9e3779b97f4a7c15ULL + 0x5eed;
+  w->frng.s = seed * 0xd1b54a32d192ed03ULL + 0xfa1e;
+  w->fair_stuck_since = -1;
   const char *pb = getenv("DLOCK_SIM_PUT_BACK");
   w->put_back_late_permit = pb && strstr(pb, "permit_late_answer") != NULL;
   w->cfg.wd_lease = 3000;
@@ -277,13 +287,17 @@ void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors,
     cl->actors = calloc((size_t)nactors, sizeof *cl->actors);
     cl->npactors = npactors;
     cl->pactors = calloc((size_t)npactors + 1, sizeof *cl->pactors);
-    if (!cl->actors || !cl->pactors)
+    cl->nfactors = nfactors;
+    cl->factors = calloc((size_t)nfactors + 1, sizeof *cl->factors);
+    if (!cl->actors || !cl->pactors || !cl->factors)
       abort();
     cl->wd_next = -1;
     for (int i = 0; i < nactors; i++)
       init_actor(&cl->actors[i], cl, c, i, (uint64_t)(101 + i));
     for (int i = 0; i < npactors; i++)
       init_actor(&cl->pactors[i], cl, c, SIM_PACTOR + i, (uint64_t)(201 + i));
+    for (int i = 0; i < nfactors; i++)
+      init_actor(&cl->factors[i], cl, c, SIM_FACTOR + i, (uint64_t)(401 + i));
     init_actor(&cl->pw, cl, c, SIM_PW, 300);
   }
 }
@@ -292,6 +306,7 @@ void sim_world_free(sim_world *w) {
   for (int c = 0; c < w->nclients; c++) {
     free(w->clients[c].actors);
     free(w->clients[c].pactors);
+    free(w->clients[c].factors);
   }
   free(w->clients);
   free(w->heap);
@@ -306,7 +321,9 @@ const char *sim_who(char b[12], int actor) {
     return "pw";
   if (actor < 0)
     return "wd";
-  if (actor >= SIM_PACTOR)
+  if (actor >= SIM_FACTOR)
+    snprintf(b, 12, "f%d", actor - SIM_FACTOR);
+  else if (actor >= SIM_PACTOR)
     snprintf(b, 12, "p%d", actor - SIM_PACTOR);
   else
     snprintf(b, 12, "t%d", actor);
@@ -417,7 +434,7 @@ static void run_call(sim_world *w, const sim_call *c, rm_reply *r) {
 void sim_deliver(sim_world *w, int i) {
   sim_req *q = &w->reqs[i];
   rm_reply r = {0};
-  if (q->actor >= SIM_PACTOR || q->actor == SIM_PW)
+  if ((q->actor >= SIM_PACTOR && q->actor < SIM_FACTOR) || q->actor == SIM_PW)
     sim_perm_before(w, q);
   run_call(w, &q->call, &r);
   sim_ev e;
@@ -438,8 +455,13 @@ void sim_deliver(sim_world *w, int i) {
   sim_trace(w, "  server runs c%d.%s %s -> %s%s", q->client,
             sim_who(wb, q->actor), sim_describe(&q->call, d, sizeof d), rs,
             late);
-  if (q->actor >= SIM_PACTOR || q->actor == SIM_PW)
+  if ((q->actor >= SIM_PACTOR && q->actor < SIM_FACTOR) || q->actor == SIM_PW)
     sim_perm_ran(w, q, &e.rep);
+  if (q->actor >= SIM_FACTOR && q->call.script &&
+      strncmp(q->call.script, "fair_", 5) == 0 &&
+      (strcmp(q->call.script, "fair_acquire") == 0 ||
+       strcmp(q->call.script, "fair_try") == 0))
+    sim_actor_at(w, q->client, q->actor)->acq_ran[K_FAIR] = 1;
   if (q->actor >= 0 && q->actor < SIM_PACTOR && q->call.script &&
       (strncmp(q->call.script, "acquire", 7) == 0 ||
        strncmp(q->call.script, "rw_read_acquire", 15) == 0 ||
