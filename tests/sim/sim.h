@@ -293,6 +293,8 @@ struct sim_world {
                                   permit's expiry back */
   long long pm_prev[SIM_MAXK]; /* the scores before an update copy ran */
   uint64_t n_fair_acquired, n_fair_released, n_fair_cancels;
+  int delivered; /* the last step ran a copy on the server (the checks
+                    of the server's state alone run then) */
   int violation;
 };
 

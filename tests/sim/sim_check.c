@@ -208,26 +208,41 @@ static int check_actor(sim_world *w, const sim_actor *a, slots *s) {
 /* No lost wake-up: a free fair lock with a live waiter in its queue (its
  * client running, its wait going on, its field in the server's list) is
  * taken or handed on within SIM_FAIR_BOUND. */
-static int check_fair_queue(sim_world *w) {
+/* A fair thread whose wait is going on, queued, its client running. */
+static int waiting(const sim_world *w, const sim_client *cl,
+                   const sim_actor *a) {
+  return a->acquiring && !a->leaving && a->wt.queued &&
+         cl->paused_until <= w->now;
+}
+
+/* The first live waiter in the fair lock's queue, when the lock is free. */
+static const sim_actor *live_waiter(sim_world *w) {
+  int any = 0;
+  for (int c = 0; !any && c < w->nclients; c++)
+    for (int i = 0; !any && i < w->clients[c].nfactors; i++)
+      any = waiting(w, &w->clients[c], &w->clients[c].factors[i]);
+  if (!any)
+    return NULL;
   const char *ex[3] = {"EXISTS", SIM_FAIR_NAME, NULL};
   sim_rep r;
   sim_probe(w, &r, ex);
-  const sim_actor *live = NULL;
-  for (int c = 0; r.integer == 0 && !live && c < w->nclients; c++) {
-    const sim_client *cl = &w->clients[c];
-    for (int i = 0; !live && i < cl->nfactors; i++) {
-      const sim_actor *a = &cl->factors[i];
-      if (!a->acquiring || a->leaving || cl->paused_until > w->now ||
-          !a->wt.queued)
+  for (int c = 0; r.integer == 0 && c < w->nclients; c++)
+    for (int i = 0; i < w->clients[c].nfactors; i++) {
+      const sim_actor *a = &w->clients[c].factors[i];
+      if (!waiting(w, &w->clients[c], a))
         continue;
       const char *lp[4] = {"LPOS", "redisson_lock_queue:{" SIM_FAIR_NAME "}",
                            a->field, NULL};
       sim_rep p;
       sim_probe(w, &p, lp);
       if (p.type == RM_REPLY_INTEGER)
-        live = a;
+        return a;
     }
-  }
+  return NULL;
+}
+
+static int check_fair_queue(sim_world *w) {
+  const sim_actor *live = live_waiter(w);
   if (!live) {
     w->fair_stuck_since = -1;
     return 0;

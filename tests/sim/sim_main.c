@@ -75,6 +75,7 @@ static void do_pause(sim_world *w) {
 }
 
 static void dispatch(sim_world *w, const sim_ev *e) {
+  w->delivered = e->kind == EV_DELIVER;
   if (e->kind == EV_DELIVER) {
     sim_deliver(w, e->req);
     return;
