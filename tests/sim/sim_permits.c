@@ -470,9 +470,12 @@ static void earlier_copy(sim_world *w, sim_actor *a) {
                          NULL};
   sim_rep r;
   sim_probe(w, &r, argv);
+  /* Gone already: this attempt's own take would still be there (its
+   * expiry is its send + lease), so an earlier copy's took it and it has
+   * expired and been reclaimed since -- no permit at all. */
   int64_t from = r.type == RM_REPLY_STRING
                      ? (int64_t)strtoll(r.str, NULL, 10) - a->pm.lease
-                     : a->pm.sent;
+                     : w->now - a->pm.lease;
   if (from >= a->pm.sent)
     return;
   w->n_pm_earlier++;
