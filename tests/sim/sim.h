@@ -262,6 +262,9 @@ struct sim_world {
                                own deadlines too (invariant 7b) */
   int permit_strict;        /* --permit-strict: the library's rule for an
                                attempt answered "already ours" as it is */
+  int fair_strict;      /* --fair-strict: a dead head kept by the shrink's floor
+                           is a violation (else counted) */
+  int64_t fair_excused; /* the stretch (its start) counted as that */
   sim_cfg cfg;
   int64_t now, t0;
   uint64_t steps, seq, next_tag;
@@ -292,7 +295,7 @@ struct sim_world {
   uint64_t n_pm_lowered;       /* a late renewal or update copy moved a held
                                   permit's expiry back */
   long long pm_prev[SIM_MAXK]; /* the scores before an update copy ran */
-  uint64_t n_fair_acquired, n_fair_released, n_fair_cancels;
+  uint64_t n_fair_acquired, n_fair_released, n_fair_cancels, n_fair_raised;
   int delivered; /* the last step ran a copy on the server (the checks
                     of the server's state alone run then) */
   int violation;

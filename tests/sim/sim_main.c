@@ -21,6 +21,9 @@
  *   --permit-strict                    a permit taken by an earlier attempt's
  *                                      late copy counted as permits.c counts
  *                                      it (finds a reported issue)
+ *   --fair-strict                      a dead fair head kept by the shrink's
+ *                                      floor is a violation (a reported
+ *                                      issue), not counted
  * Exit: 0 clean, 1 a violation (seed and trace printed), 2 usage or a
  * model error. Wall time is read only to bound the run and to report.
  */
@@ -33,7 +36,7 @@
 typedef struct run_opts {
   int64_t sim_ms;
   int clients, actors, pactors, factors, verbose, holders_only, lib_deadline,
-      strict;
+      strict, fair_strict;
 } run_opts;
 
 typedef struct totals {
@@ -41,6 +44,7 @@ typedef struct totals {
   uint64_t late;
   uint64_t pm_acquired, pm_released, pm_late, pm_lost, pm_back, pm_earlier;
   uint64_t pm_lowered, fair_acquired, fair_released, fair_cancels;
+  uint64_t fair_raised;
   double sim_s;
 } totals;
 
@@ -106,6 +110,7 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   w.holders_only = o->holders_only;
   w.permit_lib_deadline = o->lib_deadline;
   w.permit_strict = o->strict;
+  w.fair_strict = o->fair_strict;
   for (int c = 0; c < w.nclients; c++)
     for (int i = 0; i < w.clients[c].nactors; i++)
       sim_actor_start(&w, &w.clients[c].actors[i]);
@@ -167,6 +172,7 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   t->fair_acquired += w.n_fair_acquired;
   t->fair_released += w.n_fair_released;
   t->fair_cancels += w.n_fair_cancels;
+  t->fair_raised += w.n_fair_raised;
   int v = w.violation;
   sim_world_free(&w);
   return v;
@@ -196,10 +202,12 @@ static void report(const totals *t, double secs) {
          (unsigned long long)t->pm_back, (unsigned long long)t->pm_earlier,
          (unsigned long long)t->pm_lowered);
   printf("sim: fair lock: %llu holds taken, %llu released, %llu waits left "
-         "the queue (fair_cancel)\n",
+         "the queue (fair_cancel), %llu times free past the bound behind a "
+         "dead head whose deadline a leaver raised (the reported issue)\n",
          (unsigned long long)t->fair_acquired,
          (unsigned long long)t->fair_released,
-         (unsigned long long)t->fair_cancels);
+         (unsigned long long)t->fair_cancels,
+         (unsigned long long)t->fair_raised);
 }
 
 /* The seeds of a regression file: one number per line, '#' comments. */
@@ -226,7 +234,7 @@ static int run_file(const char *path, const run_opts *o, totals *t) {
 }
 
 int main(int argc, char **argv) {
-  run_opts o = {600000, 4, 2, 2, 2, 0, 0, 0, 0};
+  run_opts o = {600000, 4, 2, 2, 2, 0, 0, 0, 0, 0};
   long long seed = -1;
   double minutes = 0, ci = 0;
   const char *regress = NULL;
@@ -255,6 +263,8 @@ int main(int argc, char **argv) {
       o.lib_deadline = 1;
     else if (strcmp(a, "--permit-strict") == 0)
       o.strict = 1;
+    else if (strcmp(a, "--fair-strict") == 0)
+      o.fair_strict = 1;
     else if (strcmp(a, "--verbose") == 0)
       o.verbose = 1;
     else if (strcmp(a, "--holders-only") == 0)

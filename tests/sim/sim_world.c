@@ -257,6 +257,7 @@ void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors,
   w->prng.s = seed * 0x9e3779b97f4a7c15ULL + 0x5eed;
   w->frng.s = seed * 0xd1b54a32d192ed03ULL + 0xfa1e;
   w->fair_stuck_since = -1;
+  w->fair_excused = -1;
   const char *pb = getenv("DLOCK_SIM_PUT_BACK");
   w->put_back_late_permit = pb && strstr(pb, "permit_late_answer") != NULL;
   w->cfg.wd_lease = 3000;
