@@ -264,7 +264,7 @@ struct sim_world {
                                attempt answered "already ours" as it is */
   int fair_strict;      /* --fair-strict: a dead head kept by the shrink's floor
                            is a violation (else counted) */
-  int64_t fair_excused; /* the stretch (its start) counted as that */
+  int64_t fair_excused; /* the stretch counted began then (-1: none) */
   sim_cfg cfg;
   int64_t now, t0;
   uint64_t steps, seq, next_tag;
