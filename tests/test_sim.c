@@ -423,22 +423,27 @@ static void sc_counters(dlock_client *a, dlock_client *b) {
 
 static void sc_permits(rec *x, dlock_client *a) {
   dlock_permits *p = NULL;
-  char id1[DLOCK_PERMIT_ID_LEN + 1], id2[DLOCK_PERMIT_ID_LEN + 1];
+  char id1[DLOCK_PERMIT_ID_LEN + 1], id2[DLOCK_PERMIT_ID_LEN + 1],
+      id3[DLOCK_PERMIT_ID_LEN + 1];
   long long n = 0;
   CHECK_OK(dlock_permits_new(a, "Qk7", &p));
   CHECK_OK(dlock_permits_try_set_permits(p, 3));
   CHECK_OK(dlock_permits_try_acquire(p, 5000, id1));
   int renews = rec_count(x, "permits_update_lease");
   CHECK_OK(dlock_permits_acquire(p, ms(1000), -1, id2)); /* watchdog */
+  /* a second watchdog permit: the renewal batches both ids in one call,
+   * as the simulator's renewer does (sim_permits.c) */
+  CHECK_OK(dlock_permits_acquire(p, ms(1000), -1, id3));
   CHECK_OK(dlock_permits_update_lease(p, id1, 8000));
   CHECK_OK(dlock_permits_available(p, &n));
   dlock_permit *list = NULL;
   size_t nl = 0;
   CHECK(dlock_permits_list(p, &list, &nl, &n) >= 0);
   dlock_permits_list_free(list);
-  rec_wait(x, "permits_update_lease", renews + 1);
+  rec_wait(x, "permits_update_lease", renews + 2); /* the update, a batch */
   CHECK_OK(dlock_permits_release(p, id1));
   CHECK_OK(dlock_permits_release(p, id2));
+  CHECK_OK(dlock_permits_release(p, id3));
   CHECK_OK(dlock_permits_set_permits(p, 5));
   dlock_permits_free(p);
 }

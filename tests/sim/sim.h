@@ -11,9 +11,12 @@
  *                     the network and the server (the model)
  *   sim_calls_mutex.c the plain mutex's and the watchdog's KEYS/ARGV
  *   sim_calls_rw.c    the read-write lock's KEYS/ARGV
+ *   sim_calls_fair.c  the fair lock's KEYS/ARGV (its threads: sim_actor.c)
  *   sim_actor.c       the drivers' sequencing re-stated: acquire, release,
  *                     settle, commits, the router's tries (mutex.c, conn.c)
  *   sim_wd.c          the watchdog's collect / send / apply (watchdog.c)
+ *   sim_permits.c     expirable permits: the driver (permits.c) re-stated,
+ *                     on actors of their own with a PRNG stream of their own
  *   sim_check.c       the invariants
  *   sim_main.c        seeds, budgets, the report
  */
@@ -61,12 +64,29 @@ typedef struct sim_rep {
 } sim_rep;
 
 /* ---- lock kinds the actors use ------------------------------------------ */
-enum { K_MUTEX = 0, K_READ, K_WRITE, K_SEM, K_COUNT };
+enum { K_MUTEX = 0, K_READ, K_WRITE, K_SEM, K_FAIR, K_COUNT };
 extern const char *const sim_kind_name[K_COUNT];
 #define SIM_MUTEX_NAME "m0"
 #define SIM_RW_NAME "rw0"
 #define SIM_SEM_NAME "s0"
 #define SIM_SEM_PERMITS 2
+#define SIM_FAIR_NAME "f0" /* the fair lock (sim_calls_fair.c) */
+/* A free fair lock with a live waiter in its queue is taken within this
+ * (simulated ms): a dead head's place lives FAIR_LIVE_MS (5 s) after its
+ * last attempt, a live waiter attempts at least every FAIR_REFRESH_MS
+ * (1 s), and a call spans at most 3 tries of 500 ms and 2 pauses. */
+#define SIM_FAIR_BOUND 10000
+#define SIM_PERM_NAME "p0" /* expirable permits (sim_permits.c) */
+#define SIM_PERM_CAP 2
+#define SIM_PERM_ID 17 /* a permit id: 16 bytes (printable here) and a NUL */
+#define SIM_PERM_WD 8  /* the permits one object renews, at most */
+#define SIM_PERM_PEND 8
+/* Actor numbers in events: >= 0 a lock thread, -1 the client's watchdog,
+ * -2 its permits object's renewer, SIM_PACTOR + i its permit thread i,
+ * SIM_FACTOR + i its fair lock thread i. */
+#define SIM_PW (-2)
+#define SIM_PACTOR 100
+#define SIM_FACTOR 200
 
 /* ---- events -------------------------------------------------------------- */
 enum {
@@ -113,6 +133,9 @@ struct sim_actor {
   long long wait_ms;
   int64_t lease, started, sent;
   int wd, prior, try_round, acquiring, acq_rc;
+  int leaving;    /* a fair wait ended: its cancel (leave_queue) in flight */
+  int fair_queue; /* the fair attempt joins the queue (fair_acquire) */
+  int fail_rc;    /* the call's own error while it leaves the queue */
   int64_t ttl;
   dlock__wait wt;
   char owed[33];
@@ -127,6 +150,28 @@ struct sim_actor {
   sim_step after_commit;
   /* the semaphore object's request id and its previous change's */
   char sem_rid[33], sem_prev[33];
+  /* an expirable permit (permit threads only; sim_permits.c) */
+  struct {
+    char id[SIM_PERM_ID];
+    int held;            /* reported acquired, release not begun */
+    int wd;              /* renewed by the object (lease_ms <= 0) */
+    int64_t sent, lease; /* the answered attempt's send, its lease */
+    int64_t until;       /* fixed lease: the caller's local deadline */
+    int64_t cap;      /* an update to a shorter lease may have run: the caller
+                         counts no further (-1 none) */
+    int64_t cap_at;   /* when a stale copy set it (a renewal sent later and
+                         answered lifts it), else -1 */
+    int64_t late;     /* reported acquired this many ms past its send +
+                         lease (>= 0: invariant 8 broken), else -1 */
+    int64_t deadline; /* the wait's end */
+    int64_t next_expiry, upd_sent, upd_lease, rel_first, rel_until;
+    int rel_tries, updating;
+    char gone[SIM_PERM_ID]; /* the id of the last release sent */
+    int gone_ok;            /* ... answered released */
+    int gone_ran;           /* an acquire copy of it ran since the send */
+  } pm;
+  /* the router's budget: no try starts, and none waits, past it (0 none) */
+  int64_t route_until;
   /* the actor's own timer */
   uint64_t timer_tag;
   sim_step on_timer;
@@ -148,10 +193,36 @@ typedef struct sim_wd_item {
   uint64_t tag; /* the request it went in */
 } sim_wd_item;
 
+/* A client's permits object (src/permits.c struct dlock_permits): the
+ * permits its renewer renews, the releases with an unknown outcome, the
+ * renewer's state; busy = renew_mu (a batch or an update in flight). */
+typedef struct sim_pobj {
+  struct {
+    char id[SIM_PERM_ID];
+    int releasing, actor;
+    int64_t valid_until;
+  } wd[SIM_PERM_WD];
+  int nwd;
+  struct {
+    char id[SIM_PERM_ID];
+    int64_t first_sent, valid_until;
+  } pend[SIM_PERM_PEND];
+  int npend;
+  int started, busy, nbatch;
+  int64_t next, batch_sent;
+  char batch[SIM_PERM_WD][SIM_PERM_ID];
+} sim_pobj;
+
 typedef struct sim_client {
   char id[40];
   sim_actor *actors;
   int nactors;
+  sim_actor *pactors; /* the permit threads */
+  int npactors;
+  sim_actor *factors; /* the fair lock threads */
+  int nfactors;
+  sim_actor pw; /* the permits object's renewer thread */
+  sim_pobj po;
   int64_t paused_until;
   /* the watchdog */
   int wd_busy, wd_n, wd_pending;
@@ -180,6 +251,20 @@ typedef struct sim_req {
 struct sim_world {
   uint64_t seed;
   sim_rng rng;
+  /* the permit threads' own stream: adding them changes no draw of the
+   * others, so an older seed replays the same locks' story */
+  sim_rng prng;
+  sim_rng frng; /* the fair lock threads' own, for the same reason */
+  int64_t fair_stuck_since; /* a free fair lock with a live waiter queued
+                               since then (-1: not now) */
+  int put_back_late_permit; /* DLOCK_SIM_PUT_BACK=permit_late_answer */
+  int permit_lib_deadline;  /* --permit-lib-deadline: check the object's
+                               own deadlines too (invariant 7b) */
+  int permit_strict;        /* --permit-strict: the library's rule for an
+                               attempt answered "already ours" as it is */
+  int fair_strict;      /* --fair-strict: a dead head kept by the shrink's floor
+                           is a violation (else counted) */
+  int64_t fair_excused; /* the stretch counted began then (-1: none) */
   sim_cfg cfg;
   int64_t now, t0;
   uint64_t steps, seq, next_tag;
@@ -205,11 +290,25 @@ struct sim_world {
   /* counters */
   uint64_t n_sent, n_held, n_dropped, n_pauses, n_acquired, n_released;
   uint64_t n_lost_late;
+  uint64_t n_pm_acquired, n_pm_released, n_pm_late, n_pm_lost, n_pm_back;
+  uint64_t n_pm_earlier;       /* taken by an earlier attempt's late copy */
+  uint64_t n_pm_lowered;       /* a late renewal or update copy moved a held
+                                  permit's expiry back */
+  long long pm_prev[SIM_MAXK]; /* the scores before an update copy ran */
+  uint64_t n_fair_acquired, n_fair_released, n_fair_cancels, n_fair_raised;
+  int delivered; /* the last step ran a copy on the server (the checks
+                    of the server's state alone run then) */
   int violation;
 };
 
 /* sim_world.c */
-void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors);
+void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors,
+                    int npactors, int nfactors);
+/* The PRNG stream an actor's draws come from (its own for the permit and
+ * fair lock threads). */
+sim_rng *sim_rng_of(sim_world *w, int actor);
+/* The actor an event's number names (NULL: the watchdog). */
+sim_actor *sim_actor_at(sim_world *w, int client, int actor);
 void sim_world_free(sim_world *w);
 void sim_trace(sim_world *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -257,6 +356,13 @@ void sim_rw_acquire_call(int kind, const char *name, const char *field,
 void sim_rw_release_call(int kind, const char *name, const char *field,
                          const dlock__eng_unlock *u, int64_t tomb_ttl,
                          sim_call *c);
+void sim_fair_acquire_call(const char *field, int target, int64_t lease,
+                           int queue, const char *rid, int64_t now,
+                           sim_call *c);
+void sim_fair_release_call(const char *field, const dlock__eng_unlock *u,
+                           int64_t tomb_ttl, int64_t now, sim_call *c);
+void sim_fair_cancel_call(const char *field, int64_t now, sim_call *c);
+const char *sim_lock_name(int kind);
 void sim_rw_timeout_prefix(const char *name, const char *field, char *out,
                            size_t n);
 /* What an acquire script's answer means (mutex.c dlock__acq_reply,
@@ -278,11 +384,22 @@ void sim_op_end(sim_world *w, sim_actor *a);
 void sim_sem_start(sim_world *w, sim_actor *a);
 void sim_call_sem(sim_world *w, const sim_actor *a, int post, sim_call *c);
 
+/* sim_permits.c */
+void sim_perm_start(sim_world *w, sim_actor *a);
+void sim_perm_before(sim_world *w, const sim_req *q);
+void sim_perm_ran(sim_world *w, const sim_req *q, const sim_rep *r);
+int sim_pobj_valid(const sim_client *cl, const sim_actor *a, int64_t now);
+int64_t sim_pobj_until(const sim_client *cl, const sim_actor *a);
+
 /* sim_wd.c */
 void sim_wd_arm(sim_world *w, int client);
 void sim_wd_event(sim_world *w, int client, const sim_ev *e);
 
 /* sim_check.c: 0, or 1 after printing the violation */
 int sim_check(sim_world *w);
+int sim_fail(sim_world *w, const char *what, const sim_actor *a,
+             const sim_actor *b);
+/* sim_check_permits.c: invariants 5-9 (the expirable permits) */
+int sim_check_permits(sim_world *w);
 
 #endif

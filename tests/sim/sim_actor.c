@@ -18,10 +18,17 @@
  *                 command_timeout_ms; a timeout closes the connection (its
  *                 copy may still arrive and run) and the next try waits
  *                 retry_interval_ms; no answer after the last: DLOCK_ECONN.
- * Every decision about a hold is the REAL engine's (src/engine.c, linked).
- * What is not modelled: the hand-over queue and pub/sub wake-ups (every
- * wait sleeps until the holder's TTL or the kind's longest sleep and
- * attempts again, never queued), sync_replicas, the event-loop client.
+ * The fair lock's threads (sim_client.factors) run the same sequencing on
+ * the fair scripts (sim_calls_fair.c) with its queue: attempt's queue_flag
+ * (joined from the second attempt of a wait on), acquire_once's
+ * leave_queue (fair_cancel when the wait ends queued, and the attempt that
+ * confirms a lock found ours), FAIR_REFRESH_MS as the longest sleep.
+ * Every decision about a hold is the REAL engine's (src/engine.c, linked):
+ * dlock__eng_wait_queue, _wait_end, _cancel_answer, _confirm_answer too.
+ * What is not modelled: pub/sub wake-ups and grants (every wait sleeps
+ * until the holder's TTL or the kind's longest sleep and attempts again;
+ * the plain mutex's waits never queue), sync_replicas, the event-loop
+ * client, watchdog leases on the fair lock.
  */
 #include <string.h>
 
@@ -32,14 +39,23 @@ static void acquire_begin(sim_world *w, sim_actor *a, int fresh);
 static void unlock_begin(sim_world *w, sim_actor *a, int retry);
 static void attempt(sim_world *w, sim_actor *a);
 
-void sim_rid(sim_world *w, char out[33]) {
+static void rid_from(sim_rng *g, char out[33]) {
   static const char hx[] = "0123456789abcdef";
-  uint64_t x = sim_rand(&w->rng), y = sim_rand(&w->rng);
+  uint64_t x = sim_rand(g), y = sim_rand(g);
   for (int i = 0; i < 16; i++) {
     out[i] = hx[(x >> (4 * i)) & 15];
     out[16 + i] = hx[(y >> (4 * i)) & 15];
   }
   out[32] = '\0';
+}
+
+void sim_rid(sim_world *w, char out[33]) { rid_from(&w->rng, out); }
+
+/* The actor's own stream (the fair lock threads': sim_world.frng). */
+#define R(w, a) sim_rng_of((w), (a)->idx)
+
+static void rid(sim_world *w, const sim_actor *a, char out[33]) {
+  rid_from(R(w, a), out);
 }
 
 static void at_timer(sim_world *w, sim_actor *a, int64_t at, sim_step fn) {
@@ -68,7 +84,10 @@ static void route_try(sim_world *w, sim_actor *a) {
   a->try_no++;
   a->sends++;
   sim_send(w, a->client, a->idx, &a->call, a->tag);
-  sim_timer(w, a->client, a->idx, EV_TIMEOUT, w->now + w->cfg.cto, a->tag);
+  int64_t to = w->now + w->cfg.cto;
+  if (a->route_until > 0 && a->route_until < to)
+    to = a->route_until > w->now ? a->route_until : w->now; /* the budget */
+  sim_timer(w, a->client, a->idx, EV_TIMEOUT, to, a->tag);
 }
 
 void sim_route(sim_world *w, sim_actor *a, const sim_call *c, sim_done done) {
@@ -79,7 +98,13 @@ void sim_route(sim_world *w, sim_actor *a, const sim_call *c, sim_done done) {
   route_try(w, a);
 }
 
-static void route_retry(sim_world *w, sim_actor *a) { route_try(w, a); }
+static void route_retry(sim_world *w, sim_actor *a) {
+  if (a->route_until > 0 && w->now >= a->route_until) {
+    a->done(w, a, DLOCK_ECONN, NULL, a->sends); /* the budget is spent */
+    return;
+  }
+  route_try(w, a);
+}
 
 void sim_actor_event(sim_world *w, sim_actor *a, const sim_ev *e) {
   if (e->kind == EV_REPLY && e->tag == a->tag && a->tag) {
@@ -89,8 +114,10 @@ void sim_actor_event(sim_world *w, sim_actor *a, const sim_ev *e) {
     a->tag = 0;
     a->conn++; /* the reply timeout closes the connection */
     a->conn_last_deliver = a->conn_last_reply = 0;
-    if (a->try_no < w->cfg.tries)
-      at_timer(w, a, w->now + w->cfg.retry_pause, route_retry);
+    int64_t next = w->now + w->cfg.retry_pause;
+    if (a->try_no < w->cfg.tries &&
+        (a->route_until <= 0 || next < a->route_until))
+      at_timer(w, a, next, route_retry);
     else
       a->done(w, a, DLOCK_ECONN, NULL, a->sends);
   } else if (e->kind == EV_TIMER && e->tag == a->timer_tag) {
@@ -146,7 +173,9 @@ static int rel_end(sim_world *w, sim_actor *a, int rc, int sends) {
   a->rel_forgot = o.action == DLOCK__ENG_REL_FORGET;
   if (o.action == DLOCK__ENG_REL_FORGET) {
     forget(w, a, a->kind);
-    if (o.rc == 0 && !a->u.undo)
+    if (o.rc == 0 && !a->u.undo && a->kind == K_FAIR)
+      w->n_fair_released++;
+    else if (o.rc == 0 && !a->u.undo)
       w->n_released++;
   } else if (o.action == DLOCK__ENG_REL_ONE && dlock__hold_drop_one(h)) {
     h->in_wd = 0;
@@ -178,8 +207,8 @@ static void settle(sim_world *w, sim_actor *a, sim_step then) {
 
 static void op_end(sim_world *w, sim_actor *a) {
   a->want = 0;
-  int64_t idle = sim_chance(&w->rng, 100) ? sim_between(&w->rng, 500, 5000)
-                                          : sim_between(&w->rng, 0, 300);
+  int64_t idle = sim_chance(R(w, a), 100) ? sim_between(R(w, a), 500, 5000)
+                                          : sim_between(R(w, a), 0, 300);
   at_timer(w, a, w->now + idle, op_start);
 }
 
@@ -199,19 +228,78 @@ static void acquired_next(sim_world *w, sim_actor *a) {
     unlock_all(w, a);
 }
 
-static void acq_fail(sim_world *w, sim_actor *a, int rc) {
+static void acq_fail_now(sim_world *w, sim_actor *a, int rc) {
   tr(w, a, "acquire failed", rc);
   a->acquiring = 0;
+  a->leaving = 0;
   unlock_all(w, a);
 }
 
+static void recorded(sim_world *w, sim_actor *a);
+static void undo(sim_world *w, sim_actor *a);
+
+/* leave_queue's confirming attempt answered: held (the lock was handed
+ * over after all) or the call's own error. */
+static void confirmed(sim_world *w, sim_actor *a, int rc, const sim_rep *r,
+                      int sends) {
+  (void)sends;
+  int64_t ttl = -1;
+  int v = rc ? rc : sim_acq_answer(K_FAIR, r, &ttl);
+  tr(w, a, "leave_queue: the confirming attempt", v);
+  a->leaving = 0;
+  if (dlock__eng_confirm_answer(v) != DLOCK__WAIT_HELD) {
+    acq_fail_now(w, a, a->fail_rc);
+  } else if (!dlock__eng_in_time(a->sent, a->lease, w->now)) {
+    undo(w, a);
+  } else {
+    recorded(w, a);
+  }
+}
+
+static void cancelled(sim_world *w, sim_actor *a, int rc, const sim_rep *r,
+                      int sends) {
+  (void)sends;
+  int cr = rc ? rc : (r->type == RM_REPLY_INTEGER ? (int)r->integer : 0);
+  a->wt.queued = 0;
+  tr(w, a, "leave_queue: cancel", cr);
+  if (dlock__eng_cancel_answer(cr) != DLOCK__WAIT_CONFIRM) {
+    acq_fail_now(w, a, a->fail_rc);
+    return;
+  }
+  rid(w, a, a->wt.rid); /* attempt(a, 1, 0): its own request id */
+  a->sent = w->now;
+  a->fair_queue = 0;
+  sim_call c;
+  sim_call_acquire(w, a, K_FAIR, 1, &c);
+  sim_route(w, a, &c, confirmed);
+}
+
+/* acquire_once's end: a fair wait that may be queued leaves the queue
+ * first (leave_queue: fair_cancel, and if the lock turns out to be ours,
+ * one attempt that confirms it), on every end but a lost hold. */
+static void acq_fail(sim_world *w, sim_actor *a, int rc) {
+  if (a->kind != K_FAIR || a->prior > 0 || a->leaving ||
+      dlock__eng_wait_end(rc, &a->wt) != DLOCK__WAIT_CANCEL) {
+    acq_fail_now(w, a, rc);
+    return;
+  }
+  a->leaving = 1;
+  a->fail_rc = rc;
+  w->n_fair_cancels++;
+  sim_call c;
+  sim_fair_cancel_call(a->field, w->now, &c);
+  sim_route(w, a, &c, cancelled);
+}
+
 static void op_start(sim_world *w, sim_actor *a) {
-  int r = (int)sim_between(&w->rng, 0, 99);
+  int r = (int)sim_between(R(w, a), 0, 99);
   a->kind = r < 45 ? K_MUTEX : (r < 70 ? K_READ : (r < 85 ? K_WRITE : K_SEM));
-  r = (int)sim_between(&w->rng, 0, 99);
+  if (a->idx >= SIM_FACTOR)
+    a->kind = K_FAIR; /* a fair lock thread: the fair lock only */
+  r = (int)sim_between(R(w, a), 0, 99);
   a->want = r < 70 ? 1 : (r < 95 ? 2 : 3);
-  a->hold_ms = sim_chance(&w->rng, 150) ? sim_between(&w->rng, 1000, 9000)
-                                        : sim_between(&w->rng, 0, 600);
+  a->hold_ms = sim_chance(R(w, a), 150) ? sim_between(R(w, a), 1000, 9000)
+                                        : sim_between(R(w, a), 0, 600);
   if (a->kind == K_SEM)
     sim_sem_start(w, a);
   else
@@ -219,12 +307,14 @@ static void op_start(sim_world *w, sim_actor *a) {
 }
 
 void sim_actor_start(sim_world *w, sim_actor *a) {
-  at_timer(w, a, w->now + sim_between(&w->rng, 0, 50), op_start);
+  at_timer(w, a, w->now + sim_between(R(w, a), 0, 50), op_start);
 }
 
 /* ---- acquire ------------------------------------------------------------ */
 
 static void recorded(sim_world *w, sim_actor *a) {
+  a->leaving = 0;
+  a->wt.queued = 0;
   dlock__hold *h = &a->rec[a->kind];
   dlock__hold_note(h, a->prior + 1, a->wd, a->lease, a->sent, 0);
   if (a->wd && !h->in_wd) {
@@ -233,11 +323,15 @@ static void recorded(sim_world *w, sim_actor *a) {
   }
   a->held[a->kind]++;
   a->acquiring = 0;
-  w->n_acquired++;
+  if (a->kind == K_FAIR)
+    w->n_fair_acquired++;
+  else
+    w->n_acquired++;
   tr(w, a, a->wd ? "acquired (watchdog)" : "acquired (fixed)", 0);
-  sim_wd_arm(w, a->client);
+  if (a->idx < SIM_FACTOR) /* the fair threads' holds are never renewed */
+    sim_wd_arm(w, a->client);
   if (h->count < a->want)
-    at_timer(w, a, w->now + sim_between(&w->rng, 0, 200), acquired_next);
+    at_timer(w, a, w->now + sim_between(R(w, a), 0, 200), acquired_next);
   else
     at_timer(w, a, w->now + a->hold_ms, unlock_all);
 }
@@ -270,7 +364,7 @@ static void undo_done(sim_world *w, sim_actor *a, int rc, const sim_rep *r,
 static void undo(sim_world *w, sim_actor *a) {
   dlock__eng_undo_begin(&a->rec[a->kind], a->prior,
                         a->prior > 0 ? -a->lease : a->lease, w->now, &a->u);
-  sim_rid(w, a->u.rid);
+  rid(w, a, a->u.rid);
   sim_call c;
   sim_call_release(w, a, a->kind, &a->u, &c);
   sim_route(w, a, &c, undo_done);
@@ -342,8 +436,14 @@ static void attempt(sim_world *w, sim_actor *a) {
     return;
   }
   a->try_round++;
-  sim_rid(w, a->wt.rid);
+  rid(w, a, a->wt.rid);
   a->sent = w->now;
+  /* queue_flag: a fair wait joins the queue from its second attempt on
+   * (first_attempt joins with the first only when the client is already
+   * subscribed -- not modelled: its waits sleep, they are not woken) */
+  a->fair_queue = a->kind == K_FAIR && a->prior == 0 &&
+                  dlock__eng_wait_queue(a->wait_ms, a->try_round > 1, 0);
+  a->wt.queued |= a->fair_queue;
   sim_call c;
   sim_call_acquire(w, a, a->kind, a->prior + 1, &c);
   sim_route(w, a, &c, attempt_done);
@@ -377,12 +477,14 @@ static void settled_then_reenter(sim_world *w, sim_actor *a) {
  * again after a late answer (the budget carries on). */
 static void acquire_begin(sim_world *w, sim_actor *a, int fresh) {
   if (fresh) {
-    int r = (int)sim_between(&w->rng, 0, 99);
-    a->wait_ms = r < 30 ? 0 : sim_between(&w->rng, 50, 4000);
-    a->wd = sim_chance(&w->rng, 500);
-    a->lease = a->wd ? w->cfg.wd_lease : sim_between(&w->rng, 150, 6000);
+    int r = (int)sim_between(R(w, a), 0, 99);
+    a->wait_ms = r < 30 ? 0 : sim_between(R(w, a), 50, 4000);
+    /* the fair lock's holds are fixed here: the client's watchdog renews
+     * its lock threads' holds only (sim_wd.c) */
+    a->wd = a->kind == K_FAIR ? 0 : sim_chance(R(w, a), 500);
+    a->lease = a->wd ? w->cfg.wd_lease : sim_between(R(w, a), 150, 6000);
     a->started = w->now;
-    a->wt.id = a->wait_ms != 0 ? (sim_rand(&w->rng) | 1) : 0;
+    a->wt.id = a->wait_ms != 0 ? (sim_rand(R(w, a)) | 1) : 0;
     a->wt.queued = 0;
     a->wt.deadline = w->now + a->wait_ms;
     a->owed[0] = '\0';
@@ -408,13 +510,13 @@ static void unlock_end(sim_world *w, sim_actor *a) {
   tr(w, a, "unlocked", rc);
   /* the caller's final unlock answered "released" (checked: 4) */
   a->rel_ok[a->kind] = rc == 0 && a->rel_forgot;
-  if (!dlock__eng_answered(rc) && !a->rel_retry && sim_chance(&w->rng, 500)) {
+  if (!dlock__eng_answered(rc) && !a->rel_retry && sim_chance(R(w, a), 500)) {
     unlock_begin(w, a, 1); /* the caller tries the unlock again */
     return;
   }
   if (rc == DLOCK_ELOST || rc == DLOCK_EPERM)
     a->held[a->kind] = 0;
-  at_timer(w, a, w->now + sim_between(&w->rng, 0, 100), unlock_all);
+  at_timer(w, a, w->now + sim_between(R(w, a), 0, 100), unlock_all);
 }
 
 static void unlock_done(sim_world *w, sim_actor *a, int rc, const sim_rep *r,
@@ -456,7 +558,7 @@ static void unlock_send(sim_world *w, sim_actor *a) {
     return;
   }
   if (!a->u.resent)
-    sim_rid(w, a->u.rid); /* the engine drew one from its own PRNG */
+    rid(w, a, a->u.rid); /* the engine drew one from its own PRNG */
   if (a->u.expected == 1)
     a->acq_ran[a->kind] = 0; /* acquire copies that run from now on */
   sim_call c;

@@ -115,7 +115,7 @@ void sim_mutex_release_call(const char *name, const char *field,
 void sim_call_tomb(sim_world *w, int kind, const char *rid, int release,
                    sim_call *c) {
   memset(c, 0, sizeof *c);
-  const char *name = kind == K_MUTEX ? SIM_MUTEX_NAME : SIM_RW_NAME;
+  const char *name = sim_lock_name(kind);
   c->na = 5;
   SET(c->a[0], "SET");
   if (release)
@@ -172,6 +172,9 @@ void sim_call_acquire(sim_world *w, const sim_actor *a, int kind, int target,
   if (kind == K_MUTEX)
     sim_mutex_acquire_call(SIM_MUTEX_NAME, a->field, target, a->lease, &a->wt,
                            w->now, c);
+  else if (kind == K_FAIR)
+    sim_fair_acquire_call(a->field, target, a->lease, a->fair_queue, a->wt.rid,
+                          w->now, c);
   else
     sim_rw_acquire_call(kind, SIM_RW_NAME, a->field, target, a->lease,
                         a->wt.rid, c);
@@ -181,6 +184,8 @@ void sim_call_release(sim_world *w, const sim_actor *a, int kind,
                       const dlock__eng_unlock *u, sim_call *c) {
   if (kind == K_MUTEX)
     sim_mutex_release_call(SIM_MUTEX_NAME, a->field, u, w->cfg.tomb_ttl, c);
+  else if (kind == K_FAIR)
+    sim_fair_release_call(a->field, u, w->cfg.tomb_ttl, w->now, c);
   else
     sim_rw_release_call(kind, SIM_RW_NAME, a->field, u, w->cfg.tomb_ttl, c);
 }

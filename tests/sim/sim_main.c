@@ -13,6 +13,17 @@
  *                                      proof that a put-back bug is found)
  *   --holders-only                     check invariants 1 and 2 only (does a
  *                                      broken deadline end in two holders?)
+ *   --permit-actors N                  permit threads per client (default 2)
+ *   --fair-actors N                    fair lock threads per client (2)
+ *   --permit-lib-deadline              check the permits object's own
+ *                                      deadlines against the server too
+ *                                      (invariant 7b: finds a reported issue)
+ *   --permit-strict                    a permit taken by an earlier attempt's
+ *                                      late copy counted as permits.c counts
+ *                                      it (finds a reported issue)
+ *   --fair-strict                      a dead fair head kept by the shrink's
+ *                                      floor is a violation (a reported
+ *                                      issue), not counted
  * Exit: 0 clean, 1 a violation (seed and trace printed), 2 usage or a
  * model error. Wall time is read only to bound the run and to report.
  */
@@ -24,12 +35,16 @@
 
 typedef struct run_opts {
   int64_t sim_ms;
-  int clients, actors, verbose, holders_only;
+  int clients, actors, pactors, factors, verbose, holders_only, lib_deadline,
+      strict, fair_strict;
 } run_opts;
 
 typedef struct totals {
   uint64_t seeds, steps, sent, held, dropped, pauses, acquired, released;
   uint64_t late;
+  uint64_t pm_acquired, pm_released, pm_late, pm_lost, pm_back, pm_earlier;
+  uint64_t pm_lowered, fair_acquired, fair_released, fair_cancels;
+  uint64_t fair_raised;
   double sim_s;
 } totals;
 
@@ -64,6 +79,7 @@ static void do_pause(sim_world *w) {
 }
 
 static void dispatch(sim_world *w, const sim_ev *e) {
+  w->delivered = e->kind == EV_DELIVER;
   if (e->kind == EV_DELIVER) {
     sim_deliver(w, e->req);
     return;
@@ -79,21 +95,31 @@ static void dispatch(sim_world *w, const sim_ev *e) {
     sim_push(w, &later);
     return;
   }
-  if (e->actor < 0)
-    sim_wd_event(w, e->client, e);
+  sim_actor *a = sim_actor_at(w, e->client, e->actor);
+  if (a)
+    sim_actor_event(w, a, e);
   else
-    sim_actor_event(w, &cl->actors[e->actor], e);
+    sim_wd_event(w, e->client, e);
 }
 
 /* One seed: 0 clean, 1 a violation. */
 static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   sim_world w;
-  sim_world_init(&w, seed, o->clients, o->actors);
+  sim_world_init(&w, seed, o->clients, o->actors, o->pactors, o->factors);
   w.verbose = o->verbose;
   w.holders_only = o->holders_only;
+  w.permit_lib_deadline = o->lib_deadline;
+  w.permit_strict = o->strict;
+  w.fair_strict = o->fair_strict;
   for (int c = 0; c < w.nclients; c++)
     for (int i = 0; i < w.clients[c].nactors; i++)
       sim_actor_start(&w, &w.clients[c].actors[i]);
+  for (int c = 0; c < w.nclients; c++)
+    for (int i = 0; i < w.clients[c].npactors; i++)
+      sim_perm_start(&w, &w.clients[c].pactors[i]);
+  for (int c = 0; c < w.nclients; c++)
+    for (int i = 0; i < w.clients[c].nfactors; i++)
+      sim_actor_start(&w, &w.clients[c].factors[i]);
   pause_next(&w);
   int64_t end = w.t0 + o->sim_ms;
   sim_ev e;
@@ -105,6 +131,13 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
     if (same > 100000) { /* every loop bounded: time must move */
       printf("SIM ERROR (seed %llu): 100000 steps without time moving\n",
              (unsigned long long)seed);
+      sim_trace_dump(&w, stdout);
+      w.violation = 1;
+      break;
+    }
+    if (e.at < w.now) { /* an event in the past: a simulator error */
+      printf("SIM ERROR (seed %llu): an event at %+lld ms in the past\n",
+             (unsigned long long)seed, (long long)(e.at - w.now));
       sim_trace_dump(&w, stdout);
       w.violation = 1;
       break;
@@ -129,6 +162,17 @@ static int run_seed(uint64_t seed, const run_opts *o, totals *t) {
   t->acquired += w.n_acquired;
   t->released += w.n_released;
   t->late += w.n_lost_late;
+  t->pm_acquired += w.n_pm_acquired;
+  t->pm_released += w.n_pm_released;
+  t->pm_late += w.n_pm_late;
+  t->pm_lost += w.n_pm_lost;
+  t->pm_back += w.n_pm_back;
+  t->pm_earlier += w.n_pm_earlier;
+  t->pm_lowered += w.n_pm_lowered;
+  t->fair_acquired += w.n_fair_acquired;
+  t->fair_released += w.n_fair_released;
+  t->fair_cancels += w.n_fair_cancels;
+  t->fair_raised += w.n_fair_raised;
   int v = w.violation;
   sim_world_free(&w);
   return v;
@@ -148,6 +192,22 @@ static void report(const totals *t, double secs) {
          (unsigned long long)t->dropped, (unsigned long long)t->pauses,
          (unsigned long long)t->acquired, (unsigned long long)t->released,
          (unsigned long long)t->late);
+  printf("sim: permits: %llu taken, %llu released, %llu answered past their "
+         "lease and given back, %llu lost (on_lock_lost), %llu re-taken by a "
+         "late acquire copy after their release, %llu taken by an earlier "
+         "attempt's late copy, %llu moved back by a late renewal copy "
+         "(the reported issues)\n",
+         (unsigned long long)t->pm_acquired, (unsigned long long)t->pm_released,
+         (unsigned long long)t->pm_late, (unsigned long long)t->pm_lost,
+         (unsigned long long)t->pm_back, (unsigned long long)t->pm_earlier,
+         (unsigned long long)t->pm_lowered);
+  printf("sim: fair lock: %llu holds taken, %llu released, %llu waits left "
+         "the queue (fair_cancel), %llu times free past the bound behind a "
+         "dead head whose deadline a leaver raised (the reported issue)\n",
+         (unsigned long long)t->fair_acquired,
+         (unsigned long long)t->fair_released,
+         (unsigned long long)t->fair_cancels,
+         (unsigned long long)t->fair_raised);
 }
 
 /* The seeds of a regression file: one number per line, '#' comments. */
@@ -174,7 +234,7 @@ static int run_file(const char *path, const run_opts *o, totals *t) {
 }
 
 int main(int argc, char **argv) {
-  run_opts o = {600000, 4, 2, 0, 0};
+  run_opts o = {600000, 4, 2, 2, 2, 0, 0, 0, 0, 0};
   long long seed = -1;
   double minutes = 0, ci = 0;
   const char *regress = NULL;
@@ -195,6 +255,16 @@ int main(int argc, char **argv) {
       o.clients = atoi(argv[++i]);
     else if (strcmp(a, "--actors") == 0 && v)
       o.actors = atoi(argv[++i]);
+    else if (strcmp(a, "--permit-actors") == 0 && v)
+      o.pactors = atoi(argv[++i]);
+    else if (strcmp(a, "--fair-actors") == 0 && v)
+      o.factors = atoi(argv[++i]);
+    else if (strcmp(a, "--permit-lib-deadline") == 0)
+      o.lib_deadline = 1;
+    else if (strcmp(a, "--permit-strict") == 0)
+      o.strict = 1;
+    else if (strcmp(a, "--fair-strict") == 0)
+      o.fair_strict = 1;
     else if (strcmp(a, "--verbose") == 0)
       o.verbose = 1;
     else if (strcmp(a, "--holders-only") == 0)
@@ -202,16 +272,20 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--expect-violation") == 0)
       expect = 1;
     else {
-      fprintf(stderr,
-              "usage: %s [--seed N [--verbose]] [--minutes M] "
-              "[--ci SECONDS --regress FILE] [--sim-seconds S] "
-              "[--clients N] [--actors N] [--expect-violation]\n",
-              argv[0]);
+      fprintf(
+          stderr,
+          "usage: %s [--seed N [--verbose]] [--minutes M] "
+          "[--ci SECONDS --regress FILE] [--sim-seconds S] "
+          "[--clients N] [--actors N] [--permit-actors N] [--fair-actors N] "
+          "[--expect-violation]\n",
+          argv[0]);
       return 2;
     }
   }
-  if (o.clients < 1 || o.clients > 8 || o.actors < 1 || o.actors > 8) {
-    fprintf(stderr, "sim: 1..8 clients and actors\n");
+  if (o.clients < 1 || o.clients > 8 || o.actors < 1 || o.actors > 8 ||
+      o.pactors < 0 || o.pactors > 6 || o.factors < 0 || o.factors > 8) {
+    fprintf(stderr, "sim: 1..8 clients and actors, 0..6 permit actors, 0..8 "
+                    "fair lock actors\n");
     return 2;
   }
   totals t;

@@ -15,7 +15,30 @@
 #include "sim.h"
 #include "sim_lib_scripts.h"
 
-const char *const sim_kind_name[K_COUNT] = {"mutex", "read", "write", "sem"};
+const char *const sim_kind_name[K_COUNT] = {"mutex", "read", "write", "sem",
+                                            "fair"};
+
+/* The permit threads (and their object's renewer) and the fair lock
+ * threads draw from streams of their own (sim_world.prng, .frng): the
+ * other actors' draws are as before. */
+sim_rng *sim_rng_of(sim_world *w, int actor) {
+  if (actor >= SIM_FACTOR)
+    return &w->frng;
+  return actor == SIM_PW || actor >= SIM_PACTOR ? &w->prng : &w->rng;
+}
+
+static sim_rng *rng_of(sim_world *w, int actor) { return sim_rng_of(w, actor); }
+
+sim_actor *sim_actor_at(sim_world *w, int client, int actor) {
+  sim_client *cl = &w->clients[client];
+  if (actor >= SIM_FACTOR)
+    return &cl->factors[actor - SIM_FACTOR];
+  if (actor >= SIM_PACTOR)
+    return &cl->pactors[actor - SIM_PACTOR];
+  if (actor == SIM_PW)
+    return &cl->pw;
+  return actor >= 0 ? &cl->actors[actor] : NULL;
+}
 
 /* ---- PRNG ---------------------------------------------------------------- */
 
@@ -200,10 +223,43 @@ static const char *script_sha(const sim_world *w, const char *name) {
 
 /* ---- the world ---------------------------------------------------------- */
 
-void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors) {
+static void init_keys(sim_world *w) {
+  /* the semaphore and the permits, initialised (trySetPermits's effect) */
+  char cap[8];
+  snprintf(cap, sizeof cap, "%d", SIM_SEM_PERMITS);
+  const char *init[4] = {"SET", SIM_SEM_NAME, cap, NULL};
+  rm_reply r = {0};
+  rm_commandv(w->m, &r, init);
+  rm_reply_clear(&r);
+  snprintf(cap, sizeof cap, "%d", SIM_PERM_CAP);
+  init[1] = SIM_PERM_NAME;
+  rm_commandv(w->m, &r, init);
+  rm_reply_clear(&r);
+}
+
+static void init_actor(sim_actor *a, const sim_client *cl, int c, int idx,
+                       uint64_t tid) {
+  a->client = c;
+  a->idx = idx;
+  a->tid = tid;
+  snprintf(a->field, sizeof a->field, "%s:%llu", cl->id,
+           (unsigned long long)a->tid);
+  a->pm.late = -1;
+  a->pm.cap = -1;
+  a->pm.cap_at = -1;
+}
+
+void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors,
+                    int npactors, int nfactors) {
   memset(w, 0, sizeof *w);
   w->seed = seed;
   w->rng.s = seed * 0x2545f4914f6cdd1dULL + 1;
+  w->prng.s = seed * 0x9e3779b97f4a7c15ULL + 0x5eed;
+  w->frng.s = seed * 0xd1b54a32d192ed03ULL + 0xfa1e;
+  w->fair_stuck_since = -1;
+  w->fair_excused = -1;
+  const char *pb = getenv("DLOCK_SIM_PUT_BACK");
+  w->put_back_late_permit = pb && strstr(pb, "permit_late_answer") != NULL;
   w->cfg.wd_lease = 3000;
   w->cfg.cto = 500;
   w->cfg.tries = 3;
@@ -215,13 +271,7 @@ void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors) {
   w->m = rm_new(NULL);
   rm_set_time(w->m, w->now);
   load_scripts(w);
-  /* the semaphore, initialised (trySetPermits's effect) */
-  char cap[8];
-  snprintf(cap, sizeof cap, "%d", SIM_SEM_PERMITS);
-  const char *init[4] = {"SET", SIM_SEM_NAME, cap, NULL};
-  rm_reply r = {0};
-  rm_commandv(w->m, &r, init);
-  rm_reply_clear(&r);
+  init_keys(w);
   /* fault rates vary per seed: some seeds calm, some stormy */
   w->p_drop = (int)sim_between(&w->rng, 0, 40);
   w->p_hold = (int)sim_between(&w->rng, 0, 40);
@@ -236,23 +286,29 @@ void sim_world_init(sim_world *w, uint64_t seed, int nclients, int nactors) {
     snprintf(cl->id, sizeof cl->id, "%08x-0000-4000-8000-%012x", 0x5100 + c, c);
     cl->nactors = nactors;
     cl->actors = calloc((size_t)nactors, sizeof *cl->actors);
-    if (!cl->actors)
+    cl->npactors = npactors;
+    cl->pactors = calloc((size_t)npactors + 1, sizeof *cl->pactors);
+    cl->nfactors = nfactors;
+    cl->factors = calloc((size_t)nfactors + 1, sizeof *cl->factors);
+    if (!cl->actors || !cl->pactors || !cl->factors)
       abort();
     cl->wd_next = -1;
-    for (int i = 0; i < nactors; i++) {
-      sim_actor *a = &cl->actors[i];
-      a->client = c;
-      a->idx = i;
-      a->tid = (uint64_t)(101 + i);
-      snprintf(a->field, sizeof a->field, "%s:%llu", cl->id,
-               (unsigned long long)a->tid);
-    }
+    for (int i = 0; i < nactors; i++)
+      init_actor(&cl->actors[i], cl, c, i, (uint64_t)(101 + i));
+    for (int i = 0; i < npactors; i++)
+      init_actor(&cl->pactors[i], cl, c, SIM_PACTOR + i, (uint64_t)(201 + i));
+    for (int i = 0; i < nfactors; i++)
+      init_actor(&cl->factors[i], cl, c, SIM_FACTOR + i, (uint64_t)(401 + i));
+    init_actor(&cl->pw, cl, c, SIM_PW, 300);
   }
 }
 
 void sim_world_free(sim_world *w) {
-  for (int c = 0; c < w->nclients; c++)
+  for (int c = 0; c < w->nclients; c++) {
     free(w->clients[c].actors);
+    free(w->clients[c].pactors);
+    free(w->clients[c].factors);
+  }
   free(w->clients);
   free(w->heap);
   free(w->reqs);
@@ -262,9 +318,16 @@ void sim_world_free(sim_world *w) {
 }
 
 const char *sim_who(char b[12], int actor) {
+  if (actor == SIM_PW)
+    return "pw";
   if (actor < 0)
     return "wd";
-  snprintf(b, 12, "t%d", actor);
+  if (actor >= SIM_FACTOR)
+    snprintf(b, 12, "f%d", actor - SIM_FACTOR);
+  else if (actor >= SIM_PACTOR)
+    snprintf(b, 12, "p%d", actor - SIM_PACTOR);
+  else
+    snprintf(b, 12, "t%d", actor);
   return b;
 }
 
@@ -284,16 +347,17 @@ static int req_slot(sim_world *w) {
 }
 
 /* A network delay: mostly a millisecond or two, sometimes slow. */
-static int64_t net_delay(sim_world *w) {
-  if (sim_chance(&w->rng, w->p_slow))
-    return sim_between(&w->rng, 50, 2 * w->cfg.cto);
-  return sim_between(&w->rng, 0, 3);
+static int64_t net_delay(sim_world *w, sim_rng *g) {
+  if (sim_chance(g, w->p_slow))
+    return sim_between(g, 50, 2 * w->cfg.cto);
+  return sim_between(g, 0, 3);
 }
 
 void sim_send(sim_world *w, int client, int actor, const sim_call *c,
               uint64_t tag) {
   sim_client *cl = &w->clients[client];
-  sim_actor *a = actor >= 0 ? &cl->actors[actor] : NULL;
+  sim_actor *a = sim_actor_at(w, client, actor);
+  sim_rng *g = rng_of(w, actor);
   int i = req_slot(w);
   sim_req *q = &w->reqs[i];
   q->call = *c;
@@ -302,14 +366,14 @@ void sim_send(sim_world *w, int client, int actor, const sim_call *c,
   q->used = 1;
   q->tag = tag;
   q->conn = a ? a->conn : cl->wd_conn;
-  q->reply_delay = net_delay(w);
-  int64_t at = w->now + net_delay(w);
-  int held = sim_chance(&w->rng, w->p_hold);
+  q->reply_delay = net_delay(w, g);
+  int64_t at = w->now + net_delay(w, g);
+  int held = sim_chance(g, w->p_hold);
   q->held = held;
   q->sent_at = w->now;
   if (held) /* held on the wire past the timeout, delivered after a retry */
-    at = w->now + sim_between(&w->rng, w->cfg.cto, 20000);
-  else if (sim_chance(&w->rng, w->p_drop))
+    at = w->now + sim_between(g, w->cfg.cto, 20000);
+  else if (sim_chance(g, w->p_drop))
     q->reply_delay = -1; /* it runs; its reply is lost */
   int64_t *last = a ? &a->conn_last_deliver : &cl->wd_last_deliver;
   if (!held && at < *last)
@@ -371,6 +435,8 @@ static void run_call(sim_world *w, const sim_call *c, rm_reply *r) {
 void sim_deliver(sim_world *w, int i) {
   sim_req *q = &w->reqs[i];
   rm_reply r = {0};
+  if ((q->actor >= SIM_PACTOR && q->actor < SIM_FACTOR) || q->actor == SIM_PW)
+    sim_perm_before(w, q);
   run_call(w, &q->call, &r);
   sim_ev e;
   memset(&e, 0, sizeof e);
@@ -390,7 +456,14 @@ void sim_deliver(sim_world *w, int i) {
   sim_trace(w, "  server runs c%d.%s %s -> %s%s", q->client,
             sim_who(wb, q->actor), sim_describe(&q->call, d, sizeof d), rs,
             late);
-  if (q->actor >= 0 && q->call.script &&
+  if ((q->actor >= SIM_PACTOR && q->actor < SIM_FACTOR) || q->actor == SIM_PW)
+    sim_perm_ran(w, q, &e.rep);
+  if (q->actor >= SIM_FACTOR && q->call.script &&
+      strncmp(q->call.script, "fair_", 5) == 0 &&
+      (strcmp(q->call.script, "fair_acquire") == 0 ||
+       strcmp(q->call.script, "fair_try") == 0))
+    sim_actor_at(w, q->client, q->actor)->acq_ran[K_FAIR] = 1;
+  if (q->actor >= 0 && q->actor < SIM_PACTOR && q->call.script &&
       (strncmp(q->call.script, "acquire", 7) == 0 ||
        strncmp(q->call.script, "rw_read_acquire", 15) == 0 ||
        strncmp(q->call.script, "rw_write_acquire", 16) == 0)) {
@@ -402,8 +475,8 @@ void sim_deliver(sim_world *w, int i) {
   }
   if (q->reply_delay >= 0) {
     sim_client *cl = &w->clients[q->client];
-    int64_t *last = q->actor >= 0 ? &cl->actors[q->actor].conn_last_reply
-                                  : &cl->wd_last_reply;
+    sim_actor *qa = sim_actor_at(w, q->client, q->actor);
+    int64_t *last = qa ? &qa->conn_last_reply : &cl->wd_last_reply;
     e.at = w->now + q->reply_delay;
     if (e.at < *last)
       e.at = *last;
