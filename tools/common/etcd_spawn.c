@@ -198,12 +198,14 @@ static int spawn(dlc_etcd *m, int existing) {
   return 0;
 }
 
-int dlc_etcd_wait_ready(const dlc_etcd *m, int ms) {
+int dlc_etcd_wait_ready(dlc_etcd *m, int ms) {
   int64_t end = dlc_now_ms() + ms;
   while (dlc_now_ms() < end) {
     int st;
-    if (m->pid > 0 && waitpid(m->pid, &st, WNOHANG) == m->pid)
+    if (m->pid > 0 && waitpid(m->pid, &st, WNOHANG) == m->pid) {
+      m->pid = 0; /* reaped: its pid may be another process's soon */
       return -1;
+    }
     char out[512];
     if (dlc_etcd_post(m->port, "/v3/kv/range", "{\"key\":\"AA==\"}", out,
                       sizeof out, 1000) == 200)
@@ -213,7 +215,21 @@ int dlc_etcd_wait_ready(const dlc_etcd *m, int ms) {
   return -1;
 }
 
-int dlc_etcd_cluster(dlc_etcd *m, int n, const char *parent, int fast) {
+/* 1 if the member's log says a port it was given was taken meanwhile (the
+ * free port was picked, then bound by another process before etcd). */
+static int lost_port_race(const dlc_etcd *m) {
+  char log[sizeof m->dir + 16], buf[8192];
+  snprintf(log, sizeof log, "%s/etcd.log", m->dir);
+  FILE *f = fopen(log, "r");
+  if (!f)
+    return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, "address already in use") != NULL;
+}
+
+static int cluster_once(dlc_etcd *m, int n, const char *parent, int fast) {
   char cl[1024] = "";
   for (int i = 0; i < n; i++) {
     char nm[16];
@@ -233,6 +249,24 @@ int dlc_etcd_cluster(dlc_etcd *m, int n, const char *parent, int fast) {
     if (dlc_etcd_wait_ready(&m[i], 30000) != 0)
       return -1;
   return 0;
+}
+
+int dlc_etcd_cluster(dlc_etcd *m, int n, const char *parent, int fast) {
+  /* A port picked free can be taken by another process before etcd binds
+   * it (a loaded machine running many cases): such a start is tried again
+   * with fresh ports, at most 5 times; any other failure is final. */
+  for (int attempt = 0;; attempt++) {
+    int rc = cluster_once(m, n, parent, fast);
+    if (rc == 0)
+      return 0;
+    int race = 0;
+    for (int i = 0; i < n; i++)
+      race |= m[i].pid == 0 && lost_port_race(&m[i]);
+    if (!race || attempt == 4)
+      return rc;
+    for (int i = 0; i < n; i++)
+      dlc_etcd_kill(&m[i]);
+  }
 }
 
 int dlc_etcd_single(dlc_etcd *m, const char *parent, int fast) {

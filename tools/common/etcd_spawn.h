@@ -59,7 +59,7 @@ int dlc_etcd_restart(dlc_etcd *m);
 void dlc_etcd_pause(dlc_etcd *m);  /* SIGSTOP, and waits for state T */
 void dlc_etcd_resume(dlc_etcd *m); /* SIGCONT */
 /* Waits (bounded by ms) until m answers a linearizable read: 0 or -1. */
-int dlc_etcd_wait_ready(const dlc_etcd *m, int ms);
+int dlc_etcd_wait_ready(dlc_etcd *m, int ms);
 /* The index of the leader among the n members (asked of each running
  * one), or -1. */
 int dlc_etcd_leader(const dlc_etcd *m, int n);
