@@ -18,7 +18,9 @@
  * whose deadline has passed is presumed dead and purged by whoever touches
  * the lock next, so a crashed waiter delays the queue by at most its
  * deadline. When a waiter takes the lock or gives up, the deadlines behind
- * it shrink by its wait budget (Redisson's arithmetic).
+ * it shrink by its wait budget (Redisson's arithmetic), never below now +
+ * that budget and never above their own deadline (a leaver never extends
+ * a dead waiter's hold on the queue).
  *
  * trylock and timedlock(0, ...) run the single-attempt script, which never
  * enqueues: they succeed only if the lock is free and the queue is empty
@@ -85,15 +87,17 @@
   "  end\n"                                                                    \
   "end\n"                                                                      \
   /* Waiters behind one that leaves move up by its budget (Redisson's       */ \
-  /* arithmetic), but never closer than `wait` from now: a live dlock       */ \
-  /* waiter refreshes its deadline at least that often.                    */ \
+  /* arithmetic), but never closer than `wait` from now (a live dlock       */ \
+  /* waiter refreshes its deadline at least that often) -- nor later than   */ \
+  /* they were: a dead waiter's deadline is never raised.                  */ \
   "local function shrink(rest, wait, now)\n"                                   \
   "  for i = 1, #rest do\n"                                                    \
-  "    if redis.call('zscore', KEYS[3], rest[i]) then\n"                       \
-  "      local sc = tonumber(redis.call('zincrby', KEYS[3], -wait, rest[i]))\n" \
-  "      if sc < now + wait then\n"                                            \
-  "        redis.call('zadd', KEYS[3], now + wait, rest[i])\n"                 \
-  "      end\n"                                                                \
+  "    local old = redis.call('zscore', KEYS[3], rest[i])\n"                 \
+  "    if old then\n"                                                          \
+  "      old = tonumber(old)\n"                                                \
+  "      local sc = old - wait\n"                                              \
+  "      if sc < now + wait then sc = math.min(old, now + wait) end\n"         \
+  "      redis.call('zadd', KEYS[3], sc, rest[i])\n"                           \
   "    end\n"                                                                  \
   "  end\n"                                                                    \
   "end\n"                                                                      \
@@ -200,7 +204,10 @@ static dlock__script g_cancel = {
     "fair_cancel",
     /* acquireFailed. ARGV[1] field, [2] wait, [3] publish command, [4] now
      * (epoch ms). Leaves the queue; the deadlines of the waiters behind
-     * shrink by wait (not below now + wait). Returns 1 if the caller holds
+     * shrink by wait (not below now + wait, and never raised: a dead
+     * waiter's deadline raised by every leaver in front of it kept the
+     * queue blocked past the documented bound -- the simulator, issue 41).
+     * Returns 1 if the caller holds
      * the lock after all, else 0. */
     FAIR_LUA_PRELUDE
     "local wait = tonumber(ARGV[2])\n"

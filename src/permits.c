@@ -132,25 +132,32 @@ static dlock__script g_acquire = {
     "permits_acquire",
     /* KEYS[1] count, [2] set, [3] channel. ARGV[1] expiry, [2] now, [3]
      * never, [4] publish, [5] raw id. 'OK' taken (also when a previous copy
-     * of this call took it), ':<score>' the earliest expiry of a taken
-     * permit with a lease, nil nothing to wait for but a release.
-     * Redisson tryAcquire(1). */
-    LUA_RECLAIM
-    "if redis.call('zscore', KEYS[2], ARGV[5]) then return 'OK' end\n"
-    "reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[4], 1)\n"
-    "local v = redis.call('get', KEYS[1])\n"
-    "if v and tonumber(v) >= 1 then\n"
-    "  redis.call('decrby', KEYS[1], 1)\n"
-    "  redis.call('zadd', KEYS[2], ARGV[1], ARGV[5])\n"
-    "  local ttl = redis.call('pttl', KEYS[1])\n"
-    "  if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end\n"
-    "  return 'OK'\n"
-    "end\n"
-    "local f = redis.call('zrange', KEYS[2], 0, 0, 'withscores')\n"
-    "if f[1] and tonumber(f[2]) ~= tonumber(ARGV[3]) then\n"
-    "  return ':' .. f[2]\n"
-    "end\n"
-    "return false\n",
+     * of this call took it: its expiry is then raised to this copy's, never
+     * lowered -- the caller counts its lease from this attempt's send, and
+     * an earlier attempt's slow copy took it with an earlier expiry),
+     * ':<score>' the earliest expiry of a taken permit with a lease, nil
+     * nothing to wait for but a release. Redisson tryAcquire(1). */
+    LUA_RECLAIM "local mine = redis.call('zscore', KEYS[2], ARGV[5])\n"
+                "if mine then\n"
+                "  if tonumber(mine) < tonumber(ARGV[1]) then\n"
+                "    redis.call('zadd', KEYS[2], ARGV[1], ARGV[5])\n"
+                "  end\n"
+                "  return 'OK'\n"
+                "end\n"
+                "reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[4], 1)\n"
+                "local v = redis.call('get', KEYS[1])\n"
+                "if v and tonumber(v) >= 1 then\n"
+                "  redis.call('decrby', KEYS[1], 1)\n"
+                "  redis.call('zadd', KEYS[2], ARGV[1], ARGV[5])\n"
+                "  local ttl = redis.call('pttl', KEYS[1])\n"
+                "  if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end\n"
+                "  return 'OK'\n"
+                "end\n"
+                "local f = redis.call('zrange', KEYS[2], 0, 0, 'withscores')\n"
+                "if f[1] and tonumber(f[2]) ~= tonumber(ARGV[3]) then\n"
+                "  return ':' .. f[2]\n"
+                "end\n"
+                "return false\n",
     {0}};
 
 static dlock__script g_release = {
@@ -169,14 +176,22 @@ static dlock__script g_release = {
 
 static dlock__script g_update = {
     "permits_update_lease",
-    /* KEYS[1] count, [2] set, [3] channel. ARGV[1] expiry, [2] now, [3]
-     * publish, [4..] raw ids. One '1' (updated) or '0' (gone) per id.
-     * Redisson updateLeaseTime; the watchdog's renewal. */
+    /* KEYS[1] count, [2] set, [3] channel. ARGV[1] expiry ('+<expiry>': a
+     * renewal, which only raises an expiry -- a late copy of an earlier
+     * renewal must not cut a later one's, issue 38), [2] now, [3] publish,
+     * [4..] raw ids. One '1' (updated) or '0' (gone) per id. Redisson
+     * updateLeaseTime (sets the expiry); the watchdog's renewal. */
     LUA_RECLAIM "reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], nil)\n"
+                "local e = ARGV[1]\n"
+                "local up = string.sub(e, 1, 1) == '+'\n"
+                "if up then e = string.sub(e, 2) end\n"
                 "local out = {}\n"
                 "for i = 4, #ARGV do\n"
-                "  if redis.call('zscore', KEYS[2], ARGV[i]) then\n"
-                "    redis.call('zadd', KEYS[2], ARGV[1], ARGV[i])\n"
+                "  local s = redis.call('zscore', KEYS[2], ARGV[i])\n"
+                "  if s then\n"
+                "    if not up or tonumber(s) < tonumber(e) then\n"
+                "      redis.call('zadd', KEYS[2], e, ARGV[i])\n"
+                "    end\n"
                 "    out[#out + 1] = '1'\n"
                 "  else\n"
                 "    out[#out + 1] = '0'\n"
@@ -418,16 +433,21 @@ static int64_t wd_lease(dlock_permits *p) {
  * found gone. With no_sync (the watchdog's renewals) without the WAIT of
  * sync_replicas. 0 or a negative code. */
 static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
-                 int64_t lease, char *gone, int no_sync) {
+                 int64_t lease, char *gone, int no_sync, int raise_only) {
   const dlock__send_how how = {0, no_sync, 0};
   for (size_t at = 0; at < n; at += RENEW_CHUNK) {
     size_t k = n - at < RENEW_CHUNK ? n - at : RENEW_CHUNK;
     const char *args[3 + RENEW_CHUNK];
     size_t alens[3 + RENEW_CHUNK];
-    char es[24], ns[24];
+    char es[25], ns[24];
     int64_t now = dlock__wall_ms();
     args[0] = es;
-    alens[0] = dlock__fmt_i64(es, now + lease);
+    es[0] = '+'; /* a renewal: raises only (g_update) */
+    alens[0] = dlock__fmt_i64(es + 1, now + lease) + 1;
+    if (!raise_only) {
+      args[0] = es + 1;
+      alens[0]--;
+    }
     args[1] = ns;
     alens[1] = dlock__fmt_i64(ns, now);
     args[2] = pub(p, &alens[2]);
@@ -564,7 +584,7 @@ static void *renewer(void *arg) {
      * the permit is lost whatever a later renewal would say. */
     dlock__budget b;
     dlock__budget_start(&b, NULL, earliest > sent ? earliest - sent : 1);
-    int rc = n ? renew(p, ids, n, lease, gone, 1) : 0;
+    int rc = n ? renew(p, ids, n, lease, gone, 1, 1) : 0;
     dlock__call_deadline_reset();
     int lost = 0;
     dlock__mu_unlock(&p->renew_mu);
@@ -906,7 +926,10 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
   unsigned char ids[1][16];
   memcpy(ids[0], raw, 16);
   int64_t sent = dlock__now_ms();
-  rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone, 0);
+  /* l <= 0 hands it to the watchdog: a renewal, raising only; l > 0 sets
+   * the lease asked for (Redisson's updateLeaseTime), shorter too. */
+  rc = renew(p, ids, 1, lease_ms > 0 ? lease_ms : wd_lease(p), &gone, 0,
+             lease_ms <= 0);
   int renewed = 0;
   if (rc == 0) {
     dlock__mu_lock(&p->mu);

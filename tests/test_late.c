@@ -1148,3 +1148,61 @@ TH_CASE(late_read_renewal_never_cuts_the_next_read_hold) {
   dlock_client_free(other);
   dlock_client_free(c);
 }
+
+/* ---- a permit's renewal only raises its expiry ---- */
+
+/* The expiry of the only permit in name's set (ms since the epoch), or -1. */
+static long long permit_expiry(th_redis *r, const char *name) {
+  redisReply *x = th_cmd(r, "ZRANGE {%s}:timeout 0 -1 WITHSCORES", name);
+  long long e = x && x->elements == 2 ? atoll(x->element[1]->str) : -1;
+  freeReplyObject(x);
+  return e;
+}
+
+/* A watchdog permit's renewal held on the wire past the command timeout:
+ * the renewal's retry runs meanwhile and sets a later expiry; then the held
+ * copy runs. It must not move the expiry back below the retry's (the
+ * holder's local deadline counts from the retry's send, so another client
+ * could take the permit while it still holds it). The old script's plain
+ * ZADD moved it back by the time between the two sends (the simulator's
+ * finding, issue 41: seed 1, 52.2 s simulated). Blocking client: the
+ * event-loop client has no permits. */
+TH_CASE_T(late_permit_renewal_never_lowers_the_expiry, 120, "slow") {
+  th_redis *r = th_redis_new(1, NULL);
+  fp_proxy *p = fp_new(NULL, r->port);
+  dlock_config cfg = through(p, 0);
+  cfg.watchdog_timeout_ms = (int)(6000 * mult());
+  dlock_client *c = th_client_cfg(r, &cfg);
+  dlock_permits *pm;
+  CHECK_OK(dlock_permits_new(c, "late-pm", &pm));
+  CHECK_OK(dlock_permits_try_set_permits(pm, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(pm, -1, id));
+  /* one renewal first: its script is loaded (a held copy must run) */
+  long long e0 = permit_expiry(r, "late-pm"), e = e0;
+  int64_t end = th_now_ms() + 3 * cfg.watchdog_timeout_ms;
+  while (e <= e0 && th_now_ms() < end) {
+    th_sleep_ms(10);
+    e = permit_expiry(r, "late-pm");
+  }
+  CHECK_MSG(e > e0, "no renewal within %d ms", 3 * cfg.watchdog_timeout_ms);
+  fp_hold(p, "EVALSHA", "{late-pm}:timeout", hold_ms(), 1);
+  long long seen = e;
+  end = th_now_ms() + 3 * cfg.watchdog_timeout_ms + hold_ms();
+  while (fp_fired(p) < 1 && th_now_ms() < end) {
+    long long now = permit_expiry(r, "late-pm");
+    if (now > seen)
+      seen = now;
+    th_sleep_ms(5);
+  }
+  long long after = permit_expiry(r, "late-pm");
+  delivered(p, 1, NULL);
+  printf("expiry: %lld before the held copy ran, %lld after (%+lld ms)\n", seen,
+         after, after - seen);
+  CHECK_MSG(after >= seen,
+            "a late renewal copy moved the permit's expiry back by %lld ms",
+            seen - after);
+  CHECK_OK(dlock_permits_release(pm, id));
+  dlock_permits_free(pm);
+  dlock_client_free(c);
+}

@@ -99,11 +99,12 @@ static void release_call(const sim_world *w, const sim_actor *a, sim_call *c) {
 
 /* renew(): ids[0..n) to expire `lease` from now. */
 static void update_call(const sim_world *w, char (*ids)[SIM_PERM_ID], int n,
-                        int64_t lease, sim_call *c) {
+                        int64_t lease, int raise_only, sim_call *c) {
   memset(c, 0, sizeof *c);
   c->script = "permits_update_lease";
   keys(c, 0);
-  SET(c->a[0], "%lld", (long long)(w->now + lease));
+  /* '+': a renewal, which only raises (permits.c renew) */
+  SET(c->a[0], "%s%lld", raise_only ? "+" : "", (long long)(w->now + lease));
   SET(c->a[1], "%lld", (long long)w->now);
   SET(c->a[2], "PUBLISH");
   for (int i = 0; i < n; i++)
@@ -287,7 +288,7 @@ static void pw_wake(sim_world *w, sim_actor *pw) {
   /* the router stops retrying at the earliest local deadline */
   pw->route_until = earliest > w->now ? earliest : w->now + 1;
   sim_call c;
-  update_call(w, o->batch, o->nbatch, w->cfg.wd_lease, &c);
+  update_call(w, o->batch, o->nbatch, w->cfg.wd_lease, 1, &c);
   sim_route(w, pw, &c, pw_done);
 }
 
@@ -442,7 +443,8 @@ static void update(sim_world *w, sim_actor *a) {
   memcpy(ids[0], a->pm.id, SIM_PERM_ID);
   sim_call c;
   update_call(w, ids, 1,
-              a->pm.upd_lease > 0 ? a->pm.upd_lease : w->cfg.wd_lease, &c);
+              a->pm.upd_lease > 0 ? a->pm.upd_lease : w->cfg.wd_lease,
+              a->pm.upd_lease <= 0, &c);
   sim_route(w, a, &c, updated);
 }
 
@@ -604,9 +606,11 @@ void sim_perm_before(sim_world *w, const sim_req *q) {
 
 static void late_update(sim_world *w, const sim_req *q, const sim_rep *r) {
   sim_actor *from = sim_actor_at(w, q->client, q->actor);
-  long long expiry = atoll(q->call.a[0]);
+  long long expiry = atoll(q->call.a[0] + (q->call.a[0][0] == '+'));
   if (r->type != RM_REPLY_STRING || from->tag == q->tag)
     return; /* the sender's current try: what it asked for */
+  if (q->call.a[0][0] == '+')
+    return; /* a renewal only raises: nothing moved back */
   for (int i = 3; i < q->call.na && r->str[i - 3]; i++)
     for (int c = 0;
          c < w->nclients && r->str[i - 3] == '1' && w->pm_prev[i] > expiry; c++)
