@@ -2,7 +2,7 @@
  * sim.h -- the deterministic simulator of issue 41 (`make sim`): one thread,
  * simulated time, a seeded PRNG, an event queue, a network per connection,
  * the Redis model (redis_model.h) running the library's REAL Lua scripts,
- * and the library's REAL engine (src/engine.c: hold records, local
+ * and the library's REAL engine (src/engine/engine.c: hold records, local
  * deadlines, request binding, the unlock's verdicts) -- checked against the
  * locks' invariants after every step. docs/sim.md, "The simulator".
  *
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "kinds/kinds.h"
 #include "redis_model.h"
 
 /* ---- configuration: the library's config fields the sim uses ------------ */

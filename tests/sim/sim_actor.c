@@ -3,7 +3,8 @@
  * blocking client's driver does around the engine, RE-STATED here (not run:
  * the drivers' own sequencing is threads and sockets; issue 40 would make
  * it sans-I/O so that the real one could be driven). It follows:
- *   src/mutex.c   acq_begin (dlock__eng_reenter, settle first), attempt
+ *   src/kinds/mutex.c:
+ *                 acq_begin (dlock__eng_reenter, settle first), attempt
  *                 (a request id per attempt, its send time), attempt_commit
  *                 / commit_attempt (an attempt answered after more than one
  *                 send is committed; an unknown one is owed), acquire_once
@@ -13,12 +14,14 @@
  *                 (dlock__hold_note), dlock__mutex_release (rel_begin /
  *                 rel_end, dlock__eng_commit_due and rel_commit), settle,
  *                 undo_acquisition;
- *   src/conn.c    the router: a call is up to retry_attempts + 1 tries, each
+ *   src/net/conn.c:
+ *                 the router: a call is up to retry_attempts + 1 tries, each
  *                 a copy sent on the thread's connection and waited for
  *                 command_timeout_ms; a timeout closes the connection (its
  *                 copy may still arrive and run) and the next try waits
  *                 retry_interval_ms; no answer after the last: DLOCK_ECONN.
- * Every decision about a hold is the REAL engine's (src/engine.c, linked).
+ * Every decision about a hold is the REAL engine's (src/engine/engine.c,
+ * linked).
  * What is not modelled: the hand-over queue and pub/sub wake-ups (every
  * wait sleeps until the holder's TTL or the kind's longest sleep and
  * attempts again, never queued), sync_replicas, the event-loop client.
