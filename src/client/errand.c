@@ -37,7 +37,6 @@
 #include <time.h>
 
 #include "client/client.h"
-#include "kinds/kinds.h"
 
 /* Tries of one decline (each: one send on the errand's connection). */
 #define DECLINE_TRIES 3

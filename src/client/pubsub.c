@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #include "client/client.h"
-#include "kinds/kinds.h"
 
 static void poke(dlock_client *c) {
   if (c->ps.pipe[1] >= 0) {

@@ -2,10 +2,10 @@
  * kinds.h -- the lock kinds (src/kinds/): the mutex and its variants
  * (mutex.c, fair.c, fenced.c, spin.c), read-write locks (rwlock.c),
  * multilocks (multilock.c), Redlock (redlock.c), the counting kinds
- * (counter.c, sem.c, latch.c) and expirable permits (permits.c); the plain
- * mutex's script calls both clients send. Above the etcd store
- * and the etcd store (etcd/etcd.h, above) implements them on etcd.
- * Above the client layer (client/client.h).
+ * (counter.c, sem.c, latch.c) and expirable permits (permits.c). Above the
+ * client layer (client/client.h); the etcd store (etcd/etcd.h, above)
+ * implements them on etcd. (The plain mutex's script calls both clients
+ * send are engine/calls.c.)
  */
 #ifndef DLOCK_KINDS_H
 #define DLOCK_KINDS_H
@@ -162,143 +162,16 @@ int dlock__mutex_acquire(dlock_mutex *m, long long wait_ms, long long lease_ms);
 int dlock__mutex_release(dlock_mutex *m);
 /* The calling thread's recorded hold count on m (no Redis traffic). */
 int dlock__mutex_local_count(dlock_mutex *m);
-/* DLOCK_ELOST with "<kind> '<name>': this thread's hold is gone ... it was
- * re-acquired in vain" (a reentrant attempt found the hold gone). */
-int dlock__reacquired_in_vain(const char *kind, const char *name);
-/* A live attempt found its own request's tombstone (-4: the scripts' answer
- * to a late copy), which only the client writes after the attempt ended:
- * DLOCK_EPROTO, "cannot happen", named. */
-int dlock__late_answer(const char *kind, const char *name);
 /* Writes tombstone key[0..klen) (SET key 1 PX dlock__tombstone_ttl) and
  * waits for the answer, under the retry policy: the commit of a request
  * that was sent more than once (safety round 4). 0, or the failure. Any
  * thread without an internal lock. */
 int dlock__commit_tomb(dlock_client *c, const char *key, size_t klen);
 
-/* The calls of the plain mutex's scripts, KEYS and ARGV ready to send:
- * what the blocking mutex (mutex.c) and the event-loop client (async_lock.c)
- * both send, built in one place. */
-
-/* The KEYS and ARGV of a call's short form (acquire_first, unlock_last:
- * at most 4 and 2), owned by the call structure its view points into. */
-typedef struct dlock__short_argv {
-  const char *keys[4], *args[2];
-  size_t klens[4], alens[2];
-} dlock__short_argv;
-
-typedef struct dlock__acq_call {
-  /* the queue, its deadlines, the hand-over marker, the attempt's
-   * tombstone; the channel and grant channel prefix (cancel only) */
-  dlock__sb q, dl, mk, tb, ch, gp;
-  char field[DLOCK__FIELD_MAX], entry[DLOCK__FIELD_MAX + 48], wid[17];
-  char ls[24], ts[24], ds[24];
-  size_t fl, el;
-  /* acquire: lock, queue, deadlines, marker, tombstone */
-  const char *keys[5];
-  size_t klens[5];
-  const char *args[8]; /* acquire's ARGV (scripts.c) */
-  size_t alens[8];
-  /* cancel: lock, queue, deadlines, marker, channel, grant prefix; ARGV
-   * field, entry, wait id, publish command (dlock__cancel_call_init) */
-  const char *ckeys[6];
-  size_t cklens[6];
-  const char *cargs[4];
-  size_t calens[4];
-  /* The acquire as sent: DLOCK__S_ACQUIRE_FIRST (KEYS lock, marker,
-   * tombstone; ARGV lease, field: in sh) for a first hold (target 1) of a
-   * call that is not queued and does not queue on failure -- the common
-   * case, with half the Redis work of the acquire script's KEYS and ARGV --
-   * else DLOCK__S_ACQUIRE with keys and args above. */
-  dlock__call send;
-  dlock__short_argv sh;
-} dlock__acq_call;
-/* The acquire call of `field` on lock `name`: target = the hold count after
- * it, queue = join the wait queue on failure, w = the wait (its id names
- * the queue entry; its deadline bounds the entry's life; its rid is the
- * attempt's request id). 0 or DLOCK_ENOMEM; free with dlock__acq_call_free
- * either way. */
-int dlock__acq_call_init(dlock__acq_call *k, const char *name, size_t name_len,
-                         const char *field, size_t fl, int target,
-                         int64_t lease, int queue, const dlock__wait *w);
-/* The same, and the cancel script's KEYS and ARGV (ckeys, cargs): pub =
- * the publish command (a cancel may pass a free lock on). */
-int dlock__cancel_call_init(dlock__acq_call *k, const char *name,
-                            size_t name_len, const char *field, size_t fl,
-                            int64_t lease, const dlock__wait *w,
-                            const char *pub);
-void dlock__acq_call_free(dlock__acq_call *k);
-/* The tombstone of request rid on lock name: dlock_tomb:{name}:<rid>
- * (dlock__own_name; one slot with the lock). */
-void dlock__req_tomb_key(dlock__sb *b, const char *name, const char *rid);
-/* The acquire script's answer (rc, r from the eval; r is freed): 1 held,
- * 0 taken elsewhere (*ttl = the holder's PTTL), DLOCK_ELOST (a reentrant
- * acquire found the hold gone) or another negative code. */
-int dlock__acq_reply(int rc, redisReply *r, const char *name, int64_t *ttl);
-
-typedef struct dlock__rel_call {
-  dlock__sb ch, gp, q, dl, mk, tomb;
-  char field[DLOCK__FIELD_MAX], ls[24], es[24], cs[24], rid[33];
-  char mark[DLOCK__FIELD_MAX + 18]; /* decline: "<field>|<wait id>" */
-  int nkeys;                        /* 7 */
-  int nargs;                        /* 6; 7 for a committing copy */
-  const char *keys[7];
-  size_t klens[7];
-  const char *args[7];
-  size_t alens[7];
-  /* The unlock as sent: DLOCK__S_UNLOCK_LAST (KEYS lock, channel, queue,
-   * tombstone; ARGV field, publish: in sh) for a final
-   * release (expected 1), the common case, else DLOCK__S_UNLOCK with keys
-   * and args above (the decline and spin scripts use those too). */
-  dlock__call send;
-  dlock__short_argv sh;
-} dlock__rel_call;
-/* The unlock call of `field` on lock `name`: lease = the remaining holds'
- * (dlock__remaining_lease), expected = the hold count before this unlock
- * (the script writes expected - 1: idempotent by state, scripts.c), rid =
- * this unlock's request id (32 hex; its tombstone is KEYS[7]), pub = the
- * publish command (dlock__publish_cmd). 0 or DLOCK_ENOMEM; free with
- * dlock__rel_call_free either way. */
-int dlock__rel_call_init(dlock__rel_call *k, const char *name, size_t name_len,
-                         const char *field, size_t fl, int64_t lease,
-                         int expected, const char *rid, const char *pub);
-/* Redisson's unlock latch key, redisson_unlock_latch:{name}:<rid>, used as
- * a tombstone: written (dlock__unlock_tombstone) only after a final
- * release that was sent more than once, so that a copy of it still in the
- * network cannot release the thread's next hold of the lock. */
-void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
-/* How long a tombstone lives: past any copy still in the network. */
-int64_t dlock__tombstone_ttl(const dlock_config *cfg);
 /* Writes the tombstone of final release rid on lock name (one command,
  * the router's retries; best effort: a failure is ignored). Blocking; any
  * thread without reg_mu. */
 void dlock__unlock_tombstone(dlock_client *c, const char *name,
                              const char *rid);
-/* Makes k a COMMITTING COPY of its release: the full unlock script with
- * ARGV[7] = ttl, which writes the release's tombstone (PX ttl) with its
- * effect, so no copy of it can act afterwards (safety round 4). */
-void dlock__rel_call_commit(dlock__rel_call *k, int64_t ttl);
-void dlock__rel_call_free(dlock__rel_call *k);
-
-/* A grant that reached no wait of this client: the unlock handed the lock
- * to a queue entry whose wait had already ended (its cancel could not reach
- * Redis). The pub/sub thread queues one (dlock__pubsub.declines), the
- * errand thread sends it (errand.c: the decline script, without WAIT, on
- * its own connection, a few times at most). */
-typedef struct dlock__decline {
-  struct dlock__decline *next;
-  uint64_t tid; /* the thread of the ended wait */
-  char wid[17]; /* its wait id, 16 hex digits */
-  char name[];  /* the lock */
-} dlock__decline;
-/* The decline script's call for the hand-over of lock `name` to `field`'s
- * wait `wid` (16 hex digits): k->keys as the unlock's (k->nkeys of them),
- * k->args[0..3] its ARGV. 0 or DLOCK_ENOMEM; free with dlock__rel_call_free
- * either way. */
-int dlock__decline_call_init(dlock__rel_call *k, const char *name,
-                             size_t name_len, const char *field, size_t fl,
-                             const char *wid, const char *pub);
-/* The unlock script's answer (r is freed): 1 released (or handed over),
- * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
-int dlock__rel_reply(int rc, redisReply *r);
 
 #endif

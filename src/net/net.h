@@ -280,16 +280,6 @@ typedef struct dlock__cmd {
   int64_t resend_window_ms;
 } dlock__cmd;
 
-/* A script call as sent: which core script, and views of its KEYS and
- * ARGV (pointing into the call structure below that owns them). */
-typedef struct dlock__call {
-  int script; /* DLOCK__S_* */
-  int nkeys, nargs;
-  const char **keys;
-  const size_t *klens;
-  const char **args;
-  const size_t *alens;
-} dlock__call;
 /* dlock__eval / dlock__areq_eval of such a call (conn.c, async_conn.c). */
 int dlock__eval_call(dlock_client *c, const dlock__call *k, redisReply **out);
 

@@ -370,4 +370,10 @@ unsigned dlock__key_slot(const char *key, size_t len);
  * first '}' after it when that is not empty, else the whole key. */
 void dlock__hash_part(const char *key, size_t len, const char **p, size_t *n);
 
+/* Redisson's unlock latch key, redisson_unlock_latch:{name}:<rid>, used as
+ * a tombstone: written (dlock__unlock_tombstone) only after a final
+ * release that was sent more than once, so that a copy of it still in the
+ * network cannot release the thread's next hold of the lock. */
+void dlock__unlock_latch_key(dlock__sb *b, const char *name, const char *rid);
+
 #endif

@@ -259,7 +259,7 @@ void sim_rw_release_call(int kind, const char *name, const char *field,
                          sim_call *c);
 void sim_rw_timeout_prefix(const char *name, const char *field, char *out,
                            size_t n);
-/* What an acquire script's answer means (mutex.c dlock__acq_reply,
+/* What an acquire script's answer means (engine/calls.c dlock__acq_reply,
  * rwlock.c attempt_answer): 1 held, 0 taken (*ttl), or a code. */
 int sim_acq_answer(int kind, const sim_rep *r, int64_t *ttl);
 /* A release script's answer (dlock__rel_reply, unlock_answer). */

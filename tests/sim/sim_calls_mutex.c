@@ -3,14 +3,16 @@
  * renewal, KEYS and ARGV built exactly as src/ builds them. It MIRRORS (a
  * change there must be made here too; test_sim's differential test and
  * this simulator run the same script bodies, but the shapes are restated):
- *   src/kinds/mutex.c:
+ *   src/engine/calls.c:
  *                 dlock__acq_call_init (acquire / acquire_first, queue 0),
  *                 queue_entry, dlock__req_tomb_key,
  *                 dlock__rel_call_init (unlock / unlock_last),
  *                 dlock__rel_call_commit (the committing copy),
- *                 dlock__commit_tomb / rel_commit / commit_attempt (SET of a
- *                 tombstone PX dlock__tombstone_ttl),
+ *                 dlock__tombstone_ttl,
  *                 dlock__acq_reply, dlock__rel_reply (what answers mean);
+ *   src/kinds/mutex.c:
+ *                 dlock__commit_tomb / rel_commit / commit_attempt (SET of a
+ *                 tombstone PX dlock__tombstone_ttl);
  *   src/proto/names.c:
  *                 dlock__own_name, dlock__prefix_name,
  *                 dlock__unlock_latch_key;

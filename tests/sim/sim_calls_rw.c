@@ -7,7 +7,8 @@
  *                 (rw_write_unlock), rw_args_init, timeout_prefix_of,
  *                 rw_channel, attempt_answer / unlock_answer;
  *   src/proto/names.c   dlock__suffix_name, dlock__prefix_name,
- *                 dlock__req_tomb_key, dlock__unlock_latch_key.
+ *                 dlock__unlock_latch_key;
+ *   src/engine/calls.c  dlock__req_tomb_key.
  * The lock name never contains '{'.
  */
 #include <string.h>
