@@ -177,7 +177,7 @@ install: build
 	  ldconfig; fi
 
 format:
-	clang-format -i include/*.h include/dlock/*.h src/*.c src/*.h tests/*.c tests/harness/*.[ch] tests/abi/*.c \
+	clang-format -i include/*.h include/dlock/*.h src/*/*.c src/*/*.h tests/*.c tests/harness/*.[ch] tests/abi/*.c \
 	  $$(ls tools/*/*.c examples/*.c 2>/dev/null)
 
 tidy: deps-dev

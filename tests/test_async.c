@@ -16,7 +16,7 @@
 #include "dlock/adapters/libuv.h"
 #include "dlock/async.h"
 
-#include "async_internal.h" /* wd_batches: a renewal in flight */
+#include "async/async.h" /* wd_batches: a renewal in flight */
 
 /* ---- a test loop: either library, run until a condition holds ---------- */
 

@@ -1,5 +1,5 @@
 /*
- * test_engine.c -- the lock engine (src/engine.c) on its own: it does no
+ * test_engine.c -- the lock engine (src/engine/engine.c) on its own: it does no
  * I/O and reads no clock for its decisions, so its rules are checked here
  * with made-up times and answers, no server. What both clients decide
  * through it: the local loss deadline and the next one, request ids kept
@@ -9,7 +9,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "kinds/kinds.h"
 #include "th.h"
 
 static dlock__hold hold0(void) {

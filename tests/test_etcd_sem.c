@@ -1,6 +1,6 @@
 /*
  * test_etcd_sem.c -- the counting semaphore (dlock_sem_*) on an etcd://
- * client (src/etcd_sem.c, docs/etcd.md) against a real private etcd member
+ * client (src/etcd/etcd_sem.c, docs/etcd.md) against a real private etcd member
  * per case (tests/harness/th_etcd.h), through the public API: the Redis
  * semaphore's contract (init/trywait/post/value and their codes, a timed
  * wait woken by another client's post, a timeout within its budget), the
@@ -283,8 +283,8 @@ TH_CASE_T(cancel_waits_ends_a_wait_and_takes_nothing, 60, "etcd") {
 /* A wait cancelled while its attempt is failing (the member stopped: the
  * recheck's read hangs until the command timeout) returns DLOCK_ECANCELED,
  * as dlock.h promises -- not the attempt's failure (the rule of
- * dlock__budget_end, src/wait.c, which the Redis waits and the etcd mutex
- * apply; the etcd semaphore's wait did not, at a1a2e80: ECONN). */
+ * dlock__budget_end, src/client/wait.c, which the Redis waits and the etcd
+ * mutex apply; the etcd semaphore's wait did not, at a1a2e80: ECONN). */
 TH_CASE_T(cancel_during_a_failing_attempt_reports_the_cancel, 90, "etcd") {
   start();
   dlock_client *a = th_etcd_client(g_url, 5000, NULL);

@@ -120,7 +120,7 @@ static void calling_hook(void *arg, int level, const char *name,
  * that calls dlock_client_stats (callable from any thread at any time, the
  * header says) deadlocked inside dlock_mutex_unlock when the unlock found
  * the hold gone (its "lost" event). Now every event raised under an
- * internal lock waits until the lock is released (src/callout.c). */
+ * internal lock waits until the lock is released (src/util/callout.c). */
 static void hook_calls_back_body(int kind) {
   th_redis *r = th_redis_new(1, NULL);
   dlock_config cfg;

@@ -2,7 +2,7 @@
  * test_parity.c -- the I/O behaviours where the blocking client (conn.c,
  * link.c, pubsub.c, sentinel.c) and the event-loop client (async_conn.c,
  * async_route.c, async_sub.c) differed (research io-stack.md, section 1,
- * D1..D11), each now one rule of src/ioverdict.c that both call. Every
+ * D1..D11), each now one rule of src/engine/ioverdict.c that both call. Every
  * case body runs on both clients (tests/harness/th_drive.h:
  * <case>_blocking / <case>_async) against real servers -- redis-server,
  * sentinels, a cluster, a TLS server, the fault proxy -- and each failed on

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "faultproxy.h"
-#include "internal.h"
+#include "kinds/kinds.h"
 #include "th.h"
 #include "th_drive.h"
 #include "th_proxy.h"

@@ -577,7 +577,7 @@ static void replay(sim_diff *d, const sim_trace *t) {
 
 /* rw_force: no public call sends it (a read-write lock has no force
  * unlock; see the report in docs/sim.md). Its calls are made from the
- * shape its caller in src/rwlock.c (force_mode) gives them -- KEYS lock,
+ * shape its caller in src/kinds/rwlock.c (force_mode) gives them -- KEYS lock,
  * channel; ARGV mode, message, publish command -- with the keys and the
  * publish command of recorded read-write unlocks, after recorded acquires:
  * both modes, the right one and the wrong one. Appended to the trace (the

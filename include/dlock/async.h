@@ -62,7 +62,7 @@
  * certificate refused, a client certificate the server wants, a plain
  * redis:// URL at a TLS port: "speaks TLS: use rediss://") answer
  * DLOCK_ETLS at once. These rules are the blocking client's (one
- * implementation, src/ioverdict.c).
+ * implementation, src/engine/ioverdict.c).
  */
 #ifndef DLOCK_ASYNC_H
 #define DLOCK_ASYNC_H

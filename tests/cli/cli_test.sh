@@ -700,7 +700,7 @@ help)
     width=$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' "$T/out")
     [ "$lines" -le 23 ] && [ "$width" -le 80 ] || fail "$h is $lines lines, $width columns"
     grep -q -- "--wait" "$T/out" || fail "help lacks --wait"
-    # Every URL form the library takes (src/url.c) is named.
+    # Every URL form the library takes (src/proto/url.c) is named.
     for u in 'redis\[s\]://' 'unix://' 'redis\[s\]-sentinel://' 'redis\[s\]-cluster://'; do
       grep -q -- "$u" "$T/out" || fail "$h lacks $u"
     done

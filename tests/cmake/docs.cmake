@@ -34,3 +34,13 @@ if(DLOCK_PYTHON3_DOCS)
             ${PROJECT_SOURCE_DIR})
   set_tests_properties(docs.layout PROPERTIES TIMEOUT 60 LABELS tool)
 endif()
+# The layers of src/ (docs/design.md, "The layers of src/"): no file
+# includes a header of a higher or a sibling layer, except the arrows
+# tests/docs/layers_allow.txt names (a list that only shrinks).
+if(DLOCK_PYTHON3_DOCS)
+  add_test(NAME docs.layers
+    COMMAND ${DLOCK_PYTHON3_DOCS}
+            ${CMAKE_CURRENT_LIST_DIR}/../docs/layers_check.py
+            ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs.layers PROPERTIES TIMEOUT 30 LABELS tool)
+endif()

@@ -22,14 +22,18 @@ def each_line(path):
         yield n, line
 
 
-files = sorted(f for f in os.listdir(src) if f.endswith((".c", ".h")))
+# src/<layer>/<file> (docs/design.md, "The layers of src/"), as paths
+# relative to src/; a rule that names a file names its base name.
+files = sorted(os.path.relpath(os.path.join(d, f), src)
+               for d, _, fs in os.walk(src) for f in fs
+               if f.endswith((".c", ".h")))
 
-# Rule: no user callback under an internal lock (src/callout.c). Every
+# Rule: no user callback under an internal lock (src/util/callout.c). Every
 # internal mutex goes through dlock__mu_lock / _trylock / _unlock (they
 # count the locks a thread holds), and on_lock_lost, the log hook and async
 # completions are called only from callout.c / log.c.
 for f in files:
-    if f == "callout.c":
+    if os.path.basename(f) == "callout.c":
         continue
     for n, line in each_line(os.path.join(src, f)):
         code = line
@@ -41,7 +45,7 @@ for f in files:
         if re.search(r"on_lock_lost\s*\(", code):
             findings.append(f"src/{f}:{n}: calls on_lock_lost directly "
                             "(use dlock__callout_lost)")
-        if f != "log.c" and re.search(r"\blog_fn\s*\(", code):
+        if os.path.basename(f) != "log.c" and re.search(r"\blog_fn\s*\(", code):
             findings.append(f"src/{f}:{n}: calls the log hook directly "
                             "(use dlock__log)")
         if re.search(r"->cb\s*\(", code):
@@ -49,7 +53,7 @@ for f in files:
                             "(use dlock__callout_done)")
 
 # Rule: no command whose outcome is unknown may act on a later hold
-# (request binding, src/internal.h DLOCK__LUA_LATE / DLOCK__LUA_COMMIT).
+# (request binding, src/proto/proto.h DLOCK__LUA_LATE / DLOCK__LUA_COMMIT).
 # Every script of src/ that changes a lock checks its own request's
 # tombstone first -- or is named here with the reason it cannot act on a
 # later hold. A new script that writes is an error until it does one or

@@ -16,7 +16,7 @@
 #include <dlock.h>
 
 #if defined(__has_include)
-#if __has_include("internal.h")
+#if __has_include("util/util.h")
 #error "external_check must not see the library's private headers"
 #endif
 #endif

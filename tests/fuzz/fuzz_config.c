@@ -1,6 +1,6 @@
 /*
  * fuzz_config.c -- libFuzzer target: the YAML config loader
- * (dlock_config_load, src/config.c). The input is the file's text; it is
+ * (dlock_config_load, src/config/config.c). The input is the file's text; it is
  * written to a memfd and loaded through /proc/self/fd, so the real entry
  * point (open, libyaml, the key tables, ${VAR} expansion) runs unchanged.
  * A successful load is disposed (the leak check sees what it allocated).

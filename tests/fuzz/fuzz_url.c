@@ -1,8 +1,8 @@
 /*
- * fuzz_url.c -- libFuzzer target: the URL parser (src/url.c), which reads
+ * fuzz_url.c -- libFuzzer target: the URL parser (src/proto/url.c), which reads
  * every URL a program or the CLI passes in. Any byte string: parse, and on
  * success check the result's invariants -- per kind, as dlock__url
- * (internal.h) describes them: a unix URL has an absolute path; a
+ * (proto/proto.h) describes them: a unix URL has an absolute path; a
  * redis(s):// URL a host and a port; a cluster URL its seeds (the first is
  * host/port); a sentinel URL its sentinels and a master name, and no host
  * (sentinel.c asks for the master); an etcd URL its endpoints, no host,
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "proto/proto.h"
 
 static void check_host(const char *host, int port) {
   if (!host || !*host || port < 1 || port > 65535)

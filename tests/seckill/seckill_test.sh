@@ -141,7 +141,7 @@ redlock_correct)
   if python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
 sys.exit(0 if any(x["name"]=="redlock" for x in d["skipped"]) else 1)' \
     "$TMP/out.json"; then
-    echo "redlock not built (src/redlock.c without dlock_redlock_new): skip"
+    echo "redlock not built (src/kinds/redlock.c without dlock_redlock_new): skip"
     exit 77
   fi
   read -r o l orders c <<<"$(fields redlock oversold lost_updates orders \

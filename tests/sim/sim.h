@@ -2,7 +2,7 @@
  * sim.h -- the deterministic simulator of issue 41 (`make sim`): one thread,
  * simulated time, a seeded PRNG, an event queue, a network per connection,
  * the Redis model (redis_model.h) running the library's REAL Lua scripts,
- * and the library's REAL engine (src/engine.c: hold records, local
+ * and the library's REAL engine (src/engine/engine.c: hold records, local
  * deadlines, request binding, the unlock's verdicts) -- checked against the
  * locks' invariants after every step. docs/sim.md, "The simulator".
  *
@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "kinds/kinds.h"
 #include "redis_model.h"
 
 /* ---- configuration: the library's config fields the sim uses ------------ */
@@ -193,7 +193,7 @@ typedef struct sim_wd_item {
   uint64_t tag; /* the request it went in */
 } sim_wd_item;
 
-/* A client's permits object (src/permits.c struct dlock_permits): the
+/* A client's permits object (src/kinds/permits.c struct dlock_permits): the
  * permits its renewer renews, the releases with an unknown outcome, the
  * renewer's state; busy = renew_mu (a batch or an update in flight). */
 typedef struct sim_pobj {
@@ -365,7 +365,7 @@ void sim_fair_cancel_call(const char *field, int64_t now, sim_call *c);
 const char *sim_lock_name(int kind);
 void sim_rw_timeout_prefix(const char *name, const char *field, char *out,
                            size_t n);
-/* What an acquire script's answer means (mutex.c dlock__acq_reply,
+/* What an acquire script's answer means (engine/calls.c dlock__acq_reply,
  * rwlock.c attempt_answer): 1 held, 0 taken (*ttl), or a code. */
 int sim_acq_answer(int kind, const sim_rep *r, int64_t *ttl);
 /* A release script's answer (dlock__rel_reply, unlock_answer). */

@@ -3,7 +3,8 @@
  * blocking client's driver does around the engine, RE-STATED here (not run:
  * the drivers' own sequencing is threads and sockets; issue 40 would make
  * it sans-I/O so that the real one could be driven). It follows:
- *   src/mutex.c   acq_begin (dlock__eng_reenter, settle first), attempt
+ *   src/kinds/mutex.c:
+ *                 acq_begin (dlock__eng_reenter, settle first), attempt
  *                 (a request id per attempt, its send time), attempt_commit
  *                 / commit_attempt (an attempt answered after more than one
  *                 send is committed; an unknown one is owed), acquire_once
@@ -13,7 +14,8 @@
  *                 (dlock__hold_note), dlock__mutex_release (rel_begin /
  *                 rel_end, dlock__eng_commit_due and rel_commit), settle,
  *                 undo_acquisition;
- *   src/conn.c    the router: a call is up to retry_attempts + 1 tries, each
+ *   src/net/conn.c:
+ *                 the router: a call is up to retry_attempts + 1 tries, each
  *                 a copy sent on the thread's connection and waited for
  *                 command_timeout_ms; a timeout closes the connection (its
  *                 copy may still arrive and run) and the next try waits
@@ -23,7 +25,7 @@
  * (joined from the second attempt of a wait on), acquire_once's
  * leave_queue (fair_cancel when the wait ends queued, and the attempt that
  * confirms a lock found ours), FAIR_REFRESH_MS as the longest sleep.
- * Every decision about a hold is the REAL engine's (src/engine.c, linked):
+ * Every decision about a hold is the REAL engine's (src/engine/engine.c, linked):
  * dlock__eng_wait_queue, _wait_end, _cancel_answer, _confirm_answer too.
  * What is not modelled: pub/sub wake-ups and grants (every wait sleeps
  * until the holder's TTL or the kind's longest sleep and attempts again;

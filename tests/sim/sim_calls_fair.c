@@ -2,7 +2,7 @@
  * sim_calls_fair.c -- the fair lock's script calls (Redisson's RFairLock
  * layout), KEYS and ARGV built exactly as src/ builds them. It MIRRORS (a
  * change there must be made here too):
- *   src/fair.c   fair_keys_init / fair_keys_init_req (KEYS: the lock,
+ *   src/kinds/fair.c   fair_keys_init / fair_keys_init_req (KEYS: the lock,
  *                redisson_lock_queue:{name}, redisson_lock_timeout:{name},
  *                the channel prefix redisson_lock__channel:{name}, and the
  *                attempt's tombstone dlock__req_tomb_key or the release's

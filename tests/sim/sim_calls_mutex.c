@@ -3,16 +3,23 @@
  * renewal, KEYS and ARGV built exactly as src/ builds them. It MIRRORS (a
  * change there must be made here too; test_sim's differential test and
  * this simulator run the same script bodies, but the shapes are restated):
- *   src/mutex.c   dlock__acq_call_init (acquire / acquire_first, queue 0),
+ *   src/engine/calls.c:
+ *                 dlock__acq_call_init (acquire / acquire_first, queue 0),
  *                 queue_entry, dlock__req_tomb_key,
  *                 dlock__rel_call_init (unlock / unlock_last),
  *                 dlock__rel_call_commit (the committing copy),
- *                 dlock__commit_tomb / rel_commit / commit_attempt (SET of a
- *                 tombstone PX dlock__tombstone_ttl),
+ *                 dlock__tombstone_ttl,
  *                 dlock__acq_reply, dlock__rel_reply (what answers mean);
- *   src/names.c   dlock__own_name, dlock__prefix_name,
- *                 dlock__unlock_latch_key, dlock__field;
- *   src/watchdog.c send_chunk (the batched `renew`: KEYS the names, ARGV[1]
+ *   src/kinds/mutex.c:
+ *                 dlock__commit_tomb / rel_commit / commit_attempt (SET of a
+ *                 tombstone PX dlock__tombstone_ttl);
+ *   src/proto/names.c:
+ *                 dlock__own_name, dlock__prefix_name,
+ *                 dlock__unlock_latch_key;
+ *   src/client/client.c:
+ *                 dlock__field;
+ *   src/client/watchdog.c:
+ *                 send_chunk (the batched `renew`: KEYS the names, ARGV[1]
  *                 the watchdog lease, ARGV[i+1] the fields with the kind's
  *                 suffix -- ":write" for a write hold), item_field.
  * Lock names here never contain '{' (the ":{name}" forms).

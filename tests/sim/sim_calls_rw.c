@@ -1,13 +1,14 @@
 /*
  * sim_calls_rw.c -- the read-write lock's script calls, KEYS and ARGV built
- * exactly as src/rwlock.c builds them. It MIRRORS:
- *   src/rwlock.c  rd_attempt (rw_read_acquire), rd_release
+ * exactly as src/kinds/rwlock.c builds them. It MIRRORS:
+ *   src/kinds/rwlock.c  rd_attempt (rw_read_acquire), rd_release
  *                 (rw_read_unlock), rd_renew (rw_read_renew, the watchdog's
  *                 lease), wr_attempt (rw_write_acquire), wr_release
  *                 (rw_write_unlock), rw_args_init, timeout_prefix_of,
  *                 rw_channel, attempt_answer / unlock_answer;
- *   src/names.c   dlock__suffix_name, dlock__prefix_name,
- *                 dlock__req_tomb_key, dlock__unlock_latch_key.
+ *   src/proto/names.c   dlock__suffix_name, dlock__prefix_name,
+ *                 dlock__unlock_latch_key;
+ *   src/engine/calls.c  dlock__req_tomb_key.
  * The lock name never contains '{'.
  */
 #include <string.h>

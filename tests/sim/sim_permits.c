@@ -2,9 +2,9 @@
  * sim_permits.c -- expirable permits (Redisson's RPermitExpirableSemaphore
  * layout, docs/permits.md) in the simulator: the scripts are the library's
  * own (permits_acquire, permits_release, permits_update_lease), their KEYS
- * and ARGV built as src/permits.c builds them, and its driver RE-STATED
+ * and ARGV built as src/kinds/permits.c builds them, and its driver RE-STATED
  * (not run: it is threads, a condition variable and the router). It
- * MIRRORS src/permits.c:
+ * MIRRORS src/kinds/permits.c:
  *   dlock_permits_acquire  an id drawn before the first send; try_once
  *                          (send time, expiry = now + lease, the reply:
  *                          'OK' taken, ':<expiry>' or nil not); the wait

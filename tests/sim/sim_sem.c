@@ -1,9 +1,11 @@
 /*
  * sim_sem.c -- the counting semaphore in the simulator: its calls built as
  * src/ builds them, and the driver's sequencing re-stated. It MIRRORS:
- *   src/sem.c     sem_try_acquire (one attempt), sem_release (dlock_sem_post),
- *                 the name's channel redisson_sc:{name};
- *   src/counter.c dlock__chobj_count (KEYS: the permits, [the channel], the
+ *   src/kinds/sem.c:
+ *                 sem_try_acquire (one attempt), sem_release
+ *                 (dlock_sem_post), the name's channel redisson_sc:{name};
+ *   src/kinds/counter.c:
+ *                 dlock__chobj_count (KEYS: the permits, [the channel], the
  *                 request's once key dlock_once:{name}:<rid>, [the previous
  *                 change's once key]; ARGV: n, the once TTL[, publish]),
  *                 dlock__once_begin / dlock__once_end (an object remembers
@@ -11,7 +13,8 @@
  *                 not when the change may have been sent twice),
  *                 dlock__counter_wait (an attempt, then a re-check every
  *                 DLOCK__SEM_RECHECK_MS: the post messages are not modelled);
- *   src/client.c  dlock__once_ttl (the window and the key's TTL).
+ *   src/config/settings.c:
+ *                 dlock__once_ttl (the window and the key's TTL).
  * Each simulated thread has its own semaphore object. The invariant
  * (sim_check.c): the permits the threads hold plus the server's count
  * never exceed the capacity (a permit lost to an unknown outcome is fine).

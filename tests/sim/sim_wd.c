@@ -1,6 +1,6 @@
 /*
  * sim_wd.c -- a simulated client's watchdog and expiry threads, RE-STATED
- * from src/watchdog.c (not run):
+ * from src/client/watchdog.c (not run):
  *   wait_due  wakes when the oldest watchdog hold is one period old
  *             (period = watchdog_timeout_ms / 3) or due for a retry;
  *   collect   takes every hold at least half a period old (or due for its

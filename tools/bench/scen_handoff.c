@@ -159,7 +159,8 @@ void scen_handoff(const bench_opts *o) {
   a.o = o;
   a.sh = sh;
   snprintf(a.name, sizeof a.name, "%s:handoff", o->run_id);
-  /* The library's wait queue (dlock_lock_queue:{name}, see src/scripts.c). */
+  /* The library's wait queue (dlock_lock_queue:{name}, see
+   * src/proto/scripts.c). */
   snprintf(a.queue, sizeof a.queue, "dlock_lock_queue:{%s}", a.name);
   int *pids = bench_fork(2, player, &a);
   int bad = bench_reap(pids, 2, sh->deadline + (int64_t)60e9);

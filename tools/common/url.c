@@ -1,11 +1,11 @@
 /*
  * url.c -- the tools' side of URL handling (see url.h): a wrapper around
- * the library's internal parser (src/url.c, compiled into this layer),
+ * the library's internal parser (src/proto/url.c, compiled into this layer),
  * the redaction used in messages, and connecting hiredis to a URL.
  *
- * src/url.c reports through three internal helpers of the library; the
+ * src/proto/url.c reports through three internal helpers of the library; the
  * tools link the shared library, which does not export them, so the ones
- * below stand in (same contracts as src/error.c and src/util.c).
+ * below stand in (same contracts as src/util/error.c and src/util/strbuf.c).
  */
 #include "url.h"
 
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "proto/proto.h"
 
-/* ---- what src/url.c needs from the library ------------------------------ */
+/* ---- what src/proto/url.c needs from the library ------------------------- */
 
 static _Thread_local char t_urlerr[512];
 

@@ -1,6 +1,6 @@
 /*
  * url.h -- the Redis URLs the tools accept, parsed by the library's own
- * parser (src/url.c is compiled into this layer), so a URL means the same
+ * parser (src/proto/url.c is compiled into this layer), so a URL means the same
  * to the tools' plain hiredis connections as to the dlock client:
  *
  *   redis://[[user]:password@]host[:port][/db]

@@ -207,7 +207,7 @@ static int parse_strategies(sk_opts *o, const char *arg, char *err, size_t el) {
                           "setnx-expire, getset, set-nx-px, owner-lua, dlock, "
                           "segmented, atomic, fair, redlock, all",
                           t);
-    add_strategy(o, s); /* redlock without src/redlock.c: "not built" */
+    add_strategy(o, s); /* redlock without src/kinds/redlock.c: "not built" */
   }
   return 0;
 }
