@@ -57,17 +57,17 @@ static void call(rm_model *m, rm_reply *r, int argc, const char **av,
 #define FIELD "2b4e5b1c-8f7d-4c1a-9f3e-0d6a7b8c9d0e:1"
 
 typedef struct lock_keys {
-  char name[16], ch[64], queue[64], waits[64], marker[64], tomb[96];
+  char name[24], ch[64], queue[64], waits[64], marker[64], tomb[96];
 } lock_keys;
 
 static void keys_of(lock_keys *k, int i) {
   snprintf(k->name, sizeof k->name, "bench%d", i);
-  snprintf(k->ch, sizeof k->ch, "redisson_lock__channel:{%s}", k->name);
-  snprintf(k->queue, sizeof k->queue, "dlock_lock_queue:{%s}", k->name);
-  snprintf(k->waits, sizeof k->waits, "dlock_lock_waits:{%s}", k->name);
-  snprintf(k->marker, sizeof k->marker, "dlock_lock_granted:{%s}", k->name);
+  snprintf(k->ch, sizeof k->ch, "redisson_lock__channel:{%.20s}", k->name);
+  snprintf(k->queue, sizeof k->queue, "dlock_lock_queue:{%.20s}", k->name);
+  snprintf(k->waits, sizeof k->waits, "dlock_lock_waits:{%.20s}", k->name);
+  snprintf(k->marker, sizeof k->marker, "dlock_lock_granted:{%.20s}", k->name);
   snprintf(k->tomb, sizeof k->tomb,
-           "redisson_unlock_latch:{%s}:00000000000000000000000000000001",
+           "redisson_unlock_latch:{%.20s}:00000000000000000000000000000001",
            k->name);
 }
 

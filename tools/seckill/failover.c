@@ -297,8 +297,12 @@ static dlock_client *client(const char *url, long long wd, char *err,
   cfg.retry_interval_ms = 200;
   dlock_client *c = NULL;
   int rc = dlock_client_new(&cfg, &c);
-  if (rc)
-    snprintf(err, el, "dlock_client_new(%s): %s", url, dlock_last_error());
+  /* a message longer than err is cut, and says so at its end */
+  if (rc &&
+      snprintf(err, el, "dlock_client_new(%s): %s", url, dlock_last_error()) >=
+          (int)el &&
+      el > 4)
+    memcpy(err + el - 4, "...", 4);
   return c;
 }
 
