@@ -56,9 +56,14 @@ TH_CASE_T(leader_kill_while_held_keeps_one_holder, 180, "slow etcd") {
   dlc_etcd *m = th_etcd_cluster(3);
   int leader = th_etcd_leader(m, 3, 20000 * th_timeout_mult());
   CHECK(leader >= 0);
-  /* the holder talks to the leader: its connection dies with it */
-  dlock_client *a = client(url_first(m, 3, leader), 5000, 1);
-  dlock_client *b = client(url_first(m, 3, (leader + 1) % 3), 5000, 0);
+  /* the holder talks to the leader: its connection dies with it. The lease
+   * must outlast an election on this machine: make test-tsan at load saw
+   * one take 3 s and more (votes rejected, terms 3..5), and with a 5 s
+   * lease the other client got the lock 6.2 s after the kill -- so 5 s
+   * times the build's multiplier. */
+  int lease = 5000 * (int)th_timeout_mult();
+  dlock_client *a = client(url_first(m, 3, leader), lease, 1);
+  dlock_client *b = client(url_first(m, 3, (leader + 1) % 3), lease, 0);
   dlock_mutex *ma, *mb;
   CHECK_OK(dlock_mutex_new(a, "ha", &ma));
   CHECK_OK(dlock_mutex_new(b, "ha", &mb));
@@ -70,7 +75,7 @@ TH_CASE_T(leader_kill_while_held_keeps_one_holder, 180, "slow etcd") {
   int busy = 0, unreachable = 0;
   long long min_valid = 1LL << 40;
   /* nearly two leases long: the holder keeps the lock, nobody else gets it */
-  while (th_now_ms() - t0 < 9000) {
+  while (th_now_ms() - t0 < 9 * lease / 5) {
     int rc = dlock_mutex_trylock(mb);
     CHECK_MSG(rc != 0, "a second holder %lld ms after the leader was killed",
               (long long)(th_now_ms() - t0));
