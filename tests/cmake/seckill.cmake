@@ -12,13 +12,15 @@ if(TARGET dlock-seckill)
       json_all chart_svg scenarios bad_input spin_correct
       spin_kill_holder_recovers permits_correct failover
       permits_kill_holder_recovers permits_late_payment_returns_stock)
+    # a hang guard, scaled by the build's slowness (TSan, valgrind)
+    math(EXPR seckill_timeout "240 * ${DLOCK_TEST_TIMEOUT_MULT}")
     foreach(c ${DLOCK_SECKILL_CASES})
       add_test(NAME seckill.${c}
         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/../seckill/seckill_test.sh
                 $<TARGET_FILE:dlock-seckill> ${c})
       # PROCESSORS 2: a run is 4 processes x 16 threads, CPU-bound
       # (Makefile CTEST_JOBS: ctest then runs fewer cases beside it)
-      set_tests_properties(seckill.${c} PROPERTIES TIMEOUT 240 LABELS tool
+      set_tests_properties(seckill.${c} PROPERTIES TIMEOUT ${seckill_timeout} LABELS tool
         SKIP_RETURN_CODE 77 PROCESSORS 2)
     endforeach()
     # issue 29: the chart rendered in headless Chromium (every text's box
