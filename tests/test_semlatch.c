@@ -569,6 +569,19 @@ static long long script_calls(th_redis *r) {
   return n;
 }
 
+/* The script calls so far, once the waiters' attempts have stopped moving
+ * (three 20 ms looks in a row, at most 1.2 s). */
+static long long settled_calls(th_redis *r) {
+  long long before = script_calls(r);
+  for (int i = 0, stable = 0; i < 60 && stable < 3; i++) {
+    th_sleep_ms(20);
+    long long now = script_calls(r);
+    stable = now == before ? stable + 1 : 0;
+    before = now;
+  }
+  return before;
+}
+
 /* One post with several waiters of one client: one waiter is woken (one
  * acquire attempt reaches the server, not one per waiter) and gets the
  * permit; the rest keep waiting until more posts come. */
@@ -589,37 +602,38 @@ TH_CASE(sem_one_post_wakes_one_waiter) {
   for (int i = 0; i < NW; i++)
     waiter_start(&w[i], &SEM, c, "opw", 20000);
   th_wait_numsub(r, "redisson_sc:{opw}", 1, 10000);
-  /* Every waiter re-checked once the subscription was confirmed; wait until
-   * those attempts are done (the count stops moving), well within the 1 s
-   * re-check interval. */
-  long long before = script_calls(r);
-  for (int i = 0, stable = 0; i < 60 && stable < 3; i++) {
-    th_sleep_ms(20);
-    long long now = script_calls(r);
-    stable = now == before ? stable + 1 : 0;
-    before = now;
+  /* Three rounds of one post each. A wake-all makes every waiter attempt
+   * in every round (>= the waiters left); the others' periodic re-checks
+   * (every 1 s each, spread over the second once a loaded machine started
+   * them apart: make test-stress saw 3 attempts in a 114 ms window) may
+   * add one or two to a round, rarely to all three: the fewest is judged. */
+  long long fewest = -1;
+  for (int k = 0; k < 3; k++) {
+    long long before = settled_calls(r);
+    int64_t t0 = th_now_ms();
+    CHECK_OK(dlock_sem_post(s));
+    int64_t end = th_now_ms() + 5000;
+    while (atomic_load(&g_done) < k + 1 && th_now_ms() < end)
+      th_sleep_ms(5);
+    th_sleep_ms(100);
+    long long attempts = script_calls(r) - before - 1; /* minus the post */
+    int64_t window = th_now_ms() - t0;
+    printf("one post, %d waiters: %lld acquire attempts in %lld ms\n", NW - k,
+           attempts, (long long)window);
+    CHECK_EQ(atomic_load(&g_done), k + 1);
+    CHECK(attempts >= 1);
+    /* a window past most of the re-check interval lets every waiter's
+     * re-check in: says nothing about the wake-up (load 25: 4 attempts) */
+    if (window < DLOCK_TEST_RECHECK_MS * 8 / 10 &&
+        (fewest < 0 || attempts < fewest))
+      fewest = attempts;
   }
-  int64_t t0 = th_now_ms();
-  CHECK_OK(dlock_sem_post(s));
-  int64_t end = th_now_ms() + 5000;
-  while (atomic_load(&g_done) < 1 && th_now_ms() < end)
-    th_sleep_ms(5);
-  th_sleep_ms(100);
-  long long attempts = script_calls(r) - before - 1; /* minus the post */
-  int64_t window = th_now_ms() - t0;
-  printf("one post, %d waiters: %lld acquire attempts in %lld ms\n", NW,
-         attempts, (long long)window);
-  CHECK_EQ(atomic_load(&g_done), 1);
-  CHECK(attempts >= 1);
-  /* Within the 1 s re-check interval only the woken waiter attempts; a
-   * machine so loaded that the window took longer lets the others'
-   * re-checks in too (make test-stress at load 25: 4), which says nothing
-   * about the wake-up -- then the count is not judged. */
-  if (window < DLOCK_TEST_RECHECK_MS * 8 / 10)
-    CHECK_MSG(attempts <= 2,
-              "%lld attempts after one post (wake-all would be %d)", attempts,
-              NW);
-  for (int i = 1; i < NW; i++)
+  if (fewest >= 0)
+    CHECK_MSG(fewest <= 2,
+              "%lld attempts after one post, at the fewest of 3 rounds "
+              "(wake-all would be %d or more)",
+              fewest, NW - 2);
+  for (int i = 3; i < NW; i++)
     CHECK_OK(dlock_sem_post(s));
   for (int i = 0; i < NW; i++)
     waiter_join_ok(&w[i], 0);
