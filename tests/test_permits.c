@@ -470,9 +470,14 @@ TH_CASE(waiters_woken_on_release) {
 
 static atomic_int g_lost_n;
 
+static atomic_llong g_first_lost_at; /* th_now_ms() of its first call */
+
 static void count_lost(const char *name, void *arg) {
   (void)name;
   (void)arg;
+  long long none = 0;
+  atomic_compare_exchange_strong(&g_first_lost_at, &none,
+                                 (long long)th_now_ms());
   atomic_fetch_add(&g_lost_n, 1);
 }
 
@@ -636,3 +641,57 @@ TH_CASE_T(permit_renewals_do_not_wait_for_replicas, 120, "slow") {
 }
 
 TH_MAIN()
+
+/* update_lease to a shorter fixed lease on a watchdog permit, whose reply
+ * is held past the command timeout after it ran (DLOCK_ECONN): the server
+ * has the shorter lease now. The holder must be told (on_lock_lost) at
+ * that lease's local deadline -- when another client can take the permit.
+ * The old code kept the watchdog's deadline (6 s) and heard of it only at
+ * the next renewal, after the other client had taken the permit. */
+TH_CASE_T(update_lease_econn_shorter_lease_told_first, 120, "slow") {
+  g_r = th_redis_new(1, NULL);
+  fp_proxy *fp = fp_new(NULL, g_r->port);
+  int wd = (int)(6000 * th_timeout_mult());
+  int cmd_ms = (int)(500 * th_timeout_mult());
+  int shorter = (int)(600 * th_timeout_mult());
+  atomic_store(&g_lost_n, 0);
+  atomic_store(&g_first_lost_at, 0);
+  dlock_client *a = proxied(fp, cmd_ms, 0, wd);
+  dlock_client *b = th_client(g_r);
+  dlock_permits *p = open_permits(a, "upd2"), *pb = open_permits(b, "upd2");
+  CHECK_OK(dlock_permits_try_set_permits(p, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1], other[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(p, -1, id));
+  fp_arm(fp, "upd2", FP_DELAY, 3 * cmd_ms);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_permits_update_lease(p, id, shorter), DLOCK_ECONN);
+  int64_t got = -1;
+  while (th_now_ms() - t0 < 3LL * wd && got < 0) {
+    int rc = dlock_permits_try_acquire(pb, 60000, other);
+    if (rc == 0)
+      got = th_now_ms();
+    else
+      CHECK_RC(rc, DLOCK_EBUSY);
+    th_sleep_ms(10);
+  }
+  long long lost_at = atomic_load(&g_first_lost_at);
+  printf("the other client took the permit %lld ms after the update; the "
+         "holder was told %lld ms after it\n",
+         (long long)(got - t0), lost_at ? lost_at - (long long)t0 : -1LL);
+  CHECK_MSG(got > 0, "the other client never got the permit");
+  /* Told at the shorter lease's local deadline (its margin is 8 ms x the
+   * multiplier: how late the renewer thread runs on a loaded machine is
+   * not judged against the other client), long before the next renewal
+   * (a third of the watchdog lease after the acquisition) would have found
+   * the permit gone -- when the old code told it, if at all. */
+  CHECK_MSG(lost_at > 0 && lost_at - t0 < shorter + wd / 6,
+            "told at %lld ms (the shorter lease: %d ms), the other client "
+            "took it at %lld ms",
+            lost_at ? lost_at - (long long)t0 : -1LL, shorter,
+            (long long)(got - t0));
+  CHECK_OK(dlock_permits_release(pb, other));
+  dlock_permits_free(p);
+  dlock_permits_free(pb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}

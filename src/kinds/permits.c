@@ -943,6 +943,20 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
     dlock__mu_unlock(&p->mu);
     if (!gone && lease_ms <= 0 && !renewed)
       rc = wd_add(p, raw, sent);
+  } else if (lease_ms > 0) {
+    /* Its outcome unknown: the update may have run and set the shorter
+     * lease on the server. A renewed permit's local deadline is then no
+     * later than that lease's (a confirmed renewal raises it again); else
+     * another client could take the permit while this one still counts on
+     * its old deadline (the loss is told at the lower one). */
+    dlock__mu_lock(&p->mu);
+    wd_permit *w = wd_find(p, raw);
+    int64_t until = dlock__eng_deadline(sent, lease_ms);
+    if (w && until < w->valid_until) {
+      w->valid_until = until;
+      pthread_cond_signal(&p->cv); /* the renewer looks at it then */
+    }
+    dlock__mu_unlock(&p->mu);
   }
   dlock__mu_unlock(&p->renew_mu);
   if (rc)
