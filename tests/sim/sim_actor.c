@@ -25,9 +25,9 @@
  * (joined from the second attempt of a wait on), acquire_once's
  * leave_queue (fair_cancel when the wait ends queued, and the attempt that
  * confirms a lock found ours), FAIR_REFRESH_MS as the longest sleep.
- * Every decision about a hold is the REAL engine's (src/engine/engine.c, linked):
- * dlock__eng_wait_queue, _wait_end, _cancel_answer, _confirm_answer too.
- * What is not modelled: pub/sub wake-ups and grants (every wait sleeps
+ * Every decision about a hold is the REAL engine's (src/engine/engine.c,
+ * linked): dlock__eng_wait_queue, _wait_end, _cancel_answer, _confirm_answer
+ * too. What is not modelled: pub/sub wake-ups and grants (every wait sleeps
  * until the holder's TTL or the kind's longest sleep and attempts again;
  * the plain mutex's waits never queue), sync_replicas, the event-loop
  * client, watchdog leases on the fair lock.
