@@ -76,6 +76,8 @@ extern const char *const sim_kind_name[K_COUNT];
  * last attempt, a live waiter attempts at least every FAIR_REFRESH_MS
  * (1 s), and a call spans at most 3 tries of 500 ms and 2 pauses. */
 #define SIM_FAIR_BOUND 10000
+/* fair.c's FAIR_REFRESH_MS: the fair lock's ops' max_sleep_ms. */
+#define SIM_FAIR_REFRESH_MS 1000
 #define SIM_PERM_NAME "p0" /* expirable permits (sim_permits.c) */
 #define SIM_PERM_CAP 2
 #define SIM_PERM_ID 17 /* a permit id: 16 bytes (printable here) and a NUL */

@@ -372,6 +372,17 @@ static void undo(sim_world *w, sim_actor *a) {
   sim_route(w, a, &c, undo_done);
 }
 
+/* The kind's longest sleep between attempts, its ops' max_sleep_ms: the
+ * plain mutex's DLOCK__ENG_QUEUED_RECHECK_MS (mutex.c), the fair lock's
+ * FAIR_REFRESH_MS (fair.c), none for the read-write sides (rwlock.c) --
+ * the fair lock's was missing (0) until a 30-minute run found a fair
+ * waiter sleeping 2.5 s past a free lock it headed (seed 1796681236093). */
+static int64_t max_sleep(int kind) {
+  return kind == K_MUTEX  ? DLOCK__ENG_QUEUED_RECHECK_MS
+         : kind == K_FAIR ? SIM_FAIR_REFRESH_MS
+                          : 0;
+}
+
 static void answered(sim_world *w, sim_actor *a) {
   int rc = a->acq_rc;
   if (rc == 1) {
@@ -396,9 +407,8 @@ static void answered(sim_world *w, sim_actor *a) {
     return;
   }
   int64_t until = -1;
-  int v = dlock__eng_wait_answer(
-      0, a->ttl, a->wait_ms, &a->wt, w->now,
-      a->kind == K_MUTEX ? DLOCK__ENG_QUEUED_RECHECK_MS : 0, &until);
+  int v = dlock__eng_wait_answer(0, a->ttl, a->wait_ms, &a->wt, w->now,
+                                 max_sleep(a->kind), &until);
   if (v != DLOCK__WAIT_SLEEP) {
     acq_fail(w, a, DLOCK_ETIMEDOUT);
     return;
