@@ -679,8 +679,13 @@ void sim_fuzz_run(sim_diff *d, const sim_trace *trace, const sim_fuzz_cfg *cfg,
   f.d = d, f.cfg = cfg, f.st = st, f.rng = cfg->seed;
   build_templates(&f, trace);
   CHECK_MSG(f.ng > 0, "no templates in the trace");
-  for (int r = 0; r < cfg->rounds; r++)
+  for (int r = 0; r < cfg->rounds; r++) {
+    if (r >= cfg->min_rounds && cfg->stop_at_ms > 0 &&
+        th_now_ms() >= cfg->stop_at_ms)
+      break;
     round_run(&f, r);
+    st->rounds++;
+  }
   for (int i = 0; i < f.nt; i++) {
     call c = {f.t[i].argc, f.t[i].argv, f.t[i].lens};
     call_free(&c);

@@ -39,11 +39,17 @@ typedef struct sim_fuzz_cfg {
   /* names[i]'s class (the kinds whose keys have one type: locks' hashes,
    * counters' strings): a swap stays in the class mostly. NULL: one. */
   const int *classes;
+  /* th_now_ms() after which no further round starts, once min_rounds have
+   * run (0: all rounds): each call is a round trip to a real server, so a
+   * loaded machine runs fewer rounds inside the case's limit, not a
+   * timeout. The rounds run are in the stats. */
+  int64_t stop_at_ms;
+  int min_rounds;
 } sim_fuzz_cfg;
 
 typedef struct sim_fuzz_stats {
   unsigned long calls, evals, direct, errors, clock_moves, at_expiry, observes,
-      subscriptions, script_flushes, templates, groups, windows;
+      subscriptions, script_flushes, templates, groups, windows, rounds;
 } sim_fuzz_stats;
 
 /* Runs the rounds on d with the calls of trace as templates (an EVAL's
