@@ -30,7 +30,11 @@ if(TARGET dlock-seckill)
       COMMAND ${DLOCK_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/../seckill/chart_test.py
               $<TARGET_FILE:dlock-seckill>
               ${PROJECT_SOURCE_DIR}/tools/rig/headless.py)
-    set_tests_properties(seckill.chart_layout PROPERTIES TIMEOUT 240
+    # a hang guard over its four runs (each bounded by 150 s x the
+    # multiplier in the script) and the browser
+    math(EXPR chart_timeout "720 * ${DLOCK_TEST_TIMEOUT_MULT}")
+    set_tests_properties(seckill.chart_layout PROPERTIES
+      TIMEOUT ${chart_timeout}
       LABELS tool SKIP_RETURN_CODE 77 PROCESSORS 2) # headless Chromium
   endif()
 endif()
