@@ -695,3 +695,68 @@ TH_CASE_T(update_lease_econn_shorter_lease_told_first, 120, "slow") {
   dlock_client_free(a);
   dlock_client_free(b);
 }
+
+/* Found by the simulator (seed 1796684453086): update_lease to a fixed
+ * lease on a watchdog permit timed out with its request held on the wire
+ * (DLOCK_ECONN, outcome unknown); the renewer's next renewal raised the
+ * permit's local deadline (the old code lifted the lower one there); then
+ * the held copy ran and set the fixed lease -- under the deadline the
+ * holder counted on. Another client took the permit at the fixed lease's
+ * end while the holder heard nothing until a renewal found it gone. An
+ * update in doubt caps the deadline for good: the loss is told at the
+ * fixed lease's local deadline, whatever renewals said since. */
+TH_CASE_T(update_lease_in_doubt_caps_later_renewals, 120, "slow") {
+  g_r = th_redis_new(1, NULL);
+  fp_proxy *fp = fp_new(NULL, g_r->port);
+  int m = th_timeout_mult();
+  /* renewals at wd / 3 = 3 s; the held copy runs 0.8 s after the first,
+   * the fixed lease ends 1.5 s before the second */
+  int wd = 9000 * m, cmd_ms = 300 * m, fixed = 4500 * m, hold = 3800 * m;
+  atomic_store(&g_lost_n, 0);
+  atomic_store(&g_first_lost_at, 0);
+  dlock_client *a = proxied(fp, cmd_ms, 0, wd);
+  dlock_client *b = th_client(g_r);
+  dlock_permits *p = open_permits(a, "upd3"), *pb = open_permits(b, "upd3");
+  CHECK_OK(dlock_permits_try_set_permits(p, 1));
+  char id[DLOCK_PERMIT_ID_LEN + 1], other[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permits_try_acquire(p, -1, id));
+  /* loads the update script: a held EVALSHA must find it */
+  CHECK_OK(dlock_permits_update_lease(p, id, -1));
+  /* the next EVALSHA naming upd3 is the update below: held, then run */
+  fp_hold(fp, "EVALSHA", "upd3", hold, 1);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_permits_update_lease(p, id, fixed), DLOCK_ECONN);
+  CHECK_MSG(fp_wait_fired(fp, 1, 4LL * wd) == 0 && fp_late_noscript(fp) == 0,
+            "the held update never ran on the server");
+  long long ran = th_now_ms() - t0;
+  int64_t got = -1;
+  while (th_now_ms() - t0 < 3LL * wd && got < 0) {
+    int rc = dlock_permits_try_acquire(pb, 60000, other);
+    if (rc == 0)
+      got = th_now_ms();
+    else
+      CHECK_RC(rc, DLOCK_EBUSY);
+    th_sleep_ms(10);
+  }
+  long long lost_at = atomic_load(&g_first_lost_at);
+  printf("the held update ran %lld ms after its send; the other client took "
+         "the permit at %lld ms; the holder was told at %lld ms (the fixed "
+         "lease: %d ms, renewals every %d ms)\n",
+         ran, (long long)(got - t0), lost_at ? lost_at - (long long)t0 : -1LL,
+         fixed, wd / 3);
+  CHECK_MSG(got > 0, "the other client never got the permit");
+  /* Told at the fixed lease's local deadline -- a renewal ran at wd / 3
+   * and raised the deadline the old code kept; it heard of the loss only
+   * from the renewal after that (2 wd / 3), after the other client took
+   * the permit. */
+  CHECK_MSG(lost_at > 0 && lost_at - t0 < fixed + wd / 12,
+            "told at %lld ms (the fixed lease: %d ms), the other client took "
+            "it at %lld ms",
+            lost_at ? lost_at - (long long)t0 : -1LL, fixed,
+            (long long)(got - t0));
+  CHECK_OK(dlock_permits_release(pb, other));
+  dlock_permits_free(p);
+  dlock_permits_free(pb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}

@@ -84,6 +84,10 @@ typedef struct wd_permit {
    * acquisition or renewal + the lease - margin (dlock__eng_deadline). The
    * server's expiry cannot come before it; after it, it may have. */
   int64_t valid_until;
+  /* -1, or the local deadline of an update_lease to a fixed lease whose
+   * outcome is unknown: a copy of it may still run and set that lease
+   * after a later renewal, so valid_until never passes it (capped). */
+  int64_t cap;
 } wd_permit;
 
 struct dlock_permits {
@@ -471,6 +475,11 @@ static int renew(dlock_permits *p, unsigned char (*ids)[16], size_t n,
   return 0;
 }
 
+/* until, no later than w's cap (the lease an update in doubt may set). */
+static int64_t capped(const wd_permit *w, int64_t until) {
+  return w->cap >= 0 && w->cap < until ? w->cap : until;
+}
+
 /* The renewed permit raw (mu held), or NULL. */
 static wd_permit *wd_find(dlock_permits *p, const unsigned char raw[16]) {
   for (wd_permit *w = p->wd; w; w = w->next)
@@ -599,7 +608,7 @@ static void *renewer(void *arg) {
       }
       wd_permit *w = wd_find(p, ids[j]);
       if (w)
-        w->valid_until = dlock__eng_deadline(sent, lease);
+        w->valid_until = capped(w, dlock__eng_deadline(sent, lease));
     }
     free(ids);
     free(gone);
@@ -617,6 +626,7 @@ static int wd_add(dlock_permits *p, const unsigned char raw[16], int64_t sent) {
   memcpy(w->raw, raw, 16);
   int64_t lease = wd_lease(p);
   w->valid_until = dlock__eng_deadline(sent, lease);
+  w->cap = -1;
   dlock__mu_lock(&p->mu);
   int rc = 0;
   if (!p->started) {
@@ -939,19 +949,24 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
     if (gone || lease_ms > 0)
       wd_unlink(p, raw); /* gone, or a fixed lease now: no more renewals */
     else if (w)
-      w->valid_until = dlock__eng_deadline(sent, wd_lease(p));
+      w->valid_until = capped(w, dlock__eng_deadline(sent, wd_lease(p)));
     dlock__mu_unlock(&p->mu);
     if (!gone && lease_ms <= 0 && !renewed)
       rc = wd_add(p, raw, sent);
   } else if (lease_ms > 0) {
-    /* Its outcome unknown: the update may have run and set the shorter
-     * lease on the server. A renewed permit's local deadline is then no
-     * later than that lease's (a confirmed renewal raises it again); else
+    /* Its outcome unknown: the update may have run and set the fixed
+     * lease on the server -- or a copy of it may run later, after a
+     * renewal, and set it then (renewals only raise; this sets). A renewed
+     * permit's local deadline is no later than that lease's from now on:
+     * no renewal lifts the cap (the simulator found a renewal that did, and
+     * the held copy that lowered the expiry under it afterwards). Else
      * another client could take the permit while this one still counts on
-     * its old deadline (the loss is told at the lower one). */
+     * the renewed deadline (the loss is told at the cap). */
     dlock__mu_lock(&p->mu);
     wd_permit *w = wd_find(p, raw);
     int64_t until = dlock__eng_deadline(sent, lease_ms);
+    if (w && (w->cap < 0 || until < w->cap))
+      w->cap = until;
     if (w && until < w->valid_until) {
       w->valid_until = until;
       pthread_cond_signal(&p->cv); /* the renewer looks at it then */

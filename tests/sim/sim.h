@@ -203,6 +203,7 @@ typedef struct sim_pobj {
     char id[SIM_PERM_ID];
     int releasing, actor;
     int64_t valid_until;
+    int64_t cap; /* an update_lease in doubt: valid_until never passes it */
   } wd[SIM_PERM_WD];
   int nwd;
   struct {

@@ -144,6 +144,7 @@ static void wd_add(sim_world *w, sim_client *cl, const sim_actor *a,
   memcpy(o->wd[i].id, a->pm.id, SIM_PERM_ID);
   o->wd[i].actor = a->idx;
   o->wd[i].valid_until = dlock__eng_deadline(sent, w->cfg.wd_lease);
+  o->wd[i].cap = -1;
   if (!o->started) { /* the renewer starts with the first such permit */
     o->started = 1;
     o->next = w->now + w->cfg.wd_lease / 3;
@@ -177,6 +178,11 @@ static void pend_add(sim_pobj *o, const char *id, int64_t first,
   o->pend[o->npend].first_sent = first;
   o->pend[o->npend].valid_until = until;
   o->npend++;
+}
+
+/* until, no later than the cap of o->wd[i] (permits.c: capped). */
+static int64_t capped(const sim_pobj *o, int i, int64_t until) {
+  return o->wd[i].cap >= 0 && o->wd[i].cap < until ? o->wd[i].cap : until;
 }
 
 /* The checker's view: is a's permit live by its local deadline? A
@@ -256,7 +262,7 @@ static void pw_done(sim_world *w, sim_actor *pw, int rc, const sim_rep *r,
         lost(w, cl, actor, "a renewal found it gone");
     } else if (i >= 0) {
       o->wd[i].valid_until =
-          dlock__eng_deadline(o->batch_sent, w->cfg.wd_lease);
+          capped(o, i, dlock__eng_deadline(o->batch_sent, w->cfg.wd_lease));
       lift_cap(w, cl, o->wd[i].actor, o->batch_sent);
     }
   }
@@ -398,13 +404,23 @@ static void updated(sim_world *w, sim_actor *a, int rc, const sim_rep *r,
     if (gone || l > 0)
       wd_unlink(o, a->pm.id);
     else if (k >= 0)
-      o->wd[k].valid_until = dlock__eng_deadline(sent, w->cfg.wd_lease);
+      o->wd[k].valid_until =
+          capped(o, k, dlock__eng_deadline(sent, w->cfg.wd_lease));
     if (!gone && l <= 0 && k < 0)
       wd_add(w, cl, a, sent);
     if (!gone) { /* the caller's view follows the confirmed lease */
       a->pm.wd = l <= 0;
       a->pm.until = l > 0 ? dlock__eng_deadline(sent, l) : -1;
     }
+  } else if (a->pm.wd && l > 0 && wd_find(o, a->pm.id) >= 0) {
+    /* permits.c's update_lease in doubt: the fixed lease may be set now or
+     * by a late copy after any later renewal; the cap stays */
+    int k = wd_find(o, a->pm.id);
+    int64_t u = dlock__eng_deadline(sent, l);
+    if (o->wd[k].cap < 0 || u < o->wd[k].cap)
+      o->wd[k].cap = u;
+    if (u < o->wd[k].valid_until)
+      o->wd[k].valid_until = u;
   } else if (!a->pm.wd) {
     /* unknown: a careful caller of a fixed permit takes the shorter */
     int64_t u = dlock__eng_deadline(sent, l > 0 ? l : w->cfg.wd_lease);
