@@ -501,14 +501,18 @@ TH_CASE(info_key_of_the_event_loop_client) {
   dlock_client *c = th_client(r);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "am", &m));
-  CHECK_OK(dlock_mutex_timedlock(m, 0, 1500)); /* a fixed lease: it ends */
+  /* a fixed lease: it ends, and the wait lasts it -- long enough for the
+   * info write (1500 ms unscaled ended the wait before the write came,
+   * under valgrind) */
+  int lease = 1500 * th_timeout_mult();
+  CHECK_OK(dlock_mutex_timedlock(m, 0, lease));
   watch w = {r, "", "", 0, "", 0};
   th_drive_field(d, "am", 7, w.owner, sizeof w.owner);
   snprintf(w.field, sizeof w.field, "wait:7:am");
   pthread_t t;
   pthread_create(&t, NULL, watch_field, &w);
   long long t0 = (long long)time(NULL) * 1000;
-  CHECK_OK(th_drive_lock(d, "am", 7, 10000, -1)); /* waits for the lease */
+  CHECK_OK(th_drive_lock(d, "am", 7, 4LL * lease, -1)); /* waits for it */
   atomic_store(&w.stop, 1);
   pthread_join(t, NULL);
   CHECK_MSG(w.seen, "the async waiter published no %s", w.field);
@@ -516,7 +520,8 @@ TH_CASE(info_key_of_the_event_loop_client) {
             "wait began %s (call at %lld)", w.value, t0);
   char v[64];
   int ok = 0;
-  for (int i = 0; i < 200 && !ok; i++) {
+  int tries = 200 * th_timeout_mult();
+  for (int i = 0; i < tries && !ok; i++) {
     th_drive_pump(d, 25);
     info_get(r, w.owner, "since:7:am", v, sizeof v);
     ok = v[0] != '\0';
@@ -526,7 +531,7 @@ TH_CASE(info_key_of_the_event_loop_client) {
   CHECK_STR(v, "async");
   info_get(r, w.owner, "pid", v, sizeof v);
   CHECK_EQ(atoll(v), (long long)getpid());
-  for (int i = 0; i < 200; i++) { /* the ended wait is gone */
+  for (int i = 0; i < tries; i++) { /* the ended wait is gone */
     th_drive_pump(d, 25);
     info_get(r, w.owner, "wait:7:am", v, sizeof v);
     if (!v[0])

@@ -381,6 +381,18 @@ static int holder_lock(th_holder *h, long long wait_ms) {
   return th_holder_lock(h, wait_ms, 30000);
 }
 
+/* Arms FP_DELAY for the next request naming the lock's "{name}" -- the
+ * unlock's channel and keys carry it in braces. Not the bare name: the
+ * client-info write lists "since:<tid>:<name>" for each hold and, sent
+ * whenever the errand thread comes to it, took the armed fault under
+ * valgrind (the unlock then went through: "the re-send came after
+ * 193 ms", "returned OK, expected ECONN"). */
+static void arm_unlock(fp_proxy *p, const char *name, int delay_ms) {
+  char match[64];
+  snprintf(match, sizeof match, "{%s}", name);
+  fp_arm(p, match, FP_DELAY, delay_ms);
+}
+
 /* The old latch's life for a configuration: how long its window was. */
 static int64_t old_latch_ms(const dlock_config *cfg) {
   return ((int64_t)cfg->command_timeout_ms + cfg->retry_interval_ms) *
@@ -444,7 +456,7 @@ static void caller_retry_body(int kind) {
   CHECK_OK(holder_lock(&h, 0));
   CHECK_OK(holder_lock(&h, 0));
   CHECK_EQ(th_count_of(r, name), 2);
-  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  arm_unlock(p, name, 3000 * th_timeout_mult());
   CHECK_RC(th_holder_unlock(&h), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 1, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
@@ -462,7 +474,7 @@ static void caller_retry_body(int kind) {
   th_holder o = th_holder_new(other, kind, name);
   CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
   /* The final release, its reply lost, retried by the caller. */
-  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  arm_unlock(p, name, 3000 * th_timeout_mult());
   CHECK_RC(th_holder_unlock(&h), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 2, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
@@ -502,7 +514,7 @@ static void caller_retry_drive(int kind) {
   CHECK_OK(th_drive_lock(d, name, 1, 0, 30000));
   CHECK_OK(th_drive_lock(d, name, 1, 0, 30000));
   CHECK_EQ(th_count_of(r, name), 2);
-  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  arm_unlock(p, name, 3000 * th_timeout_mult());
   CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 1, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
@@ -521,7 +533,7 @@ static void caller_retry_drive(int kind) {
   th_holder o = th_holder_new(other, TH_K_MUTEX, name);
   CHECK_RC(th_holder_try_excluded(&o), DLOCK_EBUSY);
   /* The final release, its reply lost, retried by the caller. */
-  fp_arm(p, name, FP_DELAY, 3000 * th_timeout_mult());
+  arm_unlock(p, name, 3000 * th_timeout_mult());
   CHECK_RC(th_drive_unlock(d, name, 1), DLOCK_ECONN);
   CHECK_MSG(fp_wait_fired(p, 2, FIRED_WITHIN(3000 * th_timeout_mult())) == 0,
             "fault did not fire");
@@ -586,8 +598,7 @@ static void router_late_body(int kind) {
   CHECK_OK(holder_lock(&h, 0));
   CHECK_OK(holder_lock(&h, 0));
   CHECK_EQ(th_count_of(r, name), 2);
-  fp_arm(p, name, FP_DELAY,
-         cfg.command_timeout_ms + cfg.sync_timeout_ms + 2000);
+  arm_unlock(p, name, cfg.command_timeout_ms + cfg.sync_timeout_ms + 2000);
   int64_t t0 = th_now_ms();
   int rc = th_holder_unlock(&h);
   int64_t took = th_now_ms() - t0;
