@@ -34,6 +34,10 @@
 typedef struct dlock__etcd dlock__etcd;
 struct dlock__mutex_ops;
 
+/* The etcd store's ops table (etcd_ops.c; client/store.h): what the client
+ * and the kinds reach an etcd:// client's store through. */
+extern const dlock__store_ops dlock__etcd_store;
+
 /* ---- the client (etcd_client.c) ----------------------------------------- */
 
 /* Starts the etcd side of client c (c->url parsed as etcd://, identity
