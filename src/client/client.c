@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "client/client.h"
-#include "etcd/etcd.h"
 
 int dlock__client_check(const dlock_client *c) {
   if (!c)
@@ -134,8 +133,8 @@ static void abort_close(dlock_client *c) {
   c->abort_pipe[0] = c->abort_pipe[1] = -1;
 }
 
-int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
-                           dlock_client **out) {
+int dlock__client_new(const dlock_config *cfg_in, size_t cfg_size,
+                      const dlock__store_ops *etcd, dlock_client **out) {
   dlock__clear_error();
   if (!out)
     return dlock__fail(DLOCK_EINVAL, "out is NULL");
@@ -159,7 +158,8 @@ int dlock_client_new_sized(const dlock_config *cfg_in, size_t cfg_size,
   if (rc != 0)
     goto fail_abort;
   if (c->url.etcd) { /* the etcd store: etcd_client.c */
-    if ((rc = dlock__etcd_client_start(c)) != 0)
+    c->store = etcd;
+    if ((rc = c->store->client_start(c)) != 0)
       goto fail_identity;
     *out = c;
     return 0;
@@ -218,8 +218,8 @@ fail_free:
  * connections) and every lock object's. */
 static void client_release_memory(dlock_client *c) {
   int child = c->fork_gen != dlock__fork_gen();
-  if (c->etcd) {
-    dlock__etcd_client_release(c, child);
+  if (c->store) {
+    c->store->client_release(c, child);
     identity_free(c);
     free(c);
     return;
@@ -249,12 +249,12 @@ void dlock_client_free(dlock_client *c) {
      * been held by them at fork time: release memory only, touch no lock.
      * The child's copies of the sockets were replaced by /dev/null at
      * fork (process.c); nothing is sent on them. */
-    if (!c->etcd) {
+    if (!c->store) {
       dlock__node_free_memory(&c->node);
       dlock__cluster_destroy(c, 1);
     }
-  } else if (c->etcd) {
-    dlock__etcd_client_stop(c);
+  } else if (c->store) {
+    c->store->client_stop(c);
   } else {
     /* First end every background wait on the network (connects, probes,
      * handshakes, reads: the I/O guard), so the joins below do not wait

@@ -3,12 +3,20 @@
  * lifecycle (client.c), the hold registry (holds.c), the wait budget
  * (wait.c), pub/sub waiting (pubsub.c), renewal and local deadlines
  * (watchdog.c), the errand thread (errand.c) and the client's info key
- * (clientinfo.c, clientnotes.c). Above net (net/net.h).
+ * (clientinfo.c, clientnotes.c); the store ops table a client of another
+ * store than Redis is reached through (store.h). Above net (net/net.h).
  */
 #ifndef DLOCK_CLIENT_H
 #define DLOCK_CLIENT_H
 
+#include "client/store.h"
 #include "net/net.h"
+
+/* dlock_client_new_sized's work (api/client_new.c): the client of cfg. For
+ * an etcd:// URL its store is etcd, the etcd layer's table (never NULL),
+ * which becomes c->store. 0 and *out, or a code with nothing made. */
+int dlock__client_new(const dlock_config *cfg_in, size_t cfg_size,
+                      const dlock__store_ops *etcd, dlock_client **out);
 
 /* A lock object's reference on its client (see dlock_client.refs). */
 void dlock__client_ref(dlock_client *c);
@@ -128,6 +136,9 @@ struct dlock_client {
   /* etcd:// (the etcd store, etcd.h): its state; NULL for a Redis client.
    * Then node, cl, sent, sync, wd and the pub/sub thread are unused. */
   struct dlock__etcd *etcd;
+  /* The calls into that store (store.h), set with the URL before its
+   * start; NULL for a Redis client. */
+  const dlock__store_ops *store;
 };
 
 /* ---- the client's info key (clientinfo.c) ------------------------------

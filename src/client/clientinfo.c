@@ -31,7 +31,6 @@
 #include <unistd.h>
 
 #include "client/client.h"
-#include "etcd/etcd.h"
 
 static dlock__script g_write = {
     "client_info",
@@ -222,8 +221,8 @@ int dlock_client_info_query(dlock_client *c, const char *owner,
   if (!owner || !info || strlen(owner) < DLOCK__UUID_LEN)
     return dlock__fail(DLOCK_EINVAL,
                        "owner must start with a 36-character client id");
-  if (c->etcd)
-    return dlock__etcd_client_info(c, owner, info);
+  if (c->store)
+    return c->store->client_info(c, owner, info);
   dlock__sb k;
   dlock__sb_init(&k);
   info_key(&k, owner);

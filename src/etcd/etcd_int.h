@@ -1,7 +1,7 @@
 /*
  * etcd_int.h -- what the etcd store's files share among themselves (the
- * rest of the library sees etcd.h only). libcurl and json-c appear here and
- * in the etcd_*.c files, nowhere else.
+ * rest of the library sees etcd.h and, through it, the ops table only).
+ * libcurl and json-c appear here and in the etcd_*.c files, nowhere else.
  *
  * Files, one concept each:
  *   etcd_json.c    request bodies, base64, key layout, reply parsing
@@ -15,6 +15,7 @@
  *   etcd_permits.c expirable permits
  *   etcd_sem.c     the counting semaphore
  *   etcd_client.c  the client's start and stop, the kinds refused
+ *   etcd_ops.c     the ops table the client and the kinds call it through
  *
  * LOCK ORDER: e->mu before c->reg.mu; neither is held across a request;
  * a loss is reported (dlock__lost_report) holding c->reg.mu only.
@@ -26,6 +27,76 @@
 #include <json-c/json.h>
 
 #include "etcd/etcd.h"
+
+/* ---- the ops table's entries (etcd_ops.c; client/store.h) -------------
+ * What the client (client.c, clientinfo.c) and the kinds (mutex.c,
+ * permits.c, sem.c) call through c->store on an etcd:// client: first the
+ * client's (etcd_client.c; its info key: etcd_status.c). */
+
+/* Starts the etcd side of client c (c->url parsed as etcd://, identity
+ * done): checks the config (watchdog_timeout_ms whole seconds >= 2 s, no
+ * sync_replicas), the registry, the cancel pipe, the transport, and unless
+ * lazy_connect the session lease (authenticating first): 0, or DLOCK_EINVAL
+ * / DLOCK_ENOTSUP / DLOCK_ECONN / DLOCK_EAUTH / DLOCK_EPROTO / DLOCK_ETLS /
+ * DLOCK_ENOMEM with nothing left to undo but the identity. */
+int dlock__etcd_client_start(dlock_client *c);
+/* dlock_client_free: stops the lease thread (the session lease is revoked,
+ * so the client's keys go at once). Not in a fork child. */
+void dlock__etcd_client_stop(dlock_client *c);
+/* The memory (the last reference went); forked: in a fork child. */
+void dlock__etcd_client_release(dlock_client *c, int forked);
+
+/* dlock__mutex_create: 0 when the kind of ops exists on etcd (the mutex,
+ * fair -- every etcd mutex is FIFO --, fenced, spin), else DLOCK_ENOTSUP
+ * (read-write locks). */
+int dlock__etcd_kind_check(dlock_client *c, const struct dlock__mutex_ops *ops,
+                           const char *name);
+/* dlock_client_info_query: the client's info key. 1, 0 or a code. */
+int dlock__etcd_client_info(dlock_client *c, const char *owner,
+                            dlock_client_info *info);
+
+/* ---- the mutex (etcd_lock.c): the public calls' etcd side -------------- */
+
+int dlock__etcd_mutex_attach(dlock_mutex *m);  /* dlock__mutex_create */
+void dlock__etcd_mutex_detach(dlock_mutex *m); /* dlock_mutex_free */
+int dlock__etcd_acquire(dlock_mutex *m, long long wait_ms, long long lease_ms);
+int dlock__etcd_release(dlock_mutex *m);
+int dlock__etcd_force_unlock(dlock_mutex *m);
+int dlock__etcd_is_locked(dlock_mutex *m);
+int dlock__etcd_is_held(dlock_mutex *m);
+int dlock__etcd_hold_count(dlock_mutex *m);
+int dlock__etcd_ttl(dlock_mutex *m, long long *ttl_ms);
+
+/* ---- expirable permits (etcd_permits.c) --------------------------------
+ * A dlock_permits of an etcd client is a dlock__etcd_permits whose first
+ * member is a dlock__chobj, as the Redis object's (permits.c reads only
+ * that member before it dispatches through the client's table). */
+int dlock__etcd_permits_new(dlock_client *c, const char *name,
+                            dlock_permits **out);
+void dlock__etcd_permits_free(dlock_permits *p);
+int dlock__etcd_permits_acquire(dlock_permits *p, long long wait_ms,
+                                long long lease_ms,
+                                char id_out[DLOCK_PERMIT_ID_LEN + 1]);
+int dlock__etcd_permits_release(dlock_permits *p, const char *id);
+int dlock__etcd_permits_update_lease(dlock_permits *p, const char *id,
+                                     long long lease_ms);
+int dlock__etcd_permits_available(dlock_permits *p, long long *n);
+int dlock__etcd_permits_set(dlock_permits *p, long long permits, int only_new);
+int dlock__etcd_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
+                             long long *available);
+
+/* ---- the counting semaphore (etcd_sem.c) --------------------------------
+ * A dlock_sem of an etcd client is an object of etcd_sem.c whose first
+ * member is a dlock__chobj, as the Redis object's (sem.c checks it, then
+ * dispatches through the client's table). wait: wait_ms as
+ * dlock_sem_timedwait; DLOCK_EBUSY and DLOCK_ETIMEDOUT come back without a
+ * message (sem.c words them, as it does the Redis store's). */
+int dlock__etcd_sem_new(dlock_client *c, const char *name, dlock_sem **out);
+void dlock__etcd_sem_free(dlock_sem *s);
+int dlock__etcd_sem_init(dlock_sem *s, long long permits);
+int dlock__etcd_sem_wait(dlock_sem *s, long long wait_ms);
+int dlock__etcd_sem_post(dlock_sem *s);
+int dlock__etcd_sem_value(dlock_sem *s, long long *v);
 
 /* ---- JSON, base64, keys (etcd_json.c) ----------------------------------- */
 

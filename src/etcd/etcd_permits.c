@@ -55,10 +55,6 @@ typedef struct dlock__etcd_permits {
 static const dlock__counter_kind g_kind = {"permits", NULL, 0, 0,
                                            dlock__etcd_no_counter};
 
-int dlock__etcd_permits_is(const dlock_permits *p) {
-  return p && ((const dlock__chobj *)p)->kind == &g_kind;
-}
-
 static ep_t *of(dlock_permits *p) { return (ep_t *)(void *)p; }
 
 int dlock__etcd_permits_new(dlock_client *c, const char *name,

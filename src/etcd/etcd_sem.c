@@ -76,10 +76,6 @@ typedef struct esem {
 static const dlock__counter_kind g_kind = {"semaphore", NULL, 0, 0,
                                            dlock__etcd_no_counter};
 
-int dlock__etcd_sem_is(const dlock_sem *s) {
-  return s && ((const dlock__chobj *)(const void *)s)->kind == &g_kind;
-}
-
 static esem_t *of(dlock_sem *s) { return (esem_t *)(void *)s; }
 
 int dlock__etcd_sem_new(dlock_client *c, const char *name, dlock_sem **out) {

@@ -83,6 +83,10 @@ int dlock__counter_check(const dlock__chobj *o, const char *kind) {
   return dlock__client_check(o->c);
 }
 
+const dlock__store_ops *dlock__counter_store(const dlock__chobj *o) {
+  return o ? o->c->store : NULL;
+}
+
 int dlock__counter_get(dlock__chobj *o, long long *v) {
   *v = 0;
   const char *argv[2] = {"GET", o->name};

@@ -4,8 +4,9 @@
  * multilocks (multilock.c), Redlock (redlock.c), the counting kinds
  * (counter.c, sem.c, latch.c) and expirable permits (permits.c). Above the
  * client layer (client/client.h); the etcd store (etcd/etcd.h, above)
- * implements them on etcd. (The plain mutex's script calls both clients
- * send are engine/calls.c.)
+ * implements them on etcd, reached through the client's store ops table
+ * (client/store.h). (The plain mutex's script calls both clients send are
+ * engine/calls.c.)
  */
 #ifndef DLOCK_KINDS_H
 #define DLOCK_KINDS_H
@@ -53,6 +54,9 @@ void dlock__counter_free(dlock__chobj *o);
 /* The prologue of a public call: DLOCK_EINVAL ("<kind> is NULL") or the
  * client's check. */
 int dlock__counter_check(const dlock__chobj *o, const char *kind);
+/* The store o's calls go to (client/store.h): its client's table, NULL for
+ * a Redis client's object and for o NULL. */
+const dlock__store_ops *dlock__counter_store(const dlock__chobj *o);
 /* The public read of a count: dlock__counter_check, v checked (message
  * names vname), then dlock__counter_get. */
 int dlock__counter_read(dlock__chobj *o, const char *kind, long long *v,

@@ -48,7 +48,6 @@
 #include <string.h>
 
 #include "kinds/kinds.h"
-#include "etcd/etcd.h"
 
 /* ---- plain variant: scripts ---------------------------------------------- */
 
@@ -211,7 +210,7 @@ int dlock__mutex_create(dlock_client *c, const char *name,
   m->ops = ops;
   m->name_len = n;
   memcpy(m->name, name, n + 1);
-  if (c->etcd && (rc = dlock__etcd_kind_check(c, ops, name)) != 0) {
+  if (c->store && (rc = c->store->kind_check(c, ops, name)) != 0) {
     free(m);
     return rc;
   }
@@ -219,7 +218,7 @@ int dlock__mutex_create(dlock_client *c, const char *name,
     free(m);
     return rc;
   }
-  if (c->etcd && (rc = dlock__etcd_mutex_attach(m)) != 0) {
+  if (c->store && (rc = c->store->mutex_attach(m)) != 0) {
     dlock__reg_detach(c, m->e);
     free(m);
     return rc;
@@ -239,8 +238,8 @@ void dlock_mutex_free(dlock_mutex *m) {
   /* In a fork child the registry's mutex may have been held by a parent
    * thread at fork time: leave it alone (the client's free releases it). */
   dlock_client *c = m->c;
-  if (c->etcd && c->fork_gen == dlock__fork_gen())
-    dlock__etcd_mutex_detach(m);
+  if (c->store && c->fork_gen == dlock__fork_gen())
+    c->store->mutex_detach(m);
   if (c->fork_gen == dlock__fork_gen())
     dlock__reg_detach(c, m->e);
   free(m);
@@ -934,8 +933,8 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
  * tries again only while its budget outlasts the pause (each try spends
  * what is left of it), a call that waits for ever has the whole policy. */
 static int acquire(dlock_mutex *m, long long wait_ms, long long lease_ms) {
-  if (m && m->c->etcd) /* the etcd store: etcd_lock.c */
-    return dlock__etcd_acquire(m, wait_ms, lease_ms);
+  if (m && m->c->store) /* the etcd store: etcd_lock.c */
+    return m->c->store->acquire(m, wait_ms, lease_ms);
   dlock__budget b;
   b.c = NULL; /* started by the first try */
   int64_t prev = 0;
@@ -998,8 +997,8 @@ int dlock_mutex_unlock(dlock_mutex *m) {
 int dlock__mutex_release(dlock_mutex *m) {
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
-  if (m->c->etcd)
-    return dlock__etcd_release(m);
+  if (m->c->store)
+    return m->c->store->release(m);
   dlock_client *c = m->c;
   int rc = dlock__client_check(c);
   if (rc)
@@ -1053,8 +1052,8 @@ static int check_mutex(dlock_mutex *m) {
 
 int dlock_mutex_force_unlock(dlock_mutex *m) {
   int rc = check_mutex(m);
-  if (rc == 0 && m->c->etcd)
-    return dlock__etcd_force_unlock(m);
+  if (rc == 0 && m->c->store)
+    return m->c->store->force_unlock(m);
   return rc ? rc : m->ops->force(m);
 }
 
@@ -1084,8 +1083,8 @@ int dlock_mutex_is_locked(dlock_mutex *m) {
   int rc = check_mutex(m);
   if (rc)
     return rc;
-  if (m->c->etcd)
-    return dlock__etcd_is_locked(m);
+  if (m->c->store)
+    return m->c->store->is_locked(m);
   /* TYPE, not EXISTS: a key of another type under the name is not a lock,
    * and saying "locked" would hide the mistake. */
   const char *argv[2] = {"TYPE", m->name};
@@ -1135,8 +1134,8 @@ int dlock_mutex_is_held(dlock_mutex *m) {
   int st = local_state(m, NULL);
   if (st == 0)
     return 0;
-  if (m->c->etcd)
-    return dlock__etcd_is_held(m);
+  if (m->c->store)
+    return m->c->store->is_held(m);
   size_t fl = dlock__field(m->c, dlock__tid(), field);
   const char *sfx = m->ops->field_suffix ? m->ops->field_suffix : "";
   size_t sl = strlen(sfx);
@@ -1179,9 +1178,9 @@ int dlock_mutex_hold_count(dlock_mutex *m) {
   char field[DLOCK__FIELD_MAX];
   if (!m)
     return dlock__fail(DLOCK_EINVAL, "mutex is NULL");
-  if (m->c->etcd) {
+  if (m->c->store) {
     int rc = check_mutex(m);
-    return rc ? rc : dlock__etcd_hold_count(m);
+    return rc ? rc : m->c->store->hold_count(m);
   }
   size_t fl = dlock__field(m->c, dlock__tid(), field);
   long long v = 0;
@@ -1192,9 +1191,9 @@ int dlock_mutex_hold_count(dlock_mutex *m) {
 int dlock_mutex_ttl(dlock_mutex *m, long long *ttl_ms) {
   if (!ttl_ms)
     return dlock__fail(DLOCK_EINVAL, "ttl_ms is NULL");
-  if (m && m->c->etcd) {
+  if (m && m->c->store) {
     int rc = check_mutex(m);
-    return rc ? rc : dlock__etcd_ttl(m, ttl_ms);
+    return rc ? rc : m->c->store->ttl(m, ttl_ms);
   }
   return simple_int(m, "PTTL", NULL, 0, ttl_ms);
 }

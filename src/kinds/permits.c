@@ -64,7 +64,6 @@
 #include <unistd.h>
 
 #include "kinds/kinds.h"
-#include "etcd/etcd.h"
 
 #define DLOCK__PERMITS_RECHECK_MS 1000
 /* Redisson's nonExpirableTimeout: the score of a permit without a lease. */
@@ -313,10 +312,16 @@ static int from_hex(const char *id, unsigned char raw[16]) {
 
 /* ---- the object --------------------------------------------------------- */
 
+/* The store an etcd client's object is reached through (its own layout,
+ * etcd_permits.c); NULL for a Redis client's (this file's) or NULL. */
+static const dlock__store_ops *store_of(dlock_permits *p) {
+  return dlock__counter_store(p ? &p->o : NULL);
+}
+
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   dlock__clear_error();
-  if (c && c->etcd) /* the etcd store: etcd_permits.c */
-    return dlock__etcd_permits_new(c, name, out);
+  if (c && c->store) /* the etcd store: etcd_permits.c */
+    return c->store->permits_new(c, name, out);
   dlock_permits *p = NULL;
   int rc =
       dlock__counter_new(c, name, &g_kind, sizeof(dlock_permits), (void **)&p);
@@ -362,8 +367,8 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
 void dlock_permits_free(dlock_permits *p) {
   if (!p)
     return;
-  if (dlock__etcd_permits_is(p)) {
-    dlock__etcd_permits_free(p);
+  if (store_of(p)) {
+    store_of(p)->permits_free(p);
     return;
   }
   if (p->o.c->fork_gen == dlock__fork_gen())
@@ -747,8 +752,8 @@ int dlock_permits_acquire(dlock_permits *p, long long wait_ms,
   id_out[0] = '\0';
   if ((rc = dlock__check_lease(lease_ms, "permits", p->o.name)) != 0)
     return rc;
-  if (dlock__etcd_permits_is(p))
-    return dlock__etcd_permits_acquire(p, wait_ms, lease_ms, id_out);
+  if (store_of(p))
+    return store_of(p)->permits_acquire(p, wait_ms, lease_ms, id_out);
   attempt a = {p, {0}, lease_ms > 0 ? lease_ms : wd_lease(p), 0, 0};
   if (dlock__random_bytes(a.raw, sizeof a.raw) != 0)
     return dlock__fail(DLOCK_ENOMEM, "permits '%s': no random bytes",
@@ -868,8 +873,8 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   int rc = check(p);
   if (rc)
     return rc;
-  if (dlock__etcd_permits_is(p))
-    return dlock__etcd_permits_release(p, id);
+  if (store_of(p))
+    return store_of(p)->permits_release(p, id);
   unsigned char raw[16];
   if ((rc = from_hex(id, raw)) != 0)
     return rc;
@@ -922,8 +927,8 @@ int dlock_permits_update_lease(dlock_permits *p, const char *id,
   int rc = check(p);
   if (rc)
     return rc;
-  if (dlock__etcd_permits_is(p))
-    return dlock__etcd_permits_update_lease(p, id, lease_ms);
+  if (store_of(p))
+    return store_of(p)->permits_update_lease(p, id, lease_ms);
   unsigned char raw[16];
   if ((rc = from_hex(id, raw)) != 0)
     return rc;
@@ -989,8 +994,8 @@ int dlock_permits_available(dlock_permits *p, long long *n) {
   int rc = check(p);
   if (rc)
     return rc;
-  if (dlock__etcd_permits_is(p))
-    return dlock__etcd_permits_available(p, n);
+  if (store_of(p))
+    return store_of(p)->permits_available(p, n);
   if (!n)
     return dlock__fail(DLOCK_EINVAL, "n is NULL");
   *n = 0;
@@ -1026,9 +1031,9 @@ static int set_count(dlock_permits *p, const dlock__script *sc, int order,
 
 int dlock_permits_try_set_permits(dlock_permits *p, long long permits) {
   long long v = 0;
-  if (dlock__etcd_permits_is(p)) {
+  if (store_of(p)) {
     int rc = check(p);
-    return rc ? rc : dlock__etcd_permits_set(p, permits, 1);
+    return rc ? rc : store_of(p)->permits_set(p, permits, 1);
   }
   int rc = set_count(p, &g_try_set, 1, permits, &v);
   if (rc)
@@ -1040,9 +1045,9 @@ int dlock_permits_try_set_permits(dlock_permits *p, long long permits) {
 
 int dlock_permits_set_permits(dlock_permits *p, long long permits) {
   long long v = 0;
-  if (dlock__etcd_permits_is(p)) {
+  if (store_of(p)) {
     int rc = check(p);
-    return rc ? rc : dlock__etcd_permits_set(p, permits, 0);
+    return rc ? rc : store_of(p)->permits_set(p, permits, 0);
   }
   return set_count(p, &g_set, 1, permits, &v);
 }
@@ -1054,8 +1059,8 @@ int dlock_permits_list(dlock_permits *p, dlock_permit **out, size_t *n,
   int rc = check(p);
   if (rc)
     return rc;
-  if (dlock__etcd_permits_is(p) && out && n)
-    return dlock__etcd_permits_list(p, out, n, available);
+  if (store_of(p) && out && n)
+    return store_of(p)->permits_list(p, out, n, available);
   if (!out || !n)
     return dlock__fail(DLOCK_EINVAL, "out or n is NULL");
   *out = NULL;

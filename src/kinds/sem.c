@@ -29,7 +29,8 @@
  *
  * ETCD: an etcd:// client's semaphore is etcd_sem.c's object (its own
  * layout: one key, compare-and-swap on its mod revision, waits by watch);
- * each public call below checks its arguments here, then dispatches.
+ * each public call below checks its arguments here, then dispatches
+ * through the client's store ops table (client/store.h).
  */
 #include <stdio.h>
 #include <stdint.h>
@@ -37,7 +38,6 @@
 #include <string.h>
 
 #include "kinds/kinds.h"
-#include "etcd/etcd.h"
 
 /* Longest a waiting thread sleeps without re-checking the permit count. */
 #define DLOCK__SEM_RECHECK_MS 1000
@@ -115,16 +115,22 @@ static const dlock__counter_kind g_kind = {"semaphore", channel_of,
                                            DLOCK__WAKE_COUNT,
                                            DLOCK__SEM_RECHECK_MS, sem_ready};
 
+/* The store an etcd client's object is reached through (its own layout,
+ * etcd_sem.c); NULL for a Redis client's (this file's) or NULL. */
+static const dlock__store_ops *store_of(dlock_sem *s) {
+  return dlock__counter_store(s ? &s->o : NULL);
+}
+
 int dlock_sem_new(dlock_client *c, const char *name, dlock_sem **out) {
   dlock__clear_error();
-  if (c && c->etcd) /* the etcd store: etcd_sem.c */
-    return dlock__etcd_sem_new(c, name, out);
+  if (c && c->store) /* the etcd store: etcd_sem.c */
+    return c->store->sem_new(c, name, out);
   return dlock__counter_new(c, name, &g_kind, sizeof(dlock_sem), (void **)out);
 }
 
 void dlock_sem_free(dlock_sem *s) {
-  if (dlock__etcd_sem_is(s))
-    dlock__etcd_sem_free(s);
+  if (store_of(s))
+    store_of(s)->sem_free(s);
   else
     dlock__counter_free(s ? &s->o : NULL);
 }
@@ -152,8 +158,8 @@ int dlock_sem_init(dlock_sem *s, long long permits) {
   if (permits < 0)
     return dlock__fail(DLOCK_EINVAL, "semaphore '%s': negative permits %lld",
                        s->o.name, permits);
-  if (dlock__etcd_sem_is(s))
-    return dlock__etcd_sem_init(s, permits);
+  if (store_of(s))
+    return store_of(s)->sem_init(s, permits);
   if ((rc = run(s, &g_try_set, 1, permits)) < 0)
     return rc;
   if (rc != 1)
@@ -166,19 +172,19 @@ int dlock_sem_post(dlock_sem *s) {
   int rc = check_sem(s);
   if (rc)
     return rc;
-  if (dlock__etcd_sem_is(s))
-    return dlock__etcd_sem_post(s);
+  if (store_of(s))
+    return store_of(s)->sem_post(s);
   rc = run(s, &g_release, 1, 1);
   return rc < 0 ? rc : 0;
 }
 
 int dlock_sem_value(dlock_sem *s, long long *v) {
   dlock__clear_error();
-  if (dlock__etcd_sem_is(s)) {
+  if (store_of(s)) {
     int rc = dlock__counter_check(&s->o, "semaphore");
     if (rc == 0 && !v)
       rc = dlock__fail(DLOCK_EINVAL, "v is NULL");
-    return rc ? rc : dlock__etcd_sem_value(s, v);
+    return rc ? rc : store_of(s)->sem_value(s, v);
   }
   return dlock__counter_read(s ? &s->o : NULL, "semaphore", v, "v");
 }
@@ -192,8 +198,8 @@ static int acquire(dlock_sem *s, long long wait_ms) {
   int rc = check_sem(s);
   if (rc)
     return rc;
-  rc = dlock__etcd_sem_is(s) ? dlock__etcd_sem_wait(s, wait_ms)
-                             : dlock__counter_wait(&s->o, wait_ms);
+  rc = store_of(s) ? store_of(s)->sem_wait(s, wait_ms)
+                   : dlock__counter_wait(&s->o, wait_ms);
   if (rc == DLOCK_EBUSY)
     return dlock__fail(DLOCK_EBUSY, "semaphore '%s': no permit available",
                        s->o.name);
