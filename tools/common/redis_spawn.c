@@ -10,6 +10,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +21,62 @@
 
 #include "clock.h"
 
-int dlc_free_port(void) {
+/* The kernel's ephemeral port range (its defaults when unreadable). */
+static void ephemeral_range(int *lo, int *hi) {
+  *lo = 32768, *hi = 60999;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (!f)
+    return;
+  int a, b;
+  if (fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && b >= a)
+    *lo = a, *hi = b;
+  fclose(f);
+}
+
+/* 1 if nothing on this host holds 127.0.0.1:port now. */
+static int bindable(int port) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0)
+    return 0;
   struct sockaddr_in a;
   memset(&a, 0, sizeof a);
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t l = sizeof a;
-  int port = 0;
-  if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(s, (struct sockaddr *)&a, &l) == 0)
-    port = ntohs(a.sin_port);
-  if (s >= 0)
-    close(s);
-  return port;
+  a.sin_port = htons((uint16_t)port);
+  int ok = bind(s, (struct sockaddr *)&a, sizeof a) == 0;
+  close(s);
+  return ok;
+}
+
+/* A free port BELOW the kernel's ephemeral range (or above it when the range
+ * starts too low), so that no client socket's own port can ever be it: a
+ * server restarted in place on an ephemeral port found it taken by a
+ * client's connection (20 tries in 2 s: "bind: Address already in use" --
+ * the reconnecting client's own port, or its TCP self-connect to the dead
+ * port), and make test-stress failed on it. Ports in [10000, lo - 10001]
+ * leave a Cluster node's bus port (port + 10000) below the range too. A
+ * random start per call keeps parallel test processes apart; the caller
+ * retries a start that lost the race. 0 when none is found. */
+int dlc_free_port(void) {
+  int lo, hi;
+  ephemeral_range(&lo, &hi);
+  int from = 10000, to = lo - 10001;
+  if (to - from < 1000)
+    from = hi + 1, to = 65535 - 10000;
+  if (to - from < 100)
+    from = 1024, to = lo - 1; /* a strange range: at least not in it */
+  static _Thread_local unsigned seed;
+  if (!seed)
+    seed = ((unsigned)getpid() * 2654435761u) ^ (unsigned)dlc_now_ns() ^
+           (unsigned)(uintptr_t)&seed;
+  int span = to - from + 1;
+  for (int i = 0; span > 0 && i < 200; i++) {
+    seed = seed * 1103515245u + 12345u;
+    int port = from + (int)((seed >> 8) % (unsigned)span);
+    if (bindable(port))
+      return port;
+  }
+  return 0;
 }
 
 int dlc_redis_prepare(dlc_redis *r, const char *parent, const char *prefix,

@@ -23,7 +23,10 @@ typedef struct dlc_redis {
                         between dlc_redis_prepare and dlc_redis_start */
 } dlc_redis;
 
-/* A loopback TCP port nobody listens on right now (0 if none found). */
+/* A loopback TCP port nobody holds right now, outside the kernel's
+ * ephemeral range (so no client connection can take it while its server
+ * restarts), with port + 10000 (a Cluster bus) outside it too; 0 if none
+ * was found. Thread-safe. */
 int dlc_free_port(void);
 
 /* dlc_redis_spawn's failures. */
