@@ -320,7 +320,12 @@ static const dlock__store_ops *store_of(dlock_permits *p) {
 
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   dlock__clear_error();
-  if (c && c->store) /* the etcd store: etcd_permits.c */
+  if (!c) {
+    if (out)
+      *out = NULL;
+    return dlock__fail(DLOCK_EINVAL, "client is NULL");
+  }
+  if (c->store) /* the etcd store: etcd_permits.c */
     return c->store->permits_new(c, name, out);
   dlock_permits *p = NULL;
   int rc =
