@@ -93,11 +93,13 @@ static void give(dlock_client_stats *st, const dlock_client_stats *full,
 /* The arguments of a stats call (its name `call`): 0, or DLOCK_EINVAL
  * when one is NULL or size is not a struct size. */
 static int check_args(const char *call, int null, size_t size) {
-  if (null || size < 8 || size > STATS_SIZE_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "%s: NULL argument or a struct size of %zu bytes (use "
-                       "the %s macro)",
-                       call, size, call);
+  if (null || size < 8 || size > STATS_SIZE_MAX) {
+    (void)dlock__fail(DLOCK_EINVAL,
+                      "%s: NULL argument or a struct size of %zu bytes (use "
+                      "the %s macro)",
+                      call, size, call);
+    return DLOCK_EINVAL; /* a literal: the analyzer sees no way on */
+  }
   return 0;
 }
 
