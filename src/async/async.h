@@ -344,7 +344,7 @@ int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
 /* Joins the waiters of `name` only when its subscription is active (other
  * calls wait, or it lingers: subscription_linger_ms): 1 joined, else 0 --
  * the call's first attempt may then join the hand-over queue, as the
- * blocking client's (mutex.c first_attempt). */
+ * blocking client's (mutex.c join_early). */
 int dlock__asub_join_active(dlock_async *a, const char *name, dlock__aop *op,
                             dlock__asub **out);
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);

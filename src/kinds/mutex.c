@@ -18,7 +18,9 @@
  *      was handed over meanwhile, keep it).
  *   What each answer means -- sleep until when, time out, leave the queue,
  *   keep a hand-over the cancel found, join the queue -- is the engine's
- *   (engine.h (f)): async_lock.c asks the same functions.
+ *   (engine.h (f)), and the order of these steps is the engine's wait
+ *   machine (engine/waitm.h): this file's drive() does what it says, as
+ *   async_lock.c's run() does for the event-loop client.
  *
  * HOLD RECORDS (holds.c). The client keeps, per lock name and thread, what
  * that thread holds: count, whether the watchdog renews it, the lease, the
@@ -41,7 +43,8 @@
  *
  * THE BUDGET bounds the call: the retries after DLOCK_ENOSYNC spend what is
  * left of it (trylock: none), and a timed wait outlives a server that is
- * away (a failover) until it ends, whatever the retry policy (rides_out).
+ * away (a failover) until it ends, whatever the retry policy (the wait
+ * machine's rule, engine/waitm.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
