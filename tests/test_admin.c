@@ -473,7 +473,7 @@ typedef struct watch {
   th_redis *r;
   char owner[80];
   char field[160];
-  int seen; /* the watcher's own; read after the join */
+  atomic_int seen; /* set by the watcher once it read the field */
   char value[64];
   atomic_int stop; /* set by the case while the watcher runs */
 } watch;
@@ -484,9 +484,9 @@ static void *watch_field(void *p) {
   while (!atomic_load(&w->stop) && th_now_ms() < end) {
     char v[64];
     info_get(w->r, w->owner, w->field, v, sizeof v);
-    if (v[0] && !w->seen) {
+    if (v[0] && !atomic_load(&w->seen)) {
       snprintf(w->value, sizeof w->value, "%s", v);
-      w->seen = 1;
+      atomic_store(&w->seen, 1);
     }
     th_sleep_ms(20);
   }
@@ -501,21 +501,25 @@ TH_CASE(info_key_of_the_event_loop_client) {
   dlock_client *c = th_client(r);
   dlock_mutex *m;
   CHECK_OK(dlock_mutex_new(c, "am", &m));
-  /* a fixed lease: it ends, and the wait lasts it -- long enough for the
-   * info write (1500 ms unscaled ended the wait before the write came,
-   * under valgrind) */
-  int lease = 1500 * th_timeout_mult();
-  CHECK_OK(dlock_mutex_timedlock(m, 0, lease));
+  /* Held (watchdog) until the watcher saw the waiter's entry, or its
+   * bound passed: a fixed lease raced the write on a loaded valgrind run
+   * (1500 ms, then 6000 ms: "published no wait:7:am"), since the case's
+   * own setup ate the lease. */
+  CHECK_OK(dlock_mutex_timedlock(m, 0, -1));
   watch w = {r, "", "", 0, "", 0};
   th_drive_field(d, "am", 7, w.owner, sizeof w.owner);
   snprintf(w.field, sizeof w.field, "wait:7:am");
   pthread_t t;
   pthread_create(&t, NULL, watch_field, &w);
   long long t0 = (long long)time(NULL) * 1000;
-  CHECK_OK(th_drive_lock(d, "am", 7, 4LL * lease, -1)); /* waits for it */
+  th_call *call = th_drive_lock_bg(d, "am", 7, -1, -1); /* waits for it */
+  for (int i = 0; i < 400 * th_timeout_mult() && !atomic_load(&w.seen); i++)
+    th_drive_pump(d, 25);
+  CHECK_OK(dlock_mutex_unlock(m));
+  CHECK_OK(th_drive_call_wait(d, call, 10000LL * th_timeout_mult()));
   atomic_store(&w.stop, 1);
   pthread_join(t, NULL);
-  CHECK_MSG(w.seen, "the async waiter published no %s", w.field);
+  CHECK_MSG(atomic_load(&w.seen), "the async waiter published no %s", w.field);
   CHECK_MSG(atoll(w.value) >= t0 - 1000 && atoll(w.value) <= t0 + 2000,
             "wait began %s (call at %lld)", w.value, t0);
   char v[64];
@@ -538,7 +542,7 @@ TH_CASE(info_key_of_the_event_loop_client) {
       break;
   }
   CHECK_STR(v, "");
-  CHECK_OK(th_drive_unlock(d, "am", 7));
+  CHECK_OK(th_drive_call_end(d, call)); /* unlocks it */
   dlock_mutex_free(m);
   dlock_client_free(c);
   th_drive_free(d);

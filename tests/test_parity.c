@@ -149,6 +149,49 @@ TH_CASE(retries_keep_the_wait_budget_async) {
   retries_keep_the_wait_budget(TH_DRIVE_ASYNC);
 }
 
+/* ==== the wait machine: a timed wait rides out a server that is away ===== */
+
+/* The server is killed and started again 1.5 s later, with a retry policy
+ * (1 x 50 ms) far shorter than the outage: a timed lock of 20 s that
+ * began while it was down rides it out -- attempting again every
+ * retry_interval_ms, its subscription reconnecting -- and takes the lock
+ * once it is back (engine/waitm.c: the wait machine's rule, sequenced for
+ * both clients). Failed on f258cfb for the event-loop client, which ended
+ * the wait at its first failure: "async: the wait ended while the server
+ * was down (ECONN cannot connect to unix:...: Connection refused)". */
+static void timed_wait_rides_out_a_restart(int kind) {
+  th_redis *r = th_redis_new(0, NULL);
+  dlock_config cfg = cfg_at(r->url);
+  th_drive *d = th_drive_new(kind, &cfg);
+  CHECK_OK(th_drive_lock(d, "ride", 1, 0, 5000)); /* connected */
+  CHECK_OK(th_drive_unlock(d, "ride", 1));
+  th_redis_kill(r);
+  int64_t t0 = th_now_ms();
+  th_call *call = th_drive_lock_bg(d, "ride", 1, ms(20000), 5000);
+  th_drive_pump(d, 1500);
+  int answered = th_drive_call_done(d, call);
+  th_redis_restart(r);
+  int64_t back = th_now_ms();
+  int rc = th_drive_call_wait(d, call, ms(30000));
+  int64_t took = th_now_ms() - t0;
+  printf("%s: %s after %lld ms (%lld ms after the restart) %s\n",
+         th_drive_kind(d), dlock_err_name(rc), (long long)took,
+         (long long)(th_now_ms() - back), err_of(d));
+  CHECK_MSG(!answered, "%s: the wait ended while the server was down (%s %s)",
+            th_drive_kind(d), dlock_err_name(rc), err_of(d));
+  CHECK_MSG(rc == DLOCK_OK, "%s: %s after %lld ms (%s)", th_drive_kind(d),
+            dlock_err_name(rc), (long long)took, err_of(d));
+  CHECK_OK(th_drive_call_end(d, call));
+  th_drive_free(d);
+}
+
+TH_CASE(timed_wait_rides_out_a_restart_blocking) {
+  timed_wait_rides_out_a_restart(TH_DRIVE_BLOCKING);
+}
+TH_CASE(timed_wait_rides_out_a_restart_async) {
+  timed_wait_rides_out_a_restart(TH_DRIVE_ASYNC);
+}
+
 /* ==== D5: a refused subscription fails only its own wait ================= */
 
 /* A holder of no client: what the driven waits queue behind. */

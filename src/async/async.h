@@ -287,10 +287,14 @@ struct dlock__aop {
   int64_t lease;
   int wd;     /* lease from the watchdog */
   int target; /* the hold count after the attempt in flight */
-  dlock__wait w;
+  /* The wait: its state and sequence are the engine's wait machine
+   * (engine/waitm.h), as the blocking client's. */
+  dlock__wm wm;
+  int64_t deadline;    /* the call's: monotonic ms, -1 none */
   int64_t sent;        /* send time of the last attempt */
   dlock__eng_unlock u; /* an unlock: the engine's view (rid, count) */
-  int in_flight, again, expired, cancelling;
+  int in_flight;
+  int began;        /* the call's deadline is set (its first try) */
   dlock__asub *sub; /* joined subscription entry */
   int active;       /* its subscription is confirmed */
   dlock__atimer deadline_t, ttl_t;
@@ -308,6 +312,7 @@ struct dlock__aop {
   /* An attempt whose outcome is unknown and that may have been sent: its
    * request is committed after the call's next answer ("" none). */
   char owed[33];
+  char away_why[256];         /* a passing failure ridden out: its message */
   int64_t began_at, began_ms; /* the call began (monotonic, wall ms) */
   int info_pub;               /* its wait went out in an info write */
 };
@@ -317,8 +322,13 @@ struct dlock__aop {
 void dlock__async_ops_close(dlock_async *a);
 /* Runs the callbacks of completed calls, in order. */
 void dlock__async_flush(dlock_async *a);
-/* A pub/sub wake-up for op (a message, a grant, a new subscription). */
-void dlock__aop_wake(dlock__aop *op);
+/* A pub/sub wake-up for op (a message, a grant for its wait: granted, a
+ * new or lost subscription). */
+void dlock__aop_wake(dlock__aop *op, int granted);
+/* 1 when a wake-up would make op attempt (dlock__wm_wants_wake). */
+int dlock__aop_wants_wake(const dlock__aop *op);
+/* op's wait id (grants name it). */
+uint64_t dlock__aop_wait_id(const dlock__aop *op);
 /* Subscription refused: the call ends with err (message why). */
 void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why);
 /* The watchdog found the hold gone or past its deadline. */
@@ -334,7 +344,7 @@ int dlock__asub_join(dlock_async *a, const char *name, dlock__aop *op,
 /* Joins the waiters of `name` only when its subscription is active (other
  * calls wait, or it lingers: subscription_linger_ms): 1 joined, else 0 --
  * the call's first attempt may then join the hand-over queue, as the
- * blocking client's (mutex.c first_attempt). */
+ * blocking client's (mutex.c join_early). */
 int dlock__asub_join_active(dlock_async *a, const char *name, dlock__aop *op,
                             dlock__asub **out);
 void dlock__asub_leave(dlock_async *a, dlock__asub *s, dlock__aop *op);

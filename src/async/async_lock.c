@@ -17,8 +17,9 @@
  * deadline from its send time), a "0" (free: attempt), the holder's TTL
  * (pub/sub is at most once: attempt), the deadline (leave the queue; if
  * the lock was handed to us meanwhile, keep it). What each answer means is
- * the engine's (engine.h (f)), as for the blocking client's wait loop: a
- * call that ends queued for any reason leaves the queue first.
+ * the engine's (engine.h (f)), and the order of the steps is the engine's
+ * wait machine's (engine/waitm.h), as for the blocking client: this file
+ * sends what it says and feeds it the answers, wake-ups and timers.
  *
  * ORDER: the calls of one (name, owner) run one at a time, in call order,
  * so a reentrant lock or an unlock always sees the count the earlier calls
@@ -224,15 +225,7 @@ static void held(dlock__aop *op) {
 static void attempt_done(dlock__areq *r, redisReply *reply, int err,
                          const char *why);
 
-/* Ends the wait with the code and message wait_end kept in op->rc and
- * op->msg (not held). */
-static void end_kept(dlock__aop *op) {
-  char msg[sizeof op->msg];
-  memcpy(msg, op->msg, sizeof msg);
-  if (op->rc == DLOCK_ETIMEDOUT)
-    dlock__stat_add(&op->a->stats, DLOCK__ST_TIMEOUTS, 1);
-  complete(op, op->rc, "%s", msg);
-}
+static void run(dlock__aop *op, dlock__wm_act x);
 
 static void cancel_done(dlock__areq *r, redisReply *reply, int err,
                         const char *why) {
@@ -242,32 +235,24 @@ static void cancel_done(dlock__areq *r, redisReply *reply, int err,
   long long v = 0;
   int cr = dlock__take_int(err, reply, &v, NULL);
   op->in_flight = 0;
-  op->w.queued = 0;
-  /* The engine's verdict on the cancel's answer (mutex.c's leave_queue
-   * follows it too): handed to us before the cancel -> one more attempt,
-   * not queueing, confirms it (attempt_done asks dlock__eng_confirm_answer
-   * while op->cancelling); else the wait ends with its own code. */
-  if (dlock__eng_cancel_answer(cr ? cr : v == 1) == DLOCK__WAIT_CONFIRM) {
-    attempt(op, 1, 0);
-    return;
-  }
-  end_kept(op);
+  /* The machine's step: a hand-over the cancel found is confirmed by one
+   * more attempt, not queueing; else the wait ends with its own code. */
+  run(op, dlock__wm_cancel_answer(&op->wm, cr ? cr : v == 1));
 }
 
 /* Sends the acquire script (target = the hold count after it; queue =
- * join the hand-over queue when taken), or with cancel the cancel script
- * (leave the queue). 0, or DLOCK_ENOMEM with nothing sent. */
+ * join the hand-over queue when taken; the attempt's request id is the
+ * one the machine drew), or with cancel the cancel script (leave the
+ * queue). 0, or DLOCK_ENOMEM with nothing sent. */
 static int send_call(dlock__aop *op, int target, int queue, int cancel) {
   dlock__ahold *h = op->h;
   dlock__acq_call k;
-  if (!cancel)
-    dlock__request_id(op->w.rid); /* this attempt's: its copies are bound */
-  int rc =
-      cancel
-          ? dlock__cancel_call_init(&k, h->key, h->name_len, h->field, h->fl,
-                                    op->lease, &op->w, dlock__apublish(op->a))
-          : dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
-                                 target, op->lease, queue, &op->w);
+  int rc = cancel
+               ? dlock__cancel_call_init(&k, h->key, h->name_len, h->field,
+                                         h->fl, op->lease, &op->wm.w,
+                                         dlock__apublish(op->a))
+               : dlock__acq_call_init(&k, h->key, h->name_len, h->field, h->fl,
+                                      target, op->lease, queue, &op->wm.w);
   dlock__areq *r =
       rc ? NULL
       : cancel
@@ -278,109 +263,115 @@ static int send_call(dlock__aop *op, int target, int queue, int cancel) {
   if (!r)
     return DLOCK_ENOMEM;
   op->in_flight = 1;
-  op->sent = dlock__async_now();
-  r->wait_until = op->wait_ms > 0 ? op->w.deadline : 0; /* its WAIT's end */
+  if (!cancel) {
+    op->sent = dlock__async_now();
+    dlock__wm_sent(&op->wm, op->sent);
+  }
+  /* its WAIT's end */
+  r->wait_until = op->wait_ms > 0 ? op->wm.w.deadline : 0;
   dlock__aconn_submit(&op->a->cmd, r);
   return 0;
 }
 
-/* The wait ends without the lock with rc (why: its message): the engine
- * says whether it leaves the server's queue first (dlock__eng_wait_end:
- * on every end while it may be queued, as the blocking client; until
- * issue 26 only when the deadline passed). The code and message are kept
- * in op->rc / op->msg until the cancel answered (cancel_done). */
-static void wait_end(dlock__aop *op, int rc, const char *why) {
-  op->rc = rc;
-  snprintf(op->msg, sizeof op->msg, "%s", why);
-  int v = dlock__eng_wait_end(rc, &op->w);
-  if (v == DLOCK__WAIT_GONE)
+/* The wait ended, not held (the machine's END): worded where the machine
+ * decided it; an attempt's, the subscription's or a stop's message was
+ * kept in op->msg when it happened. */
+static void wait_ended(dlock__aop *op, const dlock__wm_act *x) {
+  char msg[sizeof op->msg];
+  switch (x->why) {
+  case DLOCK__WMW_BUSY:
+    complete(op, DLOCK_EBUSY, "lock '%s' is held elsewhere", op->h->key);
+    return;
+  case DLOCK__WMW_TIMED_OUT:
+    dlock__stat_add(&op->a->stats, DLOCK__ST_TIMEOUTS, 1);
+    complete(op, DLOCK_ETIMEDOUT,
+             "lock '%s' still held elsewhere after %lld ms", op->h->key,
+             op->wait_ms);
+    return;
+  case DLOCK__WMW_AWAY:
+    complete(op, x->rc,
+             "%.150s (lock '%.60s': still so when the wait of %lld ms ended)",
+             op->away_why, op->h->key, op->wait_ms);
+    return;
+  case DLOCK__WMW_GONE:
     drop_hold(op->a, op->h);
-  if (v == DLOCK__WAIT_CANCEL && !op->cancelling) {
-    op->cancelling = 1;
-    if (send_call(op, 1, 0, 1) == 0)
-      return;
+    break;
+  default:
+    break;
   }
-  op->w.queued = 0;
-  end_kept(op);
+  memcpy(msg, op->msg, sizeof msg);
+  complete(op, x->rc, "%s", msg);
 }
 
-/* The wait ran out (its deadline). */
-static void timed_out(dlock__aop *op) {
-  char why[sizeof op->msg];
-  snprintf(why, sizeof why, "lock '%s' still held elsewhere after %lld ms",
-           op->h->key, op->wait_ms);
-  wait_end(op, DLOCK_ETIMEDOUT, why);
+/* Does what the wait machine says (engine/waitm.h): the one sequence of a
+ * wait, the blocking client's too. */
+static void run(dlock__aop *op, dlock__wm_act x) {
+  dlock_async *a = op->a;
+  int rc;
+  switch (x.kind) {
+  case DLOCK__WMA_ATTEMPT:
+    attempt(op, x.target, x.queue);
+    return;
+  case DLOCK__WMA_SUBSCRIBE:
+    rc = op->sub ? op->active : dlock__asub_join(a, op->h->key, op, &op->sub);
+    if (rc == 1)
+      op->active = 1;
+    if (rc < 0)
+      snprintf(op->msg, sizeof op->msg, "out of memory");
+    run(op, dlock__wm_subscribed(&op->wm, rc, dlock__async_now()));
+    return;
+  case DLOCK__WMA_SLEEP:
+    /* A wake-up at the deadline is the deadline timer's. */
+    if (x.until >= 0 && (op->wm.w.deadline < 0 || x.until < op->wm.w.deadline))
+      dlock__async_timer(a, &op->ttl_t, x.until);
+    return;
+  case DLOCK__WMA_CANCEL:
+    if (send_call(op, 1, 0, 1) != 0)
+      run(op, dlock__wm_cancel_answer(&op->wm, DLOCK_ENOMEM));
+    return;
+  case DLOCK__WMA_HELD:
+    held(op);
+    return;
+  case DLOCK__WMA_END:
+    wait_ended(op, &x);
+    return;
+  default: /* NONE: an answer in flight brings the next step */
+    return;
+  }
 }
 
 static void enosync(dlock__aop *op, int undone);
 
 static void deadline_fired(dlock__atimer *t) {
   dlock__aop *op = t->arg;
-  op->expired = 1;
-  if (op->sync_t.slot) /* pausing before a retry after DLOCK_ENOSYNC */
+  if (op->sync_t.slot) { /* pausing before a retry after DLOCK_ENOSYNC */
     enosync(op, 1);
-  else if (!op->in_flight)
-    timed_out(op);
+    return;
+  }
+  dlock__aop_wake(op, 0);
 }
 
-static void ttl_fired(dlock__atimer *t) { dlock__aop_wake(t->arg); }
+static void ttl_fired(dlock__atimer *t) { dlock__aop_wake(t->arg, 0); }
 
-void dlock__aop_wake(dlock__aop *op) {
-  if (op->cancelling || op->expired)
-    return;
+void dlock__aop_wake(dlock__aop *op, int granted) {
   /* A wake-up that comes after the wait's deadline (the process was
-   * paused, the timer not run yet) ends the wait as the deadline does --
-   * the blocking client's wait loop asks the budget first too -- and its
-   * cancel passes a free lock on. */
-  if (op->w.deadline >= 0 && dlock__async_now() >= op->w.deadline) {
-    op->expired = 1;
-    if (!op->in_flight)
-      timed_out(op);
-    return;
-  }
-  if (op->in_flight) {
-    op->again = 1;
-    return;
-  }
+   * paused, the timer not run yet) ends the wait as the deadline does:
+   * the machine looks at the time first, as for the blocking client. */
   dlock__async_untimer(op->a, &op->ttl_t);
-  attempt(op, 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
+  run(op, dlock__wm_wake(&op->wm, granted, op->active, dlock__async_now()));
 }
+
+int dlock__aop_wants_wake(const dlock__aop *op) {
+  return dlock__wm_wants_wake(&op->wm);
+}
+
+uint64_t dlock__aop_wait_id(const dlock__aop *op) { return op->wm.w.id; }
 
 void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why) {
   op->sub = NULL; /* the entry is gone */
-  if (op->in_flight) {
-    op->expired = 1; /* ends with the reply of the attempt in flight */
-    return;
-  }
-  char msg[sizeof op->msg];
-  snprintf(msg, sizeof msg, "lock '%s': %s", op->h->key, why);
-  wait_end(op, err, msg); /* queued: leaves the queue first */
-}
-
-/* The lock is taken elsewhere: wait (the engine's verdict: SLEEP until
- * `until`, -1 for a wake-up message only). */
-static void taken(dlock__aop *op, int64_t until) {
-  dlock_async *a = op->a;
-  if (!op->sub) {
-    int rc = dlock__asub_join(a, op->h->key, op, &op->sub);
-    if (rc < 0) {
-      complete(op, rc, "out of memory");
-      return;
-    }
-    if (rc == 0)
-      return; /* the confirmed subscription wakes it */
-    op->active = 1;
-    op->again = 1;
-  }
-  if (op->again) {
-    op->again = 0;
-    attempt(op, 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
-    return;
-  }
-  /* A wake-up at the deadline is the deadline timer's (it ends the wait
-   * without one more attempt, as the blocking client's sleep does). */
-  if (until >= 0 && (op->w.deadline < 0 || until < op->w.deadline))
-    dlock__async_timer(a, &op->ttl_t, until);
+  op->active = 0;
+  snprintf(op->msg, sizeof op->msg, "lock '%.100s': %.140s", op->h->key, why);
+  run(op, dlock__wm_sub_lost(&op->wm, err, dlock__async_now()));
 }
 
 /* ---- replica sync ------------------------------------------------------- */
@@ -420,11 +411,11 @@ static void undo_finish(dlock__aop *op, int rc, int sends) {
              "acquisition undone: %s", op->sync_why);
   int64_t now = dlock__async_now();
   int64_t pause = dlock__retry_pause(&a->cfg, op->sync_i, &op->sync_prev);
-  int64_t left = op->wait_ms > 0 ? op->w.deadline - now : 0;
+  int64_t left = op->wait_ms > 0 ? op->deadline - now : 0;
   /* As mutex.c's acquire: tried again even when the undo failed (the
    * retry settles it first; a retry that cannot reach the server ends
    * with that error). */
-  if (op->expired || a->closing ||
+  if ((op->wait_ms > 0 && left <= 0) || a->closing ||
       !dlock__eng_sync_retry(op->sync_i, a->cfg.retry_attempts, op->wait_ms,
                              left, pause)) {
     enosync(op, undone);
@@ -449,8 +440,7 @@ static void undo_unsynced(dlock__aop *op, const dlock__areq *r) {
   if (op->sub)
     dlock__asub_leave(a, op->sub, op);
   op->sub = NULL;
-  op->active = op->again = 0;
-  op->w.queued = 0;
+  op->active = 0; /* a retry is a new wait (lock_begin) */
   dlock__eng_undo_begin(&op->h->h, op->target - 1,
                         op->target > 1 ? -op->lease : op->lease,
                         dlock__async_now(), &op->u);
@@ -464,9 +454,9 @@ static void late_finish(dlock__aop *op, int rc, int sends) {
   int undone = dlock__eng_answered(rc);
   (void)dlock__eng_unlock_end(&op->h->h, &op->u, rc, 1, dlock__async_now());
   int64_t now = dlock__async_now();
-  if (op->wait_ms != 0 && !op->expired && !op->a->closing &&
-      (op->w.deadline < 0 || now < op->w.deadline)) {
-    attempt(op, 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
+  if (op->wait_ms != 0 && !op->a->closing &&
+      (op->deadline < 0 || now < op->deadline)) {
+    lock_begin(op); /* a new wait, within the call's budget */
     return;
   }
   char msg[sizeof op->msg + 96];
@@ -546,11 +536,11 @@ static void commit_attempt(dlock_async *a, const char *name, const char *rid) {
 static void attempt_commit(dlock__aop *op, int rc, int sends) {
   if (!dlock__eng_answered(rc)) {
     if (sends > 0)
-      memcpy(op->owed, op->w.rid, sizeof op->owed);
+      memcpy(op->owed, op->wm.w.rid, sizeof op->owed);
     return;
   }
   if (sends > 1)
-    commit_attempt(op->a, op->h->key, op->w.rid);
+    commit_attempt(op->a, op->h->key, op->wm.w.rid);
   if (op->owed[0]) {
     commit_attempt(op->a, op->h->key, op->owed);
     op->owed[0] = '\0';
@@ -572,42 +562,14 @@ static void attempt_done(dlock__areq *r, redisReply *reply, int err,
     return;
   }
   dlock__areq_free(r);
-  if (op->cancelling) {
-    /* The attempt that confirms a hand-over the cancel found: the
-     * engine's verdict (mutex.c's leave_queue too) -- held, or the wait
-     * ends with its own code, whatever this attempt met. */
-    if (dlock__eng_confirm_answer(rc) == DLOCK__WAIT_HELD)
-      held(op);
-    else
-      end_kept(op);
-    return;
-  }
-  if (rc == 0 && op->expired) { /* the deadline fired while in flight */
-    timed_out(op);
-    return;
-  }
-  /* The engine's verdict on the answer (mutex.c's wait loop follows it
-   * too), with the plain mutex's longest sleep. */
-  int64_t until = -1;
-  switch (dlock__eng_wait_answer(rc, ttl, op->wait_ms, &op->w,
-                                 dlock__async_now(),
-                                 DLOCK__ENG_QUEUED_RECHECK_MS, &until)) {
-  case DLOCK__WAIT_HELD:
-    held(op);
-    break;
-  case DLOCK__WAIT_BUSY:
-    complete(op, DLOCK_EBUSY, "lock '%s' is held elsewhere", op->h->key);
-    break;
-  case DLOCK__WAIT_SLEEP:
-    taken(op, until);
-    break;
-  default: /* GONE, TIMED_OUT, FAILED, CANCEL: the wait ends */
-    if (rc == 0)
-      timed_out(op);
-    else
-      wait_end(op, rc, dlock_last_error());
-    break;
-  }
+  /* A failure's message is kept for the wait's end; one the server
+   * recovers from is ridden out by a timed wait (the machine's rule). */
+  int passing = rc < 0 && dlock__wm_passing(rc, dlock_last_error());
+  if (rc < 0)
+    snprintf(op->msg, sizeof op->msg, "%s", dlock_last_error());
+  if (passing)
+    snprintf(op->away_why, sizeof op->away_why, "%s", dlock_last_error());
+  run(op, dlock__wm_answer(&op->wm, rc, ttl, passing, dlock__async_now()));
 }
 
 /* One acquire attempt (send_call). */
@@ -617,7 +579,6 @@ static void attempt(dlock__aop *op, int target, int queue) {
     complete(op, DLOCK_ENOMEM, "out of memory");
     return;
   }
-  op->w.queued |= queue;
 }
 
 static void settle_start(dlock__aop *op);
@@ -645,21 +606,26 @@ static void lock_begin(dlock__aop *op) {
              h->key, h->owner);
     return;
   }
-  if (op->sync_i == 0) { /* not a retry after DLOCK_ENOSYNC: same budget */
-    if (op->wait_ms != 0)
-      op->w.id = dlock__eng_wait_id();
-    op->w.deadline = op->wait_ms > 0 ? now + op->wait_ms : -1;
+  if (!op->began) { /* a retry (DLOCK_ENOSYNC, a late answer): same budget */
+    op->began = 1;
+    op->deadline = op->wait_ms > 0 ? now + op->wait_ms : -1;
     if (op->wait_ms > 0)
-      dlock__async_timer(op->a, &op->deadline_t, op->w.deadline);
+      dlock__async_timer(op->a, &op->deadline_t, op->deadline);
   }
+  /* Each try is a wait of the engine's machine (a new wait id), with the
+   * plain mutex's longest sleep, riding out a server that is away within
+   * a timed wait, as the blocking client's. */
+  int64_t ride =
+      op->a->cfg.retry_interval_ms > 10 ? op->a->cfg.retry_interval_ms : 10;
+  dlock__wm_init(&op->wm, op->wait_ms, op->deadline, prior,
+                 DLOCK__ENG_QUEUED_RECHECK_MS, 0, ride);
   /* A subscription of the name that is active (other calls wait, or it
    * lingers): the call registers as a waiter first and joins the queue
-   * with this very attempt (mutex.c first_attempt); else not subscribed
-   * yet: the engine's rule says no queue. */
+   * with this very attempt (mutex.c join_early). */
   if (op->wait_ms != 0 && !op->sub &&
       dlock__asub_join_active(op->a, h->key, op, &op->sub))
     op->active = 1;
-  attempt(op, prior + 1, dlock__eng_wait_queue(op->wait_ms, op->active, 0));
+  run(op, dlock__wm_start(&op->wm, op->sub && op->active, now));
 }
 
 /* ---- unlock -----------------------------------------------------------------

@@ -203,7 +203,7 @@ int dlock__asub_join_active(dlock_async *a, const char *name, dlock__aop *op,
 static void wake_all(dlock__asub *s) {
   for (dlock__aop *op = s->w_head, *nx; op; op = nx) {
     nx = op->wnext;
-    dlock__aop_wake(op);
+    dlock__aop_wake(op, 0);
   }
 }
 
@@ -219,10 +219,10 @@ static void wake_some(dlock__asub *s, const char *p, size_t n) {
   }
   for (dlock__aop *op = s->w_head, *nx; op && k > 0; op = nx) {
     nx = op->wnext;
-    if (op->again || op->cancelling || op->expired)
+    if (!dlock__aop_wants_wake(op))
       continue;
     k--;
-    dlock__aop_wake(op); /* may end the call: nothing of it after this */
+    dlock__aop_wake(op, 0); /* may end the call: nothing of it after this */
   }
 }
 
@@ -275,9 +275,10 @@ static void on_grant(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
   if (!dlock__eng_grant_parse(p, n, &g))
     return;
   for (dlock__aop *op = s->w_head; op; op = op->wnext)
-    if (op->h && dlock__eng_grant_verdict(&g, op->h->owner, op->w.id) !=
-                     DLOCK__GRANT_NONE) {
-      dlock__aop_wake(op); /* may end the call: nothing of s after this */
+    if (op->h &&
+        dlock__eng_grant_verdict(&g, op->h->owner, dlock__aop_wait_id(op)) !=
+            DLOCK__GRANT_NONE) {
+      dlock__aop_wake(op, 1); /* may end the call: nothing of s after this */
       return;
     }
   if (dlock__eng_grant_unclaimed(&g) == DLOCK__GRANT_DECLINE)

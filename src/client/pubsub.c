@@ -436,7 +436,7 @@ static void on_refused(dlock_client *c, ps_state *ps, ps_conn *pc,
 /* A message on s's grant channel. What it is and which wait takes it is
  * the engine's decision (engine.h (e), one rule for both clients):
  *   GRANTED  "<tid>|<wait id>" names this slot's wait: the unlock handed it
- *            the lock; the thread wakes and attempts (mutex.c sleep_once):
+ *            the lock; the thread wakes and attempts (the wait machine):
  *            the server's answer confirms it;
  *   RETRY    "<tid>|<wait id>|r" names it: the lock was freed and the wait
  *            is the head, woken while young (DLOCK__LUA_POLICY): kick it;

@@ -54,13 +54,11 @@
  *       (dlock__eng_cancel_answer, dlock__eng_confirm_answer); whether an
  *       attempt joins the hand-over queue (dlock__eng_wait_queue) and how
  *       long its entry may be handed the lock (dlock__eng_entry_ttl, the
- *       acquire script's ARGV[7]). mutex.c (attempt, wait_loop,
- *       sleep_once, leave_queue) and async_lock.c (attempt_done, taken,
- *       wait_end, cancel_done) follow the same answers. Not the engine's
- *       yet: whether an attempt's failure is ridden out (the blocking
- *       client's rides_out keeps a timed wait trying through a failover;
- *       the event-loop client ends the call), and who wakes a wait (the
- *       drivers' subscriptions and timers).
+ *       acquire script's ARGV[7]). The ORDER of a wait's steps is the
+ *       wait machine's (waitm.h): mutex.c (drive) and async_lock.c (run)
+ *       send what it says; whether a failure is ridden out is its rule
+ *       too. Not the engine's: who wakes a wait (the drivers'
+ *       subscriptions, condition variables and timers).
  *
  * Thread-safety: none of its own; every call on a record runs under the
  * record's guard (reg.mu for the blocking client, the loop's thread for the
@@ -733,5 +731,8 @@ int dlock__decline_call_init(dlock__rel_call *k, const char *name,
 /* The unlock script's answer (r is freed): 1 released (or handed over),
  * 0 holds remain, DLOCK_ELOST (not the owner), or another negative code. */
 int dlock__rel_reply(int rc, redisReply *r);
+
+/* The wait machine, which sequences (f): waitm.h. */
+#include "engine/waitm.h"
 
 #endif

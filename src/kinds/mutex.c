@@ -18,7 +18,9 @@
  *      was handed over meanwhile, keep it).
  *   What each answer means -- sleep until when, time out, leave the queue,
  *   keep a hand-over the cancel found, join the queue -- is the engine's
- *   (engine.h (f)): async_lock.c asks the same functions.
+ *   (engine.h (f)), and the order of these steps is the engine's wait
+ *   machine (engine/waitm.h): this file's drive() does what it says, as
+ *   async_lock.c's run() does for the event-loop client.
  *
  * HOLD RECORDS (holds.c). The client keeps, per lock name and thread, what
  * that thread holds: count, whether the watchdog renews it, the lease, the
@@ -41,7 +43,8 @@
  *
  * THE BUDGET bounds the call: the retries after DLOCK_ENOSYNC spend what is
  * left of it (trylock: none), and a timed wait outlives a server that is
- * away (a failover) until it ends, whatever the retry policy (rides_out).
+ * away (a failover) until it ends, whatever the retry policy (the wait
+ * machine's rule, engine/waitm.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,18 +351,15 @@ typedef struct acq {
   int64_t lease; /* ms */
   int prior;     /* the thread's hold count before the call */
   dlock__budget b;
-  dlock__wait w;
+  /* The wait: its state and its sequence are the engine's wait machine
+   * (engine/waitm.h); this driver sends what it says and sleeps. */
+  dlock__wm wm;
   int64_t ttl;    /* the holder's PTTL from the last attempt; -1 unknown */
   uint64_t token; /* fenced locks */
   int64_t sent;   /* send time of the attempt that decides the hold */
   dlock__slot slot;
   dlock__sub *sub;    /* joined wait entry, or NULL */
-  int active;         /* its subscription is confirmed */
-  int joined;         /* joined before the first attempt (queued with it) */
-  int away;           /* the last attempt met a passing failure (rides_out) */
-  char away_why[512]; /* ... and its message */
-  int waited;         /* the call entered the wait loop (counters) */
-  int handover;       /* the lock came by a hand-over grant (counters) */
+  char away_why[512]; /* the message of the passing failure ridden out */
   /* An attempt whose outcome is unknown and that may have been sent: its
    * request is committed after the call's next answer ("" none). */
   char owed[33];
@@ -371,12 +371,12 @@ static const char *lock_what(const dlock_mutex *m, char *buf, size_t n) {
   return buf;
 }
 
-/* Why a wait must end now (the budget's verdict, worded), or 0. */
+/* Why a spinning wait must end now (the budget's verdict, worded), or 0. */
 static int wait_over(const acq *a) {
   char what[300];
   int rc = dlock__budget_over(&a->b, lock_what(a->m, what, sizeof what));
-  if (rc == DLOCK_ETIMEDOUT && a->away)
-    return dlock__fail(a->away,
+  if (rc == DLOCK_ETIMEDOUT && a->wm.away)
+    return dlock__fail(a->wm.away_rc,
                        "%s (lock '%s': still so when the wait of %lld "
                        "ms ended)",
                        a->away_why, a->m->name, a->b.wait_ms);
@@ -416,10 +416,6 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
     dlock__budget_start(&a->b, c, wait_ms);
     *b = a->b;
   }
-  a->w.deadline = a->b.deadline;
-  if (wait_ms != 0)
-    a->w.id = dlock__eng_wait_id();
-  a->slot.wait_id = a->w.id;
   dlock__mu_lock(&c->reg.mu);
   dlock__hold *h = find_hold(m, a->tid);
   int gone = dlock__eng_reenter(h, a->b.started, &a->prior);
@@ -454,6 +450,12 @@ static int acq_begin(acq *a, dlock_mutex *m, long long wait_ms,
                        m->name);
   }
   dlock__mu_unlock(&c->reg.mu);
+  /* A timed first hold rides out a server that is away (a failover),
+   * attempting again after retry_interval_ms (at least 10 ms). */
+  int64_t ride = c->cfg.retry_interval_ms > 10 ? c->cfg.retry_interval_ms : 10;
+  dlock__wm_init(&a->wm, wait_ms, a->b.deadline, a->prior, m->ops->max_sleep_ms,
+                 m->ops->queue_first, ride);
+  a->slot.wait_id = a->wm.w.id;
   return 0;
 }
 
@@ -545,11 +547,11 @@ static void commit_attempt(dlock_mutex *m, const char *rid) {
 static void attempt_commit(acq *a, int rc, int sends) {
   if (!dlock__eng_answered(rc)) {
     if (sends > 0)
-      memcpy(a->owed, a->w.rid, sizeof a->owed);
+      memcpy(a->owed, a->wm.w.rid, sizeof a->owed);
     return;
   }
   if (sends > 1)
-    commit_attempt(a->m, a->w.rid);
+    commit_attempt(a->m, a->wm.w.rid);
   if (a->owed[0]) {
     commit_attempt(a->m, a->owed);
     a->owed[0] = '\0';
@@ -589,119 +591,62 @@ static int settle(dlock_mutex *m, uint64_t tid, const char *op) {
                      op, m->name, why, op);
 }
 
-/* One attempt of the call (target = the hold count after it); queue = join
- * the server's wait queue if the lock is taken. 1 held, 0 taken, < 0. */
+/* One attempt (target = the hold count after it; queue = join the
+ * server's wait queue if the lock is taken) with the request id the wait
+ * machine drew for it. 1 held, 0 taken, < 0. */
 static int attempt(acq *a, int target, int queue) {
   int64_t left = a->b.wait_ms == 0 ? 0 : dlock__budget_left(&a->b);
-  dlock__request_id(a->w.rid); /* this attempt's: its copies are bound */
   a->sent = dlock__now_ms();
+  dlock__wm_sent(&a->wm, a->sent);
   int rc = a->m->ops->attempt(a->m, a->tid, target, a->lease, queue, left,
-                              &a->ttl, &a->token, &a->w);
-  a->w.queued |= queue;
+                              &a->ttl, &a->token, &a->wm.w);
   attempt_commit(a, rc, dlock__exec_sends());
   return rc;
 }
 
-/* The first attempt. When this client is already subscribed to the lock
- * (other local waiters, or a lingering subscription), it registers as a
- * waiter first and joins the server's queue with this very attempt. */
-static int first_attempt(acq *a) {
+/* Before the first attempt: when this client is already subscribed to the
+ * lock (other local waiters, or a lingering subscription), the call
+ * registers as a waiter first and joins the server's queue with that very
+ * attempt. 1 joined. */
+static int join_early(acq *a) {
   dlock_mutex *m = a->m;
-  if (a->b.wait_ms != 0 && !dlock__spins(m) &&
-      atomic_load_explicit(&a->c->ps.n_subs, memory_order_relaxed) > 0) {
-    dlock__sb ch, gr;
-    dlock__sb_init(&ch);
-    dlock__sb_init(&gr);
-    m->ops->channels(m, a->tid, &ch, &gr);
-    if (!ch.oom && !gr.oom &&
-        dlock__sub_join_active(a->c, ch.p, &a->slot, &a->sub))
-      a->active = a->joined = 1;
-    dlock__sb_free(&ch);
-    dlock__sb_free(&gr);
-  }
-  return attempt(
-      a, a->prior + 1,
-      dlock__eng_wait_queue(a->b.wait_ms, a->joined, m->ops->queue_first));
-}
-
-/* Whether the wait's next attempt joins the hand-over queue (the engine's
- * rule, the event-loop client's too). */
-static int queue_flag(const acq *a) {
-  return dlock__eng_wait_queue(a->b.wait_ms, a->active, a->m->ops->queue_first);
-}
-
-/* Subscribes for the wait (unless first_attempt joined already). */
-static int subscribe(acq *a) {
-  if (a->sub)
+  if (a->b.wait_ms == 0 || dlock__spins(m) ||
+      atomic_load_explicit(&a->c->ps.n_subs, memory_order_relaxed) == 0)
     return 0;
   dlock__sb ch, gr;
   dlock__sb_init(&ch);
   dlock__sb_init(&gr);
+  m->ops->channels(m, a->tid, &ch, &gr);
+  int joined = !ch.oom && !gr.oom &&
+               dlock__sub_join_active(a->c, ch.p, &a->slot, &a->sub);
+  dlock__sb_free(&ch);
+  dlock__sb_free(&gr);
+  return joined;
+}
+
+/* SUBSCRIBE: joins the lock's subscription entry; the machine's event: 1
+ * active, 0 confirmation to come, or the failure. */
+static int subscribe(acq *a) {
+  /* A waiter says who it is (clientinfo.c) -- from here, not from the
+   * first attempt: a call that never waits nor holds (a failed trylock,
+   * an acquisition undone for DLOCK_ENOSYNC) leaves no info key behind. */
+  dlock__mu_lock(&a->c->reg.mu);
+  dlock__info_want(a->c);
+  dlock__mu_unlock(&a->c->reg.mu);
+  if (a->sub)
+    return a->wm.active;
+  dlock__sb ch, gr;
+  dlock__sb_init(&ch);
+  dlock__sb_init(&gr);
   a->m->ops->channels(a->m, a->tid, &ch, &gr);
+  int active = 0;
   int rc = ch.oom || gr.oom ? dlock__fail(DLOCK_ENOMEM, "out of memory")
                             : dlock__sub_join(a->c, ch.p, gr.len ? gr.p : NULL,
                                               a->m->ops->wake_policy, &a->slot,
-                                              &a->sub, &a->active);
+                                              &a->sub, &active);
   dlock__sb_free(&ch);
   dlock__sb_free(&gr);
-  return rc;
-}
-
-/* A failure that a waiting call outlives: the server away for a while (a
- * connection refused or timed out, no master found through the sentinels
- * during a failover, a failover's READONLY, LOADING or MASTERDOWN). A call
- * with a finite wait budget that holds nothing keeps trying -- each try
- * resolves the master again, and the subscriber reconnects and subscribes
- * again by itself -- until the budget ends, and then reports the failure
- * (wait_over). Records it and returns 1, or 0 (the call ends with rc). */
-static int rides_out(acq *a, int rc) {
-  if (a->b.wait_ms <= 0 || a->prior > 0)
-    return 0;
-  if (rc != DLOCK_ECONN &&
-      (rc != DLOCK_EREDIS || !dlock__retryable_reply(dlock_last_error())))
-    return 0;
-  a->away = rc;
-  snprintf(a->away_why, sizeof a->away_why, "%s", dlock_last_error());
-  /* the next try after a wake-up (the subscription made again) or this */
-  a->ttl = a->c->cfg.retry_interval_ms > 10 ? a->c->cfg.retry_interval_ms : 10;
-  return 1;
-}
-
-/* Sleeps until a wake-up, the holder's TTL, the kind's longest sleep or
- * the deadline -- the engine's verdict on the last answer (taken, a->ttl)
- * at the time of the sleep (dlock__eng_wait_answer), the event-loop
- * client's too. 1 held (a grant, confirmed), 0 go on, or a code. */
-static int sleep_once(acq *a) {
-  int64_t until = -1;
-  if (dlock__eng_wait_answer(0, a->ttl, a->b.wait_ms, &a->w, dlock__now_ms(),
-                             a->m->ops->max_sleep_ms,
-                             &until) != DLOCK__WAIT_SLEEP) {
-    int rc = wait_over(a); /* the deadline passed */
-    return rc ? rc
-              : dlock__fail(DLOCK_ETIMEDOUT,
-                            "lock '%s' still held elsewhere after %lld ms",
-                            a->m->name, a->b.wait_ms);
-  }
-  int granted = 0;
-  dlock__sub_wait(a->c, a->sub, &a->slot, until, &granted, &a->active);
-  if (a->slot.failed) {
-    char what[300];
-    return dlock__sub_error(a->c, a->sub, lock_what(a->m, what, sizeof what));
-  }
-  if (!granted)
-    return 0;
-  /* A grant for this wait: the unlock script handed it the lock -- or did,
-   * before the wait's last attempt, and that hand-over is over (a waiter
-   * paused across its hand-over, issue 38.1). Whether it holds the lock
-   * now comes from a server answer, never from elapsed time: one more
-   * attempt, which finds the field and takes the lock as this call's own
-   * (its lease from this send; with replica sync its WAIT), or finds it
-   * taken and the wait goes on. The grant was consumed by the wake-up
-   * (dlock__sub_wait): it wakes no later sleep. */
-  int rc = attempt(a, 1, queue_flag(a));
-  if (rc == 1)
-    a->handover = 1;
-  return rc;
+  return rc ? rc : active;
 }
 
 /* One try of a wait without pub/sub (dlock__spin_wait, spin.c): never
@@ -710,77 +655,144 @@ static int spin_round(void *arg) {
   acq *a = arg;
   if (atomic_load(&a->c->closing) || dlock__budget_canceled(&a->b))
     return wait_over(a);
+  dlock__request_id(a->wm.w.rid); /* this attempt's: its copies are bound */
   int rc = attempt(a, 1, 0);
-  if (rc == 1 || (rc < 0 && !rides_out(a, rc)))
+  if (rc == 1)
     return rc;
-  if (rc == 0)
-    a->away = 0; /* the server answered: taken */
+  if (rc < 0 && !(a->b.wait_ms > 0 && a->prior == 0 &&
+                  dlock__wm_passing(rc, dlock_last_error())))
+    return rc;
+  a->wm.away = rc < 0; /* ridden out until the budget ends, as a wait */
+  if (rc < 0) {
+    a->wm.away_rc = rc;
+    snprintf(a->away_why, sizeof a->away_why, "%s", dlock_last_error());
+  }
   return wait_over(a);
 }
 
-/* The contended part: waits for a hand-over or a wake-up, then attempts
- * again. 1 held, or a negative code. */
-static int wait_loop(acq *a) {
-  /* A waiter says who it is (clientinfo.c) -- from here, not from the
-   * first attempt: a call that never waits nor holds (a failed trylock,
-   * an acquisition undone for DLOCK_ENOSYNC) leaves no info key behind. */
-  dlock__mu_lock(&a->c->reg.mu);
-  dlock__info_want(a->c);
-  dlock__mu_unlock(&a->c->reg.mu);
-  a->waited = 1;
-  int rc = subscribe(a);
-  if (rc)
-    return rc;
-  /* Joined early (already queued), not yet subscribed, or the first
-   * attempt failed: wait first. */
-  for (int wait = a->joined || !a->active || a->away;; wait = 1) {
-    /* The budget's verdict ends the call as it is (never ridden out). */
-    if (wait && (rc = wait_over(a)) != 0)
-      return rc;
-    rc = wait ? sleep_once(a) : 0;
-    if (rc == DLOCK_EAUTH && a->slot.failed && dlock__spin_fall_back(a->m)) {
-      dlock__sub_leave(a->c, a->sub, &a->slot); /* SUBSCRIBE refused */
-      a->sub = NULL;
-      return dlock__spin_wait(&a->b, spin_round, a);
+/* A wait without pub/sub, from its second attempt (a spinning kind, or
+ * one whose SUBSCRIBE was refused: dlock__spin_fall_back). 1 held, or the
+ * code it ends with. */
+static int spin(acq *a) {
+  if (a->sub)
+    dlock__sub_leave(a->c, a->sub, &a->slot);
+  a->sub = NULL;
+  return dlock__spin_wait(&a->b, spin_round, a);
+}
+
+/* The call was cancelled or the client closes (the budget's verdict,
+ * worded), or 0; its deadline is the machine's. */
+static int stopped(const acq *a) {
+  char what[300];
+  int rc = dlock__budget_over(&a->b, lock_what(a->m, what, sizeof what));
+  return rc == DLOCK_ETIMEDOUT ? 0 : rc;
+}
+
+/* SLEEP: until a wake-up, `until` or a stop; what ended it is the
+ * machine's next event. A kind whose SUBSCRIBE was refused spins instead
+ * (dlock__spin_fall_back): HELD, or its end as a stop. */
+static dlock__wm_act sleep_step(acq *a, int64_t until) {
+  int rc = stopped(a);
+  int granted = 0, active = a->wm.active;
+  if (rc == 0)
+    dlock__sub_wait(a->c, a->sub, &a->slot, until, &granted, &active);
+  if (rc == 0 && a->slot.failed) {
+    char what[300];
+    rc = dlock__sub_error(a->c, a->sub, lock_what(a->m, what, sizeof what));
+    if (rc == DLOCK_EAUTH && dlock__spin_fall_back(a->m)) {
+      rc = spin(a); /* SUBSCRIBE refused: the spin lock's waits */
+      if (rc == 1)
+        return (dlock__wm_act){.kind = DLOCK__WMA_HELD};
+      return dlock__wm_stop(&a->wm, rc, dlock__now_ms());
     }
-    if (rc == 0 && wait && (rc = wait_over(a)) != 0)
-      return rc;
-    if (rc == 0)
-      rc = attempt(a, 1, queue_flag(a));
-    if (rc == 0)
-      a->away = 0; /* the server answered: taken */
-    else if (rc == 1 || !rides_out(a, rc))
-      return rc;
+    return dlock__wm_sub_lost(&a->wm, rc, dlock__now_ms());
+  }
+  if (rc == 0)
+    rc = stopped(a);
+  if (rc)
+    return dlock__wm_stop(&a->wm, rc, dlock__now_ms());
+  return dlock__wm_wake(&a->wm, granted, active, dlock__now_ms());
+}
+
+/* The attempt the machine asked for, and its answer as the next event. */
+static dlock__wm_act attempt_step(acq *a, const dlock__wm_act *x) {
+  int rc = attempt(a, x->target, x->queue);
+  int passing = rc < 0 && dlock__wm_passing(rc, dlock_last_error());
+  if (passing)
+    snprintf(a->away_why, sizeof a->away_why, "%s", dlock_last_error());
+  return dlock__wm_answer(&a->wm, rc, a->ttl, passing, dlock__now_ms());
+}
+
+/* CANCEL: leaves the server's queue (the cancel script may pass a free
+ * lock on, or find the lock handed to this wait: the machine confirms it).
+ * The call's own error stays the one reported. */
+static dlock__wm_act cancel_step(acq *a) {
+  if (!a->m->ops->cancel) /* a kind whose scripts keep no queue */
+    return dlock__wm_cancel_answer(&a->wm, 0);
+  dlock__err_keep_begin();
+  int cr = a->m->ops->cancel(a->m, a->tid, a->lease, dlock__budget_left(&a->b),
+                             &a->token, &a->wm.w);
+  dlock__err_keep_end();
+  return dlock__wm_cancel_answer(&a->wm, cr);
+}
+
+/* The code a wait ended with (END), worded where the machine decided it;
+ * an attempt's, the subscription's or a stop's message was set when it
+ * happened (kept through the cancel). */
+static int end_code(const acq *a, const dlock__wm_act *x) {
+  switch (x->why) {
+  case DLOCK__WMW_BUSY:
+    return dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", a->m->name);
+  case DLOCK__WMW_TIMED_OUT:
+    return dlock__fail(DLOCK_ETIMEDOUT,
+                       "lock '%s' still held elsewhere after %lld ms",
+                       a->m->name, a->b.wait_ms);
+  case DLOCK__WMW_AWAY:
+    return dlock__fail(x->rc,
+                       "%s (lock '%s': still so when the wait of %lld ms "
+                       "ended)",
+                       a->away_why, a->m->name, a->b.wait_ms);
+  default:
+    return x->rc;
   }
 }
 
-/* After a wait that ended without the lock: leaves the server's queue. If
- * the lock was handed to us meanwhile we keep it (1: the wait ended with
- * the lock held); the call's own error stays the one reported. The hold
- * found may be a hand-over to an older wait of this thread whose cancel
- * never ran, with that wait's (shorter) lease: its deadline is never this
- * call's lease counted from an earlier send. One more attempt takes the
- * lock as this call's own -- its lease from the attempt's send time, and
- * with replica sync its WAIT -- or finds it gone (expired meanwhile). */
-static int leave_queue(acq *a) {
-  dlock__err_keep_begin();
-  int cr = a->m->ops->cancel(a->m, a->tid, a->lease, dlock__budget_left(&a->b),
-                             &a->token, &a->w);
-  a->w.queued = 0;
-  /* The engine's verdicts on the cancel's answer and on the attempt that
-   * confirms a hand-over it found (the event-loop client's too): the
-   * call's own error stays the one reported otherwise. */
-  int held = dlock__eng_cancel_answer(cr) == DLOCK__WAIT_CONFIRM &&
-             dlock__eng_confirm_answer(attempt(a, 1, 0)) == DLOCK__WAIT_HELD;
-  dlock__err_keep_end();
-  a->handover |= held;
-  return held;
+/* Drives the wait machine from the calling thread: sends what it says,
+ * sleeps on the subscription slot, feeds back each answer and wake-up.
+ * 1 held, or the code the wait ended with. */
+static int drive(acq *a) {
+  void *note = NULL; /* the info key's wait entry, once the call waits */
+  dlock__wm_act x = dlock__wm_start(&a->wm, join_early(a), dlock__now_ms());
+  int rc = 0;
+  for (;;) {
+    if (x.kind == DLOCK__WMA_ATTEMPT) {
+      x = attempt_step(a, &x);
+    } else if (x.kind == DLOCK__WMA_SUBSCRIBE) {
+      if (!note)
+        note = dlock__note_wait(a->c, a->m->name, a->tid);
+      if (dlock__spins(a->m)) {
+        rc = spin(a);
+        break;
+      }
+      int r = subscribe(a);
+      x = dlock__wm_subscribed(&a->wm, r, dlock__now_ms());
+    } else if (x.kind == DLOCK__WMA_SLEEP) {
+      x = sleep_step(a, x.until);
+    } else if (x.kind == DLOCK__WMA_CANCEL) {
+      x = cancel_step(a);
+    } else {
+      rc = x.kind == DLOCK__WMA_HELD ? 1 : end_code(a, &x);
+      break;
+    }
+  }
+  if (note) {
+    char what[300];
+    rc = dlock__budget_end(&a->b, rc, lock_what(a->m, what, sizeof what));
+    dlock__note_wait_end(a->c, note);
+  }
+  return rc;
 }
 
-/* The acquisition a just made was not confirmed by the replicas (sync.c):
- * gives it back with the kind's unlock (reentrant: the count goes back to
- * prior, the TTL is never shortened), so nothing of it stays behind. Returns
- * DLOCK_ENOSYNC; a failed undo leaves the lease to end it. */
 /* Gives back the acquisition a just made (the count goes back to prior, or
  * the key goes), bound to it like any release: its copies are committed,
  * and an unknown outcome stays pending -- the retry, or the thread's next
@@ -864,12 +876,12 @@ static void count_acquired(const acq *a) {
     return;
   }
   int64_t waited =
-      dlock__stat_acquired(s, a->handover, a->waited, a->b.started);
+      dlock__stat_acquired(s, a->wm.handover, a->wm.waited, a->b.started);
   if (dlock__log_on(&a->c->cfg, DLOCK_LOG_DEBUG))
     dlock__log(
         &a->c->cfg, DLOCK_LOG_DEBUG, a->m->name, "acquired",
         "acquired %s%s (lease %lld ms%s, waited %lld ms)",
-        a->handover ? "by hand-over" : "directly",
+        a->wm.handover ? "by hand-over" : "directly",
         a->m->ops->field_suffix && a->m->ops->field_suffix[0] ? " (write)" : "",
         (long long)a->lease, a->wd ? ", watchdog" : "", (long long)waited);
 }
@@ -881,21 +893,10 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
   int rc = acq_begin(&a, m, wait_ms, lease_ms, b);
   if (rc)
     return rc;
-  rc = first_attempt(&a);
-  if (rc < 0 && rides_out(&a, rc))
-    rc = 0; /* wait (subscribed) and try again */
-  int64_t until;
-  if (rc == 0 && dlock__eng_wait_answer(0, a.ttl, wait_ms, &a.w, a.sent, 0,
-                                        &until) == DLOCK__WAIT_BUSY)
-    rc = dlock__fail(DLOCK_EBUSY, "lock '%s' is held elsewhere", m->name);
-  else if (rc == 0) {
-    void *note = dlock__note_wait(a.c, m->name, a.tid); /* the info key */
-    rc = dlock__spins(m) ? dlock__spin_wait(&a.b, spin_round, &a)
-                         : wait_loop(&a);
-    char what[300];
-    rc = dlock__budget_end(&a.b, rc, lock_what(m, what, sizeof what));
-    dlock__note_wait_end(a.c, note);
-  }
+  /* The wait machine sequences the call (attempt, subscribe, sleep, wake,
+   * cancel, confirm): on every end while it may be queued it leaves the
+   * queue, so the lock is never handed to a thread not waiting. */
+  rc = drive(&a);
   if (a.sub)
     dlock__sub_leave(a.c, a.sub, &a.slot);
   if (rc == DLOCK_ELOST) {
@@ -908,13 +909,6 @@ static int acquire_once(dlock_mutex *m, long long wait_ms, long long lease_ms,
     dlock__mu_unlock(&a.c->reg.mu);
     return rc;
   }
-  /* An attempt may have queued us before its reply was lost, or the wait
-   * ended queued: leave the queue, so the lock is never handed to a thread
-   * not waiting -- on every end, the engine's rule (dlock__eng_wait_end).
-   * (A first attempt of a reentrant hold never queues.) */
-  if (rc < 0 && a.prior == 0 && a.m->ops->cancel &&
-      dlock__eng_wait_end(rc, &a.w) == DLOCK__WAIT_CANCEL && leave_queue(&a))
-    rc = 1;
   const char *why = NULL;
   if (rc == 1 && dlock__sync_short(&why))
     return undo_unsynced(&a, why);
