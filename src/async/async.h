@@ -325,10 +325,6 @@ void dlock__async_flush(dlock_async *a);
 /* A pub/sub wake-up for op (a message, a grant for its wait: granted, a
  * new or lost subscription). */
 void dlock__aop_wake(dlock__aop *op, int granted);
-/* 1 when a wake-up would make op attempt (dlock__wm_wants_wake). */
-int dlock__aop_wants_wake(const dlock__aop *op);
-/* op's wait id (grants name it). */
-uint64_t dlock__aop_wait_id(const dlock__aop *op);
 /* Subscription refused: the call ends with err (message why). */
 void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why);
 /* The watchdog found the hold gone or past its deadline. */

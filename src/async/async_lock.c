@@ -265,7 +265,6 @@ static int send_call(dlock__aop *op, int target, int queue, int cancel) {
   op->in_flight = 1;
   if (!cancel) {
     op->sent = dlock__async_now();
-    dlock__wm_sent(&op->wm, op->sent);
   }
   /* its WAIT's end */
   r->wait_until = op->wait_ms > 0 ? op->wm.w.deadline : 0;
@@ -360,12 +359,6 @@ void dlock__aop_wake(dlock__aop *op, int granted) {
   dlock__async_untimer(op->a, &op->ttl_t);
   run(op, dlock__wm_wake(&op->wm, granted, op->active, dlock__async_now()));
 }
-
-int dlock__aop_wants_wake(const dlock__aop *op) {
-  return dlock__wm_wants_wake(&op->wm);
-}
-
-uint64_t dlock__aop_wait_id(const dlock__aop *op) { return op->wm.w.id; }
 
 void dlock__aop_sub_failed(dlock__aop *op, int err, const char *why) {
   op->sub = NULL; /* the entry is gone */

@@ -219,7 +219,7 @@ static void wake_some(dlock__asub *s, const char *p, size_t n) {
   }
   for (dlock__aop *op = s->w_head, *nx; op && k > 0; op = nx) {
     nx = op->wnext;
-    if (!dlock__aop_wants_wake(op))
+    if (!dlock__wm_wants_wake(&op->wm))
       continue;
     k--;
     dlock__aop_wake(op, 0); /* may end the call: nothing of it after this */
@@ -275,9 +275,8 @@ static void on_grant(dlock_async *a, dlock__asub *s, const char *p, size_t n) {
   if (!dlock__eng_grant_parse(p, n, &g))
     return;
   for (dlock__aop *op = s->w_head; op; op = op->wnext)
-    if (op->h &&
-        dlock__eng_grant_verdict(&g, op->h->owner, dlock__aop_wait_id(op)) !=
-            DLOCK__GRANT_NONE) {
+    if (op->h && dlock__eng_grant_verdict(&g, op->h->owner, op->wm.w.id) !=
+                     DLOCK__GRANT_NONE) {
       dlock__aop_wake(op, 1); /* may end the call: nothing of s after this */
       return;
     }

@@ -30,7 +30,6 @@ void dlock__wm_init(dlock__wm *m, long long wait_ms, int64_t deadline,
   m->queue_first = queue_first;
   m->ride_ms = ride_ms;
   m->until = -1;
-  m->sent = -1;
 }
 
 static int queue_flag(const dlock__wm *m) {
@@ -88,6 +87,14 @@ static int past_deadline(const dlock__wm *m, int64_t now) {
   return m->w.deadline >= 0 && now >= m->w.deadline;
 }
 
+/* SLEEP until m->until (set by the last answer) or a wake-up. */
+static dlock__wm_act sleep_until(dlock__wm *m) {
+  dlock__wm_act a = act(DLOCK__WMA_SLEEP);
+  m->phase = DLOCK__WM_SLEEPING;
+  a.until = m->until;
+  return a;
+}
+
 /* The lock is taken and the wait goes on: join the subscription first,
  * then an attempt for a wake-up that came meanwhile, else sleep. */
 static dlock__wm_act wait_on(dlock__wm *m) {
@@ -99,11 +106,7 @@ static dlock__wm_act wait_on(dlock__wm *m) {
   }
   if (m->woken)
     return attempt(m, DLOCK__WM_ATTEMPTING, 1, queue_flag(m));
-  dlock__wm_act a = act(DLOCK__WMA_SLEEP);
-  m->phase = DLOCK__WM_SLEEPING;
-  m->waited = 1;
-  a.until = m->until;
-  return a;
+  return sleep_until(m);
 }
 
 dlock__wm_act dlock__wm_start(dlock__wm *m, int active, int64_t now) {
@@ -115,12 +118,18 @@ dlock__wm_act dlock__wm_start(dlock__wm *m, int active, int64_t now) {
                  dlock__eng_wait_queue(m->wait_ms, m->joined, m->queue_first));
 }
 
-void dlock__wm_sent(dlock__wm *m, int64_t at) { m->sent = at; }
-
 /* A failure a timed first hold outlives (the server away: a failover). */
-static int rides(const dlock__wm *m, int rc, int passing) {
-  return passing && rc < 0 && rc != DLOCK_ELOST && m->ride_ms > 0 &&
-         m->wait_ms > 0 && m->prior == 0;
+int dlock__wm_ride(dlock__wm *m, int rc, int passing) {
+  if (rc >= 0) {
+    m->away = 0; /* the server answered */
+    return 0;
+  }
+  if (!passing || rc == DLOCK_ELOST || m->ride_ms <= 0 || m->wait_ms <= 0 ||
+      m->prior != 0)
+    return 0;
+  m->away = 1;
+  m->away_rc = rc;
+  return 1;
 }
 
 dlock__wm_act dlock__wm_answer(dlock__wm *m, int rc, int64_t ttl, int passing,
@@ -141,13 +150,9 @@ dlock__wm_act dlock__wm_answer(dlock__wm *m, int rc, int64_t ttl, int passing,
   }
   if (m->stop_rc)
     return end_with(m, m->stop_rc, m->stop_why);
-  if (rides(m, rc, passing)) {
-    m->away = 1;
-    m->away_rc = rc;
-    rc = 0;
+  if (dlock__wm_ride(m, rc, passing)) {
+    rc = 0; /* taken, for now: attempt again after ride_ms */
     ttl = m->ride_ms;
-  } else if (rc == 0) {
-    m->away = 0; /* the server answered: taken */
   }
   int64_t until = -1;
   switch (dlock__eng_wait_answer(rc, ttl, m->wait_ms, &m->w, now, m->max_sleep,
@@ -177,11 +182,7 @@ dlock__wm_act dlock__wm_subscribed(dlock__wm *m, int result, int64_t now) {
     return attempt(m, DLOCK__WM_ATTEMPTING, 1, queue_flag(m));
   if (past_deadline(m, now))
     return timed_out(m);
-  dlock__wm_act a = act(DLOCK__WMA_SLEEP);
-  m->phase = DLOCK__WM_SLEEPING;
-  m->waited = 1;
-  a.until = m->until;
-  return a;
+  return sleep_until(m);
 }
 
 dlock__wm_act dlock__wm_wake(dlock__wm *m, int granted, int active,

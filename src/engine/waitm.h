@@ -126,8 +126,6 @@ typedef struct dlock__wm {
   int waited;          /* the lock was taken: the call waited (counters) */
   int end_rc, end_why; /* the wait's own end, kept while it cancels */
   int64_t until;       /* the next sleep's end (from the last answer) */
-  int64_t sent;        /* when the attempt in flight (or the last) was
-                          sent: the driver sets it (dlock__wm_sent) */
   unsigned attempts;   /* attempts sent */
 } dlock__wm;
 
@@ -140,9 +138,6 @@ void dlock__wm_init(dlock__wm *m, long long wait_ms, int64_t deadline,
 /* The first attempt: `active` = the driver joined an active subscription
  * of the lock first (the attempt queues with it). Returns ATTEMPT. */
 dlock__wm_act dlock__wm_start(dlock__wm *m, int active, int64_t now);
-/* The driver sent the attempt at `at` (its local deadline counts from
- * there). */
-void dlock__wm_sent(dlock__wm *m, int64_t at);
 /* The attempt in flight answered rc (dlock__acq_reply's: 1 held, 0 taken
  * with ttl, DLOCK_ELOST, another code < 0); passing = rc is a failure the
  * server recovers from (connection refused or timed out, a failover's
@@ -175,6 +170,12 @@ dlock__wm_act dlock__wm_stop(dlock__wm *m, int rc, int64_t now);
  * wait's own code. */
 dlock__wm_act dlock__wm_cancel_answer(dlock__wm *m, int cr);
 
+/* The riding-out rule on its own, for a wait without pub/sub (spin.c's
+ * rounds, which dlock__wm_answer does not see): rc a try's answer,
+ * passing as dlock__wm_answer's. Returns 1 when a failure is ridden out
+ * (recorded: m->away, m->away_rc), else 0; an answer (rc >= 0) ends the
+ * riding out. */
+int dlock__wm_ride(dlock__wm *m, int rc, int passing);
 /* 1 when an attempt's failure rc is one the server recovers from -- a
  * connection refused, broken or timed out (DLOCK_ECONN), or a refusal
  * dlock__retryable_reply names (LOADING, READONLY, MASTERDOWN, ...: msg is

@@ -597,7 +597,6 @@ static int settle(dlock_mutex *m, uint64_t tid, const char *op) {
 static int attempt(acq *a, int target, int queue) {
   int64_t left = a->b.wait_ms == 0 ? 0 : dlock__budget_left(&a->b);
   a->sent = dlock__now_ms();
-  dlock__wm_sent(&a->wm, a->sent);
   int rc = a->m->ops->attempt(a->m, a->tid, target, a->lease, queue, left,
                               &a->ttl, &a->token, &a->wm.w);
   attempt_commit(a, rc, dlock__exec_sends());
@@ -659,14 +658,12 @@ static int spin_round(void *arg) {
   int rc = attempt(a, 1, 0);
   if (rc == 1)
     return rc;
-  if (rc < 0 && !(a->b.wait_ms > 0 && a->prior == 0 &&
-                  dlock__wm_passing(rc, dlock_last_error())))
-    return rc;
-  a->wm.away = rc < 0; /* ridden out until the budget ends, as a wait */
-  if (rc < 0) {
-    a->wm.away_rc = rc;
+  /* the wait machine's riding-out rule: until the budget ends */
+  if (dlock__wm_ride(&a->wm, rc,
+                     rc < 0 && dlock__wm_passing(rc, dlock_last_error())))
     snprintf(a->away_why, sizeof a->away_why, "%s", dlock_last_error());
-  }
+  else if (rc < 0)
+    return rc;
   return wait_over(a);
 }
 
